@@ -1,0 +1,5 @@
+"""``python -m segcli``."""
+
+from segcli.cli import main
+
+main()

@@ -1,0 +1,144 @@
+"""``segment_reduce``: validate once, pick the engine, fold, finalize.
+
+This module never imports click or rich: it is the library the CLI translates.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from segcli import ops, validate
+from segcli.engines import choose_engine
+from segcli.errors import InvalidInputError
+from segcli.memory import available_bytes, human_bytes
+
+
+@dataclass
+class Reduction:
+    """A finished reduction and what the summary reports about it."""
+
+    result: np.ndarray
+    counts: np.ndarray
+    op: ops.Op
+    sorted_ids: bool
+    ids: validate.IdReport
+    engine: str
+    engine_reason: str
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def empty_segments(self) -> int:
+        return int(np.count_nonzero(self.counts == 0))
+
+
+def check_output_fits(
+    op: ops.Op, num_segments: int, inner_shape: tuple[int, ...], data_dtype: np.dtype[Any]
+) -> None:
+    """SPEC: n so large that the output would not fit in memory is an error, before any work."""
+    needed = ops.state_bytes(op, num_segments, inner_shape, data_dtype)
+    available = available_bytes()
+    if needed > available:
+        raise InvalidInputError(
+            f"num_segments = {num_segments}: the output needs {needed:,} bytes "
+            f"({human_bytes(needed)}), more than the {human_bytes(available)} of memory available"
+        )
+
+
+def validate_inputs(
+    data: np.ndarray,
+    ids: np.ndarray,
+    num_segments: int | None,
+    op: ops.Op,
+    *,
+    sorted_ids: bool,
+    data_label: str | None = None,
+    ids_label: str | None = None,
+) -> validate.IdReport:
+    """Every check of SPEC, in the order a user would fix them; returns the id report."""
+    ops.check_dtype(op, data.dtype, data_label or "data")
+    validate.check_ids_dtype(ids.dtype, ids_label)
+    validate.check_shapes(
+        data.shape, ids.shape, sorted_ids=sorted_ids, data_label=data_label, ids_label=ids_label
+    )
+    report = validate.check_ids(
+        ids, validate.check_num_segments(num_segments), sorted_ids=sorted_ids, label=ids_label
+    )
+    check_output_fits(op, report.num_segments, data.shape[ids.ndim :], data.dtype)
+    return report
+
+
+def reduce_arrays(
+    data: Any,
+    segment_ids: Any,
+    num_segments: int | None = None,
+    op: str | ops.Op = "sum",
+    *,
+    sorted: bool = False,
+    engine: str = "auto",
+    fill: Any = None,
+    data_label: str | None = None,
+    ids_label: str | None = None,
+) -> Reduction:
+    """Like :func:`segment_reduce`, returning the result with counts, report and timings."""
+    op_def = ops.get_op(op)
+    data = np.asarray(data)
+    ids = np.asarray(segment_ids)
+    started = time.perf_counter()
+    report = validate_inputs(
+        data, ids, num_segments, op_def, sorted_ids=sorted, data_label=data_label,
+        ids_label=ids_label,
+    )
+    if fill is not None:
+        ops.parse_fill(fill, op_def, data.dtype)  # a bad --fill fails before the work
+    inner_shape = tuple(data.shape[ids.ndim :])
+    width = ops.inner_size(inner_shape)
+    choice = choose_engine(engine, elements=data.size)
+    validated = time.perf_counter()
+    state = choice.engine.new_state(op_def, report.num_segments, inner_shape, data.dtype)
+    choice.engine.fold(
+        state, data.reshape(ids.size, width), ids.reshape(-1), sorted_ids=sorted
+    )
+    host_state = choice.engine.to_host(state)
+    result = ops.finalize(host_state, fill)
+    finished = time.perf_counter()
+    return Reduction(
+        result=result,
+        counts=np.asarray(host_state.count),
+        op=op_def,
+        sorted_ids=sorted,
+        ids=report,
+        engine=choice.engine.name,
+        engine_reason=choice.reason,
+        timings={"validate": validated - started, "compute": finished - validated},
+    )
+
+
+def segment_reduce(
+    data: Any,
+    segment_ids: Any,
+    num_segments: int | None = None,
+    op: str = "sum",
+    *,
+    sorted: bool = False,
+    engine: str = "auto",
+    fill: Any = None,
+) -> np.ndarray:
+    """Reduce the rows of ``data`` per segment, with TensorFlow's segment-reduction semantics.
+
+    ``data`` has shape ``segment_ids.shape + inner``; the result has shape ``(n,) + inner``.
+    ``op`` is one of ``sum, mean, min, max, prod, sqrt_n, count``. With ``sorted=False``
+    (``unsorted_segment_*``) negative ids drop their rows and ids ``>= n`` are an error; with
+    ``sorted=True`` (``Segment*V2``) ids must be 1-D, non-negative and non-decreasing, and ids
+    ``>= n`` drop their rows. ``num_segments`` defaults to the number the ids imply.
+    ``fill`` replaces the op's value for empty segments. Raises :class:`segcli.SegcliError`.
+
+    >>> segment_reduce([1.0, 2.0, 3.0, 4.0], [0, 0, 2, 2], 4, "sum")
+    array([3., 0., 7., 0.])
+    """
+    return reduce_arrays(
+        data, segment_ids, num_segments, op, sorted=sorted, engine=engine, fill=fill
+    ).result

@@ -1,0 +1,86 @@
+"""The engine registry: engines load lazily, by name, and ``auto`` says why it chose one."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+from segcli.engines.base import Engine
+from segcli.errors import EngineUnavailableError, UsageError
+
+
+@dataclass(frozen=True)
+class EngineEntry:
+    module: str
+    #: What to install when the import fails.
+    hint: str
+    #: ``auto`` considers the engine only from this many data elements on, so that small inputs
+    #: never pay for importing it (or for a transfer to a device).
+    auto_min_elements: int | None
+
+
+#: In the order ``auto`` tries them; ``numpy`` always works and comes last.
+_REGISTRY: dict[str, EngineEntry] = {
+    "cupy": EngineEntry(
+        "segcli.engines.cupy_engine",
+        "pip install 'segcli[gpu]' (needs an NVIDIA GPU and CUDA 12)",
+        50_000_000,
+    ),
+    "numba": EngineEntry("segcli.engines.numba_engine", "pip install numba", 1_000_000),
+    "numpy": EngineEntry("segcli.engines.numpy_engine", "pip install numpy", 0),
+}
+
+ENGINE_NAMES = ("auto", *_REGISTRY)
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    engine: Engine
+    reason: str
+
+
+def get_engine(name: str) -> Engine:
+    """The engine called ``name``; an engine that cannot run here is an error with a hint."""
+    try:
+        entry = _REGISTRY[name]
+    except KeyError:
+        raise UsageError(
+            f"unknown engine {name!r} (engines: {', '.join(ENGINE_NAMES)})"
+        ) from None
+    try:
+        module = importlib.import_module(entry.module)
+    except ImportError as exc:
+        raise EngineUnavailableError(
+            f"engine {name!r} is not available ({exc}); install it with: {entry.hint}"
+        ) from None
+    engine: Engine = module.ENGINE
+    problem = engine.unavailable_reason()
+    if problem:
+        raise EngineUnavailableError(f"engine {name!r} cannot run here: {problem}")
+    return engine
+
+
+def choose_engine(name: str, *, elements: int) -> EngineChoice:
+    """Resolve ``auto``; an engine asked for by name is used or is an error, never swapped."""
+    if name != "auto":
+        return EngineChoice(get_engine(name), "asked for")
+    for candidate, entry in _REGISTRY.items():
+        if entry.auto_min_elements is None or elements < entry.auto_min_elements:
+            continue
+        try:
+            engine = get_engine(candidate)
+        except EngineUnavailableError:
+            continue
+        if candidate == "numpy":
+            return EngineChoice(engine, "auto: the reference engine, for small inputs")
+        return EngineChoice(
+            engine, f"auto: {elements:,} elements >= {entry.auto_min_elements:,}"
+        )
+    raise EngineUnavailableError("no engine can run here")  # numpy always can
+
+
+def engine_names() -> tuple[str, ...]:
+    return ENGINE_NAMES
+
+
+__all__ = ["ENGINE_NAMES", "Engine", "EngineChoice", "choose_engine", "get_engine"]

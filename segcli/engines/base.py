@@ -1,0 +1,42 @@
+"""The one signature every engine implements.
+
+An engine folds a block of rows into an op's partial state (see :mod:`segcli.ops`). It receives
+rows already validated: ``data`` is 2-D ``(rows, inner_size)`` and ``ids`` 1-D with one id per
+row; a row whose id lies outside ``[0, n)`` is one validation allowed to drop, and the engine
+skips it. Every engine folds the rows of each segment in their global row order, so results are
+deterministic and do not depend on how the rows were split into blocks.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from segcli import ops
+
+
+class Engine:
+    """Base class: NumPy-resident state; subclasses implement :meth:`fold`."""
+
+    name: ClassVar[str] = "base"
+
+    def new_state(
+        self,
+        op: ops.Op,
+        num_segments: int,
+        inner_shape: tuple[int, ...],
+        data_dtype: np.dtype[Any],
+    ) -> ops.State:
+        return ops.new_state(op, num_segments, inner_shape, data_dtype)
+
+    def fold(self, state: ops.State, data: np.ndarray, ids: np.ndarray, *, sorted_ids: bool) -> None:
+        raise NotImplementedError
+
+    def unavailable_reason(self) -> str | None:
+        """Why this engine cannot run on this machine (no device, say), or None."""
+        return None
+
+    def to_host(self, state: ops.State) -> ops.State:
+        """The state with NumPy arrays (a no-op for CPU engines)."""
+        return state

@@ -1,0 +1,223 @@
+"""The table of segment reductions.
+
+Each op is described as mergeable partial state, in the style of flox's chunk / combine /
+finalize: a reduction keeps a per-segment row ``count`` and, except for ``count`` itself, an
+accumulator ``acc`` of shape ``(n, inner_size)``. Every engine folds rows into that state, any
+two states of the same op merge with :func:`combine`, and :func:`finalize` turns a state into the
+result. The in-memory path, streaming chunks, GPU batches and Dask partitions therefore share
+each op's definition; an engine only has to implement the fold.
+
+The accumulator dtypes are chosen so that every fold is either exact or done in float64:
+integers fold in 64 bits (two's complement wraps modulo 2**64, so the final cast to the data
+dtype gives exactly TF's wrapped result), floats fold in float64, complex in complex128.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from segcli.errors import InvalidInputError, UsageError
+
+
+@dataclass(frozen=True)
+class Op:
+    """One reduction: how it folds, what it fills, which dtypes it takes and returns."""
+
+    name: str
+    #: The ufunc that folds a value into the accumulator and merges two accumulators.
+    #: ``None`` for ``count``, which keeps no accumulator.
+    ufunc: np.ufunc | None
+    #: min and max order values, so complex data is refused.
+    accepts_complex: bool
+    #: mean and sqrt_n divide a sum by a function of the count.
+    divides: bool
+    summary: str
+
+    def acc_dtype(self, data_dtype: np.dtype[Any]) -> np.dtype[Any] | None:
+        """The dtype the op accumulates in for data of ``data_dtype``."""
+        if self.ufunc is None:
+            return None
+        if self.ufunc in (np.minimum, np.maximum):
+            return np.dtype(data_dtype)  # exact in the data's own type
+        kind = data_dtype.kind
+        if kind == "c":
+            return np.dtype(np.complex128)
+        if kind == "f":
+            return np.dtype(np.float64)
+        if self.divides and data_dtype.itemsize == 8:
+            # SPEC: mean of 64-bit integers uses the sum without wraparound.
+            return np.dtype(np.float64)
+        return np.dtype(np.int64 if kind == "i" else np.uint64)
+
+    def out_dtype(self, data_dtype: np.dtype[Any]) -> np.dtype[Any]:
+        """The result dtype, as SPEC's table gives it."""
+        if self.ufunc is None:
+            return np.dtype(np.int64)
+        if not self.divides or data_dtype.kind in "fc":
+            return np.dtype(data_dtype)
+        return np.dtype(np.float32 if data_dtype.itemsize <= 2 else np.float64)
+
+    def initial(self, acc_dtype: np.dtype[Any]) -> Any:
+        """The accumulator's starting value: the identity of the fold."""
+        if self.ufunc is np.multiply:
+            return 1
+        if self.ufunc is np.minimum:
+            return np.inf if acc_dtype.kind == "f" else np.iinfo(acc_dtype).max
+        if self.ufunc is np.maximum:
+            return -np.inf if acc_dtype.kind == "f" else np.iinfo(acc_dtype).min
+        return 0
+
+    def empty_value(self, out_dtype: np.dtype[Any]) -> Any:
+        """What an empty segment holds by default (SPEC: finite extremes for min and max)."""
+        if self.ufunc is np.minimum:
+            return np.finfo(out_dtype).max if out_dtype.kind == "f" else np.iinfo(out_dtype).max
+        if self.ufunc is np.maximum:
+            return np.finfo(out_dtype).min if out_dtype.kind == "f" else np.iinfo(out_dtype).min
+        if self.ufunc is np.multiply:
+            return 1
+        return 0
+
+
+OPS: dict[str, Op] = {
+    op.name: op
+    for op in (
+        Op("sum", np.add, True, False, "sum of the rows in each segment"),
+        Op("mean", np.add, True, True, "sum / count; 0 for an empty segment"),
+        Op("min", np.minimum, False, False, "smallest row value; NaN propagates"),
+        Op("max", np.maximum, False, False, "largest row value; NaN propagates"),
+        Op("prod", np.multiply, True, False, "product of the rows in each segment"),
+        Op("sqrt_n", np.add, True, True, "sum / sqrt(count); 0 for an empty segment"),
+        Op("count", None, True, False, "number of rows in each segment (int64)"),
+    )
+}
+
+
+def get_op(name: str | Op) -> Op:
+    """Look an op up by name; an unknown name is a usage error listing the known ones."""
+    if isinstance(name, Op):
+        return name
+    try:
+        return OPS[name]
+    except KeyError:
+        raise UsageError(f"unknown op {name!r} (ops: {', '.join(OPS)})") from None
+
+
+@dataclass
+class State:
+    """Partial state of one reduction over some rows; engines fold rows into it in place.
+
+    ``count`` has shape ``(n,)``; ``acc`` has shape ``(n, inner_size)``. Arrays may belong to
+    another array library (CuPy) while an engine works; :func:`finalize` takes NumPy arrays.
+    """
+
+    op: Op
+    data_dtype: np.dtype[Any]
+    inner_shape: tuple[int, ...]
+    count: Any
+    acc: Any
+
+    @property
+    def num_segments(self) -> int:
+        return int(self.count.shape[0])
+
+
+def inner_size(inner_shape: tuple[int, ...]) -> int:
+    return int(np.prod(inner_shape, dtype=np.int64))
+
+
+def state_bytes(op: Op, num_segments: int, inner_shape: tuple[int, ...], data_dtype: np.dtype[Any]) -> int:
+    """Memory for the state plus the finished result, for the "does it fit" check."""
+    per_segment = 8 + op.out_dtype(data_dtype).itemsize * inner_size(inner_shape)
+    acc_dtype = op.acc_dtype(data_dtype)
+    if acc_dtype is not None:
+        per_segment += acc_dtype.itemsize * inner_size(inner_shape)
+    return num_segments * per_segment
+
+
+def new_state(
+    op: Op, num_segments: int, inner_shape: tuple[int, ...], data_dtype: np.dtype[Any], xp: Any = np
+) -> State:
+    """An empty state (no rows folded yet) for ``num_segments`` segments."""
+    count = xp.zeros(num_segments, dtype=np.int64)
+    acc = None
+    acc_dtype = op.acc_dtype(data_dtype)
+    if acc_dtype is not None:
+        acc = xp.full((num_segments, inner_size(inner_shape)), op.initial(acc_dtype), acc_dtype)
+    return State(op, np.dtype(data_dtype), tuple(inner_shape), count, acc)
+
+
+def combine(a: State, b: State) -> State:
+    """Merge two partial states of the same reduction (rows of ``a`` come before ``b``)."""
+    if a.op is not b.op or a.count.shape != b.count.shape:
+        raise ValueError("cannot combine states of different reductions")
+    acc = None if a.op.ufunc is None else a.op.ufunc(a.acc, b.acc)
+    return State(a.op, a.data_dtype, a.inner_shape, a.count + b.count, acc)
+
+
+def parse_fill(fill: Any, op: Op, data_dtype: np.dtype[Any]) -> Any:
+    """Check that ``--fill`` can be stored in the result dtype; return it as that dtype."""
+    out_dtype = op.out_dtype(data_dtype)
+    try:
+        value = complex(fill) if out_dtype.kind == "c" else float(fill)
+    except (TypeError, ValueError):
+        raise UsageError(f"--fill {fill!r} is not a number") from None
+    if out_dtype.kind in "iu":
+        if not float(value).is_integer() or not (
+            np.iinfo(out_dtype).min <= value <= np.iinfo(out_dtype).max
+        ):
+            raise UsageError(
+                f"--fill {fill} cannot be stored in the {out_dtype} result of {op.name}"
+            )
+        return out_dtype.type(int(value))
+    with np.errstate(over="ignore"):
+        return out_dtype.type(value)
+
+
+def finalize(state: State, fill: Any = None) -> np.ndarray:
+    """Turn a (NumPy) state into the result of shape ``(n,) + inner``.
+
+    ``fill`` replaces the op's default value in empty segments.
+    """
+    op = state.op
+    out_dtype = op.out_dtype(state.data_dtype)
+    count = np.asarray(state.count)
+    empty = count == 0
+    if op.ufunc is None:
+        result = count.astype(np.int64, copy=True)
+    else:
+        acc = np.asarray(state.acc)
+        # Casting the float64 accumulator down may overflow to inf, as TF's float32 fold would.
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            if op.divides:
+                divisor = np.maximum(count, 1).astype(np.float64)
+                if op.name == "sqrt_n":
+                    divisor = np.sqrt(divisor)
+                wide = np.complex128 if acc.dtype.kind == "c" else np.float64
+                values = acc.astype(wide) / divisor[:, None]
+                result = values.astype(out_dtype)
+            else:
+                result = acc.astype(out_dtype)
+        result = result.reshape((state.num_segments, *state.inner_shape))
+    fill_value = op.empty_value(out_dtype) if fill is None else parse_fill(fill, op, state.data_dtype)
+    if empty.any():
+        result[empty] = fill_value
+    return result
+
+
+def check_dtype(op: Op, data_dtype: np.dtype[Any], label: str) -> None:
+    """Refuse data dtypes the op does not take (bool, object, complex for min/max)."""
+    kind = data_dtype.kind
+    accepted = "float16/32/64, signed and unsigned integers"
+    if op.accepts_complex:
+        accepted += ", complex64/128"
+    if kind in "iuf" or (kind == "c" and op.accepts_complex):
+        if kind == "f" and data_dtype.itemsize > 8:
+            raise InvalidInputError(f"{label}: {data_dtype} data is not supported by {op.name} "
+                                    f"(accepted: {accepted})")
+        return
+    raise InvalidInputError(
+        f"{label}: {data_dtype} data is not supported by {op.name} (accepted: {accepted})"
+    )
