@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from segcli.errors import InvalidInputError, UsageError
+from segcli.op_names import OP_SUMMARIES
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,10 @@ class Op:
     accepts_complex: bool
     #: mean and sqrt_n divide a sum by a function of the count.
     divides: bool
-    summary: str
+
+    @property
+    def summary(self) -> str:
+        return OP_SUMMARIES[self.name]
 
     def acc_dtype(self, data_dtype: np.dtype[Any]) -> np.dtype[Any] | None:
         """The dtype the op accumulates in for data of ``data_dtype``."""
@@ -84,13 +88,13 @@ class Op:
 OPS: dict[str, Op] = {
     op.name: op
     for op in (
-        Op("sum", np.add, True, False, "sum of the rows in each segment"),
-        Op("mean", np.add, True, True, "sum / count; 0 for an empty segment"),
-        Op("min", np.minimum, False, False, "smallest row value; NaN propagates"),
-        Op("max", np.maximum, False, False, "largest row value; NaN propagates"),
-        Op("prod", np.multiply, True, False, "product of the rows in each segment"),
-        Op("sqrt_n", np.add, True, True, "sum / sqrt(count); 0 for an empty segment"),
-        Op("count", None, True, False, "number of rows in each segment (int64)"),
+        Op("sum", np.add, True, False),
+        Op("mean", np.add, True, True),
+        Op("min", np.minimum, False, False),
+        Op("max", np.maximum, False, False),
+        Op("prod", np.multiply, True, False),
+        Op("sqrt_n", np.add, True, True),
+        Op("count", None, True, False),
     )
 }
 

@@ -1,0 +1,45 @@
+"""Regenerate the sample files: a day of temperature readings from four sensors.
+
+    python sample_data/make_samples.py
+
+data.npy     float32 (1000,)   temperature in degrees C, one reading per row
+ids.npy      int32   (1000,)   sensor id 0..3 for each reading (sensor 3 was offline: empty)
+sorted_ids.npy int32 (1000,)   the same readings grouped by hour 0..23, ids non-decreasing
+accel.npy    float32 (1000, 3) x, y, z acceleration per reading, for a 2-D reduction
+table.parquet  columns: time (int64 seconds), segment (int32 sensor id), value (float32)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> None:
+    rng = np.random.default_rng(20261130)
+    rows = 1000
+    time = np.sort(rng.integers(0, 86_400, rows)).astype(np.int64)
+    # Sensors 0-2 report; sensor 3 is listed in the fleet (n = 4) but sent nothing today.
+    sensor = rng.choice(np.array([0, 1, 2], dtype=np.int32), rows, p=[0.5, 0.3, 0.2])
+    base = np.array([21.0, 18.5, 24.0], dtype=np.float32)[sensor]
+    daily = 3.0 * np.sin(2 * np.pi * (time / 86_400 - 0.25))
+    value = (base + daily + rng.normal(0, 0.4, rows)).round(2).astype(np.float32)
+    hour = (time // 3600).astype(np.int32)
+    accel = rng.normal(0, 1, (rows, 3)).round(3).astype(np.float32)
+    accel[:, 2] += 9.81
+
+    np.save(HERE / "data.npy", value)
+    np.save(HERE / "ids.npy", sensor)
+    np.save(HERE / "sorted_ids.npy", hour)
+    np.save(HERE / "accel.npy", accel)
+    table = pa.table({"time": time, "segment": sensor, "value": value})
+    pq.write_table(table, HERE / "table.parquet", row_group_size=250)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""Turning one Arrow column into a NumPy array, with the checks a reduction needs.
+
+Numeric columns convert zero-copy (the array is then read-only); list columns become extra
+axes. The schema metadata that :func:`segcli.io.write.write_result` records for N-D and complex
+results (``segcli.inner_shape``, ``segcli.dtype``) is applied to the ``value`` column so that
+results read back with their full shape and dtype.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from segcli.errors import InvalidInputError, ReadError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+INNER_SHAPE_KEY = b"segcli.inner_shape"
+DTYPE_KEY = b"segcli.dtype"
+VALUE_COLUMN = "value"
+
+
+@dataclass(frozen=True)
+class ColumnRef:
+    """Names a column in error messages: ``data.parquet: column 'value' ...``."""
+
+    file: str
+    column: str
+
+    @property
+    def label(self) -> str:
+        """The ``file:column`` label of :class:`segcli.io.ArrayInput`."""
+        return f"{self.file}:{self.column}"
+
+    def fail(self, problem: str) -> InvalidInputError:
+        """An InvalidInputError about this column."""
+        return InvalidInputError(f"{self.file}: column '{self.column}' {problem}")
+
+
+@dataclass(frozen=True)
+class ValueLayout:
+    """How segcli stored a result's value column: its full inner shape and its dtype."""
+
+    inner_shape: tuple[int, ...]
+    dtype: np.dtype[Any] | None
+
+    def restore(self, array: np.ndarray[Any, Any], where: ColumnRef) -> np.ndarray[Any, Any]:
+        """Rebuild ``(n, *inner_shape)`` (complex from re/im pairs) from the converted column."""
+        rows = array.shape[0]
+        try:
+            if self.dtype is not None and self.dtype.kind == "c":
+                # Complex values are stored as (re, im) pairs of the component float type.
+                width = math.prod(array.shape[1:])
+                component = np.zeros(0, self.dtype).real.dtype
+                pairs = np.ascontiguousarray(array.reshape(rows, width), dtype=component)
+                array = pairs.view(self.dtype)
+            return array.reshape((rows, *self.inner_shape))
+        except ValueError as exc:
+            raise ReadError(
+                f"{where.file}: column '{where.column}' does not match its recorded inner shape "
+                f"{list(self.inner_shape)}"
+            ) from exc
+
+
+def value_layout(schema: pa.Schema, column: str, file: str) -> ValueLayout | None:
+    """The layout recorded in the schema metadata, if ``column`` is a segcli ``value`` column."""
+    meta = schema.metadata or {}
+    if column != VALUE_COLUMN or (INNER_SHAPE_KEY not in meta and DTYPE_KEY not in meta):
+        return None
+    try:
+        inner = tuple(int(d) for d in json.loads(meta.get(INNER_SHAPE_KEY, b"[]")))
+        dtype = np.dtype(meta[DTYPE_KEY].decode()) if DTYPE_KEY in meta else None
+    except (ValueError, TypeError) as exc:
+        raise ReadError(f"{file}: bad segcli metadata in the schema ({exc})") from exc
+    return ValueLayout(inner, dtype)
+
+
+def check_type(type_: pa.DataType, where: ColumnRef) -> None:
+    """Accept numeric, bool and (fixed-size) lists of those; refuse anything else by name."""
+    import pyarrow.types as pt
+
+    leaf = type_
+    while _is_list(leaf):
+        leaf = leaf.value_type
+    if pt.is_integer(leaf) or pt.is_floating(leaf) or pt.is_boolean(leaf):
+        return
+    if pt.is_null(leaf):
+        return  # an all-null column: reported as nulls, with their count
+    raise where.fail(f"has type {type_}, not a numeric type")
+
+
+def numpy_dtype(type_: pa.DataType) -> np.dtype[Any]:
+    """The NumPy dtype the leaf values of an accepted Arrow type convert to."""
+    import pyarrow.types as pt
+
+    while _is_list(type_):
+        type_ = type_.value_type
+    if pt.is_null(type_):
+        return np.dtype(np.float64)  # matches what an empty all-null column converts to
+    return np.dtype(type_.to_pandas_dtype())
+
+
+def column_to_numpy(
+    column: pa.Array | pa.ChunkedArray,
+    where: ColumnRef,
+    *,
+    first_row: int = 0,
+    layout: ValueLayout | None = None,
+) -> np.ndarray[Any, Any]:
+    """Convert one column to NumPy; list columns add axes, nulls and bad types are errors.
+
+    ``first_row`` is the global row of the column's first element, so that chunked readers can
+    report the row a null sits at in the whole file.
+    """
+    import pyarrow as pa
+
+    check_type(column.type, where)
+    if isinstance(column, pa.ChunkedArray):
+        # One chunk converts zero-copy; several must be joined (one copy) to be one array.
+        column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    array = _convert(column, where, first_row, 1)
+    return layout.restore(array, where) if layout is not None else array
+
+
+def _is_list(type_: pa.DataType) -> bool:
+    import pyarrow.types as pt
+
+    return bool(pt.is_fixed_size_list(type_) or pt.is_list(type_) or pt.is_large_list(type_))
+
+
+def _convert(array: pa.Array, where: ColumnRef, first_row: int, per_row: int) -> np.ndarray[Any, Any]:
+    """Convert ``array``; each top-level row owns ``per_row`` consecutive elements of it."""
+    import pyarrow.types as pt
+
+    if array.null_count:
+        _raise_nulls(array, where, first_row, per_row)
+    if pt.is_null(array.type):
+        return np.zeros(0)  # only reached when empty: a non-empty null column failed above
+    if not _is_list(array.type):
+        return np.asarray(array.to_numpy(zero_copy_only=False))
+    if pt.is_fixed_size_list(array.type):
+        width = array.type.list_size
+    else:
+        width = _common_length(array, where, first_row, per_row)
+    # flatten() honours the array's slice offset, unlike .values.
+    inner = _convert(array.flatten(), where, first_row, per_row * max(width, 1))
+    return inner.reshape((len(array), width, *inner.shape[1:]))
+
+
+def _common_length(array: pa.Array, where: ColumnRef, first_row: int, per_row: int) -> int:
+    """The one length all lists of a variable-size list array share, else an error."""
+    import pyarrow.compute as pc
+
+    lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
+    if len(lengths) == 0:
+        return 0
+    differ = np.flatnonzero(lengths != lengths[0])
+    if len(differ):
+        k = int(differ[0])
+        raise where.fail(
+            f"has lists of different lengths ({int(lengths[0])} at row "
+            f"{first_row}, {int(lengths[k])} at row {first_row + k // per_row}); "
+            "need one length to make an array"
+        )
+    return int(lengths[0])
+
+
+def _raise_nulls(array: pa.Array, where: ColumnRef, first_row: int, per_row: int) -> None:
+    import pyarrow.compute as pc
+
+    first = pc.index(pc.is_null(array), True).as_py()
+    row = first_row + int(first) // per_row
+    inside = " inside its lists" if per_row > 1 else ""
+    raise where.fail(f"has {array.null_count} nulls{inside} (first at row {row})")

@@ -1,0 +1,155 @@
+"""Format names, detection by suffix or magic bytes, and the error wrapping every reader shares.
+
+Format names are the canonical strings used everywhere in ``segcli.io``: ``npy``, ``npz``,
+``parquet``, ``arrow``, ``csv``, ``tsv`` (inputs) and also ``json`` (outputs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import zipfile
+import zlib
+from collections.abc import Iterator
+from pathlib import PurePath
+from typing import BinaryIO
+
+from segcli.errors import ReadError, SegcliError, UsageError
+
+STDIN_LABEL = "<stdin>"
+
+INPUT_SUFFIXES: dict[str, str] = {
+    ".npy": "npy",
+    ".npz": "npz",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".arrow": "arrow",
+    ".feather": "arrow",
+    ".ipc": "arrow",
+    ".csv": "csv",
+    ".tsv": "tsv",
+}
+OUTPUT_SUFFIXES: dict[str, str] = {**INPUT_SUFFIXES, ".json": "json"}
+# Names accepted for an explicit output format (e.g. ``--format pq``), mapped to the canonical one.
+OUTPUT_FORMAT_NAMES: dict[str, str] = {s[1:]: f for s, f in OUTPUT_SUFFIXES.items()}
+OUTPUT_FORMATS = ("npy", "npz", "parquet", "arrow", "csv", "tsv", "json")
+BINARY_FORMATS = frozenset({"npy", "npz", "parquet", "arrow"})
+TABLE_FORMATS = frozenset({"parquet", "arrow", "csv", "tsv"})
+# pyarrow.csv decompresses these itself, chosen by the file name.
+_COMPRESSED_SUFFIXES = frozenset({".gz", ".bz2", ".zst", ".lz4"})
+
+SUPPORTED_INPUTS = ".npy, .npz, .parquet/.pq, .arrow/.feather/.ipc, .csv, .tsv"
+
+NPY_MAGIC = b"\x93NUMPY"
+ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
+PARQUET_MAGIC = b"PAR1"
+ARROW_FILE_MAGIC = b"ARROW1"
+SNIFF_BYTES = 8
+
+
+def sniff(head: bytes) -> str | None:
+    """Name the input format the first bytes of a file belong to, or None if unknown."""
+    if head.startswith(NPY_MAGIC):
+        return "npy"
+    if head.startswith(ZIP_MAGICS):
+        return "npz"
+    if head.startswith(PARQUET_MAGIC):
+        return "parquet"
+    if head.startswith(ARROW_FILE_MAGIC):
+        return "arrow"
+    return None
+
+
+def suffix_format(path: str, table: dict[str, str]) -> str | None:
+    """Format named by the file suffix (case-insensitive), or None; ``x.csv.gz`` counts as csv."""
+    suffixes = [s.lower() for s in PurePath(path).suffixes]
+    if len(suffixes) >= 2 and suffixes[-1] in _COMPRESSED_SUFFIXES:
+        inner = table.get(suffixes[-2])
+        return inner if inner in ("csv", "tsv") else None
+    return table.get(suffixes[-1]) if suffixes else None
+
+
+def input_format(path: str) -> str:
+    """Detect the format of input file ``path``: by suffix, else by its magic bytes."""
+    fmt = suffix_format(path, INPUT_SUFFIXES)
+    if fmt is not None:
+        return fmt
+    with open_binary(path) as f:
+        head = f.read(SNIFF_BYTES)
+    sniffed = sniff(head)
+    if sniffed is None:
+        raise ReadError(f"{path}: unknown file format (supported: {SUPPORTED_INPUTS})")
+    return sniffed
+
+
+def output_format(path: str, fmt: str | None) -> str:
+    """Resolve the output format from an explicit name or the suffix of ``path`` (npy for '-')."""
+    if fmt is not None:
+        canonical = OUTPUT_FORMAT_NAMES.get(fmt.lower())
+        if canonical is None:
+            raise UsageError(
+                f"unknown output format '{fmt}' (supported: {', '.join(OUTPUT_FORMATS)})"
+            )
+        return canonical
+    if path == "-":
+        return "npy"
+    found = suffix_format(path, OUTPUT_SUFFIXES)
+    if found is None:
+        raise UsageError(
+            f"{path}: cannot tell the output format from the file name; give a format "
+            f"({', '.join(OUTPUT_FORMATS)})"
+        )
+    return found
+
+
+def open_binary(path: str) -> BinaryIO:
+    """Open ``path`` for reading, turning OS errors into one-line ReadErrors."""
+    try:
+        return open(path, "rb")  # noqa: SIM115 - the caller owns and closes the file
+    except FileNotFoundError as exc:
+        raise ReadError(f"{path}: no such file") from exc
+    except IsADirectoryError as exc:
+        raise ReadError(f"{path}: is a directory, not a file") from exc
+    except PermissionError as exc:
+        raise ReadError(f"{path}: permission denied") from exc
+    except OSError as exc:
+        raise ReadError(f"{path}: cannot open ({exc.strerror or exc})") from exc
+
+
+def check_readable(path: str) -> None:
+    """Fail with the same messages as :func:`open_binary` before a library opens ``path``."""
+    open_binary(path).close()
+
+
+def file_size(path: str) -> int:
+    """Size of ``path`` in bytes, as a ReadError if it cannot be stat-ed."""
+    check_readable(path)
+    return os.path.getsize(path)
+
+
+def first_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message (library messages can be long)."""
+    for line in str(exc).splitlines():
+        if line.strip():
+            return line.strip()
+    return type(exc).__name__
+
+
+@contextlib.contextmanager
+def library_errors(label: str, what: str) -> Iterator[None]:
+    """Turn exceptions from numpy, pyarrow or zipfile into a one-line ReadError about ``label``.
+
+    segcli's own errors pass through unchanged (InvalidInputError is also a ValueError).
+    ``what`` says what the file was expected to be, e.g. "not a valid Parquet file".
+    """
+    try:
+        yield
+    except SegcliError:
+        raise
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+        raise ReadError(f"{label}: {what} ({first_line(exc)})") from exc
+    except Exception as exc:
+        # pyarrow.lib.ArrowException subclasses are not all ValueError/OSError.
+        if type(exc).__module__.startswith("pyarrow"):
+            raise ReadError(f"{label}: {what} ({first_line(exc)})") from exc
+        raise

@@ -1,0 +1,226 @@
+"""Reading ``.npy`` files, ``.npz`` archives and ``.npy`` streams without ever unpickling.
+
+The header is parsed with :mod:`numpy.lib.format`; the body is read with ``readinto`` into an
+array allocated up front, so the same code serves files, zip members and stdin, and a truncated
+body is reported with the byte counts instead of a numpy traceback.
+"""
+
+from __future__ import annotations
+
+import math
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Protocol
+
+import numpy as np
+import numpy.lib.format as npformat
+
+from segcli.errors import InvalidInputError, ReadError, UsageError
+from segcli.io.formats import NPY_MAGIC, first_line, library_errors, open_binary
+
+# Kinds a reduction can work on; bool passes so that the core can reject it with its own message.
+_NUMERIC_KINDS = frozenset("biufc")
+
+
+class Readable(Protocol):
+    """The part of a binary file the npy reader needs."""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def readinto(self, buffer: memoryview, /) -> int | None: ...
+
+
+@dataclass(frozen=True)
+class NpyHeader:
+    """What a ``.npy`` header says about the array that follows it."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    fortran_order: bool
+
+    @property
+    def count(self) -> int:
+        """Number of elements in the array."""
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the body in bytes."""
+        return self.count * self.dtype.itemsize
+
+    def as_dict(self) -> dict[str, object]:
+        """The header as plain JSON-friendly values (for ``describe``)."""
+        return {
+            "shape": list(self.shape),
+            "dtype": str(self.dtype),
+            "fortran_order": self.fortran_order,
+        }
+
+
+def read_header(f: Readable, label: str) -> NpyHeader:
+    """Parse the magic string and header of a ``.npy`` stream positioned at its start.
+
+    Does not check the dtype (``describe`` reports any dtype); see :func:`check_dtype`.
+    """
+    magic = _read_up_to(f, len(NPY_MAGIC) + 2)
+    if len(magic) < len(NPY_MAGIC) + 2 or not magic.startswith(NPY_MAGIC):
+        raise ReadError(f"{label}: not a .npy file (bad magic)")
+    major = magic[len(NPY_MAGIC)]
+    if major == 1:
+        reader = npformat.read_array_header_1_0
+    elif major in (2, 3):
+        # Version 3 differs from 2 only in allowing utf8 field names; the length field is equal.
+        reader = npformat.read_array_header_2_0
+    else:
+        raise ReadError(f"{label}: unsupported .npy format version {major}")
+    try:
+        shape, fortran_order, dtype = reader(f)  # type: ignore[arg-type]
+    except (ValueError, TypeError, SyntaxError) as exc:
+        raise ReadError(f"{label}: corrupt .npy header ({first_line(exc)})") from exc
+    return NpyHeader(tuple(int(d) for d in shape), np.dtype(dtype), bool(fortran_order))
+
+
+def check_dtype(header: NpyHeader, label: str) -> None:
+    """Refuse pickled object arrays and dtypes no reduction can use."""
+    if header.dtype.hasobject:
+        raise ReadError(f"{label}: holds Python objects (pickled data), which segcli never loads")
+    if header.dtype.kind not in _NUMERIC_KINDS or header.dtype.fields is not None:
+        raise InvalidInputError(
+            f"{label}: dtype {header.dtype} is not numeric (need integers, floats or complex)"
+        )
+
+
+def read_body(f: Readable, header: NpyHeader, label: str) -> np.ndarray[Any, Any]:
+    """Read the array body that follows ``header``; the result is native-endian and writable."""
+    flat = np.empty(header.count, dtype=header.dtype)
+    got = readinto_exact(f, flat)
+    if got < header.nbytes:
+        raise ReadError(
+            f"{label}: truncated .npy (expected {header.nbytes} bytes of data, got {got})"
+        )
+    order = "F" if header.fortran_order else "C"
+    return to_native(flat.reshape(header.shape, order=order))
+
+
+def readinto_exact(f: Readable, buffer: np.ndarray[Any, Any]) -> int:
+    """Fill the contiguous array ``buffer`` from ``f``; return the bytes read (short at EOF)."""
+    view = memoryview(buffer.reshape(-1).view(np.uint8))
+    got = 0
+    while got < len(view):
+        n = f.readinto(view[got:])
+        if not n:
+            break
+        got += n
+    return got
+
+
+def to_native(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Byte-swap big-endian data once here, so no engine ever sees a non-native dtype."""
+    if array.dtype.isnative:
+        return array
+    return array.astype(array.dtype.newbyteorder("="))
+
+
+def read_npy(path: str) -> np.ndarray[Any, Any]:
+    """Read a whole ``.npy`` file."""
+    with open_binary(path) as f:
+        return read_npy_stream(f, path)
+
+
+def read_npy_stream(f: Readable, label: str) -> np.ndarray[Any, Any]:
+    """Read one ``.npy`` array from a stream positioned at its magic string."""
+    header = read_header(f, label)
+    check_dtype(header, label)
+    with library_errors(label, "unreadable .npy data"):
+        return read_body(f, header, label)
+
+
+def _read_up_to(f: Readable, size: int) -> bytes:
+    """Read ``size`` bytes, fewer only at end of file (pipes may return short reads)."""
+    data = b""
+    while len(data) < size:
+        part = f.read(size - len(data))
+        if not part:
+            break
+        data += part
+    return data
+
+
+class PrefixedReader:
+    """A stream whose first bytes were already consumed (to sniff the format) and are replayed."""
+
+    def __init__(self, prefix: bytes, stream: BinaryIO) -> None:
+        self._prefix = prefix
+        self._stream = stream
+
+    def read(self, size: int = -1, /) -> bytes:
+        """Read from the replayed prefix first, then from the stream."""
+        if size < 0:
+            data, self._prefix = self._prefix + self._stream.read(), b""
+            return data
+        if self._prefix:
+            data, self._prefix = self._prefix[:size], self._prefix[size:]
+            return data
+        return self._stream.read(size)
+
+    def readinto(self, buffer: memoryview, /) -> int:
+        """Fill part of ``buffer``; like ``io.RawIOBase.readinto`` it may return a short count."""
+        if self._prefix:
+            data = self.read(len(buffer))
+            buffer[: len(data)] = data
+            return len(data)
+        readinto = getattr(self._stream, "readinto", None)
+        if readinto is not None:
+            return int(readinto(buffer) or 0)
+        data = self._stream.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+# ---------------------------------------------------------------------------------------------
+# .npz archives
+
+
+@contextmanager
+def open_npz(path: str) -> Iterator[zipfile.ZipFile]:
+    """Open an ``.npz`` archive, with one-line errors for a missing or corrupt file."""
+    f = open_binary(path)
+    try:
+        with library_errors(path, "not a valid .npz archive"):
+            archive = zipfile.ZipFile(f)
+        with archive:
+            yield archive
+    finally:
+        f.close()
+
+
+def npz_keys(archive: zipfile.ZipFile) -> list[str]:
+    """Array names in an archive, as ``numpy.savez`` writes them (``key.npy`` members)."""
+    return [n[: -len(".npy")] for n in archive.namelist() if n.endswith(".npy")]
+
+
+def pick_key(archive: zipfile.ZipFile, key: str | None, path: str, option: str) -> str:
+    """The key to read: ``key`` if given (and present), else the archive's only array."""
+    keys = npz_keys(archive)
+    listing = ", ".join(keys) if keys else "none"
+    if key is not None:
+        if key not in keys:
+            raise UsageError(f"{path}: no key '{key}' (keys: {listing})")
+        return key
+    if len(keys) == 1:
+        return keys[0]
+    raise UsageError(f"{path}: holds {len(keys)} arrays; pick one with {option} (keys: {listing})")
+
+
+def read_npz_member(archive: zipfile.ZipFile, key: str, label: str) -> np.ndarray[Any, Any]:
+    """Read array ``key`` of an open archive; ``label`` is what errors call it."""
+    with library_errors(label, "corrupt .npz member"), archive.open(f"{key}.npy") as member:
+        return read_npy_stream(member, label)
+
+
+def read_npz_header(archive: zipfile.ZipFile, key: str, label: str) -> NpyHeader:
+    """Parse only the header of array ``key`` (decompresses a few bytes at most)."""
+    with library_errors(label, "corrupt .npz member"), archive.open(f"{key}.npy") as member:
+        return read_header(member, label)

@@ -1,0 +1,221 @@
+"""One run of a command on files: read, reduce, check, write, summarise.
+
+The CLI parses options into a :class:`RunRequest` and calls :func:`run` or :func:`check`; all
+file handling lives here and in :mod:`segcli.io`, all math in :mod:`segcli.core`.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, TextIO
+
+import numpy as np
+
+from segcli import core, io, ops, validate
+from segcli.errors import ExpectationError
+from segcli.expect import check_expected
+from segcli.summary import InputFacts, Summary, build_summary, input_facts
+
+
+@dataclass
+class RunRequest:
+    """What the user asked for, as the CLI parsed it."""
+
+    op: str
+    data: str
+    ids: str | None = None
+    num_segments: int | None = None
+    sorted_ids: bool = False
+    engine: str = "auto"
+    fill: str | None = None
+    data_column: str | None = None
+    ids_column: str | None = None
+    data_key: str | None = None
+    ids_key: str | None = None
+    output: str | None = None
+    output_format: str | None = None
+    expect: str | None = None
+    rtol: float = 1e-5
+    atol: float = 1e-8
+
+
+@dataclass
+class Streams:
+    """Where data goes (stdout) and comes from (stdin); tests pass their own."""
+
+    stdout_binary: BinaryIO | None = None
+    stdout_text: TextIO | None = None
+    stdin: BinaryIO | None = None
+
+
+@dataclass
+class RunOutcome:
+    summary: Summary
+    result: np.ndarray
+
+
+def _read(request: RunRequest, streams: Streams) -> tuple[io.ArrayInput, io.ArrayInput]:
+    return io.read_inputs(
+        request.data,
+        request.ids,
+        data_column=request.data_column,
+        ids_column=request.ids_column,
+        data_key=request.data_key,
+        ids_key=request.ids_key,
+        stdin=streams.stdin,
+    )
+
+
+def _facts(item: io.ArrayInput) -> InputFacts:
+    return input_facts(item.path, item.label, item.fmt, item.array)
+
+
+def run(request: RunRequest, streams: Streams | None = None) -> RunOutcome:
+    """Reduce the files of ``request``; write the result; return the summary.
+
+    Nothing is written unless every check passes: the output goes to a temporary file that is
+    renamed only on success.
+    """
+    streams = streams or Streams()
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    data, ids = _read(request, streams)
+    timings["read"] = time.perf_counter() - started
+    reduction = core.reduce_arrays(
+        data.array,
+        ids.array,
+        request.num_segments,
+        request.op,
+        sorted=request.sorted_ids,
+        engine=request.engine,
+        fill=request.fill,
+        data_label=data.label,
+        ids_label=ids.label,
+    )
+    timings["validate"] = reduction.timings["validate"]
+    timings["compute"] = reduction.timings["compute"]
+    if request.expect:
+        expected = io.read_result_table(request.expect)
+        check_expected(
+            reduction.result, expected, request.expect, rtol=request.rtol, atol=request.atol
+        )
+    started = time.perf_counter()
+    output_format = _write(reduction, request, streams)
+    timings["write"] = time.perf_counter() - started
+    summary = build_summary(
+        reduction,
+        _facts(data),
+        _facts(ids),
+        output_path=request.output,
+        output_format=output_format,
+        timings_s=timings,
+    )
+    return RunOutcome(summary, reduction.result)
+
+
+def _write(reduction: core.Reduction, request: RunRequest, streams: Streams) -> str | None:
+    if request.output is None:
+        text = streams.stdout_text or sys.stdout
+        for line in io.format_text_lines(reduction.result):
+            text.write(line + "\n")
+        text.flush()
+        return None
+    return io.write_result(
+        reduction.result,
+        request.output,
+        request.output_format,
+        stdout=streams.stdout_binary,
+        counts=reduction.counts,
+    )
+
+
+@dataclass
+class CheckOutcome:
+    """What ``segcli check`` found; ``failures`` is empty when the data passes."""
+
+    rows: list[tuple[str, str]]
+    facts: dict[str, Any]
+    failures: list[str] = field(default_factory=list)
+
+
+def check(
+    request: RunRequest,
+    *,
+    max_empty: int | None = None,
+    no_nan: bool = False,
+    streams: Streams | None = None,
+) -> CheckOutcome:
+    """Validate the inputs as ``request.op`` would, then the data-quality rules.
+
+    SPEC violations raise (exit 1); ``--max-empty`` and ``--no-nan`` failures are collected and
+    raised together as an :class:`ExpectationError` by :func:`enforce`.
+    """
+    streams = streams or Streams()
+    data, ids = _read(request, streams)
+    op = ops.get_op(request.op)
+    report = core.validate_inputs(
+        data.array, ids.array, request.num_segments, op, sorted_ids=request.sorted_ids,
+        data_label=data.label, ids_label=ids.label,
+    )
+    counts = _segment_counts(ids.array, report)
+    empty = int(np.count_nonzero(counts == 0))
+    nan_rows = _nan_count(data.array)
+    failures = []
+    if max_empty is not None and empty > max_empty:
+        first = int(np.argmax(counts == 0))
+        failures.append(
+            f"{ids.label}: {empty} empty segments, more than --max-empty {max_empty} "
+            f"(first empty: segment {first})"
+        )
+    if no_nan and nan_rows:
+        failures.append(f"{data.label}: {nan_rows} NaN values (--no-nan)")
+    facts: dict[str, Any] = {
+        "schema_version": 1,
+        "command": "check",
+        "data": vars(_facts(data)),
+        "ids": vars(_facts(ids)),
+        "family": "sorted" if request.sorted_ids else "unsorted",
+        "num_segments": report.num_segments,
+        "num_segments_inferred": report.inferred,
+        "rows_total": report.rows,
+        "rows_used": report.rows_used,
+        "rows_dropped_negative": report.dropped_negative,
+        "rows_dropped_beyond_n": report.dropped_beyond,
+        "empty_segments": empty,
+        "nan_values": nan_rows,
+        "passed": not failures,
+        "failures": failures,
+    }
+    rows = [
+        ("data", f"{data.label}  {data.array.shape} {data.array.dtype}"),
+        ("ids", f"{ids.label}  {ids.array.shape} {ids.array.dtype}"),
+        ("family", facts["family"]),
+        ("segments", f"{report.num_segments:,} "
+                     + ("(inferred from ids)" if report.inferred else "(given)")),
+        ("rows", f"{report.rows_used:,} used of {report.rows:,}"),
+        ("empty segments", f"{empty:,}"),
+        ("NaN values", f"{nan_rows:,}"),
+        ("verdict", "ok" if not failures else "FAILED: " + "; ".join(failures)),
+    ]
+    return CheckOutcome(rows, facts, failures)
+
+
+def enforce(outcome: CheckOutcome) -> None:
+    if outcome.failures:
+        raise ExpectationError("; ".join(outcome.failures))
+
+
+def _segment_counts(ids: np.ndarray, report: validate.IdReport) -> np.ndarray:
+    flat = ids.reshape(-1)
+    keep = flat < report.num_segments
+    if flat.dtype.kind == "i":
+        keep &= flat >= 0
+    return np.bincount(flat[keep].astype(np.intp), minlength=report.num_segments)
+
+
+def _nan_count(data: np.ndarray) -> int:
+    if data.dtype.kind not in "fc":
+        return 0
+    return int(np.count_nonzero(np.isnan(data)))

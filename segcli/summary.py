@@ -1,0 +1,210 @@
+"""The run summary: one dataclass of facts, rendered as a rich table, plain text or JSON.
+
+Building the facts needs NumPy; rendering imports rich only when a table is drawn, and the
+CLI decides where it goes (stderr, never stdout, which carries data).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from segcli.core import Reduction
+from segcli.memory import human_bytes
+
+#: Bumped when a field is renamed or removed; new fields may appear within a version.
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class InputFacts:
+    path: str
+    label: str
+    format: str
+    shape: list[int]
+    dtype: str
+    bytes: int
+
+
+@dataclass
+class Summary:
+    """Everything a run reports; ``to_json`` is the documented ``--summary-json`` schema."""
+
+    op: str
+    family: str
+    data: InputFacts
+    ids: InputFacts
+    num_segments: int
+    num_segments_inferred: bool
+    engine: str
+    engine_reason: str
+    rows_total: int
+    rows_used: int
+    rows_dropped_negative: int
+    rows_dropped_beyond_n: int
+    empty_segments: int
+    output_path: str | None
+    output_format: str | None
+    output_shape: list[int]
+    output_dtype: str
+    nan_count: int
+    result_min: float | None
+    result_max: float | None
+    timings_s: dict[str, float] = field(default_factory=dict)
+    mode: str = "in-memory"
+    chunks: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(self.timings_s.values())
+
+    def rows_per_second(self) -> float | None:
+        compute = self.timings_s.get("compute", 0.0)
+        return self.rows_total / compute if compute > 0 else None
+
+    def to_json(self) -> dict[str, Any]:
+        facts = asdict(self)
+        for key in ("result_min", "result_max"):
+            facts[key] = _json_number(facts[key])
+        facts["timings_s"] = {k: round(v, 6) for k, v in self.timings_s.items()}
+        facts["timings_s"]["total"] = round(self.total_seconds, 6)
+        rate = self.rows_per_second()
+        facts["rows_per_second"] = None if rate is None else round(rate)
+        return {"schema_version": SCHEMA_VERSION, **facts}
+
+
+def _json_number(value: float | None) -> float | str | None:
+    """JSON has no inf or NaN: those become the strings "inf", "-inf", "nan"."""
+    if value is None or math.isfinite(value):
+        return value
+    return str(value)
+
+
+def input_facts(path: str, label: str, fmt: str, array: np.ndarray) -> InputFacts:
+    return InputFacts(path, label, fmt, list(array.shape), str(array.dtype), int(array.nbytes))
+
+
+def result_range(result: np.ndarray) -> tuple[int, float | None, float | None]:
+    """NaN count and the range of the non-NaN values (real part for complex)."""
+    values = result.real if result.dtype.kind == "c" else result
+    if values.dtype.kind == "f":
+        nan = np.isnan(values)
+        nan_count = int(np.count_nonzero(nan))
+        values = values[~nan]
+    else:
+        nan_count = 0
+    if values.size == 0:
+        return nan_count, None, None
+    return nan_count, float(values.min()), float(values.max())
+
+
+def build_summary(
+    reduction: Reduction,
+    data: InputFacts,
+    ids: InputFacts,
+    *,
+    output_path: str | None,
+    output_format: str | None,
+    timings_s: dict[str, float],
+) -> Summary:
+    nan_count, low, high = result_range(reduction.result)
+    report = reduction.ids
+    return Summary(
+        op=reduction.op.name,
+        family="sorted" if reduction.sorted_ids else "unsorted",
+        data=data,
+        ids=ids,
+        num_segments=report.num_segments,
+        num_segments_inferred=report.inferred,
+        engine=reduction.engine,
+        engine_reason=reduction.engine_reason,
+        rows_total=report.rows,
+        rows_used=report.rows_used,
+        rows_dropped_negative=report.dropped_negative,
+        rows_dropped_beyond_n=report.dropped_beyond,
+        empty_segments=reduction.empty_segments,
+        output_path=output_path,
+        output_format=output_format,
+        output_shape=list(reduction.result.shape),
+        output_dtype=str(reduction.result.dtype),
+        nan_count=nan_count,
+        result_min=low,
+        result_max=high,
+        timings_s=timings_s,
+    )
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if math.isfinite(value) and value == int(value) and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.6g}"
+
+
+def _shape(shape: list[int]) -> str:
+    return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def summary_rows(summary: Summary) -> list[tuple[str, str]]:
+    """The summary as (label, value) rows, shared by the table and the plain rendering."""
+    s = summary
+    dropped = []
+    if s.rows_dropped_negative:
+        dropped.append(f"{s.rows_dropped_negative:,} negative id")
+    if s.rows_dropped_beyond_n:
+        dropped.append(f"{s.rows_dropped_beyond_n:,} id >= n")
+    times = ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in s.timings_s.items())
+    rate = s.rows_per_second()
+    rows = [
+        ("data", f"{s.data.label}  {_shape(s.data.shape)} {s.data.dtype}"),
+        ("ids", f"{s.ids.label}  {_shape(s.ids.shape)} {s.ids.dtype}"),
+        ("op", f"{s.op} ({s.family})"),
+        ("segments", f"{s.num_segments:,} " + ("(inferred from ids)" if s.num_segments_inferred
+                                              else "(given)")),
+        ("engine", f"{s.engine} ({s.engine_reason})"),
+        ("mode", s.mode if s.chunks <= 1 else f"{s.mode}, {s.chunks:,} chunks"),
+        ("rows", f"{s.rows_used:,} used of {s.rows_total:,}"
+         + (f"; dropped: {', '.join(dropped)}" if dropped else "")),
+        ("empty segments", f"{s.empty_segments:,}"),
+        ("output", f"{s.output_path or 'stdout (text)'}  {_shape(s.output_shape)} "
+                   f"{s.output_dtype}"),
+        ("result", f"range [{_number(s.result_min)}, {_number(s.result_max)}], "
+                   f"{s.nan_count:,} NaN"),
+        ("time", f"{s.total_seconds * 1000:.1f} ms ({times})"),
+    ]
+    if rate is not None:
+        rows.append(("throughput", f"{rate:,.0f} rows/s, "
+                                   f"{human_bytes(s.data.bytes / s.timings_s['compute'])}/s"))
+    rows.extend((key, str(value)) for key, value in s.extra.items())
+    return rows
+
+
+def render_table(
+    title: str, rows: list[tuple[str, str]], *, alert: frozenset[str] = frozenset()
+) -> Any:
+    """A rich Table for a terminal; rows whose label is in ``alert`` are drawn in red."""
+    from rich.table import Table
+
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column(style="bold cyan", no_wrap=True)
+    table.add_column()
+    for label, value in rows:
+        table.add_row(label, value, style="red" if label in alert else None)
+    return table
+
+
+def render_plain(title: str, rows: list[tuple[str, str]]) -> str:
+    """Aligned ``label  value`` lines under a title, for logs and pipes."""
+    width = max(len(label) for label, _ in rows)
+    lines = [title, *(f"  {label.ljust(width)}  {value}" for label, value in rows)]
+    return "\n".join(lines)
+
+
+def dumps(facts: dict[str, Any]) -> str:
+    return json.dumps(facts, indent=2, allow_nan=False, default=str)

@@ -1,0 +1,79 @@
+"""A small, obviously-correct loop implementation of SPEC: the oracle every engine must match.
+
+It walks rows in order with Python numbers, so it shares no code path with the engines.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+
+def _wrap(value: int, dtype: np.dtype[Any]) -> int:
+    bits = dtype.itemsize * 8
+    value &= (1 << bits) - 1
+    if dtype.kind == "i" and value >= 1 << (bits - 1):
+        value -= 1 << bits
+    return value
+
+
+def reference_reduce(
+    data: np.ndarray, ids: np.ndarray, n: int, op: str, *, sorted_ids: bool = False
+) -> np.ndarray:
+    data = np.asarray(data)
+    ids = np.asarray(ids)
+    inner = data.shape[ids.ndim :]
+    rows = data.reshape((ids.size, *inner)).reshape(ids.size, -1) if ids.size else np.zeros(
+        (0, int(np.prod(inner, dtype=int))), data.dtype
+    )
+    width = rows.shape[1]
+    flat_ids = [int(i) for i in ids.reshape(-1)]
+    members: list[list[int]] = [[] for _ in range(n)]
+    for row, segment in enumerate(flat_ids):
+        if 0 <= segment < n:
+            members[segment].append(row)
+    dtype = data.dtype
+    if op == "count":
+        return np.array([len(m) for m in members], dtype=np.int64)
+    if op in ("mean", "sqrt_n"):
+        out_dtype = dtype if dtype.kind in "fc" else np.dtype(
+            np.float32 if dtype.itemsize <= 2 else np.float64
+        )
+    else:
+        out_dtype = dtype
+    out = np.zeros((n, width), dtype=out_dtype)
+    for segment, rows_in in enumerate(members):
+        for column in range(width):
+            values = [rows[r, column].item() for r in rows_in]
+            out[segment, column] = _one(values, op, dtype, out_dtype)
+    return out.reshape((n, *inner))
+
+
+def _one(values: list[Any], op: str, dtype: np.dtype[Any], out_dtype: np.dtype[Any]) -> Any:
+    integer = dtype.kind in "iu"
+    if op == "sum":
+        return _wrap(sum(values), dtype) if integer else math.fsum(values) if dtype.kind == "f" \
+            else sum(values)
+    if op == "prod":
+        product: Any = 1
+        for value in values:
+            product *= value
+        return _wrap(product, dtype) if integer else product
+    if op in ("min", "max"):
+        if not values:
+            info = np.iinfo(dtype) if integer else np.finfo(dtype)
+            return info.max if op == "min" else info.min
+        if any(isinstance(v, float) and math.isnan(v) for v in values):
+            return math.nan
+        return min(values) if op == "min" else max(values)
+    if op in ("mean", "sqrt_n"):
+        if not values:
+            return 0
+        total = sum(values) if dtype.kind == "c" else (
+            sum(values) if integer else math.fsum(values)
+        )
+        divisor = len(values) if op == "mean" else math.sqrt(len(values))
+        return total / divisor
+    raise ValueError(op)
