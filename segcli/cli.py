@@ -102,9 +102,10 @@ def _emit_summary(title: str, rows: list[tuple[str, str]], facts: dict[str, Any]
         if summary_json == "-":
             click.echo(text, err=True)
         else:
-            from segcli.io import write_text_atomic
+            from segcli.io import atomic_output
 
-            write_text_atomic(summary_json, text + "\n")
+            with atomic_output(summary_json) as handle:
+                handle.write((text + "\n").encode())
     if quiet or summary_json == "-":
         return
     if sys.stderr.isatty():

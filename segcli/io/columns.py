@@ -102,7 +102,8 @@ def numpy_dtype(type_: pa.DataType) -> np.dtype[Any]:
         type_ = type_.value_type
     if pt.is_null(type_):
         return np.dtype(np.float64)  # matches what an empty all-null column converts to
-    return np.dtype(type_.to_pandas_dtype())
+    dtype: np.dtype[Any] = np.dtype(type_.to_pandas_dtype())
+    return dtype
 
 
 def column_to_numpy(
@@ -133,7 +134,9 @@ def _is_list(type_: pa.DataType) -> bool:
     return bool(pt.is_fixed_size_list(type_) or pt.is_list(type_) or pt.is_large_list(type_))
 
 
-def _convert(array: pa.Array, where: ColumnRef, first_row: int, per_row: int) -> np.ndarray[Any, Any]:
+def _convert(
+    array: pa.Array, where: ColumnRef, first_row: int, per_row: int
+) -> np.ndarray[Any, Any]:
     """Convert ``array``; each top-level row owns ``per_row`` consecutive elements of it."""
     import pyarrow.types as pt
 

@@ -11,8 +11,8 @@ import os
 import zipfile
 import zlib
 from collections.abc import Iterator
+from io import BufferedReader
 from pathlib import PurePath
-from typing import BinaryIO
 
 from segcli.errors import ReadError, SegcliError, UsageError
 
@@ -102,10 +102,10 @@ def output_format(path: str, fmt: str | None) -> str:
     return found
 
 
-def open_binary(path: str) -> BinaryIO:
+def open_binary(path: str) -> BufferedReader:
     """Open ``path`` for reading, turning OS errors into one-line ReadErrors."""
     try:
-        return open(path, "rb")  # noqa: SIM115 - the caller owns and closes the file
+        return open(path, "rb")  # the caller owns and closes the file
     except FileNotFoundError as exc:
         raise ReadError(f"{path}: no such file") from exc
     except IsADirectoryError as exc:

@@ -12,7 +12,7 @@ import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, Literal, Protocol, cast
 
 import numpy as np
 import numpy.lib.format as npformat
@@ -64,7 +64,7 @@ def read_header(f: Readable, label: str) -> NpyHeader:
 
     Does not check the dtype (``describe`` reports any dtype); see :func:`check_dtype`.
     """
-    magic = _read_up_to(f, len(NPY_MAGIC) + 2)
+    magic = read_up_to(f, len(NPY_MAGIC) + 2)
     if len(magic) < len(NPY_MAGIC) + 2 or not magic.startswith(NPY_MAGIC):
         raise ReadError(f"{label}: not a .npy file (bad magic)")
     major = magic[len(NPY_MAGIC)]
@@ -76,7 +76,7 @@ def read_header(f: Readable, label: str) -> NpyHeader:
     else:
         raise ReadError(f"{label}: unsupported .npy format version {major}")
     try:
-        shape, fortran_order, dtype = reader(f)  # type: ignore[arg-type]
+        shape, fortran_order, dtype = reader(f)
     except (ValueError, TypeError, SyntaxError) as exc:
         raise ReadError(f"{label}: corrupt .npy header ({first_line(exc)})") from exc
     return NpyHeader(tuple(int(d) for d in shape), np.dtype(dtype), bool(fortran_order))
@@ -100,13 +100,13 @@ def read_body(f: Readable, header: NpyHeader, label: str) -> np.ndarray[Any, Any
         raise ReadError(
             f"{label}: truncated .npy (expected {header.nbytes} bytes of data, got {got})"
         )
-    order = "F" if header.fortran_order else "C"
+    order: Literal["C", "F"] = "F" if header.fortran_order else "C"
     return to_native(flat.reshape(header.shape, order=order))
 
 
 def readinto_exact(f: Readable, buffer: np.ndarray[Any, Any]) -> int:
     """Fill the contiguous array ``buffer`` from ``f``; return the bytes read (short at EOF)."""
-    view = memoryview(buffer.reshape(-1).view(np.uint8))
+    view = buffer.reshape(-1).view(np.uint8).data
     got = 0
     while got < len(view):
         n = f.readinto(view[got:])
@@ -137,7 +137,7 @@ def read_npy_stream(f: Readable, label: str) -> np.ndarray[Any, Any]:
         return read_body(f, header, label)
 
 
-def _read_up_to(f: Readable, size: int) -> bytes:
+def read_up_to(f: Readable | BinaryIO, size: int) -> bytes:
     """Read ``size`` bytes, fewer only at end of file (pipes may return short reads)."""
     data = b""
     while len(data) < size:
@@ -216,11 +216,19 @@ def pick_key(archive: zipfile.ZipFile, key: str | None, path: str, option: str) 
 
 def read_npz_member(archive: zipfile.ZipFile, key: str, label: str) -> np.ndarray[Any, Any]:
     """Read array ``key`` of an open archive; ``label`` is what errors call it."""
-    with library_errors(label, "corrupt .npz member"), archive.open(f"{key}.npy") as member:
+    with library_errors(label, "corrupt .npz member"), open_member(archive, key) as member:
         return read_npy_stream(member, label)
 
 
 def read_npz_header(archive: zipfile.ZipFile, key: str, label: str) -> NpyHeader:
     """Parse only the header of array ``key`` (decompresses a few bytes at most)."""
-    with library_errors(label, "corrupt .npz member"), archive.open(f"{key}.npy") as member:
+    with library_errors(label, "corrupt .npz member"), open_member(archive, key) as member:
         return read_header(member, label)
+
+
+@contextmanager
+def open_member(archive: zipfile.ZipFile, key: str) -> Iterator[Readable]:
+    """Open array ``key`` of an archive as a stream (decompressed on the fly if deflated)."""
+    with archive.open(f"{key}.npy") as member:
+        # ZipExtFile has readinto; typeshed only calls it IO[bytes].
+        yield cast(Readable, member)

@@ -9,14 +9,17 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from segcli.errors import ReadError, UsageError
-from segcli.io.formats import (
-    NPY_MAGIC,
-    STDIN_LABEL,
-    TABLE_FORMATS,
-    input_format,
+from segcli.io.formats import NPY_MAGIC, STDIN_LABEL, input_format
+from segcli.io.npy import (
+    PrefixedReader,
+    npz_keys,
+    open_npz,
+    pick_key,
+    read_npy,
+    read_npy_stream,
+    read_npz_member,
+    read_up_to,
 )
-from segcli.io.npy import PrefixedReader, open_npz, pick_key, read_npy, read_npy_stream
-from segcli.io.npy import npz_keys, read_npz_member
 from segcli.io.tables import TableFile, open_table
 
 
@@ -31,15 +34,15 @@ class ArrayInput:
 
 
 @dataclass(frozen=True)
-class _Role:
+class Role:
     """DATA or IDS, with the option names that pick a column or key for it."""
 
     column_option: str
     key_option: str
 
 
-_DATA = _Role("--data-column", "--data-key")
-_IDS = _Role("--ids-column", "--ids-key")
+DATA_ROLE = Role("--data-column", "--data-key")
+IDS_ROLE = Role("--ids-column", "--ids-key")
 
 
 def read_inputs(
@@ -65,27 +68,27 @@ def read_inputs(
     if ids is None:
         return _read_pair(data, data_column, ids_column, data_key, ids_key, stdin)
     return (
-        _read_one(data, _DATA, data_column, data_key, stdin),
-        _read_one(ids, _IDS, ids_column, ids_key, stdin),
+        _read_one(data, DATA_ROLE, data_column, data_key, stdin),
+        _read_one(ids, IDS_ROLE, ids_column, ids_key, stdin),
     )
 
 
 def _read_one(
-    path: str, role: _Role, column: str | None, key: str | None, stdin: BinaryIO | None
+    path: str, role: Role, column: str | None, key: str | None, stdin: BinaryIO | None
 ) -> ArrayInput:
     if path == "-":
         got = read_stdin(stdin)
         if isinstance(got, np.ndarray):
-            _refuse_option(role.column_option, column, STDIN_LABEL + " (.npy stream)")
-            _refuse_option(role.key_option, key, STDIN_LABEL + " (.npy stream)")
+            refuse_option(role.column_option, column, STDIN_LABEL + " (.npy stream)")
+            refuse_option(role.key_option, key, STDIN_LABEL + " (.npy stream)")
             return ArrayInput(got, STDIN_LABEL, path, "npy")
         table = got
     else:
         fmt = input_format(path)
         if fmt in ("npy", "npz"):
-            _refuse_option(role.column_option, column, path)
+            refuse_option(role.column_option, column, path)
         if fmt == "npy":
-            _refuse_option(role.key_option, key, path)
+            refuse_option(role.key_option, key, path)
             return ArrayInput(read_npy(path), path, path, fmt)
         if fmt == "npz":
             with open_npz(path) as archive:
@@ -93,7 +96,7 @@ def _read_one(
                 label = f"{path}:{chosen}"
                 return ArrayInput(read_npz_member(archive, chosen, label), label, path, fmt)
         table = open_table(path, fmt)
-    _refuse_option(role.key_option, key, table.label)
+    refuse_option(role.key_option, key, table.label)
     name = table.pick(column, role.column_option)
     [array] = table.arrays([name])
     return ArrayInput(array, f"{table.label}:{name}", path, table.fmt)
@@ -112,15 +115,16 @@ def _read_pair(
         got = read_stdin(stdin)
         if isinstance(got, np.ndarray):
             raise UsageError(f"{STDIN_LABEL}: a .npy stream holds one array; give IDS as a file")
-        return _pair_from_table(got, data_column, ids_column, data_key, ids_key)
+        return _pair_from_table(got, path, data_column, ids_column, data_key, ids_key)
     fmt = input_format(path)
     if fmt == "npy":
         raise UsageError(f"{path}: a .npy file holds one array; give IDS as a second file")
     if fmt == "npz":
-        _refuse_option("--data-column", data_column, path)
-        _refuse_option("--ids-column", ids_column, path)
+        refuse_option("--data-column", data_column, path)
+        refuse_option("--ids-column", ids_column, path)
         return _pair_from_npz(path, data_key, ids_key)
-    return _pair_from_table(open_table(path, fmt), data_column, ids_column, data_key, ids_key)
+    table = open_table(path, fmt)
+    return _pair_from_table(table, path, data_column, ids_column, data_key, ids_key)
 
 
 def _pair_from_npz(
@@ -132,7 +136,7 @@ def _pair_from_npz(
             keys = ", ".join(npz_keys(archive)) or "none"
             raise UsageError(f"{path}: DATA and IDS from one archive need {missing} (keys: {keys})")
         inputs = []
-        for key, role in ((data_key, _DATA), (ids_key, _IDS)):
+        for key, role in ((data_key, DATA_ROLE), (ids_key, IDS_ROLE)):
             pick_key(archive, key, path, role.key_option)  # a clear error for a missing key
             label = f"{path}:{key}"
             inputs.append(ArrayInput(read_npz_member(archive, key, label), label, path, "npz"))
@@ -141,13 +145,14 @@ def _pair_from_npz(
 
 def _pair_from_table(
     table: TableFile,
+    path: str,
     data_column: str | None,
     ids_column: str | None,
     data_key: str | None,
     ids_key: str | None,
 ) -> tuple[ArrayInput, ArrayInput]:
-    _refuse_option("--data-key", data_key, table.label)
-    _refuse_option("--ids-key", ids_key, table.label)
+    refuse_option("--data-key", data_key, table.label)
+    refuse_option("--ids-key", ids_key, table.label)
     if data_column is None or ids_column is None:
         missing = _missing_options(("--data-column", data_column), ("--ids-column", ids_column))
         columns = ", ".join(table.column_names()) or "none"
@@ -157,10 +162,7 @@ def _pair_from_table(
     names = [table.pick(data_column, "--data-column"), table.pick(ids_column, "--ids-column")]
     unique = list(dict.fromkeys(names))  # one read even if both options name the same column
     arrays = dict(zip(unique, table.arrays(unique), strict=True))
-    path = "-" if table.label == STDIN_LABEL else table.label
-    data, ids = (
-        ArrayInput(arrays[n], f"{table.label}:{n}", path, table.fmt) for n in names
-    )
+    data, ids = (ArrayInput(arrays[n], f"{table.label}:{n}", path, table.fmt) for n in names)
     return data, ids
 
 
@@ -170,7 +172,7 @@ def read_stdin(stdin: BinaryIO | None) -> np.ndarray[Any, Any] | TableFile:
     Arrow IPC stream and file formats are both accepted (pyarrow tells them apart).
     """
     stream = stdin if stdin is not None else sys.stdin.buffer
-    head = stream.read(len(NPY_MAGIC))
+    head = read_up_to(stream, len(NPY_MAGIC))
     if not head:
         raise ReadError(f"{STDIN_LABEL}: no input (expected a .npy or Arrow IPC stream)")
     if head == NPY_MAGIC:
@@ -178,8 +180,8 @@ def read_stdin(stdin: BinaryIO | None) -> np.ndarray[Any, Any] | TableFile:
     return TableFile(STDIN_LABEL, "arrow", head + stream.read())
 
 
-def _refuse_option(option: str, value: str | None, label: str) -> None:
-    """Options that do not apply to a file are an error rather than silently ignored."""
+def refuse_option(option: str, value: str | None, label: str) -> None:
+    """An option that does not apply to the file is an error rather than silently ignored."""
     if value is not None:
         kind = "table files (.parquet, .arrow, .csv, .tsv)"
         if option.endswith("-key"):
@@ -189,6 +191,3 @@ def _refuse_option(option: str, value: str | None, label: str) -> None:
 
 def _missing_options(*pairs: tuple[str, str | None]) -> str:
     return " and ".join(option for option, value in pairs if value is None)
-
-
-assert TABLE_FORMATS >= {"parquet", "arrow", "csv", "tsv"}

@@ -39,7 +39,7 @@ class TableFile:
 
     def schema(self) -> pa.Schema:
         """The table's schema, read from metadata where the format has it."""
-        with self._errors():
+        with self.errors():
             if self.fmt == "parquet":
                 import pyarrow.parquet as pq
 
@@ -50,7 +50,7 @@ class TableFile:
 
     def read(self, columns: list[str]) -> pa.Table:
         """Read only ``columns`` (all of them for Arrow IPC, which is memory-mapped anyway)."""
-        with self._errors():
+        with self.errors():
             if self.fmt == "parquet":
                 import pyarrow.parquet as pq
 
@@ -125,7 +125,8 @@ class TableFile:
 
         return pcsv.open_csv(self._input(), parse_options=self.parse_options())
 
-    def _errors(self) -> Any:
+    def errors(self) -> Any:
+        """Context manager: library exceptions become one-line ReadErrors about this table."""
         return library_errors(self.label, _WHAT[self.fmt])
 
 

@@ -1,0 +1,26 @@
+"""Readers and writers for segcli: ``.npy``, ``.npz``, Parquet, Arrow IPC, CSV/TSV and JSON.
+
+pyarrow is imported only when a table format is used, so ``.npy`` work never loads it.
+"""
+
+from __future__ import annotations
+
+from segcli.io.atomic import atomic_output
+from segcli.io.chunked import ChunkSource, open_chunked
+from segcli.io.describe import describe
+from segcli.io.read import ArrayInput, read_inputs
+from segcli.io.results import read_result_table
+from segcli.io.text import format_text_lines
+from segcli.io.write import write_result
+
+__all__ = [
+    "ArrayInput",
+    "ChunkSource",
+    "atomic_output",
+    "describe",
+    "format_text_lines",
+    "open_chunked",
+    "read_inputs",
+    "read_result_table",
+    "write_result",
+]

@@ -1,0 +1,238 @@
+"""Streaming readers: an input as consecutive row blocks, for files larger than memory.
+
+Every source yields blocks of exactly ``rows`` rows except the last, whatever the file's own
+batching (Parquet row groups, Arrow record batches), so that DATA and IDS read from different
+files with the same ``rows`` line up block by block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from segcli.errors import InvalidInputError, ReadError, UsageError
+from segcli.io.columns import ColumnRef, check_type, column_to_numpy, value_layout
+from segcli.io.formats import input_format, open_binary
+from segcli.io.npy import (
+    NpyHeader,
+    Readable,
+    check_dtype,
+    open_member,
+    open_npz,
+    pick_key,
+    read_header,
+    readinto_exact,
+    to_native,
+)
+from segcli.io.read import DATA_ROLE, IDS_ROLE, refuse_option
+from segcli.io.tables import TableFile, open_table
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+_Array = np.ndarray[Any, Any]
+_Opener = Callable[[], contextlib.AbstractContextManager[Readable]]
+
+
+class ChunkSource(Protocol):
+    """An input read as consecutive blocks of rows along axis 0."""
+
+    label: str
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+
+    def chunks(self, rows: int) -> Iterator[_Array]:
+        """Blocks of ``rows`` rows (the last may be shorter), ``shape[0]`` rows in all."""
+        ...
+
+
+def open_chunked(
+    path: str, *, column: str | None = None, key: str | None = None, role: str = "data"
+) -> ChunkSource:
+    """Open ``path`` for streaming; ``column`` picks a table column, ``key`` an npz array.
+
+    ``role`` ("data" or "ids") only chooses the option names error messages suggest. The
+    header or metadata is read now, so shape and dtype errors come before any data is read.
+    CSV/TSV files are read whole (they are parsed in full anyway) and sliced.
+    """
+    if path == "-":
+        raise UsageError("streaming reads files; stdin ('-') cannot be streamed")
+    options = IDS_ROLE if role == "ids" else DATA_ROLE
+    fmt = input_format(path)
+    if fmt in ("npy", "npz"):
+        refuse_option(options.column_option, column, path)
+    if fmt == "npy":
+        refuse_option(options.key_option, key, path)
+        return NpyChunks(path, lambda: open_binary(path))
+    if fmt == "npz":
+        with open_npz(path) as archive:
+            chosen = pick_key(archive, key, path, options.key_option)
+        return NpyChunks(f"{path}:{chosen}", lambda: _npz_member(path, chosen))
+    refuse_option(options.key_option, key, path)
+    table = open_table(path, fmt)
+    name = table.pick(column, options.column_option)
+    if fmt in ("csv", "tsv"):
+        [array] = table.arrays([name])
+        return ArrayChunks(f"{path}:{name}", array)
+    return TableChunks(table, name)
+
+
+def _check_rows(rows: int) -> None:
+    if rows < 1:
+        raise ValueError(f"rows must be at least 1, got {rows}")
+
+
+class NpyChunks:
+    """Row blocks of a C-order ``.npy`` file or ``.npz`` member, read with ``readinto``.
+
+    Only one block is allocated at a time, so memory stays bounded by the block size (plus
+    whatever blocks the caller keeps).
+    """
+
+    def __init__(self, label: str, opener: _Opener) -> None:
+        self.label = label
+        self._opener = opener
+        with opener() as f:
+            header = read_header(f, label)
+        check_dtype(header, label)
+        if not header.shape:
+            raise InvalidInputError(f"{label}: holds a scalar; need at least one axis to stream")
+        if header.fortran_order and len(header.shape) > 1:
+            raise ReadError(
+                f"{label}: cannot stream Fortran-order .npy (shape {list(header.shape)}); "
+                "rewrite it in C order"
+            )
+        self._header: NpyHeader = header
+        self.shape: tuple[int, ...] = header.shape
+        self.dtype: np.dtype[Any] = header.dtype.newbyteorder("=")
+
+    def chunks(self, rows: int) -> Iterator[_Array]:
+        """Blocks of ``rows`` rows, each freshly allocated (the caller may keep them)."""
+        _check_rows(rows)
+        total, row_shape = self.shape[0], self.shape[1:]
+        with self._opener() as f:
+            read_header(f, self.label)  # positions the stream at the data
+            for start in range(0, total, rows):
+                block = np.empty((min(rows, total - start), *row_shape), self._header.dtype)
+                got = readinto_exact(f, block)
+                if got < block.nbytes:
+                    raise ReadError(
+                        f"{self.label}: truncated .npy (rows from {start}: expected "
+                        f"{block.nbytes} bytes, got {got})"
+                    )
+                yield to_native(block)
+
+
+@contextlib.contextmanager
+def _npz_member(path: str, key: str) -> Iterator[Readable]:
+    with open_npz(path) as archive, open_member(archive, key) as member:
+        yield member
+
+
+class ArrayChunks:
+    """Row blocks of an array already in memory (CSV/TSV inputs)."""
+
+    def __init__(self, label: str, array: _Array) -> None:
+        if array.ndim == 0:
+            raise InvalidInputError(f"{label}: holds a scalar; need at least one axis to stream")
+        self.label = label
+        self.shape: tuple[int, ...] = array.shape
+        self.dtype: np.dtype[Any] = array.dtype
+        self._array = array
+
+    def chunks(self, rows: int) -> Iterator[_Array]:
+        """Views of consecutive ``rows``-row slices."""
+        _check_rows(rows)
+        for start in range(0, self.shape[0], rows):
+            yield self._array[start : start + rows]
+
+
+class TableChunks:
+    """Row blocks of one column of a Parquet or Arrow IPC file, re-blocked to ``rows``."""
+
+    def __init__(self, table: TableFile, column: str) -> None:
+        schema = table.schema()
+        self._where = ColumnRef(table.label, column)
+        check_type(schema.field(column).type, self._where)
+        self._table = table
+        self._layout = value_layout(schema, column, table.label)
+        self.label = self._where.label
+        with table.errors():
+            total = self._count_rows()
+            first = next(_reblock(self._batches(1), 1), None)
+        if first is None:
+            import pyarrow as pa
+
+            first = pa.array([], type=schema.field(column).type)
+        # The first row fixes the inner shape (variable-size lists) and the dtype (metadata).
+        sample = column_to_numpy(first, self._where, layout=self._layout)
+        self.shape: tuple[int, ...] = (total, *sample.shape[1:])
+        self.dtype: np.dtype[Any] = sample.dtype
+
+    def chunks(self, rows: int) -> Iterator[_Array]:
+        """Blocks of exactly ``rows`` rows but the last, checked for nulls and inner shape."""
+        _check_rows(rows)
+        start = 0
+        with self._table.errors():
+            for piece in _reblock(self._batches(rows), rows):
+                block = column_to_numpy(piece, self._where, first_row=start, layout=self._layout)
+                if block.shape[1:] != self.shape[1:]:
+                    raise self._where.fail(
+                        f"rows from {start} have inner shape {list(block.shape[1:])}, "
+                        f"earlier rows {list(self.shape[1:])}"
+                    )
+                start += len(block)
+                yield block
+
+    def _batches(self, rows: int) -> Iterator[pa.Array]:
+        name = self._where.column
+        if self._table.fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            parquet = pq.ParquetFile(self._table.source)
+            for batch in parquet.iter_batches(batch_size=rows, columns=[name]):
+                yield batch.column(0)
+            return
+        for batch in self._ipc_batches():
+            yield batch.column(name)
+
+    def _ipc_batches(self) -> Iterator[pa.RecordBatch]:
+        import pyarrow.ipc as ipc
+
+        reader = self._table.ipc_reader()
+        if isinstance(reader, ipc.RecordBatchFileReader):
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+        else:
+            yield from reader
+
+    def _count_rows(self) -> int:
+        if self._table.fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            return int(pq.ParquetFile(self._table.source).metadata.num_rows)
+        # Memory-mapped: counting the batches' rows reads no column data.
+        return sum(batch.num_rows for batch in self._ipc_batches())
+
+
+def _reblock(arrays: Iterator[pa.Array], rows: int) -> Iterator[pa.Array]:
+    """Regroup arrays of any lengths into arrays of exactly ``rows`` elements but the last."""
+    import pyarrow as pa
+
+    pending: list[pa.Array] = []
+    have = 0
+    for array in arrays:
+        offset = 0
+        while offset < len(array):
+            take = min(rows - have, len(array) - offset)
+            pending.append(array.slice(offset, take))
+            have += take
+            offset += take
+            if have == rows:
+                yield pending[0] if len(pending) == 1 else pa.concat_arrays(pending)
+                pending, have = [], 0
+    if pending:
+        yield pending[0] if len(pending) == 1 else pa.concat_arrays(pending)

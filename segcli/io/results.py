@@ -1,0 +1,188 @@
+"""``read_result_table``: read back any file ``write_result`` wrote (golden files for --expect)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import numpy as np
+from numpy.typing import DTypeLike
+
+from segcli.errors import ReadError
+from segcli.io.columns import VALUE_COLUMN
+from segcli.io.formats import (
+    OUTPUT_SUFFIXES,
+    input_format,
+    library_errors,
+    open_binary,
+    suffix_format,
+)
+from segcli.io.npy import npz_keys, open_npz, pick_key, read_npy, read_npz_member
+from segcli.io.tables import open_table
+
+_Array = np.ndarray[Any, Any]
+_VALUE_N = re.compile(r"value_(\d+(?:_\d+)*)")
+# Text is parsed as the first of these that accepts every value of a column.
+_TEXT_DTYPES = (np.int64, np.uint64, np.float64, np.complex128)
+_NUMERIC_KINDS = frozenset("biufc")
+
+
+def read_result_table(path: str, *, dtype: DTypeLike | None = None) -> _Array:
+    """Read a result written by :func:`segcli.io.write_result` back into its array.
+
+    npy and json keep the dtype; npz uses key ``result``; Parquet/Arrow restore N-D and complex
+    values from the schema metadata; CSV/TSV (which carry no dtype) come back as int64, uint64,
+    float64 or complex128, whichever reads every value, unless ``dtype`` is given. Rows are put
+    in ``segment`` order when a ``segment`` column is present.
+    """
+    fmt = suffix_format(path, OUTPUT_SUFFIXES) or input_format(path)
+    array = _READERS[fmt](path)
+    return array if dtype is None else array.astype(dtype)
+
+
+def _read_npz(path: str) -> _Array:
+    with open_npz(path) as archive:
+        key = "result" if "result" in npz_keys(archive) else pick_key(archive, None, path, "key")
+        return read_npz_member(archive, key, f"{path}:{key}")
+
+
+def _read_arrow_table(path: str, fmt: str) -> _Array:
+    table = open_table(path, fmt)
+    names = table.schema().names
+    if VALUE_COLUMN in names:
+        values = table.arrays([VALUE_COLUMN])[0]
+    else:
+        columns, inner = _value_columns(names, path)
+        values = _stack(table.arrays(columns), inner, table.read([]).num_rows)
+    if "segment" in names:
+        values = _segment_order(values, table.arrays(["segment"])[0], path)
+    return values
+
+
+def _read_text_table(path: str, fmt: str) -> _Array:
+    columns = _csv_columns(path, "\t" if fmt == "tsv" else ",")
+    names = list(columns)
+    if VALUE_COLUMN in columns:
+        values = _parse_numbers(columns[VALUE_COLUMN], path, VALUE_COLUMN)
+    else:
+        chosen, inner = _value_columns(names, path)
+        rows = len(next(iter(columns.values()), []))
+        values = _stack([_parse_numbers(columns[n], path, n) for n in chosen], inner, rows)
+    if "segment" in columns:
+        values = _segment_order(values, _parse_numbers(columns["segment"], path, "segment"), path)
+    return values
+
+
+def _csv_columns(path: str, sep: str) -> dict[str, list[str]]:
+    """The columns of a delimited text file with a header row, as lists of strings."""
+    with open_binary(path) as raw, library_errors(path, "cannot parse the text table"):
+        rows = list(csv.reader(raw.read().decode().splitlines(), delimiter=sep))
+    if not rows:
+        raise ReadError(f"{path}: empty file (expected a header row)")
+    header, body = rows[0], rows[1:]
+    for number, row in enumerate(body, start=2):
+        if len(row) != len(header):
+            raise ReadError(
+                f"{path}: line {number} has {len(row)} fields, the header {len(header)}"
+            )
+    return {name: [row[i] for row in body] for i, name in enumerate(header)}
+
+
+def _parse_numbers(texts: list[str], path: str, column: str) -> _Array:
+    """Parse a column of text as the narrowest of int64, uint64, float64, complex128."""
+    strings = np.array(texts, dtype=str)
+    for dtype in _TEXT_DTYPES:
+        try:
+            return strings.astype(dtype)
+        except (ValueError, OverflowError):
+            continue
+    bad = next(i for i, t in enumerate(texts) if not _is_number(t))
+    raise ReadError(f"{path}: column '{column}' row {bad}: {texts[bad]!r} is not a number")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        complex(text.strip())
+    except ValueError:
+        return False
+    return True
+
+
+def _value_columns(names: list[str], path: str) -> tuple[list[str], tuple[int, ...]]:
+    """The ``value_i_j`` columns in C order and the inner shape they span."""
+    indexed = {}
+    for name in names:
+        match = _VALUE_N.fullmatch(name)
+        if match:
+            indexed[tuple(int(i) for i in match.group(1).split("_"))] = name
+    if not indexed and "segment" in names:
+        return [], (0,)  # a (n, 0) result: the header names no value columns at all
+    if not indexed:
+        raise ReadError(f"{path}: no 'value' or 'value_*' columns (columns: {', '.join(names)})")
+    ranks = {len(index) for index in indexed}
+    inner = tuple(max(index[d] for index in indexed) + 1 for d in range(max(ranks)))
+    grid = list(np.ndindex(*inner))
+    if len(ranks) != 1 or set(grid) != set(indexed):
+        raise ReadError(f"{path}: the value_* columns do not form a full grid of {list(inner)}")
+    return [indexed[index] for index in grid], inner
+
+
+def _stack(columns: list[_Array], inner: tuple[int, ...], rows: int) -> _Array:
+    if not columns:
+        return np.zeros((rows, *inner))
+    return np.stack(columns, axis=1).reshape((rows, *inner))
+
+
+def _segment_order(values: _Array, segments: _Array, path: str) -> _Array:
+    """Rows in segment order; the segments must be 0..n-1 in some order."""
+    expected = np.arange(len(values))
+    if np.array_equal(segments, expected):
+        return values
+    order = np.argsort(segments, kind="stable")
+    if not np.array_equal(segments[order], expected):
+        raise ReadError(f"{path}: the segment column is not 0..{len(values) - 1}")
+    return values[order]
+
+
+def _read_json(path: str) -> _Array:
+    with open_binary(path) as f, library_errors(path, "not a segcli result JSON"):
+        doc = json.loads(f.read())
+        shape = tuple(int(d) for d in doc["shape"])
+        dtype = np.dtype(doc["dtype"])
+        if dtype.kind not in _NUMERIC_KINDS:
+            raise ReadError(f"{path}: dtype {dtype} is not numeric")
+        flat = _flatten(doc["values"], len(shape))
+        if len(flat) != math.prod(shape):
+            raise ReadError(f"{path}: {len(flat)} values do not fill shape {list(shape)}")
+        return _json_array(flat, dtype).reshape(shape)
+
+
+def _json_array(flat: list[Any], dtype: np.dtype[Any]) -> _Array:
+    if dtype.kind == "c":
+        return np.array([complex(float(re), float(im)) for re, im in flat], dtype=dtype)
+    if dtype.kind == "f":
+        # float() also reads the "nan", "inf" and "-inf" strings non-finite values are written as.
+        return np.array([float(v) for v in flat], dtype=dtype)
+    return np.array(flat, dtype=dtype)
+
+
+def _flatten(values: list[Any], depth: int) -> list[Any]:
+    for _ in range(depth - 1):
+        values = [item for sub in values for item in sub]
+    return values
+
+
+_READERS: dict[str, Callable[[str], _Array]] = {
+    "npy": read_npy,
+    "npz": _read_npz,
+    "parquet": partial(_read_arrow_table, fmt="parquet"),
+    "arrow": partial(_read_arrow_table, fmt="arrow"),
+    "csv": partial(_read_text_table, fmt="csv"),
+    "tsv": partial(_read_text_table, fmt="tsv"),
+    "json": _read_json,
+}

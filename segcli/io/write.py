@@ -1,0 +1,222 @@
+"""``write_result``: a result array to a file (atomically) or to stdout, in any output format.
+
+Layouts (all read back by :func:`segcli.io.results.read_result_table`):
+
+- ``npy``: the array. ``npz``: key ``result``, and ``counts`` when given.
+- ``parquet`` / ``arrow``: columns ``segment`` (int64, 0..n-1), ``value`` and, with counts,
+  ``count``. A 1-D result's ``value`` is a plain column of the result dtype (float16 is Arrow
+  halffloat). An N-D result ``(n, *inner)`` stores ``value`` as a fixed-size list of the
+  flattened inner values, and the schema metadata ``segcli.inner_shape`` (a JSON list) and
+  ``segcli.dtype`` restore the shape. Arrow has no complex type: complex values are stored as
+  (re, im) float pairs inside the list, and ``segcli.dtype`` says which complex dtype they make.
+  Arrow output is the IPC file format for a path and the IPC stream format for stdout.
+- ``csv`` / ``tsv``: a header ``segment,value`` (``value_i`` for 2-D results, ``value_i_j`` for
+  3-D, ...) then one row per segment, values as NumPy prints them at full precision; complex
+  values are written as ``(re+imj)`` (NumPy's str, e.g. ``(1.5-2j)``, ``(nan+infj)``), which
+  NumPy parses back.
+- ``json``: ``{"shape": [...], "dtype": "float32", "values": nested lists}``; non-finite floats
+  are the strings ``"nan"``, ``"inf"``, ``"-inf"``; a complex value is a ``[re, im]`` pair.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+import numpy as np
+import numpy.lib.format as npformat
+
+from segcli.errors import WriteError
+from segcli.io.atomic import atomic_output
+from segcli.io.columns import DTYPE_KEY, INNER_SHAPE_KEY, VALUE_COLUMN
+from segcli.io.formats import BINARY_FORMATS, output_format
+from segcli.io.npy import to_native
+from segcli.io.text import text_blocks, value_headers, value_strings
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+_Array = np.ndarray[Any, Any]
+_Writer = Callable[[_Array, _Array | None, BinaryIO, bool], None]
+STDOUT_LABEL = "<stdout>"
+
+
+def write_result(
+    result: _Array,
+    path: str,
+    fmt: str | None = None,
+    *,
+    stdout: BinaryIO | None = None,
+    counts: _Array | None = None,
+) -> str:
+    """Write ``result`` (at least 1-D) to ``path`` (``-``: stdout); return the format used.
+
+    ``fmt`` overrides the format the suffix of ``path`` implies (stdout defaults to npy).
+    ``counts`` (rows per segment) is stored as the ``counts`` key of npz, a ``count`` column of
+    tables and a ``counts`` list in JSON; npy has room for one array only and leaves it out.
+    Files are replaced atomically; binary formats are refused when stdout is a terminal.
+    """
+    chosen = output_format(path, fmt)
+    result = np.asarray(result)
+    if result.ndim == 0:
+        raise ValueError("a result has at least one axis (the segments)")
+    if counts is not None:
+        counts = np.asarray(counts)
+        if counts.shape != result.shape[:1]:
+            raise ValueError(f"counts has shape {counts.shape}, need {result.shape[:1]}")
+    writer = _WRITERS[chosen]
+    if path != "-":
+        with atomic_output(path) as f:
+            writer(result, counts, f, False)
+        return chosen
+    out = stdout if stdout is not None else sys.stdout.buffer
+    if chosen in BINARY_FORMATS and _isatty(out):
+        raise WriteError(
+            f"refusing to write binary {chosen} to a terminal; redirect stdout or use -o FILE"
+        )
+    try:
+        writer(result, counts, out, True)
+        out.flush()
+    except BrokenPipeError:
+        raise  # the reader went away: the CLI decides how quietly to stop
+    except OSError as exc:
+        raise WriteError(f"{STDOUT_LABEL}: cannot write ({exc.strerror or exc})") from exc
+    return chosen
+
+
+def _isatty(stream: BinaryIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def _write_npy(result: _Array, counts: _Array | None, out: BinaryIO, stream: bool) -> None:
+    npformat.write_array(out, result, allow_pickle=False)
+
+
+def _write_npz(result: _Array, counts: _Array | None, out: BinaryIO, stream: bool) -> None:
+    arrays = {"result": result} if counts is None else {"result": result, "counts": counts}
+    if not stream:
+        np.savez(out, allow_pickle=False, **arrays)
+        return
+    # zipfile needs a seekable file; stdout is not, so build the archive in memory first.
+    buffer = io.BytesIO()
+    np.savez(buffer, allow_pickle=False, **arrays)
+    out.write(buffer.getbuffer())
+
+
+def _write_parquet(result: _Array, counts: _Array | None, out: BinaryIO, stream: bool) -> None:
+    import pyarrow.parquet as pq
+
+    pq.write_table(result_table(result, counts), out)
+
+
+def _write_arrow(result: _Array, counts: _Array | None, out: BinaryIO, stream: bool) -> None:
+    import pyarrow.ipc as ipc
+
+    table = result_table(result, counts)
+    open_writer = ipc.new_stream if stream else ipc.new_file
+    with open_writer(out, table.schema) as writer:
+        writer.write_table(table)
+
+
+def _text_writer(sep: str) -> _Writer:
+    def write(result: _Array, counts: _Array | None, out: BinaryIO, stream: bool) -> None:
+        names = ["segment", *value_headers(result.shape[1:])]
+        if counts is not None:
+            names.append("count")
+        out.write((sep.join(names) + "\n").encode())
+        for lines in text_blocks(result, sep, counts):
+            if lines:
+                out.write(("\n".join(lines) + "\n").encode())
+
+    return write
+
+
+def _write_json(result: _Array, counts: _Array | None, out: BinaryIO, stream: bool) -> None:
+    doc: dict[str, object] = {
+        "shape": list(result.shape),
+        "dtype": result.dtype.name,
+        "values": _nest(json_values(result), result.shape),
+    }
+    if counts is not None:
+        doc["counts"] = np.asarray(counts).tolist()
+    out.write(json.dumps(doc, allow_nan=False).encode() + b"\n")
+
+
+_WRITERS: dict[str, _Writer] = {
+    "npy": _write_npy,
+    "npz": _write_npz,
+    "parquet": _write_parquet,
+    "arrow": _write_arrow,
+    "csv": _text_writer(","),
+    "tsv": _text_writer("\t"),
+    "json": _write_json,
+}
+
+
+def result_table(result: _Array, counts: _Array | None = None) -> pa.Table:
+    """The Arrow table of a result: ``segment``, ``value`` (and ``count``), see the module doc."""
+    import pyarrow as pa
+
+    result = to_native(result)
+    columns: dict[str, pa.Array] = {
+        "segment": pa.array(np.arange(result.shape[0], dtype=np.int64)),
+        VALUE_COLUMN: _value_array(result),
+    }
+    if counts is not None:
+        columns["count"] = pa.array(to_native(np.asarray(counts)))
+    table = pa.table(columns)
+    if result.ndim == 1 and result.dtype.kind != "c":
+        return table
+    return table.replace_schema_metadata(
+        {INNER_SHAPE_KEY: json.dumps(list(result.shape[1:])), DTYPE_KEY: result.dtype.name}
+    )
+
+
+def _value_array(result: _Array) -> pa.Array:
+    """The ``value`` column: plain for 1-D real results, else a list of the flat inner values."""
+    import pyarrow as pa
+
+    if result.ndim == 1 and result.dtype.kind != "c":
+        return pa.array(result)
+    rows = result.shape[0]
+    flat = np.ascontiguousarray(result).reshape(rows, math.prod(result.shape[1:]))
+    if result.dtype.kind == "c":
+        flat = flat.view(flat.real.dtype)  # (re, im) pairs side by side
+    values = pa.array(flat.reshape(-1))
+    if flat.shape[1] == 0:
+        # Arrow has no fixed-size list of size 0; equal-length (empty) lists read back the same.
+        return pa.ListArray.from_arrays(pa.array(np.zeros(rows + 1, np.int32)), values)
+    return pa.FixedSizeListArray.from_arrays(values, flat.shape[1])
+
+
+def json_values(result: _Array) -> list[Any]:
+    """The values of ``result`` in C order as JSON-ready scalars (see the module doc)."""
+    flat = result.reshape(-1)
+    if result.dtype.kind == "f":
+        return [_json_float(s) for s in value_strings(flat).tolist()]
+    if result.dtype.kind == "c":
+        re = value_strings(flat.real).tolist()
+        im = value_strings(flat.imag).tolist()
+        return [[_json_float(r), _json_float(i)] for r, i in zip(re, im, strict=True)]
+    return list(flat.tolist())
+
+
+def _json_float(text: str) -> float | str:
+    # Going through the dtype's own shortest text keeps float32 values short (0.1, not
+    # 0.10000000149011612) while float() of that text still reads back to the same float32.
+    return text if text in ("nan", "inf", "-inf") else float(text)
+
+
+def _nest(flat: list[Any], shape: tuple[int, ...]) -> list[Any]:
+    """Split a flat C-order list into nested lists of ``shape``."""
+    if len(shape) <= 1:
+        return flat
+    step = math.prod(shape[1:])
+    return [_nest(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]

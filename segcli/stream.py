@@ -1,0 +1,174 @@
+"""Streaming execution: inputs larger than memory, folded block by block in one pass.
+
+DATA and IDS are read in aligned blocks of rows along their first axis. Each block is validated
+by the shared :class:`segcli.validate.IdScanner` (so errors name the global position) and folded
+into the op's partial state by the chosen engine. Engines fold each segment's rows in global
+row order, so the result has the same bytes as the in-memory path. Nothing is written until
+the whole input has been read and found valid.
+
+When the number of segments is not given it is only known at the end; the state then grows as
+larger ids appear (segments not yet seen are empty, so growing loses nothing).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from segcli import ops, validate
+from segcli.core import Reduction, check_output_fits
+from segcli.engines import Engine, choose_engine
+from segcli.errors import InvalidInputError
+
+#: Called after each block with (rows done, rows in all).
+ProgressCallback = Callable[[int, int], None]
+
+#: Bytes of DATA plus IDS per block when the caller names no block size.
+DEFAULT_BLOCK_BYTES = 64 * 1024 * 1024
+
+
+class ChunkSource(Protocol):
+    label: str
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+
+    def chunks(self, rows: int) -> Iterator[np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class StreamPlan:
+    """How a streaming run splits its input."""
+
+    block_rows: int
+    blocks: int
+
+
+def plan_blocks(
+    data: ChunkSource, ids: ChunkSource, *, block_rows: int | None, memory_limit: int | None
+) -> StreamPlan:
+    """Rows per block: as asked, or what fits an eighth of the memory budget (64 MB at most)."""
+    rows = data.shape[0] if data.shape else 0
+    if block_rows is None:
+        row_bytes = max(
+            1,
+            data.dtype.itemsize * int(np.prod(data.shape[1:], dtype=np.int64))
+            + ids.dtype.itemsize * int(np.prod(ids.shape[1:], dtype=np.int64)),
+        )
+        budget = DEFAULT_BLOCK_BYTES if memory_limit is None else min(
+            DEFAULT_BLOCK_BYTES, max(memory_limit // 8, 1)
+        )
+        block_rows = max(1, budget // row_bytes)
+    blocks = max(1, -(-rows // block_rows))
+    return StreamPlan(block_rows, blocks)
+
+
+class _GrowingState:
+    """A partial state whose segment count can grow when n is inferred."""
+
+    def __init__(self, engine: Engine, op: ops.Op, n: int, inner: tuple[int, ...],
+                 dtype: np.dtype[Any]) -> None:
+        self.engine, self.op, self.inner, self.dtype = engine, op, inner, dtype
+        self.state = engine.new_state(op, n, inner, dtype)
+
+    def ensure(self, needed: int) -> None:
+        current = self.state.num_segments
+        if needed <= current:
+            return
+        grown = max(needed, 2 * current)
+        check_output_fits(self.op, needed, self.inner, self.dtype)
+        old = self.engine.to_host(self.state)
+        bigger = ops.new_state(self.op, grown, self.inner, self.dtype)
+        # Copy the segments seen so far; the rest keep the op's initial value (empty).
+        bigger.count[:current] = old.count
+        if old.acc is not None:
+            bigger.acc[:current] = old.acc
+        self.state = self.engine.from_host(bigger)
+
+    def trimmed(self, n: int) -> ops.State:
+        host = self.engine.to_host(self.state)
+        acc = None if host.acc is None else host.acc[:n]
+        return ops.State(host.op, host.data_dtype, host.inner_shape, host.count[:n], acc)
+
+
+def reduce_stream(
+    data: ChunkSource,
+    ids: ChunkSource,
+    num_segments: int | None,
+    op: str | ops.Op,
+    *,
+    sorted_ids: bool = False,
+    engine: str = "auto",
+    fill: Any = None,
+    block_rows: int | None = None,
+    memory_limit: int | None = None,
+    progress: ProgressCallback | None = None,
+) -> tuple[Reduction, StreamPlan]:
+    """Reduce two aligned chunked inputs in one pass with bounded memory."""
+    op_def = ops.get_op(op)
+    ops.check_dtype(op_def, data.dtype, data.label)
+    validate.check_ids_dtype(ids.dtype, ids.label)
+    validate.check_shapes(data.shape, ids.shape, sorted_ids=sorted_ids, data_label=data.label,
+                          ids_label=ids.label)
+    n = validate.check_num_segments(num_segments)
+    if fill is not None:
+        ops.parse_fill(fill, op_def, data.dtype)
+    inner = tuple(data.shape[len(ids.shape):])
+    width = ops.inner_size(inner)
+    if n is not None:
+        check_output_fits(op_def, n, inner, data.dtype)
+    plan = plan_blocks(data, ids, block_rows=block_rows, memory_limit=memory_limit)
+    total_rows = int(np.prod(ids.shape, dtype=np.int64))
+    choice = choose_engine(engine, elements=int(np.prod(data.shape, dtype=np.int64)))
+    scanner = validate.IdScanner(tuple(ids.shape), n, sorted_ids, ids.label)
+    grow = _GrowingState(choice.engine, op_def, n if n is not None else 0, inner, data.dtype)
+    started = time.perf_counter()
+    done = 0
+    blocks = 0
+    for data_block, ids_block in _aligned(data, ids, plan.block_rows):
+        flat_ids = ids_block.reshape(-1)
+        scanner.feed(flat_ids)
+        if n is None and flat_ids.size:
+            grow.ensure(_largest_id(flat_ids) + 1)
+        choice.engine.fold(
+            grow.state, data_block.reshape(flat_ids.size, width), flat_ids, sorted_ids=sorted_ids
+        )
+        done += flat_ids.size
+        blocks += 1
+        if progress is not None:
+            progress(done, total_rows)
+    report = scanner.finish()  # raises on the first invalid id, before anything is written
+    state = grow.trimmed(report.num_segments)
+    result = ops.finalize(state, fill)
+    reduction = Reduction(
+        result=result,
+        counts=np.asarray(state.count),
+        op=op_def,
+        sorted_ids=sorted_ids,
+        ids=report,
+        engine=choice.engine.name,
+        engine_reason=choice.reason,
+        timings={"validate": 0.0, "compute": time.perf_counter() - started},
+    )
+    return reduction, StreamPlan(plan.block_rows, blocks)
+
+
+def _largest_id(flat_ids: np.ndarray) -> int:
+    return int(flat_ids.max())
+
+
+def _aligned(
+    data: ChunkSource, ids: ChunkSource, rows: int
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Pairs of blocks with the same rows; a length mismatch is caught by check_shapes."""
+    data_blocks = data.chunks(rows)
+    for ids_block in ids.chunks(rows):
+        data_block = next(data_blocks, None)
+        if data_block is None or data_block.shape[0] != ids_block.shape[0]:
+            raise InvalidInputError(
+                f"{data.label}: ended before {ids.label} (the two inputs differ in length)"
+            )
+        yield data_block, ids_block

@@ -1,0 +1,228 @@
+"""The command line as a user meets it: exit codes, stdout and stderr apart, exact messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from segcli.cli import cli
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
+
+
+def run(*args: str, input: bytes | None = None):
+    return CliRunner().invoke(cli, [str(a) for a in args], input=input, catch_exceptions=False)
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[Path, Path]:
+    data, ids = tmp_path / "data.npy", tmp_path / "ids.npy"
+    np.save(data, np.array([1, 2, 3, 4], np.float32))
+    np.save(ids, np.array([0, 0, 2, 2], np.int32))
+    return data, ids
+
+
+def test_op_writes_npy_with_spec_dtype_and_shape(pair, tmp_path):
+    out = tmp_path / "out.npy"
+    result = run("mean", *pair, "-n", "4", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    got = np.load(out)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, [1.5, 0, 3.5, 0])
+    assert result.stdout == ""
+
+
+def test_default_output_is_text_lines_on_stdout(pair):
+    result = run("sum", *pair, "-n", "4", "-q")
+    assert result.exit_code == 0
+    assert result.stdout == "0\t3.0\n1\t0.0\n2\t7.0\n3\t0.0\n"
+    assert result.stderr == ""
+
+
+def test_summary_goes_to_stderr_as_plain_text(pair):
+    result = run("sum", *pair)
+    assert result.exit_code == 0
+    assert "segments" in result.stderr and "4 (inferred from ids)" not in result.stderr
+    assert "3 (inferred from ids)" in result.stderr
+    assert "empty segments" in result.stderr
+    assert "segment" not in result.stdout.split("\n")[0]  # data only on stdout
+
+
+def test_summary_json_schema(pair, tmp_path):
+    path = tmp_path / "summary.json"
+    result = run("max", *pair, "-n", "5", "-q", "--summary-json", path, "-o", tmp_path / "o.npy")
+    assert result.exit_code == 0
+    facts = json.loads(path.read_text())
+    assert facts["schema_version"] == 1
+    assert facts["op"] == "max" and facts["family"] == "unsorted"
+    assert facts["num_segments"] == 5 and facts["num_segments_inferred"] is False
+    assert facts["rows_total"] == 4 and facts["rows_used"] == 4
+    assert facts["empty_segments"] == 3
+    assert facts["output_shape"] == [5] and facts["output_dtype"] == "float32"
+    assert facts["data"]["shape"] == [4] and facts["ids"]["dtype"] == "int32"
+    assert set(facts["timings_s"]) >= {"read", "validate", "compute", "write", "total"}
+
+
+def test_summary_json_to_stderr(pair):
+    result = run("count", *pair, "--summary-json", "-")
+    assert json.loads(result.stderr)["op"] == "count"
+
+
+@pytest.mark.parametrize("sorted_flag", [[], ["--sorted"]])
+def test_invalid_ids_exit_1_name_the_id_and_write_nothing(tmp_path, sorted_flag, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    data, ids = Path("d.npy"), Path("ids.npy")
+    np.save(data, np.ones(4, np.float32))
+    np.save(ids, np.array([0, 3, 1, 9]) if not sorted_flag else np.array([0, 3, 1, 2]))
+    out = Path("out.npy")
+    result = run("sum", data, ids, "-n", "4", *sorted_flag, "-o", out)
+    assert result.exit_code == 1
+    if sorted_flag:
+        assert result.stderr == (
+            "Error: ids.npy: segment_ids[2] = 1 < segment_ids[1] = 3: --sorted ids must be "
+            "non-decreasing (1 decrease)\n"
+        )
+    else:
+        assert result.stderr == (
+            "Error: ids.npy: segment_ids[3] = 9 is out of range [0, 4) (1 id out of range)\n"
+        )
+    assert not out.exists()  # and no temporary file left over:
+    assert {p.name for p in tmp_path.iterdir()} == {"d.npy", "ids.npy"}
+
+
+def test_failed_run_does_not_clobber_existing_output(tmp_path, pair):
+    out = tmp_path / "out.npy"
+    out.write_bytes(b"precious")
+    result = run("sum", *pair, "-n", "1", "-o", out)
+    assert result.exit_code == 1
+    assert out.read_bytes() == b"precious"
+
+
+def test_missing_file_exits_3(tmp_path, pair):
+    result = run("sum", tmp_path / "nope.npy", pair[1])
+    assert result.exit_code == 3
+    assert "nope.npy" in result.stderr and result.stderr.count("\n") == 1
+
+
+def test_usage_error_exits_2(pair):
+    result = run("sum", *pair, "--engine", "quantum")
+    assert result.exit_code == 2
+    result = run("sum", *pair, "--format", "npy")
+    assert result.exit_code == 2 and "--format needs -o" in result.stderr
+
+
+def test_engine_not_installed_is_an_error_not_a_fallback(pair):
+    from segcli.engines import get_engine
+    from segcli.errors import EngineUnavailableError
+
+    try:
+        get_engine("cupy")
+    except EngineUnavailableError:
+        result = run("sum", *pair, "--engine", "cupy")
+        assert result.exit_code == 2
+        assert "engine 'cupy'" in result.stderr and "segcli[gpu]" in result.stderr
+    else:
+        pytest.skip("cupy and a GPU are present here")
+
+
+def test_negative_n_exits_1(pair):
+    result = run("sum", *pair, "-n", "-2")
+    assert result.exit_code == 1
+    assert "num_segments = -2 must not be negative" in result.stderr
+
+
+def test_sorted_family_and_dropped_counts_in_summary(tmp_path):
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.arange(5, dtype=np.float64))
+    np.save(ids, np.array([0, 0, 1, 3, 3]))
+    result = run("sum", data, ids, "--sorted", "-n", "2")
+    assert result.exit_code == 0
+    assert result.stdout == "0\t1.0\n1\t2.0\n"
+    assert "dropped: 2 id >= n" in result.stderr
+    assert "sum (sorted)" in result.stderr
+
+
+def test_fill_option(pair):
+    result = run("min", *pair, "-n", "4", "--fill", "nan", "-q")
+    assert result.stdout.splitlines()[1] == "1\tnan"
+
+
+def test_expect_matches_and_mismatches(pair, tmp_path):
+    golden = tmp_path / "golden.npy"
+    np.save(golden, np.array([3, 0, 7, 0], np.float32))
+    assert run("sum", *pair, "-n", "4", "-q", "--expect", golden).exit_code == 0
+    np.save(golden, np.array([3, 1, 7, 5], np.float32))
+    out = tmp_path / "o.npy"
+    result = run("sum", *pair, "-n", "4", "-q", "--expect", golden, "-o", out)
+    assert result.exit_code == 4
+    assert "2 of 4 segments differ" in result.stderr and ": 1, 3;" in result.stderr
+    assert not out.exists()
+
+
+def test_expect_tolerance(pair, tmp_path):
+    golden = tmp_path / "golden.npy"
+    np.save(golden, np.array([3.001, 0, 7, 0], np.float32))
+    assert run("sum", *pair, "-n", "4", "-q", "--expect", golden).exit_code == 4
+    assert run("sum", *pair, "-n", "4", "-q", "--expect", golden, "--atol", "0.01").exit_code == 0
+
+
+def test_output_to_stdout_as_npy(pair):
+    result = run("sum", *pair, "-n", "4", "-q", "-o", "-")
+    import io
+
+    assert np.load(io.BytesIO(result.stdout_bytes)).tolist() == [3, 0, 7, 0]
+
+
+def test_stdin_npy_data(pair, tmp_path):
+    buffer = __import__("io").BytesIO()
+    np.save(buffer, np.array([1.0, 2.0, 5.0]))
+    ids = tmp_path / "ids3.npy"
+    np.save(ids, np.array([1, 1, 0]))
+    result = run("sum", "-", ids, "-q", input=buffer.getvalue())
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "0\t5.0\n1\t3.0\n"
+
+
+def test_check_passes_and_fails(pair):
+    assert run("check", *pair, "-n", "4", "-q").exit_code == 0
+    result = run("check", *pair, "-n", "4", "--max-empty", "1")
+    assert result.exit_code == 4
+    assert "2 empty segments, more than --max-empty 1 (first empty: segment 1)" in result.stderr
+    assert run("check", *pair, "-n", "2", "-q").exit_code == 1
+
+
+def test_check_no_nan(tmp_path, pair):
+    data = tmp_path / "nan.npy"
+    np.save(data, np.array([1, np.nan, 3, 4], np.float32))
+    result = run("check", data, pair[1], "--no-nan", "--summary-json", "-")
+    assert result.exit_code == 4
+    assert "1 NaN values (--no-nan)" in result.stderr
+
+
+def test_table_input_two_columns_of_one_file(tmp_path):
+    result = run("mean", SAMPLES / "table.parquet", "--data-column", "value",
+                 "--ids-column", "segment", "-n", "4", "-q", "-o", tmp_path / "out.parquet")
+    assert result.exit_code == 0, result.stderr
+    from segcli.io import read_result_table
+
+    expected = run("mean", SAMPLES / "data.npy", SAMPLES / "ids.npy", "-n", "4", "-q",
+                   "-o", tmp_path / "same.npy")
+    assert expected.exit_code == 0
+    np.testing.assert_array_equal(read_result_table(str(tmp_path / "out.parquet")),
+                                  np.load(tmp_path / "same.npy"))
+
+
+def test_info(tmp_path):
+    result = run("info", SAMPLES / "data.npy")
+    assert result.exit_code == 0 and "float32" in result.stdout
+    facts = json.loads(run("info", SAMPLES / "table.parquet", "--json").stdout)
+    assert facts["format"] == "parquet"
+
+
+def test_help_has_examples():
+    result = run("sum", "--help")
+    assert "Examples:" in result.stdout and "segcli sum data.npy ids.npy -n 4" in result.stdout

@@ -1,0 +1,176 @@
+"""Tests for the streaming readers of segcli.io (open_chunked)."""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.lib.format as npformat
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+import pytest
+
+from segcli.errors import InvalidInputError, ReadError, UsageError
+from segcli.io import ChunkSource, open_chunked, write_result
+
+CHUNK_SIZES = [1, 7, 1000]
+
+
+def collect(source: ChunkSource, rows: int) -> np.ndarray[Any, Any]:
+    """Concatenate the chunks, checking every block but the last is exactly ``rows`` long."""
+    chunks = list(source.chunks(rows))
+    assert all(len(c) == rows for c in chunks[:-1])
+    assert all(0 < len(c) <= rows for c in chunks)
+    assert all(c.dtype == source.dtype and c.shape[1:] == source.shape[1:] for c in chunks)
+    if not chunks:
+        return np.zeros((0, *source.shape[1:]), source.dtype)
+    return np.concatenate(chunks)
+
+
+def make_file(tmp_path: Path, fmt: str, array: np.ndarray[Any, Any]) -> tuple[str, str | None]:
+    """Write ``array`` in ``fmt`` in several row groups/batches; return (path, column)."""
+    path = tmp_path / f"in.{fmt}"
+    if fmt == "npy":
+        np.save(path, array)
+        return str(path), None
+    if fmt == "npz":
+        np.savez_compressed(path, other=np.zeros(1), x=array)
+        return str(path), None
+    flat = array.reshape(len(array), int(np.prod(array.shape[1:])))
+    if array.ndim == 1:
+        column = pa.array(array)
+    else:
+        column = pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
+    table = pa.table({"other": pa.array(np.zeros(len(array))), "x": column})
+    if fmt == "parquet":
+        pq.write_table(table, path, row_group_size=5)
+    elif fmt == "arrow":
+        with ipc.new_file(path, table.schema) as writer:
+            writer.write_table(table, max_chunksize=4)
+    else:
+        np.savetxt(
+            path,
+            np.column_stack([np.zeros(len(array)), array]),
+            delimiter=",",
+            header="other,x",
+            comments="",
+        )
+    return str(path), "x"
+
+
+@pytest.mark.parametrize("fmt", ["npy", "npz", "parquet", "arrow", "csv"])
+@pytest.mark.parametrize("rows", CHUNK_SIZES)
+def test_chunks_concatenate_to_the_array(tmp_path: Path, fmt: str, rows: int) -> None:
+    array = np.arange(23, dtype=np.float64) * 1.5
+    path, column = make_file(tmp_path, fmt, array)
+    source = open_chunked(path, column=column, key="x" if fmt == "npz" else None)
+    assert source.shape == (23,) and source.dtype == np.float64
+    np.testing.assert_array_equal(collect(source, rows), array)
+    np.testing.assert_array_equal(collect(source, rows), array)  # chunks() can run again
+
+
+@pytest.mark.parametrize("fmt", ["npy", "npz", "parquet", "arrow"])
+@pytest.mark.parametrize("rows", CHUNK_SIZES)
+def test_2d_chunks(tmp_path: Path, fmt: str, rows: int) -> None:
+    array = np.arange(23 * 3, dtype=np.float32).reshape(23, 3)
+    path, column = make_file(tmp_path, fmt, array)
+    source = open_chunked(path, column=column, key="x" if fmt == "npz" else None)
+    assert source.shape == (23, 3) and source.dtype == np.float32
+    np.testing.assert_array_equal(collect(source, rows), array)
+
+
+@pytest.mark.parametrize("fmt", ["npy", "npz", "parquet", "arrow"])
+def test_empty_input(tmp_path: Path, fmt: str) -> None:
+    array = np.zeros(0, np.int32)
+    path, column = make_file(tmp_path, fmt, array)
+    source = open_chunked(path, column=column, key="x" if fmt == "npz" else None)
+    assert source.shape == (0,) and source.dtype == np.int32
+    assert list(source.chunks(7)) == []
+
+
+def test_result_files_stream_with_full_shape(tmp_path: Path) -> None:
+    result = (np.arange(10 * 6) + 1j).astype(np.complex64).reshape(10, 2, 3)
+    path = tmp_path / "r.parquet"
+    write_result(result, str(path))
+    source = open_chunked(str(path), column="value")
+    assert source.shape == (10, 2, 3) and source.dtype == np.complex64
+    np.testing.assert_array_equal(collect(source, 3), result)
+
+
+def test_variable_lists_must_share_a_length_across_chunks(tmp_path: Path) -> None:
+    path = tmp_path / "t.parquet"
+    lists = [[1, 2]] * 5 + [[3]]
+    pq.write_table(pa.table({"v": pa.array(lists, pa.list_(pa.int64()))}), path)
+    source = open_chunked(str(path))
+    assert source.shape == (6, 2)
+    with pytest.raises(InvalidInputError, match=r"column 'v' rows from 5 have inner shape \[1\]"):
+        list(source.chunks(5))
+
+
+def test_null_reported_at_its_global_row(tmp_path: Path) -> None:
+    values: list[float | None] = [1.0] * 20
+    values[13] = None
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"v": values}), path, row_group_size=6)
+    source = open_chunked(str(path), column="v")
+    with pytest.raises(InvalidInputError, match=r"has 1 nulls \(first at row 13\)"):
+        list(source.chunks(5))
+
+
+def test_fortran_order_npy(tmp_path: Path) -> None:
+    path = tmp_path / "f.npy"
+    np.save(path, np.asfortranarray(np.zeros((4, 3))))
+    with pytest.raises(ReadError, match=r"cannot stream Fortran-order \.npy"):
+        open_chunked(str(path))
+    np.save(path, np.asfortranarray(np.arange(5.0)))  # 1-D: the order does not matter
+    np.testing.assert_array_equal(collect(open_chunked(str(path)), 2), np.arange(5.0))
+
+
+def test_truncated_npy_while_streaming(tmp_path: Path) -> None:
+    path = tmp_path / "t.npy"
+    np.save(path, np.arange(10.0))
+    path.write_bytes(path.read_bytes()[:-4])
+    source = open_chunked(str(path))
+    with pytest.raises(
+        ReadError, match=r"truncated .npy \(rows from 8: expected 16 bytes, got 12\)"
+    ):
+        list(source.chunks(4))
+
+
+def test_open_chunked_errors(tmp_path: Path) -> None:
+    with pytest.raises(ReadError, match=r"^nope\.npy: no such file$"):
+        open_chunked("nope.npy")
+    with pytest.raises(UsageError, match="stdin"):
+        open_chunked("-")
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"a": [1], "b": [2]}), path)
+    with pytest.raises(UsageError, match="pick one with --ids-column"):
+        open_chunked(str(path), role="ids")
+    with pytest.raises(UsageError, match=r"no column 'c' \(columns: a, b\)"):
+        open_chunked(str(path), column="c")
+    with pytest.raises(ValueError, match="rows must be at least 1"):
+        list(open_chunked(str(path), column="a").chunks(0))
+
+
+def test_big_npy_streams_in_bounded_memory(tmp_path: Path) -> None:
+    """A ~200 MB file streamed in 1 MB blocks never holds more than a few blocks."""
+    path = tmp_path / "big.npy"
+    rows, block_rows = 25_000_000, 131_072  # float64: 200 MB in all, 1 MB per block
+    header = {"descr": "<f8", "fortran_order": False, "shape": (rows,)}
+    with path.open("wb") as f:
+        npformat.write_array_header_1_0(f, header)
+        f.truncate(f.tell() + rows * 8)  # sparse zeros: instant to make, no memory needed
+    source = open_chunked(str(path))
+    tracemalloc.start()
+    try:
+        total = 0
+        for chunk in source.chunks(block_rows):
+            total += len(chunk)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert total == rows
+    assert peak < 4 * block_rows * 8, f"peak {peak} bytes"
