@@ -22,7 +22,7 @@ from segcli.op_names import OP_SUMMARIES
 F = TypeVar("F", bound=Callable[..., Any])
 
 FORMATS = ("npy", "npz", "parquet", "arrow", "csv", "tsv", "json")
-ENGINES = ("auto", "numpy", "numba", "cupy")
+ENGINES = ("auto", "numpy", "numba", "cupy", "dask")
 
 EXIT_CODES_HELP = """\b
 Exit codes:
@@ -140,6 +140,15 @@ def _make_op_command(op: str) -> click.Command:
                   help="Output format (default: from the suffix of --output; npy for '-').")
     @click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
                   help="Compute engine; 'auto' picks the fastest one that pays off.")
+    @click.option("--memory-limit", metavar="SIZE",
+                  help="Stream inputs larger than SIZE (e.g. 512MB, 2GB) in blocks "
+                       "[default: a quarter of free memory].")
+    @click.option("--chunk-rows", type=click.IntRange(min=1), metavar="N",
+                  help="Always stream, N rows per block.")
+    @click.option("--no-progress", is_flag=True, help="No progress bar on long runs.")
+    @click.option("--scheduler", metavar="ADDRESS", envvar="DASK_SCHEDULER_ADDRESS",
+                  help="Dask scheduler for --engine dask [env: DASK_SCHEDULER_ADDRESS; "
+                       "default: a local cluster].")
     @click.option("--fill", metavar="VALUE",
                   help="Value for empty segments instead of the op's default (e.g. nan).")
     @click.option("--expect", metavar="FILE",
@@ -150,13 +159,19 @@ def _make_op_command(op: str) -> click.Command:
     @click.option("--atol", type=float, default=1e-8, show_default=True,
                   help="Absolute tolerance for --expect.")
     @translate_errors
-    def command(quiet: bool, summary_json: str | None, **options: Any) -> None:
+    def command(quiet: bool, summary_json: str | None, no_progress: bool,
+                memory_limit: str | None, **options: Any) -> None:
         from segcli import pipeline
+        from segcli.memory import parse_size
+        from segcli.progress import progress_bar
+        from segcli.summary import summary_rows
 
         if options["output"] is None and options["output_format"]:
             raise UsageError("--format needs -o/--output (use -o - for stdout)")
-        outcome = pipeline.run(_request(op, **options))
-        from segcli.summary import summary_rows
+        if memory_limit is not None:
+            options["memory_limit"] = parse_size(memory_limit)
+        with progress_bar(enabled=not (quiet or no_progress)) as progress:
+            outcome = pipeline.run(_request(op, **options), progress=progress)
 
         summary = outcome.summary
         _emit_summary(f"segcli {op}", summary_rows(summary), summary.to_json(), quiet=quiet,

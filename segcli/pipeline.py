@@ -6,8 +6,10 @@ file handling lives here and in :mod:`segcli.io`, all math in :mod:`segcli.core`
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, TextIO
 
@@ -16,6 +18,7 @@ import numpy as np
 from segcli import core, io, ops, validate
 from segcli.errors import ExpectationError
 from segcli.expect import check_expected
+from segcli.memory import available_bytes
 from segcli.summary import InputFacts, Summary, build_summary, input_facts
 
 
@@ -39,6 +42,12 @@ class RunRequest:
     expect: str | None = None
     rtol: float = 1e-5
     atol: float = 1e-8
+    #: Inputs larger than this many bytes stream in blocks (default: a quarter of free memory).
+    memory_limit: int | None = None
+    #: Stream in blocks of this many rows, whatever the input size.
+    chunk_rows: int | None = None
+    #: Address of a Dask scheduler, for ``engine="dask"``.
+    scheduler: str | None = None
 
 
 @dataclass
@@ -54,6 +63,28 @@ class Streams:
 class RunOutcome:
     summary: Summary
     result: np.ndarray
+
+
+#: Called with (rows done, rows in all) while a long run works.
+Progress = Callable[[int, int], None]
+
+
+def memory_budget(request: RunRequest) -> int:
+    """Bytes of input the in-memory path may load (it needs about three times that)."""
+    return request.memory_limit if request.memory_limit is not None else available_bytes() // 4
+
+
+def _should_stream(request: RunRequest) -> bool:
+    if request.chunk_rows is not None:
+        return True
+    if "-" in (request.data, request.ids):
+        return False
+    paths = [p for p in (request.data, request.ids) if p is not None]
+    try:
+        size = sum(os.path.getsize(p) for p in paths)
+    except OSError:
+        return False  # the reader reports the missing file with its own message
+    return size > memory_budget(request)
 
 
 def _read(request: RunRequest, streams: Streams) -> tuple[io.ArrayInput, io.ArrayInput]:
@@ -72,30 +103,46 @@ def _facts(item: io.ArrayInput) -> InputFacts:
     return input_facts(item.path, item.label, item.fmt, item.array)
 
 
-def run(request: RunRequest, streams: Streams | None = None) -> RunOutcome:
+def run(
+    request: RunRequest, streams: Streams | None = None, progress: Progress | None = None
+) -> RunOutcome:
     """Reduce the files of ``request``; write the result; return the summary.
 
+    Inputs larger than the memory budget (or any input, with ``chunk_rows``) stream in blocks.
     Nothing is written unless every check passes: the output goes to a temporary file that is
     renamed only on success.
     """
     streams = streams or Streams()
-    timings: dict[str, float] = {}
-    started = time.perf_counter()
-    data, ids = _read(request, streams)
-    timings["read"] = time.perf_counter() - started
-    reduction = core.reduce_arrays(
-        data.array,
-        ids.array,
-        request.num_segments,
-        request.op,
-        sorted=request.sorted_ids,
-        engine=request.engine,
-        fill=request.fill,
-        data_label=data.label,
-        ids_label=ids.label,
-    )
-    timings["validate"] = reduction.timings["validate"]
-    timings["compute"] = reduction.timings["compute"]
+    if request.engine == "dask":
+        from segcli.distributed import reduce_distributed
+
+        reduction, data_facts, ids_facts, extra = reduce_distributed(request, progress)
+        timings = {"compute": reduction.timings["compute"]}
+        mode = ("distributed", extra)
+    elif _should_stream(request):
+        reduction, data_facts, ids_facts, chunks = _reduce_streaming(request, progress)
+        timings = {"read+compute": reduction.timings["compute"]}
+        mode = ("streaming", {"chunks": chunks})
+    else:
+        timings = {}
+        started = time.perf_counter()
+        data, ids = _read(request, streams)
+        timings["read"] = time.perf_counter() - started
+        reduction = core.reduce_arrays(
+            data.array,
+            ids.array,
+            request.num_segments,
+            request.op,
+            sorted=request.sorted_ids,
+            engine=request.engine,
+            fill=request.fill,
+            data_label=data.label,
+            ids_label=ids.label,
+        )
+        timings["validate"] = reduction.timings["validate"]
+        timings["compute"] = reduction.timings["compute"]
+        data_facts, ids_facts = _facts(data), _facts(ids)
+        mode = ("in-memory", {})
     if request.expect:
         expected = io.read_result_table(request.expect)
         check_expected(
@@ -106,13 +153,47 @@ def run(request: RunRequest, streams: Streams | None = None) -> RunOutcome:
     timings["write"] = time.perf_counter() - started
     summary = build_summary(
         reduction,
-        _facts(data),
-        _facts(ids),
+        data_facts,
+        ids_facts,
         output_path=request.output,
         output_format=output_format,
         timings_s=timings,
     )
+    summary.mode, summary.extra = mode
     return RunOutcome(summary, reduction.result)
+
+
+def _reduce_streaming(
+    request: RunRequest, progress: Progress | None
+) -> tuple[core.Reduction, InputFacts, InputFacts, int]:
+    from segcli.stream import reduce_stream
+
+    data_path, ids_path = request.data, request.ids
+    if ids_path is None:
+        ids_path = data_path  # two columns (or keys) of one file
+    data = io.open_chunked(data_path, column=request.data_column, key=request.data_key)
+    ids = io.open_chunked(
+        ids_path, column=request.ids_column, key=request.ids_key, role="ids"
+    )
+    reduction, plan = reduce_stream(
+        data,
+        ids,
+        request.num_segments,
+        request.op,
+        sorted_ids=request.sorted_ids,
+        engine=request.engine,
+        fill=request.fill,
+        block_rows=request.chunk_rows,
+        memory_limit=memory_budget(request),
+        progress=progress,
+    )
+    return reduction, _chunked_facts(data_path, data), _chunked_facts(ids_path, ids), plan.blocks
+
+
+def _chunked_facts(path: str, source: io.ChunkSource) -> InputFacts:
+    size = int(np.prod(source.shape, dtype=np.int64)) * source.dtype.itemsize
+    fmt = os.path.splitext(path)[1].lstrip(".").lower() or "?"
+    return InputFacts(path, source.label, fmt, list(source.shape), str(source.dtype), size)
 
 
 def _write(reduction: core.Reduction, request: RunRequest, streams: Streams) -> str | None:

@@ -55,17 +55,22 @@ class Summary:
     result_min: float | None
     result_max: float | None
     timings_s: dict[str, float] = field(default_factory=dict)
+    #: "in-memory", "streaming" or "distributed"; ``extra`` holds the mode's own facts
+    #: (chunks; partitions and workers).
     mode: str = "in-memory"
-    chunks: int = 1
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def total_seconds(self) -> float:
         return sum(self.timings_s.values())
 
+    def work_seconds(self) -> float:
+        # A streaming run reads and computes in one loop: its time counts both.
+        return self.timings_s.get("compute", self.timings_s.get("read+compute", 0.0))
+
     def rows_per_second(self) -> float | None:
-        compute = self.timings_s.get("compute", 0.0)
-        return self.rows_total / compute if compute > 0 else None
+        seconds = self.work_seconds()
+        return self.rows_total / seconds if seconds > 0 else None
 
     def to_json(self) -> dict[str, Any]:
         facts = asdict(self)
@@ -147,6 +152,10 @@ def _number(value: float | None) -> str:
     return f"{value:.6g}"
 
 
+def _fact(name: str, value: Any) -> str:
+    return f"{value:,} {name}" if isinstance(value, int) else f"{name} {value}"
+
+
 def _shape(shape: list[int]) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
@@ -168,7 +177,7 @@ def summary_rows(summary: Summary) -> list[tuple[str, str]]:
         ("segments", f"{s.num_segments:,} " + ("(inferred from ids)" if s.num_segments_inferred
                                               else "(given)")),
         ("engine", f"{s.engine} ({s.engine_reason})"),
-        ("mode", s.mode if s.chunks <= 1 else f"{s.mode}, {s.chunks:,} chunks"),
+        ("mode", ", ".join([s.mode, *(_fact(k, v) for k, v in s.extra.items())])),
         ("rows", f"{s.rows_used:,} used of {s.rows_total:,}"
          + (f"; dropped: {', '.join(dropped)}" if dropped else "")),
         ("empty segments", f"{s.empty_segments:,}"),
@@ -180,8 +189,7 @@ def summary_rows(summary: Summary) -> list[tuple[str, str]]:
     ]
     if rate is not None:
         rows.append(("throughput", f"{rate:,.0f} rows/s, "
-                                   f"{human_bytes(s.data.bytes / s.timings_s['compute'])}/s"))
-    rows.extend((key, str(value)) for key, value in s.extra.items())
+                                   f"{human_bytes(s.data.bytes / s.work_seconds())}/s"))
     return rows
 
 
