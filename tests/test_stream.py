@@ -1,0 +1,196 @@
+"""Streaming gives the same bytes as the in-memory path, and validates across block edges."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+import segcli
+from segcli import io
+from segcli.cli import cli
+from segcli.errors import InvalidInputError
+from segcli.stream import reduce_stream
+
+OPS = list(segcli.OPS)
+DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int32, np.uint64, np.complex64]
+
+
+def save_pair(tmp_path: Path, data: np.ndarray, ids: np.ndarray) -> tuple[str, str]:
+    data_path, ids_path = tmp_path / "data.npy", tmp_path / "ids.npy"
+    np.save(data_path, data)
+    np.save(ids_path, ids)
+    return str(data_path), str(ids_path)
+
+
+def stream(data_path, ids_path, n, op, *, rows, engine="numpy", sorted_ids=False, **kw):
+    reduction, plan = reduce_stream(
+        io.open_chunked(data_path), io.open_chunked(ids_path, role="ids"), n, op,
+        sorted_ids=sorted_ids, engine=engine, block_rows=rows, **kw,
+    )
+    return reduction, plan
+
+
+def sample(dtype, rows, inner=(), seed=0):
+    rng = np.random.default_rng(seed)
+    values = rng.normal(0, 50, (rows, *inner))
+    if np.dtype(dtype).kind == "c":
+        values = values + 1j * rng.normal(0, 5, values.shape)
+    if np.dtype(dtype).kind in "iu":
+        values = np.abs(values) if np.dtype(dtype).kind == "u" else values
+    return values.astype(dtype)
+
+
+# min and max refuse complex data (test_spec covers the error).
+OP_DTYPES = [(op, d) for op in OPS for d in DTYPES
+             if not (op in ("min", "max") and np.dtype(d).kind == "c")]
+
+
+@pytest.mark.parametrize(("op", "dtype"), OP_DTYPES)
+@pytest.mark.parametrize("sorted_ids", [False, True])
+def test_streaming_bytes_equal_in_memory(tmp_path, engine, op, dtype, sorted_ids):
+    rows = 200
+    data = sample(dtype, rows, (3,))
+    rng = np.random.default_rng(1)
+    ids = np.sort(rng.integers(0, 30, rows)) if sorted_ids else rng.integers(-2, 30, rows)
+    paths = save_pair(tmp_path, data, ids)
+    expected = segcli.segment_reduce(data, ids, 30, op, sorted=sorted_ids, engine=engine)
+    for rows_per_block in (1, 7, 64, 1000):
+        got, _ = stream(*paths, 30, op, rows=rows_per_block, engine=engine, sorted_ids=sorted_ids)
+        assert got.result.dtype == expected.dtype
+        assert got.result.tobytes() == expected.tobytes(), rows_per_block
+
+
+def test_block_edges_inside_segments_and_inferred_n(tmp_path, engine):
+    data = np.arange(1, 101, dtype=np.float64) / 7
+    ids = np.repeat(np.arange(10), 10)  # every block edge of 3 rows cuts a segment
+    paths = save_pair(tmp_path, data, ids)
+    for op in ("sum", "mean", "prod"):
+        got, plan = stream(*paths, None, op, rows=3, engine=engine, sorted_ids=True)
+        expected = segcli.segment_reduce(data, ids, None, op, sorted=True, engine=engine)
+        assert got.result.tobytes() == expected.tobytes()
+        assert got.ids.inferred and got.ids.num_segments == 10
+        assert plan.blocks == 34
+
+
+def test_inferred_n_grows_with_late_large_ids(tmp_path):
+    ids = np.array([0, 1, 0, 1, 500, 3, -1, 2])
+    data = np.arange(8, dtype=np.int32)
+    paths = save_pair(tmp_path, data, ids)
+    got, _ = stream(*paths, None, "max", rows=2)
+    expected = segcli.segment_reduce(data, ids, None, "max")
+    assert got.result.shape == (501,)
+    assert got.result.tobytes() == expected.tobytes()
+    assert got.ids.dropped_negative == 1
+
+
+def test_multidimensional_ids_stream(tmp_path):
+    data = np.arange(1, 13).reshape(2, 3, 2)
+    ids = np.array([[0, 1, 0], [2, -1, 1]])
+    paths = save_pair(tmp_path, data, ids)
+    got, _ = stream(*paths, 4, "sum", rows=1)
+    np.testing.assert_array_equal(got.result, [[6, 8], [14, 16], [7, 8], [0, 0]])
+
+
+def test_empty_input_streams(tmp_path):
+    paths = save_pair(tmp_path, np.zeros((0, 2), np.float32), np.zeros(0, np.int32))
+    got, _ = stream(*paths, 3, "min", rows=4)
+    assert got.result.shape == (3, 2)
+    assert (got.result == np.finfo(np.float32).max).all()
+
+
+def in_memory_error(data, ids, n, **kw) -> str:
+    with pytest.raises(InvalidInputError) as caught:
+        segcli.reduce_arrays(data, ids, n, "sum", ids_label="ids", **kw)
+    return str(caught.value)
+
+
+def streaming_error(tmp_path, data, ids, n, rows, **kw) -> str:
+    paths = save_pair(tmp_path, data, ids)
+    source = io.open_chunked(paths[1], role="ids")
+    source.label = "ids"  # type: ignore[misc]  # same label as the in-memory call
+    with pytest.raises(InvalidInputError) as caught:
+        reduce_stream(io.open_chunked(paths[0]), source, n, "sum", block_rows=rows, **kw)
+    return str(caught.value)
+
+
+def test_out_of_range_error_names_the_global_position(tmp_path):
+    data, ids = np.ones(10), np.array([0, 1, 2, 3, 4, 9, 1, 8, 0, 0])
+    message = streaming_error(tmp_path, data, ids, 5, rows=3)
+    assert message == "ids: segment_ids[5] = 9 is out of range [0, 5) (2 ids out of range)"
+    assert message == in_memory_error(data, ids, 5)
+
+
+def test_decrease_across_a_block_edge_is_found(tmp_path):
+    data, ids = np.ones(6), np.array([0, 1, 2, 1, 1, 2])  # the fall 2 -> 1 is at the edge
+    message = streaming_error(tmp_path, data, ids, None, rows=3, sorted_ids=True)
+    assert message == (
+        "ids: segment_ids[3] = 1 < segment_ids[2] = 2: --sorted ids must be non-decreasing "
+        "(1 decrease)"
+    )
+    assert message == in_memory_error(data, ids, None, sorted=True)
+
+
+def test_output_too_large_fails_before_reading(tmp_path):
+    paths = save_pair(tmp_path, np.ones(4), np.zeros(4, np.int64))
+    with pytest.raises(InvalidInputError, match="the output needs"):
+        stream(*paths, 10**15, "sum", rows=2)
+
+
+def write_parquet(path: Path, data: np.ndarray, ids: np.ndarray, row_group: int) -> None:
+    pq.write_table(pa.table({"x": data, "seg": ids}), path, row_group_size=row_group)
+
+
+def test_parquet_row_groups_stream_like_in_memory(tmp_path):
+    rng = np.random.default_rng(3)
+    data = rng.normal(size=1000).astype(np.float32)
+    ids = rng.integers(0, 17, 1000).astype(np.int32)
+    path = tmp_path / "t.parquet"
+    write_parquet(path, data, ids, row_group=130)
+    reduction, plan = reduce_stream(
+        io.open_chunked(str(path), column="x"), io.open_chunked(str(path), column="seg"),
+        None, "mean", block_rows=97,
+    )
+    assert reduction.result.tobytes() == segcli.segment_reduce(data, ids, None, "mean").tobytes()
+    assert plan.blocks == 11
+
+
+def run_cli(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def test_memory_limit_switches_to_streaming(tmp_path):
+    data = np.random.default_rng(0).normal(size=5000)
+    ids = np.random.default_rng(1).integers(0, 40, 5000)
+    paths = save_pair(tmp_path, data, ids)
+    summary = tmp_path / "s.json"
+    small = run_cli("sum", *paths, "-q", "--memory-limit", "10KB", "-o", tmp_path / "a.npy",
+                    "--summary-json", summary)
+    assert small.exit_code == 0, small.stderr
+    facts = json.loads(summary.read_text())
+    assert facts["mode"] == "streaming" and facts["extra"]["chunks"] > 1
+    big = run_cli("sum", *paths, "-q", "-o", tmp_path / "b.npy", "--summary-json", summary)
+    assert json.loads(summary.read_text())["mode"] == "in-memory"
+    assert big.exit_code == 0
+    assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()
+
+
+def test_invalid_streamed_input_writes_nothing(tmp_path):
+    paths = save_pair(tmp_path, np.ones(100), np.r_[np.zeros(99, np.int64), 7])
+    out = tmp_path / "out.npy"
+    result = run_cli("sum", *paths, "-n", "5", "--chunk-rows", "10", "-o", out)
+    assert result.exit_code == 1
+    assert "segment_ids[99] = 7 is out of range [0, 5) (1 id out of range)" in result.stderr
+    assert not out.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["data.npy", "ids.npy"]
+
+
+def test_bad_memory_limit_is_a_usage_error(tmp_path):
+    paths = save_pair(tmp_path, np.ones(3), np.zeros(3, np.int64))
+    result = run_cli("sum", *paths, "--memory-limit", "lots")
+    assert result.exit_code == 2 and "--memory-limit 'lots' is not a size" in result.stderr
