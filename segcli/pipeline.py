@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from io import BufferedReader
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, TextIO
@@ -74,11 +75,30 @@ def memory_budget(request: RunRequest) -> int:
     return request.memory_limit if request.memory_limit is not None else available_bytes() // 4
 
 
-def _should_stream(request: RunRequest) -> bool:
+def _peekable_stdin(streams: Streams) -> BinaryIO:
+    """Stdin that can show its first bytes without consuming them."""
+    stdin = streams.stdin or sys.stdin.buffer
+    if not hasattr(stdin, "peek"):
+        stdin = BufferedReader(stdin)  # type: ignore[arg-type]
+    return stdin
+
+
+def _stdin_holds_npy(stdin: BinaryIO) -> bool:
+    return bytes(stdin.peek(6)[:6]) == b"\x93NUMPY"  # type: ignore[attr-defined]
+
+
+def _should_stream(request: RunRequest, streams: Streams) -> bool:
+    """Stream when asked, when the files exceed the budget, or for a .npy on stdin.
+
+    A .npy on stdin always streams: its size is unknown until read, one pass is all a pipe
+    allows, and streaming gives the same bytes as the in-memory path.
+    """
+    if "-" in (request.data, request.ids):
+        if request.ids is None:
+            return False  # two columns of one Arrow stream: read whole
+        return _stdin_holds_npy(streams.stdin) if streams.stdin else False
     if request.chunk_rows is not None:
         return True
-    if "-" in (request.data, request.ids):
-        return False
     paths = [p for p in (request.data, request.ids) if p is not None]
     try:
         size = sum(os.path.getsize(p) for p in paths)
@@ -113,14 +133,16 @@ def run(
     renamed only on success.
     """
     streams = streams or Streams()
+    if "-" in (request.data, request.ids):
+        streams.stdin = _peekable_stdin(streams)
     if request.engine == "dask":
         from segcli.distributed import reduce_distributed
 
         reduction, data_facts, ids_facts, extra = reduce_distributed(request, progress)
         timings = {"compute": reduction.timings["compute"]}
         mode = ("distributed", extra)
-    elif _should_stream(request):
-        reduction, data_facts, ids_facts, chunks = _reduce_streaming(request, progress)
+    elif _should_stream(request, streams):
+        reduction, data_facts, ids_facts, chunks = _reduce_streaming(request, streams, progress)
         timings = {"read+compute": reduction.timings["compute"]}
         mode = ("streaming", {"chunks": chunks})
     else:
@@ -164,16 +186,18 @@ def run(
 
 
 def _reduce_streaming(
-    request: RunRequest, progress: Progress | None
+    request: RunRequest, streams: Streams, progress: Progress | None
 ) -> tuple[core.Reduction, InputFacts, InputFacts, int]:
     from segcli.stream import reduce_stream
 
     data_path, ids_path = request.data, request.ids
     if ids_path is None:
         ids_path = data_path  # two columns (or keys) of one file
-    data = io.open_chunked(data_path, column=request.data_column, key=request.data_key)
+    data = io.open_chunked(
+        data_path, column=request.data_column, key=request.data_key, stdin=streams.stdin
+    )
     ids = io.open_chunked(
-        ids_path, column=request.ids_column, key=request.ids_key, role="ids"
+        ids_path, column=request.ids_column, key=request.ids_key, role="ids", stdin=streams.stdin
     )
     reduction, plan = reduce_stream(
         data,

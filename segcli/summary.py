@@ -153,7 +153,9 @@ def _number(value: float | None) -> str:
 
 
 def _fact(name: str, value: Any) -> str:
-    return f"{value:,} {name}" if isinstance(value, int) else f"{name} {value}"
+    if not isinstance(value, int):
+        return f"{name} {value}"
+    return f"{value:,} {name.removesuffix('s') if value == 1 else name}"
 
 
 def _shape(shape: list[int]) -> str:

@@ -194,3 +194,22 @@ def test_bad_memory_limit_is_a_usage_error(tmp_path):
     paths = save_pair(tmp_path, np.ones(3), np.zeros(3, np.int64))
     result = run_cli("sum", *paths, "--memory-limit", "lots")
     assert result.exit_code == 2 and "--memory-limit 'lots' is not a size" in result.stderr
+
+
+def test_npy_on_stdin_streams_in_one_pass(tmp_path):
+    import io as stdlib_io
+
+    buffer = stdlib_io.BytesIO()
+    data = np.arange(10, dtype=np.float32)
+    np.save(buffer, data)
+    ids = tmp_path / "ids.npy"
+    np.save(ids, np.arange(10) % 3)
+    summary = tmp_path / "s.json"
+    result = CliRunner().invoke(
+        cli, ["sum", "-", str(ids), "--chunk-rows", "4", "-q", "--summary-json", str(summary)],
+        input=buffer.getvalue(), catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "0\t18.0\n1\t12.0\n2\t15.0\n"
+    facts = json.loads(summary.read_text())
+    assert facts["mode"] == "streaming" and facts["extra"] == {"chunks": 3}

@@ -50,16 +50,24 @@ class ChunkSource(Protocol):
 
 
 def open_chunked(
-    path: str, *, column: str | None = None, key: str | None = None, role: str = "data"
+    path: str,
+    *,
+    column: str | None = None,
+    key: str | None = None,
+    role: str = "data",
+    stdin: Readable | None = None,
 ) -> ChunkSource:
     """Open ``path`` for streaming; ``column`` picks a table column, ``key`` an npz array.
 
     ``role`` ("data" or "ids") only chooses the option names error messages suggest. The
     header or metadata is read now, so shape and dtype errors come before any data is read.
-    CSV/TSV files are read whole (they are parsed in full anyway) and sliced.
+    CSV/TSV files are read whole (they are parsed in full anyway) and sliced. ``-`` streams a
+    ``.npy`` from ``stdin`` (an Arrow stream on stdin is read whole by ``read_inputs``).
     """
     if path == "-":
-        raise UsageError("streaming reads files; stdin ('-') cannot be streamed")
+        if stdin is None:
+            raise UsageError("streaming from stdin ('-') needs the stream")
+        return NpyStreamChunks("<stdin>", stdin)
     options = IDS_ROLE if role == "ids" else DATA_ROLE
     fmt = input_format(path)
     if fmt in ("npy", "npz"):
@@ -124,6 +132,39 @@ class NpyChunks:
                         f"{block.nbytes} bytes, got {got})"
                     )
                 yield to_native(block)
+
+
+class NpyStreamChunks:
+    """Row blocks of a ``.npy`` arriving on a one-shot stream (stdin): one pass only.
+
+    The header is parsed when the source is opened; ``chunks`` then reads the body once.
+    """
+
+    def __init__(self, label: str, stream: Readable) -> None:
+        header = read_header(stream, label)
+        check_dtype(header, label)
+        if not header.shape:
+            raise InvalidInputError(f"{label}: holds a scalar; need at least one axis to stream")
+        if header.fortran_order and len(header.shape) > 1:
+            raise ReadError(f"{label}: cannot stream Fortran-order .npy from stdin")
+        self.label = label
+        self._stream = stream
+        self._header = header
+        self._consumed = False
+        self.shape: tuple[int, ...] = header.shape
+        self.dtype: np.dtype[Any] = header.dtype.newbyteorder("=")
+
+    def chunks(self, rows: int) -> Iterator[_Array]:
+        _check_rows(rows)
+        if self._consumed:
+            raise ReadError(f"{self.label}: a stream can be read only once")
+        self._consumed = True
+        total, row_shape = self.shape[0], self.shape[1:]
+        for start in range(0, total, rows):
+            block = np.empty((min(rows, total - start), *row_shape), self._header.dtype)
+            if readinto_exact(self._stream, block) < block.nbytes:
+                raise ReadError(f"{self.label}: the .npy stream ended early (rows from {start})")
+            yield to_native(block)
 
 
 @contextlib.contextmanager
