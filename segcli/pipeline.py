@@ -271,11 +271,11 @@ def check(
     if max_empty is not None and empty > max_empty:
         first = int(np.argmax(counts == 0))
         failures.append(
-            f"{ids.label}: {empty} empty segments, more than --max-empty {max_empty} "
-            f"(first empty: segment {first})"
+            f"{ids.label}: {validate.plural(empty, 'empty segment')}, more than --max-empty "
+            f"{max_empty} (first empty: segment {first})"
         )
     if no_nan and nan_rows:
-        failures.append(f"{data.label}: {nan_rows} NaN values (--no-nan)")
+        failures.append(f"{data.label}: {validate.plural(nan_rows, 'NaN value')} (--no-nan)")
     facts: dict[str, Any] = {
         "schema_version": 1,
         "command": "check",

@@ -44,7 +44,7 @@ def _prefix(label: str | None) -> str:
     return f"{label}: " if label else ""
 
 
-def _plural(count: int, word: str) -> str:
+def plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
@@ -184,14 +184,14 @@ class IdScanner:
                 raise self._error(
                     self._negative,
                     f"is negative; --sorted ids must be >= 0 "
-                    f"({_plural(self._negative.count, 'negative id')})",
+                    f"({plural(self._negative.count, 'negative id')})",
                 )
             if self._decrease.count:
                 first = self._decrease
                 raise InvalidInputError(
                     f"{_prefix(self.label)}{_where(self.ids_shape, first.position)} = "
                     f"{first.detail}: --sorted ids must be non-decreasing "
-                    f"({_plural(first.count, 'decrease')})"
+                    f"({plural(first.count, 'decrease')})"
                 )
             inferred = n is None
             if n is None:
@@ -201,7 +201,7 @@ class IdScanner:
         if n is not None and self._too_big.count:
             raise self._error(
                 self._too_big,
-                f"is out of range [0, {n}) ({_plural(self._too_big.count, 'id')} out of range)",
+                f"is out of range [0, {n}) ({plural(self._too_big.count, 'id')} out of range)",
             )
         inferred = n is None
         if n is None:

@@ -200,7 +200,7 @@ def test_check_no_nan(tmp_path, pair):
     np.save(data, np.array([1, np.nan, 3, 4], np.float32))
     result = run("check", data, pair[1], "--no-nan", "--summary-json", "-")
     assert result.exit_code == 4
-    assert "1 NaN values (--no-nan)" in result.stderr
+    assert "1 NaN value (--no-nan)" in result.stderr
 
 
 def test_table_input_two_columns_of_one_file(tmp_path):
