@@ -68,17 +68,29 @@ def input_options(command: F) -> F:
     options = [
         click.argument("data", metavar="DATA"),
         click.argument("ids", metavar="[IDS]", required=False),
-        click.option("-n", "--num-segments", type=int, default=None,
-                     help="Number of segments (default: inferred from the ids)."),
-        click.option("--sorted", "sorted_ids", is_flag=True,
-                     help="Sorted family (Segment*V2): ids 1-D, non-decreasing; ids >= n dropped."),
+        click.option(
+            "-n",
+            "--num-segments",
+            type=int,
+            default=None,
+            help="Number of segments (default: inferred from the ids).",
+        ),
+        click.option(
+            "--sorted",
+            "sorted_ids",
+            is_flag=True,
+            help="Sorted family (Segment*V2): ids 1-D, non-decreasing; ids >= n dropped.",
+        ),
         click.option("--data-column", metavar="NAME", help="Column of DATA in a table file."),
         click.option("--ids-column", metavar="NAME", help="Column of the ids in a table file."),
         click.option("--data-key", metavar="KEY", help="Array of DATA in an .npz file."),
         click.option("--ids-key", metavar="KEY", help="Array of the ids in an .npz file."),
         click.option("-q", "--quiet", is_flag=True, help="No summary on stderr."),
-        click.option("--summary-json", metavar="PATH",
-                     help="Write the summary as JSON to PATH ('-' for stderr)."),
+        click.option(
+            "--summary-json",
+            metavar="PATH",
+            help="Write the summary as JSON to PATH ('-' for stderr).",
+        ),
     ]
     for option in reversed(options):
         command = option(command)
@@ -92,8 +104,15 @@ def _request(op: str, **options: Any) -> Any:
     return RunRequest(op=op, **{k: v for k, v in options.items() if k in fields})
 
 
-def _emit_summary(title: str, rows: list[tuple[str, str]], facts: dict[str, Any],
-                  *, quiet: bool, summary_json: str | None, alert: frozenset[str]) -> None:
+def _emit_summary(
+    title: str,
+    rows: list[tuple[str, str]],
+    facts: dict[str, Any],
+    *,
+    quiet: bool,
+    summary_json: str | None,
+    alert: frozenset[str],
+) -> None:
     """The summary on stderr (a table on a terminal, plain text otherwise) and/or as JSON."""
     from segcli import summary as summary_module
 
@@ -133,34 +152,78 @@ def cli() -> None:
 
 def _make_op_command(op: str) -> click.Command:
     @input_options
-    @click.option("-o", "--output", metavar="PATH",
-                  help="Write the result to PATH (format from its suffix); '-' for stdout. "
-                       "Default: text lines 'segment<TAB>value' on stdout.")
-    @click.option("--format", "output_format", type=click.Choice(FORMATS),
-                  help="Output format (default: from the suffix of --output; npy for '-').")
-    @click.option("--engine", type=click.Choice(ENGINES), default="auto", show_default=True,
-                  help="Compute engine; 'auto' picks the fastest one that pays off.")
-    @click.option("--memory-limit", metavar="SIZE",
-                  help="Stream inputs larger than SIZE (e.g. 512MB, 2GB) in blocks "
-                       "[default: a quarter of free memory].")
-    @click.option("--chunk-rows", type=click.IntRange(min=1), metavar="N",
-                  help="Always stream, N rows per block.")
+    @click.option(
+        "-o",
+        "--output",
+        metavar="PATH",
+        help="Write the result to PATH (format from its suffix); '-' for stdout. "
+        "Default: text lines 'segment<TAB>value' on stdout.",
+    )
+    @click.option(
+        "--format",
+        "output_format",
+        type=click.Choice(FORMATS),
+        help="Output format (default: from the suffix of --output; npy for '-').",
+    )
+    @click.option(
+        "--engine",
+        type=click.Choice(ENGINES),
+        default="auto",
+        show_default=True,
+        help="Compute engine; 'auto' picks the fastest one that pays off.",
+    )
+    @click.option(
+        "--memory-limit",
+        metavar="SIZE",
+        help="Stream inputs larger than SIZE (e.g. 512MB, 2GB) in blocks "
+        "[default: a quarter of free memory].",
+    )
+    @click.option(
+        "--chunk-rows",
+        type=click.IntRange(min=1),
+        metavar="N",
+        help="Always stream, N rows per block.",
+    )
     @click.option("--no-progress", is_flag=True, help="No progress bar on long runs.")
-    @click.option("--scheduler", metavar="ADDRESS", envvar="DASK_SCHEDULER_ADDRESS",
-                  help="Dask scheduler for --engine dask [env: DASK_SCHEDULER_ADDRESS; "
-                       "default: a local cluster].")
-    @click.option("--fill", metavar="VALUE",
-                  help="Value for empty segments instead of the op's default (e.g. nan).")
-    @click.option("--expect", metavar="FILE",
-                  help="Compare the result with a golden file; exit 4 and list the segments "
-                       "that differ.")
-    @click.option("--rtol", type=float, default=1e-5, show_default=True,
-                  help="Relative tolerance for --expect.")
-    @click.option("--atol", type=float, default=1e-8, show_default=True,
-                  help="Absolute tolerance for --expect.")
+    @click.option(
+        "--scheduler",
+        metavar="ADDRESS",
+        envvar="DASK_SCHEDULER_ADDRESS",
+        help="Dask scheduler for --engine dask [env: DASK_SCHEDULER_ADDRESS; "
+        "default: a local cluster].",
+    )
+    @click.option(
+        "--fill",
+        metavar="VALUE",
+        help="Value for empty segments instead of the op's default (e.g. nan).",
+    )
+    @click.option(
+        "--expect",
+        metavar="FILE",
+        help="Compare the result with a golden file; exit 4 and list the segments that differ.",
+    )
+    @click.option(
+        "--rtol",
+        type=float,
+        default=1e-5,
+        show_default=True,
+        help="Relative tolerance for --expect.",
+    )
+    @click.option(
+        "--atol",
+        type=float,
+        default=1e-8,
+        show_default=True,
+        help="Absolute tolerance for --expect.",
+    )
     @translate_errors
-    def command(quiet: bool, summary_json: str | None, no_progress: bool,
-                memory_limit: str | None, **options: Any) -> None:
+    def command(
+        quiet: bool,
+        summary_json: str | None,
+        no_progress: bool,
+        memory_limit: str | None,
+        **options: Any,
+    ) -> None:
         from segcli import pipeline
         from segcli.memory import parse_size
         from segcli.progress import progress_bar
@@ -174,9 +237,14 @@ def _make_op_command(op: str) -> click.Command:
             outcome = pipeline.run(_request(op, **options), progress=progress)
 
         summary = outcome.summary
-        _emit_summary(f"segcli {op}", summary_rows(summary), summary.to_json(), quiet=quiet,
-                      summary_json=summary_json,
-                      alert=frozenset({"result"}) if summary.nan_count else frozenset())
+        _emit_summary(
+            f"segcli {op}",
+            summary_rows(summary),
+            summary.to_json(),
+            quiet=quiet,
+            summary_json=summary_json,
+            alert=frozenset({"result"}) if summary.nan_count else frozenset(),
+        )
 
     command.__doc__ = f"""{OP_SUMMARIES[op]}
 
@@ -200,14 +268,30 @@ for _op in OP_SUMMARIES:
 
 @cli.command(epilog=EXIT_CODES_HELP)
 @input_options
-@click.option("--op", "op", type=click.Choice(tuple(OP_SUMMARIES)), default="sum",
-              show_default=True, help="Validate the dtypes for this op.")
-@click.option("--max-empty", type=click.IntRange(min=0), metavar="K",
-              help="Fail (exit 4) if more than K segments are empty.")
+@click.option(
+    "--op",
+    "op",
+    type=click.Choice(tuple(OP_SUMMARIES)),
+    default="sum",
+    show_default=True,
+    help="Validate the dtypes for this op.",
+)
+@click.option(
+    "--max-empty",
+    type=click.IntRange(min=0),
+    metavar="K",
+    help="Fail (exit 4) if more than K segments are empty.",
+)
 @click.option("--no-nan", is_flag=True, help="Fail (exit 4) if DATA holds any NaN.")
 @translate_errors
-def check(quiet: bool, summary_json: str | None, max_empty: int | None, no_nan: bool,
-          op: str, **options: Any) -> None:
+def check(
+    quiet: bool,
+    summary_json: str | None,
+    max_empty: int | None,
+    no_nan: bool,
+    op: str,
+    **options: Any,
+) -> None:
     """Validate DATA and IDS without writing anything: exit 0 if they pass, non-zero if not.
 
     Runs the same validation as the ops (ids in range, order for --sorted, shapes, dtypes),
@@ -222,9 +306,14 @@ def check(quiet: bool, summary_json: str | None, max_empty: int | None, no_nan: 
     from segcli import pipeline
 
     outcome = pipeline.check(_request(op, **options), max_empty=max_empty, no_nan=no_nan)
-    _emit_summary("segcli check", outcome.rows, outcome.facts, quiet=quiet,
-                  summary_json=summary_json,
-                  alert=frozenset({"verdict"}) if outcome.failures else frozenset())
+    _emit_summary(
+        "segcli check",
+        outcome.rows,
+        outcome.facts,
+        quiet=quiet,
+        summary_json=summary_json,
+        alert=frozenset({"verdict"}) if outcome.failures else frozenset(),
+    )
     pipeline.enforce(outcome)
 
 

@@ -89,7 +89,12 @@ def reduce_arrays(
     ids = np.asarray(segment_ids)
     started = time.perf_counter()
     report = validate_inputs(
-        data, ids, num_segments, op_def, sorted_ids=sorted, data_label=data_label,
+        data,
+        ids,
+        num_segments,
+        op_def,
+        sorted_ids=sorted,
+        data_label=data_label,
         ids_label=ids_label,
     )
     if fill is not None:
@@ -99,9 +104,7 @@ def reduce_arrays(
     choice = choose_engine(engine, elements=data.size)
     validated = time.perf_counter()
     state = choice.engine.new_state(op_def, report.num_segments, inner_shape, data.dtype)
-    choice.engine.fold(
-        state, data.reshape(ids.size, width), ids.reshape(-1), sorted_ids=sorted
-    )
+    choice.engine.fold(state, data.reshape(ids.size, width), ids.reshape(-1), sorted_ids=sorted)
     host_state = choice.engine.to_host(state)
     result = ops.finalize(host_state, fill)
     finished = time.perf_counter()

@@ -38,7 +38,7 @@ class ReadError(SegcliError):
 
 
 class ExpectationError(SegcliError):
-    """The data is valid but a check failed: ``--expect`` mismatch, ``--max-empty``, ``--no-nan``."""
+    """The data is valid but a check failed: --expect, --max-empty or --no-nan."""
 
     exit_code = 4
 

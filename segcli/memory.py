@@ -7,8 +7,18 @@ import re
 
 from segcli.errors import UsageError
 
-_UNITS = {"": 1, "B": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12,
-          "KI": 2**10, "MI": 2**20, "GI": 2**30, "TI": 2**40}
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "KI": 2**10,
+    "MI": 2**20,
+    "GI": 2**30,
+    "TI": 2**40,
+}
 
 
 def available_bytes() -> int:

@@ -132,7 +132,9 @@ def inner_size(inner_shape: tuple[int, ...]) -> int:
     return int(np.prod(inner_shape, dtype=np.int64))
 
 
-def state_bytes(op: Op, num_segments: int, inner_shape: tuple[int, ...], data_dtype: np.dtype[Any]) -> int:
+def state_bytes(
+    op: Op, num_segments: int, inner_shape: tuple[int, ...], data_dtype: np.dtype[Any]
+) -> int:
     """Memory for the state plus the finished result, for the "does it fit" check."""
     per_segment = 8 + op.out_dtype(data_dtype).itemsize * inner_size(inner_shape)
     acc_dtype = op.acc_dtype(data_dtype)
@@ -205,7 +207,9 @@ def finalize(state: State, fill: Any = None) -> np.ndarray:
             else:
                 result = acc.astype(out_dtype)
         result = result.reshape((state.num_segments, *state.inner_shape))
-    fill_value = op.empty_value(out_dtype) if fill is None else parse_fill(fill, op, state.data_dtype)
+    fill_value = (
+        op.empty_value(out_dtype) if fill is None else parse_fill(fill, op, state.data_dtype)
+    )
     if empty.any():
         result[empty] = fill_value
     return result
@@ -219,8 +223,9 @@ def check_dtype(op: Op, data_dtype: np.dtype[Any], label: str) -> None:
         accepted += ", complex64/128"
     if kind in "iuf" or (kind == "c" and op.accepts_complex):
         if kind == "f" and data_dtype.itemsize > 8:
-            raise InvalidInputError(f"{label}: {data_dtype} data is not supported by {op.name} "
-                                    f"(accepted: {accepted})")
+            raise InvalidInputError(
+                f"{label}: {data_dtype} data is not supported by {op.name} (accepted: {accepted})"
+            )
         return
     raise InvalidInputError(
         f"{label}: {data_dtype} data is not supported by {op.name} (accepted: {accepted})"

@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 import sys
 import time
-from io import BufferedReader
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from io import BufferedReader
 from typing import Any, BinaryIO, TextIO
 
 import numpy as np
@@ -261,8 +261,13 @@ def check(
     data, ids = _read(request, streams)
     op = ops.get_op(request.op)
     report = core.validate_inputs(
-        data.array, ids.array, request.num_segments, op, sorted_ids=request.sorted_ids,
-        data_label=data.label, ids_label=ids.label,
+        data.array,
+        ids.array,
+        request.num_segments,
+        op,
+        sorted_ids=request.sorted_ids,
+        data_label=data.label,
+        ids_label=ids.label,
     )
     counts = _segment_counts(ids.array, report)
     empty = int(np.count_nonzero(counts == 0))
@@ -297,8 +302,10 @@ def check(
         ("data", f"{data.label}  {data.array.shape} {data.array.dtype}"),
         ("ids", f"{ids.label}  {ids.array.shape} {ids.array.dtype}"),
         ("family", facts["family"]),
-        ("segments", f"{report.num_segments:,} "
-                     + ("(inferred from ids)" if report.inferred else "(given)")),
+        (
+            "segments",
+            f"{report.num_segments:,} " + ("(inferred from ids)" if report.inferred else "(given)"),
+        ),
         ("rows", f"{report.rows_used:,} used of {report.rows:,}"),
         ("empty segments", f"{empty:,}"),
         ("NaN values", f"{nan_rows:,}"),

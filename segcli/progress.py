@@ -71,8 +71,9 @@ class _RateBar:
 
     def update(self, task: Any, *, completed: int, total: int) -> None:
         elapsed = max(time.perf_counter() - self.started, 1e-9)
-        self.bar.update(task, completed=completed, total=total,
-                        rate=f"{completed / elapsed:,.0f} rows/s")
+        self.bar.update(
+            task, completed=completed, total=total, rate=f"{completed / elapsed:,.0f} rows/s"
+        )
 
     def stop(self) -> None:
         self.bar.stop()

@@ -58,8 +58,10 @@ def plan_blocks(
             data.dtype.itemsize * int(np.prod(data.shape[1:], dtype=np.int64))
             + ids.dtype.itemsize * int(np.prod(ids.shape[1:], dtype=np.int64)),
         )
-        budget = DEFAULT_BLOCK_BYTES if memory_limit is None else min(
-            DEFAULT_BLOCK_BYTES, max(memory_limit // 8, 1)
+        budget = (
+            DEFAULT_BLOCK_BYTES
+            if memory_limit is None
+            else min(DEFAULT_BLOCK_BYTES, max(memory_limit // 8, 1))
         )
         block_rows = max(1, budget // row_bytes)
     blocks = max(1, -(-rows // block_rows))
@@ -69,8 +71,9 @@ def plan_blocks(
 class _GrowingState:
     """A partial state whose segment count can grow when n is inferred."""
 
-    def __init__(self, engine: Engine, op: ops.Op, n: int, inner: tuple[int, ...],
-                 dtype: np.dtype[Any]) -> None:
+    def __init__(
+        self, engine: Engine, op: ops.Op, n: int, inner: tuple[int, ...], dtype: np.dtype[Any]
+    ) -> None:
         self.engine, self.op, self.inner, self.dtype = engine, op, inner, dtype
         self.state = engine.new_state(op, n, inner, dtype)
 
@@ -111,12 +114,13 @@ def reduce_stream(
     op_def = ops.get_op(op)
     ops.check_dtype(op_def, data.dtype, data.label)
     validate.check_ids_dtype(ids.dtype, ids.label)
-    validate.check_shapes(data.shape, ids.shape, sorted_ids=sorted_ids, data_label=data.label,
-                          ids_label=ids.label)
+    validate.check_shapes(
+        data.shape, ids.shape, sorted_ids=sorted_ids, data_label=data.label, ids_label=ids.label
+    )
     n = validate.check_num_segments(num_segments)
     if fill is not None:
         ops.parse_fill(fill, op_def, data.dtype)
-    inner = tuple(data.shape[len(ids.shape):])
+    inner = tuple(data.shape[len(ids.shape) :])
     width = ops.inner_size(inner)
     if n is not None:
         check_output_fits(op_def, n, inner, data.dtype)

@@ -176,22 +176,33 @@ def summary_rows(summary: Summary) -> list[tuple[str, str]]:
         ("data", f"{s.data.label}  {_shape(s.data.shape)} {s.data.dtype}"),
         ("ids", f"{s.ids.label}  {_shape(s.ids.shape)} {s.ids.dtype}"),
         ("op", f"{s.op} ({s.family})"),
-        ("segments", f"{s.num_segments:,} " + ("(inferred from ids)" if s.num_segments_inferred
-                                              else "(given)")),
+        (
+            "segments",
+            f"{s.num_segments:,} "
+            + ("(inferred from ids)" if s.num_segments_inferred else "(given)"),
+        ),
         ("engine", f"{s.engine} ({s.engine_reason})"),
         ("mode", ", ".join([s.mode, *(_fact(k, v) for k, v in s.extra.items())])),
-        ("rows", f"{s.rows_used:,} used of {s.rows_total:,}"
-         + (f"; dropped: {', '.join(dropped)}" if dropped else "")),
+        (
+            "rows",
+            f"{s.rows_used:,} used of {s.rows_total:,}"
+            + (f"; dropped: {', '.join(dropped)}" if dropped else ""),
+        ),
         ("empty segments", f"{s.empty_segments:,}"),
-        ("output", f"{s.output_path or 'stdout (text)'}  {_shape(s.output_shape)} "
-                   f"{s.output_dtype}"),
-        ("result", f"range [{_number(s.result_min)}, {_number(s.result_max)}], "
-                   f"{s.nan_count:,} NaN"),
+        (
+            "output",
+            f"{s.output_path or 'stdout (text)'}  {_shape(s.output_shape)} {s.output_dtype}",
+        ),
+        (
+            "result",
+            f"range [{_number(s.result_min)}, {_number(s.result_max)}], {s.nan_count:,} NaN",
+        ),
         ("time", f"{s.total_seconds * 1000:.1f} ms ({times})"),
     ]
     if rate is not None:
-        rows.append(("throughput", f"{rate:,.0f} rows/s, "
-                                   f"{human_bytes(s.data.bytes / s.work_seconds())}/s"))
+        rows.append(
+            ("throughput", f"{rate:,.0f} rows/s, {human_bytes(s.data.bytes / s.work_seconds())}/s")
+        )
     return rows
 
 

@@ -68,9 +68,7 @@ def check_shapes(
     """The ids' shape must be a prefix of the data's (1-D and full length when sorted)."""
     where = f"{ids_label}: " if ids_label else ""
     if sorted_ids and len(ids_shape) != 1:
-        raise InvalidInputError(
-            f"{where}--sorted needs 1-D segment_ids, got shape {ids_shape}"
-        )
+        raise InvalidInputError(f"{where}--sorted needs 1-D segment_ids, got shape {ids_shape}")
     if data_shape[: len(ids_shape)] != tuple(ids_shape):
         data_name = data_label or "data"
         if sorted_ids:

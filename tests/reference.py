@@ -25,8 +25,10 @@ def reference_reduce(
     data = np.asarray(data)
     ids = np.asarray(ids)
     inner = data.shape[ids.ndim :]
-    rows = data.reshape((ids.size, *inner)).reshape(ids.size, -1) if ids.size else np.zeros(
-        (0, int(np.prod(inner, dtype=int))), data.dtype
+    rows = (
+        data.reshape((ids.size, *inner)).reshape(ids.size, -1)
+        if ids.size
+        else np.zeros((0, int(np.prod(inner, dtype=int))), data.dtype)
     )
     width = rows.shape[1]
     flat_ids = [int(i) for i in ids.reshape(-1)]
@@ -38,8 +40,10 @@ def reference_reduce(
     if op == "count":
         return np.array([len(m) for m in members], dtype=np.int64)
     if op in ("mean", "sqrt_n"):
-        out_dtype = dtype if dtype.kind in "fc" else np.dtype(
-            np.float32 if dtype.itemsize <= 2 else np.float64
+        out_dtype = (
+            dtype
+            if dtype.kind in "fc"
+            else np.dtype(np.float32 if dtype.itemsize <= 2 else np.float64)
         )
     else:
         out_dtype = dtype
@@ -54,8 +58,13 @@ def reference_reduce(
 def _one(values: list[Any], op: str, dtype: np.dtype[Any], out_dtype: np.dtype[Any]) -> Any:
     integer = dtype.kind in "iu"
     if op == "sum":
-        return _wrap(sum(values), dtype) if integer else math.fsum(values) if dtype.kind == "f" \
+        return (
+            _wrap(sum(values), dtype)
+            if integer
+            else math.fsum(values)
+            if dtype.kind == "f"
             else sum(values)
+        )
     if op == "prod":
         product: Any = 1
         for value in values:
@@ -71,8 +80,8 @@ def _one(values: list[Any], op: str, dtype: np.dtype[Any], out_dtype: np.dtype[A
     if op in ("mean", "sqrt_n"):
         if not values:
             return 0
-        total = sum(values) if dtype.kind == "c" else (
-            sum(values) if integer else math.fsum(values)
+        total = (
+            sum(values) if dtype.kind == "c" else (sum(values) if integer else math.fsum(values))
         )
         divisor = len(values) if op == "mean" else math.sqrt(len(values))
         return total / divisor

@@ -204,16 +204,36 @@ def test_check_no_nan(tmp_path, pair):
 
 
 def test_table_input_two_columns_of_one_file(tmp_path):
-    result = run("mean", SAMPLES / "table.parquet", "--data-column", "value",
-                 "--ids-column", "segment", "-n", "4", "-q", "-o", tmp_path / "out.parquet")
+    result = run(
+        "mean",
+        SAMPLES / "table.parquet",
+        "--data-column",
+        "value",
+        "--ids-column",
+        "segment",
+        "-n",
+        "4",
+        "-q",
+        "-o",
+        tmp_path / "out.parquet",
+    )
     assert result.exit_code == 0, result.stderr
     from segcli.io import read_result_table
 
-    expected = run("mean", SAMPLES / "data.npy", SAMPLES / "ids.npy", "-n", "4", "-q",
-                   "-o", tmp_path / "same.npy")
+    expected = run(
+        "mean",
+        SAMPLES / "data.npy",
+        SAMPLES / "ids.npy",
+        "-n",
+        "4",
+        "-q",
+        "-o",
+        tmp_path / "same.npy",
+    )
     assert expected.exit_code == 0
-    np.testing.assert_array_equal(read_result_table(str(tmp_path / "out.parquet")),
-                                  np.load(tmp_path / "same.npy"))
+    np.testing.assert_array_equal(
+        read_result_table(str(tmp_path / "out.parquet")), np.load(tmp_path / "same.npy")
+    )
 
 
 def test_info(tmp_path):

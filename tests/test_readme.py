@@ -52,8 +52,14 @@ def test_readme_command(workdir: Path, command: str, shown: list[str]):
     expected_exit = int(re.search(r"exits (\d+)", comment)[1]) if "exits" in comment else 0
     argv = shlex.split(text)
     assert argv[0] == "segcli"
-    done = subprocess.run([sys.executable, "-m", "segcli", *argv[1:]], cwd=workdir,
-                          capture_output=True, text=True, check=False, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "segcli", *argv[1:]],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
     assert done.returncode == expected_exit, done.stderr
     data_lines = [line for line in shown if re.match(r"\d+\t", line)]
     assert done.stdout.splitlines() == data_lines

@@ -68,10 +68,19 @@ def test_integers_wrap(engine, dtype, values, op, expected):
 # --- output dtypes and fills --------------------------------------------------------------
 
 MEAN_DTYPES = [
-    (np.float16, np.float16), (np.float32, np.float32), (np.float64, np.float64),
-    (np.complex64, np.complex64), (np.complex128, np.complex128),
-    (np.int8, np.float32), (np.int16, np.float32), (np.uint8, np.float32), (np.uint16, np.float32),
-    (np.int32, np.float64), (np.int64, np.float64), (np.uint32, np.float64), (np.uint64, np.float64),
+    (np.float16, np.float16),
+    (np.float32, np.float32),
+    (np.float64, np.float64),
+    (np.complex64, np.complex64),
+    (np.complex128, np.complex128),
+    (np.int8, np.float32),
+    (np.int16, np.float32),
+    (np.uint8, np.float32),
+    (np.uint16, np.float32),
+    (np.int32, np.float64),
+    (np.int64, np.float64),
+    (np.uint32, np.float64),
+    (np.uint64, np.float64),
 ]
 
 
@@ -132,6 +141,7 @@ def test_fill_that_does_not_fit_the_dtype_is_an_error():
 
 # --- numerics --------------------------------------------------------------------------
 
+
 def test_nan_propagates_in_min_and_max_whatever_the_order(engine):
     for values in ([1, np.nan, 3], [1, 3, np.nan], [np.nan, 1, 3]):
         data = np.array(values, dtype=np.float32)
@@ -176,6 +186,7 @@ def test_complex_mean_and_sqrt_n(engine):
 
 # --- families ----------------------------------------------------------------------------
 
+
 def test_unsorted_negative_ids_are_dropped(engine):
     reduction = segcli.reduce_arrays([1.0, 2.0, 3.0], [-1, 0, -5], 1, "sum", engine=engine)
     assert reduction.result.tolist() == [2.0]
@@ -209,6 +220,7 @@ def test_output_shape_keeps_inner_dimensions(engine):
 
 # --- errors ------------------------------------------------------------------------------
 
+
 def error_of(*args, **kwargs) -> str:
     with pytest.raises(InvalidInputError) as caught:
         segcli.segment_reduce(*args, **kwargs)
@@ -228,8 +240,7 @@ def test_out_of_range_in_multidimensional_ids_gives_the_index():
 def test_sorted_decrease_is_an_error():
     message = error_of([1.0] * 5, [0, 1, 2, 1, 0], 4, "sum", sorted=True)
     assert message == (
-        "segment_ids[3] = 1 < segment_ids[2] = 2: --sorted ids must be non-decreasing "
-        "(2 decreases)"
+        "segment_ids[3] = 1 < segment_ids[2] = 2: --sorted ids must be non-decreasing (2 decreases)"
     )
 
 
@@ -239,15 +250,16 @@ def test_sorted_negative_id_is_an_error():
 
 
 def test_sorted_needs_one_dimensional_ids_of_full_length():
-    assert "--sorted needs 1-D segment_ids" in error_of(np.ones((2, 2)), [[0, 0], [1, 1]],
-                                                         sorted=True)
+    assert "--sorted needs 1-D segment_ids" in error_of(
+        np.ones((2, 2)), [[0, 0], [1, 1]], sorted=True
+    )
     assert "--sorted needs len(segment_ids) == data.shape[0]" in error_of(
         np.ones(3), [0, 0], sorted=True
     )
 
 
 def test_ids_shape_must_be_a_prefix_of_data_shape():
-    message = error_of(np.ones((3, 2)), [[0, 1], [0, 1], [0, 1]] + [[0, 1]])
+    message = error_of(np.ones((3, 2)), [[0, 1], [0, 1], [0, 1], [0, 1]])
     assert message == "segment_ids shape (4, 2) is not a prefix of data shape (3, 2)"
 
 
@@ -269,8 +281,9 @@ def test_float_and_bool_ids_are_errors(ids):
     assert "segment_ids must be integers" in error_of([1.0, 2.0], np.array(ids))
 
 
-@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16, np.uint32,
-                                   np.int64, np.uint64])
+@pytest.mark.parametrize(
+    "dtype", [np.int8, np.uint8, np.int16, np.uint16, np.uint32, np.int64, np.uint64]
+)
 def test_ids_of_any_integer_width(engine, dtype):
     result = reduce(np.array([1.0, 2.0, 4.0]), np.array([0, 2, 2], dtype=dtype), 3, "sum", engine)
     np.testing.assert_array_equal(result, [1, 0, 6])
@@ -278,9 +291,7 @@ def test_ids_of_any_integer_width(engine, dtype):
 
 def test_uint64_ids_compare_by_value_never_wrap():
     message = error_of([1.0], np.array([2**64 - 1], np.uint64), 4)
-    assert message == (
-        f"segment_ids[0] = {2**64 - 1} is out of range [0, 4) (1 id out of range)"
-    )
+    assert message == (f"segment_ids[0] = {2**64 - 1} is out of range [0, 4) (1 id out of range)")
 
 
 def test_negative_n_is_an_error():

@@ -30,8 +30,14 @@ def save_pair(tmp_path: Path, data: np.ndarray, ids: np.ndarray) -> tuple[str, s
 
 def stream(data_path, ids_path, n, op, *, rows, engine="numpy", sorted_ids=False, **kw):
     reduction, plan = reduce_stream(
-        io.open_chunked(data_path), io.open_chunked(ids_path, role="ids"), n, op,
-        sorted_ids=sorted_ids, engine=engine, block_rows=rows, **kw,
+        io.open_chunked(data_path),
+        io.open_chunked(ids_path, role="ids"),
+        n,
+        op,
+        sorted_ids=sorted_ids,
+        engine=engine,
+        block_rows=rows,
+        **kw,
     )
     return reduction, plan
 
@@ -47,8 +53,9 @@ def sample(dtype, rows, inner=(), seed=0):
 
 
 # min and max refuse complex data (test_spec covers the error).
-OP_DTYPES = [(op, d) for op in OPS for d in DTYPES
-             if not (op in ("min", "max") and np.dtype(d).kind == "c")]
+OP_DTYPES = [
+    (op, d) for op in OPS for d in DTYPES if not (op in ("min", "max") and np.dtype(d).kind == "c")
+]
 
 
 @pytest.mark.parametrize(("op", "dtype"), OP_DTYPES)
@@ -153,8 +160,11 @@ def test_parquet_row_groups_stream_like_in_memory(tmp_path):
     path = tmp_path / "t.parquet"
     write_parquet(path, data, ids, row_group=130)
     reduction, plan = reduce_stream(
-        io.open_chunked(str(path), column="x"), io.open_chunked(str(path), column="seg"),
-        None, "mean", block_rows=97,
+        io.open_chunked(str(path), column="x"),
+        io.open_chunked(str(path), column="seg"),
+        None,
+        "mean",
+        block_rows=97,
     )
     assert reduction.result.tobytes() == segcli.segment_reduce(data, ids, None, "mean").tobytes()
     assert plan.blocks == 11
@@ -169,8 +179,17 @@ def test_memory_limit_switches_to_streaming(tmp_path):
     ids = np.random.default_rng(1).integers(0, 40, 5000)
     paths = save_pair(tmp_path, data, ids)
     summary = tmp_path / "s.json"
-    small = run_cli("sum", *paths, "-q", "--memory-limit", "10KB", "-o", tmp_path / "a.npy",
-                    "--summary-json", summary)
+    small = run_cli(
+        "sum",
+        *paths,
+        "-q",
+        "--memory-limit",
+        "10KB",
+        "-o",
+        tmp_path / "a.npy",
+        "--summary-json",
+        summary,
+    )
     assert small.exit_code == 0, small.stderr
     facts = json.loads(summary.read_text())
     assert facts["mode"] == "streaming" and facts["extra"]["chunks"] > 1
@@ -206,8 +225,10 @@ def test_npy_on_stdin_streams_in_one_pass(tmp_path):
     np.save(ids, np.arange(10) % 3)
     summary = tmp_path / "s.json"
     result = CliRunner().invoke(
-        cli, ["sum", "-", str(ids), "--chunk-rows", "4", "-q", "--summary-json", str(summary)],
-        input=buffer.getvalue(), catch_exceptions=False,
+        cli,
+        ["sum", "-", str(ids), "--chunk-rows", "4", "-q", "--summary-json", str(summary)],
+        input=buffer.getvalue(),
+        catch_exceptions=False,
     )
     assert result.exit_code == 0, result.stderr
     assert result.stdout == "0\t18.0\n1\t12.0\n2\t15.0\n"

@@ -44,9 +44,7 @@ def get_engine(name: str) -> Engine:
     try:
         entry = _REGISTRY[name]
     except KeyError:
-        raise UsageError(
-            f"unknown engine {name!r} (engines: {', '.join(ENGINE_NAMES)})"
-        ) from None
+        raise UsageError(f"unknown engine {name!r} (engines: {', '.join(ENGINE_NAMES)})") from None
     try:
         module = importlib.import_module(entry.module)
     except ImportError as exc:
@@ -73,9 +71,7 @@ def choose_engine(name: str, *, elements: int) -> EngineChoice:
             continue
         if candidate == "numpy":
             return EngineChoice(engine, "auto: the reference engine, for small inputs")
-        return EngineChoice(
-            engine, f"auto: {elements:,} elements >= {entry.auto_min_elements:,}"
-        )
+        return EngineChoice(engine, f"auto: {elements:,} elements >= {entry.auto_min_elements:,}")
     raise EngineUnavailableError("no engine can run here")  # numpy always can
 
 

@@ -30,7 +30,9 @@ class Engine:
     ) -> ops.State:
         return ops.new_state(op, num_segments, inner_shape, data_dtype)
 
-    def fold(self, state: ops.State, data: np.ndarray, ids: np.ndarray, *, sorted_ids: bool) -> None:
+    def fold(
+        self, state: ops.State, data: np.ndarray, ids: np.ndarray, *, sorted_ids: bool
+    ) -> None:
         raise NotImplementedError
 
     def unavailable_reason(self) -> str | None:
