@@ -167,7 +167,9 @@ def parse_fill(fill: Any, op: Op, data_dtype: np.dtype[Any]) -> Any:
     """Check that ``--fill`` can be stored in the result dtype; return it as that dtype."""
     out_dtype = op.out_dtype(data_dtype)
     try:
-        value = complex(fill) if out_dtype.kind == "c" else float(fill)
+        if out_dtype.kind == "c":
+            return out_dtype.type(complex(fill))
+        value = float(fill)
     except (TypeError, ValueError):
         raise UsageError(f"--fill {fill!r} is not a number") from None
     if out_dtype.kind in "iu":

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from io import BufferedReader
-from typing import Any, BinaryIO, TextIO
+from typing import Any, BinaryIO, TextIO, cast
 
 import numpy as np
 
@@ -79,7 +79,7 @@ def _peekable_stdin(streams: Streams) -> BinaryIO:
     """Stdin that can show its first bytes without consuming them."""
     stdin = streams.stdin or sys.stdin.buffer
     if not hasattr(stdin, "peek"):
-        stdin = BufferedReader(stdin)  # type: ignore[arg-type]
+        stdin = BufferedReader(stdin)
     return stdin
 
 
@@ -188,16 +188,18 @@ def run(
 def _reduce_streaming(
     request: RunRequest, streams: Streams, progress: Progress | None
 ) -> tuple[core.Reduction, InputFacts, InputFacts, int]:
+    from segcli.io.npy import Readable
     from segcli.stream import reduce_stream
 
+    stdin = cast(Readable | None, streams.stdin)
     data_path, ids_path = request.data, request.ids
     if ids_path is None:
         ids_path = data_path  # two columns (or keys) of one file
     data = io.open_chunked(
-        data_path, column=request.data_column, key=request.data_key, stdin=streams.stdin
+        data_path, column=request.data_column, key=request.data_key, stdin=stdin
     )
     ids = io.open_chunked(
-        ids_path, column=request.ids_column, key=request.ids_key, role="ids", stdin=streams.stdin
+        ids_path, column=request.ids_column, key=request.ids_key, role="ids", stdin=stdin
     )
     reduction, plan = reduce_stream(
         data,
