@@ -1,0 +1,75 @@
+"""The summary: one set of facts, drawn as a rich table, plain text or JSON."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import numpy as np
+from rich.console import Console
+
+import segcli
+from segcli.summary import (
+    build_summary,
+    dumps,
+    input_facts,
+    render_plain,
+    render_table,
+    summary_rows,
+)
+
+
+def make_summary():
+    data = np.array([1.0, np.nan, 3.0, np.inf], np.float32)
+    ids = np.array([0, 0, 2, -1])
+    reduction = segcli.reduce_arrays(data, ids, 4, "max", engine="numpy")
+    return build_summary(
+        reduction,
+        input_facts("d.npy", "d.npy", "npy", data),
+        input_facts("i.npy", "i.npy", "npy", ids),
+        output_path=None,
+        output_format=None,
+        timings_s={"read": 0.001, "validate": 0.001, "compute": 0.002, "write": 0.001},
+    )
+
+
+def test_rows_report_drops_empties_and_nan():
+    rows = dict(summary_rows(make_summary()))
+    assert rows["rows"] == "3 used of 4; dropped: 1 negative id"
+    assert rows["empty segments"] == "2"
+    assert rows["segments"] == "4 (given)"
+    assert rows["result"].endswith("1 NaN")
+
+
+def test_json_is_valid_and_has_no_bare_nan_or_inf():
+    summary = make_summary()
+    summary.result_max = float("inf")
+    facts = json.loads(dumps(summary.to_json()))
+    assert facts["schema_version"] == 1
+    assert facts["result_max"] == "inf"
+    assert facts["nan_count"] == 1
+    assert facts["timings_s"]["total"] == 0.005
+
+
+def render(table, **console_options) -> str:
+    buffer = io.StringIO()
+    Console(file=buffer, width=120, **console_options).print(table)
+    return buffer.getvalue()
+
+
+def test_table_on_a_terminal_is_coloured_unless_no_color(monkeypatch):
+    summary = make_summary()
+    table = render_table("segcli max", summary_rows(summary), alert=frozenset({"result"}))
+    coloured = render(table, force_terminal=True, color_system="truecolor")
+    cyan, red = "36m", "31m"  # the label column and the alert row
+    assert cyan in coloured and red in coloured and "empty segments" in coloured
+    monkeypatch.setenv("NO_COLOR", "1")
+    plain = render(table, force_terminal=True, color_system="truecolor")
+    assert cyan not in plain and red not in plain
+    assert "empty segments" in plain
+
+
+def test_plain_rendering_has_no_escape_codes():
+    text = render_plain("segcli max", summary_rows(make_summary()))
+    assert "\x1b" not in text
+    assert text.splitlines()[0] == "segcli max"
