@@ -337,8 +337,29 @@ def info(path: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(facts, indent=2, default=str))
         return
+    for line in _describe_lines(facts):
+        click.echo(line)
+
+
+def _describe_lines(facts: dict[str, Any], indent: str = "") -> list[str]:
+    """``key: value`` lines; nested facts (npz arrays, table columns) indented below their key."""
+    lines = []
     for key, value in facts.items():
-        click.echo(f"{key}: {value}")
+        if isinstance(value, dict):
+            lines.append(f"{indent}{key}:")
+            lines.extend(_describe_lines(value, indent + "  "))
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            lines.append(f"{indent}{key}:")
+            for item in value:
+                named = dict(item)
+                name = named.pop("name", "")
+                details = ", ".join(f"{v}" if k == "type" else f"{k} {v}" for k, v in named.items())
+                lines.append(f"{indent}  {name}: {details}")
+        elif key == "size" and isinstance(value, int):
+            lines.append(f"{indent}{key}: {value:,} bytes")
+        else:
+            lines.append(f"{indent}{key}: {value}")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
