@@ -257,7 +257,7 @@ def _make_op_command(op: str) -> click.Command:
       segcli {op} data.npy ids.npy -n 4
       segcli {op} data.npy ids.npy --sorted -o result.npy
       segcli {op} table.parquet --data-column value --ids-column segment -o out.parquet
-      segcli {op} data.npy ids.npy -o - | python -c 'import numpy, sys; ...'
+      segcli {op} data.npy ids.npy -q | sort -k2 -g | tail -3     # the 3 largest
     """
     return click.command(name=op, epilog=EXIT_CODES_HELP)(command)
 

@@ -21,8 +21,10 @@ from segcli.engines.base import Engine
 _BLOCK_ELEMENTS = 1 << 20
 
 
-def _keep_valid(data: np.ndarray, ids: np.ndarray, num_segments: int) -> tuple[np.ndarray, np.ndarray]:
-    """Drop rows whose id validation allowed to drop; ids come back as intp."""
+def _keep_valid(
+    data: np.ndarray, ids: np.ndarray, num_segments: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Drop rows whose id validation allowed to drop (no copy when none is dropped)."""
     if ids.size and (
         (ids.dtype.kind == "i" and int(ids.min()) < 0) or int(ids.max()) >= num_segments
     ):
@@ -30,42 +32,85 @@ def _keep_valid(data: np.ndarray, ids: np.ndarray, num_segments: int) -> tuple[n
         if ids.dtype.kind == "i":
             keep &= ids >= 0
         data, ids = data[keep], ids[keep]
-    return data, ids.astype(np.intp, copy=False)
+    return data, ids
+
+
+def _keep_valid_sorted(
+    data: np.ndarray, ids: np.ndarray, num_segments: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted ids keep one contiguous range of rows: two binary searches and views, no copy."""
+    if ids.size == 0:
+        return data, ids
+    lo = int(np.searchsorted(ids, 0)) if ids.dtype.kind == "i" and ids[0] < 0 else 0
+    if int(ids[-1]) < num_segments:
+        hi = ids.size
+    else:  # n fits the ids' dtype here, since some id is >= n
+        hi = int(np.searchsorted(ids, ids.dtype.type(num_segments)))
+    return data[lo:hi], ids[lo:hi]
 
 
 def _exact_under_reordering(state: ops.State) -> bool:
     acc = state.acc
-    return acc is not None and (acc.dtype.kind in "iu" or state.op.ufunc in (np.minimum, np.maximum))
+    return acc is not None and (
+        acc.dtype.kind in "iu" or state.op.ufunc in (np.minimum, np.maximum)
+    )
+
+
+def _run_starts(ids: np.ndarray) -> np.ndarray:
+    """Where each run of equal (sorted) ids starts."""
+    return np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
 
 
 class NumpyEngine(Engine):
     name: ClassVar[str] = "numpy"
 
-    def fold(self, state: ops.State, data: np.ndarray, ids: np.ndarray, *, sorted_ids: bool) -> None:
-        data, ids = _keep_valid(data, ids, state.num_segments)
+    def fold(
+        self, state: ops.State, data: np.ndarray, ids: np.ndarray, *, sorted_ids: bool
+    ) -> None:
+        if sorted_ids:
+            self._fold_sorted(state, *_keep_valid_sorted(data, ids, state.num_segments))
+        else:
+            self._fold_unsorted(state, *_keep_valid(data, ids, state.num_segments))
+
+    def _fold_unsorted(self, state: ops.State, data: np.ndarray, ids: np.ndarray) -> None:
         if ids.size == 0:
             return
+        # One intp copy serves both: bincount and ufunc.at convert other dtypes on every call,
+        # and ufunc.at with int32 indices measured 2.5x slower than with intp.
+        ids = ids.astype(np.intp, copy=False)
         state.count += np.bincount(ids, minlength=state.num_segments)
         ufunc = state.op.ufunc
         if ufunc is None or data.shape[1] == 0:
             return
+        _fold_in_order(ufunc, state.acc, data.astype(state.acc.dtype, copy=False), ids)
+
+    def _fold_sorted(self, state: ops.State, data: np.ndarray, ids: np.ndarray) -> None:
+        if ids.size == 0:
+            return
+        starts = _run_starts(ids)
+        segments = ids[starts].astype(np.intp)  # unique: each fancy-index update hits once
+        state.count[segments] += np.diff(starts, append=ids.size)
+        ufunc = state.op.ufunc
+        if ufunc is None or data.shape[1] == 0:
+            return
         values = data.astype(state.acc.dtype, copy=False)
-        # NaN compares and integer products wrap by design; neither deserves a warning.
-        with np.errstate(invalid="ignore", over="ignore"):
-            if sorted_ids and _exact_under_reordering(state):
-                _fold_runs(ufunc, state.acc, values, ids)
-            elif values.shape[1] == 1:
-                ufunc.at(state.acc[:, 0], ids, values[:, 0])
-            else:
-                _fold_rows(ufunc, state.acc, values, ids)
+        if _exact_under_reordering(state):
+            with np.errstate(invalid="ignore", over="ignore"):
+                partial = ufunc.reduceat(values, starts, axis=0)
+                state.acc[segments] = ufunc(state.acc[segments], partial)
+        else:
+            # reduceat sums pairwise; float sums keep ufunc.at's row order (see module doc).
+            _fold_in_order(ufunc, state.acc, values, ids.astype(np.intp))
 
 
-def _fold_runs(ufunc: np.ufunc, acc: np.ndarray, values: np.ndarray, ids: np.ndarray) -> None:
-    """Sorted ids: reduce each run of equal ids with ``reduceat``, then merge runs into ``acc``."""
-    starts = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
-    partial = ufunc.reduceat(values, starts, axis=0)
-    segments = ids[starts]  # unique, so a fancy-index update touches each segment once
-    acc[segments] = ufunc(acc[segments], partial)
+def _fold_in_order(ufunc: np.ufunc, acc: np.ndarray, values: np.ndarray, ids: np.ndarray) -> None:
+    """``ufunc.at`` in row order; ``values`` already have the accumulator's dtype."""
+    # NaN compares and integer products wrap by design; neither deserves a warning.
+    with np.errstate(invalid="ignore", over="ignore"):
+        if values.shape[1] == 1:
+            ufunc.at(acc[:, 0], ids, values[:, 0])
+        else:
+            _fold_rows(ufunc, acc, values, ids)
 
 
 def _fold_rows(ufunc: np.ufunc, acc: np.ndarray, values: np.ndarray, ids: np.ndarray) -> None:
