@@ -1,0 +1,434 @@
+"""The CuPy engine's algorithms, written against an array namespace ``xp`` and a kernel table.
+
+Nothing here imports CuPy: the engine passes ``xp=cupy`` and the CUDA kernels of
+:mod:`segcli.engines.cupy_kernels`; the CPU tests pass ``xp=numpy`` and NumPy stand-ins for
+the kernels, so every step of the orchestration (block plan, which path an op takes, the sort,
+the piece levels, the min/max order-keys, the validation statistics) runs and is checked on a
+machine without a GPU.
+
+How one block of rows folds into the state (:func:`fold_block`):
+
+- ``count``, integer sums, min and max are order-independent, so they fold with integer
+  atomics in one pass (``seg_scatter``): the bytes are the same whatever the order of the
+  atomics. Floats for min/max go through order-keys (:func:`key_encode`), so NaN propagates
+  and the result is exact.
+- Float sums and products, every product, and float64-accumulated means of 64-bit integers
+  depend on the order of the fold. By default each segment folds strictly in row order,
+  starting from the state's value: a stable sort groups the block's rows by segment (none is
+  needed for ``--sorted`` ids) and one thread per (segment, column) folds them
+  (:func:`fold_ordered` with ``piece_rows = 0``). That is the NumPy engine's sequence of
+  float64 operations, so the bytes equal the NumPy engine's (NaN payloads aside) and do not
+  depend on how the rows were split into blocks (``engines/base.py``'s contract; streaming
+  relies on it). It is parallel only across segments and columns.
+- ``tree_reduce`` folds fixed pieces of at most ``piece_rows`` positions in row order, level
+  after level, then each segment's partial into the state: parallel within a segment too, and
+  deterministic (the tree's shape depends only on the block's ids), but the rounding depends
+  on the block plan, so the result can differ from the NumPy engine and from a differently
+  blocked run by float rounding.
+- ``fast_atomics`` folds float sums with float64 atomics instead: fastest, not deterministic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from segcli import ops
+from segcli.validate import IdScanner, _where
+
+#: The fold plan's block: rows of data + ids per block. The plan depends only on the input's
+#: shape and dtypes (never on free memory or timing), so a float sum's rounding is the same on
+#: every run, for host and device inputs alike.
+BLOCK_BYTES = 1 << 30
+
+#: Positions per piece of the deterministic fold's first level (and of every later level).
+PIECE_ROWS = 64
+
+#: Rows narrower than this are gathered into segment order before the ordered fold.
+_GATHER_ROW_BYTES = 128
+
+_SIGN = np.uint64(1 << 63)
+_ALL_ONES = np.uint64((1 << 64) - 1)
+
+
+@dataclass(frozen=True)
+class FoldOptions:
+    """How the engine folds order-dependent reductions; see the module docstring."""
+
+    fast_atomics: bool = False
+    tree_reduce: bool = False
+    piece_rows: int = PIECE_ROWS
+
+    def __post_init__(self) -> None:
+        if self.fast_atomics and self.tree_reduce:
+            raise ValueError("fast_atomics and tree_reduce exclude each other")
+        if self.piece_rows < 2:
+            raise ValueError("piece_rows must be at least 2")
+
+
+class Kernels(Protocol):
+    """The three device kernels (see :mod:`segcli.engines.cupy_kernels` for their contracts)."""
+
+    def scatter(
+        self, mode: str, ids: Any, vals: Any, slots: Any, count: Any, n: int, width: int
+    ) -> None: ...
+
+    def fold_pieces(
+        self,
+        combine: str,
+        acc_kind: str,
+        src: Any,
+        order: Any,
+        starts: Any,
+        segs: Any,
+        dst: Any,
+        width: int,
+        from_acc: bool,
+    ) -> None: ...
+
+    def id_stats(self, ids: Any, n: int | None, check_order: bool) -> list[int]: ...
+
+
+# --- the block plan --------------------------------------------------------------------------
+
+
+def plan_blocks(rows: int, row_bytes: int, block_bytes: int = BLOCK_BYTES) -> list[tuple[int, int]]:
+    """``(start, stop)`` row ranges of at most ``block_bytes`` each (at least one row)."""
+    if rows < 0 or block_bytes < 1:
+        raise ValueError("rows must be >= 0 and block_bytes >= 1")
+    step = max(1, block_bytes // max(1, row_bytes))
+    return [(start, min(rows, start + step)) for start in range(0, rows, step)]
+
+
+# --- which path an op takes ------------------------------------------------------------------
+
+
+def scatter_mode(op: ops.Op, acc_dtype: np.dtype[Any] | None, fast_atomics: bool) -> str | None:
+    """The ``seg_scatter`` mode that folds ``op`` in one atomic pass, or None (ordered path)."""
+    if op.ufunc is None:
+        return "count"
+    if op.ufunc is np.minimum:
+        return "min"
+    if op.ufunc is np.maximum:
+        return "max"
+    if op.ufunc is np.add and acc_dtype is not None:
+        if acc_dtype.kind in "iu":
+            return "add_int"  # wraps modulo 2**64: exact in any order
+        if fast_atomics:
+            return "add_float"
+    return None
+
+
+def kernel_values(data: Any, xp: Any) -> Any:
+    """The block's values as the kernels read them: float16 widened to float32 (exact), complex
+    as interleaved (real, imag) pairs of its real type, always C-contiguous."""
+    data = xp.ascontiguousarray(data)
+    if data.dtype == np.float16:
+        return data.astype(np.float32)
+    if data.dtype.kind == "c":
+        return data.view(np.float32 if data.dtype == np.complex64 else np.float64)
+    return data
+
+
+def _as_pairs(acc: Any) -> Any:
+    """A complex128 accumulator seen as float64 pairs (a view: writes land in ``acc``)."""
+    return acc.view(np.float64) if acc.dtype.kind == "c" else acc
+
+
+# --- order-keys for min and max --------------------------------------------------------------
+
+
+def key_encode(values: Any, for_min: bool, xp: Any) -> Any:
+    """uint64 keys whose unsigned order is the values' order (the kernels' ``key_of``).
+
+    Floats: IEEE bits with the sign bit flipped for positives and every bit flipped for
+    negatives (so -0.0 sorts just below +0.0). NaN becomes 0 for min and 2**64 - 1 for max, so
+    it wins either fold. Signed integers: the sign bit flipped. Unsigned: themselves.
+    """
+    kind = values.dtype.kind
+    if kind == "f":
+        wide = values.astype(np.float64)
+        bits = wide.view(np.uint64)
+        negative = (bits & _SIGN) != 0
+        keys = xp.where(negative, ~bits, bits | _SIGN)
+        nan_key = np.uint64(0) if for_min else _ALL_ONES
+        return xp.ascontiguousarray(xp.where(xp.isnan(wide), nan_key, keys))
+    if kind == "i":
+        return xp.ascontiguousarray(values.astype(np.int64).view(np.uint64) ^ _SIGN)
+    if kind == "u":
+        return xp.ascontiguousarray(values.astype(np.uint64))
+    raise ValueError(f"no order-keys for {values.dtype}")
+
+
+def key_decode(keys: Any, dtype: np.dtype[Any], xp: Any) -> Any:
+    """The values of ``key_encode``'s keys, as ``dtype``; every NaN comes back as the canonical
+    quiet NaN (NumPy's ``np.nan``)."""
+    kind = np.dtype(dtype).kind
+    if kind == "f":
+        bits = xp.where((keys & _SIGN) != 0, keys & ~_SIGN, ~keys)
+        wide = xp.ascontiguousarray(bits).view(np.float64)
+        wide = xp.where(xp.isnan(wide), np.float64(np.nan), wide)
+        return wide.astype(dtype)
+    if kind == "i":
+        return (keys ^ _SIGN).view(np.int64).astype(dtype)
+    return keys.astype(dtype)
+
+
+# --- the ordered (deterministic) path --------------------------------------------------------
+
+
+def valid_rows(ids: Any, num_segments: int, xp: Any) -> Any:
+    """Which rows fold: ``0 <= id < n``, compared by value for every integer dtype."""
+    if ids.dtype == np.uint64:
+        return ids < np.uint64(num_segments)
+    wide = ids.astype(np.int64)
+    return (wide >= 0) & (wide < np.int64(num_segments))
+
+
+def stable_argsort(keys: Any, xp: Any) -> Any:
+    # CuPy's argsort is always stable and takes no other kind; NumPy's must be asked.
+    if xp is np:
+        return np.argsort(keys, kind="stable")
+    return xp.argsort(keys)
+
+
+def sort_rows(ids: Any, num_segments: int, sorted_ids: bool, xp: Any) -> tuple[Any, Any]:
+    """``(order, segs)``: position k of the segment-grouped block is row ``order[k]`` (None:
+    row k) and belongs to segment ``segs[k]`` (int64, non-decreasing). Dropped rows are gone.
+
+    Sorted ids are validated non-negative and non-decreasing, so the rows to drop (id >= n)
+    are a suffix and the rows are already grouped. Unsorted ids are grouped by a stable sort,
+    which keeps each segment's rows in row order.
+    """
+    valid = valid_rows(ids, num_segments, xp)
+    if sorted_ids:
+        stop = int(xp.count_nonzero(valid))
+        return None, ids[:stop].astype(np.int64)
+    key_dtype = np.int32 if num_segments < 2**31 - 1 else np.int64
+    keys = xp.where(valid, ids.astype(key_dtype), key_dtype(num_segments))
+    order = stable_argsort(keys, xp)
+    kept = int(xp.count_nonzero(valid))
+    order = order[:kept].astype(np.int64)
+    return order, keys[order].astype(np.int64)
+
+
+def piece_starts(segs: Any, piece_rows: int, xp: Any) -> tuple[Any, int]:
+    """Start positions of the pieces, and the number of runs (segments present).
+
+    A piece starts where the segment changes and, when ``piece_rows`` is not 0, at every
+    multiple of ``piece_rows``: a fixed cut that depends only on the positions.
+    """
+    heads = xp.ones(segs.shape[0], dtype=bool)
+    heads[1:] = segs[1:] != segs[:-1]
+    runs = int(xp.count_nonzero(heads))
+    if piece_rows:
+        heads[::piece_rows] = True
+    return xp.flatnonzero(heads).astype(np.int64), runs
+
+
+def fold_ordered(
+    kernels: Kernels,
+    xp: Any,
+    combine: str,
+    acc_kind: str,
+    src: Any,
+    order: Any,
+    segs: Any,
+    dst: Any,
+    width: int,
+    piece_rows: int,
+) -> int:
+    """Fold grouped positions into ``dst`` (the accumulator) in levels; returns the level count.
+
+    Each level folds pieces of at most ``piece_rows`` positions into partials, in position
+    order; the partials of one segment are consecutive again, so the next level is the same
+    problem, ``piece_rows`` times shorter. When every piece is a whole segment the level folds
+    into ``dst`` from its current value. ``piece_rows = 0``: one level, strict row order.
+    The loop ends: a level that does not finish has fewer pieces than positions.
+    """
+    levels = 0
+    while True:
+        levels += 1
+        starts, runs = piece_starts(segs, piece_rows, xp)
+        bounds = xp.concatenate((starts, xp.asarray([segs.shape[0]], dtype=np.int64)))
+        if starts.shape[0] == runs:
+            kernels.fold_pieces(
+                combine, acc_kind, src, order, bounds, segs[starts], dst, width, True
+            )
+            return levels
+        out = xp.empty((starts.shape[0], dst.shape[1]), dtype=dst.dtype)
+        kernels.fold_pieces(combine, acc_kind, src, order, bounds, None, out, width, False)
+        src, order, segs = out, None, segs[starts]
+
+
+def fold_block(
+    state: ops.State,
+    data: Any,
+    ids: Any,
+    *,
+    sorted_ids: bool,
+    kernels: Kernels,
+    xp: Any,
+    options: FoldOptions,
+) -> None:
+    """Fold one block (``data`` 2-D rows x width, ``ids`` 1-D, both resident in ``xp``)."""
+    n = state.num_segments
+    rows = int(ids.shape[0])
+    if rows == 0 or n == 0:
+        return
+    width = int(data.shape[1])
+    acc = state.acc
+    mode = scatter_mode(state.op, None if acc is None else acc.dtype, options.fast_atomics)
+    if mode == "count" or width == 0:
+        kernels.scatter("count", ids, None, None, state.count, n, width)
+        return
+    vals = kernel_values(data, xp)
+    if mode in ("min", "max"):
+        keys = key_encode(acc, mode == "min", xp)
+        kernels.scatter(mode, ids, vals, keys, state.count, n, width)
+        acc[...] = key_decode(keys, acc.dtype, xp)
+        return
+    if mode == "add_int":
+        kernels.scatter(mode, ids, vals, acc.view(np.uint64), state.count, n, width)
+        return
+    if mode == "add_float":
+        pairs = _as_pairs(acc)
+        kernels.scatter(mode, ids, vals, pairs, state.count, n, pairs.shape[1])
+        return
+    # Order-dependent: count with an atomic pass, fold values in row order.
+    kernels.scatter("count", ids, None, None, state.count, n, width)
+    order, segs = sort_rows(ids, n, sorted_ids, xp)
+    if segs.shape[0] == 0:
+        return
+    if order is not None and vals.shape[1] * vals.dtype.itemsize < _GATHER_ROW_BYTES:
+        # Narrow rows: gather them into segment order once (a fully parallel pass), so each
+        # thread of the fold then reads a contiguous run instead of one scattered row per step.
+        # The values and their order are unchanged, and so is every result bit.
+        vals, order = vals[order], None
+    combine = "mul" if state.op.ufunc is np.multiply else "add"
+    if acc.dtype.kind in "iu":
+        acc_kind, dst, kernel_width = "u64", acc.view(np.uint64), width
+    elif acc.dtype.kind == "c" and combine == "mul":
+        acc_kind, dst, kernel_width = "c128", _as_pairs(acc), width  # width in complex values
+    else:  # float64, or complex sums as independent real and imaginary columns
+        acc_kind, dst = "f64", _as_pairs(acc)
+        kernel_width = dst.shape[1]
+    piece_rows = options.piece_rows if options.tree_reduce else 0
+    fold_ordered(kernels, xp, combine, acc_kind, vals, order, segs, dst, kernel_width, piece_rows)
+
+
+# --- validation on the device ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IdBlockStats:
+    """What ``IdScanner.feed`` learns from one block, with the values it quotes in messages."""
+
+    size: int
+    max: int
+    first: int
+    last: int
+    negative: int = 0
+    negative_at: int = -1
+    negative_value: int = 0
+    too_big: int = 0
+    too_big_at: int = -1
+    too_big_value: int = 0
+    decrease: int = 0
+    decrease_at: int = -1
+    decrease_value: int = 0
+    decrease_previous: int = 0
+
+
+def id_stats_slots_numpy(ids: np.ndarray, n: int | None, check_order: bool) -> list[int]:
+    """The ``id_stats`` kernel's output slots, computed with NumPy (its CPU mirror)."""
+    none = 2**64 - 1
+    ids = ids.reshape(-1)
+    if ids.size == 0:
+        return [0, 0, none, 0, none, 0, none]
+    keys = key_encode(ids, False, np)
+    slots = [int(keys.max())]
+    negative = ids < 0 if ids.dtype.kind == "i" else np.zeros(ids.shape, bool)
+    # id >= n, compared by value (never wrapped)
+    too_big = np.zeros(ids.shape, bool) if n is None else ~valid_rows(ids, n, np) & ~negative
+    falls = np.zeros(ids.shape, bool)
+    if check_order:
+        falls[1:] = ids[1:] < ids[:-1]
+    for mask in (negative, too_big, falls):
+        count = int(np.count_nonzero(mask))
+        slots += [count, int(np.argmax(mask)) if count else none]
+    return slots
+
+
+def stats_from_slots(slots: list[int], ids: Any, xp: Any) -> IdBlockStats:
+    """Turn the kernel's slots into :class:`IdBlockStats`, reading the quoted values of the
+    block (one small gather)."""
+    ids = ids.reshape(-1)
+    size = int(ids.shape[0])
+    if size == 0:
+        return IdBlockStats(0, -1, 0, 0)
+    max_key, negative, negative_at, too_big, too_big_at, decrease, decrease_at = slots
+    signed = ids.dtype.kind == "i"
+    largest = max_key - 2**63 if signed else max_key
+    # Where each quoted value sits; 0 stands in for an offender that does not exist.
+    positions = [
+        0,
+        size - 1,
+        negative_at if negative else 0,
+        too_big_at if too_big else 0,
+        decrease_at if decrease else 0,
+        decrease_at - 1 if decrease else 0,
+    ]
+    picked = ids[xp.asarray(positions, dtype=np.int64)]
+    values = [int(v) for v in (picked.get() if hasattr(picked, "get") else picked)]
+    return IdBlockStats(
+        size=size,
+        max=largest,
+        first=values[0],
+        last=values[1],
+        negative=negative,
+        negative_at=negative_at if negative else -1,
+        negative_value=values[2],
+        too_big=too_big,
+        too_big_at=too_big_at if too_big else -1,
+        too_big_value=values[3],
+        decrease=decrease,
+        decrease_at=decrease_at if decrease else -1,
+        decrease_value=values[4],
+        decrease_previous=values[5],
+    )
+
+
+def feed_stats(scanner: IdScanner, stats: IdBlockStats) -> None:
+    """Advance ``scanner`` exactly as ``scanner.feed(block)`` would, from the block's stats.
+
+    This mirrors ``IdScanner.feed`` line for line and so reaches into its fields; a test checks
+    that the two agree on random blocks. (A public ``IdScanner.feed_stats`` would remove that.)
+    """
+    offset = scanner._seen
+    scanner._seen += stats.size
+    if stats.size == 0:
+        return
+    if stats.negative:
+        scanner._negative.note(
+            stats.negative, offset + stats.negative_at, f"{stats.negative_value}"
+        )
+    if scanner.num_segments is not None and stats.too_big:
+        scanner._too_big.note(stats.too_big, offset + stats.too_big_at, f"{stats.too_big_value}")
+    scanner._max = max(scanner._max, stats.max)
+    if scanner.sorted_ids:
+        shape = scanner.ids_shape
+        if scanner._last is not None and stats.first < scanner._last:
+            scanner._decrease.note(
+                1, offset, f"{stats.first} < {_where(shape, offset - 1)} = {scanner._last}"
+            )
+        if stats.decrease:
+            at = offset + stats.decrease_at
+            scanner._decrease.note(
+                stats.decrease,
+                at,
+                f"{stats.decrease_value} < {_where(shape, at - 1)} = {stats.decrease_previous}",
+            )
+    scanner._last = stats.last

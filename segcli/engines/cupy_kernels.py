@@ -1,0 +1,427 @@
+"""CUDA C sources of the CuPy engine's kernels, as plain strings (no CuPy import here).
+
+Each kernel is generated for the C types of one call (id type, value type, accumulator kind), so
+the sources stay free of templates and every generated variant can be compiled ahead of a run
+with NVRTC alone (``all_sources``), even on a machine without a GPU.
+
+Three kernels do all the work:
+
+``seg_scatter``
+    Order-independent folds with integer atomics: the row count, integer sums (two's complement
+    wraps modulo 2**64 whatever the order, so the bytes are exact), min and max on order-keys
+    (see ``key_encode`` in :mod:`segcli.engines.cupy_fold`), and, only when asked for,
+    ``--fast-atomics`` float sums with double-precision ``atomicAdd`` (not deterministic).
+    A variant privatises the accumulator in shared memory when ``n * (width + 1)`` slots fit.
+
+``seg_fold_pieces``
+    The deterministic fold: one thread per (piece, column) folds the rows of one piece, a run of
+    consecutive positions of one segment, strictly in position order. Run in levels by
+    :func:`segcli.engines.cupy_fold.fold_ordered`.
+
+``id_stats``
+    The validation pass: one read of a block of ids yields what ``validate.IdScanner`` needs.
+
+Every kernel is compiled with ``--fmad=false``: a contracted multiply-add (complex products)
+would round differently from NumPy's separate multiply and add.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+#: NVRTC options for every kernel.
+OPTIONS = ("--fmad=false",)
+
+#: Threads per block for every launch.
+THREADS = 256
+
+#: Shared-memory budget of the privatised scatter: 48 KiB needs no opt-in on any GPU.
+SHARED_BYTES = 48 * 1024
+SHARED_SLOTS = SHARED_BYTES // 8
+
+#: C type of each NumPy integer and float dtype (float16 data is widened to float32 first).
+C_TYPES: dict[str, str] = {
+    "int8": "signed char",
+    "uint8": "unsigned char",
+    "int16": "short",
+    "uint16": "unsigned short",
+    "int32": "int",
+    "uint32": "unsigned int",
+    "int64": "long long",
+    "uint64": "unsigned long long",
+    "float32": "float",
+    "float64": "double",
+}
+
+#: How ``seg_scatter`` folds a value into a slot: each slot is 8 bytes.
+SCATTER_MODES = ("count", "add_int", "add_float", "min", "max")
+
+#: Accumulator kinds of ``seg_fold_pieces``: int64/uint64 share ``u64`` (wrapping arithmetic).
+PIECE_ACCS = ("f64", "u64", "c128")
+PIECE_COMBINES = ("add", "mul")
+
+
+def c_type(dtype: Any) -> str:
+    """The C type for a NumPy dtype the kernels read."""
+    name = np.dtype(dtype).name
+    try:
+        return C_TYPES[name]
+    except KeyError:
+        raise ValueError(f"no CUDA kernel reads {name} values") from None
+
+
+_COMMON = r"""
+typedef unsigned long long u64;
+#define U64_MAX 0xFFFFFFFFFFFFFFFFULL
+#define SIGN_BIT 0x8000000000000000ULL
+
+// The segment a row goes to, or -1 for a row validation allowed to drop. Ids are compared by
+// value: for unsigned types ``v >= 0`` is always true and ``v < n`` compares as unsigned.
+template <typename T>
+__device__ __forceinline__ long long seg_of(T v, long long n) {
+    return (v >= 0 && v < n) ? (long long)v : -1LL;
+}
+
+// Order-preserving 64-bit keys, the same mapping as ``cupy_fold.key_encode``: unsigned
+// integer order on keys is the value order. NaN maps below everything for min and above
+// everything for max, so NaN wins, whatever the order of the rows.
+__device__ __forceinline__ u64 key_of_double(double v, bool for_min) {
+    if (v != v) return for_min ? 0ULL : U64_MAX;
+    u64 bits = (u64)__double_as_longlong(v);
+    return (bits & SIGN_BIT) ? ~bits : (bits | SIGN_BIT);
+}
+__device__ __forceinline__ u64 key_of(float v, bool for_min) {
+    return key_of_double((double)v, for_min);
+}
+__device__ __forceinline__ u64 key_of(double v, bool for_min) {
+    return key_of_double(v, for_min);
+}
+__device__ __forceinline__ u64 key_of(long long v, bool) { return ((u64)v) ^ SIGN_BIT; }
+__device__ __forceinline__ u64 key_of(int v, bool f) { return key_of((long long)v, f); }
+__device__ __forceinline__ u64 key_of(short v, bool f) { return key_of((long long)v, f); }
+__device__ __forceinline__ u64 key_of(signed char v, bool f) { return key_of((long long)v, f); }
+__device__ __forceinline__ u64 key_of(u64 v, bool) { return v; }
+__device__ __forceinline__ u64 key_of(unsigned int v, bool) { return (u64)v; }
+__device__ __forceinline__ u64 key_of(unsigned short v, bool) { return (u64)v; }
+__device__ __forceinline__ u64 key_of(unsigned char v, bool) { return (u64)v; }
+"""
+
+
+# --- seg_scatter -----------------------------------------------------------------------------
+
+# (slot C type, identity, how a row value becomes a slot value, atomic on a slot pointer)
+_SCATTER: dict[str, tuple[str, str, str, str]] = {
+    # Integers: fold as unsigned 64-bit, so overflow wraps (defined behaviour in C++).
+    "add_int": ("u64", "0ULL", "(u64)(long long)(v)", "atomicAdd(p, x)"),
+    "add_float": ("double", "0.0", "(double)(v)", "atomicAdd(p, x)"),
+    "min": ("u64", "U64_MAX", "key_of(v, true)", "atomicMin(p, x)"),
+    "max": ("u64", "0ULL", "key_of(v, false)", "atomicMax(p, x)"),
+}
+
+
+def scatter_source(mode: str, id_type: str, value_type: str | None, shared: bool) -> str:
+    """``seg_scatter`` for one mode: count rows per segment and, unless mode is ``count``,
+    fold each element of a row into its segment's slot with an atomic.
+
+    Arguments: ``ids`` (rows), ``vals`` (rows * width, row-major; unused for count), ``acc``
+    (n * width slots), ``count`` (n, int64 seen as u64), ``rows``, ``width``, ``n``.
+    With ``shared``, the block first folds into a private copy of every slot in shared memory
+    (``n * (width + 1) <= SHARED_SLOTS``) and then adds its non-identity slots to the global
+    ones: one global atomic per slot per block instead of one per element.
+    """
+    if mode not in SCATTER_MODES:
+        raise ValueError(f"unknown scatter mode {mode!r}")
+    has_acc = mode != "count"
+    slot_t, identity, convert, atomic = _SCATTER.get(mode, ("u64", "0ULL", "", ""))
+    value_t = value_type or "unsigned char"
+    lines = [
+        _COMMON,
+        f"typedef {id_type} id_t;",
+        f"typedef {value_t} val_t;",
+        f"typedef {slot_t} slot_t;",
+        f"#define IDENTITY ({identity})",
+        f"#define CONVERT(v) ({convert or '0'})",
+        "__device__ __forceinline__ void fold_slot(slot_t* p, slot_t x) { "
+        + (f"{atomic};" if has_acc else "")
+        + " }",
+        f"#define HAS_ACC {1 if has_acc else 0}",
+        f"#define SHARED {1 if shared else 0}",
+        r"""
+extern "C" __global__ void seg_scatter(
+    const id_t* __restrict__ ids, const val_t* __restrict__ vals, slot_t* acc, u64* count,
+    long long rows, long long width, long long n)
+{
+#if SHARED
+    // Layout: n * width accumulator slots, then n count slots (8 bytes each).
+    extern __shared__ u64 smem[];
+    slot_t* s_acc = (slot_t*)smem;
+    u64* s_count = smem + (HAS_ACC ? n * width : 0);
+    for (long long j = threadIdx.x; j < n * width; j += blockDim.x) {
+        if (HAS_ACC) s_acc[j] = IDENTITY;
+    }
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) s_count[j] = 0ULL;
+    __syncthreads();
+    u64* to_count = s_count;
+#else
+    u64* to_count = count;
+#endif
+#if HAS_ACC && SHARED
+    slot_t* to_acc = s_acc;
+#elif HAS_ACC
+    slot_t* to_acc = acc;
+#endif
+    // One thread per element (row r, column c) of the row-major block, grid-stride.
+    const long long total = HAS_ACC ? rows * width : rows;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+        const long long r = (!HAS_ACC || width == 1) ? e : e / width;
+        const long long c = e - r * (HAS_ACC ? width : 1);
+        const long long s = seg_of(ids[r], n);
+        if (s < 0) continue;
+        if (c == 0) atomicAdd(&to_count[s], 1ULL);
+#if HAS_ACC
+        const val_t v = vals[e];
+        fold_slot(&to_acc[s * width + c], CONVERT(v));
+#endif
+    }
+#if SHARED
+    __syncthreads();
+    // Publish this block's partial: only slots it changed.
+    for (long long j = threadIdx.x; j < n * width; j += blockDim.x) {
+        if (HAS_ACC && s_acc[j] != IDENTITY) fold_slot(&acc[j], s_acc[j]);
+    }
+    for (long long j = threadIdx.x; j < n; j += blockDim.x) {
+        if (s_count[j]) atomicAdd(&count[j], s_count[j]);
+    }
+#endif
+}
+""",
+    ]
+    return "\n".join(lines)
+
+
+# --- seg_fold_pieces -------------------------------------------------------------------------
+
+# (accumulator C type, identity, combine expressions by op, load of element e, store)
+_PIECE_ACC: dict[str, dict[str, str]] = {
+    "f64": {
+        "acc_t": "double",
+        "add_identity": "0.0",
+        "mul_identity": "1.0",
+        "add": "a + b",
+        "mul": "a * b",
+        "load": "(double)src[e]",
+        "store": "dst[e] = a;",
+        "load_dst": "dst[e]",
+    },
+    "u64": {
+        "acc_t": "u64",
+        "add_identity": "0ULL",
+        "mul_identity": "1ULL",
+        "add": "a + b",
+        "mul": "a * b",
+        # Through long long first, so a negative int32 sign-extends before the reinterpretation.
+        "load": "(u64)(long long)src[e]",
+        "store": "dst[e] = a;",
+        "load_dst": "dst[e]",
+    },
+    "c128": {
+        # Complex values are stored as interleaved (real, imag) pairs: element e is at 2e, 2e+1.
+        "acc_t": "cplx",
+        "add_identity": "cplx{0.0, 0.0}",
+        "mul_identity": "cplx{1.0, 0.0}",
+        "add": "cplx{a.re + b.re, a.im + b.im}",
+        # NumPy's formula, term for term (and no FMA: see OPTIONS).
+        "mul": "cplx{a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re}",
+        "load": "cplx{(double)src[2 * e], (double)src[2 * e + 1]}",
+        "store": "dst[2 * e] = a.re; dst[2 * e + 1] = a.im;",
+        "load_dst": "cplx{dst[2 * e], dst[2 * e + 1]}",
+    },
+}
+
+
+def fold_pieces_source(
+    combine: str, acc: str, value_type: str, ordered: bool, from_acc: bool
+) -> str:
+    """``seg_fold_pieces``: thread (p, c) folds column c of rows ``starts[p] .. starts[p+1]-1``.
+
+    Position k holds row ``order[k]`` of ``src`` when ``ordered`` (the stable sort's
+    permutation), else row k. ``src`` is ``rows * width`` values of ``value_type`` (pairs for
+    complex). Without ``from_acc`` the fold starts from the identity and lands in row p of
+    ``dst`` (``P * width``, the next level's input). With ``from_acc`` it starts from row
+    ``segs[p]`` of ``dst`` (the state's accumulator) and writes back there: each segment
+    appears in at most one piece then, so no two threads touch one element.
+    """
+    if combine not in PIECE_COMBINES or acc not in PIECE_ACCS:
+        raise ValueError(f"no piece fold for {combine} into {acc}")
+    spec = _PIECE_ACC[acc]
+    dst_t = "u64" if acc == "u64" else "double"
+    return "\n".join(
+        [
+            _COMMON,
+            "struct cplx { double re; double im; };",
+            f"typedef {value_type} val_t;",
+            f"typedef {spec['acc_t']} acc_t;",
+            f"typedef {dst_t} dst_t;",
+            f"#define ORDERED {1 if ordered else 0}",
+            f"#define FROM_ACC {1 if from_acc else 0}",
+            "__device__ __forceinline__ acc_t combine(acc_t a, acc_t b) { return "
+            + spec[combine]
+            + "; }",
+            "__device__ __forceinline__ acc_t load(const val_t* __restrict__ src, long long e) "
+            "{ return " + spec["load"] + "; }",
+            "__device__ __forceinline__ acc_t load_dst(const dst_t* dst, long long e) "
+            "{ return " + spec["load_dst"] + "; }",
+            "__device__ __forceinline__ void store(dst_t* dst, long long e, acc_t a) { "
+            + spec["store"]
+            + " }",
+            f"#define IDENTITY ({spec[combine + '_identity']})",
+            r"""
+extern "C" __global__ void seg_fold_pieces(
+    const val_t* __restrict__ src, const long long* __restrict__ order,
+    const long long* __restrict__ starts, const long long* __restrict__ segs, dst_t* dst,
+    long long pieces, long long width)
+{
+    const long long total = pieces * width;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += stride) {
+        // Consecutive threads take consecutive columns of one piece: coalesced for wide rows.
+        const long long p = t / width;
+        const long long c = t - p * width;
+        const long long out = FROM_ACC ? segs[p] * width + c : t;
+        acc_t a = FROM_ACC ? load_dst(dst, out) : IDENTITY;
+        const long long stop = starts[p + 1];
+        // Unrolling lets several loads be in flight; the combines stay in position order.
+#pragma unroll 8
+        for (long long k = starts[p]; k < stop; ++k) {
+            const long long row = ORDERED ? order[k] : k;
+            a = combine(a, load(src, row * width + c));   // strictly in position order
+        }
+        store(dst, out, a);
+    }
+}
+""",
+        ]
+    )
+
+
+# --- id_stats --------------------------------------------------------------------------------
+
+#: Slots of the ``id_stats`` output, in order, with their starting values.
+ID_STATS_SLOTS: tuple[tuple[str, int], ...] = (
+    ("max_key", 0),
+    ("negative", 0),
+    ("negative_at", 2**64 - 1),
+    ("too_big", 0),
+    ("too_big_at", 2**64 - 1),
+    ("decrease", 0),
+    ("decrease_at", 2**64 - 1),
+)
+
+
+def id_stats_source(id_type: str) -> str:
+    """``id_stats``: one pass over a block of ids for the scanner's numbers.
+
+    ``out`` holds the slots of ``ID_STATS_SLOTS``: the largest id as an order-key, how many ids
+    are negative / ``>= n`` / smaller than their predecessor, and the first position of each
+    (``U64_MAX`` when none). ``check_n`` is 0 when n is not known yet (it is inferred).
+    Each thread keeps its own numbers over a grid-stride loop, a warp combines them with
+    shuffles, and lane 0 adds them to ``out`` with one atomic per slot.
+    """
+    return "\n".join(
+        [
+            _COMMON,
+            f"typedef {id_type} id_t;",
+            r"""
+__device__ __forceinline__ u64 warp_sum(u64 x) {
+    for (int d = 16; d > 0; d >>= 1) x += __shfl_down_sync(0xFFFFFFFFu, x, d);
+    return x;
+}
+__device__ __forceinline__ u64 warp_min(u64 x) {
+    for (int d = 16; d > 0; d >>= 1) {
+        const u64 y = __shfl_down_sync(0xFFFFFFFFu, x, d);
+        x = y < x ? y : x;
+    }
+    return x;
+}
+__device__ __forceinline__ u64 warp_max(u64 x) {
+    for (int d = 16; d > 0; d >>= 1) {
+        const u64 y = __shfl_down_sync(0xFFFFFFFFu, x, d);
+        x = y > x ? y : x;
+    }
+    return x;
+}
+
+extern "C" __global__ void id_stats(
+    const id_t* __restrict__ ids, long long size, long long n, int check_n, int check_order,
+    u64* out)
+{
+    u64 max_key = 0, neg = 0, neg_at = U64_MAX, big = 0, big_at = U64_MAX;
+    u64 dec = 0, dec_at = U64_MAX;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    // No thread returns early: every lane of every warp reaches the shuffles after the loop
+    // (THREADS is a multiple of 32), as the full-mask shuffles require.
+    const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    for (long long i = first; i < size; i += stride) {
+        const id_t v = ids[i];
+        const u64 k = key_of(v, false);
+        max_key = k > max_key ? k : max_key;
+        if (v < 0) { ++neg; if ((u64)i < neg_at) neg_at = (u64)i; }
+        if (check_n && !(v < 0) && !(v < n)) { ++big; if ((u64)i < big_at) big_at = (u64)i; }
+        if (check_order && i > 0 && v < ids[i - 1]) { ++dec; if ((u64)i < dec_at) dec_at = (u64)i; }
+    }
+    max_key = warp_max(max_key);
+    neg = warp_sum(neg);  neg_at = warp_min(neg_at);
+    big = warp_sum(big);  big_at = warp_min(big_at);
+    dec = warp_sum(dec);  dec_at = warp_min(dec_at);
+    if ((threadIdx.x & 31) == 0) {
+        atomicMax(&out[0], max_key);
+        if (neg) { atomicAdd(&out[1], neg); atomicMin(&out[2], neg_at); }
+        if (big) { atomicAdd(&out[3], big); atomicMin(&out[4], big_at); }
+        if (dec) { atomicAdd(&out[5], dec); atomicMin(&out[6], dec_at); }
+    }
+}
+""",
+        ]
+    )
+
+
+def all_sources() -> dict[str, str]:
+    """Every kernel variant the engine can build, by a readable name (for ahead-of-time checks).
+
+    Value types cover every data dtype after widening (float16 is folded as float32, complex as
+    pairs of its real type).
+    """
+    value_types = sorted(set(C_TYPES.values()))
+    sources: dict[str, str] = {}
+    for id_type in value_types:
+        if id_type in ("float", "double"):
+            continue
+        sources[f"id_stats[{id_type}]"] = id_stats_source(id_type)
+        for shared in (False, True):
+            sources[f"scatter[count,{id_type},{shared}]"] = scatter_source(
+                "count", id_type, None, shared
+            )
+            for mode in ("add_int", "add_float", "min", "max"):
+                for value_type in value_types:
+                    if mode == "add_int" and value_type in ("float", "double"):
+                        continue
+                    sources[f"scatter[{mode},{id_type},{value_type},{shared}]"] = scatter_source(
+                        mode, id_type, value_type, shared
+                    )
+    for combine in PIECE_COMBINES:
+        for acc in PIECE_ACCS:
+            for value_type in value_types:
+                if acc == "c128" and value_type not in ("float", "double"):
+                    continue
+                if acc == "u64" and value_type in ("float", "double"):
+                    continue
+                for ordered in (False, True):
+                    for from_acc in (False, True):
+                        name = f"pieces[{combine},{acc},{value_type},{ordered},{from_acc}]"
+                        sources[name] = fold_pieces_source(
+                            combine, acc, value_type, ordered, from_acc
+                        )
+    return sources
