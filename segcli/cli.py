@@ -173,6 +173,12 @@ def _make_op_command(op: str) -> click.Command:
         help="Compute engine; 'auto' picks the fastest one that pays off.",
     )
     @click.option(
+        "--fast-atomics",
+        is_flag=True,
+        help="GPU engine: float sums with atomics; faster, but the last bits may differ "
+        "from run to run.",
+    )
+    @click.option(
         "--memory-limit",
         metavar="SIZE",
         help="Stream inputs larger than SIZE (e.g. 512MB, 2GB) in blocks "

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from segcli import ops, validate
-from segcli.engines import choose_engine
+from segcli.engines import Engine, choose_engine
 from segcli.errors import InvalidInputError
 from segcli.memory import available_bytes, human_bytes
 
@@ -78,7 +78,7 @@ def reduce_arrays(
     op: str | ops.Op = "sum",
     *,
     sorted: bool = False,
-    engine: str = "auto",
+    engine: str | Engine = "auto",
     fill: Any = None,
     data_label: str | None = None,
     ids_label: str | None = None,

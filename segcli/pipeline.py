@@ -17,7 +17,8 @@ from typing import Any, BinaryIO, TextIO, cast
 import numpy as np
 
 from segcli import core, io, ops, validate
-from segcli.errors import ExpectationError
+from segcli.engines import Engine
+from segcli.errors import ExpectationError, UsageError
 from segcli.expect import check_expected
 from segcli.memory import available_bytes
 from segcli.summary import InputFacts, Summary, build_summary, input_facts
@@ -49,6 +50,20 @@ class RunRequest:
     chunk_rows: int | None = None
     #: Address of a Dask scheduler, for ``engine="dask"``.
     scheduler: str | None = None
+    #: GPU engine: float sums with atomics (faster; the last bits may vary from run to run).
+    fast_atomics: bool = False
+
+    def compute_engine(self) -> str | Engine:
+        """The engine to pass to the core: a name, or the GPU engine built with its options."""
+        if not self.fast_atomics:
+            return self.engine
+        if self.engine != "cupy":
+            raise UsageError("--fast-atomics applies to --engine cupy only")
+        from segcli.engines import get_engine
+
+        gpu: Any = get_engine("cupy")
+        engine: Engine = gpu.with_options(fast_atomics=True)
+        return engine
 
 
 @dataclass
@@ -156,7 +171,7 @@ def run(
             request.num_segments,
             request.op,
             sorted=request.sorted_ids,
-            engine=request.engine,
+            engine=request.compute_engine(),
             fill=request.fill,
             data_label=data.label,
             ids_label=ids.label,
@@ -195,9 +210,7 @@ def _reduce_streaming(
     data_path, ids_path = request.data, request.ids
     if ids_path is None:
         ids_path = data_path  # two columns (or keys) of one file
-    data = io.open_chunked(
-        data_path, column=request.data_column, key=request.data_key, stdin=stdin
-    )
+    data = io.open_chunked(data_path, column=request.data_column, key=request.data_key, stdin=stdin)
     ids = io.open_chunked(
         ids_path, column=request.ids_column, key=request.ids_key, role="ids", stdin=stdin
     )
@@ -207,7 +220,7 @@ def _reduce_streaming(
         request.num_segments,
         request.op,
         sorted_ids=request.sorted_ids,
-        engine=request.engine,
+        engine=request.compute_engine(),
         fill=request.fill,
         block_rows=request.chunk_rows,
         memory_limit=memory_budget(request),

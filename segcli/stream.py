@@ -104,7 +104,7 @@ def reduce_stream(
     op: str | ops.Op,
     *,
     sorted_ids: bool = False,
-    engine: str = "auto",
+    engine: str | Engine = "auto",
     fill: Any = None,
     block_rows: int | None = None,
     memory_limit: int | None = None,

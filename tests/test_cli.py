@@ -246,3 +246,9 @@ def test_info(tmp_path):
 def test_help_has_examples():
     result = run("sum", "--help")
     assert "Examples:" in result.stdout and "segcli sum data.npy ids.npy -n 4" in result.stdout
+
+
+def test_fast_atomics_needs_the_gpu_engine(pair):
+    result = run("sum", *pair, "--fast-atomics")
+    assert result.exit_code == 2
+    assert "--fast-atomics applies to --engine cupy only" in result.stderr

@@ -58,8 +58,13 @@ def get_engine(name: str) -> Engine:
     return engine
 
 
-def choose_engine(name: str, *, elements: int) -> EngineChoice:
-    """Resolve ``auto``; an engine asked for by name is used or is an error, never swapped."""
+def choose_engine(name: str | Engine, *, elements: int) -> EngineChoice:
+    """Resolve ``auto``; an engine asked for by name is used or is an error, never swapped.
+
+    An :class:`Engine` instance (say, one built with options) is used as it is.
+    """
+    if isinstance(name, Engine):
+        return EngineChoice(name, "asked for")
     if name != "auto":
         return EngineChoice(get_engine(name), "asked for")
     for candidate, entry in _REGISTRY.items():
