@@ -32,6 +32,7 @@ Exit codes:
   3  a file is missing, unreadable or corrupt
   4  a check failed (--expect, --max-empty, --no-nan)
   5  the output could not be written
+  6  the Dask cluster failed (workers kept dying, scheduler lost)
   130 interrupted (Ctrl-C); nothing is written
 """
 
@@ -188,7 +189,7 @@ def _make_op_command(op: str) -> click.Command:
         "--chunk-rows",
         type=click.IntRange(min=1),
         metavar="N",
-        help="Always stream, N rows per block.",
+        help="Always stream, N rows per block (with --engine dask: rows per partition).",
     )
     @click.option("--no-progress", is_flag=True, help="No progress bar on long runs.")
     @click.option(

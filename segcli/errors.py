@@ -49,5 +49,11 @@ class WriteError(SegcliError):
     exit_code = 5
 
 
+class ClusterError(SegcliError):
+    """The cluster could not finish the run: workers kept dying, or the scheduler went away."""
+
+    exit_code = 6
+
+
 EXIT_OK = 0
 EXIT_INTERRUPTED = 130

@@ -40,6 +40,11 @@ class Op:
     def summary(self) -> str:
         return OP_SUMMARIES[self.name]
 
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # Ops are compared by identity; an op sent to another process must come back as the
+        # table's own entry, not a copy.
+        return (get_op, (self.name,))
+
     def acc_dtype(self, data_dtype: np.dtype[Any]) -> np.dtype[Any] | None:
         """The dtype the op accumulates in for data of ``data_dtype``."""
         if self.ufunc is None:

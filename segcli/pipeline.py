@@ -154,7 +154,7 @@ def run(
         from segcli.distributed import reduce_distributed
 
         reduction, data_facts, ids_facts, extra = reduce_distributed(request, progress)
-        timings = {"compute": reduction.timings["compute"]}
+        timings = dict(reduction.timings)  # cluster start-up (or connect) and compute
         mode = ("distributed", extra)
     elif _should_stream(request, streams):
         reduction, data_facts, ids_facts, chunks = _reduce_streaming(request, streams, progress)

@@ -1,0 +1,389 @@
+"""``--engine dask``: one reduction over many files, map-reduced on a Dask cluster.
+
+The structure mirrors :mod:`segcli.stream`, with partitions instead of blocks:
+
+1. plan on the client from metadata only (:mod:`segcli.distributed_plan`): the files, how DATA
+   and IDS shards pair up, the partitions, and every check that needs no rows;
+2. map: one task per partition reads its own rows, summarises its ids and folds its rows into
+   the op's partial state (:mod:`segcli.distributed_tasks`);
+3. combine: partial results merge in a tree on the workers, earlier partitions first, so the
+   order (and so the bytes of a float sum) is the same run after run;
+4. the client fetches the merged id summary, validates (:mod:`segcli.distributed_ids`: the
+   same counts and first offender as a one-pass scan, named by file and row), and only then
+   fetches the state, O(n x inner), and finalizes it.
+
+When n is not given each partition's state covers the ids it holds and states are padded as
+they merge (empty segments are the op's identity), so the ids are read once, not twice.
+
+Dask is imported only inside functions: this module is loaded for ``--engine dask`` alone, and
+a missing Dask is an :class:`~segcli.errors.EngineUnavailableError` with the install hint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from segcli import ops, validate
+from segcli.core import Reduction, check_output_fits
+from segcli.distributed_ids import IdSummary, Locator, index_text, report
+from segcli.distributed_plan import (
+    Dataset,
+    Partition,
+    Plan,
+    check_pairs,
+    expand,
+    open_dataset,
+    plan_partitions,
+)
+from segcli.distributed_tasks import Job, PartResult, combine_results, pad_state, run_partition
+from segcli.distributed_tasks import summary_of as _summary_of
+from segcli.errors import ClusterError, EngineUnavailableError, SegcliError, UsageError
+from segcli.io.formats import first_line, input_format
+from segcli.summary import InputFacts
+
+if TYPE_CHECKING:
+    from segcli.pipeline import RunRequest
+
+#: ``distributed.Client`` and ``distributed.Future``: its typing is partial, so they stay Any.
+Client = Any
+Future = Any
+
+#: Seconds to wait for a scheduler to answer, and for it to have at least one worker.
+CONNECT_TIMEOUT_S = 10
+#: Dask re-runs a task that raised this many more times (a worker that dies is handled apart:
+#: the scheduler reschedules its tasks, up to ``distributed.scheduler.allowed-failures``).
+RETRIES = 2
+#: Partial results merged per combine task.
+FAN_IN = 8
+
+Progress = Callable[[int, int], None]
+
+
+def reduce_distributed(
+    request: RunRequest, progress: Progress | None = None, *, client: Client | None = None
+) -> tuple[Reduction, InputFacts, InputFacts, dict[str, Any]]:
+    """Reduce the files of ``request`` on a Dask cluster; nothing is written here.
+
+    The cluster is ``client``'s (left running), else the scheduler at ``request.scheduler`` or
+    ``$DASK_SCHEDULER_ADDRESS``, else a local cluster started and closed here. Returns the
+    reduction, the facts about DATA and IDS, and ``{"partitions", "workers"}`` for the
+    summary. ``progress(ids_done, ids_total)`` is called as partition tasks finish.
+    """
+    _distributed()
+    op = ops.get_op(request.op)
+    plan = plan_run(request)
+    n = _check_inputs(request, op, plan)
+    job = Job(op.name, n, request.sorted_ids, int(np.prod(plan.data.shape, dtype=np.int64)))
+    address = request.scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
+    started = time.perf_counter()
+    with _cluster(address, client) as (client, where):
+        workers = len(client.nthreads())
+        connected = time.perf_counter()
+        id_report, state, engines = _map_reduce(client, plan, job, op, progress)
+        result = ops.finalize(state, request.fill)
+        finished = time.perf_counter()
+    reduction = Reduction(
+        result=result,
+        counts=np.asarray(state.count),
+        op=op,
+        sorted_ids=request.sorted_ids,
+        ids=id_report,
+        engine="dask",
+        engine_reason=f"{where}; partitions on {', '.join(sorted(engines)) or 'no engine'}",
+        # Starting (or reaching) the cluster is paid once per run; "compute" is the work.
+        timings={"cluster": connected - started, "compute": finished - connected},
+    )
+    extra = {"partitions": len(plan.partitions), "workers": workers}
+    return reduction, _facts(plan.data), _facts(plan.ids), extra
+
+
+def _distributed() -> Any:
+    """The ``distributed`` module, or the engine error with the install hint."""
+    try:
+        import distributed
+    except ImportError as exc:
+        raise EngineUnavailableError(
+            f"engine 'dask' is not available ({exc}); install it with: pip install 'segcli[dask]'"
+        ) from None
+    return distributed
+
+
+# ---------------------------------------------------------------------------------------------
+# Planning and the checks that need no rows
+
+
+def plan_run(request: RunRequest) -> Plan:
+    """The files of DATA and IDS, paired, and their partitions."""
+    if request.ids is None:
+        paths = expand(request.data)
+        _check_one_source(request, paths[0])
+        data = open_dataset(
+            request.data, column=request.data_column, key=request.data_key, role="data", paths=paths
+        )
+        ids = open_dataset(
+            request.data, column=request.ids_column, key=request.ids_key, role="ids", paths=paths
+        )
+    else:
+        data = open_dataset(
+            request.data, column=request.data_column, key=request.data_key, role="data"
+        )
+        ids = open_dataset(request.ids, column=request.ids_column, key=request.ids_key, role="ids")
+        check_pairs(data, ids)
+    partitions = plan_partitions(data, ids, rows_per_partition=request.chunk_rows)
+    return Plan(data, ids, partitions)
+
+
+def _check_one_source(request: RunRequest, first: str) -> None:
+    """DATA and IDS from the same files need both columns (tables) or both keys (archives)."""
+    fmt = input_format(first)
+    if fmt == "npy":
+        raise UsageError(f"{request.data}: a .npy file holds one array; give IDS as a second input")
+    if fmt == "npz":
+        pairs = (("--data-key", request.data_key), ("--ids-key", request.ids_key))
+        what = "archive"
+    else:
+        pairs = (("--data-column", request.data_column), ("--ids-column", request.ids_column))
+        what = "table"
+    missing = " and ".join(option for option, value in pairs if value is None)
+    if missing:
+        raise UsageError(f"{request.data}: DATA and IDS from one {what} need {missing}")
+
+
+def _check_inputs(request: RunRequest, op: ops.Op, plan: Plan) -> int | None:
+    """Every check of SPEC that metadata answers, before any worker reads a row."""
+    data, ids = plan.data, plan.ids
+    ops.check_dtype(op, data.dtype, data.label)
+    validate.check_ids_dtype(ids.dtype, ids.label)
+    validate.check_shapes(
+        data.shape,
+        ids.shape,
+        sorted_ids=request.sorted_ids,
+        data_label=data.label,
+        ids_label=ids.label,
+    )
+    n = validate.check_num_segments(request.num_segments)
+    if request.fill is not None:
+        ops.parse_fill(request.fill, op, data.dtype)
+    if n is not None:
+        check_output_fits(op, n, _inner(plan), data.dtype)
+    return n
+
+
+def _inner(plan: Plan) -> tuple[int, ...]:
+    return tuple(plan.data.shape[len(plan.ids.shape) :])
+
+
+def _facts(dataset: Dataset) -> InputFacts:
+    return InputFacts(
+        dataset.pattern,
+        dataset.label,
+        dataset.fmt,
+        list(dataset.shape),
+        str(dataset.dtype),
+        dataset.nbytes,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The cluster
+
+
+@contextlib.contextmanager
+def _cluster(address: str | None, given: Client | None) -> Iterator[tuple[Client, str]]:
+    """The caller's client, a client of the scheduler at ``address``, or a local cluster's."""
+    if given is not None:
+        yield given, f"scheduler {given.scheduler.address}"
+        return
+    if address:
+        client = connect(address)
+        try:
+            yield client, f"scheduler {address}"
+        finally:
+            client.close()
+        return
+    cluster = local_cluster()
+    try:
+        client = _distributed().Client(cluster, set_as_default=False)
+        try:
+            yield client, f"local cluster, {len(cluster.workers)} workers"
+        finally:
+            client.close()
+    finally:
+        cluster.close()
+
+
+def connect(address: str, timeout_s: float | None = None) -> Client:
+    """A client of a running scheduler that has at least one worker, within a bounded time."""
+    timeout_s = CONNECT_TIMEOUT_S if timeout_s is None else timeout_s
+    try:
+        client = _distributed().Client(address, timeout=f"{timeout_s}s", set_as_default=False)
+    except (OSError, TimeoutError) as exc:
+        raise EngineUnavailableError(
+            f"cannot reach Dask scheduler at {address} within {timeout_s:g} s"
+        ) from exc
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"bad Dask scheduler address {address!r} ({first_line(exc)})") from exc
+    try:
+        # Tasks sent to a scheduler without workers would wait forever.
+        client.wait_for_workers(1, timeout=timeout_s)
+    except (OSError, TimeoutError) as exc:
+        client.close()
+        raise EngineUnavailableError(
+            f"Dask scheduler at {address} has no workers (waited {timeout_s:g} s); start "
+            f"one with: dask worker {address}"
+        ) from exc
+    return client
+
+
+def local_cluster(n_workers: int | None = None, **options: Any) -> Any:
+    """A ``LocalCluster`` of worker processes (one per core), on loopback, without a dashboard.
+
+    The scheduler's HTTP server (health checks) still runs: on a free loopback port, since the
+    default 8787 may be taken by another cluster.
+    """
+    settings: dict[str, Any] = {
+        "n_workers": n_workers or _cores(),
+        "threads_per_worker": 1,  # the engines fold in one thread; processes sidestep the GIL
+        "processes": True,
+        "host": "127.0.0.1",
+        "dashboard_address": "127.0.0.1:0",
+        "scheduler_kwargs": {"dashboard": False},
+        "silence_logs": logging.ERROR,
+        **options,
+    }
+    try:
+        return _distributed().LocalCluster(**settings)
+    except Exception as exc:  # Dask raises many types here; the user needs one line.
+        raise EngineUnavailableError(
+            f"cannot start a local Dask cluster ({type(exc).__name__}: {first_line(exc)}); "
+            "give --scheduler ADDRESS to use a running one"
+        ) from exc
+
+
+def _cores() -> int:
+    # sched_getaffinity honours CPU limits (containers, taskset); cpu_count does not.
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    return max(1, len(getaffinity(0)) if getaffinity else os.cpu_count() or 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Map, combine, validate, fetch
+
+
+def _map_reduce(
+    client: Client, plan: Plan, job: Job, op: ops.Op, progress: Progress | None
+) -> tuple[validate.IdReport, ops.State, frozenset[str]]:
+    """Run the tasks; validate from the merged summary; fetch the merged state of n segments."""
+    token = uuid.uuid4().hex[:12]  # task keys unique per run on a shared scheduler
+    tasks = {
+        client.submit(
+            run_partition, part, job, key=f"segcli-partition-{token}-{part.index}", retries=RETRIES
+        ): part
+        for part in plan.partitions
+    }
+    root = _combine_tree(client, list(tasks), token)
+    ids_future = client.submit(_summary_of, root, key=f"segcli-ids-{token}", retries=RETRIES)
+    try:
+        _follow(client, tasks, plan.ids_per_row, plan.ids_per_row * plan.ids.shape[0], progress)
+        summary: IdSummary = _outcome(ids_future, "combining the partitions")
+        id_report = report(
+            summary, job.num_segments, sorted_ids=job.sorted_ids, locate=_locator(plan)
+        )
+        n = id_report.num_segments
+        check_output_fits(op, n, _inner(plan), plan.data.dtype)  # the client's memory now
+        merged: PartResult = _outcome(root, "combining the partitions")
+    finally:
+        # Release every key now, whatever happened: an exception's traceback would keep these
+        # futures alive, and a shared cluster would keep (and recompute) their tasks. (Not
+        # client.cancel: cancelling a task and its dependents in one call trips an assertion
+        # in the scheduler.)
+        for future in (*tasks, root, ids_future):
+            future.release()
+    state = merged.state or ops.new_state(op, n, _inner(plan), plan.data.dtype)
+    return id_report, pad_state(state, n), merged.engines
+
+
+def _combine_tree(client: Client, futures: list[Future], token: str) -> Future:
+    """Merge neighbours ``FAN_IN`` at a time, level by level, keeping row order.
+
+    The root is always a combine task, even over one partition, so that the client can release
+    every partition future as soon as it has finished.
+    """
+    level = 0
+    while level == 0 or len(futures) > 1:
+        futures = [
+            client.submit(
+                combine_results,
+                *futures[i : i + FAN_IN],
+                key=f"segcli-combine-{token}-{level}-{i // FAN_IN}",
+                retries=RETRIES,
+            )
+            for i in range(0, len(futures), FAN_IN)
+        ]
+        level += 1
+    return futures[0]
+
+
+def _follow(
+    client: Client,
+    tasks: dict[Future, Partition],
+    per_row: int,
+    total: int,
+    progress: Progress | None,
+) -> None:
+    """Report progress as partition tasks finish; stop at the first that failed."""
+    done = 0
+    # The loop is named because this client is not the process's default one.
+    for future in _distributed().as_completed(list(tasks), loop=client.loop):
+        part = tasks[future]
+        if future.status != "finished":
+            _outcome(future, part.describe())
+        # The client needs no partition result: once its combine task has it, a worker may
+        # free it, so that workers hold O(tree width) partial states, not one per partition.
+        del tasks[future]
+        future.release()
+        done += part.rows * per_row
+        if progress is not None:
+            progress(done, total)
+
+
+def _outcome(future: Future, what: str) -> Any:
+    """The task's result; a failure becomes one SegcliError line (the task's own if it has one)."""
+    try:
+        return future.result()
+    except SegcliError:
+        raise
+    except Exception as exc:
+        raise _cluster_failure(exc, what) from exc
+
+
+def _cluster_failure(exc: Exception, what: str) -> ClusterError:
+    name = type(exc).__name__
+    if name == "KilledWorker":
+        return ClusterError(
+            f"{what}: Dask workers kept dying while running it (see the worker logs); "
+            "nothing was written"
+        )
+    if name in ("CancelledError", "FutureCancelledError", "CommClosedError") or isinstance(
+        exc, OSError
+    ):
+        return ClusterError(
+            f"{what}: lost the Dask cluster ({first_line(exc)}); nothing was written"
+        )
+    return ClusterError(f"{what} failed on a Dask worker: {name}: {first_line(exc)}")
+
+
+def _locator(plan: Plan) -> Locator:
+    def locate(position: int) -> tuple[str, str]:
+        ref, local = plan.locate(position)
+        return ref.label, index_text(ref.shape, local)
+
+    return locate

@@ -1,0 +1,715 @@
+"""The Dask engine against the NumPy engine, on a real local cluster of two worker processes.
+
+One cluster serves the whole module. Inputs are a Parquet dataset of 12 files (one of them
+empty, row groups smaller than the files) and ``.npy`` shard pairs named so that only a natural
+sort puts them in order. Every op, both families, 1-D and 2-D data, n given and inferred.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+from click.testing import CliRunner  # noqa: E402
+
+from segcli import core, distributed_tasks, ops, validate  # noqa: E402
+from segcli import distributed as seg_dask  # noqa: E402
+from segcli.cli import cli  # noqa: E402
+from segcli.distributed_ids import index_text, merge, report, summarize  # noqa: E402
+from segcli.distributed_plan import (  # noqa: E402
+    expand,
+    natural_key,
+    open_dataset,
+    plan_partitions,
+)
+from segcli.engines import EngineChoice, get_engine  # noqa: E402
+from segcli.errors import (  # noqa: E402
+    ClusterError,
+    EngineUnavailableError,
+    InvalidInputError,
+    ReadError,
+)
+from segcli.pipeline import RunRequest  # noqa: E402
+
+pytestmark = pytest.mark.dask
+
+OPS = ["sum", "mean", "min", "max", "prod", "sqrt_n", "count"]
+#: n given: unsorted ids lie in [-2, 30); sorted ids reach about 40, so 25 drops a tail.
+GIVEN_N = {False: 30, True: 25}
+PARQUET_FILES = 12
+
+
+# ---------------------------------------------------------------------------------------------
+# The cluster and the data
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    import dask
+
+    # One death per task is forgiven, a second fails the run: keeps the killed-worker tests
+    # short (the default, 3, would restart a worker four times).
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+        # Two worker processes, one thread each, on loopback, no dashboard.
+        local = seg_dask.local_cluster(2, silence_logs=logging.CRITICAL)
+    yield local
+    local.close()
+
+
+@pytest.fixture(scope="module")
+def client(cluster: Any) -> Iterator[Any]:
+    connected = distributed.Client(cluster, set_as_default=False)
+    yield connected
+    connected.close()
+
+
+@pytest.fixture(scope="module")
+def address(cluster: Any) -> str:
+    return str(cluster.scheduler_address)
+
+
+@dataclass
+class Dataset:
+    """Where the files are, and what they hold concatenated in order."""
+
+    root: Path
+    arrays: dict[str, np.ndarray]
+    files: list[Path]
+
+
+def _split(total: int, parts: int, rng: np.random.Generator) -> list[int]:
+    cuts = np.sort(rng.integers(0, total, parts - 1))
+    sizes = np.diff(np.concatenate(([0], cuts, [total]))).tolist()
+    sizes[5], sizes[6] = 0, sizes[5] + sizes[6]  # one empty file in the middle
+    return [int(s) for s in sizes]
+
+
+@pytest.fixture(scope="module")
+def parquet_dataset(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
+    rng = np.random.default_rng(6)
+    rows = 1500
+    arrays = {
+        "x": rng.normal(size=rows).astype(np.float32),
+        "i8": rng.integers(-100, 101, rows).astype(np.int8),  # sums and products wrap
+        "v": rng.normal(size=(rows, 3)),
+        "seg": rng.integers(-2, 30, rows).astype(np.int64),
+        "sseg": np.sort(rng.integers(0, 41, rows)).astype(np.int32),
+    }
+    arrays["x"][7] = np.nan  # min and max propagate it
+    root = tmp_path_factory.mktemp("parquet")
+    files, start = [], 0
+    for k, size in enumerate(_split(rows, PARQUET_FILES, rng)):
+        piece = {name: a[start : start + size] for name, a in arrays.items()}
+        table = pa.table(
+            {
+                name: pa.FixedSizeListArray.from_arrays(pa.array(a.reshape(-1)), 3)
+                if a.ndim == 2
+                else pa.array(a)
+                for name, a in piece.items()
+            }
+        )
+        path = root / f"part-{k}.parquet"
+        pq.write_table(table, path, row_group_size=40)
+        files.append(path)
+        start += size
+    (root / "_SUCCESS").write_text("")  # what Spark leaves behind; never read
+    return Dataset(root, arrays, files)
+
+
+@pytest.fixture(scope="module")
+def npy_shards(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
+    """11 pairs ``data-0.npy .. data-10.npy``: (rows, 2, 3) int32 data, (rows, 2) uint8 ids."""
+    rng = np.random.default_rng(7)
+    root = tmp_path_factory.mktemp("shards")
+    data, ids, files = [], [], []
+    for k in range(11):
+        size = int(rng.integers(0, 90))
+        d = rng.integers(-1000, 1000, (size, 2, 3)).astype(np.int32)
+        i = rng.integers(0, 20, (size, 2)).astype(np.uint8)
+        np.save(root / f"data-{k}.npy", d)
+        np.save(root / f"ids-{k}.npy", i)
+        data.append(d)
+        ids.append(i)
+        files.append(root / f"ids-{k}.npy")
+    return Dataset(root, {"data": np.concatenate(data), "ids": np.concatenate(ids)}, files)
+
+
+def run(client: Any, **fields: Any) -> tuple[Any, ...]:
+    return seg_dask.reduce_distributed(RunRequest(**fields), None, client=client)
+
+
+def assert_same(got: core.Reduction, expected: core.Reduction) -> None:
+    assert got.result.dtype == expected.result.dtype
+    assert got.result.shape == expected.result.shape
+    assert got.ids == expected.ids
+    np.testing.assert_array_equal(got.counts, expected.counts)
+    exact = got.result.dtype.kind in "iu" or got.op.name in ("min", "max", "count")
+    if exact:
+        np.testing.assert_array_equal(got.result, expected.result)
+    else:  # the combine tree adds partial sums in another order
+        np.testing.assert_allclose(got.result, expected.result, rtol=1e-6, atol=1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# Results equal the NumPy engine's
+
+
+@pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
+@pytest.mark.parametrize(
+    ("column", "given"), [("x", True), ("i8", False), ("v", True), ("v", False)]
+)
+@pytest.mark.parametrize("op", OPS)
+def test_parquet_dataset_matches_numpy(
+    client: Any, parquet_dataset: Dataset, op: str, column: str, given: bool, sorted_ids: bool
+) -> None:
+    ids_column = "sseg" if sorted_ids else "seg"
+    n = GIVEN_N[sorted_ids] if given else None
+    reduction, data_facts, ids_facts, extra = run(
+        client,
+        op=op,
+        data=str(parquet_dataset.root),
+        data_column=column,
+        ids_column=ids_column,
+        num_segments=n,
+        sorted_ids=sorted_ids,
+    )
+    expected = core.reduce_arrays(
+        parquet_dataset.arrays[column],
+        parquet_dataset.arrays[ids_column],
+        n,
+        op,
+        sorted=sorted_ids,
+        engine="numpy",
+    )
+    assert_same(reduction, expected)
+    assert reduction.engine == "dask"
+    assert extra == {"partitions": PARQUET_FILES, "workers": 2}
+    assert data_facts.shape == list(parquet_dataset.arrays[column].shape)
+    assert ids_facts.label == f"{parquet_dataset.root}:{ids_column} ({PARQUET_FILES} files)"
+
+
+@pytest.mark.parametrize("given", [True, False], ids=["n-given", "n-inferred"])
+@pytest.mark.parametrize("op", OPS)
+def test_npy_shards_with_2d_ids_match_numpy(
+    client: Any, npy_shards: Dataset, op: str, given: bool
+) -> None:
+    n = 20 if given else None
+    reduction, data_facts, _, extra = run(
+        client,
+        op=op,
+        data=str(npy_shards.root / "data-*.npy"),
+        ids=str(npy_shards.root / "ids-*.npy"),
+        num_segments=n,
+    )
+    expected = core.reduce_arrays(
+        npy_shards.arrays["data"], npy_shards.arrays["ids"], n, op, engine="numpy"
+    )
+    assert_same(reduction, expected)
+    assert extra["partitions"] == 11
+    assert data_facts.path == str(npy_shards.root / "data-*.npy")
+    assert data_facts.shape == list(npy_shards.arrays["data"].shape)
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "mean"])
+def test_single_large_files_split_into_row_ranges(
+    client: Any, tmp_path: Path, parquet_dataset: Dataset, op: str
+) -> None:
+    arrays = parquet_dataset.arrays
+    np.save(tmp_path / "data.npy", arrays["v"])
+    np.save(tmp_path / "ids.npy", arrays["sseg"])
+    pq.write_table(
+        pa.table({"x": arrays["x"], "seg": arrays["seg"]}),
+        tmp_path / "t.parquet",
+        row_group_size=50,
+    )
+    reduction, *_, extra = run(
+        client,
+        op=op,
+        data=str(tmp_path / "data.npy"),
+        ids=str(tmp_path / "ids.npy"),
+        sorted_ids=True,
+        chunk_rows=64,
+    )
+    assert extra["partitions"] == -(-len(arrays["v"]) // 64)
+    assert_same(
+        reduction,
+        core.reduce_arrays(arrays["v"], arrays["sseg"], None, op, sorted=True, engine="numpy"),
+    )
+    whole, *_, extra = run(
+        client,
+        op=op,
+        data=str(tmp_path / "data.npy"),
+        ids=str(tmp_path / "ids.npy"),
+        sorted_ids=True,
+    )
+    assert extra["partitions"] == 1  # small enough for one partition
+    assert_same(whole, reduction)
+    # Row ranges that cut through row groups; DATA and IDS two columns of one file.
+    reduction, *_, extra = run(
+        client,
+        op=op,
+        data=str(tmp_path / "t.parquet"),
+        data_column="x",
+        ids_column="seg",
+        chunk_rows=64,
+    )
+    assert extra["partitions"] == -(-len(arrays["x"]) // 64)
+    assert_same(reduction, core.reduce_arrays(arrays["x"], arrays["seg"], None, op, engine="numpy"))
+
+
+def test_large_inputs_fold_with_numba_on_the_workers(client: Any, tmp_path: Path) -> None:
+    """Partitions of an input ``auto`` finds large fold with numba, to the NumPy engine's bytes."""
+    try:
+        get_engine("numba")
+    except EngineUnavailableError as exc:
+        pytest.skip(str(exc))
+    rng = np.random.default_rng(9)
+    data = rng.normal(size=(6000,)).astype(np.float32)
+    ids = rng.integers(0, 50, len(data)).astype(np.int32)
+    for k, (d, i) in enumerate(zip(np.array_split(data, 3), np.array_split(ids, 3), strict=True)):
+        np.save(tmp_path / f"d-{k}.npy", d)
+        np.save(tmp_path / f"i-{k}.npy", i)
+    plan = seg_dask.plan_run(
+        RunRequest(op="max", data=str(tmp_path / "d-*.npy"), ids=str(tmp_path / "i-*.npy"))
+    )
+    # As for an input past the numba threshold, whatever the threshold is today.
+    job = distributed_tasks.Job("max", None, sorted_ids=False, elements=10**12)
+    parts = client.gather(
+        [client.submit(distributed_tasks.run_partition, p, job) for p in plan.partitions]
+    )
+    merged = distributed_tasks.combine_results(*parts)
+    assert merged.engines == {"numba"}
+    assert merged.state is not None
+    expected = core.reduce_arrays(data, ids, None, "max", engine="numpy").result
+    np.testing.assert_array_equal(ops.finalize(merged.state), expected)
+
+
+def test_partitions_never_choose_a_gpu_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    gpu = EngineChoice(type("Gpu", (), {"name": "cupy"})(), "auto")  # type: ignore[arg-type]
+    monkeypatch.setattr(distributed_tasks, "choose_engine", lambda name, elements: gpu)
+    assert distributed_tasks.cpu_engine(10**9).name in distributed_tasks.CPU_ENGINES
+
+
+def test_progress_follows_partitions(client: Any, npy_shards: Dataset) -> None:
+    calls: list[tuple[int, int]] = []
+    seg_dask.reduce_distributed(
+        RunRequest(
+            op="sum",
+            data=str(npy_shards.root / "data-*.npy"),
+            ids=str(npy_shards.root / "ids-*.npy"),
+        ),
+        lambda done, total: calls.append((done, total)),
+        client=client,
+    )
+    total = npy_shards.arrays["ids"].size
+    assert len(calls) == 11
+    assert [done for done, _ in calls] == sorted(done for done, _ in calls)
+    assert calls[-1] == (total, total)
+
+
+def test_results_are_deterministic(client: Any, parquet_dataset: Dataset) -> None:
+    runs = [
+        run(
+            client,
+            op="sum",
+            data=str(parquet_dataset.root / "*.parquet"),
+            data_column="v",
+            ids_column="seg",
+            chunk_rows=30,
+        )[0].result
+        for _ in range(2)
+    ]
+    assert runs[0].tobytes() == runs[1].tobytes()
+
+
+# ---------------------------------------------------------------------------------------------
+# Validation: the file and row of the first offender, the count over every partition
+
+
+def _expected_location(dataset: Dataset, column: str, position: int) -> tuple[Path, int]:
+    for path in dataset.files:
+        rows = pq.ParquetFile(path).metadata.num_rows
+        if position < rows:
+            return path, position
+        position -= rows
+    raise AssertionError("position past the end")
+
+
+@pytest.mark.parametrize("chunk_rows", [None, 7])
+def test_out_of_range_names_file_and_row(
+    client: Any, parquet_dataset: Dataset, chunk_rows: int | None
+) -> None:
+    seg = parquet_dataset.arrays["seg"]
+    first = int(np.argmax(seg >= 20))
+    path, row = _expected_location(parquet_dataset, "seg", first)
+    count = int(np.count_nonzero(seg >= 20))
+    message = (
+        f"{path}:seg: segment_ids[{row}] = {seg[first]} is out of range [0, 20) "
+        f"({count} ids out of range)"
+    )
+    with pytest.raises(InvalidInputError) as raised:
+        run(
+            client,
+            op="sum",
+            data=str(parquet_dataset.root),
+            data_column="x",
+            ids_column="seg",
+            num_segments=20,
+            chunk_rows=chunk_rows,
+        )
+    assert str(raised.value) == message
+
+
+def test_out_of_range_in_2d_ids_names_both_axes(client: Any, npy_shards: Dataset) -> None:
+    ids = npy_shards.arrays["ids"]
+    with pytest.raises(InvalidInputError) as whole:
+        validate.check_ids(ids, 10, sorted_ids=False)
+    flat = ids.reshape(-1)
+    first = int(np.argmax(flat >= 10))
+    rows_before = 0
+    for path in npy_shards.files:
+        rows = np.load(path).shape[0]
+        if first // 2 < rows_before + rows:
+            break
+        rows_before += rows
+    local = first - rows_before * 2
+    where = f"segment_ids[{local // 2}, {local % 2}]"
+    message = str(whole.value).split(" = ", 1)[1]  # value and counts, from the one-pass scan
+    with pytest.raises(InvalidInputError, match=r"ids-\d+\.npy: segment_ids\[\d+, \d\]") as raised:
+        run(
+            client,
+            op="max",
+            data=str(npy_shards.root / "data-*.npy"),
+            ids=str(npy_shards.root / "ids-*.npy"),
+            num_segments=10,
+        )
+    assert str(raised.value) == f"{path}: {where} = {message}"
+
+
+def _shards(root: Path, ids_per_file: list[list[int]], dtype: str = "int32") -> tuple[str, str]:
+    for k, values in enumerate(ids_per_file):
+        np.save(root / f"d-{k}.npy", np.ones(len(values), np.float32))
+        np.save(root / f"i-{k}.npy", np.array(values, dtype))
+    return str(root / "d-*.npy"), str(root / "i-*.npy")
+
+
+def test_sorted_decreases_are_counted_across_files(client: Any, tmp_path: Path) -> None:
+    data, ids = _shards(tmp_path, [[0, 2, 1], [0, 5, 4], [], [3]])
+    with pytest.raises(InvalidInputError) as whole:
+        validate.check_ids(np.array([0, 2, 1, 0, 5, 4, 3]), None, sorted_ids=True)
+    with pytest.raises(InvalidInputError) as raised:
+        run(client, op="sum", data=data, ids=ids, sorted_ids=True)
+    # The first offender is in the first file, so its position is the same as in one pass.
+    assert str(raised.value) == f"{tmp_path / 'i-0.npy'}: {whole.value}"
+    assert str(raised.value).endswith("(4 decreases)")
+
+
+def test_sorted_decrease_at_a_file_boundary_names_both_files(client: Any, tmp_path: Path) -> None:
+    data, ids = _shards(tmp_path, [[0, 1, 2], [], [1, 3]])
+    with pytest.raises(InvalidInputError) as raised:
+        run(client, op="sum", data=data, ids=ids, sorted_ids=True)
+    assert str(raised.value) == (
+        f"{tmp_path / 'i-2.npy'}: segment_ids[0] = 1 < segment_ids[2] = 2 in "
+        f"{tmp_path / 'i-0.npy'}: --sorted ids must be non-decreasing (1 decrease)"
+    )
+
+
+def test_sorted_negative_id(client: Any, tmp_path: Path) -> None:
+    data, ids = _shards(tmp_path, [[0, 0], [1, -1, -3]])
+    with pytest.raises(InvalidInputError) as raised:
+        run(client, op="sum", data=data, ids=ids, sorted_ids=True)
+    assert str(raised.value) == (
+        f"{tmp_path / 'i-1.npy'}: segment_ids[1] = -1 is negative; "
+        "--sorted ids must be >= 0 (2 negative ids)"
+    )
+
+
+def test_summaries_merged_at_any_cuts_equal_one_pass() -> None:
+    """No cluster: summaries of random pieces, merged, give the one-pass report or error."""
+    rng = np.random.default_rng(3)
+    for trial in range(300):
+        sorted_ids = bool(trial % 2)
+        ids = rng.integers(-1 if trial % 3 == 0 else 0, 12, int(rng.integers(0, 40)))
+        if sorted_ids and trial % 5:
+            ids = np.sort(ids)
+        n = None if trial % 4 == 0 else int(rng.integers(0, 14))
+        cuts = np.sort(rng.integers(0, len(ids) + 1, int(rng.integers(0, 5))))
+        pieces = np.split(ids, cuts)
+        starts = np.concatenate(([0], cuts))
+        merged = summarize(pieces[0], 0, n, sorted_ids=sorted_ids)
+        for piece, start in zip(pieces[1:], starts[1:], strict=True):
+            merged = merge(merged, summarize(piece, int(start), n, sorted_ids=sorted_ids))
+        try:
+            expected: Any = validate.check_ids(ids, n, sorted_ids=sorted_ids)
+        except InvalidInputError as exc:
+            expected = f"x: {exc}"
+        try:
+            got: Any = report(
+                merged,
+                n,
+                sorted_ids=sorted_ids,
+                locate=lambda p, shape=ids.shape: ("x", index_text(shape, p)),
+            )
+        except InvalidInputError as exc:
+            got = str(exc)
+        assert got == expected, (ids, n, cuts)
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs that do not pair up
+
+
+def test_shard_counts_must_match(client: Any, tmp_path: Path) -> None:
+    data, ids = _shards(tmp_path, [[0], [1], [2]])
+    (tmp_path / "i-2.npy").unlink()
+    with pytest.raises(
+        InvalidInputError,
+        match=r"matches 3 files but .* matches 2: DATA and "
+        r"IDS shards must pair up \(first unpaired: .*d-2\.npy\)",
+    ):
+        run(client, op="sum", data=data, ids=ids)
+
+
+def test_shard_rows_must_match(client: Any, tmp_path: Path) -> None:
+    data, ids = _shards(tmp_path, [[0], [1, 1], [2]])
+    np.save(tmp_path / "i-1.npy", np.array([1, 1, 1], np.int32))
+    with pytest.raises(InvalidInputError) as raised:
+        run(client, op="sum", data=data, ids=ids)
+    assert str(raised.value) == (
+        f"{tmp_path / 'd-1.npy'} and {tmp_path / 'i-1.npy'} do not "
+        "pair up: 2 rows vs 3 rows (pair 2 of 3)"
+    )
+
+
+def test_shards_must_share_a_dtype(client: Any, tmp_path: Path) -> None:
+    data, ids = _shards(tmp_path, [[0], [1]])
+    np.save(tmp_path / "i-1.npy", np.array([1], np.int64))
+    with pytest.raises(
+        InvalidInputError,
+        match=r"i-1\.npy: rows of shape \[\] and dtype int64 "
+        r"differ from .*i-0\.npy \(\[\], int32\)",
+    ):
+        run(client, op="sum", data=data, ids=ids)
+
+
+def test_a_worker_read_error_names_the_file(client: Any, tmp_path: Path) -> None:
+    data, ids = _shards(tmp_path, [[0, 1], [2, 3]])
+    whole = (tmp_path / "d-1.npy").read_bytes()
+    (tmp_path / "d-1.npy").write_bytes(whole[:-3])  # the header is fine, the body is short
+    with pytest.raises(
+        ReadError,
+        match=r"d-1\.npy: truncated \.npy \(rows from 0: expected 8 "
+        r"bytes, got 5\)",
+    ):
+        run(client, op="sum", data=data, ids=ids)
+
+
+def test_no_matching_files(client: Any, tmp_path: Path) -> None:
+    with pytest.raises(ReadError, match=r"nothing-\*\.npy: no files match"):
+        run(client, op="sum", data=str(tmp_path / "nothing-*.npy"), ids=str(tmp_path / "i.npy"))
+
+
+def test_planning_helpers(parquet_dataset: Dataset) -> None:
+    assert sorted(["d-10", "d-9", "d-1"], key=natural_key) == ["d-1", "d-9", "d-10"]
+    files = expand(str(parquet_dataset.root))
+    assert files == [str(p) for p in parquet_dataset.files]  # _SUCCESS left out, natural order
+    data = open_dataset(str(parquet_dataset.root), column="v", key=None, role="data")
+    ids = open_dataset(str(parquet_dataset.root), column="seg", key=None, role="ids")
+    parts = plan_partitions(data, ids, rows_per_partition=None, partition_bytes=100 * 40)
+    # 32 bytes a row: 100 row groups' worth of bytes hold 125 rows, so row groups of 40 pair up
+    # into runs of 160 rows (the last run of a file may be shorter).
+    assert all(p.rows <= 160 for p in parts)
+    assert sum(p.rows for p in parts) == data.shape[0]
+    assert [p.row_offset for p in parts] == np.cumsum([0] + [p.rows for p in parts])[:-1].tolist()
+
+
+# ---------------------------------------------------------------------------------------------
+# The cluster misbehaving
+
+
+class KillWorker(distributed.WorkerPlugin):  # type: ignore[misc]
+    """Kills the worker process as it starts a partition task: once (``marker``), or always."""
+
+    def __init__(self, marker: str | None) -> None:
+        self.marker = marker
+
+    def transition(self, key: Any, start: str, finish: str, **kwargs: Any) -> None:
+        if finish != "executing" or not str(key).startswith("segcli-partition"):
+            return
+        if self.marker is not None:
+            try:
+                os.close(os.open(self.marker, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                return  # another worker already died for this test
+        os._exit(1)
+
+
+@pytest.fixture
+def killer(client: Any) -> Iterator[Any]:
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests
+    yield lambda plugin: client.register_plugin(plugin, name="segcli-test-killer")
+    # The run released its tasks, so nothing dies now: wait for the nannies' restarts, then
+    # unregister (which needs every worker to answer).
+    client.wait_for_workers(2, timeout=60)
+    client.unregister_worker_plugin("segcli-test-killer")
+    cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+def test_worker_killed_mid_run_still_gives_the_right_result(
+    client: Any, killer: Any, parquet_dataset: Dataset, tmp_path: Path
+) -> None:
+    killer(KillWorker(str(tmp_path / "killed")))
+    reduction, *_ = run(
+        client, op="max", data=str(parquet_dataset.root), data_column="v", ids_column="seg"
+    )
+    assert (tmp_path / "killed").exists()  # a worker did die mid-run
+    assert_same(
+        reduction,
+        core.reduce_arrays(
+            parquet_dataset.arrays["v"], parquet_dataset.arrays["seg"], None, "max", engine="numpy"
+        ),
+    )
+
+
+def test_workers_that_keep_dying_give_a_clean_error(
+    client: Any, killer: Any, npy_shards: Dataset
+) -> None:
+    killer(KillWorker(None))
+    with pytest.raises(
+        ClusterError,
+        match=r"^partition \d+ \(.*ids-\d+\.npy rows "
+        r"0-\d+\): Dask workers kept dying while running it",
+    ):
+        run(
+            client,
+            op="sum",
+            data=str(npy_shards.root / "data-*.npy"),
+            ids=str(npy_shards.root / "ids-*.npy"),
+        )
+
+
+def test_missing_dask_is_an_engine_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "distributed", None)
+    with pytest.raises(
+        EngineUnavailableError,
+        match=r"^engine 'dask' is not available .*; "
+        r"install it with: pip install 'segcli\[dask\]'$",
+    ):
+        seg_dask.reduce_distributed(RunRequest(op="sum", data="x.npy", ids="y.npy"))
+
+
+# ---------------------------------------------------------------------------------------------
+# The command line
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(cli, list(args))
+
+
+def test_cli_writes_the_result_and_a_distributed_summary(
+    address: str, parquet_dataset: Dataset, tmp_path: Path
+) -> None:
+    out = tmp_path / "out.npy"
+    result = invoke(
+        "mean",
+        str(parquet_dataset.root / "part-*.parquet"),
+        "--data-column",
+        "v",
+        "--ids-column",
+        "seg",
+        "--engine",
+        "dask",
+        "--scheduler",
+        address,
+        "-o",
+        str(out),
+        "--summary-json",
+        "-",
+    )
+    assert result.exit_code == 0, result.output
+    expected = core.reduce_arrays(
+        parquet_dataset.arrays["v"], parquet_dataset.arrays["seg"], None, "mean", engine="numpy"
+    ).result
+    np.testing.assert_allclose(np.load(out), expected, rtol=1e-12)
+    facts = json.loads(result.stderr)
+    assert facts["mode"] == "distributed"
+    assert facts["extra"] == {"partitions": PARQUET_FILES, "workers": 2}
+    assert facts["engine"] == "dask"
+    assert facts["engine_reason"] == f"scheduler {address}; partitions on numpy"
+
+
+def test_cli_invalid_ids_write_nothing(
+    address: str, npy_shards: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DASK_SCHEDULER_ADDRESS", address)  # the documented variable
+    out = tmp_path / "out.npy"
+    result = invoke(
+        "sum",
+        str(npy_shards.root / "data-*.npy"),
+        str(npy_shards.root / "ids-*.npy"),
+        "-n",
+        "5",
+        "--engine",
+        "dask",
+        "-o",
+        str(out),
+    )
+    assert result.exit_code == 1
+    assert "ids out of range)" in result.stderr and "ids-0.npy: segment_ids[" in result.stderr
+    assert not out.exists()
+
+
+def test_cli_unreachable_scheduler_fails_within_the_bound(
+    npy_shards: Dataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(seg_dask, "CONNECT_TIMEOUT_S", 2)
+    started = time.perf_counter()
+    result = invoke(
+        "sum",
+        str(npy_shards.root / "data-*.npy"),
+        str(npy_shards.root / "ids-*.npy"),
+        "--engine",
+        "dask",
+        "--scheduler",
+        "tcp://127.0.0.1:9",
+    )
+    assert time.perf_counter() - started < 8
+    assert result.exit_code == 2
+    assert "Error: cannot reach Dask scheduler at tcp://127.0.0.1:9 within 2 s\n" in result.stderr
+
+
+def test_cli_starts_a_local_cluster_without_an_address(
+    npy_shards: Dataset, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DASK_SCHEDULER_ADDRESS", raising=False)
+    result = invoke(
+        "count",
+        str(npy_shards.root / "data-*.npy"),
+        str(npy_shards.root / "ids-*.npy"),
+        "--engine",
+        "dask",
+        "--summary-json",
+        "-",
+        "-o",
+        str(tmp_path / "out.npy"),
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stderr)["engine_reason"].startswith("local cluster, ")
+    expected = np.bincount(npy_shards.arrays["ids"].reshape(-1), minlength=20)
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected)
