@@ -7,12 +7,21 @@ same global position, and report the same totals. Nothing here looks at data val
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from segcli.errors import InvalidInputError
+
+#: An optional one-pass scan of a block of ids: ``numba_scan(block, n or -1, sorted_ids)`` gives
+#: (negatives, first negative, ids >= n, first such, max, decreases, first decrease). The numba
+#: engine installs it when it is imported; validation never imports numba itself (its start-up
+#: costs more than the scan saves on small inputs). The NumPy path takes several passes.
+numba_scan: Callable[[np.ndarray, int, bool], tuple[int, ...]] | None = None
+#: Blocks from this many ids on use ``numba_scan`` when it is installed.
+NUMBA_SCAN_MIN_IDS = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -134,6 +143,15 @@ class IdScanner:
         if block.size == 0:
             return
         n = self.num_segments
+        if (
+            numba_scan is not None
+            and block.size >= NUMBA_SCAN_MIN_IDS
+            and block.dtype.isnative
+            and (n is None or n < 2**62)
+        ):
+            scan = numba_scan(block, -1 if n is None else n, self.sorted_ids)
+            self._feed_scanned(block, offset, scan)
+            return
         if block.dtype.kind == "i":
             negative = block < 0
             count = int(np.count_nonzero(negative))
@@ -153,23 +171,43 @@ class IdScanner:
             self._check_order(block, offset)
         self._last = int(block[-1])
 
+    def _feed_scanned(self, block: np.ndarray, offset: int, scan: tuple[int, ...]) -> None:
+        """``feed``'s bookkeeping from a ``numba_scan`` result: same counts, positions, text."""
+        negatives, first_negative, too_big, first_too_big, block_max, falls, first_fall = scan
+        if negatives:
+            self._negative.note(negatives, offset + first_negative, f"{int(block[first_negative])}")
+        if too_big:
+            self._too_big.note(too_big, offset + first_too_big, f"{int(block[first_too_big])}")
+        self._max = max(self._max, int(block_max))
+        if self.sorted_ids:
+            self._check_boundary(block, offset)
+            self._note_falls(block, offset, falls, first_fall)
+        self._last = int(block[-1])
+
     def _check_order(self, block: np.ndarray, offset: int) -> None:
-        if self._last is not None and int(block[0]) < self._last:
-            self._decrease.note(
-                1, offset, f"{int(block[0])} < {_where(self.ids_shape, offset - 1)} = {self._last}"
-            )
+        self._check_boundary(block, offset)
         if block.size > 1:
             # Compare as Python-width values: uint64 and int64 blocks never mix here.
             falls = block[1:] < block[:-1]
             count = int(np.count_nonzero(falls))
             if count:
-                at = int(np.argmax(falls)) + 1
-                self._decrease.note(
-                    count,
-                    offset + at,
-                    f"{int(block[at])} < {_where(self.ids_shape, offset + at - 1)} = "
-                    f"{int(block[at - 1])}",
-                )
+                self._note_falls(block, offset, count, int(np.argmax(falls)) + 1)
+
+    def _check_boundary(self, block: np.ndarray, offset: int) -> None:
+        if self._last is not None and int(block[0]) < self._last:
+            self._decrease.note(
+                1, offset, f"{int(block[0])} < {_where(self.ids_shape, offset - 1)} = {self._last}"
+            )
+
+    def _note_falls(self, block: np.ndarray, offset: int, count: int, at: int) -> None:
+        """``count`` decreases inside the block, the first at ``block[at] < block[at - 1]``."""
+        if count:
+            self._decrease.note(
+                count,
+                offset + at,
+                f"{int(block[at])} < {_where(self.ids_shape, offset + at - 1)} = "
+                f"{int(block[at - 1])}",
+            )
 
     def _error(self, first: _First, message: str) -> InvalidInputError:
         where = _where(self.ids_shape, first.position)

@@ -1,0 +1,315 @@
+"""The numba engine: compiled single-pass folds, cached on disk, parallel where it pays.
+
+It keeps the contract of :mod:`segcli.engines.base`: each segment's values combine in global
+row order, so its results are the NumPy engine's bytes and do not depend on the block split.
+Parallelism therefore never gives two threads rows of the same segment for a float sum or
+product (whose result depends on the order of additions). What it does instead, each measured
+on a 2-core machine (see ``benchmarks/``):
+
+- narrow float sums and products (1-D, W1/W2/W5): one thread folds the values while another
+  counts the rows;
+- min, max and integer folds, whose result cannot depend on the order: each thread folds a
+  slice of the rows into private state, merged afterwards in row order (when the state fits a
+  core's cache; bigger private copies measured slower than one thread);
+- sorted ids: the rows split at a run boundary, so each thread owns a range of segments; each
+  run folds in a register, four runs side by side (W3);
+- wide float rows (W4) stay on one thread: splitting columns or segment ranges between two
+  threads measured slower (both threads then stream the whole data array).
+
+Complex sums fold as pairs of float columns (the same additions); complex products go to the
+NumPy engine; float16 is widened to float32 a chunk at a time (exact). Importing this module
+also gives validation a one-pass id scan (``validate.numba_scan``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from glob import glob
+from itertools import pairwise
+from typing import Any, ClassVar
+
+import numpy as np
+
+from segcli import ops
+from segcli.engines.base import Engine
+
+
+def _default_cache_dir() -> str:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "segcli", "numba")
+
+
+# numba's own default caches next to the source, which a site-packages install may not allow.
+# The setting is read when numba is imported, so it must come first (and is the user's if set).
+if "numba" not in sys.modules:
+    os.environ.setdefault("NUMBA_CACHE_DIR", _default_cache_dir())
+
+from segcli import validate  # noqa: E402
+from segcli.engines import numba_kernels as kernels  # noqa: E402  (after NUMBA_CACHE_DIR)
+from segcli.engines.numpy_engine import ENGINE as NUMPY_ENGINE  # noqa: E402
+
+#: Threads the folds may use: the cores this process may run on.
+THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+#: Below this many elements a block folds on the calling thread: a hand-off costs ~50 us.
+PARALLEL_MIN_ELEMENTS = 1 << 18
+#: A fold state up to this size stays in a core's cache (L2): private copies and a fused
+#: count are cheap. Larger states take one random write per row per pass.
+_CACHE_BYTES = 1 << 20
+#: Rows this narrow move counting to a second thread; wider rows dwarf the count.
+_TASK_SPLIT_MAX_WIDTH = 4
+#: float16 blocks are widened to float32 this many elements at a time.
+_HALF_CHUNK_ELEMENTS = 1 << 20
+
+_KINDS: dict[Any, int] = {
+    np.add: kernels.SUM,
+    np.multiply: kernels.PROD,
+    np.minimum: kernels.MIN,
+    np.maximum: kernels.MAX,
+}
+
+_pool: ThreadPoolExecutor | None = None
+_announced = False
+
+
+def _kernel_cache_is_cold() -> bool:
+    """True when this machine has no compiled kernels cached yet (so the first call compiles)."""
+    cache_path = getattr(getattr(kernels.fold_flat, "stats", None), "cache_path", None)
+    if not cache_path:
+        return False  # caching unavailable: nothing honest to say
+    return not glob(os.path.join(cache_path, f"{kernels.__name__.rsplit('.', 1)[-1]}.*.nbi"))
+
+
+def _announce_compilation() -> None:
+    """Say once per process, before the first compilation on a machine, why this run is slow."""
+    global _announced
+    if not _announced:
+        _announced = True
+        if _kernel_cache_is_cold():
+            print("segcli: compiling kernels, first run only", file=sys.stderr, flush=True)
+
+
+def _run(tasks: list[Callable[[], object]]) -> None:
+    """Run the tasks, the first on this thread and the rest on the pool; wait for all."""
+    global _pool
+    if len(tasks) <= 1:
+        for task in tasks:
+            task()
+        return
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max(1, THREADS - 1), thread_name_prefix="segcli-numba")
+    futures = [_pool.submit(task) for task in tasks[1:]]
+    try:
+        tasks[0]()
+    finally:
+        for future in futures:
+            future.result()
+
+
+def _native(array: np.ndarray) -> np.ndarray:
+    """numba reads native byte order only."""
+    return array if array.dtype.isnative else array.astype(array.dtype.newbyteorder("="))
+
+
+def _splits(rows: int, parts: int) -> list[tuple[int, int]]:
+    edges = [rows * k // parts for k in range(parts + 1)]
+    return [(a, b) for a, b in pairwise(edges) if b > a]
+
+
+def _parts_for(elements: int) -> int:
+    return THREADS if elements >= PARALLEL_MIN_ELEMENTS and THREADS > 1 else 1
+
+
+def _fold_values(
+    kind: int,
+    data: np.ndarray,
+    ids: np.ndarray,
+    acc: np.ndarray,
+    count: np.ndarray,
+    with_count: bool,
+) -> None:
+    """One thread, rows in order: the 1-D kernel for one column, else the row kernel."""
+    if data.shape[1] == 1:
+        kernels.fold_flat(kind, data[:, 0], ids, acc[:, 0], count, with_count)
+    else:
+        kernels.fold_rows(kind, data, ids, acc, count, with_count)
+
+
+def _fold_private(
+    kind: int,
+    initial: Any,
+    data: np.ndarray,
+    ids: np.ndarray,
+    acc: np.ndarray,
+    count: np.ndarray,
+    parts: int,
+) -> None:
+    """Order-free folds: each thread takes a slice of rows into private state, merged in order.
+
+    The first slice folds straight into the state; merging the others after it in row order
+    gives the sequential fold's bits, even for min/max of 0.0 and -0.0 or NaNs.
+    """
+    slices = _splits(ids.shape[0], parts)
+    accs = [acc] + [np.full_like(acc, initial) for _ in slices[1:]]
+    counts = [count] + [np.zeros_like(count) for _ in slices[1:]]
+    _run(
+        [
+            partial(_fold_values, kind, data[a:b], ids[a:b], acc_k, count_k, True)
+            for (a, b), acc_k, count_k in zip(slices, accs, counts, strict=True)
+        ]
+    )
+    merge = {
+        kernels.SUM: np.add,
+        kernels.PROD: np.multiply,
+        kernels.MIN: np.minimum,
+        kernels.MAX: np.maximum,
+    }[kind]
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN compares by design
+        for acc_k, count_k in zip(accs[1:], counts[1:], strict=True):
+            merge(acc, acc_k, out=acc)
+            count += count_k
+
+
+def _fold_unsorted(
+    kind: int, initial: Any, data: np.ndarray, ids: np.ndarray, acc: np.ndarray, count: np.ndarray
+) -> None:
+    parts = _parts_for(data.size)
+    order_free = kind in (kernels.MIN, kernels.MAX) or acc.dtype.kind in "iu"
+    small_state = acc.nbytes + count.nbytes <= _CACHE_BYTES
+    if parts > 1 and order_free and small_state:
+        _fold_private(kind, initial, data, ids, acc, count, parts)
+    elif parts > 1 and data.shape[1] <= _TASK_SPLIT_MAX_WIDTH:
+        # Float sums keep one thread per segment; counting moves to a second thread.
+        _run(
+            [
+                partial(_fold_values, kind, data, ids, acc, count, False),
+                partial(kernels.count_ids, ids, count),
+            ]
+        )
+    elif small_state:
+        _fold_values(kind, data, ids, acc, count, True)
+    else:
+        # Two random writes per row into a state larger than the cache measured 3x slower
+        # than two passes with one each.
+        _fold_values(kind, data, ids, acc, count, False)
+        kernels.count_ids(ids, count)
+
+
+def _sorted_parts(ids: np.ndarray, lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
+    """Row ranges cut at run starts, so no segment is shared between two of them."""
+    cuts = [lo]
+    for a, _ in _splits(hi - lo, parts)[1:]:
+        cut = kernels.run_start(ids, lo + a, cuts[-1])
+        if cut > cuts[-1]:
+            cuts.append(cut)
+    cuts.append(hi)
+    return [(a, b) for a, b in pairwise(cuts) if b > a]
+
+
+def _fold_sorted(
+    kind: int, data: np.ndarray, ids: np.ndarray, acc: np.ndarray, count: np.ndarray
+) -> None:
+    lo, hi = kernels.sorted_bounds(ids, acc.shape[0])
+    parts = _sorted_parts(ids, lo, hi, _parts_for(data[lo:hi].size))
+
+    def fold_part(a: int, b: int) -> None:
+        if data.shape[1] == 1:
+            kernels.fold_runs(kind, data[:, 0], ids, acc[:, 0], count, a, b)
+        else:
+            kernels.fold_rows(kind, data[a:b], ids[a:b], acc, count, True)
+
+    _run([partial(fold_part, a, b) for a, b in parts])
+
+
+def _count(count: np.ndarray, ids: np.ndarray, sorted_ids: bool) -> None:
+    """The count op (or rows of inner size 0): rows per segment only."""
+    if sorted_ids:
+        lo, hi = kernels.sorted_bounds(ids, count.shape[0])
+        kernels.count_runs(ids, count, lo, hi)
+        return
+    parts = _parts_for(ids.shape[0])
+    if parts == 1 or count.nbytes > _CACHE_BYTES:
+        kernels.count_ids(ids, count)
+        return
+    slices = _splits(ids.shape[0], parts)
+    counts = [count] + [np.zeros_like(count) for _ in slices[1:]]
+    _run(
+        [partial(kernels.count_ids, ids[a:b], c) for (a, b), c in zip(slices, counts, strict=True)]
+    )
+    for c in counts[1:]:
+        count += c
+
+
+def _fold_native(
+    state: ops.State,
+    kind: int,
+    data: np.ndarray,
+    ids: np.ndarray,
+    acc: np.ndarray,
+    sorted_ids: bool,
+) -> None:
+    """Fold a block of a dtype the kernels take (ints, float32/64) into ``acc``."""
+    if sorted_ids:
+        _fold_sorted(kind, data, ids, acc, state.count)
+    else:
+        _fold_unsorted(kind, state.op.initial(acc.dtype), data, ids, acc, state.count)
+
+
+def _fold_half(
+    state: ops.State, kind: int, data: np.ndarray, ids: np.ndarray, sorted_ids: bool
+) -> None:
+    """float16: widen a chunk at a time to float32 (exact); min/max fold in float32 too."""
+    acc = state.acc
+    work = acc.astype(np.float32) if acc.dtype == np.float16 else acc
+    step = max(1, _HALF_CHUNK_ELEMENTS // max(1, data.shape[1]))
+    for a in range(0, ids.shape[0], step):
+        chunk = data[a : a + step].astype(np.float32)
+        _fold_native(state, kind, chunk, ids[a : a + step], work, sorted_ids)
+    if work is not acc:
+        acc[...] = work  # every value is a float16 value (or the initial +-inf): exact
+
+
+def _scan_ids(block: np.ndarray, num_segments: int, sorted_ids: bool) -> tuple[int, ...]:
+    """Validation's one-pass id scan (see ``validate.numba_scan``): 10x fewer passes."""
+    _announce_compilation()
+    return tuple(kernels.scan_ids(block, num_segments, sorted_ids))
+
+
+# Once numba has been paid for, validation of large blocks uses it too.
+validate.numba_scan = _scan_ids
+
+
+class NumbaEngine(Engine):
+    name: ClassVar[str] = "numba"
+
+    def fold(
+        self, state: ops.State, data: np.ndarray, ids: np.ndarray, *, sorted_ids: bool
+    ) -> None:
+        if ids.shape[0] == 0 or state.num_segments == 0:
+            return
+        _announce_compilation()
+        ids = _native(ids)
+        if state.acc is None or data.shape[1] == 0:
+            _count(state.count, ids, sorted_ids)
+            return
+        kind = _KINDS[state.op.ufunc]
+        data = _native(data)
+        acc = state.acc
+        if data.dtype.kind == "c":
+            if kind != kernels.SUM:
+                # A complex product is not a per-component fold; it is rare enough for NumPy.
+                NUMPY_ENGINE.fold(state, data, ids, sorted_ids=sorted_ids)
+                return
+            # A complex sum is two float sums: fold the real and imaginary parts as columns.
+            data = np.ascontiguousarray(data).view(data.real.dtype)
+            acc = acc.view(np.float64)
+        if data.dtype == np.float16:
+            _fold_half(state, kind, data, ids, sorted_ids)
+        else:
+            _fold_native(state, kind, data, ids, acc, sorted_ids)
+
+
+ENGINE = NumbaEngine()

@@ -1,0 +1,390 @@
+"""Every engine against the loop oracle, numba against NumPy bit for bit, and the fold contract.
+
+The fold contract (``segcli.engines.base``): each segment's rows combine in global row order,
+so folding a block in many pieces gives the same bytes as one fold, on every engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+import segcli
+from segcli import ops
+from segcli.engines import get_engine
+from segcli.errors import EngineUnavailableError
+from tests.reference import reference_reduce
+
+ROOT = Path(__file__).resolve().parent.parent
+OP_NAMES = ["sum", "mean", "min", "max", "prod", "sqrt_n", "count"]
+DTYPES = ["float16", "float32", "float64", "int8", "int32", "int64", "uint8", "uint64", "complex64"]
+#: ids of shape (rows,) or (rows, 2), data with these inner dimensions, and the family.
+LAYOUTS = {
+    "1d": ((40,), (), False),
+    "2d": ((40,), (3,), False),
+    "nd_ids": ((8, 5), (2,), False),
+    "sorted": ((40,), (), True),
+    "sorted_2d": ((40,), (3,), True),
+}
+N = 6
+
+
+def _numba_available() -> bool:
+    try:
+        get_engine("numba")
+    except EngineUnavailableError:
+        return False
+    return True
+
+
+needs_numba = pytest.mark.skipif(not _numba_available(), reason="numba is not installed")
+
+
+def _supported(op: str, dtype: str) -> bool:
+    return not (dtype.startswith("complex") and op in ("min", "max"))
+
+
+def make_data(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    """Values that exercise each dtype: full-range integers (so sums and products wrap),
+    small floats (so products stay finite) with repeated values and signed zeros."""
+    dt = np.dtype(dtype)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, shape, dtype=dt, endpoint=True)
+    if dt.kind == "c":
+        return (rng.uniform(-2, 2, shape) + 1j * rng.uniform(-2, 2, shape)).astype(dt)
+    values = rng.uniform(-2, 2, shape).round(1).astype(dt)
+    values.flat[::7] = -0.0
+    return values
+
+
+def make_ids(
+    rng: np.random.Generator, ids_shape: tuple[int, ...], n: int, sorted_ids: bool
+) -> np.ndarray:
+    """Unsorted ids include negatives (dropped); sorted ones include ids >= n (dropped)."""
+    if sorted_ids:
+        return np.sort(rng.integers(0, n + 2, ids_shape)).astype(np.int32)
+    return rng.integers(-2, n, ids_shape).astype(np.int32)
+
+
+def assert_matches_reference(got: np.ndarray, want: np.ndarray, op: str, dtype: str) -> None:
+    """Integers, min, max and count exactly; float and complex arithmetic to within rounding."""
+    assert got.dtype == want.dtype
+    assert got.shape == want.shape
+    exact = op in ("min", "max", "count") or (
+        np.dtype(dtype).kind in "iu" and op not in ("mean", "sqrt_n")
+    )
+    if exact:
+        np.testing.assert_array_equal(got, want)
+    else:
+        rtol = {np.float16: 2e-3, np.float32: 2e-6}.get(got.dtype.type, 1e-12)
+        if got.dtype.kind == "c":
+            rtol = 2e-6 if got.dtype == np.complex64 else 1e-12
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol)
+
+
+def fold_in_blocks(
+    engine: str,
+    data: np.ndarray,
+    ids: np.ndarray,
+    n: int,
+    op: str,
+    cuts: list[int],
+    *,
+    sorted_ids: bool,
+) -> bytes:
+    """Fold the rows in consecutive blocks ending at ``cuts``, as a streaming driver does."""
+    impl = get_engine(engine)
+    op_def = ops.get_op(op)
+    rows = data.reshape(ids.size, -1)
+    state = impl.new_state(op_def, n, data.shape[1:], data.dtype)
+    start = 0
+    for stop in [*cuts, ids.size]:
+        impl.fold(state, rows[start:stop], ids[start:stop], sorted_ids=sorted_ids)
+        start = stop
+    return ops.finalize(impl.to_host(state)).tobytes()
+
+
+# --- every op x dtype x layout against the oracle ---------------------------------------------
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", OP_NAMES)
+def test_matches_reference(engine: str, op: str, dtype: str, layout: str) -> None:
+    if not _supported(op, dtype):
+        pytest.skip("min/max take real data only")
+    ids_shape, inner, sorted_ids = LAYOUTS[layout]
+    rng = np.random.default_rng([OP_NAMES.index(op), DTYPES.index(dtype), len(layout)])
+    data = make_data(rng, ids_shape + inner, dtype)
+    ids = make_ids(rng, ids_shape, N, sorted_ids)
+    got = segcli.segment_reduce(data, ids, N, op, sorted=sorted_ids, engine=engine)
+    want = reference_reduce(data, ids, N, op, sorted_ids=sorted_ids)
+    assert_matches_reference(got, want, op, dtype)
+
+
+# --- numba is NumPy, bit for bit, on every code path ------------------------------------------
+
+
+@pytest.fixture
+def numba_parallel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make the numba engine take its threaded paths even on small inputs."""
+    from segcli.engines import numba_engine
+
+    monkeypatch.setattr(numba_engine, "PARALLEL_MIN_ELEMENTS", 1)
+    monkeypatch.setattr(numba_engine, "THREADS", 2)
+
+
+@needs_numba
+@pytest.mark.parametrize("parallel", [False, True], ids=["serial", "threads"])
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("op", OP_NAMES)
+def test_numba_equals_numpy_bit_for_bit(
+    request: pytest.FixtureRequest, op: str, dtype: str, layout: str, parallel: bool
+) -> None:
+    if not _supported(op, dtype):
+        pytest.skip("min/max take real data only")
+    if parallel:
+        request.getfixturevalue("numba_parallel")
+    ids_shape, inner, sorted_ids = LAYOUTS[layout]
+    scale = 25 if len(ids_shape) == 1 else 5  # enough rows per segment for every path
+    ids_shape = (ids_shape[0] * scale, *ids_shape[1:])
+    rng = np.random.default_rng([OP_NAMES.index(op), DTYPES.index(dtype), 7])
+    data = make_data(rng, ids_shape + inner, dtype)
+    if data.dtype.kind == "f" and op in ("min", "max"):
+        data.flat[::11] = np.nan
+    ids = make_ids(rng, ids_shape, N, sorted_ids)
+    results = [
+        segcli.reduce_arrays(data, ids, N, op, sorted=sorted_ids, engine=name)
+        for name in ("numpy", "numba")
+    ]
+    assert results[0].result.dtype == results[1].result.dtype
+    assert results[0].result.tobytes() == results[1].result.tobytes()
+    assert results[0].counts.tobytes() == results[1].counts.tobytes()
+
+
+@needs_numba
+@pytest.mark.parametrize(
+    "ids_dtype", ["int8", "uint8", "int16", "uint16", "uint32", "int64", "uint64"]
+)
+@pytest.mark.parametrize("sorted_ids", [False, True])
+def test_numba_reads_ids_of_every_width(ids_dtype: str, sorted_ids: bool) -> None:
+    rng = np.random.default_rng(3)
+    data = rng.uniform(-1, 1, (500, 2)).astype(np.float32)
+    low = 0 if sorted_ids or ids_dtype.startswith("u") else -2
+    ids = rng.integers(low, 9 if sorted_ids else 7, 500).astype(ids_dtype)  # sorted: drop >= 7
+    if sorted_ids:
+        ids.sort()
+    for op in ("sum", "max", "count"):
+        want = segcli.segment_reduce(data, ids, 7, op, sorted=sorted_ids, engine="numpy")
+        got = segcli.segment_reduce(data, ids, 7, op, sorted=sorted_ids, engine="numba")
+        assert got.tobytes() == want.tobytes()
+
+
+@needs_numba
+def test_numba_reads_non_native_byte_order_and_strided_data() -> None:
+    rng = np.random.default_rng(4)
+    data = rng.uniform(-1, 1, (300, 4)).astype(">f8")[:, ::2]
+    ids = rng.integers(0, 5, 300).astype(">i4")
+    want = segcli.segment_reduce(data.astype(np.float64), ids.astype(np.int32), 5, engine="numpy")
+    got = segcli.segment_reduce(data, ids, 5, engine="numba")
+    assert got.tobytes() == want.astype(">f8").tobytes()
+
+
+# --- the fold contract: block splits do not change a byte -------------------------------------
+
+
+@pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "complex64"])
+@pytest.mark.parametrize("op", OP_NAMES)
+def test_block_split_gives_identical_bytes(
+    engine: str, op: str, dtype: str, sorted_ids: bool
+) -> None:
+    if not _supported(op, dtype):
+        pytest.skip("min/max take real data only")
+    rng = np.random.default_rng([OP_NAMES.index(op), DTYPES.index(dtype)])
+    # Values of very different sizes, so that a reordered float sum would change its bits.
+    data = make_data(rng, (60, 2), dtype)
+    if data.dtype.kind in "fc":
+        data = (data * rng.choice([1e-3, 1.0, 1e3], (60, 1))).astype(dtype)
+    ids = make_ids(rng, (60,), 4, sorted_ids)
+    whole = fold_in_blocks(engine, data, ids, 4, op, [], sorted_ids=sorted_ids)
+    one_row_blocks = list(range(1, 60))
+    uneven = sorted(rng.choice(np.arange(1, 60), 7, replace=False).tolist())
+    for cuts in (one_row_blocks, uneven, [30]):
+        assert fold_in_blocks(engine, data, ids, 4, op, cuts, sorted_ids=sorted_ids) == whole
+
+
+@needs_numba
+@pytest.mark.usefixtures("numba_parallel")
+@pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
+@pytest.mark.parametrize("op", ["sum", "min", "prod", "count"])
+def test_numba_threads_and_blocks_give_numpy_bytes(op: str, sorted_ids: bool) -> None:
+    rng = np.random.default_rng(5)
+    data = rng.standard_normal(4000) * rng.choice([1e-8, 1.0, 1e8], 4000)
+    ids = make_ids(rng, (4000,), 3, sorted_ids)
+    want = fold_in_blocks("numpy", data, ids, 3, op, [], sorted_ids=sorted_ids)
+    for cuts in ([], [1, 2, 1999, 3000], list(range(100, 4000, 100))):
+        assert fold_in_blocks("numba", data, ids, 3, op, cuts, sorted_ids=sorted_ids) == want
+
+
+# --- NaN and infinity -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sorted_ids", [False, True])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_nan_and_inf_rules(engine: str, dtype: str, sorted_ids: bool) -> None:
+    nan, inf = np.nan, np.inf
+    data = np.array([1, nan, 3, inf, inf, -inf, -inf, nan, 2, 5], dtype)
+    ids = np.array([0, 0, 0, 1, 1, 2, 2, 3, 3, 5])
+
+    def run(op: str) -> np.ndarray:
+        return segcli.segment_reduce(data, ids, 6, op, sorted=sorted_ids, engine=engine)
+
+    big = np.finfo(dtype).max
+    np.testing.assert_array_equal(run("min"), np.array([nan, inf, -inf, nan, big, 5], dtype))
+    np.testing.assert_array_equal(run("max"), np.array([nan, inf, -inf, nan, -big, 5], dtype))
+    np.testing.assert_array_equal(run("sum"), np.array([nan, inf, -inf, nan, 0, 5], dtype))
+    np.testing.assert_array_equal(run("count"), [3, 2, 2, 2, 0, 1])
+
+
+def test_nan_propagates_from_any_row_of_a_long_segment(engine: str) -> None:
+    for where in (0, 1, 999, 1999):
+        data = np.ones(2000, np.float32)
+        data[where] = np.nan
+        ids = np.zeros(2000, np.int32)
+        for op in ("min", "max"):
+            assert np.isnan(segcli.segment_reduce(data, ids, 1, op, engine=engine)[0])
+
+
+# --- dropped rows and empty inputs ------------------------------------------------------------
+
+
+def test_dropped_rows_are_skipped(engine: str) -> None:
+    data = np.arange(1, 7, dtype=np.float64)
+    unsorted = segcli.reduce_arrays(data, [-1, 0, -2, 1, 0, -1], 2, "sum", engine=engine)
+    np.testing.assert_array_equal(unsorted.result, [7, 4])
+    np.testing.assert_array_equal(unsorted.counts, [2, 1])
+    trailing = segcli.reduce_arrays(data, [0, 0, 1, 2, 3, 3], 2, "max", sorted=True, engine=engine)
+    np.testing.assert_array_equal(trailing.result, [2, 3])
+    np.testing.assert_array_equal(trailing.counts, [2, 1])
+
+
+@pytest.mark.parametrize("sorted_ids", [False, True])
+@pytest.mark.parametrize("op", OP_NAMES)
+def test_empty_inputs(engine: str, op: str, sorted_ids: bool) -> None:
+    def run(data: Any, ids: Any, n: int | None) -> segcli.Reduction:
+        return segcli.reduce_arrays(data, ids, n, op, sorted=sorted_ids, engine=engine)
+
+    no_rows = run(np.zeros((0, 2), np.float32), np.zeros(0, np.int32), 3)
+    want = reference_reduce(np.zeros((0, 2), np.float32), np.zeros(0, np.int32), 3, op)
+    assert no_rows.result.shape == want.shape
+    np.testing.assert_array_equal(no_rows.result, want)
+    np.testing.assert_array_equal(no_rows.counts, [0, 0, 0])
+
+    no_segments = run(np.ones(4, np.float64), np.full(4, -1 if not sorted_ids else 0), 0)
+    assert no_segments.result.shape == (0,)
+    assert no_segments.counts.shape == (0,)
+
+    no_columns = run(np.zeros((5, 0), np.float32), [0, 0, 1, 1, 1], 3)
+    assert no_columns.result.shape == ((3,) if op == "count" else (3, 0))
+    np.testing.assert_array_equal(no_columns.counts, [2, 3, 0])
+
+
+# --- property: random data, ids in [-2, n), every op, every engine ----------------------------
+
+
+@st.composite
+def reductions(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, int, str]:
+    n = draw(st.integers(0, 6))
+    rows = draw(st.integers(0, 30))
+    inner = draw(st.sampled_from([(), (2,)]))
+    dtype = draw(st.sampled_from([np.float32, np.float64, np.int32, np.uint8]))
+    elements = st.floats(-100, 100, width=32) if np.dtype(dtype).kind == "f" else None
+    data = draw(hnp.arrays(dtype, (rows, *inner), elements=elements))
+    ids = draw(hnp.arrays(np.int64, rows, elements=st.integers(-2, max(n - 1, -1))))
+    op = draw(st.sampled_from(OP_NAMES))
+    return data, ids, n, op
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(case=reductions())
+def test_property_matches_reference(engine: str, case: tuple[Any, ...]) -> None:
+    data, ids, n, op = case
+    got = segcli.segment_reduce(data, ids, n, op, engine=engine)
+    assert_matches_reference(got, reference_reduce(data, ids, n, op), op, data.dtype.name)
+
+
+# --- validation's numba scan: the same reports and messages as the NumPy passes ---------------
+
+
+def _scan_outcome(ids: np.ndarray, n: int | None, sorted_ids: bool, blocks: int) -> str:
+    from segcli import validate
+
+    scanner = validate.IdScanner(tuple(ids.shape), n, sorted_ids, "ids.npy")
+    for block in np.array_split(ids.reshape(-1), blocks):
+        scanner.feed(block)
+    try:
+        return repr(scanner.finish())
+    except segcli.SegcliError as exc:
+        return f"error: {exc}"
+
+
+@needs_numba
+@pytest.mark.parametrize(
+    ("ids", "n", "sorted_ids"),
+    [
+        (np.array([3, -1, 0, 5, -7, 2], np.int8), 4, False),
+        (np.array([3, -1, 0, 5, -7, 2], np.int64), None, False),
+        (np.array([0, 1, 1, 4, 9], np.uint64), 3, False),
+        (np.array([0, 2**64 - 1], np.uint64), 5, False),
+        (np.array([0, 0, 1, 3, 3, 7], np.int32), 4, True),
+        (np.array([0, 2, 1, 3, 2, 5], np.int16), None, True),
+        (np.array([-2, 0, 1], np.int32), None, True),
+        (np.array([[0, 1, 9], [2, -1, 8]], np.int32), 3, False),
+    ],
+)
+@pytest.mark.parametrize("blocks", [1, 3])
+def test_numba_validation_scan_matches_numpy(
+    monkeypatch: pytest.MonkeyPatch,
+    ids: np.ndarray,
+    n: int | None,
+    sorted_ids: bool,
+    blocks: int,
+) -> None:
+    from segcli import validate
+    from segcli.engines import numba_engine
+
+    monkeypatch.setattr(validate, "NUMBA_SCAN_MIN_IDS", 1)
+    monkeypatch.setattr(validate, "numba_scan", None)
+    want = _scan_outcome(ids, n, sorted_ids, blocks)
+    monkeypatch.setattr(validate, "numba_scan", numba_engine._scan_ids)
+    assert _scan_outcome(ids, n, sorted_ids, blocks) == want
+
+
+@needs_numba
+def test_numba_says_once_per_machine_that_it_compiles(tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+
+    code = "import segcli; segcli.segment_reduce([1.0, 2.0], [0, 1], 2, engine='numba')"
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    first, second = (
+        subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=ROOT
+        )
+        for _ in range(2)
+    )
+    assert first.returncode == 0, first.stderr
+    assert first.stderr == "segcli: compiling kernels, first run only\n"
+    assert second.stderr == ""
