@@ -8,7 +8,7 @@ The structure mirrors :mod:`segcli.stream`, with partitions instead of blocks:
    the op's partial state (:mod:`segcli.distributed_tasks`);
 3. combine: partial results merge in a tree on the workers, earlier partitions first, so the
    order (and so the bytes of a float sum) is the same run after run;
-4. the client fetches the merged id summary, validates (:mod:`segcli.distributed_ids`: the
+4. the client fetches the merged id summary, validates (:mod:`segcli.validate`: the
    same counts and first offender as a one-pass scan, named by file and row), and only then
    fetches the state, O(n x inner), and finalizes it.
 
@@ -33,7 +33,6 @@ import numpy as np
 
 from segcli import ops, validate
 from segcli.core import Reduction, check_output_fits
-from segcli.distributed_ids import IdSummary, Locator, index_text, report
 from segcli.distributed_plan import (
     Dataset,
     Partition,
@@ -48,6 +47,7 @@ from segcli.distributed_tasks import summary_of as _summary_of
 from segcli.errors import ClusterError, EngineUnavailableError, SegcliError, UsageError
 from segcli.io.formats import first_line, input_format
 from segcli.summary import InputFacts
+from segcli.validate import IdSummary, Locator, index_text, report
 
 if TYPE_CHECKING:
     from segcli.pipeline import RunRequest

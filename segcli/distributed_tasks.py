@@ -13,7 +13,6 @@ import numpy as np
 
 from segcli import ops
 from segcli.core import check_output_fits
-from segcli.distributed_ids import IdSummary, merge, summarize
 from segcli.distributed_plan import FileRef, Partition
 from segcli.engines import Engine, choose_engine, get_engine
 from segcli.errors import EngineUnavailableError, ReadError
@@ -21,6 +20,7 @@ from segcli.io import open_chunked
 from segcli.io.columns import ColumnRef, column_to_numpy, value_layout
 from segcli.io.formats import library_errors, open_binary
 from segcli.io.npy import read_header, readinto_exact, to_native
+from segcli.validate import IdSummary, merge, summarize
 
 #: Engines that fold in this process's memory; a GPU engine per worker is out of scope here.
 CPU_ENGINES = ("numba", "numpy")

@@ -1,8 +1,12 @@
-"""One validation pass over the inputs, shared by every engine and by the streaming driver.
+"""One validation pass over the ids, shared by every engine, the streaming driver and Dask.
 
-The id checks are written as a scanner fed in consecutive blocks of the flattened ids, so the
-in-memory path (one block) and the streaming path (many) find the same first offender at the
-same global position, and report the same totals. Nothing here looks at data values.
+The id checks are built on a mergeable :class:`IdSummary`: :func:`summarize` describes one run
+of consecutive ids (how many break each rule, the first offender's *global* flat position and
+value, the largest, first and last id), :func:`merge` joins two runs in row order (and catches a
+decrease across their boundary), and :func:`report` turns the summary of all the ids into an
+:class:`IdReport` or raises the first error. The in-memory path (one block), streaming (many
+blocks, :class:`IdScanner`), GPU blocks and Dask partitions therefore find the same first
+offender at the same position and report the same totals. Nothing here looks at data values.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ numba_scan: Callable[[np.ndarray, int, bool], tuple[int, ...]] | None = None
 #: Blocks from this many ids on use ``numba_scan`` when it is installed.
 NUMBA_SCAN_MIN_IDS = 1 << 16
 
+#: Maps a global flat position to (label of the ids' file or None, ``segment_ids[...]`` there).
+Locator = Callable[[int], tuple[str | None, str]]
+
 
 @dataclass(frozen=True)
 class IdReport:
@@ -41,20 +48,16 @@ class IdReport:
         return self.rows - self.dropped_negative - self.dropped_beyond
 
 
-def _where(shape: tuple[int, ...], flat_position: int) -> str:
-    """``segment_ids[i, j]`` for a flat position in ids of ``shape``."""
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def index_text(shape: tuple[int, ...], flat_position: int) -> str:
+    """``segment_ids[i]``, or ``segment_ids[i, j]`` for ids of more than one axis."""
     if len(shape) <= 1:
         return f"segment_ids[{flat_position}]"
     index = np.unravel_index(flat_position, shape)
     return "segment_ids[" + ", ".join(str(int(i)) for i in index) + "]"
-
-
-def _prefix(label: str | None) -> str:
-    return f"{label}: " if label else ""
-
-
-def plural(count: int, word: str) -> str:
-    return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
 def check_ids_dtype(ids_dtype: np.dtype[Any], label: str | None = None) -> None:
@@ -75,7 +78,7 @@ def check_shapes(
     ids_label: str | None = None,
 ) -> None:
     """The ids' shape must be a prefix of the data's (1-D and full length when sorted)."""
-    where = f"{ids_label}: " if ids_label else ""
+    where = _prefix(ids_label)
     if sorted_ids and len(ids_shape) != 1:
         raise InvalidInputError(f"{where}--sorted needs 1-D segment_ids, got shape {ids_shape}")
     if data_shape[: len(ids_shape)] != tuple(ids_shape):
@@ -104,145 +107,241 @@ def check_num_segments(num_segments: Any) -> int | None:
     return int(num_segments)
 
 
-@dataclass
-class _First:
-    """The first offender of one kind: its global flat position and what to say about it."""
+# --- the mergeable summary ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Offender:
+    """How many ids broke one rule, and the first of them (global position and value)."""
 
     count: int = 0
     position: int = -1
-    detail: str = ""
+    value: int = 0
+    #: For a decrease: the id just before it.
+    previous: int = 0
 
-    def note(self, count: int, position: int, detail: str) -> None:
-        if count and self.count == 0:
-            self.position, self.detail = position, detail
-        self.count += count
+
+def _first(a: Offender, b: Offender) -> Offender:
+    """``a`` comes from earlier rows than ``b``: its first offender wins, counts add."""
+    if not b.count:
+        return a
+    winner = a if a.count else b
+    return Offender(a.count + b.count, winner.position, winner.value, winner.previous)
+
+
+@dataclass(frozen=True)
+class IdSummary:
+    """What one run of consecutive ids holds: enough to validate and to size the state."""
+
+    #: Global flat position of the first id, and how many ids there are.
+    start: int
+    size: int
+    negative: Offender = field(default_factory=Offender)
+    #: Ids >= n (only when n is given).
+    too_big: Offender = field(default_factory=Offender)
+    #: Sorted family only: positions where an id is smaller than the one before.
+    decrease: Offender = field(default_factory=Offender)
+    max_id: int | None = None
+    first_id: int | None = None
+    last_id: int | None = None
+
+    def blocks_fold(self, *, sorted_ids: bool) -> bool:
+        """Ids that make the run fail: folding them would be wasted work."""
+        if sorted_ids:
+            return bool(self.negative.count or self.decrease.count)
+        return bool(self.too_big.count)
+
+
+def _count_first(mask: np.ndarray, flat: np.ndarray, start: int) -> Offender:
+    count = int(np.count_nonzero(mask))
+    if not count:
+        return Offender()
+    at = int(np.argmax(mask))
+    return Offender(count, start + at, int(flat[at]))
+
+
+def summarize(
+    flat: np.ndarray, start: int, num_segments: int | None, *, sorted_ids: bool
+) -> IdSummary:
+    """Summarise flat ids whose first sits at global flat position ``start``."""
+    flat = flat.reshape(-1)
+    if flat.size == 0:
+        return IdSummary(start, 0)
+    if (
+        numba_scan is not None
+        and flat.size >= NUMBA_SCAN_MIN_IDS
+        and flat.dtype.isnative
+        and (num_segments is None or num_segments < 2**62)
+    ):
+        return _summarize_scanned(flat, start, num_segments, sorted_ids=sorted_ids)
+    low, high = int(flat.min()), int(flat.max())
+    # The masks cost a pass each: built only when the extremes say there is an offender.
+    negative = _count_first(flat < 0, flat, start) if low < 0 else Offender()
+    too_big = Offender()
+    if num_segments is not None and high >= num_segments:
+        # Compared by value: a uint64 id of 2**64 - 1 is out of range, never -1.
+        too_big = _count_first(flat >= num_segments, flat, start)
+    decrease = Offender()
+    if sorted_ids and flat.size > 1:
+        falls = flat[1:] < flat[:-1]
+        count = int(np.count_nonzero(falls))
+        if count:
+            at = int(np.argmax(falls)) + 1
+            decrease = Offender(count, start + at, int(flat[at]), int(flat[at - 1]))
+    return IdSummary(
+        start, int(flat.size), negative, too_big, decrease, high, int(flat[0]), int(flat[-1])
+    )
+
+
+def _summarize_scanned(
+    flat: np.ndarray, start: int, num_segments: int | None, *, sorted_ids: bool
+) -> IdSummary:
+    """:func:`summarize` from one compiled pass (``numba_scan``): the same fields."""
+    assert numba_scan is not None
+    scan = numba_scan(flat, -1 if num_segments is None else num_segments, sorted_ids)
+    negatives, first_negative, too_big, first_too_big, block_max, falls, first_fall = scan
+    negative = (
+        Offender(negatives, start + first_negative, int(flat[first_negative]))
+        if negatives
+        else Offender()
+    )
+    beyond = (
+        Offender(too_big, start + first_too_big, int(flat[first_too_big]))
+        if too_big
+        else Offender()
+    )
+    decrease = (
+        Offender(falls, start + first_fall, int(flat[first_fall]), int(flat[first_fall - 1]))
+        if sorted_ids and falls
+        else Offender()
+    )
+    return IdSummary(
+        start,
+        int(flat.size),
+        negative,
+        beyond,
+        decrease,
+        int(block_max),
+        int(flat[0]),
+        int(flat[-1]),
+    )
+
+
+def merge(a: IdSummary, b: IdSummary) -> IdSummary:
+    """The summary of ``a``'s ids followed by ``b``'s (``b`` starts where ``a`` ends)."""
+    if not a.size:
+        return IdSummary(
+            a.start, b.size, b.negative, b.too_big, b.decrease, b.max_id, b.first_id, b.last_id
+        )
+    if not b.size:
+        return a
+    assert a.last_id is not None and b.first_id is not None
+    assert a.max_id is not None and b.max_id is not None
+    decrease = a.decrease
+    if b.first_id < a.last_id:  # the boundary between the two runs
+        decrease = _first(decrease, Offender(1, b.start, b.first_id, a.last_id))
+    return IdSummary(
+        a.start,
+        a.size + b.size,
+        _first(a.negative, b.negative),
+        _first(a.too_big, b.too_big),
+        _first(decrease, b.decrease),
+        max(a.max_id, b.max_id),
+        a.first_id,
+        b.last_id,
+    )
+
+
+def report(
+    summary: IdSummary, num_segments: int | None, *, sorted_ids: bool, locate: Locator
+) -> IdReport:
+    """The ids' report, or the first error with its position and the number of offenders."""
+    n = num_segments
+    if sorted_ids:
+        if summary.negative.count:
+            raise _error(
+                summary.negative,
+                locate,
+                "is negative; --sorted ids must be >= 0 "
+                f"({plural(summary.negative.count, 'negative id')})",
+            )
+        if summary.decrease.count:
+            first = summary.decrease
+            label, where = locate(first.position)
+            before_label, before = locate(first.position - 1)
+            before = f"{before} = {first.previous}"
+            if before_label != label:
+                before += f" in {before_label}"  # the decrease crosses two files
+            raise InvalidInputError(
+                f"{_prefix(label)}{where} = {first.value} < {before}: --sorted ids must be "
+                f"non-decreasing ({plural(first.count, 'decrease')})"
+            )
+        inferred = n is None
+        if n is None:
+            n = 0 if summary.last_id is None else summary.last_id + 1
+        dropped_beyond = 0 if inferred else summary.too_big.count
+        return IdReport(n, inferred, summary.size, 0, dropped_beyond)
+    if n is not None and summary.too_big.count:
+        raise _error(
+            summary.too_big,
+            locate,
+            f"is out of range [0, {n}) ({plural(summary.too_big.count, 'id')} out of range)",
+        )
+    inferred = n is None
+    if n is None:
+        n = summary.max_id + 1 if summary.max_id is not None and summary.max_id >= 0 else 0
+    return IdReport(n, inferred, summary.size, summary.negative.count, 0)
+
+
+def _prefix(label: str | None) -> str:
+    return f"{label}: " if label else ""
+
+
+def _error(first: Offender, locate: Locator, message: str) -> InvalidInputError:
+    label, where = locate(first.position)
+    return InvalidInputError(f"{_prefix(label)}{where} = {first.value} {message}")
+
+
+# --- one input, block by block -----------------------------------------------------------------
 
 
 @dataclass
 class IdScanner:
-    """Validates ids fed in consecutive blocks of their flattened (row-major) order.
+    """Validates the ids of one input fed in consecutive blocks of their flattened order.
 
-    ``feed`` every block, then ``finish`` returns the report or raises the first error.
+    ``feed`` every block (or ``feed_summary`` a block summarised elsewhere, on a GPU say), then
+    ``finish`` returns the report or raises the first error.
     """
 
     ids_shape: tuple[int, ...]
     num_segments: int | None
     sorted_ids: bool
     label: str | None = None
-    _seen: int = 0
-    _max: int = -1
-    _last: int | None = None
-    _negative: _First = field(default_factory=_First)
-    _too_big: _First = field(default_factory=_First)
-    _decrease: _First = field(default_factory=_First)
+    _summary: IdSummary = field(default_factory=lambda: IdSummary(0, 0))
+
+    @property
+    def seen(self) -> int:
+        """Ids fed so far: the global position of the next block's first id."""
+        return self._summary.size
 
     def feed(self, block: np.ndarray) -> None:
-        block = block.reshape(-1)
-        offset = self._seen
-        self._seen += block.size
-        if block.size == 0:
-            return
-        n = self.num_segments
-        if (
-            numba_scan is not None
-            and block.size >= NUMBA_SCAN_MIN_IDS
-            and block.dtype.isnative
-            and (n is None or n < 2**62)
-        ):
-            scan = numba_scan(block, -1 if n is None else n, self.sorted_ids)
-            self._feed_scanned(block, offset, scan)
-            return
-        if block.dtype.kind == "i":
-            negative = block < 0
-            count = int(np.count_nonzero(negative))
-            if count:
-                at = int(np.argmax(negative))
-                self._negative.note(count, offset + at, f"{int(block[at])}")
-        if n is not None:
-            # Compared by value: a uint64 id of 2**64 - 1 is out of range, never -1.
-            too_big = block >= n
-            count = int(np.count_nonzero(too_big))
-            if count:
-                at = int(np.argmax(too_big))
-                self._too_big.note(count, offset + at, f"{int(block[at])}")
-        block_max = int(block.max())
-        self._max = max(self._max, block_max)
-        if self.sorted_ids:
-            self._check_order(block, offset)
-        self._last = int(block[-1])
+        self.feed_summary(
+            summarize(block, self.seen, self.num_segments, sorted_ids=self.sorted_ids)
+        )
 
-    def _feed_scanned(self, block: np.ndarray, offset: int, scan: tuple[int, ...]) -> None:
-        """``feed``'s bookkeeping from a ``numba_scan`` result: same counts, positions, text."""
-        negatives, first_negative, too_big, first_too_big, block_max, falls, first_fall = scan
-        if negatives:
-            self._negative.note(negatives, offset + first_negative, f"{int(block[first_negative])}")
-        if too_big:
-            self._too_big.note(too_big, offset + first_too_big, f"{int(block[first_too_big])}")
-        self._max = max(self._max, int(block_max))
-        if self.sorted_ids:
-            self._check_boundary(block, offset)
-            self._note_falls(block, offset, falls, first_fall)
-        self._last = int(block[-1])
-
-    def _check_order(self, block: np.ndarray, offset: int) -> None:
-        self._check_boundary(block, offset)
-        if block.size > 1:
-            # Compare as Python-width values: uint64 and int64 blocks never mix here.
-            falls = block[1:] < block[:-1]
-            count = int(np.count_nonzero(falls))
-            if count:
-                self._note_falls(block, offset, count, int(np.argmax(falls)) + 1)
-
-    def _check_boundary(self, block: np.ndarray, offset: int) -> None:
-        if self._last is not None and int(block[0]) < self._last:
-            self._decrease.note(
-                1, offset, f"{int(block[0])} < {_where(self.ids_shape, offset - 1)} = {self._last}"
-            )
-
-    def _note_falls(self, block: np.ndarray, offset: int, count: int, at: int) -> None:
-        """``count`` decreases inside the block, the first at ``block[at] < block[at - 1]``."""
-        if count:
-            self._decrease.note(
-                count,
-                offset + at,
-                f"{int(block[at])} < {_where(self.ids_shape, offset + at - 1)} = "
-                f"{int(block[at - 1])}",
-            )
-
-    def _error(self, first: _First, message: str) -> InvalidInputError:
-        where = _where(self.ids_shape, first.position)
-        return InvalidInputError(f"{_prefix(self.label)}{where} = {first.detail} {message}")
+    def feed_summary(self, summary: IdSummary) -> None:
+        """Add the summary of the next block (its ``start`` must be :attr:`seen`)."""
+        if summary.start != self.seen:
+            raise ValueError(f"block starts at {summary.start}, expected {self.seen}")
+        self._summary = merge(self._summary, summary)
 
     def finish(self) -> IdReport:
-        n = self.num_segments
-        if self.sorted_ids:
-            if self._negative.count:
-                raise self._error(
-                    self._negative,
-                    f"is negative; --sorted ids must be >= 0 "
-                    f"({plural(self._negative.count, 'negative id')})",
-                )
-            if self._decrease.count:
-                first = self._decrease
-                raise InvalidInputError(
-                    f"{_prefix(self.label)}{_where(self.ids_shape, first.position)} = "
-                    f"{first.detail}: --sorted ids must be non-decreasing "
-                    f"({plural(first.count, 'decrease')})"
-                )
-            inferred = n is None
-            if n is None:
-                n = 0 if self._last is None else self._last + 1
-            dropped_beyond = 0 if inferred else self._too_big.count
-            return IdReport(n, inferred, self._seen, 0, dropped_beyond)
-        if n is not None and self._too_big.count:
-            raise self._error(
-                self._too_big,
-                f"is out of range [0, {n}) ({plural(self._too_big.count, 'id')} out of range)",
-            )
-        inferred = n is None
-        if n is None:
-            n = self._max + 1 if self._max >= 0 else 0
-        return IdReport(n, inferred, self._seen, self._negative.count, 0)
+        return report(
+            self._summary, self.num_segments, sorted_ids=self.sorted_ids, locate=self._locate
+        )
+
+    def _locate(self, position: int) -> tuple[str | None, str]:
+        return self.label, index_text(self.ids_shape, position)
 
 
 def check_ids(

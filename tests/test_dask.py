@@ -29,7 +29,6 @@ from click.testing import CliRunner  # noqa: E402
 from segcli import core, distributed_tasks, ops, validate  # noqa: E402
 from segcli import distributed as seg_dask  # noqa: E402
 from segcli.cli import cli  # noqa: E402
-from segcli.distributed_ids import index_text, merge, report, summarize  # noqa: E402
 from segcli.distributed_plan import (  # noqa: E402
     expand,
     natural_key,
@@ -44,6 +43,7 @@ from segcli.errors import (  # noqa: E402
     ReadError,
 )
 from segcli.pipeline import RunRequest  # noqa: E402
+from segcli.validate import index_text, merge, report, summarize  # noqa: E402
 
 pytestmark = pytest.mark.dask
 

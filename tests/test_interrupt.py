@@ -17,9 +17,25 @@ def test_interrupt_exits_130_and_leaves_no_file(tmp_path: Path):
     np.save(tmp_path / "ids.npy", np.zeros(rows, np.int32))
     out = tmp_path / "out.npy"
     process = subprocess.Popen(
-        [sys.executable, "-m", "segcli", "sum", "data.npy", "ids.npy", "--engine", "numpy",
-         "--chunk-rows", "20", "-q", "-o", str(out)],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "segcli",
+            "sum",
+            "data.npy",
+            "ids.npy",
+            "--engine",
+            "numpy",
+            "--chunk-rows",
+            "20",
+            "-q",
+            "-o",
+            str(out),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     time.sleep(1.5)  # imports done, streaming under way (200,000 blocks take far longer)
     process.send_signal(signal.SIGINT)

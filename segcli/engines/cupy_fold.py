@@ -36,7 +36,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from segcli import ops
-from segcli.validate import IdScanner, _where
+from segcli.validate import IdScanner, IdSummary, Offender
 
 #: The fold plan's block: rows of data + ids per block. The plan depends only on the input's
 #: shape and dtypes (never on free memory or timing), so a float sum's rounding is the same on
@@ -402,33 +402,26 @@ def stats_from_slots(slots: list[int], ids: Any, xp: Any) -> IdBlockStats:
 
 
 def feed_stats(scanner: IdScanner, stats: IdBlockStats) -> None:
-    """Advance ``scanner`` exactly as ``scanner.feed(block)`` would, from the block's stats.
-
-    This mirrors ``IdScanner.feed`` line for line and so reaches into its fields; a test checks
-    that the two agree on random blocks. (A public ``IdScanner.feed_stats`` would remove that.)
-    """
-    offset = scanner._seen
-    scanner._seen += stats.size
+    """Advance ``scanner`` exactly as ``scanner.feed(block)`` would, from the block's stats."""
+    start = scanner.seen
     if stats.size == 0:
+        scanner.feed_summary(IdSummary(start, 0))
         return
-    if stats.negative:
-        scanner._negative.note(
-            stats.negative, offset + stats.negative_at, f"{stats.negative_value}"
+
+    def offender(count: int, at: int, value: int, previous: int = 0) -> Offender:
+        return Offender(count, start + at, value, previous) if count else Offender()
+
+    too_big = stats.too_big if scanner.num_segments is not None else 0
+    decrease = stats.decrease if scanner.sorted_ids else 0
+    scanner.feed_summary(
+        IdSummary(
+            start,
+            stats.size,
+            offender(stats.negative, stats.negative_at, stats.negative_value),
+            offender(too_big, stats.too_big_at, stats.too_big_value),
+            offender(decrease, stats.decrease_at, stats.decrease_value, stats.decrease_previous),
+            stats.max,
+            stats.first,
+            stats.last,
         )
-    if scanner.num_segments is not None and stats.too_big:
-        scanner._too_big.note(stats.too_big, offset + stats.too_big_at, f"{stats.too_big_value}")
-    scanner._max = max(scanner._max, stats.max)
-    if scanner.sorted_ids:
-        shape = scanner.ids_shape
-        if scanner._last is not None and stats.first < scanner._last:
-            scanner._decrease.note(
-                1, offset, f"{stats.first} < {_where(shape, offset - 1)} = {scanner._last}"
-            )
-        if stats.decrease:
-            at = offset + stats.decrease_at
-            scanner._decrease.note(
-                stats.decrease,
-                at,
-                f"{stats.decrease_value} < {_where(shape, at - 1)} = {stats.decrease_previous}",
-            )
-    scanner._last = stats.last
+    )
