@@ -86,6 +86,18 @@ def input_options(command: F) -> F:
         click.option("--ids-column", metavar="NAME", help="Column of the ids in a table file."),
         click.option("--data-key", metavar="KEY", help="Array of DATA in an .npz file."),
         click.option("--ids-key", metavar="KEY", help="Array of the ids in an .npz file."),
+        click.option(
+            "--memory-limit",
+            metavar="SIZE",
+            help="Stream inputs larger than SIZE (e.g. 512MB, 2GB) in blocks "
+            "[default: a quarter of free memory].",
+        ),
+        click.option(
+            "--chunk-rows",
+            type=click.IntRange(min=1),
+            metavar="N",
+            help="Always stream, N rows per block (with --engine dask: rows per partition).",
+        ),
         click.option("-q", "--quiet", is_flag=True, help="No summary on stderr."),
         click.option(
             "--summary-json",
@@ -99,8 +111,11 @@ def input_options(command: F) -> F:
 
 
 def _request(op: str, **options: Any) -> Any:
+    from segcli.memory import parse_size
     from segcli.pipeline import RunRequest
 
+    if options.get("memory_limit") is not None:
+        options["memory_limit"] = parse_size(options["memory_limit"])
     fields = RunRequest.__dataclass_fields__
     return RunRequest(op=op, **{k: v for k, v in options.items() if k in fields})
 
@@ -179,18 +194,6 @@ def _make_op_command(op: str) -> click.Command:
         help="GPU engine: float sums with atomics; faster, but the last bits may differ "
         "from run to run.",
     )
-    @click.option(
-        "--memory-limit",
-        metavar="SIZE",
-        help="Stream inputs larger than SIZE (e.g. 512MB, 2GB) in blocks "
-        "[default: a quarter of free memory].",
-    )
-    @click.option(
-        "--chunk-rows",
-        type=click.IntRange(min=1),
-        metavar="N",
-        help="Always stream, N rows per block (with --engine dask: rows per partition).",
-    )
     @click.option("--no-progress", is_flag=True, help="No progress bar on long runs.")
     @click.option(
         "--scheduler",
@@ -228,18 +231,14 @@ def _make_op_command(op: str) -> click.Command:
         quiet: bool,
         summary_json: str | None,
         no_progress: bool,
-        memory_limit: str | None,
         **options: Any,
     ) -> None:
         from segcli import pipeline
-        from segcli.memory import parse_size
         from segcli.progress import progress_bar
         from segcli.summary import summary_rows
 
         if options["output"] is None and options["output_format"]:
             raise UsageError("--format needs -o/--output (use -o - for stdout)")
-        if memory_limit is not None:
-            options["memory_limit"] = parse_size(memory_limit)
         with progress_bar(enabled=not (quiet or no_progress)) as progress:
             outcome = pipeline.run(_request(op, **options), progress=progress)
 

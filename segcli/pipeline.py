@@ -10,7 +10,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from io import BufferedReader
 from typing import Any, BinaryIO, TextIO, cast
 
@@ -201,7 +201,10 @@ def run(
 
 
 def _reduce_streaming(
-    request: RunRequest, streams: Streams, progress: Progress | None
+    request: RunRequest,
+    streams: Streams,
+    progress: Progress | None,
+    on_data_block: Callable[[np.ndarray], None] | None = None,
 ) -> tuple[core.Reduction, InputFacts, InputFacts, int]:
     from segcli.io.npy import Readable
     from segcli.stream import reduce_stream
@@ -225,6 +228,7 @@ def _reduce_streaming(
         block_rows=request.chunk_rows,
         memory_limit=memory_budget(request),
         progress=progress,
+        on_data_block=on_data_block,
     )
     return reduction, _chunked_facts(data_path, data), _chunked_facts(ids_path, ids), plan.blocks
 
@@ -273,35 +277,54 @@ def check(
     raised together as an :class:`ExpectationError` by :func:`enforce`.
     """
     streams = streams or Streams()
-    data, ids = _read(request, streams)
+    if "-" in (request.data, request.ids):
+        streams.stdin = _peekable_stdin(streams)
     op = ops.get_op(request.op)
-    report = core.validate_inputs(
-        data.array,
-        ids.array,
-        request.num_segments,
-        op,
-        sorted_ids=request.sorted_ids,
-        data_label=data.label,
-        ids_label=ids.label,
-    )
-    counts = _segment_counts(ids.array, report)
+    streaming = _should_stream(request, streams)
+    if streaming:
+        # Large inputs: a streamed ``count`` reduction validates the ids and counts the rows
+        # of each segment in one pass, while the data blocks are scanned for NaN.
+        nan_seen = [0]
+
+        def count_nan(block: np.ndarray) -> None:
+            nan_seen[0] += _nan_count(block)
+
+        reduction, data_facts, ids_facts, _ = _reduce_streaming(
+            replace(request, op="count", fill=None), streams, None, count_nan
+        )
+        ops.check_dtype(op, np.dtype(data_facts.dtype), data_facts.label)
+        report, counts, nan_rows = reduction.ids, reduction.result, nan_seen[0]
+    else:
+        data, ids = _read(request, streams)
+        report = core.validate_inputs(
+            data.array,
+            ids.array,
+            request.num_segments,
+            op,
+            sorted_ids=request.sorted_ids,
+            data_label=data.label,
+            ids_label=ids.label,
+        )
+        counts = _segment_counts(ids.array, report)
+        nan_rows = _nan_count(data.array)
+        data_facts, ids_facts = _facts(data), _facts(ids)
     empty = int(np.count_nonzero(counts == 0))
-    nan_rows = _nan_count(data.array)
     failures = []
     if max_empty is not None and empty > max_empty:
         first = int(np.argmax(counts == 0))
         failures.append(
-            f"{ids.label}: {validate.plural(empty, 'empty segment')}, more than --max-empty "
+            f"{ids_facts.label}: {validate.plural(empty, 'empty segment')}, more than --max-empty "
             f"{max_empty} (first empty: segment {first})"
         )
     if no_nan and nan_rows:
-        failures.append(f"{data.label}: {validate.plural(nan_rows, 'NaN value')} (--no-nan)")
+        failures.append(f"{data_facts.label}: {validate.plural(nan_rows, 'NaN value')} (--no-nan)")
     facts: dict[str, Any] = {
         "schema_version": 1,
         "command": "check",
-        "data": vars(_facts(data)),
-        "ids": vars(_facts(ids)),
+        "data": vars(data_facts),
+        "ids": vars(ids_facts),
         "family": "sorted" if request.sorted_ids else "unsorted",
+        "mode": "streaming" if streaming else "in-memory",
         "num_segments": report.num_segments,
         "num_segments_inferred": report.inferred,
         "rows_total": report.rows,
@@ -314,8 +337,8 @@ def check(
         "failures": failures,
     }
     rows = [
-        ("data", f"{data.label}  {data.array.shape} {data.array.dtype}"),
-        ("ids", f"{ids.label}  {ids.array.shape} {ids.array.dtype}"),
+        ("data", f"{data_facts.label}  {tuple(data_facts.shape)} {data_facts.dtype}"),
+        ("ids", f"{ids_facts.label}  {tuple(ids_facts.shape)} {ids_facts.dtype}"),
         ("family", facts["family"]),
         (
             "segments",

@@ -234,3 +234,32 @@ def test_npy_on_stdin_streams_in_one_pass(tmp_path):
     assert result.stdout == "0\t18.0\n1\t12.0\n2\t15.0\n"
     facts = json.loads(summary.read_text())
     assert facts["mode"] == "streaming" and facts["extra"] == {"chunks": 3}
+
+
+def test_check_streams_with_the_same_verdict(tmp_path):
+    data = np.array([1.0, np.nan, 3.0, 4.0, np.nan, 6.0])
+    paths = save_pair(tmp_path, data, np.array([0, 0, 2, 2, 5, 5]))
+    facts = {}
+    for mode_options in ([], ["--chunk-rows", "4"]):
+        summary = tmp_path / "check.json"
+        result = run_cli(
+            "check",
+            *paths,
+            "-n",
+            "6",
+            "--no-nan",
+            "--max-empty",
+            "2",
+            "-q",
+            "--summary-json",
+            summary,
+            *mode_options,
+        )
+        assert result.exit_code == 4
+        assert "3 empty segments, more than --max-empty 2 (first empty: segment 1)" in (
+            result.stderr
+        )
+        assert "2 NaN values (--no-nan)" in result.stderr
+        facts[bool(mode_options)] = json.loads(summary.read_text())
+    assert facts[True].pop("mode") == "streaming" and facts[False].pop("mode") == "in-memory"
+    assert facts[True] == facts[False]
