@@ -109,8 +109,12 @@ def reduce_stream(
     block_rows: int | None = None,
     memory_limit: int | None = None,
     progress: ProgressCallback | None = None,
+    on_data_block: Callable[[np.ndarray], None] | None = None,
 ) -> tuple[Reduction, StreamPlan]:
-    """Reduce two aligned chunked inputs in one pass with bounded memory."""
+    """Reduce two aligned chunked inputs in one pass with bounded memory.
+
+    ``on_data_block`` sees every block of DATA as it passes (``segcli check`` counts NaN there).
+    """
     op_def = ops.get_op(op)
     ops.check_dtype(op_def, data.dtype, data.label)
     validate.check_ids_dtype(ids.dtype, ids.label)
@@ -135,6 +139,8 @@ def reduce_stream(
     for data_block, ids_block in _aligned(data, ids, plan.block_rows):
         flat_ids = ids_block.reshape(-1)
         scanner.feed(flat_ids)
+        if on_data_block is not None:
+            on_data_block(data_block)
         if n is None and flat_ids.size:
             grow.ensure(_largest_id(flat_ids) + 1)
         choice.engine.fold(
