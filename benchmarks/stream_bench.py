@@ -46,11 +46,16 @@ def make_files(rows: int) -> tuple[Path, Path]:
     data, ids = DATA_DIR / f"stream-data-{rows}.npy", DATA_DIR / f"stream-ids-{rows}.npy"
     rng = np.random.default_rng(0)
     if not data.exists():
-        write_npy(data, rows, np.dtype(np.float32),
-                  lambda start, n: rng.random(n, dtype=np.float32))
+        write_npy(
+            data, rows, np.dtype(np.float32), lambda start, n: rng.random(n, dtype=np.float32)
+        )
     if not ids.exists():
-        write_npy(ids, rows, np.dtype(np.int32),
-                  lambda start, n: rng.integers(0, SEGMENTS, n, dtype=np.int32))
+        write_npy(
+            ids,
+            rows,
+            np.dtype(np.int32),
+            lambda start, n: rng.integers(0, SEGMENTS, n, dtype=np.int32),
+        )
     return data, ids
 
 
@@ -74,8 +79,12 @@ def median_run(args: list[str], repeats: int) -> tuple[float, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=2_000_000_000)
-    parser.add_argument("--fit-rows", type=int, default=200_000_000,
-                        help="rows of the fitting data for the throughput comparison")
+    parser.add_argument(
+        "--fit-rows",
+        type=int,
+        default=200_000_000,
+        help="rows of the fitting data for the throughput comparison",
+    )
     parser.add_argument("--memory-limit", default="256MB")
     parser.add_argument("--engine", default="auto")
     parser.add_argument("--repeats", type=int, default=3)
@@ -85,35 +94,60 @@ def main() -> None:
     if options.quick:
         options.rows, options.fit_rows, options.repeats = 50_000_000, 20_000_000, 1
     out = DATA_DIR / "out.npy"
-    lines = ["# Streaming benchmark", "",
-             f"Machine: {os.cpu_count()} cores; engine `{options.engine}`; "
-             f"float32 data, int32 ids uniform in [0, {SEGMENTS}); op sum.", ""]
+    lines = [
+        "# Streaming benchmark",
+        "",
+        f"Machine: {os.cpu_count()} cores; engine `{options.engine}`; "
+        f"float32 data, int32 ids uniform in [0, {SEGMENTS}); op sum.",
+        "",
+    ]
     try:
         big = make_files(options.rows)
         size = sum(p.stat().st_size for p in big)
-        wall, peak = timed_run([
-            "sum", *map(str, big), "-n", str(SEGMENTS), "-q", "-o", str(out),
-            "--engine", options.engine, "--memory-limit", options.memory_limit,
-        ])
+        wall, peak = timed_run(
+            [
+                "sum",
+                *map(str, big),
+                "-n",
+                str(SEGMENTS),
+                "-q",
+                "-o",
+                str(out),
+                "--engine",
+                options.engine,
+                "--memory-limit",
+                options.memory_limit,
+            ]
+        )
         lines += [
-            "## Bounded memory", "",
+            "## Bounded memory",
+            "",
             "| rows | input bytes | --memory-limit | wall s | rows/s | peak RSS |",
             "|---:|---:|---:|---:|---:|---:|",
             f"| {options.rows:,} | {size / 1e9:.1f} GB | {options.memory_limit} | {wall:.1f} "
-            f"| {options.rows / wall:,.0f} | {peak / 2**20:.0f} MiB |", "",
+            f"| {options.rows / wall:,.0f} | {peak / 2**20:.0f} MiB |",
+            "",
         ]
         fit = make_files(options.fit_rows)
-        common = ["sum", *map(str, fit), "-n", str(SEGMENTS), "-q", "-o", str(out),
-                  "--engine", options.engine]
+        common = [
+            "sum",
+            *map(str, fit),
+            "-n",
+            str(SEGMENTS),
+            "-q",
+            "-o",
+            str(out),
+            "--engine",
+            options.engine,
+        ]
         # Warm the page cache once, so both paths read from memory rather than the disk.
         timed_run(common + ["--memory-limit", "64GB"])
-        memory_wall, memory_peak = median_run(common + ["--memory-limit", "64GB"],
-                                              options.repeats)
+        memory_wall, memory_peak = median_run(common + ["--memory-limit", "64GB"], options.repeats)
         # Blocks of 4M rows: 32 MB of data and ids, as a 256 MB budget gives.
-        stream_wall, stream_peak = median_run(common + ["--chunk-rows", "4000000"],
-                                              options.repeats)
+        stream_wall, stream_peak = median_run(common + ["--chunk-rows", "4000000"], options.repeats)
         lines += [
-            "## Streaming vs in-memory, same data, same run", "",
+            "## Streaming vs in-memory, same data, same run",
+            "",
             "| path | rows | median wall s | rows/s | peak RSS |",
             "|---|---:|---:|---:|---:|",
             f"| in-memory | {options.fit_rows:,} | {memory_wall:.2f} "

@@ -83,13 +83,8 @@ class _GrowingState:
             return
         grown = max(needed, 2 * current)
         check_output_fits(self.op, needed, self.inner, self.dtype)
-        old = self.engine.to_host(self.state)
-        bigger = ops.new_state(self.op, grown, self.inner, self.dtype)
-        # Copy the segments seen so far; the rest keep the op's initial value (empty).
-        bigger.count[:current] = old.count
-        if old.acc is not None:
-            bigger.acc[:current] = old.acc
-        self.state = self.engine.from_host(bigger)
+        # The segments not seen yet start empty; the engine keeps its own state's layout.
+        self.state = self.engine.grow(self.state, grown)
 
     def trimmed(self, n: int) -> ops.State:
         host = self.engine.to_host(self.state)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from dataclasses import dataclass
 
 from segcli.engines.base import Engine
@@ -31,6 +32,11 @@ _REGISTRY: dict[str, EngineEntry] = {
 }
 
 ENGINE_NAMES = ("auto", *_REGISTRY)
+
+#: ``auto``'s numba threshold once ``segcli.engines.numba_engine`` is already imported in this
+#: process (its start-up, importing numba and loading the cached kernels, is then paid): from
+#: here on its threaded folds beat NumPy (also where the numba engine starts using threads).
+NUMBA_WARM_MIN_ELEMENTS = 1 << 18
 
 
 @dataclass(frozen=True)
@@ -68,7 +74,10 @@ def choose_engine(name: str | Engine, *, elements: int) -> EngineChoice:
     if name != "auto":
         return EngineChoice(get_engine(name), "asked for")
     for candidate, entry in _REGISTRY.items():
-        if entry.auto_min_elements is None or elements < entry.auto_min_elements:
+        threshold = entry.auto_min_elements
+        if candidate == "numba" and entry.module in sys.modules:
+            threshold = NUMBA_WARM_MIN_ELEMENTS
+        if threshold is None or elements < threshold:
             continue
         try:
             engine = get_engine(candidate)
@@ -76,7 +85,7 @@ def choose_engine(name: str | Engine, *, elements: int) -> EngineChoice:
             continue
         if candidate == "numpy":
             return EngineChoice(engine, "auto: the reference engine, for small inputs")
-        return EngineChoice(engine, f"auto: {elements:,} elements >= {entry.auto_min_elements:,}")
+        return EngineChoice(engine, f"auto: {elements:,} elements >= {threshold:,}")
     raise EngineUnavailableError("no engine can run here")  # numpy always can
 
 

@@ -46,3 +46,18 @@ class Engine:
     def from_host(self, state: ops.State) -> ops.State:
         """A NumPy state moved to wherever this engine keeps its state (a no-op on the CPU)."""
         return state
+
+    def grow(self, state: ops.State, num_segments: int) -> ops.State:
+        """The state over more segments (``num_segments`` >= its own), for when n is inferred.
+
+        The segments added are empty (the op's initial value), so growing loses nothing. By
+        default the state goes to the host, is copied into a bigger one and comes back; an
+        engine whose state is more than ``count`` and ``acc`` overrides this.
+        """
+        old = self.to_host(state)
+        bigger = ops.new_state(state.op, num_segments, state.inner_shape, state.data_dtype)
+        # Copy the segments seen so far; the rest keep the op's initial value (empty).
+        bigger.count[: old.num_segments] = old.count
+        if old.acc is not None:
+            bigger.acc[: old.num_segments] = old.acc
+        return self.from_host(bigger)
