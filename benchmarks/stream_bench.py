@@ -141,10 +141,10 @@ def main() -> None:
             options.engine,
         ]
         # Warm the page cache once, so both paths read from memory rather than the disk.
-        timed_run(common + ["--memory-limit", "64GB"])
-        memory_wall, memory_peak = median_run(common + ["--memory-limit", "64GB"], options.repeats)
+        timed_run([*common, "--memory-limit", "64GB"])
+        memory_wall, memory_peak = median_run([*common, "--memory-limit", "64GB"], options.repeats)
         # Blocks of 4M rows: 32 MB of data and ids, as a 256 MB budget gives.
-        stream_wall, stream_peak = median_run(common + ["--chunk-rows", "4000000"], options.repeats)
+        stream_wall, stream_peak = median_run([*common, "--chunk-rows", "4000000"], options.repeats)
         lines += [
             "## Streaming vs in-memory, same data, same run",
             "",
