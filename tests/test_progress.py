@@ -1,0 +1,38 @@
+"""The progress bar: only on a terminal, only after the first second, silent otherwise."""
+
+from __future__ import annotations
+
+import io
+
+from segcli import progress
+
+
+def test_no_bar_when_stderr_is_not_a_terminal(monkeypatch):
+    monkeypatch.setattr("sys.stderr", io.StringIO())
+    with progress.progress_bar(enabled=True) as update:
+        assert update is None
+
+
+def test_no_bar_when_disabled(monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr("sys.stderr", Terminal())
+    with progress.progress_bar(enabled=False) as update:
+        assert update is None
+
+
+def test_bar_shows_rows_and_rate_on_a_terminal_after_the_delay(monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr("sys.stderr", terminal)
+    monkeypatch.setattr(progress, "DELAY_SECONDS", 0.0)
+    with progress.progress_bar(enabled=True) as update:
+        assert update is not None
+        update(500, 1000)
+        update(1000, 1000)
+    assert "rows" in terminal.getvalue()
