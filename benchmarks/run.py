@@ -784,10 +784,30 @@ def main(argv: list[str] | None = None) -> int:
         f"Not installed here: {', '.join(missing) or 'none'}.",
         "",
     ]
-    text = "\n".join(report)
+    text = "\n".join(report) + companion_sections()
     args.out.write_text(text)
     print(text)
     return 0
+
+
+#: Results of the other harnesses, each run on its own (they take minutes and big files).
+COMPANIONS = {
+    "STREAM_RESULTS.md": "Streaming (`python benchmarks/stream_bench.py`)",
+    "DASK_RESULTS.md": "Dask (`python benchmarks/dask_bench.py`)",
+}
+
+
+def companion_sections() -> str:
+    """The latest streaming and Dask results, copied in so RESULTS.md holds every figure."""
+    sections = []
+    for name, title in COMPANIONS.items():
+        path = ROOT / "benchmarks" / name
+        if not path.exists():
+            continue
+        body = path.read_text().split("\n", 1)[1]  # drop the file's own title
+        body = body.replace("\n## ", "\n### ")
+        sections.append(f"\n## {title}, from {name}\n{body.rstrip()}\n")
+    return "".join(sections)
 
 
 if __name__ == "__main__":
