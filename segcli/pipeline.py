@@ -103,15 +103,18 @@ def _stdin_holds_npy(stdin: BinaryIO) -> bool:
 
 
 def _should_stream(request: RunRequest, streams: Streams) -> bool:
-    """Stream when asked, when the files exceed the budget, or for a .npy on stdin.
+    """Stream when asked, when the files exceed the budget, or for a stream on stdin.
 
-    A .npy on stdin always streams: its size is unknown until read, one pass is all a pipe
-    allows, and streaming gives the same bytes as the in-memory path.
+    A .npy on stdin, or an Arrow stream holding both DATA and IDS, always streams: its size is
+    unknown until read, one pass is all a pipe allows, and streaming gives the same bytes as
+    the in-memory path. An Arrow stream with the other input in a file is read whole.
     """
     if "-" in (request.data, request.ids):
+        if streams.stdin is None:
+            return False
         if request.ids is None:
-            return False  # two columns of one Arrow stream: read whole
-        return _stdin_holds_npy(streams.stdin) if streams.stdin else False
+            return not _stdin_holds_npy(streams.stdin)
+        return _stdin_holds_npy(streams.stdin)
     if request.chunk_rows is not None:
         return True
     paths = [p for p in (request.data, request.ids) if p is not None]
@@ -213,10 +216,20 @@ def _reduce_streaming(
     data_path, ids_path = request.data, request.ids
     if ids_path is None:
         ids_path = data_path  # two columns (or keys) of one file
-    data = io.open_chunked(data_path, column=request.data_column, key=request.data_key, stdin=stdin)
-    ids = io.open_chunked(
-        ids_path, column=request.ids_column, key=request.ids_key, role="ids", stdin=stdin
-    )
+    if data_path == "-" and ids_path == "-":
+        if not (request.data_column and request.ids_column):
+            raise UsageError(
+                "an Arrow stream on stdin holding DATA and IDS needs --data-column and --ids-column"
+            )
+        assert stdin is not None
+        data, ids = io.open_arrow_stream_columns(stdin, [request.data_column, request.ids_column])
+    else:
+        data = io.open_chunked(
+            data_path, column=request.data_column, key=request.data_key, stdin=stdin
+        )
+        ids = io.open_chunked(
+            ids_path, column=request.ids_column, key=request.ids_key, role="ids", stdin=stdin
+        )
     reduction, plan = reduce_stream(
         data,
         ids,
@@ -230,13 +243,25 @@ def _reduce_streaming(
         progress=progress,
         on_data_block=on_data_block,
     )
-    return reduction, _chunked_facts(data_path, data), _chunked_facts(ids_path, ids), plan.blocks
+    rows = reduction.ids.rows // max(int(np.prod(ids.shape[1:], dtype=np.int64)), 1)
+    return (
+        reduction,
+        _chunked_facts(data_path, data, rows),
+        _chunked_facts(ids_path, ids, rows),
+        plan.blocks,
+    )
 
 
-def _chunked_facts(path: str, source: io.ChunkSource) -> InputFacts:
-    size = int(np.prod(source.shape, dtype=np.int64)) * source.dtype.itemsize
-    fmt = os.path.splitext(path)[1].lstrip(".").lower() or "?"
-    return InputFacts(path, source.label, fmt, list(source.shape), str(source.dtype), size)
+def _chunked_facts(path: str, source: io.ChunkSource, rows: int) -> InputFacts:
+    """Facts of a streamed input; ``rows`` is how many it had (a stream says only at its end)."""
+    streamed = bool(source.shape) and source.shape[0] == io.UNKNOWN_ROWS
+    shape = [rows, *source.shape[1:]] if streamed else list(source.shape)
+    size = int(np.prod(shape, dtype=np.int64)) * source.dtype.itemsize
+    if path == "-":
+        fmt = "arrow" if streamed else "npy"
+    else:
+        fmt = os.path.splitext(path)[1].lstrip(".").lower() or "?"
+    return InputFacts(path, source.label, fmt, shape, str(source.dtype), size)
 
 
 def _write(reduction: core.Reduction, request: RunRequest, streams: Streams) -> str | None:

@@ -113,8 +113,10 @@ def reduce_stream(
     op_def = ops.get_op(op)
     ops.check_dtype(op_def, data.dtype, data.label)
     validate.check_ids_dtype(ids.dtype, ids.label)
+    # A stream's length is known only at its end (shape[0] < 0): the block loop checks it.
+    data_shape, ids_shape = _comparable_shapes(data.shape, ids.shape)
     validate.check_shapes(
-        data.shape, ids.shape, sorted_ids=sorted_ids, data_label=data.label, ids_label=ids.label
+        data_shape, ids_shape, sorted_ids=sorted_ids, data_label=data.label, ids_label=ids.label
     )
     n = validate.check_num_segments(num_segments)
     if fill is not None:
@@ -124,9 +126,10 @@ def reduce_stream(
     if n is not None:
         check_output_fits(op_def, n, inner, data.dtype)
     plan = plan_blocks(data, ids, block_rows=block_rows, memory_limit=memory_limit)
-    total_rows = int(np.prod(ids.shape, dtype=np.int64))
-    choice = choose_engine(engine, elements=int(np.prod(data.shape, dtype=np.int64)))
-    scanner = validate.IdScanner(tuple(ids.shape), n, sorted_ids, ids.label)
+    total_rows = max(int(np.prod(ids.shape, dtype=np.int64)), 0)  # 0: not known yet
+    # An input of unknown length (a stream) counts as small: auto then keeps to NumPy.
+    choice = choose_engine(engine, elements=max(int(np.prod(data.shape, dtype=np.int64)), 0))
+    scanner = validate.IdScanner(ids_shape, n, sorted_ids, ids.label)
     grow = _GrowingState(choice.engine, op_def, n if n is not None else 0, inner, data.dtype)
     started = time.perf_counter()
     done = 0
@@ -161,6 +164,16 @@ def reduce_stream(
     return reduction, StreamPlan(plan.block_rows, blocks)
 
 
+def _comparable_shapes(
+    data_shape: tuple[int, ...], ids_shape: tuple[int, ...]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Shapes for the up-front checks: an unknown length takes the other input's length."""
+    if data_shape and ids_shape:
+        rows = max(data_shape[0], ids_shape[0])
+        return (rows, *data_shape[1:]), (rows, *ids_shape[1:])
+    return data_shape, ids_shape
+
+
 def _largest_id(flat_ids: np.ndarray) -> int:
     return int(flat_ids.max())
 
@@ -168,7 +181,7 @@ def _largest_id(flat_ids: np.ndarray) -> int:
 def _aligned(
     data: ChunkSource, ids: ChunkSource, rows: int
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Pairs of blocks with the same rows; a length mismatch is caught by check_shapes."""
+    """Pairs of blocks with the same rows; inputs of different lengths are an error."""
     data_blocks = data.chunks(rows)
     for ids_block in ids.chunks(rows):
         data_block = next(data_blocks, None)
@@ -177,3 +190,7 @@ def _aligned(
                 f"{data.label}: ended before {ids.label} (the two inputs differ in length)"
             )
         yield data_block, ids_block
+    if next(data_blocks, None) is not None:
+        raise InvalidInputError(
+            f"{ids.label}: ended before {data.label} (the two inputs differ in length)"
+        )

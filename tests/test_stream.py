@@ -263,3 +263,72 @@ def test_check_streams_with_the_same_verdict(tmp_path):
         facts[bool(mode_options)] = json.loads(summary.read_text())
     assert facts[True].pop("mode") == "streaming" and facts[False].pop("mode") == "in-memory"
     assert facts[True] == facts[False]
+
+
+def arrow_stream_bytes(table: pa.Table, batch_rows: int) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=batch_rows):
+            writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def test_arrow_stream_on_stdin_streams_by_record_batch(tmp_path):
+    rng = np.random.default_rng(5)
+    data = rng.normal(size=1000).astype(np.float32)
+    ids = rng.integers(-1, 9, 1000).astype(np.int32)
+    stream = arrow_stream_bytes(pa.table({"x": data, "seg": ids}), batch_rows=77)
+    summary = tmp_path / "s.json"
+    result = CliRunner().invoke(
+        cli,
+        [
+            "mean",
+            "-",
+            "--data-column",
+            "x",
+            "--ids-column",
+            "seg",
+            "--chunk-rows",
+            "50",
+            "-o",
+            str(tmp_path / "out.npy"),
+            "-q",
+            "--summary-json",
+            str(summary),
+        ],
+        input=stream,
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.stderr
+    expected = segcli.segment_reduce(data, ids, None, "mean")
+    assert np.load(tmp_path / "out.npy").tobytes() == expected.tobytes()
+    facts = json.loads(summary.read_text())
+    assert facts["mode"] == "streaming" and facts["extra"] == {"chunks": 20}
+    assert facts["data"]["shape"] == [1000] and facts["data"]["label"] == "<stdin>:x"
+    assert facts["rows_dropped_negative"] == int((ids < 0).sum())
+
+
+def test_arrow_stream_on_stdin_reports_invalid_ids_at_their_global_row(tmp_path):
+    ids = np.zeros(300, np.int64)
+    ids[250] = 9
+    stream = arrow_stream_bytes(pa.table({"x": np.ones(300), "seg": ids}), batch_rows=64)
+    out = tmp_path / "out.npy"
+    result = CliRunner().invoke(
+        cli,
+        ["sum", "-", "--data-column", "x", "--ids-column", "seg", "-n", "3", "-o", str(out)],
+        input=stream,
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 1
+    assert result.stderr == (
+        "Error: <stdin>:seg: segment_ids[250] = 9 is out of range [0, 3) (1 id out of range)\n"
+    )
+    assert not out.exists()
+
+
+def test_inputs_of_different_lengths_are_an_error_when_streaming(tmp_path):
+    paths = save_pair(tmp_path, np.ones(10), np.zeros(10, np.int64))
+    short_ids = tmp_path / "short.npy"
+    np.save(short_ids, np.zeros(7, np.int64))
+    with pytest.raises(InvalidInputError):
+        stream(paths[0], str(short_ids), 1, "sum", rows=3)

@@ -6,7 +6,7 @@ pyarrow is imported only when a table format is used, so ``.npy`` work never loa
 from __future__ import annotations
 
 from segcli.io.atomic import atomic_output
-from segcli.io.chunked import ChunkSource, open_chunked
+from segcli.io.chunked import UNKNOWN_ROWS, ChunkSource, open_arrow_stream_columns, open_chunked
 from segcli.io.describe import describe
 from segcli.io.read import ArrayInput, read_inputs
 from segcli.io.results import read_result_table
@@ -14,11 +14,13 @@ from segcli.io.text import format_text_lines
 from segcli.io.write import write_result
 
 __all__ = [
+    "UNKNOWN_ROWS",
     "ArrayInput",
     "ChunkSource",
     "atomic_output",
     "describe",
     "format_text_lines",
+    "open_arrow_stream_columns",
     "open_chunked",
     "read_inputs",
     "read_result_table",

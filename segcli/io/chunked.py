@@ -15,7 +15,7 @@ import numpy as np
 
 from segcli.errors import InvalidInputError, ReadError, UsageError
 from segcli.io.columns import ColumnRef, check_type, column_to_numpy, value_layout
-from segcli.io.formats import input_format, open_binary
+from segcli.io.formats import input_format, library_errors, open_binary
 from segcli.io.npy import (
     NpyHeader,
     Readable,
@@ -277,3 +277,85 @@ def _reblock(arrays: Iterator[pa.Array], rows: int) -> Iterator[pa.Array]:
                 pending, have = [], 0
     if pending:
         yield pending[0] if len(pending) == 1 else pa.concat_arrays(pending)
+
+
+#: ``shape[0]`` of a source whose length is known only once it has been read (a stream).
+UNKNOWN_ROWS = -1
+
+STDIN_LABEL = "<stdin>"
+
+
+class ArrowStreamColumns:
+    """Columns of one Arrow IPC stream (stdin), read once, record batch by record batch.
+
+    Each column is a :class:`ChunkSource` of unknown length; the columns share the reader, so a
+    batch read for one column is kept for the others until they take it. A caller that reads
+    the columns' blocks in step (the streaming driver does) holds about one batch at a time.
+    """
+
+    def __init__(self, stream: Readable, names: list[str]) -> None:
+        import pyarrow.ipc as ipc
+
+        with library_errors(STDIN_LABEL, "not a .npy or Arrow IPC stream"):
+            self._reader = ipc.open_stream(stream)
+        schema = self._reader.schema
+        for name in names:
+            if name not in schema.names:
+                raise UsageError(
+                    f"{STDIN_LABEL}: no column '{name}' (columns: {', '.join(schema.names)})"
+                )
+        self._pending: dict[str, list[pa.Array]] = {name: [] for name in names}
+        self.sources = [_StreamColumn(self, name, schema.field(name).type) for name in names]
+        self._pull()  # the first batch fixes each column's inner shape and dtype
+
+    def _pull(self) -> bool:
+        """Read the next batch into every column's queue; False at the end of the stream."""
+        with library_errors(STDIN_LABEL, "not a valid Arrow IPC stream"):
+            try:
+                batch = self._reader.read_next_batch()
+            except StopIteration:
+                return False
+        for name, queue in self._pending.items():
+            queue.append(batch.column(name))
+        return True
+
+    def arrays(self, name: str) -> Iterator[pa.Array]:
+        queue = self._pending[name]
+        while queue or self._pull():
+            yield queue.pop(0)
+
+
+class _StreamColumn:
+    """One column of an :class:`ArrowStreamColumns`, as a ChunkSource of unknown length."""
+
+    def __init__(self, owner: ArrowStreamColumns, name: str, type_: pa.DataType) -> None:
+        import pyarrow as pa
+
+        self._owner = owner
+        self._where = ColumnRef(STDIN_LABEL, name)
+        check_type(type_, self._where)
+        self.label = self._where.label
+        queued = owner._pending[name]
+        first = queued[0].slice(0, 1) if queued else pa.array([], type=type_)
+        sample = column_to_numpy(first, self._where)
+        self.shape: tuple[int, ...] = (UNKNOWN_ROWS, *sample.shape[1:])
+        self.dtype: np.dtype[Any] = sample.dtype
+
+    def chunks(self, rows: int) -> Iterator[_Array]:
+        _check_rows(rows)
+        start = 0
+        with library_errors(STDIN_LABEL, "not a valid Arrow IPC stream"):
+            for piece in _reblock(self._owner.arrays(self._where.column), rows):
+                block = column_to_numpy(piece, self._where, first_row=start)
+                if block.shape[1:] != self.shape[1:]:
+                    raise self._where.fail(
+                        f"rows from {start} have inner shape {list(block.shape[1:])}, "
+                        f"earlier rows {list(self.shape[1:])}"
+                    )
+                start += len(block)
+                yield block
+
+
+def open_arrow_stream_columns(stream: Readable, names: list[str]) -> list[ChunkSource]:
+    """Columns ``names`` of an Arrow IPC stream, for streaming them in step, in one pass."""
+    return list(ArrowStreamColumns(stream, names).sources)
