@@ -542,13 +542,13 @@ def test_nulls_are_counted_with_first_row(tmp_path: Path) -> None:
 
 def test_nulls_inside_lists(tmp_path: Path) -> None:
     column = pa.array([[1, 2], [3, 4], [5, None]], pa.list_(pa.int64(), 2))
-    with pytest.raises(InvalidInputError, match=r"has 1 nulls inside its lists \(first at row 2\)"):
+    with pytest.raises(InvalidInputError, match=r"has 1 null inside its lists \(first at row 2\)"):
         read_column(tmp_path, column)
 
 
 def test_null_lists(tmp_path: Path) -> None:
     column = pa.array([[1, 2], None], pa.list_(pa.int64()))
-    with pytest.raises(InvalidInputError, match=r"column 'c' has 1 nulls \(first at row 1\)"):
+    with pytest.raises(InvalidInputError, match=r"column 'c' has 1 null \(first at row 1\)"):
         read_column(tmp_path, column)
 
 
@@ -570,7 +570,7 @@ def test_csv_text_in_numeric_column(tmp_path: Path) -> None:
 def test_csv_empty_cell_is_a_null(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("x,id\n1.5,0\n,1\n")
-    with pytest.raises(InvalidInputError, match=r"column 'x' has 1 nulls \(first at row 1\)"):
+    with pytest.raises(InvalidInputError, match=r"column 'x' has 1 null \(first at row 1\)"):
         read_inputs(str(path), None, data_column="x", ids_column="id")
 
 

@@ -116,7 +116,7 @@ def test_null_reported_at_its_global_row(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
     pq.write_table(pa.table({"v": values}), path, row_group_size=6)
     source = open_chunked(str(path), column="v")
-    with pytest.raises(InvalidInputError, match=r"has 1 nulls \(first at row 13\)"):
+    with pytest.raises(InvalidInputError, match=r"has 1 null \(first at row 13\)"):
         list(source.chunks(5))
 
 

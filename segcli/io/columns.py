@@ -179,4 +179,5 @@ def _raise_nulls(array: pa.Array, where: ColumnRef, first_row: int, per_row: int
     first = pc.index(pc.is_null(array), True).as_py()
     row = first_row + int(first) // per_row
     inside = " inside its lists" if per_row > 1 else ""
-    raise where.fail(f"has {array.null_count} nulls{inside} (first at row {row})")
+    noun = "null" if array.null_count == 1 else "nulls"
+    raise where.fail(f"has {array.null_count} {noun}{inside} (first at row {row})")
