@@ -12,7 +12,7 @@ import numpy as np
 
 
 def test_interrupt_exits_130_and_leaves_no_file(tmp_path: Path):
-    rows = 4_000_000
+    rows = 8_000_000
     np.save(tmp_path / "data.npy", np.ones(rows, np.float32))
     np.save(tmp_path / "ids.npy", np.zeros(rows, np.int32))
     out = tmp_path / "out.npy"
@@ -37,7 +37,7 @@ def test_interrupt_exits_130_and_leaves_no_file(tmp_path: Path):
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(1.5)  # imports done, streaming under way (200,000 blocks take far longer)
+    time.sleep(3)  # imports done, streaming under way (400,000 blocks take far longer)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=60)
     assert process.returncode == 130
