@@ -34,6 +34,30 @@ class Reduction:
     def empty_segments(self) -> int:
         return int(np.count_nonzero(self.counts == 0))
 
+    @classmethod
+    def finish(
+        cls,
+        state: ops.State,
+        report: validate.IdReport,
+        *,
+        sorted_ids: bool,
+        engine: str,
+        engine_reason: str,
+        fill: Any,
+        timings: dict[str, float],
+    ) -> Reduction:
+        """Finalize a (host) state into the result and wrap it with what the summary needs."""
+        return cls(
+            result=ops.finalize(state, fill),
+            counts=np.asarray(state.count),
+            op=state.op,
+            sorted_ids=sorted_ids,
+            ids=report,
+            engine=engine,
+            engine_reason=engine_reason,
+            timings=timings,
+        )
+
 
 def check_output_fits(
     op: ops.Op, num_segments: int, inner_shape: tuple[int, ...], data_dtype: np.dtype[Any]
@@ -105,19 +129,17 @@ def reduce_arrays(
     validated = time.perf_counter()
     state = choice.engine.new_state(op_def, report.num_segments, inner_shape, data.dtype)
     choice.engine.fold(state, data.reshape(ids.size, width), ids.reshape(-1), sorted_ids=sorted)
-    host_state = choice.engine.to_host(state)
-    result = ops.finalize(host_state, fill)
-    finished = time.perf_counter()
-    return Reduction(
-        result=result,
-        counts=np.asarray(host_state.count),
-        op=op_def,
+    reduction = Reduction.finish(
+        choice.engine.to_host(state),
+        report,
         sorted_ids=sorted,
-        ids=report,
         engine=choice.engine.name,
         engine_reason=choice.reason,
-        timings={"validate": validated - started, "compute": finished - validated},
+        fill=fill,
+        timings={"validate": validated - started},
     )
+    reduction.timings["compute"] = time.perf_counter() - validated
+    return reduction
 
 
 def segment_reduce(

@@ -88,19 +88,17 @@ def reduce_distributed(
         workers = len(client.nthreads())
         connected = time.perf_counter()
         id_report, state, engines = _map_reduce(client, plan, job, op, progress)
-        result = ops.finalize(state, request.fill)
-        finished = time.perf_counter()
-    reduction = Reduction(
-        result=result,
-        counts=np.asarray(state.count),
-        op=op,
-        sorted_ids=request.sorted_ids,
-        ids=id_report,
-        engine="dask",
-        engine_reason=f"{where}; partitions on {', '.join(sorted(engines)) or 'no engine'}",
-        # Starting (or reaching) the cluster is paid once per run; "compute" is the work.
-        timings={"cluster": connected - started, "compute": finished - connected},
-    )
+        reduction = Reduction.finish(
+            state,
+            id_report,
+            sorted_ids=request.sorted_ids,
+            engine="dask",
+            engine_reason=f"{where}; partitions on {', '.join(sorted(engines)) or 'no engine'}",
+            fill=request.fill,
+            # Starting (or reaching) the cluster is paid once per run; "compute" is the work.
+            timings={"cluster": connected - started},
+        )
+        reduction.timings["compute"] = time.perf_counter() - connected
     extra = {"partitions": len(plan.partitions), "workers": workers}
     return reduction, _facts(plan.data), _facts(plan.ids), extra
 

@@ -55,5 +55,4 @@ class ClusterError(SegcliError):
     exit_code = 6
 
 
-EXIT_OK = 0
 EXIT_INTERRUPTED = 130

@@ -208,7 +208,11 @@ def _reduce_streaming(
     streams: Streams,
     progress: Progress | None,
     on_data_block: Callable[[np.ndarray], None] | None = None,
+    data_checked_for: ops.Op | None = None,
 ) -> tuple[core.Reduction, InputFacts, InputFacts, int]:
+    """Stream the inputs of ``request``; ``data_checked_for`` also checks DATA's dtype against
+    another op than the one run (``check --op min`` runs a ``count``), before any block is read.
+    """
     from segcli.io.npy import Readable
     from segcli.stream import reduce_stream
 
@@ -230,6 +234,8 @@ def _reduce_streaming(
         ids = io.open_chunked(
             ids_path, column=request.ids_column, key=request.ids_key, role="ids", stdin=stdin
         )
+    if data_checked_for is not None:
+        ops.check_dtype(data_checked_for, data.dtype, data.label)
     reduction, plan = reduce_stream(
         data,
         ids,
@@ -315,22 +321,24 @@ def check(
             nan_seen[0] += _nan_count(block)
 
         reduction, data_facts, ids_facts, _ = _reduce_streaming(
-            replace(request, op="count", fill=None), streams, None, count_nan
+            replace(request, op="count", fill=None), streams, None, count_nan, op
         )
-        ops.check_dtype(op, np.dtype(data_facts.dtype), data_facts.label)
         report, counts, nan_rows = reduction.ids, reduction.result, nan_seen[0]
     else:
         data, ids = _read(request, streams)
-        report = core.validate_inputs(
+        ops.check_dtype(op, data.array.dtype, data.label)
+        # A ``count`` reduction runs the same validation and counts each segment's rows.
+        reduction = core.reduce_arrays(
             data.array,
             ids.array,
             request.num_segments,
-            op,
-            sorted_ids=request.sorted_ids,
+            "count",
+            sorted=request.sorted_ids,
+            engine="numpy",
             data_label=data.label,
             ids_label=ids.label,
         )
-        counts = _segment_counts(ids.array, report)
+        report, counts = reduction.ids, reduction.result
         nan_rows = _nan_count(data.array)
         data_facts, ids_facts = _facts(data), _facts(ids)
     empty = int(np.count_nonzero(counts == 0))
@@ -380,14 +388,6 @@ def check(
 def enforce(outcome: CheckOutcome) -> None:
     if outcome.failures:
         raise ExpectationError("; ".join(outcome.failures))
-
-
-def _segment_counts(ids: np.ndarray, report: validate.IdReport) -> np.ndarray:
-    flat = ids.reshape(-1)
-    keep = flat < report.num_segments
-    if flat.dtype.kind == "i":
-        keep &= flat >= 0
-    return np.bincount(flat[keep].astype(np.intp), minlength=report.num_segments)
 
 
 def _nan_count(data: np.ndarray) -> int:

@@ -140,7 +140,7 @@ def reduce_stream(
         if on_data_block is not None:
             on_data_block(data_block)
         if n is None and flat_ids.size:
-            grow.ensure(_largest_id(flat_ids) + 1)
+            grow.ensure(int(flat_ids.max()) + 1)
         choice.engine.fold(
             grow.state, data_block.reshape(flat_ids.size, width), flat_ids, sorted_ids=sorted_ids
         )
@@ -149,18 +149,16 @@ def reduce_stream(
         if progress is not None:
             progress(done, total_rows)
     report = scanner.finish()  # raises on the first invalid id, before anything is written
-    state = grow.trimmed(report.num_segments)
-    result = ops.finalize(state, fill)
-    reduction = Reduction(
-        result=result,
-        counts=np.asarray(state.count),
-        op=op_def,
+    reduction = Reduction.finish(
+        grow.trimmed(report.num_segments),
+        report,
         sorted_ids=sorted_ids,
-        ids=report,
         engine=choice.engine.name,
         engine_reason=choice.reason,
-        timings={"validate": 0.0, "compute": time.perf_counter() - started},
+        fill=fill,
+        timings={"validate": 0.0},  # validation is folded into the read loop
     )
+    reduction.timings["compute"] = time.perf_counter() - started
     return reduction, StreamPlan(plan.block_rows, blocks)
 
 
@@ -172,10 +170,6 @@ def _comparable_shapes(
         rows = max(data_shape[0], ids_shape[0])
         return (rows, *data_shape[1:]), (rows, *ids_shape[1:])
     return data_shape, ids_shape
-
-
-def _largest_id(flat_ids: np.ndarray) -> int:
-    return int(flat_ids.max())
 
 
 def _aligned(

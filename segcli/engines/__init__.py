@@ -89,8 +89,4 @@ def choose_engine(name: str | Engine, *, elements: int) -> EngineChoice:
     raise EngineUnavailableError("no engine can run here")  # numpy always can
 
 
-def engine_names() -> tuple[str, ...]:
-    return ENGINE_NAMES
-
-
 __all__ = ["ENGINE_NAMES", "Engine", "EngineChoice", "choose_engine", "get_engine"]
