@@ -174,9 +174,8 @@ def run_partition(part: Partition, job: Job) -> PartResult:
     """Read, validate and fold one partition into the op's partial state."""
     data, ids = read_partition(part)
     flat = ids.reshape(-1)
-    summary = summarize(
-        flat, part.row_offset * _per_row(part.ids), job.num_segments, sorted_ids=job.sorted_ids
-    )
+    first_row = part.row_offset * _per_row(part.ids)  # of the flattened ids, globally
+    summary = summarize(flat, first_row, job.num_segments, sorted_ids=job.sorted_ids)
     if flat.size == 0 or summary.blocks_fold(sorted_ids=job.sorted_ids):
         return PartResult(summary, None)
     op = ops.get_op(job.op)
@@ -188,6 +187,7 @@ def run_partition(part: Partition, job: Job) -> PartResult:
         check_output_fits(op, size, inner, data.dtype)  # on this worker, before allocating
     engine = cpu_engine(job.elements)
     state = engine.new_state(op, size, inner, data.dtype)
+    state.next_row = first_row  # lanes follow global row numbers
     engine.fold(
         state, data.reshape(flat.size, ops.inner_size(inner)), flat, sorted_ids=job.sorted_ids
     )
@@ -224,14 +224,7 @@ def combine_states(a: ops.State | None, b: ops.State | None) -> ops.State | None
 
 def pad_state(state: ops.State, size: int) -> ops.State:
     """The state over ``size`` segments; the added ones are empty (the op's initial value)."""
-    current = state.num_segments
-    if current >= size:
-        return state
-    bigger = ops.new_state(state.op, size, state.inner_shape, state.data_dtype)
-    bigger.count[:current] = state.count
-    if state.acc is not None:
-        bigger.acc[:current] = state.acc
-    return bigger
+    return state if state.num_segments >= size else ops.grown(state, size)
 
 
 def summary_of(result: PartResult) -> IdSummary:

@@ -10,6 +10,16 @@ each op's definition; an engine only has to implement the fold.
 The accumulator dtypes are chosen so that every fold is either exact or done in float64:
 integers fold in 64 bits (two's complement wraps modulo 2**64, so the final cast to the data
 dtype gives exactly TF's wrapped result), floats fold in float64, complex in complex128.
+
+Float sums and products are the folds whose bits depend on the order of the operations. They
+keep :data:`LANES` partial accumulators ("lanes"). Over unsorted ids the rows are dealt to the
+lanes in runs of :data:`LANE_ROWS` by their global row number (row ``r`` goes to lane
+``(r // LANE_ROWS) % LANES``); each lane folds its rows in row order, and :func:`finalize`
+merges the lanes in lane order. The split depends only on row numbers, so results stay
+deterministic and independent of how the rows were cut into blocks, while two cores can fold
+one segment at once. Sorted ids (``--sorted``) fold every row into lane 0, in row order: their
+segments are contiguous runs, which cores can already share out; the other lanes keep the
+identity, which the merge adds exactly.
 """
 
 from __future__ import annotations
@@ -114,12 +124,48 @@ def get_op(name: str | Op) -> Op:
         raise UsageError(f"unknown op {name!r} (ops: {', '.join(OPS)})") from None
 
 
+#: Partial accumulators of an order-dependent fold (float sums and products).
+LANES = 2
+#: Consecutive rows dealt to one lane before the next lane takes over.
+LANE_ROWS = 1 << 16
+
+
+def lane_count(op: Op, acc_dtype: np.dtype[Any] | None) -> int:
+    """How many lanes the op's accumulator keeps: :data:`LANES` where the order matters."""
+    if acc_dtype is not None and acc_dtype.kind in "fc" and op.ufunc in (np.add, np.multiply):
+        return LANES
+    return 1
+
+
+def lane_pieces(first_row: int, rows: int, lanes: int) -> list[tuple[int, int, int]]:
+    """``(start, stop, lane)`` for the runs of a block of ``rows`` rows starting at global row
+    ``first_row``: block-local ranges, in row order, each within one lane."""
+    if lanes == 1:
+        return [(0, rows, 0)] if rows else []
+    pieces = []
+    start = 0
+    while start < rows:
+        row = first_row + start
+        stop = min(rows, start + LANE_ROWS - row % LANE_ROWS)
+        pieces.append((start, stop, (row // LANE_ROWS) % lanes))
+        start = stop
+    return pieces
+
+
+def row_lanes(first_row: int, rows: int, lanes: int, xp: Any = np) -> Any:
+    """The lane of each row of a block starting at global row ``first_row`` (int64)."""
+    positions = xp.arange(first_row, first_row + rows, dtype=np.int64)
+    return (positions // LANE_ROWS) % lanes
+
+
 @dataclass
 class State:
     """Partial state of one reduction over some rows; engines fold rows into it in place.
 
-    ``count`` has shape ``(n,)``; ``acc`` has shape ``(n, inner_size)``. Arrays may belong to
-    another array library (CuPy) while an engine works; :func:`finalize` takes NumPy arrays.
+    ``count`` has shape ``(n,)``; ``acc`` has shape ``(lanes, n, inner_size)`` (see
+    :func:`lane_count`). ``next_row`` is the global row number of the next row to fold, which
+    decides its lane. Arrays may belong to another array library (CuPy) while an engine works;
+    :func:`finalize` takes NumPy arrays.
     """
 
     op: Op
@@ -127,6 +173,11 @@ class State:
     inner_shape: tuple[int, ...]
     count: Any
     acc: Any
+    next_row: int = 0
+
+    @property
+    def lanes(self) -> int:
+        return 1 if self.acc is None else int(self.acc.shape[0])
 
     @property
     def num_segments(self) -> int:
@@ -144,28 +195,64 @@ def state_bytes(
     per_segment = 8 + op.out_dtype(data_dtype).itemsize * inner_size(inner_shape)
     acc_dtype = op.acc_dtype(data_dtype)
     if acc_dtype is not None:
-        per_segment += acc_dtype.itemsize * inner_size(inner_shape)
+        per_segment += lane_count(op, acc_dtype) * acc_dtype.itemsize * inner_size(inner_shape)
     return num_segments * per_segment
 
 
 def new_state(
-    op: Op, num_segments: int, inner_shape: tuple[int, ...], data_dtype: np.dtype[Any], xp: Any = np
+    op: Op,
+    num_segments: int,
+    inner_shape: tuple[int, ...],
+    data_dtype: np.dtype[Any],
+    xp: Any = np,
+    *,
+    first_row: int = 0,
 ) -> State:
-    """An empty state (no rows folded yet) for ``num_segments`` segments."""
+    """An empty state (no rows folded yet) for ``num_segments`` segments; its first row will be
+    global row ``first_row``."""
     count = xp.zeros(num_segments, dtype=np.int64)
     acc = None
     acc_dtype = op.acc_dtype(data_dtype)
     if acc_dtype is not None:
-        acc = xp.full((num_segments, inner_size(inner_shape)), op.initial(acc_dtype), acc_dtype)
-    return State(op, np.dtype(data_dtype), tuple(inner_shape), count, acc)
+        shape = (lane_count(op, acc_dtype), num_segments, inner_size(inner_shape))
+        acc = xp.full(shape, op.initial(acc_dtype), acc_dtype)
+    return State(op, np.dtype(data_dtype), tuple(inner_shape), count, acc, first_row)
+
+
+def grown(state: State, num_segments: int) -> State:
+    """A (NumPy) state over ``num_segments`` >= its own segments; the added ones are empty."""
+    bigger = new_state(
+        state.op, num_segments, state.inner_shape, state.data_dtype, first_row=state.next_row
+    )
+    # Copy the segments seen so far; the rest keep the op's initial value (empty).
+    bigger.count[: state.num_segments] = state.count
+    if state.acc is not None:
+        bigger.acc[:, : state.num_segments] = state.acc
+    return bigger
 
 
 def combine(a: State, b: State) -> State:
-    """Merge two partial states of the same reduction (rows of ``a`` come before ``b``)."""
+    """Merge two partial states of the same reduction (rows of ``a`` come before ``b``).
+
+    Lanes merge lane by lane; the result is for finalizing, not for folding more rows into.
+    """
     if a.op is not b.op or a.count.shape != b.count.shape:
         raise ValueError("cannot combine states of different reductions")
     acc = None if a.op.ufunc is None else a.op.ufunc(a.acc, b.acc)
-    return State(a.op, a.data_dtype, a.inner_shape, a.count + b.count, acc)
+    next_row = max(a.next_row, b.next_row)
+    return State(a.op, a.data_dtype, a.inner_shape, a.count + b.count, acc, next_row)
+
+
+def merged_lanes(state: State) -> np.ndarray:
+    """The accumulator with its lanes merged in lane order: shape ``(n, inner_size)``."""
+    acc: np.ndarray = np.asarray(state.acc)
+    merged: np.ndarray = acc[0]
+    ufunc = state.op.ufunc
+    assert ufunc is not None, "count keeps no accumulator"
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, as a row-order fold gives
+        for lane in acc[1:]:
+            merged = np.asarray(ufunc(merged, lane))
+    return merged
 
 
 def parse_fill(fill: Any, op: Op, data_dtype: np.dtype[Any]) -> Any:
@@ -201,7 +288,7 @@ def finalize(state: State, fill: Any = None) -> np.ndarray:
     if op.ufunc is None:
         result = count.astype(np.int64, copy=True)
     else:
-        acc = np.asarray(state.acc)
+        acc = merged_lanes(state)
         # Casting the float64 accumulator down may overflow to inf, as TF's float32 fold would.
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             if op.divides:

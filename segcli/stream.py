@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -88,8 +88,8 @@ class _GrowingState:
 
     def trimmed(self, n: int) -> ops.State:
         host = self.engine.to_host(self.state)
-        acc = None if host.acc is None else host.acc[:n]
-        return ops.State(host.op, host.data_dtype, host.inner_shape, host.count[:n], acc)
+        acc = None if host.acc is None else host.acc[:, :n]
+        return replace(host, count=host.count[:n], acc=acc)
 
 
 def reduce_stream(

@@ -30,3 +30,13 @@ def engine(request: pytest.FixtureRequest) -> str:
 
 def has_module(name: str) -> bool:
     return importlib.util.find_spec(name) is not None
+
+
+@pytest.fixture
+def short_lanes(monkeypatch: pytest.MonkeyPatch) -> int:
+    """Deal rows to the lanes of float sums and products every 5 rows (65,536 in use), so
+    small inputs cross many lane boundaries."""
+    from segcli import ops
+
+    monkeypatch.setattr(ops, "LANE_ROWS", 5)
+    return 5

@@ -201,14 +201,17 @@ def test_numba_reads_non_native_byte_order_and_strided_data() -> None:
 # --- the fold contract: block splits do not change a byte -------------------------------------
 
 
+@pytest.mark.parametrize("lanes", ["lanes of 65536 rows", "lanes of 5 rows"])
 @pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "complex64"])
 @pytest.mark.parametrize("op", OP_NAMES)
 def test_block_split_gives_identical_bytes(
-    engine: str, op: str, dtype: str, sorted_ids: bool
+    request: pytest.FixtureRequest, engine: str, op: str, dtype: str, sorted_ids: bool, lanes: str
 ) -> None:
     if not _supported(op, dtype):
         pytest.skip("min/max take real data only")
+    if lanes.endswith("5 rows"):
+        request.getfixturevalue("short_lanes")
     rng = np.random.default_rng([OP_NAMES.index(op), DTYPES.index(dtype)])
     # Values of very different sizes, so that a reordered float sum would change its bits.
     data = make_data(rng, (60, 2), dtype)
@@ -233,6 +236,74 @@ def test_numba_threads_and_blocks_give_numpy_bytes(op: str, sorted_ids: bool) ->
     want = fold_in_blocks("numpy", data, ids, 3, op, [], sorted_ids=sorted_ids)
     for cuts in ([], [1, 2, 1999, 3000], list(range(100, 4000, 100))):
         assert fold_in_blocks("numba", data, ids, 3, op, cuts, sorted_ids=sorted_ids) == want
+
+
+# --- lanes: float sums and products fold in two lanes of row runs ----------------------------
+
+
+def lane_rule_sum(data: np.ndarray, ids: np.ndarray, n: int, lane_rows: int) -> np.ndarray:
+    """The documented rule, written out: row r adds into lane (r // lane_rows) % 2 in row
+    order, in float64; the result is lane 0 + lane 1."""
+    lanes = [[0.0] * n, [0.0] * n]
+    for row, (value, g) in enumerate(zip(data.tolist(), ids.tolist(), strict=True)):
+        if 0 <= g < n:
+            lane = lanes[(row // lane_rows) % 2]
+            lane[g] = lane[g] + value
+    return np.array([a + b for a, b in zip(*lanes, strict=True)])
+
+
+def test_float_sums_follow_the_lane_rule(engine: str, short_lanes: int) -> None:
+    # Rows 0-4 go to lane 0, 5-9 to lane 1, ...: 1e16 swallows the ones that share its lane.
+    data = np.array([1e16, 1, 1, 1, 1, 1, 1, 1, 1, 1, -1e16, 1, 1, 1, 1, 3.5], dtype=np.float64)
+    ids = np.array([0] * 12 + [1, 1, -1, 1])
+    want = lane_rule_sum(data, ids, 2, short_lanes)
+    row_order = np.zeros(2)
+    for value, g in zip(data, ids, strict=True):
+        if g >= 0:
+            row_order[g] += value
+    assert want[0] != row_order[0]  # the case tells the lane rule from a plain row-order sum
+    got = segcli.segment_reduce(data, ids, 2, "sum", engine=engine)
+    assert got.tobytes() == want.tobytes()
+    rng = np.random.default_rng(9)
+    data = rng.standard_normal(300) * rng.choice([1e-8, 1.0, 1e8], 300)
+    ids = rng.integers(-1, 4, 300)
+    got = segcli.segment_reduce(data, ids, 4, "sum", engine=engine)
+    assert got.tobytes() == lane_rule_sum(data, ids, 4, short_lanes).tobytes()
+
+
+@needs_numba
+@pytest.mark.usefixtures("numba_parallel", "short_lanes")
+@pytest.mark.parametrize("inner", [(), (3,)], ids=["1-D", "2-D"])
+@pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "complex64"])
+@pytest.mark.parametrize("op", ["sum", "prod", "mean"])
+def test_numba_lanes_on_threads_and_blocks_give_numpy_bytes(
+    op: str, dtype: str, sorted_ids: bool, inner: tuple[int, ...]
+) -> None:
+    rng = np.random.default_rng([OP_NAMES.index(op), DTYPES.index(dtype)])
+    data = make_data(rng, (400, *inner), dtype)
+    if op != "prod":  # values of very different sizes, so any reordering shows
+        data = (data * rng.choice([1e-3, 1.0, 1e3], (400,) + (1,) * len(inner))).astype(dtype)
+    ids = make_ids(rng, (400,), 6, sorted_ids)
+    want = fold_in_blocks("numpy", data, ids, 6, op, [], sorted_ids=sorted_ids)
+    for cuts in ([], [3, 4, 199, 300], list(range(7, 400, 7))):
+        assert fold_in_blocks("numba", data, ids, 6, op, cuts, sorted_ids=sorted_ids) == want
+
+
+def test_lanes_only_where_the_order_matters() -> None:
+    f32, i32 = np.dtype(np.float32), np.dtype(np.int32)
+    lanes = {
+        (name, dtype.name): ops.new_state(ops.get_op(name), 3, (), dtype).lanes
+        for name in OP_NAMES
+        for dtype in (f32, i32, np.dtype(np.complex64))
+        if _supported(name, dtype.name)
+    }
+    assert lanes["sum", "float32"] == lanes["prod", "complex64"] == ops.LANES == 2
+    assert lanes["mean", "float32"] == lanes["sqrt_n", "float32"] == 2
+    assert lanes["min", "float32"] == lanes["max", "float32"] == 1
+    assert lanes["sum", "int32"] == lanes["mean", "int32"] == lanes["count", "float32"] == 1
+    assert ops.lane_pieces(65_530, 10, 2) == [(0, 6, 0), (6, 10, 1)]
+    assert ops.lane_pieces(0, 10, 1) == [(0, 10, 0)]
 
 
 # --- NaN and infinity -------------------------------------------------------------------------

@@ -212,6 +212,7 @@ def cpu_fold(
             kernels=kernels,
             xp=np,
             options=options,
+            first_row=a,
         )
     return ops.finalize(state)
 
@@ -242,6 +243,19 @@ def test_default_is_bit_identical_to_numpy_engine_whatever_the_blocks(op: str, d
     want = numpy_engine_fold(op, data, ids, 5, False)
     for blocks in (1, 3, 400):
         got = cpu_fold(op, data, ids, 5, sorted_ids=False, blocks=blocks)
+        assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.usefixtures("short_lanes")
+@pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
+@pytest.mark.parametrize(("op", "dtype"), [c for c in CASES if c[0] in ("sum", "prod", "mean")])
+def test_lanes_fold_like_the_numpy_engine_whatever_the_blocks(
+    op: str, dtype: str, sorted_ids: bool
+) -> None:
+    data, ids = make_inputs(dtype, 400, 2, 5, sorted_ids=sorted_ids, seed=4)
+    want = numpy_engine_fold(op, data, ids, 5, sorted_ids)
+    for blocks in (1, 3, 7):
+        got = cpu_fold(op, data, ids, 5, sorted_ids=sorted_ids, blocks=blocks)
         assert got.tobytes() == want.tobytes()
 
 

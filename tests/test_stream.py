@@ -73,6 +73,24 @@ def test_streaming_bytes_equal_in_memory(tmp_path, engine, op, dtype, sorted_ids
         assert got.result.tobytes() == expected.tobytes(), rows_per_block
 
 
+@pytest.mark.usefixtures("short_lanes")
+@pytest.mark.parametrize("dtype", ["float16", "float32", "complex64"])
+@pytest.mark.parametrize("op", ["sum", "mean", "prod"])
+@pytest.mark.parametrize("sorted_ids", [False, True])
+def test_streaming_bytes_equal_in_memory_across_lane_boundaries(
+    tmp_path, engine, op, dtype, sorted_ids
+):
+    rows = 300
+    data = sample(dtype, rows, (2,), seed=4)
+    rng = np.random.default_rng(5)
+    ids = np.sort(rng.integers(0, 8, rows)) if sorted_ids else rng.integers(-1, 8, rows)
+    paths = save_pair(tmp_path, data, ids)
+    expected = segcli.segment_reduce(data, ids, None, op, sorted=sorted_ids, engine=engine)
+    for rows_per_block in (3, 64):
+        got, _ = stream(*paths, None, op, rows=rows_per_block, engine=engine, sorted_ids=sorted_ids)
+        assert got.result.tobytes() == expected.tobytes(), rows_per_block
+
+
 def test_block_edges_inside_segments_and_inferred_n(tmp_path, engine):
     data = np.arange(1, 101, dtype=np.float64) / 7
     ids = np.repeat(np.arange(10), 10)  # every block edge of 3 rows cuts a segment

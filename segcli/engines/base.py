@@ -3,8 +3,9 @@
 An engine folds a block of rows into an op's partial state (see :mod:`segcli.ops`). It receives
 rows already validated: ``data`` is 2-D ``(rows, inner_size)`` and ``ids`` 1-D with one id per
 row; a row whose id lies outside ``[0, n)`` is one validation allowed to drop, and the engine
-skips it. Every engine folds the rows of each segment in their global row order, so results are
-deterministic and do not depend on how the rows were split into blocks.
+skips it. Every engine folds the rows of each segment and lane in their global row order (see
+:mod:`segcli.ops` for lanes), so results are deterministic and do not depend on how the rows
+were split into blocks.
 """
 
 from __future__ import annotations
@@ -33,6 +34,21 @@ class Engine:
     def fold(
         self, state: ops.State, data: np.ndarray, ids: np.ndarray, *, sorted_ids: bool
     ) -> None:
+        """Fold the next block of rows into ``state`` (the rows after those folded so far)."""
+        first_row = state.next_row
+        self.fold_block(state, data, ids, sorted_ids=sorted_ids, first_row=first_row)
+        state.next_row = first_row + int(ids.shape[0])
+
+    def fold_block(
+        self,
+        state: ops.State,
+        data: np.ndarray,
+        ids: np.ndarray,
+        *,
+        sorted_ids: bool,
+        first_row: int,
+    ) -> None:
+        """What an engine implements: fold rows whose first is global row ``first_row``."""
         raise NotImplementedError
 
     def unavailable_reason(self) -> str | None:
@@ -54,10 +70,4 @@ class Engine:
         default the state goes to the host, is copied into a bigger one and comes back; an
         engine whose state is more than ``count`` and ``acc`` overrides this.
         """
-        old = self.to_host(state)
-        bigger = ops.new_state(state.op, num_segments, state.inner_shape, state.data_dtype)
-        # Copy the segments seen so far; the rest keep the op's initial value (empty).
-        bigger.count[: old.num_segments] = old.count
-        if old.acc is not None:
-            bigger.acc[: old.num_segments] = old.acc
-        return self.from_host(bigger)
+        return self.from_host(ops.grown(self.to_host(state), num_segments))

@@ -363,7 +363,9 @@ class CupyEngine(Engine):
         acc = None if state.acc is None else cupy.asarray(state.acc)
         return replace(state, count=cupy.asarray(state.count), acc=acc)
 
-    def fold(self, state: ops.State, data: Any, ids: Any, *, sorted_ids: bool) -> None:
+    def fold_block(
+        self, state: ops.State, data: Any, ids: Any, *, sorted_ids: bool, first_row: int
+    ) -> None:
         """Fold rows (``data`` 2-D, ``ids`` 1-D; NumPy or CuPy) into the device state."""
         self._to_device(state)
         rows = int(ids.shape[0])
@@ -381,15 +383,20 @@ class CupyEngine(Engine):
                 # On the device already, or too small to pay for the pipeline: one plain copy.
                 data, ids = _on_device(data), _on_device(ids)
                 for start, stop in plan:
-                    self._fold_resident(state, data[start:stop], ids[start:stop], sorted_ids)
+                    block = (data[start:stop], ids[start:stop])
+                    self._fold_resident(state, *block, sorted_ids, first_row + start)
                 return
             compute = cupy.cuda.get_current_stream()
             uploader = _Uploader(np.asarray(data), np.asarray(ids), plan, *self._threads())
             with uploader as up:
-                for block_data, block_ids in up.blocks(compute):
-                    self._fold_resident(state, block_data, block_ids, sorted_ids)
+                for (start, _), (block_data, block_ids) in zip(
+                    plan, up.blocks(compute), strict=True
+                ):
+                    self._fold_resident(state, block_data, block_ids, sorted_ids, first_row + start)
 
-    def _fold_resident(self, state: ops.State, data: Any, ids: Any, sorted_ids: bool) -> None:
+    def _fold_resident(
+        self, state: ops.State, data: Any, ids: Any, sorted_ids: bool, first_row: int
+    ) -> None:
         fold_block(
             state,
             data,
@@ -398,6 +405,7 @@ class CupyEngine(Engine):
             kernels=self._kernels,
             xp=cupy,
             options=self.options,
+            first_row=first_row,
         )
 
     def _to_device(self, state: ops.State) -> None:

@@ -16,10 +16,11 @@ How one block of rows folds into the state (:func:`fold_block`):
   depend on the order of the fold. By default each segment folds strictly in row order,
   starting from the state's value: a stable sort groups the block's rows by segment (none is
   needed for ``--sorted`` ids) and one thread per (segment, column) folds them
-  (:func:`fold_ordered` with ``piece_rows = 0``). That is the NumPy engine's sequence of
-  float64 operations, so the bytes equal the NumPy engine's (NaN payloads aside) and do not
-  depend on how the rows were split into blocks (``engines/base.py``'s contract; streaming
-  relies on it). It is parallel only across segments and columns.
+  (:func:`fold_ordered` with ``piece_rows = 0``); over unsorted ids, float sums and products
+  fold each lane (:mod:`segcli.ops`) as a segment of its own. That is the NumPy engine's
+  sequence of float64 operations, so the bytes equal the NumPy engine's (NaN payloads aside)
+  and do not depend on how the rows were split into blocks (``engines/base.py``'s contract;
+  streaming relies on it). It is parallel only across segments, lanes and columns.
 - ``tree_reduce`` folds fixed pieces of at most ``piece_rows`` positions in row order, level
   after level, then each segment's partial into the state: parallel within a segment too, and
   deterministic (the tree's shape depends only on the block's ids), but the rounding depends
@@ -272,18 +273,22 @@ def fold_block(
     kernels: Kernels,
     xp: Any,
     options: FoldOptions,
+    first_row: int = 0,
 ) -> None:
-    """Fold one block (``data`` 2-D rows x width, ``ids`` 1-D, both resident in ``xp``)."""
+    """Fold one block (``data`` 2-D rows x width, ``ids`` 1-D, both resident in ``xp``) whose
+    first row is global row ``first_row``."""
     n = state.num_segments
     rows = int(ids.shape[0])
     if rows == 0 or n == 0:
         return
     width = int(data.shape[1])
-    acc = state.acc
-    mode = scatter_mode(state.op, None if acc is None else acc.dtype, options.fast_atomics)
+    mode = scatter_mode(
+        state.op, None if state.acc is None else state.acc.dtype, options.fast_atomics
+    )
     if mode == "count" or width == 0:
         kernels.scatter("count", ids, None, None, state.count, n, width)
         return
+    acc = state.acc[0]  # the atomic paths keep one lane
     vals = kernel_values(data, xp)
     if mode in ("min", "max"):
         keys = key_encode(acc, mode == "min", xp)
@@ -294,12 +299,24 @@ def fold_block(
         kernels.scatter(mode, ids, vals, acc.view(np.uint64), state.count, n, width)
         return
     if mode == "add_float":
+        # Not deterministic anyway: every row goes to lane 0 (lane 1 stays +0.0, which the
+        # final merge adds exactly).
         pairs = _as_pairs(acc)
         kernels.scatter(mode, ids, vals, pairs, state.count, n, pairs.shape[1])
         return
     # Order-dependent: count with an atomic pass, fold values in row order.
     kernels.scatter("count", ids, None, None, state.count, n, width)
-    order, segs = sort_rows(ids, n, sorted_ids, xp)
+    lanes = state.lanes
+    # Lane k of segment g is row k * n + g of the accumulator seen as (lanes * n, width).
+    acc = state.acc.reshape(lanes * n, -1)
+    segments = n  # sorted ids fold into lane 0: rows 0..n-1
+    if lanes > 1 and not sorted_ids:
+        # Grouping by that virtual segment folds each lane's rows in row order.
+        lane_of = ops.row_lanes(first_row, rows, lanes, xp)
+        virtual = ids.astype(np.int64) + lane_of * n
+        segments = lanes * n
+        ids = xp.where(valid_rows(ids, n, xp), virtual, np.int64(segments))
+    order, segs = sort_rows(ids, segments, sorted_ids, xp)
     if segs.shape[0] == 0:
         return
     if order is not None and vals.shape[1] * vals.dtype.itemsize < _GATHER_ROW_BYTES:

@@ -130,12 +130,20 @@ def _fold_values(
     acc: np.ndarray,
     count: np.ndarray,
     with_count: bool,
+    first_row: int,
+    lane: int = -1,
 ) -> None:
-    """One thread, rows in order: the 1-D kernel for one column, else the row kernel."""
+    """One thread, rows in order: the 1-D kernel for one column, else the row kernel.
+
+    ``acc`` is ``(lanes, n, width)``; ``lane`` >= 0 folds only that lane's rows.
+    """
     if data.shape[1] == 1:
-        kernels.fold_flat(kind, data[:, 0], ids, acc[:, 0], count, with_count)
+        flat_acc = acc.reshape(acc.shape[0], acc.shape[1])
+        kernels.fold_flat(
+            kind, data[:, 0], ids, flat_acc, count, with_count, first_row, ops.LANE_ROWS, lane
+        )
     else:
-        kernels.fold_rows(kind, data, ids, acc, count, with_count)
+        kernels.fold_rows(kind, data, ids, acc, count, with_count, first_row, ops.LANE_ROWS, lane)
 
 
 def _fold_private(
@@ -147,7 +155,8 @@ def _fold_private(
     count: np.ndarray,
     parts: int,
 ) -> None:
-    """Order-free folds: each thread takes a slice of rows into private state, merged in order.
+    """Order-free folds (one lane): each thread takes a slice of rows into private state,
+    merged in order.
 
     The first slice folds straight into the state; merging the others after it in row order
     gives the sequential fold's bits, even for min/max of 0.0 and -0.0 or NaNs.
@@ -157,7 +166,7 @@ def _fold_private(
     counts = [count] + [np.zeros_like(count) for _ in slices[1:]]
     _run(
         [
-            partial(_fold_values, kind, data[a:b], ids[a:b], acc_k, count_k, True)
+            partial(_fold_values, kind, data[a:b], ids[a:b], acc_k, count_k, True, 0)
             for (a, b), acc_k, count_k in zip(slices, accs, counts, strict=True)
         ]
     )
@@ -173,28 +182,66 @@ def _fold_private(
             count += count_k
 
 
+def _fold_lanes(
+    kind: int,
+    data: np.ndarray,
+    ids: np.ndarray,
+    acc: np.ndarray,
+    count: np.ndarray,
+    first_row: int,
+    small_state: bool,
+) -> None:
+    """Float sums and products: one thread per lane, each folding its lane's rows in order.
+
+    A state that fits the cache counts in the same pass (a private count per extra thread);
+    a bigger one counts afterwards, since two random writes per row into it measured slower.
+    """
+    present = sorted(
+        {lane for _, _, lane in ops.lane_pieces(first_row, ids.shape[0], acc.shape[0])}
+    )
+    counts = [count] + [np.zeros_like(count) for _ in present[1:]]
+    _run(
+        [
+            partial(_fold_values, kind, data, ids, acc, count_k, small_state, first_row, lane)
+            for lane, count_k in zip(present, counts, strict=True)
+        ]
+    )
+    for count_k in counts[1:]:
+        count += count_k
+    if not small_state:
+        _count_in_slices(count, ids)
+
+
 def _fold_unsorted(
-    kind: int, initial: Any, data: np.ndarray, ids: np.ndarray, acc: np.ndarray, count: np.ndarray
+    kind: int,
+    initial: Any,
+    data: np.ndarray,
+    ids: np.ndarray,
+    acc: np.ndarray,
+    count: np.ndarray,
+    first_row: int,
 ) -> None:
     parts = _parts_for(data.size)
-    order_free = kind in (kernels.MIN, kernels.MAX) or acc.dtype.kind in "iu"
-    small_state = acc.nbytes + count.nbytes <= _CACHE_BYTES
-    if parts > 1 and order_free and small_state:
+    # A lane's state and a count: what one thread's random writes go to.
+    small_state = acc[0].nbytes + count.nbytes <= _CACHE_BYTES
+    if parts > 1 and acc.shape[0] > 1:
+        _fold_lanes(kind, data, ids, acc, count, first_row, small_state)
+    elif parts > 1 and small_state:
         _fold_private(kind, initial, data, ids, acc, count, parts)
     elif parts > 1 and data.shape[1] <= _TASK_SPLIT_MAX_WIDTH:
-        # Float sums keep one thread per segment; counting moves to a second thread.
+        # A large order-free state: one thread folds the values while another counts.
         _run(
             [
-                partial(_fold_values, kind, data, ids, acc, count, False),
+                partial(_fold_values, kind, data, ids, acc, count, False, first_row),
                 partial(kernels.count_ids, ids, count),
             ]
         )
     elif small_state:
-        _fold_values(kind, data, ids, acc, count, True)
+        _fold_values(kind, data, ids, acc, count, True, first_row)
     else:
         # Two random writes per row into a state larger than the cache measured 3x slower
         # than two passes with one each.
-        _fold_values(kind, data, ids, acc, count, False)
+        _fold_values(kind, data, ids, acc, count, False, first_row)
         kernels.count_ids(ids, count)
 
 
@@ -212,14 +259,16 @@ def _sorted_parts(ids: np.ndarray, lo: int, hi: int, parts: int) -> list[tuple[i
 def _fold_sorted(
     kind: int, data: np.ndarray, ids: np.ndarray, acc: np.ndarray, count: np.ndarray
 ) -> None:
-    lo, hi = kernels.sorted_bounds(ids, acc.shape[0])
+    """Threads own ranges of segments (cut at run starts); every row folds into lane 0."""
+    lo, hi = kernels.sorted_bounds(ids, acc.shape[1])
     parts = _sorted_parts(ids, lo, hi, _parts_for(data[lo:hi].size))
+    lane0 = acc[:1]
 
     def fold_part(a: int, b: int) -> None:
         if data.shape[1] == 1:
-            kernels.fold_runs(kind, data[:, 0], ids, acc[:, 0], count, a, b)
+            kernels.fold_runs(kind, data[:, 0], ids, lane0.reshape(-1), count, a, b)
         else:
-            kernels.fold_rows(kind, data[a:b], ids[a:b], acc, count, True)
+            _fold_values(kind, data[a:b], ids[a:b], lane0, count, True, 0)
 
     _run([partial(fold_part, a, b) for a, b in parts])
 
@@ -229,12 +278,15 @@ def _count(count: np.ndarray, ids: np.ndarray, sorted_ids: bool) -> None:
     if sorted_ids:
         lo, hi = kernels.sorted_bounds(ids, count.shape[0])
         kernels.count_runs(ids, count, lo, hi)
-        return
-    parts = _parts_for(ids.shape[0])
-    if parts == 1 or count.nbytes > _CACHE_BYTES:
+    elif _parts_for(ids.shape[0]) == 1 or count.nbytes > _CACHE_BYTES:
         kernels.count_ids(ids, count)
-        return
-    slices = _splits(ids.shape[0], parts)
+    else:
+        _count_in_slices(count, ids)
+
+
+def _count_in_slices(count: np.ndarray, ids: np.ndarray) -> None:
+    """Count on every thread, a slice of the rows each into a private count, then sum."""
+    slices = _splits(ids.shape[0], _parts_for(ids.shape[0]))
     counts = [count] + [np.zeros_like(count) for _ in slices[1:]]
     _run(
         [partial(kernels.count_ids, ids[a:b], c) for (a, b), c in zip(slices, counts, strict=True)]
@@ -250,16 +302,23 @@ def _fold_native(
     ids: np.ndarray,
     acc: np.ndarray,
     sorted_ids: bool,
+    first_row: int,
 ) -> None:
     """Fold a block of a dtype the kernels take (ints, float32/64) into ``acc``."""
     if sorted_ids:
         _fold_sorted(kind, data, ids, acc, state.count)
     else:
-        _fold_unsorted(kind, state.op.initial(acc.dtype), data, ids, acc, state.count)
+        initial = state.op.initial(acc.dtype)
+        _fold_unsorted(kind, initial, data, ids, acc, state.count, first_row)
 
 
 def _fold_half(
-    state: ops.State, kind: int, data: np.ndarray, ids: np.ndarray, sorted_ids: bool
+    state: ops.State,
+    kind: int,
+    data: np.ndarray,
+    ids: np.ndarray,
+    sorted_ids: bool,
+    first_row: int,
 ) -> None:
     """float16: widen a chunk at a time to float32 (exact); min/max fold in float32 too."""
     acc = state.acc
@@ -267,7 +326,7 @@ def _fold_half(
     step = max(1, _HALF_CHUNK_ELEMENTS // max(1, data.shape[1]))
     for a in range(0, ids.shape[0], step):
         chunk = data[a : a + step].astype(np.float32)
-        _fold_native(state, kind, chunk, ids[a : a + step], work, sorted_ids)
+        _fold_native(state, kind, chunk, ids[a : a + step], work, sorted_ids, first_row + a)
     if work is not acc:
         acc[...] = work  # every value is a float16 value (or the initial +-inf): exact
 
@@ -285,8 +344,14 @@ validate.numba_scan = _scan_ids
 class NumbaEngine(Engine):
     name: ClassVar[str] = "numba"
 
-    def fold(
-        self, state: ops.State, data: np.ndarray, ids: np.ndarray, *, sorted_ids: bool
+    def fold_block(
+        self,
+        state: ops.State,
+        data: np.ndarray,
+        ids: np.ndarray,
+        *,
+        sorted_ids: bool,
+        first_row: int,
     ) -> None:
         if ids.shape[0] == 0 or state.num_segments == 0:
             return
@@ -301,15 +366,17 @@ class NumbaEngine(Engine):
         if data.dtype.kind == "c":
             if kind != kernels.SUM:
                 # A complex product is not a per-component fold; it is rare enough for NumPy.
-                NUMPY_ENGINE.fold(state, data, ids, sorted_ids=sorted_ids)
+                NUMPY_ENGINE.fold_block(
+                    state, data, ids, sorted_ids=sorted_ids, first_row=first_row
+                )
                 return
             # A complex sum is two float sums: fold the real and imaginary parts as columns.
             data = np.ascontiguousarray(data).view(data.real.dtype)
             acc = acc.view(np.float64)
         if data.dtype == np.float16:
-            _fold_half(state, kind, data, ids, sorted_ids)
+            _fold_half(state, kind, data, ids, sorted_ids, first_row)
         else:
-            _fold_native(state, kind, data, ids, acc, sorted_ids)
+            _fold_native(state, kind, data, ids, acc, sorted_ids, first_row)
 
 
 ENGINE = NumbaEngine()

@@ -22,7 +22,7 @@ from numba import njit
 
 SUM, PROD, MIN, MAX = 0, 1, 2, 3
 #: Runs folded side by side by :func:`fold_runs`; the unrolled loop there assumes four.
-LANES = 4
+CHAINS = 4
 
 _JIT: dict[str, Any] = {"cache": True, "nogil": True}
 
@@ -42,9 +42,21 @@ def combine(kind: int, acc: Any, value: Any) -> Any:
     return acc if (acc > value or acc != acc) else value
 
 
+@njit(cache=True, nogil=True, inline="always")
+def piece_end(first_row, p, rows, lane_rows, lanes):  # type: ignore[no-untyped-def]
+    """The end of the piece of rows from ``p`` that stays in one lane (see ``segcli.ops``)."""
+    if lanes == 1:
+        return rows
+    return min(rows, p + lane_rows - (first_row + p) % lane_rows)
+
+
 @njit(**_JIT)
-def fold_flat(kind, data, ids, acc, count, with_count):  # type: ignore[no-untyped-def]
-    """1-D rows: ``acc[ids[i]] = combine(acc[ids[i]], data[i])`` in row order."""
+def _flat_run(kind, data, ids, acc, count, with_count):  # type: ignore[no-untyped-def]
+    """1-D rows into one lane: ``acc[ids[i]] = combine(acc[ids[i]], data[i])`` in row order.
+
+    Called once per piece through :func:`_with_literal_kind`, so that after inlining its
+    loops see a constant ``kind`` (a runtime one inside the piece loop ran 1.5x slower).
+    """
     n = np.uint64(acc.shape[0])
     if with_count:
         for i in range(ids.shape[0]):
@@ -60,8 +72,8 @@ def fold_flat(kind, data, ids, acc, count, with_count):  # type: ignore[no-untyp
 
 
 @njit(**_JIT)
-def fold_rows(kind, data, ids, acc, count, with_count):  # type: ignore[no-untyped-def]
-    """2-D rows: each row combines into its segment's accumulator row, rows in order."""
+def _rows_run(kind, data, ids, acc, count, with_count):  # type: ignore[no-untyped-def]
+    """2-D rows into one lane: each row combines into its segment's accumulator row."""
     n = np.uint64(acc.shape[0])
     # The full-width inner loop vectorises; a loop over a column range measured 2x slower.
     width = data.shape[1]
@@ -72,6 +84,52 @@ def fold_rows(kind, data, ids, acc, count, with_count):  # type: ignore[no-untyp
                 acc[g, j] = combine(kind, acc[g, j], data[i, j])
             if with_count:
                 count[g] += 1
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _with_literal_kind(run, kind, data, ids, acc, count, with_count):  # type: ignore[no-untyped-def]
+    """``run(kind, ...)`` with ``kind`` a literal, so LLVM drops the op switch from its loop."""
+    if kind == SUM:
+        run(SUM, data, ids, acc, count, with_count)
+    elif kind == PROD:
+        run(PROD, data, ids, acc, count, with_count)
+    elif kind == MIN:
+        run(MIN, data, ids, acc, count, with_count)
+    else:
+        run(MAX, data, ids, acc, count, with_count)
+
+
+@njit(**_JIT)
+def fold_flat(  # type: ignore[no-untyped-def]
+    kind, data, ids, acc, count, with_count, first_row, lane_rows, lane
+):
+    """1-D rows, each into its lane (``acc`` is ``(lanes, n)``; see ``segcli.ops``), in row
+    order. ``lane >= 0`` folds that lane's rows only (one thread per lane); -1 folds all."""
+    lanes = acc.shape[0]
+    rows = ids.shape[0]
+    p = 0
+    while p < rows:
+        end = piece_end(first_row, p, rows, lane_rows, lanes)
+        k = ((first_row + p) // lane_rows) % lanes
+        if lane < 0 or k == lane:
+            _with_literal_kind(_flat_run, kind, data[p:end], ids[p:end], acc[k], count, with_count)
+        p = end
+
+
+@njit(**_JIT)
+def fold_rows(  # type: ignore[no-untyped-def]
+    kind, data, ids, acc, count, with_count, first_row, lane_rows, lane
+):
+    """2-D rows (``acc`` is ``(lanes, n, width)``), each into its lane; as :func:`fold_flat`."""
+    lanes = acc.shape[0]
+    rows = ids.shape[0]
+    p = 0
+    while p < rows:
+        end = piece_end(first_row, p, rows, lane_rows, lanes)
+        k = ((first_row + p) // lane_rows) % lanes
+        if lane < 0 or k == lane:
+            _with_literal_kind(_rows_run, kind, data[p:end], ids[p:end], acc[k], count, with_count)
+        p = end
 
 
 @njit(**_JIT)
@@ -152,26 +210,26 @@ def count_runs(ids, count, lo, hi):  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
-def _claim(ids, acc, count, start, stop, seg, total, lane, p, hi):  # type: ignore[no-untyped-def]
-    """Give ``lane`` the run starting at row ``p`` (or mark it idle); return the next row."""
+def _claim(ids, acc, count, start, stop, seg, total, chain, p, hi):  # type: ignore[no-untyped-def]
+    """Give ``chain`` the run starting at row ``p`` (or mark it idle); return the next row."""
     if p >= hi:
-        seg[lane] = -1
-        start[lane] = 0
-        stop[lane] = 0
+        seg[chain] = -1
+        start[chain] = 0
+        stop[chain] = 0
         return p
     end = run_end(ids, p, hi)
     g = np.int64(ids[p])
-    seg[lane] = g
-    start[lane] = p
-    stop[lane] = end
-    total[lane] = acc[g]
+    seg[chain] = g
+    start[chain] = p
+    stop[chain] = end
+    total[chain] = acc[g]
     count[g] += end - p
     return end
 
 
 @njit(cache=True, nogil=True, inline="always")
 def _lockstep(kind, data, start, total, step):  # type: ignore[no-untyped-def]
-    """Advance all four lanes by ``step`` rows: four independent chains of ``combine``."""
+    """Advance all four chains by ``step`` rows: four independent chains of ``combine``."""
     d0 = data[start[0] : start[0] + step]
     d1 = data[start[1] : start[1] + step]
     d2 = data[start[2] : start[2] + step]
@@ -183,8 +241,8 @@ def _lockstep(kind, data, start, total, step):  # type: ignore[no-untyped-def]
         t2 = combine(kind, t2, d2[j])
         t3 = combine(kind, t3, d3[j])
     total[0], total[1], total[2], total[3] = t0, t1, t2, t3
-    for lane in range(LANES):
-        start[lane] += step
+    for chain in range(CHAINS):
+        start[chain] += step
 
 
 @njit(**_JIT)
@@ -192,26 +250,26 @@ def fold_runs(kind, data, ids, acc, count, lo, hi):  # type: ignore[no-untyped-d
     """Sorted 1-D rows ``[lo, hi)``: each run of equal ids folds in a register, in row order.
 
     One run's fold is a chain of dependent additions, as slow as the add's latency; four runs
-    (lanes) fold side by side so four chains are in flight. Counts come from the run lengths.
+    (chains) fold side by side so four chains are in flight. Counts come from the run lengths.
     """
-    start = np.zeros(LANES, np.int64)
-    stop = np.zeros(LANES, np.int64)
-    seg = np.zeros(LANES, np.int64)
-    total = np.zeros(LANES, acc.dtype)
+    start = np.zeros(CHAINS, np.int64)
+    stop = np.zeros(CHAINS, np.int64)
+    seg = np.zeros(CHAINS, np.int64)
+    total = np.zeros(CHAINS, acc.dtype)
     p = lo
-    for lane in range(LANES):
-        p = _claim(ids, acc, count, start, stop, seg, total, lane, p, hi)
+    for chain in range(CHAINS):
+        p = _claim(ids, acc, count, start, stop, seg, total, chain, p, hi)
     while True:
-        step = hi  # rows every busy lane can take before one of them finishes its run
+        step = hi  # rows every busy chain can take before one of them finishes its run
         busy = 0
-        for lane in range(LANES):
-            left = stop[lane] - start[lane]
-            if seg[lane] >= 0:
+        for chain in range(CHAINS):
+            left = stop[chain] - start[chain]
+            if seg[chain] >= 0:
                 busy += 1
                 step = min(step, left)
         if busy == 0:
             break
-        if busy == LANES:
+        if busy == CHAINS:
             # A literal kind per call lets LLVM drop the op switch from the hot loop.
             if kind == SUM:
                 _lockstep(SUM, data, start, total, step)
@@ -222,17 +280,17 @@ def fold_runs(kind, data, ids, acc, count, lo, hi):  # type: ignore[no-untyped-d
             else:
                 _lockstep(MAX, data, start, total, step)
         else:
-            for lane in range(LANES):
-                if seg[lane] >= 0:
-                    t = total[lane]
-                    for j in range(start[lane], start[lane] + step):
+            for chain in range(CHAINS):
+                if seg[chain] >= 0:
+                    t = total[chain]
+                    for j in range(start[chain], start[chain] + step):
                         t = combine(kind, t, data[j])
-                    total[lane] = t
-                    start[lane] += step
-        for lane in range(LANES):
-            if seg[lane] >= 0 and start[lane] == stop[lane]:
-                acc[seg[lane]] = total[lane]
-                p = _claim(ids, acc, count, start, stop, seg, total, lane, p, hi)
+                    total[chain] = t
+                    start[chain] += step
+        for chain in range(CHAINS):
+            if seg[chain] >= 0 and start[chain] == stop[chain]:
+                acc[seg[chain]] = total[chain]
+                p = _claim(ids, acc, count, start, stop, seg, total, chain, p, hi)
 
 
 @njit(**_JIT)

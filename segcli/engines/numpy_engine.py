@@ -4,8 +4,9 @@ Vectorised, no Python loop over rows or segments. Unsorted ids fold with ``ufunc
 applies rows in index order (deterministic) and is fast only when the accumulator and the
 values share a dtype, so values are cast to the accumulator's dtype first. Sorted ids use
 ``reduceat`` on run starts where the result cannot depend on the order of additions (integers,
-min, max); float sums and products keep ``ufunc.at``'s row order, so that a segment split
-across streaming blocks gives the same bytes as one in memory.
+min, max); float sums and products keep ``ufunc.at``'s row order within each lane (see
+:mod:`segcli.ops`), so that a segment split across streaming blocks gives the same bytes as one
+in memory.
 """
 
 from __future__ import annotations
@@ -21,32 +22,29 @@ from segcli.engines.base import Engine
 _BLOCK_ELEMENTS = 1 << 20
 
 
-def _keep_valid(
-    data: np.ndarray, ids: np.ndarray, num_segments: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Drop rows whose id validation allowed to drop (no copy when none is dropped)."""
+def _kept_rows(ids: np.ndarray, num_segments: int) -> np.ndarray | None:
+    """The mask of rows to fold (validation let the others through to be dropped); None when
+    every row folds."""
     if ids.size and (
         (ids.dtype.kind == "i" and int(ids.min()) < 0) or int(ids.max()) >= num_segments
     ):
         keep = ids < num_segments
         if ids.dtype.kind == "i":
             keep &= ids >= 0
-        data, ids = data[keep], ids[keep]
-    return data, ids
+        return keep
+    return None
 
 
-def _keep_valid_sorted(
-    data: np.ndarray, ids: np.ndarray, num_segments: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted ids keep one contiguous range of rows: two binary searches and views, no copy."""
+def _kept_range_sorted(ids: np.ndarray, num_segments: int) -> slice:
+    """Sorted ids keep one contiguous range of rows: two binary searches, no copy."""
     if ids.size == 0:
-        return data, ids
+        return slice(0, 0)
     lo = int(np.searchsorted(ids, 0)) if ids.dtype.kind == "i" and ids[0] < 0 else 0
     if int(ids[-1]) < num_segments:
         hi = ids.size
     else:  # n fits the ids' dtype here, since some id is >= n
         hi = int(np.searchsorted(ids, ids.dtype.type(num_segments)))
-    return data[lo:hi], ids[lo:hi]
+    return slice(lo, hi)
 
 
 def _exact_under_reordering(state: ops.State) -> bool:
@@ -64,17 +62,38 @@ def _run_starts(ids: np.ndarray) -> np.ndarray:
 class NumpyEngine(Engine):
     name: ClassVar[str] = "numpy"
 
-    def fold(
-        self, state: ops.State, data: np.ndarray, ids: np.ndarray, *, sorted_ids: bool
+    def fold_block(
+        self,
+        state: ops.State,
+        data: np.ndarray,
+        ids: np.ndarray,
+        *,
+        sorted_ids: bool,
+        first_row: int,
     ) -> None:
-        if sorted_ids:
-            self._fold_sorted(state, *_keep_valid_sorted(data, ids, state.num_segments))
-        else:
-            self._fold_unsorted(state, *_keep_valid(data, ids, state.num_segments))
-
-    def _fold_unsorted(self, state: ops.State, data: np.ndarray, ids: np.ndarray) -> None:
+        # Each row's lane comes from its global row number, so it is taken before any drop.
+        # Sorted ids fold every row into lane 0 (see segcli.ops).
+        lanes = None
+        if state.lanes > 1 and not sorted_ids:
+            lanes = ops.row_lanes(first_row, ids.size, state.lanes)
+        kept = (
+            _kept_range_sorted(ids, state.num_segments)
+            if sorted_ids
+            else _kept_rows(ids, state.num_segments)
+        )
+        if kept is not None:
+            data, ids = data[kept], ids[kept]
+            lanes = None if lanes is None else lanes[kept]
         if ids.size == 0:
             return
+        if sorted_ids:
+            self._fold_sorted(state, data, ids)
+        else:
+            self._fold_unsorted(state, data, ids, lanes)
+
+    def _fold_unsorted(
+        self, state: ops.State, data: np.ndarray, ids: np.ndarray, lanes: np.ndarray | None
+    ) -> None:
         # One intp copy serves both: bincount and ufunc.at convert other dtypes on every call,
         # and ufunc.at with int32 indices measured 2.5x slower than with intp.
         ids = ids.astype(np.intp, copy=False)
@@ -82,11 +101,9 @@ class NumpyEngine(Engine):
         ufunc = state.op.ufunc
         if ufunc is None or data.shape[1] == 0:
             return
-        _fold_in_order(ufunc, state.acc, data.astype(state.acc.dtype, copy=False), ids)
+        _fold_in_order(ufunc, state, data.astype(state.acc.dtype, copy=False), ids, lanes)
 
     def _fold_sorted(self, state: ops.State, data: np.ndarray, ids: np.ndarray) -> None:
-        if ids.size == 0:
-            return
         starts = _run_starts(ids)
         segments = ids[starts].astype(np.intp)  # unique: each fancy-index update hits once
         state.count[segments] += np.diff(starts, append=ids.size)
@@ -95,16 +112,32 @@ class NumpyEngine(Engine):
             return
         values = data.astype(state.acc.dtype, copy=False)
         if _exact_under_reordering(state):
+            acc = state.acc[0]  # one lane: the order cannot matter
             with np.errstate(invalid="ignore", over="ignore"):
                 partial = ufunc.reduceat(values, starts, axis=0)
-                state.acc[segments] = ufunc(state.acc[segments], partial)
+                acc[segments] = ufunc(acc[segments], partial)
         else:
             # reduceat sums pairwise; float sums keep ufunc.at's row order (see module doc).
-            _fold_in_order(ufunc, state.acc, values, ids.astype(np.intp))
+            _fold_in_order(ufunc, state, values, ids.astype(np.intp), None)
 
 
-def _fold_in_order(ufunc: np.ufunc, acc: np.ndarray, values: np.ndarray, ids: np.ndarray) -> None:
-    """``ufunc.at`` in row order; ``values`` already have the accumulator's dtype."""
+def _fold_in_order(
+    ufunc: np.ufunc,
+    state: ops.State,
+    values: np.ndarray,
+    ids: np.ndarray,
+    lanes: np.ndarray | None,
+) -> None:
+    """``ufunc.at`` in row order; ``values`` already have the accumulator's dtype.
+
+    With lanes, lane ``k`` of segment ``g`` is row ``k * n + g`` of the accumulator seen as
+    ``(lanes * n, inner)``, so one ``ufunc.at`` folds every lane, each in row order.
+    """
+    if lanes is None:
+        acc = state.acc[0]
+    else:
+        acc = state.acc.reshape(-1, state.acc.shape[2])
+        ids = ids + lanes * state.num_segments
     # NaN compares and integer products wrap by design; neither deserves a warning.
     with np.errstate(invalid="ignore", over="ignore"):
         if values.shape[1] == 1:
