@@ -296,7 +296,8 @@ def finalize(state: State, fill: Any = None) -> np.ndarray:
                 if op.name == "sqrt_n":
                     divisor = np.sqrt(divisor)
                 wide = np.complex128 if acc.dtype.kind == "c" else np.float64
-                values = acc.astype(wide) / divisor[:, None]
+                values = acc.astype(wide)  # a copy: the state's own lanes stay as they are
+                np.divide(values, divisor[:, None], out=values)
                 result = values.astype(out_dtype)
             else:
                 result = acc.astype(out_dtype)

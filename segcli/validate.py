@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,11 @@ from segcli.errors import InvalidInputError
 numba_scan: Callable[[np.ndarray, int, bool], tuple[int, ...]] | None = None
 #: Blocks from this many ids on use ``numba_scan`` when it is installed.
 NUMBA_SCAN_MIN_IDS = 1 << 16
+#: Runs the given calls at once and returns their results in order; the numba engine installs
+#: its thread pool here, so that large blocks are scanned a slice per core.
+run_concurrently: Callable[[list[Callable[[], Any]]], list[Any]] | None = None
+#: Blocks from this many ids on are scanned a slice per core (a hand-off costs ~50 us).
+CONCURRENT_SCAN_MIN_IDS = 1 << 20
 
 #: Maps a global flat position to (label of the ids' file or None, ``segment_ids[...]`` there).
 Locator = Callable[[int], tuple[str | None, str]]
@@ -196,7 +202,25 @@ def summarize(
 def _summarize_scanned(
     flat: np.ndarray, start: int, num_segments: int | None, *, sorted_ids: bool
 ) -> IdSummary:
-    """:func:`summarize` from one compiled pass (``numba_scan``): the same fields."""
+    """:func:`summarize` from one compiled pass (``numba_scan``): the same fields.
+
+    A large block is scanned in two slices at once; their summaries merge like any two.
+    """
+    if run_concurrently is not None and flat.size >= CONCURRENT_SCAN_MIN_IDS:
+        half = flat.size // 2
+        first, second = run_concurrently(
+            [
+                partial(_scan_slice, flat[:half], start, num_segments, sorted_ids),
+                partial(_scan_slice, flat[half:], start + half, num_segments, sorted_ids),
+            ]
+        )
+        return merge(first, second)
+    return _scan_slice(flat, start, num_segments, sorted_ids)
+
+
+def _scan_slice(
+    flat: np.ndarray, start: int, num_segments: int | None, sorted_ids: bool
+) -> IdSummary:
     assert numba_scan is not None
     scan = numba_scan(flat, -1 if num_segments is None else num_segments, sorted_ids)
     negatives, first_negative, too_big, first_too_big, block_max, falls, first_fall = scan

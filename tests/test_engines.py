@@ -425,12 +425,14 @@ def _scan_outcome(ids: np.ndarray, n: int | None, sorted_ids: bool, blocks: int)
     ],
 )
 @pytest.mark.parametrize("blocks", [1, 3])
+@pytest.mark.parametrize("slices", ["one pass", "two slices at once"])
 def test_numba_validation_scan_matches_numpy(
     monkeypatch: pytest.MonkeyPatch,
     ids: np.ndarray,
     n: int | None,
     sorted_ids: bool,
     blocks: int,
+    slices: str,
 ) -> None:
     from segcli import validate
     from segcli.engines import numba_engine
@@ -439,6 +441,12 @@ def test_numba_validation_scan_matches_numpy(
     monkeypatch.setattr(validate, "numba_scan", None)
     want = _scan_outcome(ids, n, sorted_ids, blocks)
     monkeypatch.setattr(validate, "numba_scan", numba_engine._scan_ids)
+    if slices == "one pass":
+        monkeypatch.setattr(validate, "run_concurrently", None)
+    else:  # every block of two or more ids is cut in two and scanned on two threads
+        monkeypatch.setattr(validate, "CONCURRENT_SCAN_MIN_IDS", 2)
+        monkeypatch.setattr(validate, "run_concurrently", numba_engine._run)
+        monkeypatch.setattr(numba_engine, "THREADS", 2)
     assert _scan_outcome(ids, n, sorted_ids, blocks) == want
 
 

@@ -1,24 +1,22 @@
 """The numba engine: compiled single-pass folds, cached on disk, parallel where it pays.
 
 It keeps the contract of :mod:`segcli.engines.base`: each segment's values combine in global
-row order, so its results are the NumPy engine's bytes and do not depend on the block split.
-Parallelism therefore never gives two threads rows of the same segment for a float sum or
-product (whose result depends on the order of additions). What it does instead, each measured
+row order within their lane (see :mod:`segcli.ops`), so its results are the NumPy engine's
+bytes and do not depend on the block split. What runs on which thread, each choice measured
 on a 2-core machine (see ``benchmarks/``):
 
-- narrow float sums and products (1-D, W1/W2/W5): one thread folds the values while another
-  counts the rows;
+- float sums and products over unsorted ids: one thread per lane, each folding the rows dealt
+  to its lane; a state that fits the cache counts in the same pass, a larger one counts after;
 - min, max and integer folds, whose result cannot depend on the order: each thread folds a
   slice of the rows into private state, merged afterwards in row order (when the state fits a
-  core's cache; bigger private copies measured slower than one thread);
+  core's cache, or the rows are wide enough that reading them costs more than the private
+  state; else one thread folds the values while another counts);
 - sorted ids: the rows split at a run boundary, so each thread owns a range of segments; each
-  run folds in a register, four runs side by side (W3);
-- wide float rows (W4) stay on one thread: splitting columns or segment ranges between two
-  threads measured slower (both threads then stream the whole data array).
+  run folds in a register, four runs side by side (W3).
 
 Complex sums fold as pairs of float columns (the same additions); complex products go to the
 NumPy engine; float16 is widened to float32 a chunk at a time (exact). Importing this module
-also gives validation a one-pass id scan (``validate.numba_scan``).
+also gives validation a one-pass id scan (``validate.numba_scan``), run a slice per thread.
 """
 
 from __future__ import annotations
@@ -92,21 +90,20 @@ def _announce_compilation() -> None:
             print("segcli: compiling kernels, first run only", file=sys.stderr, flush=True)
 
 
-def _run(tasks: list[Callable[[], object]]) -> None:
-    """Run the tasks, the first on this thread and the rest on the pool; wait for all."""
+def _run(tasks: list[Callable[[], Any]]) -> list[Any]:
+    """Run the tasks, the first on this thread and the rest on the pool; wait for all and
+    return their results in order."""
     global _pool
-    if len(tasks) <= 1:
-        for task in tasks:
-            task()
-        return
+    if len(tasks) <= 1 or THREADS < 2:
+        return [task() for task in tasks]
     if _pool is None:
         _pool = ThreadPoolExecutor(max(1, THREADS - 1), thread_name_prefix="segcli-numba")
     futures = [_pool.submit(task) for task in tasks[1:]]
     try:
-        tasks[0]()
+        first = tasks[0]()
     finally:
-        for future in futures:
-            future.result()
+        rest = [future.result() for future in futures]
+    return [first, *rest]
 
 
 def _native(array: np.ndarray) -> np.ndarray:
@@ -226,7 +223,7 @@ def _fold_unsorted(
     small_state = acc[0].nbytes + count.nbytes <= _CACHE_BYTES
     if parts > 1 and acc.shape[0] > 1:
         _fold_lanes(kind, data, ids, acc, count, first_row, small_state)
-    elif parts > 1 and small_state:
+    elif parts > 1 and (small_state or data.shape[1] > _TASK_SPLIT_MAX_WIDTH):
         _fold_private(kind, initial, data, ids, acc, count, parts)
     elif parts > 1 and data.shape[1] <= _TASK_SPLIT_MAX_WIDTH:
         # A large order-free state: one thread folds the values while another counts.
@@ -337,8 +334,9 @@ def _scan_ids(block: np.ndarray, num_segments: int, sorted_ids: bool) -> tuple[i
     return tuple(kernels.scan_ids(block, num_segments, sorted_ids))
 
 
-# Once numba has been paid for, validation of large blocks uses it too.
+# Once numba has been paid for, validation of large blocks uses it too, on every core.
 validate.numba_scan = _scan_ids
+validate.run_concurrently = _run
 
 
 class NumbaEngine(Engine):
