@@ -179,6 +179,30 @@ def _fold_private(
             count += count_k
 
 
+def _fold_sum_counted(
+    data: np.ndarray,
+    ids: np.ndarray,
+    acc: np.ndarray,
+    count: np.ndarray,
+    first_row: int,
+    lanes: list[int],
+) -> None:
+    """Float sums of 1-D rows into a small state: each sum and its count sit side by side as
+    a pair of float64, added with one two-wide add (counts are exact in float64 to 2**53).
+    ``lanes``: one task per lane listed, or ``[-1]`` for all lanes on this thread."""
+    pairs = np.empty((acc.shape[0], acc.shape[1], 2))
+    pairs[..., 0] = acc[..., 0]
+    pairs[..., 1] = 0.0
+    _run(
+        [
+            partial(kernels.fold_sum_counted, data[:, 0], ids, pairs, first_row, ops.LANE_ROWS, k)
+            for k in lanes
+        ]
+    )
+    acc[..., 0] = pairs[..., 0]
+    count += pairs[..., 1].sum(axis=0).astype(np.int64)
+
+
 def _fold_lanes(
     kind: int,
     data: np.ndarray,
@@ -196,6 +220,9 @@ def _fold_lanes(
     present = sorted(
         {lane for _, _, lane in ops.lane_pieces(first_row, ids.shape[0], acc.shape[0])}
     )
+    if small_state and kind == kernels.SUM and data.shape[1] == 1:
+        _fold_sum_counted(data, ids, acc, count, first_row, present)
+        return
     counts = [count] + [np.zeros_like(count) for _ in present[1:]]
     _run(
         [
@@ -233,6 +260,8 @@ def _fold_unsorted(
                 partial(kernels.count_ids, ids, count),
             ]
         )
+    elif small_state and kind == kernels.SUM and acc.dtype.kind == "f" and data.shape[1] == 1:
+        _fold_sum_counted(data, ids, acc, count, first_row, [-1])
     elif small_state:
         _fold_values(kind, data, ids, acc, count, True, first_row)
     else:
