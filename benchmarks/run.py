@@ -12,9 +12,9 @@ times the CLI against a bare ``np.load`` of the same files, checks what ``segcli
 imports, and measures where ``--engine auto`` should switch to numba. It prints the report and
 writes it to ``benchmarks/RESULTS.md``.
 
-Timings are medians over several repeats after one warm-up call; ratios to the read limit are
-taken in the same run, because these machines are noisy. Benchmarks are not tests: nothing here
-asserts a time.
+Timings are medians over several repeats after a warm-up; each ratio to the read limit divides
+by ``np.sum(data)`` timed alternately with the call it judges (one of each per round), because
+these machines are noisy. Benchmarks are not tests: nothing here asserts a time.
 """
 
 from __future__ import annotations
@@ -108,24 +108,38 @@ def build_workloads(scale: float) -> list[Workload]:
 
 
 def median_ms(fn: Fn, repeats: int) -> float:
-    """Median wall time of ``fn`` after one warm-up call (which also compiles JIT peers).
+    """Median wall time of ``fn`` after one warm-up call (which also compiles JIT peers)."""
+    return paired_median_ms(fn, None, repeats)[0]
+
+
+def paired_median_ms(fn: Fn, read: Fn | None, repeats: int) -> tuple[float, float]:
+    """Median wall times of ``fn`` and of ``read``, timed alternately (one of each per round)
+    after a warm-up of each, so that both see the same state of a noisy machine.
 
     Fast calls get more repeats (noise here comes in bursts), calls over half a second fewer.
     """
     started = time.perf_counter()
     fn()
     warm_up = time.perf_counter() - started
+    if read is not None:
+        read()
     if warm_up < 0.1 and not QUICK:
+        fn()  # a second warm-up: the first call of a kind also faults in its memory
         repeats = max(repeats, 9)
     elif warm_up > 0.5:
         repeats = min(repeats, 3)
-    times = []
+    times: list[float] = []
+    read_times: list[float] = []
     for _ in range(repeats):
-        gc.collect()
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times) * 1e3
+        for call, into in ((read, read_times), (fn, times)):
+            if call is None:
+                continue
+            gc.collect()
+            started = time.perf_counter()
+            call()
+            into.append(time.perf_counter() - started)
+    read_ms = statistics.median(read_times) * 1e3 if read_times else float("nan")
+    return statistics.median(times) * 1e3, read_ms
 
 
 def _rss_bytes() -> int:
@@ -398,13 +412,12 @@ class Result:
     x_peer: float = float("nan")
 
 
-def measure(
-    work: Workload, op: str, who: str, what: str, fn: Fn, read_ms: float, repeats: int
-) -> Result:
+def measure(work: Workload, op: str, who: str, what: str, fn: Fn, repeats: int) -> Result:
     try:
         answer = fn()
         verdict = check(answer, work, op)
-        ms = median_ms(fn, repeats)
+        # The read limit is timed again, alternately with ``fn``: the ratio is side by side.
+        ms, read_ms = paired_median_ms(fn, lambda: np.sum(work.data), repeats)
         peak = peak_mb(fn)
     except Exception as exc:  # a peer that cannot do this workload is reported, not fatal
         return Result(
@@ -422,7 +435,7 @@ def measure(
     return Result(work.name, op, who, what, ms, gbps, ms / read_ms, peak, verdict)
 
 
-def one_thread_numba(work: Workload, op: str, read_ms: float, repeats: int) -> Result:
+def one_thread_numba(work: Workload, op: str, repeats: int) -> Result:
     """The numba fold held to one thread: what its threading buys (or, under load, costs)."""
     from segcli.engines import numba_engine
 
@@ -430,7 +443,7 @@ def one_thread_numba(work: Workload, op: str, read_ms: float, repeats: int) -> R
     numba_engine.THREADS = 1
     try:
         fn = segcli_compute("numba", work, op)
-        return measure(work, op, "segcli numba", "engine, 1 thread", fn, read_ms, repeats)
+        return measure(work, op, "segcli numba", "engine, 1 thread", fn, repeats)
     finally:
         numba_engine.THREADS = threads
 
@@ -475,7 +488,6 @@ def run_workload(work: Workload, repeats: int, peers: list[tuple[str, Any]]) -> 
                     f"segcli {engine}",
                     "engine",
                     segcli_compute(engine, work, op),
-                    read_ms,
                     repeats,
                 )
             )
@@ -486,16 +498,15 @@ def run_workload(work: Workload, repeats: int, peers: list[tuple[str, Any]]) -> 
                     f"segcli {engine}",
                     "end-to-end",
                     segcli_end_to_end(engine, work, op),
-                    read_ms,
                     repeats,
                 )
             )
         if "numba" in available_engines():
-            rows.append(one_thread_numba(work, op, read_ms, repeats))
+            rows.append(one_thread_numba(work, op, repeats))
         for name, factory in peers:
             fn = factory(work, op)
             if fn is not None:
-                rows.append(measure(work, op, name, "peer", fn, read_ms, repeats))
+                rows.append(measure(work, op, name, "peer", fn, repeats))
         best_peer = min(
             (r.ms for r in rows if r.what == "peer" and r.check == "ok"), default=float("nan")
         )
@@ -754,7 +765,8 @@ def main(argv: list[str] | None = None) -> int:
         "end; other work on the machine shows up as noise, above all in two-thread runs.",
         "",
         "Times are medians of 3 to 9 runs (more for fast calls) after a warm-up; `x read` is the "
-        "time over `np.sum(data)` on the same array in the same run (the read limit). `engine` "
+        "time over that of `np.sum(data)` on the same array (the read limit), timed alternately "
+        "with it, one of each per round, so both see the same state of the machine. `engine` "
         "times the fold alone (state, fold, finalize); `end-to-end` is `segcli.segment_reduce` "
         "in memory, validation included; `engine, 1 thread` is the numba fold held to one "
         "thread. GB/s counts the bytes of data and ids (the read limit: data only). Peak MB is "

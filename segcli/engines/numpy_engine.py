@@ -21,6 +21,10 @@ from segcli.engines.base import Engine
 #: Elements per block when building the flat index of 2-D rows: bounds the index's memory.
 _BLOCK_ELEMENTS = 1 << 20
 
+#: How a block's rows map to lanes: None (all lane 0), ``ops.lane_pieces`` (no row dropped),
+#: or each kept row's lane.
+Laning = list[tuple[int, int, int]] | np.ndarray | None
+
 
 def _kept_rows(ids: np.ndarray, num_segments: int) -> np.ndarray | None:
     """The mask of rows to fold (validation let the others through to be dropped); None when
@@ -71,37 +75,53 @@ class NumpyEngine(Engine):
         sorted_ids: bool,
         first_row: int,
     ) -> None:
-        # Each row's lane comes from its global row number, so it is taken before any drop.
-        # Sorted ids fold every row into lane 0 (see segcli.ops).
-        lanes = None
-        if state.lanes > 1 and not sorted_ids:
-            lanes = ops.row_lanes(first_row, ids.size, state.lanes)
         kept = (
             _kept_range_sorted(ids, state.num_segments)
             if sorted_ids
             else _kept_rows(ids, state.num_segments)
         )
+        # Sorted ids fold every row into lane 0 (see segcli.ops); unsorted ones deal rows to
+        # lanes by their global row number, known only before rows are dropped.
+        laning: Laning = None
+        if state.lanes > 1 and not sorted_ids:
+            if kept is None:
+                laning = ops.lane_pieces(first_row, ids.size, state.lanes)
+            else:
+                laning = ops.row_lanes(first_row, ids.size, state.lanes)[kept]
         if kept is not None:
             data, ids = data[kept], ids[kept]
-            lanes = None if lanes is None else lanes[kept]
         if ids.size == 0:
             return
         if sorted_ids:
             self._fold_sorted(state, data, ids)
         else:
-            self._fold_unsorted(state, data, ids, lanes)
+            self._fold_unsorted(state, data, ids, laning)
 
     def _fold_unsorted(
-        self, state: ops.State, data: np.ndarray, ids: np.ndarray, lanes: np.ndarray | None
+        self, state: ops.State, data: np.ndarray, ids: np.ndarray, laning: Laning
     ) -> None:
         # One intp copy serves both: bincount and ufunc.at convert other dtypes on every call,
-        # and ufunc.at with int32 indices measured 2.5x slower than with intp.
-        ids = ids.astype(np.intp, copy=False)
-        state.count += np.bincount(ids, minlength=state.num_segments)
+        # and ufunc.at with int32 indices measured 2.5x slower than with intp. With lanes the
+        # copy becomes the lane-wise index, so it must be a copy.
+        index = ids.astype(np.intp, copy=laning is not None)
+        state.count += np.bincount(index, minlength=state.num_segments)
         ufunc = state.op.ufunc
         if ufunc is None or data.shape[1] == 0:
             return
-        _fold_in_order(ufunc, state, data.astype(state.acc.dtype, copy=False), ids, lanes)
+        values = data.astype(state.acc.dtype, copy=False)
+        if laning is None:
+            _fold_in_order(ufunc, state.acc[0], values, index)
+            return
+        # Lane k of segment g is row k * n + g of the accumulator seen as (lanes * n, inner),
+        # so one ufunc.at folds every lane, each in row order.
+        n = state.num_segments
+        if isinstance(laning, list):
+            for start, stop, lane in laning:
+                if lane:
+                    index[start:stop] += lane * n
+        else:
+            index += laning * n
+        _fold_in_order(ufunc, state.acc.reshape(-1, state.acc.shape[2]), values, index)
 
     def _fold_sorted(self, state: ops.State, data: np.ndarray, ids: np.ndarray) -> None:
         starts = _run_starts(ids)
@@ -111,39 +131,24 @@ class NumpyEngine(Engine):
         if ufunc is None or data.shape[1] == 0:
             return
         values = data.astype(state.acc.dtype, copy=False)
-        if _exact_under_reordering(state):
-            acc = state.acc[0]  # one lane: the order cannot matter
-            with np.errstate(invalid="ignore", over="ignore"):
+        acc = state.acc[0]
+        with np.errstate(invalid="ignore", over="ignore"):
+            if _exact_under_reordering(state):
                 partial = ufunc.reduceat(values, starts, axis=0)
                 acc[segments] = ufunc(acc[segments], partial)
-        else:
-            # reduceat sums pairwise; float sums keep ufunc.at's row order (see module doc).
-            _fold_in_order(ufunc, state, values, ids.astype(np.intp), None)
+                return
+        # reduceat sums pairwise; float sums keep ufunc.at's row order (see module doc).
+        _fold_in_order(ufunc, acc, values, ids.astype(np.intp))
 
 
-def _fold_in_order(
-    ufunc: np.ufunc,
-    state: ops.State,
-    values: np.ndarray,
-    ids: np.ndarray,
-    lanes: np.ndarray | None,
-) -> None:
-    """``ufunc.at`` in row order; ``values`` already have the accumulator's dtype.
-
-    With lanes, lane ``k`` of segment ``g`` is row ``k * n + g`` of the accumulator seen as
-    ``(lanes * n, inner)``, so one ``ufunc.at`` folds every lane, each in row order.
-    """
-    if lanes is None:
-        acc = state.acc[0]
-    else:
-        acc = state.acc.reshape(-1, state.acc.shape[2])
-        ids = ids + lanes * state.num_segments
+def _fold_in_order(ufunc: np.ufunc, acc: np.ndarray, values: np.ndarray, index: np.ndarray) -> None:
+    """``ufunc.at`` in row order into ``acc`` (2-D); ``values`` have the accumulator's dtype."""
     # NaN compares and integer products wrap by design; neither deserves a warning.
     with np.errstate(invalid="ignore", over="ignore"):
         if values.shape[1] == 1:
-            ufunc.at(acc[:, 0], ids, values[:, 0])
+            ufunc.at(acc[:, 0], index, values[:, 0])
         else:
-            _fold_rows(ufunc, acc, values, ids)
+            _fold_rows(ufunc, acc, values, index)
 
 
 def _fold_rows(ufunc: np.ufunc, acc: np.ndarray, values: np.ndarray, ids: np.ndarray) -> None:
