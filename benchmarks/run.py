@@ -569,16 +569,28 @@ def startup_report() -> list[str]:
     return lines
 
 
-def _wall(args: list[str], repeats: int) -> tuple[float, str]:
-    times, error = [], ""
-    for _ in range(repeats):
-        started = time.perf_counter()
-        done = _python(*args)
-        times.append(time.perf_counter() - started)
-        if done.returncode != 0:
-            error = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-            break
-    return statistics.median(times), error
+def _walls(commands: dict[str, list[str]], repeats: int) -> dict[str, tuple[float, str]]:
+    """Median wall time of each command, one run of each per round (so a burst of noise on
+    the machine falls on all of them), and the last line of a failure's stderr."""
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    errors = dict.fromkeys(commands, "")
+    # As after a pip install, which compiles every module's bytecode: a first, untimed round
+    # writes it where a development checkout's environment says not to.
+    installed = {**os.environ}
+    installed.pop("PYTHONDONTWRITEBYTECODE", None)
+    for round_ in range(repeats + 1):
+        for name, args in commands.items():
+            if errors[name]:
+                continue
+            started = time.perf_counter()
+            done = subprocess.run(
+                [sys.executable, *args], capture_output=True, text=True, cwd=ROOT, env=installed
+            )
+            if round_:
+                times[name].append(time.perf_counter() - started)
+            if done.returncode != 0:
+                errors[name] = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+    return {name: (statistics.median(times[name]), errors[name]) for name in commands}
 
 
 def cli_report(rows: int, repeats: int) -> list[str]:
@@ -586,7 +598,8 @@ def cli_report(rows: int, repeats: int) -> list[str]:
     rng = np.random.default_rng(SEED)
     lines = [
         f"{rows:,}-row float32 data + int32 ids (.npy), wall time of a fresh process, "
-        f"median of {repeats}:",
+        f"median of {repeats} rounds (each round runs every command once, so all see the same "
+        "noise):",
         "",
         "| command | wall | x np.load | status |",
         "|---|---|---|---|",
@@ -595,11 +608,15 @@ def cli_report(rows: int, repeats: int) -> list[str]:
         a, b, out = (os.path.join(folder, f) for f in ("data.npy", "ids.npy", "out.npy"))
         np.save(a, rng.random(rows, dtype=np.float32))
         np.save(b, rng.integers(0, 1000, rows, dtype=np.int32))
-        load, _ = _wall(["-c", f"import numpy as np; np.load({a!r}); np.load({b!r})"], repeats)
+        engines = ("auto", "numpy", "numba")
+        commands = {"load": ["-c", f"import numpy as np; np.load({a!r}); np.load({b!r})"]}
+        for engine in engines:
+            commands[engine] = ["-m", "segcli", "sum", a, b, "-o", out, "-q", "--engine", engine]
+        walls = _walls(commands, repeats)
+        load = walls["load"][0]
         lines.append(f"| `np.load` both files | {load * 1e3:.0f} ms | 1.00 | |")
-        for engine in ("auto", "numpy", "numba"):
-            args = ["-m", "segcli", "sum", a, b, "-o", out, "-q", "--engine", engine]
-            wall, error = _wall(args, repeats)
+        for engine in engines:
+            wall, error = walls[engine]
             status = f"pending: {error[:80]}" if error else "ok"
             lines.append(
                 f"| `segcli sum A B -o out.npy -q --engine {engine}` | "
@@ -756,7 +773,8 @@ def main(argv: list[str] | None = None) -> int:
     print("start-up, CLI and auto checks ...", flush=True)
     rows = int(20_000_000 * scale)
     sizes = [1_000_000] if args.quick else [20_000_000, 50_000_000, 100_000_000]
-    startup, cli, auto = startup_report(), cli_report(rows, 3), auto_report(sizes, 3)
+    cli_rounds = 3 if args.quick else 7
+    startup, cli, auto = startup_report(), cli_report(rows, cli_rounds), auto_report(sizes, 3)
     report = [
         "# segcli benchmark results",
         "",

@@ -20,10 +20,8 @@ from segcli.engines.base import Engine
 
 #: Elements per block when building the flat index of 2-D rows: bounds the index's memory.
 _BLOCK_ELEMENTS = 1 << 20
-
-#: How a block's rows map to lanes: None (all lane 0), ``ops.lane_pieces`` (no row dropped),
-#: or each kept row's lane.
-Laning = list[tuple[int, int, int]] | np.ndarray | None
+#: Elements per chunk of an unsorted fold: the reused intp and value buffers hold this many.
+_CHUNK_ELEMENTS = 1 << 20
 
 
 def _kept_rows(ids: np.ndarray, num_segments: int) -> np.ndarray | None:
@@ -75,53 +73,55 @@ class NumpyEngine(Engine):
         sorted_ids: bool,
         first_row: int,
     ) -> None:
-        kept = (
-            _kept_range_sorted(ids, state.num_segments)
-            if sorted_ids
-            else _kept_rows(ids, state.num_segments)
-        )
-        # Sorted ids fold every row into lane 0 (see segcli.ops); unsorted ones deal rows to
-        # lanes by their global row number, known only before rows are dropped.
-        laning: Laning = None
-        if state.lanes > 1 and not sorted_ids:
-            if kept is None:
-                laning = ops.lane_pieces(first_row, ids.size, state.lanes)
-            else:
-                laning = ops.row_lanes(first_row, ids.size, state.lanes)[kept]
-        if kept is not None:
-            data, ids = data[kept], ids[kept]
         if ids.size == 0:
             return
         if sorted_ids:
-            self._fold_sorted(state, data, ids)
+            kept = _kept_range_sorted(ids, state.num_segments)
+            if kept.stop > kept.start:
+                self._fold_sorted(state, data[kept], ids[kept])
         else:
-            self._fold_unsorted(state, data, ids, laning)
+            self._fold_unsorted(state, data, ids, first_row)
 
     def _fold_unsorted(
-        self, state: ops.State, data: np.ndarray, ids: np.ndarray, laning: Laning
+        self, state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int
     ) -> None:
-        # One intp copy serves both: bincount and ufunc.at convert other dtypes on every call,
-        # and ufunc.at with int32 indices measured 2.5x slower than with intp. With lanes the
-        # copy becomes the lane-wise index, so it must be a copy.
-        index = ids.astype(np.intp, copy=laning is not None)
-        state.count += np.bincount(index, minlength=state.num_segments)
-        ufunc = state.op.ufunc
-        if ufunc is None or data.shape[1] == 0:
-            return
-        values = data.astype(state.acc.dtype, copy=False)
-        if laning is None:
-            _fold_in_order(ufunc, state.acc[0], values, index)
-            return
-        # Lane k of segment g is row k * n + g of the accumulator seen as (lanes * n, inner),
-        # so one ufunc.at folds every lane, each in row order.
+        """A chunk of rows at a time through two reused buffers: the ids as intp (ufunc.at with
+        int32 indices measured 2.5x slower) and the values in the accumulator's dtype
+        (``ufunc.at`` is fast only when they share it). Whole-array copies cost more than
+        the fold in fresh memory, and their size grew with the input."""
         n = state.num_segments
-        if isinstance(laning, list):
-            for start, stop, lane in laning:
-                if lane:
-                    index[start:stop] += lane * n
-        else:
-            index += laning * n
-        _fold_in_order(ufunc, state.acc.reshape(-1, state.acc.shape[2]), values, index)
+        ufunc = state.op.ufunc
+        acc = None
+        if ufunc is not None and data.shape[1] > 0:
+            # Lane k of segment g is row k * n + g of the accumulator seen as
+            # (lanes * n, inner), so one ufunc.at folds every lane, each in row order.
+            acc = state.acc.reshape(-1, state.acc.shape[2])
+        rows, width = data.shape
+        step = max(1, _CHUNK_ELEMENTS // max(1, width))
+        lanes = ops.lane_pieces(first_row, rows, state.lanes)
+        index_buffer = np.empty(min(rows, step), np.intp)
+        value_buffer = None
+        if acc is not None and data.dtype != acc.dtype:
+            value_buffer = np.empty((min(rows, step), width), acc.dtype)
+        for start in range(0, rows, step):
+            stop = min(rows, start + step)
+            index = index_buffer[: stop - start]
+            np.copyto(index, ids[start:stop], casting="unsafe")
+            # Rows validation let through to be dropped (negative ids, or ids >= n) are found
+            # on the ids themselves: the intp copy wraps the largest unsigned ones.
+            keep = _kept_rows(ids[start:stop], n)
+            _count_into(state.count, index if keep is None else index[keep])
+            if acc is None or ufunc is None:
+                continue
+            values = data[start:stop]
+            if value_buffer is not None:
+                values = value_buffer[: stop - start]
+                np.copyto(values, data[start:stop], casting="unsafe")
+            # Lanes follow row numbers: offset the rows by lane first, then drop.
+            _offset_lanes(index, lanes, start, stop, n)
+            if keep is not None:
+                index, values = index[keep], values[keep]
+            _fold_in_order(ufunc, acc, values, index)
 
     def _fold_sorted(self, state: ops.State, data: np.ndarray, ids: np.ndarray) -> None:
         starts = _run_starts(ids)
@@ -139,6 +139,27 @@ class NumpyEngine(Engine):
                 return
         # reduceat sums pairwise; float sums keep ufunc.at's row order (see module doc).
         _fold_in_order(ufunc, acc, values, ids.astype(np.intp))
+
+
+def _offset_lanes(
+    index: np.ndarray, lanes: list[tuple[int, int, int]], start: int, stop: int, n: int
+) -> None:
+    """Add ``lane * n`` to the rows of ``index`` (rows ``[start, stop)`` of the block) that
+    ``lanes`` (the block's ``ops.lane_pieces``) deals to lane 1 and up."""
+    for a, b, lane in lanes:
+        if b <= start or not lane:
+            continue
+        if a >= stop:
+            break
+        index[max(a, start) - start : min(b, stop) - start] += lane * n
+
+
+def _count_into(count: np.ndarray, index: np.ndarray) -> None:
+    """Add each segment's rows in ``index`` (intp, within ``[0, len(count))``) to ``count``."""
+    if count.shape[0] <= 4 * index.shape[0]:
+        count += np.bincount(index, minlength=count.shape[0])
+    else:  # few rows for many segments: bincount's O(n) result would cost more than the rows
+        np.add.at(count, index, 1)
 
 
 def _fold_in_order(ufunc: np.ufunc, acc: np.ndarray, values: np.ndarray, index: np.ndarray) -> None:
