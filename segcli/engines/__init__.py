@@ -27,7 +27,7 @@ _REGISTRY: dict[str, EngineEntry] = {
         "pip install 'segcli[gpu]' (needs an NVIDIA GPU and CUDA 12)",
         50_000_000,
     ),
-    "numba": EngineEntry("segcli.engines.numba_engine", "pip install numba", 50_000_000),
+    "numba": EngineEntry("segcli.engines.numba_engine", "pip install numba", 100_000_000),
     "numpy": EngineEntry("segcli.engines.numpy_engine", "pip install numpy", 0),
 }
 
