@@ -1,12 +1,12 @@
 """The NumPy engine: the reference every other engine is tested against, and the fallback.
 
-Vectorised, no Python loop over rows or segments. Unsorted ids fold with ``ufunc.at``, which
-applies rows in index order (deterministic) and is fast only when the accumulator and the
-values share a dtype, so values are cast to the accumulator's dtype first. Sorted ids use
-``reduceat`` on run starts where the result cannot depend on the order of additions (integers,
-min, max); float sums and products keep ``ufunc.at``'s row order within each lane (see
-:mod:`segcli.ops`), so that a segment split across streaming blocks gives the same bytes as one
-in memory.
+Vectorised, no Python loop over rows or segments. Folds whose result depends on the order (float
+sums and products) and every fold over unsorted ids go through ``ufunc.at``, which applies rows
+in index order (deterministic) and is fast only when the accumulator and the values share a
+dtype; they run a chunk of rows at a time through reused buffers, so memory does not grow with
+the input. Each lane (see :mod:`segcli.ops`) folds its rows in row order, so that a segment
+split across streaming blocks gives the same bytes as one in memory. Sorted ids use
+``reduceat`` on run starts where the result cannot depend on the order (integers, min, max).
 """
 
 from __future__ import annotations
@@ -75,15 +75,27 @@ class NumpyEngine(Engine):
     ) -> None:
         if ids.size == 0:
             return
-        if sorted_ids:
-            kept = _kept_range_sorted(ids, state.num_segments)
-            if kept.stop > kept.start:
-                self._fold_sorted(state, data[kept], ids[kept])
+        if not sorted_ids:
+            lanes = ops.lane_pieces(first_row, ids.size, state.lanes)
+            self._fold_in_chunks(state, data, ids, lanes)
+            return
+        kept = _kept_range_sorted(ids, state.num_segments)
+        data, ids = data[kept], ids[kept]
+        if ids.size == 0:
+            return
+        if state.acc is not None and not _exact_under_reordering(state):
+            # reduceat sums pairwise; float sums and products keep ufunc.at's row order, and
+            # sorted ids keep every row in lane 0 (see segcli.ops).
+            self._fold_in_chunks(state, data, ids, [(0, ids.size, 0)])
         else:
-            self._fold_unsorted(state, data, ids, first_row)
+            self._fold_sorted(state, data, ids)
 
-    def _fold_unsorted(
-        self, state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int
+    def _fold_in_chunks(
+        self,
+        state: ops.State,
+        data: np.ndarray,
+        ids: np.ndarray,
+        lanes: list[tuple[int, int, int]],
     ) -> None:
         """A chunk of rows at a time through two reused buffers: the ids as intp (ufunc.at with
         int32 indices measured 2.5x slower) and the values in the accumulator's dtype
@@ -98,7 +110,6 @@ class NumpyEngine(Engine):
             acc = state.acc.reshape(-1, state.acc.shape[2])
         rows, width = data.shape
         step = max(1, _CHUNK_ELEMENTS // max(1, width))
-        lanes = ops.lane_pieces(first_row, rows, state.lanes)
         index_buffer = np.empty(min(rows, step), np.intp)
         value_buffer = None
         if acc is not None and data.dtype != acc.dtype:
@@ -124,21 +135,18 @@ class NumpyEngine(Engine):
             _fold_in_order(ufunc, acc, values, index)
 
     def _fold_sorted(self, state: ops.State, data: np.ndarray, ids: np.ndarray) -> None:
+        """Sorted ids where the order cannot matter (counts, integers, min, max): ``reduceat``
+        on the run starts, one update per segment."""
         starts = _run_starts(ids)
         segments = ids[starts].astype(np.intp)  # unique: each fancy-index update hits once
         state.count[segments] += np.diff(starts, append=ids.size)
         ufunc = state.op.ufunc
         if ufunc is None or data.shape[1] == 0:
             return
-        values = data.astype(state.acc.dtype, copy=False)
         acc = state.acc[0]
         with np.errstate(invalid="ignore", over="ignore"):
-            if _exact_under_reordering(state):
-                partial = ufunc.reduceat(values, starts, axis=0)
-                acc[segments] = ufunc(acc[segments], partial)
-                return
-        # reduceat sums pairwise; float sums keep ufunc.at's row order (see module doc).
-        _fold_in_order(ufunc, acc, values, ids.astype(np.intp))
+            partial = ufunc.reduceat(data.astype(acc.dtype, copy=False), starts, axis=0)
+            acc[segments] = ufunc(acc[segments], partial)
 
 
 def _offset_lanes(
