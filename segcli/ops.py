@@ -289,6 +289,8 @@ def finalize(state: State, fill: Any = None) -> np.ndarray:
         result = count.astype(np.int64, copy=True)
     else:
         acc = merged_lanes(state)
+        # Merged lanes are a new array; a single lane is the state's own, never written to.
+        owned = state.lanes > 1
         # Casting the float64 accumulator down may overflow to inf, as TF's float32 fold would.
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             if op.divides:
@@ -296,11 +298,11 @@ def finalize(state: State, fill: Any = None) -> np.ndarray:
                 if op.name == "sqrt_n":
                     divisor = np.sqrt(divisor)
                 wide = np.complex128 if acc.dtype.kind == "c" else np.float64
-                values = acc.astype(wide)  # a copy: the state's own lanes stay as they are
+                values = acc.astype(wide, copy=not owned)
                 np.divide(values, divisor[:, None], out=values)
-                result = values.astype(out_dtype)
+                result = values.astype(out_dtype, copy=False)
             else:
-                result = acc.astype(out_dtype)
+                result = acc.astype(out_dtype, copy=not owned)
         result = result.reshape((state.num_segments, *state.inner_shape))
     fill_value = (
         op.empty_value(out_dtype) if fill is None else parse_fill(fill, op, state.data_dtype)
