@@ -7,6 +7,7 @@ sort puts them in order. Every op, both families, 1-D and 2-D data, n given and 
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -713,3 +714,26 @@ def test_cli_starts_a_local_cluster_without_an_address(
     assert json.loads(result.stderr)["engine_reason"].startswith("local cluster, ")
     expected = np.bincount(npy_shards.arrays["ids"].reshape(-1), minlength=20)
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected)
+
+
+@pytest.mark.usefixtures("short_lanes")
+def test_partitions_deal_rows_to_lanes_by_global_row(tmp_path: Path) -> None:
+    """A partition's float sums fold each row into the lane of its global row number."""
+    rng = np.random.default_rng(11)
+    data = rng.normal(size=(37,)) * rng.choice([1e-6, 1.0, 1e6], 37)
+    ids = rng.integers(0, 4, 37)
+    cuts = [0, 13, 25, 37]
+    for k, (a, b) in enumerate(itertools.pairwise(cuts)):
+        np.save(tmp_path / f"d-{k}.npy", data[a:b])
+        np.save(tmp_path / f"i-{k}.npy", ids[a:b])
+    plan = seg_dask.plan_run(
+        RunRequest(op="sum", data=str(tmp_path / "d-*.npy"), ids=str(tmp_path / "i-*.npy"))
+    )
+    job = distributed_tasks.Job("sum", 4, sorted_ids=False, elements=data.size)
+    engine = get_engine("numpy")
+    for part, (a, b) in zip(plan.partitions, itertools.pairwise(cuts), strict=True):
+        got = distributed_tasks.run_partition(part, job).state
+        assert got is not None and got.lanes == 2
+        want = ops.new_state(ops.get_op("sum"), 4, (), data.dtype, first_row=a)
+        engine.fold(want, data[a:b].reshape(-1, 1), ids[a:b], sorted_ids=False)
+        assert got.acc.tobytes() == want.acc.tobytes(), (a, b)
