@@ -1,16 +1,18 @@
 """Compiled kernels of the numba engine (imported only by :mod:`segcli.engines.numba_engine`).
 
-Every kernel combines each segment's values one after another in global row order, exactly as
-the NumPy engine's ``ufunc.at`` does: float sums are the same sequential float64 additions, so
-the results are the same bytes as the NumPy engine's, whatever the block split.
+Every kernel combines each segment's values one after another in global row order within their
+lane (see :mod:`segcli.ops`), exactly as the NumPy engine's ``ufunc.at`` does: float sums are
+the same sequential float64 additions, so the results are the same bytes as the NumPy engine's,
+whatever the block split or the thread a lane runs on.
 
 Ids are read in their own dtype (no intp copy) and used as ``np.uint64(id) < n``: a negative
 signed id wraps to a huge unsigned value, so one comparison skips the rows that validation let
 through to be dropped on either side, and an unsigned index spares numba's negative-index wrap.
 
-The op is a runtime argument (``kind``) rather than one kernel per op: it is loop-invariant, so
-LLVM hoists the branch out of the loops (measured: as fast as a specialised kernel), and each
-kernel caches one compiled version per dtype combination instead of four.
+The op is a runtime argument (``kind``) rather than one kernel per op, so each kernel caches one
+compiled version per dtype combination instead of four; the hot loops receive it as a literal
+(:func:`_with_literal_kind`, ``fold_runs``' ``_lockstep``), so LLVM drops the op switch from
+them.
 """
 
 from __future__ import annotations
