@@ -103,12 +103,12 @@ def _with_literal_kind(run, kind, data, ids, acc, count, with_count):  # type: i
         run(MAX, data, ids, acc, count, with_count)
 
 
-@njit(**_JIT)
-def fold_flat(  # type: ignore[no-untyped-def]
-    kind, data, ids, acc, count, with_count, first_row, lane_rows, lane
+@njit(cache=True, nogil=True, inline="always")
+def _fold_pieces(  # type: ignore[no-untyped-def]
+    run, kind, data, ids, acc, count, with_count, first_row, lane_rows, lane
 ):
-    """1-D rows, each into its lane (``acc`` is ``(lanes, n)``; see ``segcli.ops``), in row
-    order. ``lane >= 0`` folds that lane's rows only (one thread per lane); -1 folds all."""
+    """``run`` over each piece of rows that stays in one lane, into that lane's accumulator
+    (``acc[k]``). ``lane >= 0`` folds that lane's rows only (one thread per lane); -1 all."""
     lanes = acc.shape[0]
     rows = ids.shape[0]
     p = 0
@@ -116,8 +116,17 @@ def fold_flat(  # type: ignore[no-untyped-def]
         end = piece_end(first_row, p, rows, lane_rows, lanes)
         k = ((first_row + p) // lane_rows) % lanes
         if lane < 0 or k == lane:
-            _with_literal_kind(_flat_run, kind, data[p:end], ids[p:end], acc[k], count, with_count)
+            _with_literal_kind(run, kind, data[p:end], ids[p:end], acc[k], count, with_count)
         p = end
+
+
+@njit(**_JIT)
+def fold_flat(  # type: ignore[no-untyped-def]
+    kind, data, ids, acc, count, with_count, first_row, lane_rows, lane
+):
+    """1-D rows, each into its lane (``acc`` is ``(lanes, n)``; see ``segcli.ops``), in row
+    order; ``lane`` as in :func:`_fold_pieces`."""
+    _fold_pieces(_flat_run, kind, data, ids, acc, count, with_count, first_row, lane_rows, lane)
 
 
 @njit(**_JIT)
@@ -125,15 +134,7 @@ def fold_rows(  # type: ignore[no-untyped-def]
     kind, data, ids, acc, count, with_count, first_row, lane_rows, lane
 ):
     """2-D rows (``acc`` is ``(lanes, n, width)``), each into its lane; as :func:`fold_flat`."""
-    lanes = acc.shape[0]
-    rows = ids.shape[0]
-    p = 0
-    while p < rows:
-        end = piece_end(first_row, p, rows, lane_rows, lanes)
-        k = ((first_row + p) // lane_rows) % lanes
-        if lane < 0 or k == lane:
-            _with_literal_kind(_rows_run, kind, data[p:end], ids[p:end], acc[k], count, with_count)
-        p = end
+    _fold_pieces(_rows_run, kind, data, ids, acc, count, with_count, first_row, lane_rows, lane)
 
 
 @intrinsic
@@ -172,7 +173,7 @@ def _sum_counted_run(data, ids, pairs):  # type: ignore[no-untyped-def]
 @njit(**_JIT)
 def fold_sum_counted(data, ids, pairs, first_row, lane_rows, lane):  # type: ignore[no-untyped-def]
     """Float sums of 1-D rows with their counts (``pairs`` is ``(lanes, n, 2)``, C order),
-    each row into its lane; ``lane`` as in :func:`fold_flat`."""
+    each row into its lane; ``lane`` as in :func:`_fold_pieces`."""
     lanes = pairs.shape[0]
     rows = ids.shape[0]
     p = 0
