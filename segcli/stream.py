@@ -3,7 +3,8 @@
 DATA and IDS are read in aligned blocks of rows along their first axis. Each block is validated
 by the shared :class:`segcli.validate.IdScanner` (so errors name the global position) and folded
 into the op's partial state by the chosen engine. Engines fold each segment's rows in global
-row order, so the result has the same bytes as the in-memory path. Nothing is written until
+row order within their lane (lanes follow global row numbers, see :mod:`segcli.ops`), so the
+result has the same bytes as the in-memory path. Nothing is written until
 the whole input has been read and found valid.
 
 When the number of segments is not given it is only known at the end; the state then grows as

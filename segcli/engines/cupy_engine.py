@@ -13,9 +13,10 @@ are deterministic, are in :mod:`segcli.engines.cupy_fold`; the kernels in
 :mod:`segcli.engines.cupy_kernels`.
 
 By default every op gives the NumPy engine's bytes: order-independent ops exactly, and float
-sums and products by folding each segment strictly in row order (parallel across segments and
-columns only). NaN payloads aside: CUDA arithmetic returns its canonical NaN, and min/max return
-NumPy's ``np.nan``, where x86 may keep an operand's payload or sign.
+sums and products by folding each segment (each lane of it, see :mod:`segcli.ops`) strictly in
+row order (parallel across segments, lanes and columns only). NaN payloads aside: CUDA
+arithmetic returns its canonical NaN, and min/max return NumPy's ``np.nan``, where x86 may keep
+an operand's payload or sign.
 
 Options (``CupyEngine(...)`` or ``ENGINE.with_options(...)``):
 
