@@ -80,7 +80,9 @@ def wall_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
 
 
 def fold_device(engine: Any, op: str, data: Any, ids: Any, n: int, sorted_ids: bool) -> Any:
-    state = engine.new_state(ops.get_op(op), n, tuple(data.shape[1:]), np.dtype(data.dtype))
+    state = engine.new_state(
+        ops.get_op(op), n, tuple(data.shape[1:]), np.dtype(data.dtype), sorted_ids=sorted_ids
+    )
     engine.fold(state, data.reshape(ids.shape[0], -1), ids, sorted_ids=sorted_ids)
     return state.acc if state.acc is not None else state.count
 

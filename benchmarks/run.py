@@ -207,7 +207,7 @@ def segcli_compute(engine_name: str, work: Workload, op: str) -> Fn:
     rows = work.data.reshape(work.ids.size, -1)
 
     def run() -> np.ndarray:
-        state = engine.new_state(op_def, work.n, inner, work.data.dtype)
+        state = engine.new_state(op_def, work.n, inner, work.data.dtype, sorted_ids=work.sorted_ids)
         engine.fold(state, rows, work.ids, sorted_ids=work.sorted_ids)
         return ops.finalize(engine.to_host(state))
 

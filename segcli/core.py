@@ -60,10 +60,15 @@ class Reduction:
 
 
 def check_output_fits(
-    op: ops.Op, num_segments: int, inner_shape: tuple[int, ...], data_dtype: np.dtype[Any]
+    op: ops.Op,
+    num_segments: int,
+    inner_shape: tuple[int, ...],
+    data_dtype: np.dtype[Any],
+    *,
+    sorted_ids: bool = False,
 ) -> None:
     """SPEC: n so large that the output would not fit in memory is an error, before any work."""
-    needed = ops.state_bytes(op, num_segments, inner_shape, data_dtype)
+    needed = ops.state_bytes(op, num_segments, inner_shape, data_dtype, sorted_ids=sorted_ids)
     available = available_bytes()
     if needed > available:
         raise InvalidInputError(
@@ -91,7 +96,9 @@ def validate_inputs(
     report = validate.check_ids(
         ids, validate.check_num_segments(num_segments), sorted_ids=sorted_ids, label=ids_label
     )
-    check_output_fits(op, report.num_segments, data.shape[ids.ndim :], data.dtype)
+    check_output_fits(
+        op, report.num_segments, data.shape[ids.ndim :], data.dtype, sorted_ids=sorted_ids
+    )
     return report
 
 
@@ -127,7 +134,9 @@ def reduce_arrays(
     width = ops.inner_size(inner_shape)
     choice = choose_engine(engine, elements=data.size)
     validated = time.perf_counter()
-    state = choice.engine.new_state(op_def, report.num_segments, inner_shape, data.dtype)
+    state = choice.engine.new_state(
+        op_def, report.num_segments, inner_shape, data.dtype, sorted_ids=sorted
+    )
     choice.engine.fold(state, data.reshape(ids.size, width), ids.reshape(-1), sorted_ids=sorted)
     reduction = Reduction.finish(
         choice.engine.to_host(state),

@@ -171,7 +171,7 @@ def _check_inputs(request: RunRequest, op: ops.Op, plan: Plan) -> int | None:
     if request.fill is not None:
         ops.parse_fill(request.fill, op, data.dtype)
     if n is not None:
-        check_output_fits(op, n, _inner(plan), data.dtype)
+        check_output_fits(op, n, _inner(plan), data.dtype, sorted_ids=request.sorted_ids)
     return n
 
 
@@ -296,7 +296,8 @@ def _map_reduce(
             summary, job.num_segments, sorted_ids=job.sorted_ids, locate=_locator(plan)
         )
         n = id_report.num_segments
-        check_output_fits(op, n, _inner(plan), plan.data.dtype)  # the client's memory now
+        # The client's memory now.
+        check_output_fits(op, n, _inner(plan), plan.data.dtype, sorted_ids=job.sorted_ids)
         merged: PartResult = _outcome(root, "combining the partitions")
     finally:
         # Release every key now, whatever happened: an exception's traceback would keep these
@@ -305,7 +306,9 @@ def _map_reduce(
         # in the scheduler.)
         for future in (*tasks, root, ids_future):
             future.release()
-    state = merged.state or ops.new_state(op, n, _inner(plan), plan.data.dtype)
+    state = merged.state or ops.new_state(
+        op, n, _inner(plan), plan.data.dtype, sorted_ids=job.sorted_ids
+    )
     return id_report, pad_state(state, n), merged.engines
 
 

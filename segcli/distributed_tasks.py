@@ -184,9 +184,10 @@ def run_partition(part: Partition, job: Job) -> PartResult:
     if size is None:
         # n is inferred: the state covers this partition's ids only and grows on combine.
         size = max(summary.max_id + 1, 0) if summary.max_id is not None else 0
-        check_output_fits(op, size, inner, data.dtype)  # on this worker, before allocating
+        # On this worker, before allocating.
+        check_output_fits(op, size, inner, data.dtype, sorted_ids=job.sorted_ids)
     engine = cpu_engine(job.elements)
-    state = engine.new_state(op, size, inner, data.dtype)
+    state = engine.new_state(op, size, inner, data.dtype, sorted_ids=job.sorted_ids)
     state.next_row = first_row  # lanes follow global row numbers
     engine.fold(
         state, data.reshape(flat.size, ops.inner_size(inner)), flat, sorted_ids=job.sorted_ids

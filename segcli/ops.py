@@ -17,9 +17,10 @@ lanes in runs of :data:`LANE_ROWS` by their global row number (row ``r`` goes to
 ``(r // LANE_ROWS) % LANES``); each lane folds its rows in row order, and :func:`finalize`
 merges the lanes in lane order. The split depends only on row numbers, so results stay
 deterministic and independent of how the rows were cut into blocks, while two cores can fold
-one segment at once. Sorted ids (``--sorted``) fold every row into lane 0, in row order: their
-segments are contiguous runs, which cores can already share out; the other lanes keep the
-identity, which the merge adds exactly.
+one segment at once. Sorted ids (``--sorted``) keep one lane, folded in row order: their
+segments are contiguous runs, which cores can already share out. (A state with lanes that is
+given sorted rows folds them into lane 0; the other lanes keep the identity, which the merge
+adds exactly.)
 """
 
 from __future__ import annotations
@@ -130,9 +131,11 @@ LANES = 2
 LANE_ROWS = 1 << 16
 
 
-def lane_count(op: Op, acc_dtype: np.dtype[Any] | None) -> int:
-    """How many lanes the op's accumulator keeps: :data:`LANES` where the order matters."""
-    if acc_dtype is not None and acc_dtype.kind in "fc" and op.ufunc in (np.add, np.multiply):
+def lane_count(op: Op, acc_dtype: np.dtype[Any] | None, *, sorted_ids: bool = False) -> int:
+    """How many lanes the op's accumulator keeps: :data:`LANES` where the order matters over
+    unsorted ids; one otherwise."""
+    order_matters = op.ufunc in (np.add, np.multiply)
+    if not sorted_ids and acc_dtype is not None and acc_dtype.kind in "fc" and order_matters:
         return LANES
     return 1
 
@@ -189,13 +192,19 @@ def inner_size(inner_shape: tuple[int, ...]) -> int:
 
 
 def state_bytes(
-    op: Op, num_segments: int, inner_shape: tuple[int, ...], data_dtype: np.dtype[Any]
+    op: Op,
+    num_segments: int,
+    inner_shape: tuple[int, ...],
+    data_dtype: np.dtype[Any],
+    *,
+    sorted_ids: bool = False,
 ) -> int:
     """Memory for the state plus the finished result, for the "does it fit" check."""
     per_segment = 8 + op.out_dtype(data_dtype).itemsize * inner_size(inner_shape)
     acc_dtype = op.acc_dtype(data_dtype)
     if acc_dtype is not None:
-        per_segment += lane_count(op, acc_dtype) * acc_dtype.itemsize * inner_size(inner_shape)
+        lanes = lane_count(op, acc_dtype, sorted_ids=sorted_ids)
+        per_segment += lanes * acc_dtype.itemsize * inner_size(inner_shape)
     return num_segments * per_segment
 
 
@@ -207,14 +216,18 @@ def new_state(
     xp: Any = np,
     *,
     first_row: int = 0,
+    sorted_ids: bool = False,
+    lanes: int | None = None,
 ) -> State:
     """An empty state (no rows folded yet) for ``num_segments`` segments; its first row will be
-    global row ``first_row``."""
+    global row ``first_row``. ``lanes`` overrides :func:`lane_count` (to copy a state)."""
     count = xp.zeros(num_segments, dtype=np.int64)
     acc = None
     acc_dtype = op.acc_dtype(data_dtype)
     if acc_dtype is not None:
-        shape = (lane_count(op, acc_dtype), num_segments, inner_size(inner_shape))
+        if lanes is None:
+            lanes = lane_count(op, acc_dtype, sorted_ids=sorted_ids)
+        shape = (lanes, num_segments, inner_size(inner_shape))
         acc = xp.full(shape, op.initial(acc_dtype), acc_dtype)
     return State(op, np.dtype(data_dtype), tuple(inner_shape), count, acc, first_row)
 
@@ -222,7 +235,12 @@ def new_state(
 def grown(state: State, num_segments: int) -> State:
     """A (NumPy) state over ``num_segments`` >= its own segments; the added ones are empty."""
     bigger = new_state(
-        state.op, num_segments, state.inner_shape, state.data_dtype, first_row=state.next_row
+        state.op,
+        num_segments,
+        state.inner_shape,
+        state.data_dtype,
+        first_row=state.next_row,
+        lanes=state.lanes,
     )
     # Copy the segments seen so far; the rest keep the op's initial value (empty).
     bigger.count[: state.num_segments] = state.count

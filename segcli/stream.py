@@ -73,17 +73,24 @@ class _GrowingState:
     """A partial state whose segment count can grow when n is inferred."""
 
     def __init__(
-        self, engine: Engine, op: ops.Op, n: int, inner: tuple[int, ...], dtype: np.dtype[Any]
+        self,
+        engine: Engine,
+        op: ops.Op,
+        n: int,
+        inner: tuple[int, ...],
+        dtype: np.dtype[Any],
+        sorted_ids: bool,
     ) -> None:
         self.engine, self.op, self.inner, self.dtype = engine, op, inner, dtype
-        self.state = engine.new_state(op, n, inner, dtype)
+        self.sorted_ids = sorted_ids
+        self.state = engine.new_state(op, n, inner, dtype, sorted_ids=sorted_ids)
 
     def ensure(self, needed: int) -> None:
         current = self.state.num_segments
         if needed <= current:
             return
         grown = max(needed, 2 * current)
-        check_output_fits(self.op, needed, self.inner, self.dtype)
+        check_output_fits(self.op, needed, self.inner, self.dtype, sorted_ids=self.sorted_ids)
         # The segments not seen yet start empty; the engine keeps its own state's layout.
         self.state = self.engine.grow(self.state, grown)
 
@@ -125,13 +132,15 @@ def reduce_stream(
     inner = tuple(data.shape[len(ids.shape) :])
     width = ops.inner_size(inner)
     if n is not None:
-        check_output_fits(op_def, n, inner, data.dtype)
+        check_output_fits(op_def, n, inner, data.dtype, sorted_ids=sorted_ids)
     plan = plan_blocks(data, ids, block_rows=block_rows, memory_limit=memory_limit)
     total_rows = max(int(np.prod(ids.shape, dtype=np.int64)), 0)  # 0: not known yet
     # An input of unknown length (a stream) counts as small: auto then keeps to NumPy.
     choice = choose_engine(engine, elements=max(int(np.prod(data.shape, dtype=np.int64)), 0))
     scanner = validate.IdScanner(ids_shape, n, sorted_ids, ids.label)
-    grow = _GrowingState(choice.engine, op_def, n if n is not None else 0, inner, data.dtype)
+    grow = _GrowingState(
+        choice.engine, op_def, n if n is not None else 0, inner, data.dtype, sorted_ids
+    )
     started = time.perf_counter()
     done = 0
     blocks = 0

@@ -103,7 +103,7 @@ def fold_in_blocks(
     impl = get_engine(engine)
     op_def = ops.get_op(op)
     rows = data.reshape(ids.size, -1)
-    state = impl.new_state(op_def, n, data.shape[1:], data.dtype)
+    state = impl.new_state(op_def, n, data.shape[1:], data.dtype, sorted_ids=sorted_ids)
     start = 0
     for stop in [*cuts, ids.size]:
         impl.fold(state, rows[start:stop], ids[start:stop], sorted_ids=sorted_ids)
@@ -303,6 +303,11 @@ def test_lanes_only_where_the_order_matters() -> None:
     assert lanes["mean", "float32"] == lanes["sqrt_n", "float32"] == 2
     assert lanes["min", "float32"] == lanes["max", "float32"] == 1
     assert lanes["sum", "int32"] == lanes["mean", "int32"] == lanes["count", "float32"] == 1
+    sorted_sum = ops.new_state(ops.get_op("sum"), 3, (), f32, sorted_ids=True)
+    assert sorted_sum.lanes == 1  # sorted ids fold in row order: no second lane to allocate
+    assert ops.state_bytes(ops.get_op("sum"), 10, (), f32, sorted_ids=True) < ops.state_bytes(
+        ops.get_op("sum"), 10, (), f32
+    )
     assert ops.lane_pieces(65_530, 10, 2) == [(0, 6, 0), (6, 10, 1)]
     assert ops.lane_pieces(0, 10, 1) == [(0, 10, 0)]
 

@@ -28,8 +28,10 @@ class Engine:
         num_segments: int,
         inner_shape: tuple[int, ...],
         data_dtype: np.dtype[Any],
+        *,
+        sorted_ids: bool = False,
     ) -> ops.State:
-        return ops.new_state(op, num_segments, inner_shape, data_dtype)
+        return ops.new_state(op, num_segments, inner_shape, data_dtype, sorted_ids=sorted_ids)
 
     def fold(
         self, state: ops.State, data: np.ndarray, ids: np.ndarray, *, sorted_ids: bool

@@ -353,8 +353,12 @@ class CupyEngine(Engine):
         num_segments: int,
         inner_shape: tuple[int, ...],
         data_dtype: np.dtype[Any],
+        *,
+        sorted_ids: bool = False,
     ) -> ops.State:
-        return ops.new_state(op, num_segments, inner_shape, data_dtype, xp=cupy)
+        return ops.new_state(
+            op, num_segments, inner_shape, data_dtype, xp=cupy, sorted_ids=sorted_ids
+        )
 
     def to_host(self, state: ops.State) -> ops.State:
         acc = None if state.acc is None else cupy.asnumpy(state.acc)
