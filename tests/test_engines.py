@@ -473,3 +473,15 @@ def test_numba_says_once_per_machine_that_it_compiles(tmp_path: Any) -> None:
     assert first.returncode == 0, first.stderr
     assert first.stderr == "segcli: compiling kernels, first run only\n"
     assert second.stderr == ""
+
+
+@needs_numba
+def test_packed_sum_kernel_refuses_a_layout_its_address_arithmetic_cannot_read() -> None:
+    from segcli.engines import numba_kernels
+
+    data, ids = np.ones(10, np.float32), np.zeros(10, np.int32)
+    pairs = np.zeros((2, 3, 2))
+    numba_kernels.fold_sum_counted(data, ids, pairs, 0, 4, -1)
+    assert pairs[:, 0].tolist() == [[6.0, 6.0], [4.0, 4.0]]  # rows 0-3 and 8-9, then 4-7
+    with pytest.raises(ValueError, match="C-contiguous"):
+        numba_kernels.fold_sum_counted(data, ids, np.zeros((2, 3, 4))[:, :, :2], 0, 4, -1)

@@ -174,6 +174,8 @@ def _sum_counted_run(data, ids, pairs):  # type: ignore[no-untyped-def]
 def fold_sum_counted(data, ids, pairs, first_row, lane_rows, lane):  # type: ignore[no-untyped-def]
     """Float sums of 1-D rows with their counts (``pairs`` is ``(lanes, n, 2)``, C order),
     each row into its lane; ``lane`` as in :func:`_fold_pieces`."""
+    if pairs.strides[1] != 16 or pairs.strides[2] != 8:  # the intrinsic's address arithmetic
+        raise ValueError("pairs must be C-contiguous float64 (lanes, n, 2)")
     lanes = pairs.shape[0]
     rows = ids.shape[0]
     p = 0
