@@ -19,7 +19,7 @@ from segcli.errors import EngineUnavailableError, ReadError
 from segcli.io import open_chunked
 from segcli.io.columns import ColumnRef, column_to_numpy, value_layout
 from segcli.io.formats import library_errors, open_binary
-from segcli.io.npy import read_header, readinto_exact, to_native
+from segcli.io.npy import read_header, read_npy_rows
 from segcli.validate import IdSummary, merge, summarize
 
 #: Engines that fold in this process's memory; a GPU engine per worker is out of scope here.
@@ -84,14 +84,7 @@ def _read_npy(ref: FileRef, start: int, stop: int) -> np.ndarray:
             raise _changed(ref, f"shape {list(header.shape)}, was {list(ref.shape)}")
         row_bytes = int(np.prod(header.shape[1:], dtype=np.int64)) * header.dtype.itemsize
         f.seek(f.tell() + start * row_bytes)
-        block = np.empty((stop - start, *header.shape[1:]), header.dtype)
-        got = readinto_exact(f, block)
-    if got < block.nbytes:
-        raise ReadError(
-            f"{ref.label}: truncated .npy (rows from {start}: expected {block.nbytes} bytes, "
-            f"got {got})"
-        )
-    return to_native(block)
+        return read_npy_rows(f, header, start, stop - start, ref.label)
 
 
 def _read_parquet(file: FileRef, columns: list[FileRef], start: int, stop: int) -> list[np.ndarray]:

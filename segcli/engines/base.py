@@ -18,9 +18,12 @@ from segcli import ops
 
 
 class Engine:
-    """Base class: NumPy-resident state; subclasses implement :meth:`fold`."""
+    """Base class: state in :attr:`xp`'s arrays (NumPy here); subclasses implement
+    :meth:`fold_block`."""
 
     name: ClassVar[str] = "base"
+    #: The array library the engine keeps its state in.
+    xp: ClassVar[Any] = np
 
     def new_state(
         self,
@@ -31,7 +34,9 @@ class Engine:
         *,
         sorted_ids: bool = False,
     ) -> ops.State:
-        return ops.new_state(op, num_segments, inner_shape, data_dtype, sorted_ids=sorted_ids)
+        return ops.new_state(
+            op, num_segments, inner_shape, data_dtype, xp=self.xp, sorted_ids=sorted_ids
+        )
 
     def fold(
         self, state: ops.State, data: np.ndarray, ids: np.ndarray, *, sorted_ids: bool

@@ -315,6 +315,7 @@ class CupyEngine(Engine):
     """Segment reductions on a CUDA device with CuPy; see the module docstring for options."""
 
     name: ClassVar[str] = "cupy"
+    xp: ClassVar[Any] = cupy
 
     def __init__(
         self,
@@ -346,19 +347,6 @@ class CupyEngine(Engine):
         if devices < 1:
             return f"CuPy {cupy.__version__} finds no CUDA device{_NEEDS}"
         return None
-
-    def new_state(
-        self,
-        op: ops.Op,
-        num_segments: int,
-        inner_shape: tuple[int, ...],
-        data_dtype: np.dtype[Any],
-        *,
-        sorted_ids: bool = False,
-    ) -> ops.State:
-        return ops.new_state(
-            op, num_segments, inner_shape, data_dtype, xp=cupy, sorted_ids=sorted_ids
-        )
 
     def to_host(self, state: ops.State) -> ops.State:
         acc = None if state.acc is None else cupy.asnumpy(state.acc)

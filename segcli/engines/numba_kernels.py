@@ -47,11 +47,16 @@ def combine(kind: int, acc: Any, value: Any) -> Any:
 
 
 @njit(cache=True, nogil=True, inline="always")
-def piece_end(first_row, p, rows, lane_rows, lanes):  # type: ignore[no-untyped-def]
-    """The end of the piece of rows from ``p`` that stays in one lane (see ``segcli.ops``)."""
+def lane_piece(first_row, p, rows, lane_rows, lanes):  # type: ignore[no-untyped-def]
+    """``(end, lane)``: the piece of rows from ``p`` that stays in one lane, and that lane.
+
+    The lane rule of :mod:`segcli.ops` (``ops.lane_pieces``), compiled: global row ``r`` goes
+    to lane ``(r // lane_rows) % lanes``.
+    """
     if lanes == 1:
-        return rows
-    return min(rows, p + lane_rows - (first_row + p) % lane_rows)
+        return rows, 0
+    row = first_row + p
+    return min(rows, p + lane_rows - row % lane_rows), (row // lane_rows) % lanes
 
 
 @njit(**_JIT)
@@ -113,8 +118,7 @@ def _fold_pieces(  # type: ignore[no-untyped-def]
     rows = ids.shape[0]
     p = 0
     while p < rows:
-        end = piece_end(first_row, p, rows, lane_rows, lanes)
-        k = ((first_row + p) // lane_rows) % lanes
+        end, k = lane_piece(first_row, p, rows, lane_rows, lanes)
         if lane < 0 or k == lane:
             _with_literal_kind(run, kind, data[p:end], ids[p:end], acc[k], count, with_count)
         p = end
@@ -180,8 +184,7 @@ def fold_sum_counted(data, ids, pairs, first_row, lane_rows, lane):  # type: ign
     rows = ids.shape[0]
     p = 0
     while p < rows:
-        end = piece_end(first_row, p, rows, lane_rows, lanes)
-        k = ((first_row + p) // lane_rows) % lanes
+        end, k = lane_piece(first_row, p, rows, lane_rows, lanes)
         if lane < 0 or k == lane:
             _sum_counted_run(data[p:end], ids[p:end], pairs[k])
         p = end

@@ -86,7 +86,7 @@ class NumpyEngine(Engine):
         if state.acc is not None and not _exact_under_reordering(state):
             # reduceat sums pairwise; float sums and products keep ufunc.at's row order, and
             # sorted ids keep every row in lane 0 (see segcli.ops).
-            self._fold_in_chunks(state, data, ids, [(0, ids.size, 0)])
+            self._fold_in_chunks(state, data, ids, [(0, ids.size, 0)], drops=False)
         else:
             self._fold_sorted(state, data, ids)
 
@@ -96,11 +96,14 @@ class NumpyEngine(Engine):
         data: np.ndarray,
         ids: np.ndarray,
         lanes: list[tuple[int, int, int]],
+        *,
+        drops: bool = True,
     ) -> None:
         """A chunk of rows at a time through two reused buffers: the ids as intp (ufunc.at with
         int32 indices measured 2.5x slower) and the values in the accumulator's dtype
         (``ufunc.at`` is fast only when they share it). Whole-array copies cost more than
-        the fold in fresh memory, and their size grew with the input."""
+        the fold in fresh memory, and their size grew with the input. ``drops=False``: every
+        id is known to lie in ``[0, n)``."""
         n = state.num_segments
         ufunc = state.op.ufunc
         acc = None
@@ -120,7 +123,7 @@ class NumpyEngine(Engine):
             np.copyto(index, ids[start:stop], casting="unsafe")
             # Rows validation let through to be dropped (negative ids, or ids >= n) are found
             # on the ids themselves: the intp copy wraps the largest unsigned ones.
-            keep = _kept_rows(ids[start:stop], n)
+            keep = _kept_rows(ids[start:stop], n) if drops else None
             _count_into(state.count, index if keep is None else index[keep])
             if acc is None or ufunc is None:
                 continue

@@ -24,6 +24,7 @@ from segcli.io.npy import (
     open_npz,
     pick_key,
     read_header,
+    read_npy_rows,
     readinto_exact,
     to_native,
 )
@@ -120,18 +121,11 @@ class NpyChunks:
     def chunks(self, rows: int) -> Iterator[_Array]:
         """Blocks of ``rows`` rows, each freshly allocated (the caller may keep them)."""
         _check_rows(rows)
-        total, row_shape = self.shape[0], self.shape[1:]
+        total = self.shape[0]
         with self._opener() as f:
             read_header(f, self.label)  # positions the stream at the data
             for start in range(0, total, rows):
-                block = np.empty((min(rows, total - start), *row_shape), self._header.dtype)
-                got = readinto_exact(f, block)
-                if got < block.nbytes:
-                    raise ReadError(
-                        f"{self.label}: truncated .npy (rows from {start}: expected "
-                        f"{block.nbytes} bytes, got {got})"
-                    )
-                yield to_native(block)
+                yield read_npy_rows(f, self._header, start, min(rows, total - start), self.label)
 
 
 class NpyStreamChunks:
@@ -216,17 +210,15 @@ class TableChunks:
     def chunks(self, rows: int) -> Iterator[_Array]:
         """Blocks of exactly ``rows`` rows but the last, checked for nulls and inner shape."""
         _check_rows(rows)
-        start = 0
         with self._table.errors():
-            for piece in _reblock(self._batches(rows), rows):
-                block = column_to_numpy(piece, self._where, first_row=start, layout=self._layout)
-                if block.shape[1:] != self.shape[1:]:
-                    raise self._where.fail(
-                        f"rows from {start} have inner shape {list(block.shape[1:])}, "
-                        f"earlier rows {list(self.shape[1:])}"
-                    )
-                start += len(block)
-                yield block
+            yield from _same_inner_shape(
+                _reblock(self._batches(rows), rows),
+                self._where,
+                self.shape,
+                lambda piece, start: column_to_numpy(
+                    piece, self._where, first_row=start, layout=self._layout
+                ),
+            )
 
     def _batches(self, rows: int) -> Iterator[pa.Array]:
         name = self._where.column
@@ -257,6 +249,26 @@ class TableChunks:
             return int(pq.ParquetFile(self._table.source).metadata.num_rows)
         # Memory-mapped: counting the batches' rows reads no column data.
         return sum(batch.num_rows for batch in self._ipc_batches())
+
+
+def _same_inner_shape(
+    pieces: Iterator[pa.Array],
+    where: ColumnRef,
+    shape: tuple[int, ...],
+    to_numpy: Callable[[pa.Array, int], np.ndarray],
+) -> Iterator[np.ndarray]:
+    """Each Arrow piece as NumPy rows (``to_numpy(piece, first_row)``); a piece whose rows have
+    another inner shape than ``shape`` (a list column's lengths changing) is an error."""
+    start = 0
+    for piece in pieces:
+        block = to_numpy(piece, start)
+        if block.shape[1:] != shape[1:]:
+            raise where.fail(
+                f"rows from {start} have inner shape {list(block.shape[1:])}, "
+                f"earlier rows {list(shape[1:])}"
+            )
+        start += len(block)
+        yield block
 
 
 def _reblock(arrays: Iterator[pa.Array], rows: int) -> Iterator[pa.Array]:
@@ -343,17 +355,13 @@ class _StreamColumn:
 
     def chunks(self, rows: int) -> Iterator[_Array]:
         _check_rows(rows)
-        start = 0
         with library_errors(STDIN_LABEL, "not a valid Arrow IPC stream"):
-            for piece in _reblock(self._owner.arrays(self._where.column), rows):
-                block = column_to_numpy(piece, self._where, first_row=start)
-                if block.shape[1:] != self.shape[1:]:
-                    raise self._where.fail(
-                        f"rows from {start} have inner shape {list(block.shape[1:])}, "
-                        f"earlier rows {list(self.shape[1:])}"
-                    )
-                start += len(block)
-                yield block
+            yield from _same_inner_shape(
+                _reblock(self._owner.arrays(self._where.column), rows),
+                self._where,
+                self.shape,
+                lambda piece, start: column_to_numpy(piece, self._where, first_row=start),
+            )
 
 
 def open_arrow_stream_columns(stream: Readable, names: list[str]) -> list[ChunkSource]:

@@ -104,6 +104,20 @@ def read_body(f: Readable, header: NpyHeader, label: str) -> np.ndarray[Any, Any
     return to_native(flat.reshape(header.shape, order=order))
 
 
+def read_npy_rows(
+    f: Readable, header: NpyHeader, start: int, rows: int, label: str
+) -> np.ndarray[Any, Any]:
+    """The next ``rows`` rows of a C-order ``.npy`` whose stream ``f`` stands at row ``start``,
+    native-endian; a short read is an error naming where the file ends early."""
+    block = np.empty((rows, *header.shape[1:]), header.dtype)
+    got = readinto_exact(f, block)
+    if got < block.nbytes:
+        raise ReadError(
+            f"{label}: truncated .npy (rows from {start}: expected {block.nbytes} bytes, got {got})"
+        )
+    return to_native(block)
+
+
 def readinto_exact(f: Readable, buffer: np.ndarray[Any, Any]) -> int:
     """Fill the contiguous array ``buffer`` from ``f``; return the bytes read (short at EOF)."""
     view = buffer.reshape(-1).view(np.uint8).data
