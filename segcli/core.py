@@ -1,5 +1,8 @@
 """``segment_reduce``: validate once, pick the engine, fold, finalize.
 
+Unsorted ids against a given n are checked by the fold's own counts (see
+:func:`_ids_checked_by_counts`): in the common case no separate pass over the ids.
+
 This module never imports click or rich: it is the library the CLI translates.
 """
 
@@ -77,6 +80,25 @@ def check_output_fits(
         )
 
 
+def _check_before_ids(
+    data: np.ndarray,
+    ids: np.ndarray,
+    num_segments: int | None,
+    op: ops.Op,
+    *,
+    sorted_ids: bool,
+    data_label: str | None,
+    ids_label: str | None,
+) -> int | None:
+    """The checks that come before the ids' values: dtypes, shapes and n."""
+    ops.check_dtype(op, data.dtype, data_label or "data")
+    validate.check_ids_dtype(ids.dtype, ids_label)
+    validate.check_shapes(
+        data.shape, ids.shape, sorted_ids=sorted_ids, data_label=data_label, ids_label=ids_label
+    )
+    return validate.check_num_segments(num_segments)
+
+
 def validate_inputs(
     data: np.ndarray,
     ids: np.ndarray,
@@ -88,18 +110,42 @@ def validate_inputs(
     ids_label: str | None = None,
 ) -> validate.IdReport:
     """Every check of SPEC, in the order a user would fix them; returns the id report."""
-    ops.check_dtype(op, data.dtype, data_label or "data")
-    validate.check_ids_dtype(ids.dtype, ids_label)
-    validate.check_shapes(
-        data.shape, ids.shape, sorted_ids=sorted_ids, data_label=data_label, ids_label=ids_label
+    n = _check_before_ids(
+        data,
+        ids,
+        num_segments,
+        op,
+        sorted_ids=sorted_ids,
+        data_label=data_label,
+        ids_label=ids_label,
     )
-    report = validate.check_ids(
-        ids, validate.check_num_segments(num_segments), sorted_ids=sorted_ids, label=ids_label
-    )
+    report = validate.check_ids(ids, n, sorted_ids=sorted_ids, label=ids_label)
     check_output_fits(
         op, report.num_segments, data.shape[ids.ndim :], data.dtype, sorted_ids=sorted_ids
     )
     return report
+
+
+def _ids_checked_by_counts(num_segments: int | None, sorted_ids: bool) -> bool:
+    """Unsorted ids against a given n can be checked after the fold, from its counts.
+
+    Every engine skips (and does not count) a row whose id lies outside ``[0, n)``, so the
+    counts add up to the number of ids exactly when every id is in range: the common case
+    then needs no separate pass over the ids. Otherwise :func:`report_from_counts` runs the
+    full check, which finds the first offender. The sorted family needs the ids' order, and an
+    inferred n their maximum, before the fold.
+    """
+    return num_segments is not None and not sorted_ids
+
+
+def report_from_counts(
+    count: np.ndarray, ids: np.ndarray, num_segments: int, *, label: str | None = None
+) -> validate.IdReport:
+    """The report of unsorted ids already folded against ``num_segments`` (see
+    :func:`_ids_checked_by_counts`); raises the first invalid id as :func:`validate_inputs`."""
+    if int(count.sum()) == ids.size:
+        return validate.IdReport(num_segments, False, int(ids.size), 0, 0)
+    return validate.check_ids(ids, num_segments, sorted_ids=False, label=label)
 
 
 def reduce_arrays(
@@ -119,27 +165,32 @@ def reduce_arrays(
     data = np.asarray(data)
     ids = np.asarray(segment_ids)
     started = time.perf_counter()
-    report = validate_inputs(
-        data,
-        ids,
-        num_segments,
-        op_def,
-        sorted_ids=sorted,
-        data_label=data_label,
-        ids_label=ids_label,
-    )
+    inner_shape = tuple(data.shape[ids.ndim :])
+    labels = {"data_label": data_label, "ids_label": ids_label}
+    report: validate.IdReport | None = None
+    if _ids_checked_by_counts(num_segments, sorted):
+        n = _check_before_ids(data, ids, num_segments, op_def, sorted_ids=sorted, **labels)
+        assert n is not None
+        try:
+            check_output_fits(op_def, n, inner_shape, data.dtype, sorted_ids=sorted)
+        except InvalidInputError:
+            validate.check_ids(ids, n, sorted_ids=sorted, label=ids_label)  # ids come first
+            raise
+    else:
+        report = validate_inputs(data, ids, num_segments, op_def, sorted_ids=sorted, **labels)
+        n = report.num_segments
     if fill is not None:
         ops.parse_fill(fill, op_def, data.dtype)  # a bad --fill fails before the work
-    inner_shape = tuple(data.shape[ids.ndim :])
     width = ops.inner_size(inner_shape)
     choice = choose_engine(engine, elements=data.size)
     validated = time.perf_counter()
-    state = choice.engine.new_state(
-        op_def, report.num_segments, inner_shape, data.dtype, sorted_ids=sorted
-    )
+    state = choice.engine.new_state(op_def, n, inner_shape, data.dtype, sorted_ids=sorted)
     choice.engine.fold(state, data.reshape(ids.size, width), ids.reshape(-1), sorted_ids=sorted)
+    host = choice.engine.to_host(state)
+    if report is None:
+        report = report_from_counts(host.count, ids, n, label=ids_label)
     reduction = Reduction.finish(
-        choice.engine.to_host(state),
+        host,
         report,
         sorted_ids=sorted,
         engine=choice.engine.name,

@@ -354,6 +354,21 @@ def test_dropped_rows_are_skipped(engine: str) -> None:
     np.testing.assert_array_equal(trailing.counts, [2, 1])
 
 
+def test_unsorted_ids_against_n_are_checked_by_the_fold_counts(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In range, no separate pass over the ids runs; the counts prove every row was folded."""
+    from segcli import validate
+
+    def no_scan(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("the ids were scanned before the fold")
+
+    monkeypatch.setattr(validate, "check_ids", no_scan)
+    reduction = segcli.reduce_arrays([1.0, 2.0, 4.0], [2, 0, 2], 3, "sum", engine=engine)
+    assert reduction.result.tolist() == [2.0, 0.0, 5.0]
+    assert reduction.ids.rows_used == 3 and not reduction.ids.inferred
+
+
 @pytest.mark.parametrize("sorted_ids", [False, True])
 @pytest.mark.parametrize("op", OP_NAMES)
 def test_empty_inputs(engine: str, op: str, sorted_ids: bool) -> None:

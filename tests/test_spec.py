@@ -232,6 +232,11 @@ def test_unsorted_id_out_of_range_names_first_position_and_count(engine):
     assert message == "segment_ids[2] = 5 is out of range [0, 4) (3 ids out of range)"
 
 
+def test_out_of_range_among_dropped_negative_ids_is_still_found(engine):
+    message = error_of([1.0] * 6, [-1, 0, 9, -2, 4, 4], 4, "sum", engine=engine)
+    assert message == "segment_ids[2] = 9 is out of range [0, 4) (3 ids out of range)"
+
+
 def test_out_of_range_in_multidimensional_ids_gives_the_index():
     message = error_of(np.ones((2, 3)), [[0, 1, 2], [9, 0, 0]], 3)
     assert message == "segment_ids[1, 0] = 9 is out of range [0, 3) (1 id out of range)"
@@ -302,6 +307,11 @@ def test_n_too_large_for_memory_says_the_bytes():
     message = error_of([1.0], [0], 10**15)
     assert message.startswith("num_segments = 1000000000000000: the output needs ")
     assert "bytes" in message and "memory available" in message
+
+
+def test_an_invalid_id_is_reported_before_n_too_large_for_memory():
+    message = error_of([1.0], np.array([2**64 - 1], np.uint64), 10**15)
+    assert message.startswith(f"segment_ids[0] = {2**64 - 1} is out of range")
 
 
 def test_validation_runs_even_when_data_is_empty(engine):
