@@ -1,7 +1,7 @@
 """``segment_reduce``: validate once, pick the engine, fold, finalize.
 
-Unsorted ids against a given n are checked by the fold's own counts (see
-:func:`_ids_checked_by_counts`): in the common case no separate pass over the ids.
+Unsorted ids are checked by the fold's own counts (see :func:`report_from_counts`): in the
+common case no separate pass over the ids (one for their largest when n is not given).
 
 This module never imports click or rich: it is the library the CLI translates.
 """
@@ -126,26 +126,28 @@ def validate_inputs(
     return report
 
 
-def _ids_checked_by_counts(num_segments: int | None, sorted_ids: bool) -> bool:
-    """Unsorted ids against a given n can be checked after the fold, from its counts.
+def report_from_counts(
+    count: np.ndarray,
+    ids: np.ndarray,
+    num_segments: int,
+    *,
+    inferred: bool,
+    label: str | None = None,
+) -> validate.IdReport:
+    """The report of unsorted ids already folded into ``num_segments`` segments.
 
     Every engine skips (and does not count) a row whose id lies outside ``[0, n)``, so the
-    counts add up to the number of ids exactly when every id is in range: the common case
-    then needs no separate pass over the ids. Otherwise :func:`report_from_counts` runs the
-    full check, which finds the first offender. The sorted family needs the ids' order, and an
-    inferred n their maximum, before the fold.
+    counts add up to the number of ids exactly when every id is in range: the common case needs
+    no pass over the ids of its own. A row not counted has a negative id, dropped as SPEC says,
+    or one >= n: with n implied by the ids (their largest plus one) there is none of those, and
+    with n given there is none when the negative ids account for every row not counted.
+    Otherwise the full check runs and raises the first id out of range, as
+    :func:`validate_inputs` would have before the fold.
     """
-    return num_segments is not None and not sorted_ids
-
-
-def report_from_counts(
-    count: np.ndarray, ids: np.ndarray, num_segments: int, *, label: str | None = None
-) -> validate.IdReport:
-    """The report of unsorted ids already folded against ``num_segments`` (see
-    :func:`_ids_checked_by_counts`); raises the first invalid id as :func:`validate_inputs`."""
-    if int(count.sum()) == ids.size:
-        return validate.IdReport(num_segments, False, int(ids.size), 0, 0)
-    return validate.check_ids(ids, num_segments, sorted_ids=False, label=label)
+    dropped = int(ids.size) - int(count.sum())
+    if dropped and not inferred and validate.count_negative(ids) != dropped:
+        return validate.check_ids(ids, num_segments, sorted_ids=False, label=label)
+    return validate.IdReport(num_segments, inferred, int(ids.size), dropped, 0)
 
 
 def reduce_arrays(
@@ -168,13 +170,14 @@ def reduce_arrays(
     inner_shape = tuple(data.shape[ids.ndim :])
     labels = {"data_label": data_label, "ids_label": ids_label}
     report: validate.IdReport | None = None
-    if _ids_checked_by_counts(num_segments, sorted):
-        n = _check_before_ids(data, ids, num_segments, op_def, sorted_ids=sorted, **labels)
-        assert n is not None
+    if not sorted:
+        # The ids' values are checked after the fold, from its counts (report_from_counts).
+        given = _check_before_ids(data, ids, num_segments, op_def, sorted_ids=sorted, **labels)
+        n = validate.implied_num_segments(ids) if given is None else given
         try:
             check_output_fits(op_def, n, inner_shape, data.dtype, sorted_ids=sorted)
         except InvalidInputError:
-            validate.check_ids(ids, n, sorted_ids=sorted, label=ids_label)  # ids come first
+            validate.check_ids(ids, given, sorted_ids=sorted, label=ids_label)  # ids come first
             raise
     else:
         report = validate_inputs(data, ids, num_segments, op_def, sorted_ids=sorted, **labels)
@@ -188,7 +191,7 @@ def reduce_arrays(
     choice.engine.fold(state, data.reshape(ids.size, width), ids.reshape(-1), sorted_ids=sorted)
     host = choice.engine.to_host(state)
     if report is None:
-        report = report_from_counts(host.count, ids, n, label=ids_label)
+        report = report_from_counts(host.count, ids, n, inferred=given is None, label=ids_label)
     reduction = Reduction.finish(
         host,
         report,

@@ -158,6 +158,31 @@ class IdSummary:
         return bool(self.too_big.count)
 
 
+def implied_num_segments(flat: np.ndarray) -> int:
+    """The n that unsorted ids imply (SPEC): the largest id plus one, or 0 if none is >= 0.
+
+    Only the largest id is needed, so NumPy takes one pass (the full scan takes two).
+    """
+    flat = flat.reshape(-1)
+    if flat.size == 0:
+        return 0
+    if numba_scan is not None and flat.size >= NUMBA_SCAN_MIN_IDS and flat.dtype.isnative:
+        largest = summarize(flat, 0, None, sorted_ids=False).max_id
+    else:
+        largest = flat.max()
+    return int(largest) + 1 if largest is not None and largest >= 0 else 0
+
+
+def count_negative(flat: np.ndarray) -> int:
+    """How many ids are negative (rows the unsorted family drops)."""
+    flat = flat.reshape(-1)
+    if flat.dtype.kind == "u" or flat.size == 0:
+        return 0
+    if numba_scan is not None and flat.size >= NUMBA_SCAN_MIN_IDS and flat.dtype.isnative:
+        return summarize(flat, 0, None, sorted_ids=False).negative.count
+    return int(np.count_nonzero(flat < 0))
+
+
 def _count_first(mask: np.ndarray, flat: np.ndarray, start: int) -> Offender:
     count = int(np.count_nonzero(mask))
     if not count:

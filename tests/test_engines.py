@@ -354,19 +354,22 @@ def test_dropped_rows_are_skipped(engine: str) -> None:
     np.testing.assert_array_equal(trailing.counts, [2, 1])
 
 
-def test_unsorted_ids_against_n_are_checked_by_the_fold_counts(
-    engine: str, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("given_n", [True, False])
+def test_unsorted_ids_are_checked_by_the_fold_counts(
+    engine: str, given_n: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """In range, no separate pass over the ids runs; the counts prove every row was folded."""
+    """No full scan of valid unsorted ids: the counts prove which rows were folded."""
     from segcli import validate
 
     def no_scan(*args: Any, **kwargs: Any) -> None:
         raise AssertionError("the ids were scanned before the fold")
 
     monkeypatch.setattr(validate, "check_ids", no_scan)
-    reduction = segcli.reduce_arrays([1.0, 2.0, 4.0], [2, 0, 2], 3, "sum", engine=engine)
-    assert reduction.result.tolist() == [2.0, 0.0, 5.0]
-    assert reduction.ids.rows_used == 3 and not reduction.ids.inferred
+    n = 3 if given_n else None
+    reduction = segcli.reduce_arrays([1.0, 2.0, 4.0, 8.0], [2, -1, 0, 2], n, engine=engine)
+    assert reduction.result.tolist() == [4.0, 0.0, 9.0]
+    assert reduction.ids.num_segments == 3 and reduction.ids.inferred == (not given_n)
+    assert reduction.ids.dropped_negative == 1 and reduction.ids.rows_used == 3
 
 
 @pytest.mark.parametrize("sorted_ids", [False, True])
