@@ -57,6 +57,9 @@ PARALLEL_MIN_ELEMENTS = 1 << 18
 #: A fold state up to this size stays in a core's cache (L2): private copies and a fused
 #: count are cheap. Larger states take one random write per row per pass.
 _CACHE_BYTES = 1 << 20
+#: Padding between the lanes' accumulators of threads folding side by side: adjacent lanes
+#: shared a cache line, and writes to it bounced between the cores (W1: 1.1x slower).
+_LANE_GAP_BYTES = 128
 #: Rows this narrow move counting to a second thread; wider rows dwarf the count.
 _TASK_SPLIT_MAX_WIDTH = 4
 #: float16 blocks are widened to float32 this many elements at a time.
@@ -179,6 +182,14 @@ def _fold_private(
             count += count_k
 
 
+def _apart(shape: tuple[int, int, int]) -> np.ndarray:
+    """Zeros of ``shape`` (lanes, n, width), float64, each lane C-contiguous and the lanes
+    :data:`_LANE_GAP_BYTES` apart, so that two threads never write to one cache line."""
+    lanes, n, width = shape
+    gap = -(-_LANE_GAP_BYTES // (8 * width))  # whole rows of padding
+    return np.zeros((lanes, n + gap, width))[:, :n]
+
+
 def _fold_sum_counted(
     data: np.ndarray,
     ids: np.ndarray,
@@ -190,7 +201,7 @@ def _fold_sum_counted(
     """Float sums of 1-D rows into a small state: each sum and its count sit side by side as
     a pair of float64, added with one two-wide add (counts are exact in float64 to 2**53).
     ``lanes``: one task per lane listed, or ``[-1]`` for all lanes on this thread."""
-    pairs = np.empty((acc.shape[0], acc.shape[1], 2))
+    pairs = _apart((acc.shape[0], acc.shape[1], 2))
     pairs[..., 0] = acc[..., 0]
     pairs[..., 1] = 0.0
     _run(
@@ -217,9 +228,10 @@ def _fold_lanes(
     A state that fits the cache counts in the same pass (a private count per extra thread);
     a bigger one counts afterwards, since two random writes per row into it measured slower.
     """
-    present = sorted(
-        {lane for _, _, lane in ops.lane_pieces(first_row, ids.shape[0], acc.shape[0])}
-    )
+    # The lanes with rows in this block: those of its first pieces (one per lane at most).
+    lanes = acc.shape[0]
+    head = min(ids.shape[0], lanes * ops.LANE_ROWS)
+    present = sorted({lane for _, _, lane in ops.lane_pieces(first_row, head, lanes)})
     if small_state and kind == kernels.SUM and data.shape[1] == 1:
         _fold_sum_counted(data, ids, acc, count, first_row, present)
         return
