@@ -182,12 +182,12 @@ def _fold_private(
             count += count_k
 
 
-def _apart(shape: tuple[int, int, int]) -> np.ndarray:
-    """Zeros of ``shape`` (lanes, n, width), float64, each lane C-contiguous and the lanes
+def _apart(shape: tuple[int, int, int], dtype: Any = np.float64) -> np.ndarray:
+    """Zeros of ``shape`` (lanes, n, width), each lane C-contiguous and the lanes
     :data:`_LANE_GAP_BYTES` apart, so that two threads never write to one cache line."""
     lanes, n, width = shape
-    gap = -(-_LANE_GAP_BYTES // (8 * width))  # whole rows of padding
-    return np.zeros((lanes, n + gap, width))[:, :n]
+    gap = -(-_LANE_GAP_BYTES // (np.dtype(dtype).itemsize * width))  # whole rows of padding
+    return np.zeros((lanes, n + gap, width), dtype)[:, :n]
 
 
 def _fold_sum_counted(
@@ -235,13 +235,20 @@ def _fold_lanes(
     if small_state and kind == kernels.SUM and data.shape[1] == 1:
         _fold_sum_counted(data, ids, acc, count, first_row, present)
         return
+    # A small state's lanes are hit often enough for a cache line shared between two of
+    # them to matter: fold into a copy with the lanes apart.
+    work = _apart(acc.shape, acc.dtype) if small_state else acc
+    if work is not acc:
+        work[...] = acc
     counts = [count] + [np.zeros_like(count) for _ in present[1:]]
     _run(
         [
-            partial(_fold_values, kind, data, ids, acc, count_k, small_state, first_row, lane)
+            partial(_fold_values, kind, data, ids, work, count_k, small_state, first_row, lane)
             for lane, count_k in zip(present, counts, strict=True)
         ]
     )
+    if work is not acc:
+        acc[...] = work
     for count_k in counts[1:]:
         count += count_k
     if not small_state:
