@@ -350,3 +350,69 @@ def test_inputs_of_different_lengths_are_an_error_when_streaming(tmp_path):
     np.save(short_ids, np.zeros(7, np.int64))
     with pytest.raises(InvalidInputError):
         stream(paths[0], str(short_ids), 1, "sum", rows=3)
+
+
+# --- reading ahead ----------------------------------------------------------------------------
+
+
+def _source(items, log, fail_after=None):
+    try:
+        for k, item in enumerate(items):
+            if fail_after is not None and k == fail_after:
+                raise InvalidInputError(f"bad block {k}")
+            log.append(("read", item))
+            yield item
+    finally:
+        log.append(("closed", None))
+
+
+def _readers_alive():
+    import threading
+
+    return [t for t in threading.enumerate() if t.name == "segcli-read-ahead" and t.is_alive()]
+
+
+def test_read_ahead_yields_every_block_in_order_and_closes_the_source():
+    from segcli.stream import read_ahead
+
+    log = []
+    assert list(read_ahead(_source(range(50), log))) == list(range(50))
+    assert log[-1] == ("closed", None) and not _readers_alive()
+
+
+def test_read_ahead_raises_the_readers_error_after_the_blocks_before_it():
+    from segcli.stream import read_ahead
+
+    log = []
+    got = []
+    with pytest.raises(InvalidInputError, match="bad block 3"):
+        for item in read_ahead(_source(range(10), log, fail_after=3)):
+            got.append(item)
+    assert got == [0, 1, 2] and ("closed", None) in log and not _readers_alive()
+
+
+def test_read_ahead_stops_the_reader_when_the_consumer_stops():
+    from segcli.stream import read_ahead
+
+    log = []
+    blocks = read_ahead(_source(range(1000), log))
+    assert next(blocks) == 0
+    blocks.close()  # what a failed fold or validation does, leaving the loop
+    assert log[-1] == ("closed", None) and not _readers_alive()
+    assert len([entry for entry in log if entry[0] == "read"]) < 10  # at most one ahead
+
+
+def test_default_streaming_for_files_over_the_threshold(tmp_path, monkeypatch):
+    from segcli import pipeline
+
+    rng = np.random.default_rng(3)
+    paths = save_pair(tmp_path, rng.normal(size=3000), rng.integers(-2, 50, 3000))
+    monkeypatch.setattr(pipeline, "STREAM_FROM_BYTES", 10_000)
+    summary = tmp_path / "s.json"
+    result = run_cli("mean", *paths, "-q", "-o", tmp_path / "a.npy", "--summary-json", summary)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(summary.read_text())["mode"] == "streaming"
+    monkeypatch.setattr(pipeline, "STREAM_FROM_BYTES", 10**9)
+    result = run_cli("mean", *paths, "-q", "-o", tmp_path / "b.npy", "--summary-json", summary)
+    assert json.loads(summary.read_text())["mode"] == "in-memory"
+    assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()
