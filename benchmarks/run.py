@@ -448,6 +448,50 @@ def one_thread_numba(work: Workload, op: str, repeats: int) -> Result:
         numba_engine.THREADS = threads
 
 
+def read_floor(work: Workload, repeats: int) -> Result | None:
+    """Two threads reading DATA and IDS once each, half per thread, and doing nothing else: no
+    fold that reads both can be faster on this machine. ``np.sum(data)`` reads DATA alone."""
+    try:
+        from numba import njit
+    except ImportError:
+        return None
+    from concurrent.futures import ThreadPoolExecutor
+
+    @njit(nogil=True, fastmath=True)
+    def touch(values, ids):  # type: ignore[no-untyped-def]
+        total = 0.0
+        for i in range(values.shape[0]):
+            total += values[i]
+        for i in range(ids.shape[0]):
+            total += ids[i]
+        return total
+
+    values, ids = work.data.reshape(-1), work.ids.reshape(-1)
+    half_values, half_ids = values.size // 2, ids.size // 2
+    halves = [
+        (values[:half_values], ids[:half_ids]),
+        (values[half_values:], ids[half_ids:]),
+    ]
+    with ThreadPoolExecutor(2) as pool:
+
+        def run() -> None:
+            list(pool.map(lambda pair: touch(*pair), halves))
+
+        ms, read_ms = paired_median_ms(run, lambda: np.sum(work.data), repeats)
+    gbps = work.nbytes / (ms / 1e3) / 1e9
+    return Result(
+        work.name,
+        "-",
+        "2 threads reading data + ids",
+        "read floor",
+        ms,
+        gbps,
+        ms / read_ms,
+        0.0,
+        "-",
+    )
+
+
 def available_engines() -> list[str]:
     names = []
     for name in ENGINES:
@@ -474,6 +518,9 @@ def run_workload(work: Workload, repeats: int, peers: list[tuple[str, Any]]) -> 
             "-",
         )
     ]
+    floor = read_floor(work, repeats)
+    if floor is not None:
+        results.append(floor)
     for op in work.ops:
         reduction = segcli.reduce_arrays(
             work.data, work.ids, work.n, op, sorted=work.sorted_ids, engine="numpy"
@@ -695,11 +742,15 @@ def _fmt(value: float, spec: str) -> str:
 
 def targets_table(results: list[Result]) -> list[str]:
     lines = [
-        "| workload | op | target | best engine (fold) | x read | met | "
+        "| workload | op | target | read floor | best engine (fold) | x read | met | "
         "best end-to-end | x read | met | best peer | x read |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for workload, per_op in TARGETS.items():
+        floor = next(
+            (r for r in results if r.workload == workload and r.what == "read floor"), None
+        )
+        floor_cell = f"{floor.x_read:.2f}x" if floor else "-"
         for op, target in per_op.items():
             rows = [r for r in results if r.workload == workload and r.op == op and r.check == "ok"]
             if not rows:
@@ -714,7 +765,9 @@ def targets_table(results: list[Result]) -> list[str]:
                 cells += [f"{best.who.split()[-1]} {best.ms:.1f} ms", f"{best.x_read:.2f}x", met]
             peer = min((r for r in rows if r.what == "peer"), key=lambda r: r.ms, default=None)
             cells += [f"{peer.who} {peer.ms:.1f} ms", f"{peer.x_read:.2f}x"] if peer else ["-", "-"]
-            lines.append(f"| {workload} | {op} | <= {target}x | " + " | ".join(cells) + " |")
+            lines.append(
+                f"| {workload} | {op} | <= {target}x | {floor_cell} | " + " | ".join(cells) + " |"
+            )
     return lines
 
 
@@ -789,7 +842,9 @@ def main(argv: list[str] | None = None) -> int:
         "in memory, validation included; `engine, 1 thread` is the numba fold held to one "
         "thread. GB/s counts the bytes of data and ids (the read limit: data only). Peak MB is "
         "the extra memory of one call. Every answer "
-        "is checked against the NumPy engine on the non-empty segments.",
+        "is checked against the NumPy engine on the non-empty segments. `read floor` is two "
+        "threads doing nothing but read data and ids once (half each), over the same `np.sum`: "
+        "every fold reads both, so on this machine none can beat it.",
         "",
         "## Targets (issue 3)",
         "",

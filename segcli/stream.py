@@ -152,11 +152,11 @@ def reduce_stream(
     blocks = 0
     for data_block, ids_block in read_ahead(_aligned(data, ids, plan.block_rows)):
         flat_ids = ids_block.reshape(-1)
-        scanner.feed(flat_ids)
+        block_summary = scanner.feed(flat_ids)
         if on_data_block is not None:
             on_data_block(data_block)
-        if n is None and flat_ids.size:
-            grow.ensure(int(flat_ids.max()) + 1)
+        if n is None and block_summary.max_id is not None:
+            grow.ensure(block_summary.max_id + 1)
         choice.engine.fold(
             grow.state, data_block.reshape(flat_ids.size, width), flat_ids, sorted_ids=sorted_ids
         )

@@ -373,10 +373,11 @@ class IdScanner:
         """Ids fed so far: the global position of the next block's first id."""
         return self._summary.size
 
-    def feed(self, block: np.ndarray) -> None:
-        self.feed_summary(
-            summarize(block, self.seen, self.num_segments, sorted_ids=self.sorted_ids)
-        )
+    def feed(self, block: np.ndarray) -> IdSummary:
+        """Add the next block; returns its summary (its largest id sizes a growing state)."""
+        summary = summarize(block, self.seen, self.num_segments, sorted_ids=self.sorted_ids)
+        self.feed_summary(summary)
+        return summary
 
     def feed_summary(self, summary: IdSummary) -> None:
         """Add the summary of the next block (its ``start`` must be :attr:`seen`)."""
