@@ -90,7 +90,7 @@ def input_options(command: F) -> F:
             "--memory-limit",
             metavar="SIZE",
             help="Stream inputs larger than SIZE (e.g. 512MB, 2GB) in blocks "
-            "[default: a quarter of free memory; files over 32MB always stream].",
+            "[default: 32MB, or a quarter of free memory if less].",
         ),
         click.option(
             "--chunk-rows",

@@ -91,8 +91,17 @@ Progress = Callable[[int, int], None]
 STREAM_FROM_BYTES = 32 * 1024 * 1024
 
 
+def _stream_above(request: RunRequest) -> int:
+    """Input bytes above which files stream: ``--memory-limit`` when given, else the smaller
+    of :data:`STREAM_FROM_BYTES` and the default memory budget."""
+    if request.memory_limit is not None:
+        return request.memory_limit
+    return min(memory_budget(request), STREAM_FROM_BYTES)
+
+
 def memory_budget(request: RunRequest) -> int:
-    """Bytes of input the in-memory path may load (it needs about three times that)."""
+    """The memory a run may give its input: ``--memory-limit``, else a quarter of free memory.
+    Streaming sizes its blocks from it."""
     return request.memory_limit if request.memory_limit is not None else available_bytes() // 4
 
 
@@ -109,8 +118,8 @@ def _stdin_holds_npy(stdin: BinaryIO) -> bool:
 
 
 def _should_stream(request: RunRequest, streams: Streams) -> bool:
-    """Stream when asked, for files over :data:`STREAM_FROM_BYTES` or the memory budget, or
-    for a stream on stdin.
+    """Stream when asked, for files over ``--memory-limit`` (by default over
+    :data:`STREAM_FROM_BYTES`), or for a stream on stdin.
 
     A .npy on stdin, or an Arrow stream holding both DATA and IDS, always streams: its size is
     unknown until read, one pass is all a pipe allows, and streaming gives the same bytes as
@@ -129,7 +138,7 @@ def _should_stream(request: RunRequest, streams: Streams) -> bool:
         size = sum(os.path.getsize(p) for p in paths)
     except OSError:
         return False  # the reader reports the missing file with its own message
-    return size > min(memory_budget(request), STREAM_FROM_BYTES)
+    return size > _stream_above(request)
 
 
 def _read(request: RunRequest, streams: Streams) -> tuple[io.ArrayInput, io.ArrayInput]:

@@ -412,7 +412,17 @@ def test_default_streaming_for_files_over_the_threshold(tmp_path, monkeypatch):
     result = run_cli("mean", *paths, "-q", "-o", tmp_path / "a.npy", "--summary-json", summary)
     assert result.exit_code == 0, result.stderr
     assert json.loads(summary.read_text())["mode"] == "streaming"
-    monkeypatch.setattr(pipeline, "STREAM_FROM_BYTES", 10**9)
-    result = run_cli("mean", *paths, "-q", "-o", tmp_path / "b.npy", "--summary-json", summary)
+    # A --memory-limit the files fit in keeps them in memory, whatever the default threshold.
+    result = run_cli(
+        "mean",
+        *paths,
+        "-q",
+        "--memory-limit",
+        "1GB",
+        "-o",
+        tmp_path / "b.npy",
+        "--summary-json",
+        summary,
+    )
     assert json.loads(summary.read_text())["mode"] == "in-memory"
     assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()
