@@ -238,6 +238,27 @@ def test_numba_threads_and_blocks_give_numpy_bytes(op: str, sorted_ids: bool) ->
         assert fold_in_blocks("numba", data, ids, 3, op, cuts, sorted_ids=sorted_ids) == want
 
 
+@needs_numba
+@pytest.mark.parametrize("short_run_rows", [0, 10**9], ids=["side-by-side", "one-by-one"])
+@pytest.mark.parametrize("op", ["sum", "min", "max", "prod", "mean"])
+def test_numba_sorted_runs_either_way_give_numpy_bytes(
+    op: str, short_run_rows: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sorted runs fold eight side by side or one after another (by their average length):
+    both give the NumPy engine's bytes, over runs of 1 to 3,000 rows, NaN and block cuts."""
+    from segcli.engines import numba_engine
+
+    monkeypatch.setattr(numba_engine, "SHORT_RUN_ROWS", short_run_rows)
+    rng = np.random.default_rng(11)
+    lengths = rng.choice([1, 2, 7, 40, 3000], 60)
+    ids = np.repeat(np.arange(0, 120, 2), lengths)  # every other segment empty
+    data = rng.standard_normal(ids.size) * rng.choice([1e-8, 1.0, 1e8], ids.size)
+    data[rng.choice(ids.size, 5, replace=False)] = np.nan
+    want = fold_in_blocks("numpy", data, ids, 121, op, [], sorted_ids=True)
+    for cuts in ([], [1, 2, 500, 4001], list(range(997, ids.size, 997))):
+        assert fold_in_blocks("numba", data, ids, 121, op, cuts, sorted_ids=True) == want
+
+
 # --- lanes: float sums and products fold in two lanes of row runs ----------------------------
 
 
