@@ -398,6 +398,8 @@ def test_read_ahead_stops_the_reader_when_the_consumer_stops():
     blocks = read_ahead(_source(range(1000), log))
     assert next(blocks) == 0
     blocks.close()  # what a failed fold or validation does, leaving the loop
+    for reader in _readers_alive():  # it stops at its next block; nobody waits for it
+        reader.join(timeout=5)
     assert log[-1] == ("closed", None) and not _readers_alive()
     assert len([entry for entry in log if entry[0] == "read"]) < 10  # at most one ahead
 
@@ -426,3 +428,27 @@ def test_default_streaming_for_files_over_the_threshold(tmp_path, monkeypatch):
     )
     assert json.loads(summary.read_text())["mode"] == "in-memory"
     assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()
+
+
+def test_read_ahead_does_not_wait_for_a_stalled_reader():
+    """Ctrl-C while a pipe on stdin is stalled: leaving the loop must not hang on the read."""
+    import threading
+    import time
+
+    from segcli.stream import read_ahead
+
+    release = threading.Event()
+
+    def stalled():
+        yield 0
+        release.wait(30)  # a read that does not return
+        yield 1
+
+    blocks = read_ahead(stalled())
+    assert next(blocks) == 0
+    started = time.perf_counter()
+    blocks.close()
+    assert time.perf_counter() - started < 1.0
+    release.set()
+    for reader in _readers_alive():
+        reader.join(timeout=5)

@@ -315,9 +315,7 @@ def _fold_sorted(
 
     def fold_part(a: int, b: int) -> None:
         if data.shape[1] == 1:
-            kernels.fold_runs(
-                kind, data[:, 0], ids, lane0.reshape(-1), count, a, b, SHORT_RUN_ROWS
-            )
+            kernels.fold_runs(kind, data[:, 0], ids, lane0.reshape(-1), count, a, b, SHORT_RUN_ROWS)
         else:
             _fold_values(kind, data[a:b], ids[a:b], lane0, count, True, 0)
 
