@@ -37,6 +37,11 @@ class ReadError(SegcliError):
     exit_code = 3
 
 
+class NotStreamableError(ReadError):
+    """An input that can only be read whole (a 2-D Fortran-order ``.npy``): raised when it is
+    opened for streaming, before any block is read, so a run may read it whole instead."""
+
+
 class ExpectationError(SegcliError):
     """The data is valid but a check failed: --expect, --max-empty or --no-nan."""
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from segcli import core, io, ops, validate
 from segcli.engines import Engine
-from segcli.errors import ExpectationError, UsageError
+from segcli.errors import ExpectationError, NotStreamableError, UsageError
 from segcli.expect import check_expected
 from segcli.memory import available_bytes
 from segcli.summary import InputFacts, Summary, build_summary, input_facts
@@ -134,12 +134,43 @@ def _should_stream(request: RunRequest, streams: Streams) -> bool:
         return _stdin_holds_npy(streams.stdin)
     if request.chunk_rows is not None:
         return True
+    size = _input_bytes(request)
+    return size is not None and size > _stream_above(request)
+
+
+def _must_stream(request: RunRequest) -> bool:
+    """Streaming is required, not just the faster way: asked for, from stdin, or the inputs
+    exceed the memory budget."""
+    if "-" in (request.data, request.ids) or request.chunk_rows is not None:
+        return True
+    size = _input_bytes(request)
+    return size is not None and size > memory_budget(request)
+
+
+def _input_bytes(request: RunRequest) -> int | None:
+    """The size of the input files; None if one cannot be read (its reader says why)."""
     paths = [p for p in (request.data, request.ids) if p is not None]
     try:
-        size = sum(os.path.getsize(p) for p in paths)
+        return sum(os.path.getsize(p) for p in paths)
     except OSError:
-        return False  # the reader reports the missing file with its own message
-    return size > _stream_above(request)
+        return None
+
+
+def _stream_if_possible(
+    request: RunRequest,
+    streams: Streams,
+    progress: Progress | None,
+    on_data_block: Callable[[np.ndarray], None] | None = None,
+    data_checked_for: ops.Op | None = None,
+) -> tuple[core.Reduction, InputFacts, InputFacts, int] | None:
+    """:func:`_reduce_streaming`, or None for inputs that can only be read whole (found
+    before any block is read) when reading them whole is allowed."""
+    try:
+        return _reduce_streaming(request, streams, progress, on_data_block, data_checked_for)
+    except NotStreamableError:
+        if _must_stream(request):
+            raise
+        return None
 
 
 def _read(request: RunRequest, streams: Streams) -> tuple[io.ArrayInput, io.ArrayInput]:
@@ -163,7 +194,9 @@ def run(
 ) -> RunOutcome:
     """Reduce the files of ``request``; write the result; return the summary.
 
-    Inputs larger than the memory budget (or any input, with ``chunk_rows``) stream in blocks.
+    Files over ``--memory-limit`` (by default over :data:`STREAM_FROM_BYTES`), stdin and any
+    input with ``chunk_rows`` stream in blocks; inputs that can only be read whole (2-D
+    Fortran-order ``.npy``) are, when they fit the memory budget.
     Nothing is written unless every check passes: the output goes to a temporary file that is
     renamed only on success.
     """
@@ -176,8 +209,10 @@ def run(
         reduction, data_facts, ids_facts, extra = reduce_distributed(request, progress)
         timings = dict(reduction.timings)  # cluster start-up (or connect) and compute
         mode = ("distributed", extra)
-    elif _should_stream(request, streams):
-        reduction, data_facts, ids_facts, chunks = _reduce_streaming(request, streams, progress)
+    elif _should_stream(request, streams) and (
+        streamed := _stream_if_possible(request, streams, progress)
+    ):
+        reduction, data_facts, ids_facts, chunks = streamed
         timings = {"read+compute": reduction.timings["compute"]}
         mode = ("streaming", {"chunks": chunks})
     else:
@@ -328,18 +363,20 @@ def check(
     if "-" in (request.data, request.ids):
         streams.stdin = _peekable_stdin(streams)
     op = ops.get_op(request.op)
-    streaming = _should_stream(request, streams)
-    if streaming:
-        # Large inputs: a streamed ``count`` reduction validates the ids and counts the rows
-        # of each segment in one pass, while the data blocks are scanned for NaN.
-        nan_seen = [0]
+    # Large inputs: a streamed ``count`` reduction validates the ids and counts the rows of
+    # each segment in one pass, while the data blocks are scanned for NaN.
+    nan_seen = [0]
 
-        def count_nan(block: np.ndarray) -> None:
-            nan_seen[0] += _nan_count(block)
+    def count_nan(block: np.ndarray) -> None:
+        nan_seen[0] += _nan_count(block)
 
-        reduction, data_facts, ids_facts, _ = _reduce_streaming(
-            replace(request, op="count", fill=None), streams, None, count_nan, op
-        )
+    streamed = None
+    if _should_stream(request, streams):
+        count_request = replace(request, op="count", fill=None)
+        streamed = _stream_if_possible(count_request, streams, None, count_nan, op)
+    streaming = streamed is not None
+    if streamed is not None:
+        reduction, data_facts, ids_facts, _ = streamed
         report, counts, nan_rows = reduction.ids, reduction.result, nan_seen[0]
     else:
         data, ids = _read(request, streams)

@@ -452,3 +452,25 @@ def test_read_ahead_does_not_wait_for_a_stalled_reader():
     release.set()
     for reader in _readers_alive():
         reader.join(timeout=5)
+
+
+def test_fortran_order_npy_over_the_threshold_is_read_whole(tmp_path, monkeypatch):
+    """The default streams large files, but a 2-D Fortran-order .npy can only be read whole:
+    it still runs (in memory) unless streaming was asked for."""
+    from segcli import pipeline
+
+    monkeypatch.setattr(pipeline, "STREAM_FROM_BYTES", 1000)
+    data = np.asfortranarray(np.arange(600, dtype=np.float64).reshape(200, 3))
+    ids = np.arange(200) % 7
+    paths = save_pair(tmp_path, data, ids)
+    summary = tmp_path / "s.json"
+    result = run_cli("sum", *paths, "-q", "-o", tmp_path / "a.npy", "--summary-json", summary)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(summary.read_text())["mode"] == "in-memory"
+    np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), segcli.segment_reduce(data, ids))
+    checked = run_cli("check", *paths, "-q", "--summary-json", summary)
+    assert checked.exit_code == 0, checked.stderr
+    assert json.loads(summary.read_text())["mode"] == "in-memory"
+    asked = run_cli("sum", *paths, "-q", "--chunk-rows", "50", "-o", tmp_path / "b.npy")
+    assert asked.exit_code == 3 and "cannot stream Fortran-order .npy" in asked.stderr
+    assert not (tmp_path / "b.npy").exists()

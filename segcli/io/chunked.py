@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
-from segcli.errors import InvalidInputError, ReadError, UsageError
+from segcli.errors import InvalidInputError, NotStreamableError, ReadError, UsageError
 from segcli.io.columns import ColumnRef, check_type, column_to_numpy, value_layout
 from segcli.io.formats import input_format, library_errors, open_binary
 from segcli.io.npy import (
@@ -110,7 +110,7 @@ class NpyChunks:
         if not header.shape:
             raise InvalidInputError(f"{label}: holds a scalar; need at least one axis to stream")
         if header.fortran_order and len(header.shape) > 1:
-            raise ReadError(
+            raise NotStreamableError(
                 f"{label}: cannot stream Fortran-order .npy (shape {list(header.shape)}); "
                 "rewrite it in C order"
             )
