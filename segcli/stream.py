@@ -156,11 +156,17 @@ def reduce_stream(
         block_summary = scanner.feed(flat_ids)
         if on_data_block is not None:
             on_data_block(data_block)
-        if n is None and block_summary.max_id is not None:
-            grow.ensure(block_summary.max_id + 1)
-        choice.engine.fold(
-            grow.state, data_block.reshape(flat_ids.size, width), flat_ids, sorted_ids=sorted_ids
-        )
+        # Once an id makes the run fail, the rest is only scanned, so that the error counts
+        # every offender; ids out of order must never reach a fold that assumes order.
+        if not scanner.failed:
+            if n is None and block_summary.max_id is not None:
+                grow.ensure(block_summary.max_id + 1)
+            choice.engine.fold(
+                grow.state,
+                data_block.reshape(flat_ids.size, width),
+                flat_ids,
+                sorted_ids=sorted_ids,
+            )
         done += flat_ids.size
         blocks += 1
         if progress is not None:

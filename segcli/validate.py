@@ -373,6 +373,12 @@ class IdScanner:
         """Ids fed so far: the global position of the next block's first id."""
         return self._summary.size
 
+    @property
+    def failed(self) -> bool:
+        """Some id fed so far makes the run fail (:meth:`finish` will raise): later blocks
+        need no fold, and a block of unsorted ids must not reach a fold that assumes order."""
+        return self._summary.blocks_fold(sorted_ids=self.sorted_ids)
+
     def feed(self, block: np.ndarray) -> IdSummary:
         """Add the next block; returns its summary (its largest id sizes a growing state)."""
         summary = summarize(block, self.seen, self.num_segments, sorted_ids=self.sorted_ids)

@@ -474,3 +474,30 @@ def test_fortran_order_npy_over_the_threshold_is_read_whole(tmp_path, monkeypatc
     asked = run_cli("sum", *paths, "-q", "--chunk-rows", "50", "-o", tmp_path / "b.npy")
     assert asked.exit_code == 3 and "cannot stream Fortran-order .npy" in asked.stderr
     assert not (tmp_path / "b.npy").exists()
+
+
+@pytest.mark.parametrize("engine", ["numpy", "numba"])
+def test_sorted_ids_out_of_order_in_a_block_are_an_error_not_a_crash(tmp_path, engine):
+    """A block whose ids are not sorted must never reach the sorted fold (which indexes the
+    state by them): the run ends with the in-memory path's error, exit 1."""
+    ids = np.tile(np.array([0, 1, 2, 900, -7, 3, 4, 5]), 50)
+    paths = save_pair(tmp_path, np.ones(ids.size), ids)
+    want = run_cli("sum", *paths, "-n", "10", "--sorted", "--engine", engine, "-q")
+    assert want.exit_code == 1 and "is negative; --sorted ids must be >= 0" in want.stderr
+    for rows in ("3", "8", "1000"):
+        got = run_cli(
+            "sum",
+            *paths,
+            "-n",
+            "10",
+            "--sorted",
+            "--engine",
+            engine,
+            "--chunk-rows",
+            rows,
+            "-q",
+            "-o",
+            tmp_path / "out.npy",
+        )
+        assert (got.exit_code, got.stderr) == (want.exit_code, want.stderr)
+        assert not (tmp_path / "out.npy").exists()
