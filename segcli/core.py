@@ -126,6 +126,35 @@ def validate_inputs(
     return report
 
 
+def _check_unsorted_before_fold(
+    data: np.ndarray,
+    ids: np.ndarray,
+    num_segments: int | None,
+    op: ops.Op,
+    *,
+    data_label: str | None,
+    ids_label: str | None,
+) -> tuple[int, bool]:
+    """``(n, inferred)`` for unsorted ids, after every check but the ids' values, which
+    :func:`report_from_counts` makes after the fold."""
+    given = _check_before_ids(
+        data,
+        ids,
+        num_segments,
+        op,
+        sorted_ids=False,
+        data_label=data_label,
+        ids_label=ids_label,
+    )
+    n = validate.implied_num_segments(ids) if given is None else given
+    try:
+        check_output_fits(op, n, data.shape[ids.ndim :], data.dtype)
+    except InvalidInputError:
+        validate.check_ids(ids, given, sorted_ids=False, label=ids_label)  # ids come first
+        raise
+    return n, given is None
+
+
 def report_from_counts(
     count: np.ndarray,
     ids: np.ndarray,
@@ -169,19 +198,12 @@ def reduce_arrays(
     started = time.perf_counter()
     inner_shape = tuple(data.shape[ids.ndim :])
     labels = {"data_label": data_label, "ids_label": ids_label}
-    report: validate.IdReport | None = None
-    if not sorted:
-        # The ids' values are checked after the fold, from its counts (report_from_counts).
-        given = _check_before_ids(data, ids, num_segments, op_def, sorted_ids=sorted, **labels)
-        n = validate.implied_num_segments(ids) if given is None else given
-        try:
-            check_output_fits(op_def, n, inner_shape, data.dtype, sorted_ids=sorted)
-        except InvalidInputError:
-            validate.check_ids(ids, given, sorted_ids=sorted, label=ids_label)  # ids come first
-            raise
+    report: validate.IdReport | None = None  # unsorted ids: from the fold's counts
+    if sorted:
+        report = validate_inputs(data, ids, num_segments, op_def, sorted_ids=True, **labels)
+        n, inferred = report.num_segments, report.inferred
     else:
-        report = validate_inputs(data, ids, num_segments, op_def, sorted_ids=sorted, **labels)
-        n = report.num_segments
+        n, inferred = _check_unsorted_before_fold(data, ids, num_segments, op_def, **labels)
     if fill is not None:
         ops.parse_fill(fill, op_def, data.dtype)  # a bad --fill fails before the work
     width = ops.inner_size(inner_shape)
@@ -191,7 +213,7 @@ def reduce_arrays(
     choice.engine.fold(state, data.reshape(ids.size, width), ids.reshape(-1), sorted_ids=sorted)
     host = choice.engine.to_host(state)
     if report is None:
-        report = report_from_counts(host.count, ids, n, inferred=given is None, label=ids_label)
+        report = report_from_counts(host.count, ids, n, inferred=inferred, label=ids_label)
     reduction = Reduction.finish(
         host,
         report,
