@@ -158,6 +158,10 @@ def _fact(name: str, value: Any) -> str:
     return f"{value:,} {name.removesuffix('s') if value == 1 else name}"
 
 
+def _rows(count: int) -> str:
+    return f"{count:,} row" if count == 1 else f"{count:,} rows"
+
+
 def _shape(shape: list[int]) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
@@ -167,9 +171,9 @@ def summary_rows(summary: Summary) -> list[tuple[str, str]]:
     s = summary
     dropped = []
     if s.rows_dropped_negative:
-        dropped.append(f"{s.rows_dropped_negative:,} negative id")
+        dropped.append(f"{_rows(s.rows_dropped_negative)} with a negative id")
     if s.rows_dropped_beyond_n:
-        dropped.append(f"{s.rows_dropped_beyond_n:,} id >= n")
+        dropped.append(f"{_rows(s.rows_dropped_beyond_n)} with an id >= n")
     times = ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in s.timings_s.items())
     rate = s.rows_per_second()
     rows = [

@@ -142,7 +142,7 @@ def test_sorted_family_and_dropped_counts_in_summary(tmp_path):
     result = run("sum", data, ids, "--sorted", "-n", "2")
     assert result.exit_code == 0
     assert result.stdout == "0\t1.0\n1\t2.0\n"
-    assert "dropped: 2 id >= n" in result.stderr
+    assert "dropped: 2 rows with an id >= n" in result.stderr
     assert "sum (sorted)" in result.stderr
 
 

@@ -35,7 +35,7 @@ def make_summary():
 
 def test_rows_report_drops_empties_and_nan():
     rows = dict(summary_rows(make_summary()))
-    assert rows["rows"] == "3 used of 4; dropped: 1 negative id"
+    assert rows["rows"] == "3 used of 4; dropped: 1 row with a negative id"
     assert rows["empty segments"] == "2"
     assert rows["segments"] == "4 (given)"
     assert rows["result"].endswith("1 NaN")
