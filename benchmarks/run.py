@@ -20,6 +20,7 @@ these machines are noisy. Benchmarks are not tests: nothing here asserts a time.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import importlib
 import os
@@ -448,14 +449,13 @@ def one_thread_numba(work: Workload, op: str, repeats: int) -> Result:
         numba_engine.THREADS = threads
 
 
-def read_floor(work: Workload, repeats: int) -> Result | None:
-    """Two threads reading DATA and IDS once each, half per thread, and doing nothing else: no
-    fold that reads both can be faster on this machine. ``np.sum(data)`` reads DATA alone."""
+@functools.cache
+def _touch_kernel() -> Callable[[np.ndarray, np.ndarray], float] | None:
+    """A compiled loop that reads two arrays once and sums them (None without numba)."""
     try:
         from numba import njit
     except ImportError:
         return None
-    from concurrent.futures import ThreadPoolExecutor
 
     @njit(nogil=True, fastmath=True)
     def touch(values, ids):  # type: ignore[no-untyped-def]
@@ -465,6 +465,17 @@ def read_floor(work: Workload, repeats: int) -> Result | None:
         for i in range(ids.shape[0]):
             total += ids[i]
         return total
+
+    return touch
+
+
+def read_floor(work: Workload, repeats: int) -> Result | None:
+    """Two threads reading DATA and IDS once each, half per thread, and doing nothing else: no
+    fold that reads both can be faster on this machine. ``np.sum(data)`` reads DATA alone."""
+    touch = _touch_kernel()
+    if touch is None:
+        return None
+    from concurrent.futures import ThreadPoolExecutor
 
     values, ids = work.data.reshape(-1), work.ids.reshape(-1)
     half_values, half_ids = values.size // 2, ids.size // 2

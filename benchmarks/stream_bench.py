@@ -76,6 +76,11 @@ def median_run(args: list[str], repeats: int) -> tuple[float, int]:
     return statistics.median(r[0] for r in runs), max(r[1] for r in runs)
 
 
+def sum_args(inputs: tuple[Path, Path], out: Path, engine: str) -> list[str]:
+    """``segcli sum`` of the two input files into ``out``, quietly."""
+    return ["sum", *map(str, inputs), "-n", str(SEGMENTS), "-q", "-o", str(out), "--engine", engine]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rows", type=int, default=2_000_000_000)
@@ -105,19 +110,7 @@ def main() -> None:
         big = make_files(options.rows)
         size = sum(p.stat().st_size for p in big)
         wall, peak = timed_run(
-            [
-                "sum",
-                *map(str, big),
-                "-n",
-                str(SEGMENTS),
-                "-q",
-                "-o",
-                str(out),
-                "--engine",
-                options.engine,
-                "--memory-limit",
-                options.memory_limit,
-            ]
+            [*sum_args(big, out, options.engine), "--memory-limit", options.memory_limit]
         )
         lines += [
             "## Bounded memory",
@@ -129,17 +122,7 @@ def main() -> None:
             "",
         ]
         fit = make_files(options.fit_rows)
-        common = [
-            "sum",
-            *map(str, fit),
-            "-n",
-            str(SEGMENTS),
-            "-q",
-            "-o",
-            str(out),
-            "--engine",
-            options.engine,
-        ]
+        common = sum_args(fit, out, options.engine)
         # Warm the page cache once, so both paths read from memory rather than the disk.
         timed_run([*common, "--memory-limit", "64GB"])
         memory_wall, memory_peak = median_run([*common, "--memory-limit", "64GB"], options.repeats)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from queue import Full, Queue
 from typing import Any, Protocol, TypeVar
@@ -195,7 +195,7 @@ def _comparable_shapes(
     return data_shape, ids_shape
 
 
-def read_ahead(blocks: Iterator[_Item]) -> Iterator[_Item]:
+def read_ahead(blocks: Generator[_Item, None, None]) -> Iterator[_Item]:
     """``blocks``, each read on a background thread while the caller works on the one before.
 
     Reading (a system call, which releases the GIL) then overlaps the fold. The reader holds
@@ -214,7 +214,7 @@ def read_ahead(blocks: Iterator[_Item]) -> Iterator[_Item]:
         except BaseException as error:  # handed to the consumer, raised there
             _put(queue, (False, error), stop)
         finally:
-            blocks.close()  # type: ignore[attr-defined]
+            blocks.close()
 
     reader = threading.Thread(target=produce, name="segcli-read-ahead", daemon=True)
     reader.start()
@@ -249,7 +249,7 @@ def _put(queue: Queue[tuple[bool, Any]], item: tuple[bool, Any], stop: threading
 
 def _aligned(
     data: ChunkSource, ids: ChunkSource, rows: int
-) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+) -> Generator[tuple[np.ndarray, np.ndarray], None, None]:
     """Pairs of blocks with the same rows; inputs of different lengths are an error."""
     data_blocks = data.chunks(rows)
     for ids_block in ids.chunks(rows):

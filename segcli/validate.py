@@ -158,6 +158,11 @@ class IdSummary:
         return bool(self.too_big.count)
 
 
+def _scans_compiled(flat: np.ndarray) -> bool:
+    """Whether ``numba_scan`` takes this block (one compiled pass instead of NumPy's several)."""
+    return numba_scan is not None and flat.size >= NUMBA_SCAN_MIN_IDS and flat.dtype.isnative
+
+
 def implied_num_segments(flat: np.ndarray) -> int:
     """The n that unsorted ids imply (SPEC): the largest id plus one, or 0 if none is >= 0.
 
@@ -166,7 +171,7 @@ def implied_num_segments(flat: np.ndarray) -> int:
     flat = flat.reshape(-1)
     if flat.size == 0:
         return 0
-    if numba_scan is not None and flat.size >= NUMBA_SCAN_MIN_IDS and flat.dtype.isnative:
+    if _scans_compiled(flat):
         largest = summarize(flat, 0, None, sorted_ids=False).max_id
     else:
         largest = flat.max()
@@ -178,7 +183,7 @@ def count_negative(flat: np.ndarray) -> int:
     flat = flat.reshape(-1)
     if flat.dtype.kind == "u" or flat.size == 0:
         return 0
-    if numba_scan is not None and flat.size >= NUMBA_SCAN_MIN_IDS and flat.dtype.isnative:
+    if _scans_compiled(flat):
         return summarize(flat, 0, None, sorted_ids=False).negative.count
     return int(np.count_nonzero(flat < 0))
 
@@ -198,12 +203,7 @@ def summarize(
     flat = flat.reshape(-1)
     if flat.size == 0:
         return IdSummary(start, 0)
-    if (
-        numba_scan is not None
-        and flat.size >= NUMBA_SCAN_MIN_IDS
-        and flat.dtype.isnative
-        and (num_segments is None or num_segments < 2**62)
-    ):
+    if _scans_compiled(flat) and (num_segments is None or num_segments < 2**62):
         return _summarize_scanned(flat, start, num_segments, sorted_ids=sorted_ids)
     low, high = int(flat.min()), int(flat.max())
     # The masks cost a pass each: built only when the extremes say there is an offender.
