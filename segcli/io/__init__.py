@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from segcli.io.atomic import atomic_output
 from segcli.io.chunked import UNKNOWN_ROWS, ChunkSource, open_arrow_stream_columns, open_chunked
+from segcli.io.commit import OutputSet
 from segcli.io.describe import describe
 from segcli.io.read import ArrayInput, read_inputs
 from segcli.io.results import read_result_table
@@ -17,6 +18,7 @@ __all__ = [
     "UNKNOWN_ROWS",
     "ArrayInput",
     "ChunkSource",
+    "OutputSet",
     "atomic_output",
     "describe",
     "format_text_lines",
