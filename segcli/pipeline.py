@@ -192,6 +192,8 @@ def _facts(item: io.ArrayInput) -> InputFacts:
 
 def reserve_outputs(request: RunRequest, outputs: io.OutputSet) -> None:
     """Check the output path before any input is read; an output that is an input is refused."""
+    if request.output is not None:
+        io.output_format(request.output, request.output_format)  # a usage error, before any work
     if request.output not in (None, "-"):
         outputs.reserve(request.output, "-o")
     outputs.refuse_inputs({"DATA": request.data, "IDS": request.ids, "--expect": request.expect})

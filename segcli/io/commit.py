@@ -98,11 +98,14 @@ class OutputSet:
         """A binary file for the bytes of ``path``: its temporary file, or the FIFO or device
         itself. OS errors become WriteErrors naming ``path``."""
         output = self._output(path)
-        if path in self._staged:
-            raise ValueError(f"{path} is staged twice")
+        if path in self._staged and output.temp is not None:
+            raise ValueError(f"{path} is staged twice")  # a device, like /dev/null, may be
         self._staged.add(path)
+        # Appending to a direct output changes nothing for a FIFO or device, and keeps what the
+        # run already wrote when ``/dev/stdout`` is the shell's ``> file``: "wb" would truncate it.
+        mode = "ab" if output.temp is None else "wb"
         try:
-            with open(output.temp or output.target, "wb") as handle:
+            with open(output.temp or output.target, mode) as handle:
                 yield handle
         except OSError as exc:
             if isinstance(exc, SegcliError):
