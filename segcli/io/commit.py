@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from segcli.errors import SegcliError, UsageError, WriteError
 from segcli.signals import checkpoint, held
@@ -106,7 +106,7 @@ class OutputSet:
         mode = "ab" if output.temp is None else "wb"
         try:
             with open(output.temp or output.target, mode) as handle:
-                yield handle
+                yield cast(BinaryIO, handle)
         except OSError as exc:
             if isinstance(exc, SegcliError):
                 raise
