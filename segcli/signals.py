@@ -16,7 +16,10 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import NoReturn
 
-HANDLED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+#: SIGHUP is POSIX only.
+HANDLED = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
 
 #: Test-only: the name of the :func:`checkpoint` at which the process says it is there (one byte
 #: on the descriptor in :data:`CHECKPOINT_FD_ENV`) and, unless the name ends in ``+``, waits for a
