@@ -12,13 +12,16 @@ import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from segcli import __version__
-from segcli.errors import EXIT_INTERRUPTED, SegcliError, UsageError
+from segcli.errors import SegcliError, UsageError
 from segcli.op_names import OP_SUMMARIES
+
+if TYPE_CHECKING:
+    from segcli.io import OutputSet
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -149,14 +152,14 @@ def _emit_summary(
 class _Session:
     """What main() needs to know when a signal lands: whether the run's outputs were committed."""
 
-    outputs: Any = None
+    outputs: OutputSet | None = None
 
     @property
     def written(self) -> bool:
         return bool(self.outputs is not None and self.outputs.committed)
 
 
-def _run_outputs(summary_json: str | None) -> Any:
+def _run_outputs(summary_json: str | None) -> OutputSet:
     """The run's :class:`segcli.io.OutputSet`, with ``--summary-json`` reserved (checked) now."""
     from segcli.io import OutputSet
 
@@ -169,7 +172,9 @@ def _run_outputs(summary_json: str | None) -> Any:
     return outputs
 
 
-def _stage_summary_json(outputs: Any, summary_json: str | None, facts: dict[str, Any]) -> None:
+def _stage_summary_json(
+    outputs: OutputSet, summary_json: str | None, facts: dict[str, Any]
+) -> None:
     if summary_json in (None, "-"):
         return  # on stderr, with the rest of the summary
     from segcli import summary as summary_module
@@ -406,6 +411,8 @@ def _describe_lines(facts: dict[str, Any], indent: str = "") -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: click's own handling, plus signals (128 + signal) and broken pipes."""
+    import signal
+
     from segcli.signals import Interrupted, exit_interrupted, install_handlers
 
     install_handlers()
@@ -418,7 +425,7 @@ def main(argv: list[str] | None = None) -> None:
     except Interrupted as interrupt:
         exit_interrupted(interrupt.signum, written=session.written)
     except (KeyboardInterrupt, click.exceptions.Abort):
-        exit_interrupted(EXIT_INTERRUPTED - 128, written=session.written)
+        exit_interrupted(signal.SIGINT, written=session.written)
     except BrokenPipeError:
         # The reader of stdout went away (``| head``): not an error worth a traceback.
         devnull = os.open(os.devnull, os.O_WRONLY)

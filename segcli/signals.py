@@ -86,13 +86,12 @@ def exit_interrupted(signum: int, *, written: bool) -> NoReturn:
     ``os._exit``, not ``sys.exit``: a read-ahead thread may sit in a read of stdin holding its
     lock, and the interpreter's shutdown would then die with "Fatal Python error". Every
     ``finally`` and ``with`` has run by now (staged files are gone), so nothing is skipped but
-    the interpreter's own tidying.
+    the interpreter's own tidying. stdout is not flushed: a stalled reader would hang the exit,
+    and every complete output was flushed when it was written.
     """
     ignore_further_signals()
     what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
     said = "the output was written" if written else "nothing was written"
-    with contextlib.suppress(OSError, ValueError):
-        sys.stdout.flush()
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.write(f"segcli: {what}; {said}\n")
         sys.stderr.flush()
