@@ -1,8 +1,8 @@
 """All outputs of a run, or none: a small transaction over files.
 
-``reserve`` checks each output path before any work (and creates its temporary file), ``stage``
-writes an output's bytes to that temporary file, ``commit`` renames them all at the end, and
-``abort`` removes them. Used as a ``with`` block, an :class:`OutputSet` commits on success and
+``reserve`` checks each output path before any work, ``stage`` writes an output's bytes to a
+temporary file beside its target, ``commit`` renames them all at the end, and ``abort`` removes
+them. Used as a ``with`` block, an :class:`OutputSet` commits on success and
 aborts on any exception, a signal's included.
 
 Like the shell's ``>``: a symlink is written through (its target is replaced, the link stays), a
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import BinaryIO, cast
 
-from segcli.errors import SegcliError, UsageError, WriteError
+from segcli.errors import UsageError, WriteError
 from segcli.signals import checkpoint, held
 
 TEMP_PREFIX = ".segcli-"
@@ -38,9 +38,10 @@ class _Output:
     path: str  # as the user gave it: every message names it
     option: str
     target: str  # the file a commit replaces (a symlink's final target), or ``path`` if direct
-    temp: str | None  # None: written directly
+    direct: bool  # a FIFO or device: written in place when staged, nothing to commit
     mode: int
     identity: tuple[int, int] | None  # (device, inode) of an existing target
+    temp: str | None = None  # the staged bytes, until committed or aborted
 
 
 class OutputSet:
@@ -48,7 +49,6 @@ class OutputSet:
 
     def __init__(self) -> None:
         self._outputs: dict[str, _Output] = {}
-        self._staged: set[str] = set()
         #: True once every rename is done: an interrupt after it may say the output was written.
         self.committed = False
 
@@ -68,13 +68,16 @@ class OutputSet:
 
     def reserve(self, path: str, option: str = "-o") -> None:
         """Check now that ``path`` can be written (WriteError, exit 5, if not) and that no other
-        output of the run names the same file (UsageError); create its temporary file."""
+        output of the run names the same file (UsageError)."""
         output = _plan(path, option)
         for other in self._outputs.values():
-            if output.temp is not None and _same_file(output, other):
+            if not output.direct and _same_file(output, other):
                 raise UsageError(f"{option} {path} is the same file as {other.option} {other.path}")
-        if output.temp is not None:
-            output.temp = _create_temp(path, os.path.dirname(output.target))
+        if not output.direct:
+            # The one sure test that a file can be created there (root ignores a folder's mode,
+            # a read-only mount does not); removed at once, so a long run holds no empty file.
+            with held():
+                os.unlink(_create_temp(path, os.path.dirname(output.target)))
         self._outputs[path] = output
 
     def refuse_inputs(self, inputs: Mapping[str, str | None]) -> None:
@@ -84,43 +87,47 @@ class OutputSet:
             if path is None or path == "-":
                 continue
             for output in self._outputs.values():
-                if output.temp is not None and _is_same_path(output, path):
+                if not output.direct and _is_same_path(output, path):
                     raise UsageError(
                         f"{output.option} {output.path} is the same file as {option} {path}"
                     )
 
     def is_direct(self, path: str) -> bool:
         """Whether ``path`` is written in place (a FIFO or device): no seek, no rename."""
-        return self._output(path).temp is None
+        return self._output(path).direct
 
     @contextlib.contextmanager
     def stage(self, path: str) -> Iterator[BinaryIO]:
         """A binary file for the bytes of ``path``: its temporary file, or the FIFO or device
         itself. OS errors become WriteErrors naming ``path``."""
         output = self._output(path)
-        if path in self._staged and output.temp is not None:
-            raise ValueError(f"{path} is staged twice")  # a device, like /dev/null, may be
-        self._staged.add(path)
-        # Appending to a direct output changes nothing for a FIFO or device, and keeps what the
-        # run already wrote when ``/dev/stdout`` is the shell's ``> file``: "wb" would truncate it.
-        mode = "ab" if output.temp is None else "wb"
+        if output.direct:
+            # Appending changes nothing for a FIFO or device, and keeps what the run already
+            # wrote when ``/dev/stdout`` is the shell's ``> file``: "wb" would truncate it.
+            name, mode = output.target, "ab"
+        else:
+            if output.temp is not None:
+                raise ValueError(f"{path} is staged twice")
+            with held():  # the name is recorded before any signal, so abort() finds it
+                output.temp = name = _create_temp(path, os.path.dirname(output.target))
+            mode = "wb"
         try:
-            with open(output.temp or output.target, mode) as handle:
+            with open(name, mode) as handle:
                 yield cast(BinaryIO, handle)
         except OSError as exc:
-            if isinstance(exc, SegcliError):
-                raise
             raise WriteError(f"{path}: cannot write ({_reason(exc)})") from exc
         checkpoint("staged")
 
     def commit(self) -> None:
         """Rename every temporary file over its target; signals wait until all are done."""
+        unstaged = [o.path for o in self._outputs.values() if not o.direct and o.temp is None]
+        if unstaged:
+            self.abort()
+            raise ValueError(f"{', '.join(unstaged)}: reserved but never staged")
         with held():
             for output in self._outputs.values():
                 if output.temp is None:
                     continue
-                if output.path not in self._staged:
-                    raise ValueError(f"{output.path} was reserved but never staged")
                 try:
                     os.chmod(output.temp, output.mode)
                     os.replace(output.temp, output.target)
@@ -165,18 +172,18 @@ def _plan(path: str, option: str) -> _Output:
     if existing is not None and stat.S_ISDIR(existing.st_mode):
         raise WriteError(f"{path}: is a directory")
     if _names_descriptor(path) or (existing is not None and not stat.S_ISREG(existing.st_mode)):
-        return _Output(path, option, path, None, 0, None)
+        return _Output(path, option, path, True, 0, None)
     # realpath follows every link, a dangling one's too: the target is replaced, the link kept.
     target = os.path.realpath(path)
     folder = os.path.dirname(target)
     if not os.path.isdir(folder):
         raise WriteError(f"{path}: folder {folder} does not exist")
     if existing is None:
-        return _Output(path, option, target, "", 0o666 & ~_umask(), None)
+        return _Output(path, option, target, False, 0o666 & ~_umask(), None)
     if _write_protected(existing.st_mode, target):
         raise WriteError(f"{path}: is write-protected; not replacing it")
     identity = (existing.st_dev, existing.st_ino)
-    return _Output(path, option, target, "", stat.S_IMODE(existing.st_mode), identity)
+    return _Output(path, option, target, False, stat.S_IMODE(existing.st_mode), identity)
 
 
 def _write_protected(mode: int, target: str) -> bool:
