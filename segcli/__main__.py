@@ -1,5 +1,35 @@
-"""``python -m segcli``."""
+"""``python -m segcli`` (and the ``segcli`` console script)."""
 
-from segcli.cli import main
+from __future__ import annotations
 
-main()
+import signal
+
+
+def main() -> None:
+    """Install the signal handlers before the heavy imports, so that an interrupt during
+    start-up ends in one line and its exit code, not a traceback."""
+    try:
+        from segcli.signals import checkpoint, install_handlers
+
+        install_handlers()
+        checkpoint("startup")
+        from segcli.cli import main as cli_main
+    except KeyboardInterrupt:  # before the handlers were in place
+        _exit_interrupted(signal.SIGINT)
+    except BaseException as error:
+        from segcli.signals import Interrupted
+
+        if not isinstance(error, Interrupted):
+            raise
+        _exit_interrupted(error.signum)
+    cli_main()
+
+
+def _exit_interrupted(signum: int) -> None:
+    from segcli.signals import exit_interrupted
+
+    exit_interrupted(signum, written=False)
+
+
+if __name__ == "__main__":
+    main()

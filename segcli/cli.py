@@ -11,13 +11,17 @@ import functools
 import os
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from segcli import __version__
-from segcli.errors import EXIT_INTERRUPTED, SegcliError, UsageError
+from segcli.errors import SegcliError, UsageError
 from segcli.op_names import OP_SUMMARIES
+
+if TYPE_CHECKING:
+    from segcli.io import OutputSet
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,7 +37,7 @@ Exit codes:
   4  a check failed (--expect, --max-empty, --no-nan)
   5  the output could not be written
   6  the Dask cluster failed (workers kept dying, scheduler lost)
-  130 interrupted (Ctrl-C); nothing is written
+  130 interrupted (Ctrl-C); 143 SIGTERM, 129 SIGHUP: no output is left half-written
 """
 
 
@@ -132,15 +136,8 @@ def _emit_summary(
     """The summary on stderr (a table on a terminal, plain text otherwise) and/or as JSON."""
     from segcli import summary as summary_module
 
-    if summary_json:
-        text = summary_module.dumps(facts)
-        if summary_json == "-":
-            click.echo(text, err=True)
-        else:
-            from segcli.io import atomic_output
-
-            with atomic_output(summary_json) as handle:
-                handle.write((text + "\n").encode())
+    if summary_json == "-":
+        click.echo(summary_module.dumps(facts), err=True)
     if quiet or summary_json == "-":
         return
     if sys.stderr.isatty():
@@ -149,6 +146,41 @@ def _emit_summary(
         Console(stderr=True).print(summary_module.render_table(title, rows, alert=alert))
     else:
         click.echo(summary_module.render_plain(title, rows), err=True)
+
+
+@dataclass
+class _Session:
+    """What main() needs to know when a signal lands: whether the run's outputs were committed."""
+
+    outputs: OutputSet | None = None
+
+    @property
+    def written(self) -> bool:
+        return bool(self.outputs is not None and self.outputs.committed)
+
+
+def _run_outputs(summary_json: str | None) -> OutputSet:
+    """The run's :class:`segcli.io.OutputSet`, with ``--summary-json`` reserved (checked) now."""
+    from segcli.io import OutputSet
+
+    outputs = OutputSet()
+    session = click.get_current_context().find_object(_Session)
+    if session is not None:
+        session.outputs = outputs
+    if summary_json not in (None, "-"):
+        outputs.reserve(summary_json, "--summary-json")
+    return outputs
+
+
+def _stage_summary_json(
+    outputs: OutputSet, summary_json: str | None, facts: dict[str, Any]
+) -> None:
+    if summary_json in (None, "-"):
+        return  # on stderr, with the rest of the summary
+    from segcli import summary as summary_module
+
+    with outputs.stage(summary_json) as handle:
+        handle.write((summary_module.dumps(facts) + "\n").encode())
 
 
 @click.group(
@@ -239,8 +271,13 @@ def _make_op_command(op: str) -> click.Command:
 
         if options["output"] is None and options["output_format"]:
             raise UsageError("--format needs -o/--output (use -o - for stdout)")
-        with progress_bar(enabled=not (quiet or no_progress)) as progress:
-            outcome = pipeline.run(_request(op, **options), progress=progress)
+        # Every output is checked before any input is read, and committed together at the end.
+        with _run_outputs(summary_json) as outputs:
+            request = _request(op, **options)
+            pipeline.reserve_outputs(request, outputs)
+            with progress_bar(enabled=not (quiet or no_progress)) as progress:
+                outcome = pipeline.run(request, progress=progress, outputs=outputs)
+            _stage_summary_json(outputs, summary_json, outcome.summary.to_json())
 
         summary = outcome.summary
         _emit_summary(
@@ -311,7 +348,11 @@ def check(
     """
     from segcli import pipeline
 
-    outcome = pipeline.check(_request(op, **options), max_empty=max_empty, no_nan=no_nan)
+    with _run_outputs(summary_json) as outputs:
+        request = _request(op, **options)
+        pipeline.reserve_outputs(request, outputs)
+        outcome = pipeline.check(request, max_empty=max_empty, no_nan=no_nan)
+        _stage_summary_json(outputs, summary_json, outcome.facts)
     _emit_summary(
         "segcli check",
         outcome.rows,
@@ -369,15 +410,22 @@ def _describe_lines(facts: dict[str, Any], indent: str = "") -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: click's own handling, plus Ctrl-C (130) and broken pipes."""
+    """Console entry point: click's own handling, plus signals (128 + signal) and broken pipes."""
+    import signal
+
+    from segcli.signals import Interrupted, exit_interrupted, install_handlers
+
+    install_handlers()
+    session = _Session()
     try:
-        code = cli.main(args=argv, prog_name="segcli", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="segcli", standalone_mode=False, obj=session)
     except click.ClickException as error:
         error.show()
         sys.exit(error.exit_code)
+    except Interrupted as interrupt:
+        exit_interrupted(interrupt.signum, written=session.written)
     except (KeyboardInterrupt, click.exceptions.Abort):
-        click.echo("segcli: interrupted; nothing was written", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        exit_interrupted(signal.SIGINT, written=session.written)
     except BrokenPipeError:
         # The reader of stdout went away (``| head``): not an error worth a traceback.
         devnull = os.open(os.devnull, os.O_WRONLY)

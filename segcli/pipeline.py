@@ -21,6 +21,7 @@ from segcli.engines import Engine
 from segcli.errors import ExpectationError, NotStreamableError, UsageError
 from segcli.expect import check_expected
 from segcli.memory import available_bytes
+from segcli.signals import checkpoint
 from segcli.summary import InputFacts, Summary, build_summary, input_facts
 
 
@@ -189,8 +190,20 @@ def _facts(item: io.ArrayInput) -> InputFacts:
     return input_facts(item.path, item.label, item.fmt, item.array)
 
 
+def reserve_outputs(request: RunRequest, outputs: io.OutputSet) -> None:
+    """Check the output path before any input is read; an output that is an input is refused."""
+    if request.output is not None:
+        io.output_format(request.output, request.output_format)  # a usage error, before any work
+    if request.output not in (None, "-"):
+        outputs.reserve(request.output, "-o")
+    outputs.refuse_inputs({"DATA": request.data, "IDS": request.ids, "--expect": request.expect})
+
+
 def run(
-    request: RunRequest, streams: Streams | None = None, progress: Progress | None = None
+    request: RunRequest,
+    streams: Streams | None = None,
+    progress: Progress | None = None,
+    outputs: io.OutputSet | None = None,
 ) -> RunOutcome:
     """Reduce the files of ``request``; write the result; return the summary.
 
@@ -198,8 +211,14 @@ def run(
     input with ``chunk_rows`` stream in blocks; inputs that can only be read whole (2-D
     Fortran-order ``.npy``) are, when they fit the memory budget.
     Nothing is written unless every check passes: the output goes to a temporary file that is
-    renamed only on success.
+    renamed only on success. ``outputs`` (where :func:`reserve_outputs` was called) leaves the
+    commit to the caller, so the run's other outputs are committed with it.
     """
+    if outputs is None:
+        with io.OutputSet() as own:
+            reserve_outputs(request, own)
+            return run(request, streams, progress, own)
+    checkpoint("reduce")
     streams = streams or Streams()
     if "-" in (request.data, request.ids):
         streams.stdin = _peekable_stdin(streams)
@@ -241,7 +260,7 @@ def run(
             reduction.result, expected, request.expect, rtol=request.rtol, atol=request.atol
         )
     started = time.perf_counter()
-    output_format = _write(reduction, request, streams)
+    output_format = _write(reduction, request, streams, outputs)
     timings["write"] = time.perf_counter() - started
     summary = build_summary(
         reduction,
@@ -322,7 +341,9 @@ def _chunked_facts(path: str, source: io.ChunkSource, rows: int) -> InputFacts:
     return InputFacts(path, source.label, fmt, shape, str(source.dtype), size)
 
 
-def _write(reduction: core.Reduction, request: RunRequest, streams: Streams) -> str | None:
+def _write(
+    reduction: core.Reduction, request: RunRequest, streams: Streams, outputs: io.OutputSet
+) -> str | None:
     if request.output is None:
         text = streams.stdout_text or sys.stdout
         for line in io.format_text_lines(reduction.result):
@@ -335,6 +356,7 @@ def _write(reduction: core.Reduction, request: RunRequest, streams: Streams) -> 
         request.output_format,
         stdout=streams.stdout_binary,
         counts=reduction.counts,
+        outputs=outputs,
     )
 
 

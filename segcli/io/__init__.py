@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from segcli.io.atomic import atomic_output
 from segcli.io.chunked import UNKNOWN_ROWS, ChunkSource, open_arrow_stream_columns, open_chunked
+from segcli.io.commit import OutputSet
 from segcli.io.describe import describe
+from segcli.io.formats import output_format
 from segcli.io.read import ArrayInput, read_inputs
 from segcli.io.results import read_result_table
 from segcli.io.text import format_text_lines
@@ -17,11 +19,13 @@ __all__ = [
     "UNKNOWN_ROWS",
     "ArrayInput",
     "ChunkSource",
+    "OutputSet",
     "atomic_output",
     "describe",
     "format_text_lines",
     "open_arrow_stream_columns",
     "open_chunked",
+    "output_format",
     "read_inputs",
     "read_result_table",
     "write_result",

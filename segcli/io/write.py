@@ -25,14 +25,14 @@ import json
 import math
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 import numpy as np
 import numpy.lib.format as npformat
 
 from segcli.errors import WriteError
-from segcli.io.atomic import atomic_output
 from segcli.io.columns import DTYPE_KEY, INNER_SHAPE_KEY, VALUE_COLUMN
+from segcli.io.commit import OutputSet
 from segcli.io.formats import BINARY_FORMATS, output_format
 from segcli.io.npy import to_native
 from segcli.io.text import text_blocks, value_headers, value_strings
@@ -52,6 +52,7 @@ def write_result(
     *,
     stdout: BinaryIO | None = None,
     counts: _Array | None = None,
+    outputs: OutputSet | None = None,
 ) -> str:
     """Write ``result`` (at least 1-D) to ``path`` (``-``: stdout); return the format used.
 
@@ -59,6 +60,8 @@ def write_result(
     ``counts`` (rows per segment) is stored as the ``counts`` key of npz, a ``count`` column of
     tables and a ``counts`` list in JSON; npy has room for one array only and leaves it out.
     Files are replaced atomically; binary formats are refused when stdout is a terminal.
+    ``outputs``, where ``path`` is reserved, stages the file to be committed with the run's
+    other outputs; without it the file is committed at once.
     """
     chosen = output_format(path, fmt)
     result = np.asarray(result)
@@ -70,8 +73,12 @@ def write_result(
             raise ValueError(f"counts has shape {counts.shape}, need {result.shape[:1]}")
     writer = _WRITERS[chosen]
     if path != "-":
-        with atomic_output(path) as f:
-            writer(result, counts, f, False)
+        if outputs is not None:
+            _stage(outputs, path, writer, result, counts)
+            return chosen
+        with OutputSet() as own:
+            own.reserve(path)
+            _stage(own, path, writer, result, counts)
         return chosen
     out = stdout if stdout is not None else sys.stdout.buffer
     if chosen in BINARY_FORMATS and _isatty(out):
@@ -88,6 +95,34 @@ def write_result(
     return chosen
 
 
+def _stage(
+    outputs: OutputSet, path: str, writer: _Writer, result: _Array, counts: _Array | None
+) -> None:
+    direct = outputs.is_direct(path)
+    with outputs.stage(path) as f:
+        # A FIFO or device cannot seek: written like stdout, through plain write() calls.
+        writer(result, counts, cast(BinaryIO, _Sequential(f)) if direct else f, False)
+
+
+class _Sequential(io.RawIOBase):
+    """A write-only view of a FIFO or device that has no file position to ask for: NumPy then
+    writes ``.npy`` data with write() calls instead of ``tofile``, which needs a position."""
+
+    def __init__(self, raw: BinaryIO) -> None:
+        super().__init__()
+        self._raw = raw
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        self._raw.write(data)
+        return memoryview(data).nbytes
+
+    def flush(self) -> None:
+        self._raw.flush()
+
+
 def _isatty(stream: BinaryIO) -> bool:
     try:
         return bool(stream.isatty())
@@ -101,10 +136,10 @@ def _write_npy(result: _Array, counts: _Array | None, out: BinaryIO, stream: boo
 
 def _write_npz(result: _Array, counts: _Array | None, out: BinaryIO, stream: bool) -> None:
     arrays = {"result": result} if counts is None else {"result": result, "counts": counts}
-    if not stream:
+    if not stream and out.seekable():
         np.savez(out, allow_pickle=False, **arrays)
         return
-    # zipfile needs a seekable file; stdout is not, so build the archive in memory first.
+    # zipfile needs a seekable file; stdout or a FIFO is not, so build the archive in memory.
     buffer = io.BytesIO()
     np.savez(buffer, allow_pickle=False, **arrays)
     out.write(buffer.getbuffer())

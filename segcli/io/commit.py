@@ -1,0 +1,251 @@
+"""All outputs of a run, or none: a small transaction over files.
+
+``reserve`` checks each output path before any work, ``stage`` writes an output's bytes to a
+temporary file beside its target, ``commit`` renames them all at the end, and ``abort`` removes
+them. Used as a ``with`` block, an :class:`OutputSet` commits on success and
+aborts on any exception, a signal's included.
+
+Like the shell's ``>``: a symlink is written through (its target is replaced, the link stays), a
+write-protected file is refused, and FIFOs, character devices and ``/dev/fd/N`` are written
+directly (no temporary file, no rename, no seek), when staged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import stat
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import BinaryIO, cast
+
+from segcli.errors import UsageError, WriteError
+from segcli.signals import checkpoint, held
+
+TEMP_PREFIX = ".segcli-"
+
+#: A path that names an open descriptor (``/dev/fd/3``, ``/proc/self/fd/1``, what ``/dev/stdout``
+#: links to): whatever it points at, it is written in place, never renamed over.
+_DESCRIPTOR_PATH = re.compile(r"^/(?:dev/fd|proc/[^/]+/fd)/\d+$")
+
+
+@dataclass
+class _Output:
+    path: str  # as the user gave it: every message names it
+    option: str
+    target: str  # the file a commit replaces (a symlink's final target), or ``path`` if direct
+    direct: bool  # a FIFO or device: written in place when staged, nothing to commit
+    mode: int
+    identity: tuple[int, int] | None  # (device, inode) of an existing target
+    temp: str | None = None  # the staged bytes, until committed or aborted
+
+
+class OutputSet:
+    """The outputs of one run, committed together; see the module doc."""
+
+    def __init__(self) -> None:
+        self._outputs: dict[str, _Output] = {}
+        #: True once every rename is done: an interrupt after it may say the output was written.
+        self.committed = False
+
+    def __enter__(self) -> OutputSet:
+        return self
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        if kind is None:
+            self.commit()
+        else:
+            self.abort()
+
+    def reserve(self, path: str, option: str = "-o") -> None:
+        """Check now that ``path`` can be written (WriteError, exit 5, if not) and that no other
+        output of the run names the same file (UsageError)."""
+        output = _plan(path, option)
+        for other in self._outputs.values():
+            if not output.direct and _same_file(output, other):
+                raise UsageError(f"{option} {path} is the same file as {other.option} {other.path}")
+        if not output.direct:
+            # The one sure test that a file can be created there (root ignores a folder's mode,
+            # a read-only mount does not); removed at once, so a long run holds no empty file.
+            with held():
+                os.unlink(_create_temp(path, os.path.dirname(output.target)))
+        self._outputs[path] = output
+
+    def refuse_inputs(self, inputs: Mapping[str, str | None]) -> None:
+        """A UsageError if an output is one of ``inputs`` (``{option: path}``): replacing a file
+        the run reads would destroy it."""
+        for option, path in inputs.items():
+            if path is None or path == "-":
+                continue
+            for output in self._outputs.values():
+                if not output.direct and _is_same_path(output, path):
+                    raise UsageError(
+                        f"{output.option} {output.path} is the same file as {option} {path}"
+                    )
+
+    def is_direct(self, path: str) -> bool:
+        """Whether ``path`` is written in place (a FIFO or device): no seek, no rename."""
+        return self._output(path).direct
+
+    @contextlib.contextmanager
+    def stage(self, path: str) -> Iterator[BinaryIO]:
+        """A binary file for the bytes of ``path``: its temporary file, or the FIFO or device
+        itself. OS errors become WriteErrors naming ``path``."""
+        output = self._output(path)
+        if output.direct:
+            # Appending changes nothing for a FIFO or device, and keeps what the run already
+            # wrote when ``/dev/stdout`` is the shell's ``> file``: "wb" would truncate it.
+            name, mode = output.target, "ab"
+        else:
+            if output.temp is not None:
+                raise ValueError(f"{path} is staged twice")
+            with held():  # the name is recorded before any signal, so abort() finds it
+                output.temp = name = _create_temp(path, os.path.dirname(output.target))
+            mode = "wb"
+        try:
+            with open(name, mode) as handle:
+                yield cast(BinaryIO, handle)
+        except OSError as exc:
+            raise WriteError(f"{path}: cannot write ({_reason(exc)})") from exc
+        checkpoint("staged")
+
+    def commit(self) -> None:
+        """Rename every temporary file over its target; signals wait until all are done."""
+        unstaged = [o.path for o in self._outputs.values() if not o.direct and o.temp is None]
+        if unstaged:
+            self.abort()
+            raise ValueError(f"{', '.join(unstaged)}: reserved but never staged")
+        with held():
+            for output in self._outputs.values():
+                if output.temp is None:
+                    continue
+                try:
+                    os.chmod(output.temp, output.mode)
+                    os.replace(output.temp, output.target)
+                except OSError as exc:
+                    self.abort()
+                    raise WriteError(f"{output.path}: cannot write ({_reason(exc)})") from exc
+                output.temp = None
+            self.committed = True
+        checkpoint("committed")
+
+    def abort(self) -> None:
+        """Remove every temporary file; the targets stay as they were."""
+        with held():
+            for output in self._outputs.values():
+                if output.temp is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(output.temp)
+                    output.temp = None
+
+    def _output(self, path: str) -> _Output:
+        if path not in self._outputs:
+            raise ValueError(f"{path} was not reserved")
+        return self._outputs[path]
+
+
+@contextlib.contextmanager
+def atomic_output(path: str) -> Iterator[BinaryIO]:
+    """Yield a binary file that replaces ``path`` only if the ``with`` block succeeds.
+
+    One output's :class:`OutputSet`: on any exception, KeyboardInterrupt included, the temporary
+    file is removed and an existing ``path`` is left untouched.
+    """
+    with OutputSet() as outputs:
+        outputs.reserve(path)
+        with outputs.stage(path) as handle:
+            yield handle
+
+
+def _plan(path: str, option: str) -> _Output:
+    """Where ``path``'s bytes go, checked like the shell's ``>`` would, before any work."""
+    existing = _stat(path)
+    if existing is not None and stat.S_ISDIR(existing.st_mode):
+        raise WriteError(f"{path}: is a directory")
+    if _names_descriptor(path) or (existing is not None and not stat.S_ISREG(existing.st_mode)):
+        return _Output(path, option, path, True, 0, None)
+    # realpath follows every link, a dangling one's too: the target is replaced, the link kept.
+    target = os.path.realpath(path)
+    folder = os.path.dirname(target)
+    if not os.path.isdir(folder):
+        raise WriteError(f"{path}: folder {folder} does not exist")
+    if existing is None:
+        return _Output(path, option, target, False, 0o666 & ~_umask(), None)
+    if _write_protected(existing.st_mode, target):
+        raise WriteError(f"{path}: is write-protected; not replacing it")
+    identity = (existing.st_dev, existing.st_ino)
+    return _Output(path, option, target, False, stat.S_IMODE(existing.st_mode), identity)
+
+
+def _write_protected(mode: int, target: str) -> bool:
+    # A rename needs only the folder's permission, so the file's own is checked here, as the
+    # shell's ``>`` would. root passes os.access whatever the mode, so for root (and everyone)
+    # a file with no write bit at all counts as protected too.
+    return not os.access(target, os.W_OK) or not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _names_descriptor(path: str) -> bool:
+    """Whether ``path`` or a link on its way names an open descriptor (``/dev/stdout``)."""
+    current = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on links followed
+        if _DESCRIPTOR_PATH.match(current):
+            return True
+        if not os.path.islink(current):
+            return False
+        current = os.path.join(os.path.dirname(current), os.readlink(current))
+        current = os.path.abspath(current)
+    return False
+
+
+def _create_temp(path: str, folder: str) -> str:
+    try:
+        handle, temp = tempfile.mkstemp(dir=folder, prefix=TEMP_PREFIX)
+    except OSError as exc:
+        raise WriteError(f"{path}: cannot create a file in {folder} ({_reason(exc)})") from exc
+    os.close(handle)
+    return temp
+
+
+def _same_file(one: _Output, other: _Output) -> bool:
+    if one.identity is not None and one.identity == other.identity:
+        return True
+    return one.target == other.target
+
+
+def _is_same_path(output: _Output, path: str) -> bool:
+    found = _stat(path, quiet=True)
+    if found is not None and output.identity == (found.st_dev, found.st_ino):
+        return True
+    return output.target == os.path.realpath(path)
+
+
+def _stat(path: str, *, quiet: bool = False) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if quiet:
+            return None
+        raise WriteError(f"{path}: cannot write ({_reason(exc)})") from exc
+
+
+@functools.cache
+def _umask() -> int:
+    # The only portable way to read the umask is to set it and put it back.
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _reason(exc: OSError) -> str:
+    return exc.strerror or str(exc)

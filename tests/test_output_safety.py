@@ -1,0 +1,315 @@
+"""Writing a file is a promise: through symlinks, straight to FIFOs and devices, never over a
+write-protected file or an input, and every output of a run or none."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from segcli.cli import cli
+from segcli.errors import UsageError
+from segcli.io import OutputSet
+from segcli.io.commit import TEMP_PREFIX
+
+SEGCLI = (sys.executable, "-m", "segcli")
+FORMATS = ("npy", "npz", "parquet", "arrow", "csv", "tsv", "json")
+
+
+def run(*args: object):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def no_temp_files(*folders: Path) -> bool:
+    return not any(p.name.startswith(TEMP_PREFIX) for f in folders for p in f.iterdir())
+
+
+def error_lines(stderr: str) -> list[str]:
+    return [line for line in stderr.splitlines() if line.startswith("Error:")]
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[Path, Path]:
+    data, ids = tmp_path / "data.npy", tmp_path / "ids.npy"
+    np.save(data, np.array([1, 2, 3, 4], np.float32))
+    np.save(ids, np.array([0, 0, 2, 2], np.int32))
+    return data, ids
+
+
+# ---------------------------------------------------------------------------------------------
+# symlinks
+
+
+def test_output_through_a_symlink_replaces_its_target_and_keeps_the_link(pair, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    target = elsewhere / "real.npy"
+    target.write_bytes(b"old")
+    link = tmp_path / "link.npy"
+    link.symlink_to(target)
+    result = run("sum", *pair, "-q", "-o", link)
+    assert result.exit_code == 0, result.stderr
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    np.testing.assert_array_equal(np.load(target), [3, 0, 7])
+    assert no_temp_files(tmp_path, elsewhere)
+
+
+def test_output_through_a_dangling_symlink_creates_its_target(pair, tmp_path):
+    link = tmp_path / "link.json"
+    link.symlink_to("made.json")
+    result = run("sum", *pair, "-q", "-o", link)
+    assert result.exit_code == 0, result.stderr
+    assert link.is_symlink()
+    assert json.loads((tmp_path / "made.json").read_text())["values"] == [3.0, 0.0, 7.0]
+
+
+def test_summary_json_to_dev_stdout_writes_to_stdout_and_keeps_the_link(pair, tmp_path):
+    stdout = tmp_path / "stdout.txt"
+    with open(stdout, "wb") as handle:
+        before = os.fstat(handle.fileno()).st_ino
+        done = subprocess.run(
+            [*SEGCLI, "sum", *map(str, pair), "-q", "--summary-json", "/dev/stdout"],
+            stdout=handle,
+            stderr=subprocess.PIPE,
+            text=True,
+            check=False,
+        )
+    assert done.returncode == 0, done.stderr
+    assert Path("/dev/stdout").is_symlink()
+    # Written into the shell's file, not renamed over it: the same inode holds text and summary.
+    assert stdout.stat().st_ino == before
+    text = stdout.read_text()
+    assert text.startswith("0\t3.0\n1\t0.0\n2\t7.0\n")
+    assert json.loads(text[text.index("{") :])["op"] == "sum"
+    assert no_temp_files(tmp_path)
+
+
+# ---------------------------------------------------------------------------------------------
+# FIFOs, devices and /dev/fd/N
+
+
+def _read_all(path: str, into: list[bytes]) -> threading.Thread:
+    def read() -> None:
+        with open(path, "rb") as handle:
+            into.append(handle.read())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    return reader
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_format_streams_to_a_fifo_with_a_files_bytes(pair, tmp_path, fmt):
+    reference = tmp_path / f"reference.{fmt}"
+    assert run("mean", *pair, "-q", "-o", reference).exit_code == 0
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = _read_all(str(fifo), got)
+    result = run("mean", *pair, "-q", "-o", fifo, "--format", fmt)
+    reader.join(timeout=30)
+    assert result.exit_code == 0, result.stderr
+    assert got == [reference.read_bytes()]
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+    assert no_temp_files(tmp_path)
+
+
+def test_output_to_dev_fd_like_process_substitution(pair, tmp_path):
+    # ``-o >(gzip > x)`` hands segcli /dev/fd/N, the write end of a pipe.
+    read_end, write_end = os.pipe()
+    with os.fdopen(read_end, "rb") as reader:
+        done = subprocess.Popen(
+            [
+                *SEGCLI,
+                "sum",
+                *map(str, pair),
+                "-q",
+                "-o",
+                f"/dev/fd/{write_end}",
+                "--format",
+                "npy",
+            ],
+            pass_fds=(write_end,),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        os.close(write_end)
+        got = reader.read()
+        _, stderr = done.communicate(timeout=60)
+    assert done.returncode == 0, stderr
+    np.testing.assert_array_equal(np.load(io.BytesIO(got)), [3, 0, 7])
+    assert no_temp_files(tmp_path)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_format_writes_to_dev_null(pair, fmt):
+    result = run(
+        "sum", *pair, "-q", "-o", os.devnull, "--format", fmt, "--summary-json", os.devnull
+    )
+    assert result.exit_code == 0, result.stderr
+    assert Path(os.devnull).is_char_device()
+
+
+# ---------------------------------------------------------------------------------------------
+# write-protected outputs
+
+
+@pytest.mark.parametrize("via_link", [False, True])
+def test_write_protected_output_is_refused_and_unchanged(pair, tmp_path, via_link):
+    protected = tmp_path / "protected.npy"
+    protected.write_bytes(b"keep me")
+    protected.chmod(0o444)
+    out = protected
+    if via_link:
+        out = tmp_path / "link.npy"
+        out.symlink_to(protected)
+    result = run("sum", *pair, "-q", "-o", out)
+    assert result.exit_code == 5
+    assert result.stderr == f"Error: {out}: is write-protected; not replacing it\n"
+    assert protected.read_bytes() == b"keep me"
+    assert stat.S_IMODE(protected.stat().st_mode) == 0o444
+    assert no_temp_files(tmp_path)
+
+
+def test_write_protected_summary_json_is_refused_before_anything_is_written(pair, tmp_path):
+    summary = tmp_path / "s.json"
+    summary.write_text("{}")
+    summary.chmod(0o400)
+    result = run("sum", *pair, "-q", "-o", tmp_path / "x.npy", "--summary-json", summary)
+    assert result.exit_code == 5
+    assert error_lines(result.stderr) == [f"Error: {summary}: is write-protected; not replacing it"]
+    assert names(tmp_path) == ["data.npy", "ids.npy", "s.json"]
+
+
+# ---------------------------------------------------------------------------------------------
+# all outputs or none
+
+
+def test_an_unknown_output_format_is_refused_before_any_input_is_read(tmp_path):
+    result = run("sum", tmp_path / "missing.npy", tmp_path / "ids.npy", "-o", tmp_path / "x.bin")
+    assert result.exit_code == 2
+    assert error_lines(result.stderr)[0].startswith(f"Error: {tmp_path / 'x.bin'}: cannot tell")
+    assert names(tmp_path) == []
+
+
+def test_missing_summary_folder_fails_before_any_input_is_read(tmp_path):
+    # The inputs do not even exist: exit 5 (not 3) proves the outputs were checked first.
+    result = run(
+        "sum",
+        tmp_path / "missing.npy",
+        tmp_path / "missing-ids.npy",
+        "-o",
+        tmp_path / "x.npy",
+        "--summary-json",
+        tmp_path / "nodir" / "s.json",
+    )
+    assert result.exit_code == 5
+    assert result.stderr == (
+        f"Error: {tmp_path / 'nodir' / 's.json'}: folder {tmp_path / 'nodir'} does not exist\n"
+    )
+    assert names(tmp_path) == []
+
+
+def test_output_folder_is_checked_for_check_too(tmp_path):
+    summary = tmp_path / "nodir" / "s.json"
+    result = run("check", tmp_path / "missing.npy", tmp_path / "ids.npy", "--summary-json", summary)
+    assert result.exit_code == 5
+    assert names(tmp_path) == []
+
+
+def test_a_failed_check_writes_no_output_at_all(pair, tmp_path):
+    golden = tmp_path / "golden.npy"
+    np.save(golden, np.array([0, 0, 0], np.float32))
+    out, summary = tmp_path / "x.npy", tmp_path / "s.json"
+    result = run("sum", *pair, "-q", "-o", out, "--summary-json", summary, "--expect", golden)
+    assert result.exit_code == 4
+    assert names(tmp_path) == ["data.npy", "golden.npy", "ids.npy"]
+
+
+def test_both_outputs_are_written_together(pair, tmp_path):
+    out, summary = tmp_path / "x.parquet", tmp_path / "s.json"
+    result = run("sum", *pair, "-q", "-o", out, "--summary-json", summary)
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(summary.read_text())["output_path"] == str(out)
+    assert names(tmp_path) == ["data.npy", "ids.npy", "s.json", "x.parquet"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["-o", "x.npy", "--summary-json", "x.npy"],
+            "-o x.npy is the same file as --summary-json x.npy",
+        ),
+        (["-o", "data.npy"], "-o data.npy is the same file as DATA data.npy"),
+        (["--summary-json", "ids.npy"], "--summary-json ids.npy is the same file as IDS ids.npy"),
+        (["-o", "hard.npy"], "-o hard.npy is the same file as DATA data.npy"),
+        (["-o", "soft.npy"], "-o soft.npy is the same file as DATA data.npy"),
+        (["-o", "g.npy", "--expect", "g.npy"], "-o g.npy is the same file as --expect g.npy"),
+    ],
+)
+def test_an_output_that_is_another_output_or_an_input_is_a_usage_error(
+    pair, tmp_path, monkeypatch, args, message
+):
+    monkeypatch.chdir(tmp_path)
+    os.link("data.npy", "hard.npy")
+    os.symlink("data.npy", "soft.npy")
+    np.save("g.npy", np.zeros(3, np.float32))
+    before = {name: (tmp_path / name).read_bytes() for name in names(tmp_path)}
+    result = run("sum", "data.npy", "ids.npy", "-q", *args)
+    assert result.exit_code == 2
+    assert error_lines(result.stderr) == [f"Error: {message}"]
+    assert {name: (tmp_path / name).read_bytes() for name in names(tmp_path)} == before
+
+
+# ---------------------------------------------------------------------------------------------
+# the transaction itself
+
+
+def test_output_set_commits_every_output_together(tmp_path):
+    paths = [str(tmp_path / name) for name in ("a.bin", "b.bin", "c.bin")]
+    with OutputSet() as outputs:
+        for path in paths:
+            outputs.reserve(path)
+        assert names(tmp_path) == []  # a long run holds no empty file
+        for path in paths:
+            with outputs.stage(path) as handle:
+                handle.write(path.encode())
+        assert all(name.startswith(TEMP_PREFIX) for name in names(tmp_path))
+        assert not outputs.committed
+    assert outputs.committed
+    assert names(tmp_path) == ["a.bin", "b.bin", "c.bin"]
+    assert all(Path(p).read_text() == p for p in paths)
+
+
+def test_output_set_aborted_removes_every_staged_file(tmp_path):
+    (tmp_path / "a.bin").write_bytes(b"old")
+    with pytest.raises(RuntimeError), OutputSet() as outputs:
+        outputs.reserve(str(tmp_path / "a.bin"))
+        outputs.reserve(str(tmp_path / "b.bin"))
+        with outputs.stage(str(tmp_path / "a.bin")) as handle:
+            handle.write(b"new")
+        raise RuntimeError("a later step failed")
+    assert not outputs.committed
+    assert names(tmp_path) == ["a.bin"]
+    assert (tmp_path / "a.bin").read_bytes() == b"old"
+
+
+def test_output_set_two_names_for_one_file(tmp_path):
+    with pytest.raises(UsageError, match="same file"), OutputSet() as outputs:
+        outputs.reserve(str(tmp_path / "x.bin"))
+        outputs.reserve(str(tmp_path / "." / "x.bin"), "--summary-json")
+    assert names(tmp_path) == []
