@@ -194,6 +194,12 @@ def _make_op_command(op: str) -> click.Command:
         help="GPU engine: float sums with atomics; faster, but the last bits may differ "
         "from run to run.",
     )
+    @click.option(
+        "--float-format",
+        metavar="FMT",
+        help="printf format of float values in text, csv and tsv output (e.g. %.6g) "
+        "[default: the shortest text that reads back exactly].",
+    )
     @click.option("--no-progress", is_flag=True, help="No progress bar on long runs.")
     @click.option(
         "--scheduler",

@@ -52,6 +52,8 @@ class RunRequest:
     scheduler: str | None = None
     #: GPU engine: float sums with atomics (faster; the last bits may vary from run to run).
     fast_atomics: bool = False
+    #: printf-style format of float values in text outputs (stdout lines, csv, tsv).
+    float_format: str | None = None
 
     def compute_engine(self) -> str | Engine:
         """The engine to pass to the core: a name, or the GPU engine built with its options."""
@@ -201,6 +203,7 @@ def run(
     renamed only on success.
     """
     streams = streams or Streams()
+    _check_output_options(request)
     if "-" in (request.data, request.ids):
         streams.stdin = _peekable_stdin(streams)
     if request.engine == "dask":
@@ -322,11 +325,19 @@ def _chunked_facts(path: str, source: io.ChunkSource, rows: int) -> InputFacts:
     return InputFacts(path, source.label, fmt, shape, str(source.dtype), size)
 
 
+def _check_output_options(request: RunRequest) -> None:
+    """Output options that cannot apply fail before any input is read."""
+    fmt = None
+    if request.output is not None:
+        fmt = io.output_format(request.output, request.output_format)
+    io.check_text_output(fmt, request.float_format)
+
+
 def _write(reduction: core.Reduction, request: RunRequest, streams: Streams) -> str | None:
     if request.output is None:
         text = streams.stdout_text or sys.stdout
-        for line in io.format_text_lines(reduction.result):
-            text.write(line + "\n")
+        for block in io.text_blocks(reduction.result, "\t", float_format=request.float_format):
+            text.write(block.decode())
         text.flush()
         return None
     return io.write_result(
@@ -335,6 +346,7 @@ def _write(reduction: core.Reduction, request: RunRequest, streams: Streams) -> 
         request.output_format,
         stdout=streams.stdout_binary,
         counts=reduction.counts,
+        float_format=request.float_format,
     )
 
 
