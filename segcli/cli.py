@@ -87,6 +87,18 @@ def input_options(command: F) -> F:
         click.option("--data-key", metavar="KEY", help="Array of DATA in an .npz file."),
         click.option("--ids-key", metavar="KEY", help="Array of the ids in an .npz file."),
         click.option(
+            "--delimiter",
+            metavar="CHAR",
+            help="Field delimiter of CSV/TSV input ('\\t' for a tab) "
+            "[default: ',', a tab for .tsv].",
+        ),
+        click.option(
+            "--no-header",
+            is_flag=True,
+            help="CSV/TSV input has no header line: columns are named by position from 1 "
+            "(--data-column 1 is the first field).",
+        ),
+        click.option(
             "--memory-limit",
             metavar="SIZE",
             help="Stream inputs larger than SIZE (e.g. 512MB, 2GB) in blocks "

@@ -29,7 +29,7 @@ from segcli.io.npy import (
     to_native,
 )
 from segcli.io.read import DATA_ROLE, IDS_ROLE, refuse_option
-from segcli.io.tables import TableFile, open_table
+from segcli.io.tables import CSV_HEAD_BYTES, CsvOptions, TableFile, open_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -57,13 +57,15 @@ def open_chunked(
     key: str | None = None,
     role: str = "data",
     stdin: Readable | None = None,
+    csv: CsvOptions | None = None,
 ) -> ChunkSource:
     """Open ``path`` for streaming; ``column`` picks a table column, ``key`` an npz array.
 
     ``role`` ("data" or "ids") only chooses the option names error messages suggest. The
     header or metadata is read now, so shape and dtype errors come before any data is read.
-    CSV/TSV files are read whole (they are parsed in full anyway) and sliced. ``-`` streams a
-    ``.npy`` from ``stdin`` (an Arrow stream on stdin is read whole by ``read_inputs``).
+    CSV/TSV files (split as ``csv`` says) are parsed block by block; their length is known
+    only at their end. ``-`` streams a ``.npy`` from ``stdin`` (an Arrow stream on stdin is read
+    whole by ``read_inputs``).
     """
     if path == "-":
         if stdin is None:
@@ -81,11 +83,10 @@ def open_chunked(
             chosen = pick_key(archive, key, path, options.key_option)
         return NpyChunks(f"{path}:{chosen}", lambda: _npz_member(path, chosen))
     refuse_option(options.key_option, key, path)
-    table = open_table(path, fmt)
+    table = open_table(path, fmt, csv)
     name = table.pick(column, options.column_option)
     if fmt in ("csv", "tsv"):
-        [array] = table.arrays([name])
-        return ArrayChunks(f"{path}:{name}", array)
+        return CsvChunks(table, name)
     return TableChunks(table, name)
 
 
@@ -183,6 +184,51 @@ class ArrayChunks:
         _check_rows(rows)
         for start in range(0, self.shape[0], rows):
             yield self._array[start : start + rows]
+
+
+class CsvChunks:
+    """Row blocks of one column of a CSV/TSV file (plain or compressed), parsed a block of
+    text at a time, so memory follows the block size and not the file.
+
+    The column's type is inferred from the file's first block of text, as pyarrow's own
+    streaming reader does, and then fixed: a later value that does not fit it (``1.5`` in a
+    column of whole numbers) is a ReadError naming it.
+    """
+
+    _MIN_BLOCK_BYTES = 1 << 16
+    _MAX_BLOCK_BYTES = 1 << 18  # pyarrow reads several blocks ahead; larger ones were no faster
+
+    def __init__(self, table: TableFile, column: str) -> None:
+        import pyarrow as pa
+
+        self._table = table
+        self._where = ColumnRef(table.label, column)
+        self.label = self._where.label
+        self.note = table.note(column)
+        with table.errors():
+            head = table.csv_head([column], CSV_HEAD_BYTES)
+        self._type = head.schema.field(column).type
+        check_type(self._type, self._where)
+        self._row_bytes = max(1, CSV_HEAD_BYTES // max(head.num_rows, 1))
+        sample = column_to_numpy(pa.array([], type=self._type), self._where)
+        self.shape: tuple[int, ...] = (UNKNOWN_ROWS,)
+        self.dtype: np.dtype[Any] = sample.dtype
+
+    def chunks(self, rows: int) -> Iterator[_Array]:
+        """Blocks of exactly ``rows`` rows but the last, checked for nulls."""
+        _check_rows(rows)
+        block_bytes = min(max(rows * self._row_bytes, self._MIN_BLOCK_BYTES), self._MAX_BLOCK_BYTES)
+        with self._table.errors():
+            reader = self._table.csv_batches(
+                [self._where.column], block_bytes, types={self._where.column: self._type}
+            )
+            arrays = (batch.column(0) for batch in reader)
+            yield from _same_inner_shape(
+                _reblock(arrays, rows),
+                self._where,
+                self.shape,
+                lambda piece, start: column_to_numpy(piece, self._where, first_row=start),
+            )
 
 
 class TableChunks:
