@@ -241,6 +241,7 @@ class TableChunks:
         self._table = table
         self._layout = value_layout(schema, column, table.label)
         self.label = self._where.label
+        self.note = table.note(column)
         with table.errors():
             total = self._count_rows()
             first = next(_reblock(self._batches(1), 1), None)
