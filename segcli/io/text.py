@@ -180,11 +180,49 @@ def _float_cells(values: _Array) -> pa.Array:
     cells = _patch(
         cells, padded, lambda part: pc.replace_substring_regex(part, r"e([+-])(\d)$", r"e\10\2")
     )
-    numpy_only = finite & (positional == arrow_scientific)
+    large = finite & ~positional & ~arrow_scientific & (magnitude >= 1)
+    cells = _patch(cells, large, _large_to_scientific)
+    small = finite & ~positional & ~arrow_scientific & (magnitude < 1)
+    cells = _patch(cells, small, _small_to_scientific)
+    # Left: values NumPy prints positionally that Arrow gave in scientific notation.
+    numpy_only = finite & positional & arrow_scientific
     if numpy_only.any():
         strings = pa.array(value_strings(values[numpy_only]).tolist(), pa.string())
         cells = pc.replace_with_mask(cells, pa.array(numpy_only), strings)
     return cells
+
+
+def _large_to_scientific(cells: pa.Array) -> pa.Array:
+    """``-1234567.5`` -> ``-1.2345675e+06``: Arrow's positional text of |x| >= 1 as NumPy's
+    scientific one (trailing zeros dropped, exponent of at least two digits)."""
+    import pyarrow.compute as pc
+
+    parts = pc.extract_regex(cells, r"^(?P<sign>-?)(?P<lead>\d)(?P<rest>\d*)(?:\.(?P<frac>\d*))?$")
+    rest = parts.field("rest")
+    digits = pc.binary_join_element_wise(rest, parts.field("frac"), "")
+    exponent = pc.utf8_lpad(pc.cast(pc.utf8_length(rest), "string"), 2, "0")
+    return _scientific(parts.field("sign"), parts.field("lead"), digits, "e+", exponent)
+
+
+def _small_to_scientific(cells: pa.Array) -> pa.Array:
+    """``-0.0000125`` -> ``-1.25e-05``: Arrow's positional text of |x| < 1 as NumPy's."""
+    import pyarrow.compute as pc
+
+    parts = pc.extract_regex(cells, r"^(?P<sign>-?)0\.(?P<zeros>0*)(?P<lead>\d)(?P<rest>\d*)$")
+    places = pc.add(pc.utf8_length(parts.field("zeros")), 1)
+    exponent = pc.utf8_lpad(pc.cast(places, "string"), 2, "0")
+    return _scientific(
+        parts.field("sign"), parts.field("lead"), parts.field("rest"), "e-", exponent
+    )
+
+
+def _scientific(sign: Any, lead: Any, digits: Any, e: str, exponent: Any) -> pa.Array:
+    """``{sign}{lead}[.{digits less trailing zeros}]{e}{exponent}``."""
+    import pyarrow.compute as pc
+
+    digits = pc.replace_substring_regex(digits, "0+$", "")
+    dotted = pc.if_else(pc.equal(digits, ""), "", pc.binary_join_element_wise(".", digits, ""))
+    return pc.binary_join_element_wise(sign, lead, dotted, e, exponent, "")
 
 
 def _patch(cells: pa.Array, mask: _Array, change: Any) -> pa.Array:
