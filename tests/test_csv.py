@@ -322,3 +322,14 @@ def test_crafted_metadata(tmp_path: Path, fmt: str, key: bytes, value: bytes, us
     one_error_line(result, 3, f"crafted.{fmt}: bad {key.decode()} in the schema metadata")
     assert len(result.stderr.strip().splitlines()) == 1 and len(result.stderr) < 300
     assert not (tmp_path / "o.npy").exists()
+
+
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "2"]])
+def test_no_header_gzipped_tsv(tmp_path: Path, chunks: list[str]) -> None:
+    path = tmp_path / "t.tsv.gz"
+    path.write_bytes(gzip.compress(b"0\t1.5\n0\t2\n1\t-inf\n"))
+    result = run(
+        "sum", path, "--no-header", "--data-column", "2", "--ids-column", "1", "-q", *chunks
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "0\t3.5\n1\t-inf\n"

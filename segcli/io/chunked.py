@@ -168,24 +168,6 @@ def _npz_member(path: str, key: str) -> Iterator[Readable]:
         yield member
 
 
-class ArrayChunks:
-    """Row blocks of an array already in memory (CSV/TSV inputs)."""
-
-    def __init__(self, label: str, array: _Array) -> None:
-        if array.ndim == 0:
-            raise InvalidInputError(f"{label}: holds a scalar; need at least one axis to stream")
-        self.label = label
-        self.shape: tuple[int, ...] = array.shape
-        self.dtype: np.dtype[Any] = array.dtype
-        self._array = array
-
-    def chunks(self, rows: int) -> Iterator[_Array]:
-        """Views of consecutive ``rows``-row slices."""
-        _check_rows(rows)
-        for start in range(0, self.shape[0], rows):
-            yield self._array[start : start + rows]
-
-
 class CsvChunks:
     """Row blocks of one column of a CSV/TSV file (plain or compressed), parsed a block of
     text at a time, so memory follows the block size and not the file.

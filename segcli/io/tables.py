@@ -153,16 +153,16 @@ class TableFile:
     @cached_property
     def _positional_names(self) -> list[str]:
         """ "1", "2", ... for each field of the first line of a file without a header."""
+        import pyarrow as pa
         import pyarrow.csv as pcsv
 
         with self.errors():
-            reader = pcsv.open_csv(
-                self._input(),
+            first = pcsv.read_csv(
+                pa.BufferReader(self._head(CSV_HEAD_BYTES)),
                 read_options=pcsv.ReadOptions(autogenerate_column_names=True),
                 parse_options=self.parse_options(),
             )
-            count = len(reader.schema)
-        return [str(i) for i in range(1, count + 1)]
+        return [str(i) for i in range(1, first.num_columns + 1)]
 
     def note(self, column: str) -> str | None:
         """How ``column``'s values are converted on reading, for the summary (or None)."""
@@ -227,18 +227,22 @@ class TableFile:
         import pyarrow as pa
         import pyarrow.csv as pcsv
 
-        with self._input() as stream:
-            head = stream.read(size)
-        if len(head) == size and b"\n" in head:
-            head = head[: head.rindex(b"\n") + 1]
         return pcsv.read_csv(
-            pa.BufferReader(head),
+            pa.BufferReader(self._head(size)),
             read_options=self.read_options(),
             parse_options=self.parse_options(),
             convert_options=self._convert_all()
             if columns is None
             else self.convert_options(columns),
         )
+
+    def _head(self, size: int) -> bytes:
+        """The whole lines within the first ``size`` bytes of text (decompressed)."""
+        with self._input() as stream:
+            head: bytes = stream.read(size)
+        if len(head) == size and b"\n" in head:
+            head = head[: head.rindex(b"\n") + 1]
+        return head
 
     def csv_batches(
         self,
