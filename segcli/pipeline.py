@@ -353,6 +353,8 @@ def _chunked_facts(path: str, source: io.ChunkSource, rows: int) -> InputFacts:
 
 def _check_output_options(request: RunRequest) -> None:
     """Output options that cannot apply fail before any input is read."""
+    if request.float_format is None:
+        return
     fmt = None
     if request.output is not None:
         fmt = io.output_format(request.output, request.output_format)
