@@ -64,8 +64,7 @@ class RunRequest:
         if self.delimiter is None and not self.no_header:
             return None
         delimiter = io.check_delimiter(self.delimiter)
-        paths = [p for p in (self.data, self.ids) if p not in (None, "-")]
-        if not any(io.is_csv_path(p) for p in paths if p is not None):
+        if not any(io.is_csv_path(p) for p in (self.data, self.ids) if p is not None):
             option = "--delimiter" if self.delimiter is not None else "--no-header"
             raise UsageError(f"{option} applies to CSV/TSV inputs only")
         return io.CsvOptions(delimiter, header=not self.no_header)

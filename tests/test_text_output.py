@@ -87,8 +87,21 @@ def test_floats_print_as_numpy_does(dtype: type) -> None:
         RNG.standard_normal(6000) > 0,
         RNG.standard_normal((6000, 2, 3)).astype(np.float32),
         np.zeros((6000, 0), np.float32),
+        np.arange(6000).astype(">f4") / 7,
+        np.arange(6000).astype(">i8"),
     ],
-    ids=["int8", "uint64", "int64", "float16", "complex64", "bool", "inner", "empty-inner"],
+    ids=[
+        "int8",
+        "uint64",
+        "int64",
+        "float16",
+        "complex64",
+        "bool",
+        "inner",
+        "empty-inner",
+        "big-endian-float",
+        "big-endian-int",
+    ],
 )
 def test_other_dtypes_and_shapes_print_as_before(values: np.ndarray) -> None:
     assert len(values) > ARROW_FROM_ROWS  # the fast path, not the small-result one

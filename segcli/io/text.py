@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 BLOCK_ROWS = 1 << 18  # rows converted at once: bounds the temporary string arrays
-_MAX_THREADS = 4
+_MAX_THREADS = 4  # blocks formatted at once; more gained little over 4 cores
 ARROW_FROM_ROWS = 4096  # smaller results are formatted by NumPy alone: no pyarrow import
 
 _Array = np.ndarray[Any, Any]
@@ -145,6 +145,7 @@ def _cells(values: _Array, float_format: str | None) -> pa.Array:
     import pyarrow as pa
     import pyarrow.compute as pc
 
+    values = values.astype(values.dtype.newbyteorder("="), copy=False)  # Arrow: native only
     kind = values.dtype.kind
     if kind in "iu":
         return pc.cast(pa.array(values), pa.string())
