@@ -109,7 +109,7 @@ def test_streamed_csv_value_past_the_first_block_of_another_type(tmp_path: Path)
     path = tmp_path / "t.csv"
     path.write_text("v,s\n" + "1,0\n" * 300_000 + "1.5,0\n")
     result = run(*SUM, path, "--chunk-rows", 1000, "-o", tmp_path / "o.npy")
-    one_error_line(result, 3, "t.csv", "'1.5'")
+    one_error_line(result, 3, "t.csv: column 'v' holds '1.5' after its first rows", "int64")
     assert not (tmp_path / "o.npy").exists()
 
 

@@ -8,6 +8,7 @@ files with the same ``rows`` line up block by block.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -200,7 +201,7 @@ class CsvChunks:
         """Blocks of exactly ``rows`` rows but the last, checked for nulls."""
         _check_rows(rows)
         block_bytes = min(max(rows * self._row_bytes, self._MIN_BLOCK_BYTES), self._MAX_BLOCK_BYTES)
-        with self._table.errors():
+        with self._table.errors(), self._type_kept():
             reader = self._table.csv_batches(
                 [self._where.column], block_bytes, types={self._where.column: self._type}
             )
@@ -211,6 +212,23 @@ class CsvChunks:
                 self.shape,
                 lambda piece, start: column_to_numpy(piece, self._where, first_row=start),
             )
+
+    @contextlib.contextmanager
+    def _type_kept(self) -> Iterator[None]:
+        """A value past the first block that does not fit the column's type: say so, and how
+        to get the widened column a whole read gives."""
+        try:
+            yield
+        except ValueError as exc:
+            found = _CSV_CONVERSION.search(str(exc))
+            if found is None:
+                raise
+            raise ReadError(
+                f"{self._where.file}: column '{self._where.column}' holds {found[1]} after its "
+                f"first rows, which made it {self._type}; a streamed CSV keeps that type (write "
+                "the early values in the wider type, or read the file whole: no --chunk-rows "
+                "and a --memory-limit above its size)"
+            ) from exc
 
 
 class TableChunks:
@@ -319,6 +337,8 @@ def _reblock(arrays: Iterator[pa.Array], rows: int) -> Iterator[pa.Array]:
     if pending:
         yield pending[0] if len(pending) == 1 else pa.concat_arrays(pending)
 
+
+_CSV_CONVERSION = re.compile(r"CSV conversion error to \w+: invalid value ('.*')")
 
 #: ``shape[0]`` of a source whose length is known only once it has been read (a stream).
 UNKNOWN_ROWS = -1
