@@ -91,6 +91,18 @@ def input_options(command: F) -> F:
         click.option("--data-key", metavar="KEY", help="Array of DATA in an .npz file."),
         click.option("--ids-key", metavar="KEY", help="Array of the ids in an .npz file."),
         click.option(
+            "--delimiter",
+            metavar="CHAR",
+            help="Field delimiter of CSV/TSV input ('\\t' for a tab) "
+            "[default: ',', a tab for .tsv].",
+        ),
+        click.option(
+            "--no-header",
+            is_flag=True,
+            help="CSV/TSV input has no header line: columns are named by position from 1 "
+            "(--data-column 1 is the first field).",
+        ),
+        click.option(
             "--memory-limit",
             metavar="SIZE",
             help="Stream inputs larger than SIZE (e.g. 512MB, 2GB) in blocks "
@@ -225,6 +237,12 @@ def _make_op_command(op: str) -> click.Command:
         is_flag=True,
         help="GPU engine: float sums with atomics; faster, but the last bits may differ "
         "from run to run.",
+    )
+    @click.option(
+        "--float-format",
+        metavar="FMT",
+        help="printf format of float values in text, csv and tsv output (e.g. %.6g) "
+        "[default: the shortest text that reads back exactly].",
     )
     @click.option("--no-progress", is_flag=True, help="No progress bar on long runs.")
     @click.option(

@@ -53,6 +53,22 @@ class RunRequest:
     scheduler: str | None = None
     #: GPU engine: float sums with atomics (faster; the last bits may vary from run to run).
     fast_atomics: bool = False
+    #: printf-style format of float values in text outputs (stdout lines, csv, tsv).
+    float_format: str | None = None
+    #: CSV/TSV input: the field delimiter (default ``,``, a tab for .tsv) and no header line
+    #: (columns then named "1", "2", ... by position).
+    delimiter: str | None = None
+    no_header: bool = False
+
+    def csv_options(self) -> io.CsvOptions | None:
+        """How to split CSV/TSV inputs; a UsageError if given and no input is CSV/TSV."""
+        if self.delimiter is None and not self.no_header:
+            return None
+        delimiter = io.check_delimiter(self.delimiter)
+        if not any(io.is_csv_path(p) for p in (self.data, self.ids) if p is not None):
+            option = "--delimiter" if self.delimiter is not None else "--no-header"
+            raise UsageError(f"{option} applies to CSV/TSV inputs only")
+        return io.CsvOptions(delimiter, header=not self.no_header)
 
     def compute_engine(self) -> str | Engine:
         """The engine to pass to the core: a name, or the GPU engine built with its options."""
@@ -183,11 +199,14 @@ def _read(request: RunRequest, streams: Streams) -> tuple[io.ArrayInput, io.Arra
         data_key=request.data_key,
         ids_key=request.ids_key,
         stdin=streams.stdin,
+        csv=request.csv_options(),
     )
 
 
 def _facts(item: io.ArrayInput) -> InputFacts:
-    return input_facts(item.path, item.label, item.fmt, item.array)
+    facts = input_facts(item.path, item.label, item.fmt, item.array)
+    facts.note = item.note
+    return facts
 
 
 def reserve_outputs(request: RunRequest, outputs: io.OutputSet) -> None:
@@ -220,6 +239,8 @@ def run(
             return run(request, streams, progress, own)
     checkpoint("reduce")
     streams = streams or Streams()
+    _check_output_options(request)
+    request.csv_options()
     if "-" in (request.data, request.ids):
         streams.stdin = _peekable_stdin(streams)
     if request.engine == "dask":
@@ -299,11 +320,17 @@ def _reduce_streaming(
         assert stdin is not None
         data, ids = io.open_arrow_stream_columns(stdin, [request.data_column, request.ids_column])
     else:
+        csv = request.csv_options()
         data = io.open_chunked(
-            data_path, column=request.data_column, key=request.data_key, stdin=stdin
+            data_path, column=request.data_column, key=request.data_key, stdin=stdin, csv=csv
         )
         ids = io.open_chunked(
-            ids_path, column=request.ids_column, key=request.ids_key, role="ids", stdin=stdin
+            ids_path,
+            column=request.ids_column,
+            key=request.ids_key,
+            role="ids",
+            stdin=stdin,
+            csv=csv,
         )
     if data_checked_for is not None:
         ops.check_dtype(data_checked_for, data.dtype, data.label)
@@ -338,7 +365,18 @@ def _chunked_facts(path: str, source: io.ChunkSource, rows: int) -> InputFacts:
         fmt = "arrow" if streamed else "npy"
     else:
         fmt = os.path.splitext(path)[1].lstrip(".").lower() or "?"
-    return InputFacts(path, source.label, fmt, shape, str(source.dtype), size)
+    note = getattr(source, "note", None)
+    return InputFacts(path, source.label, fmt, shape, str(source.dtype), size, note)
+
+
+def _check_output_options(request: RunRequest) -> None:
+    """Output options that cannot apply fail before any input is read."""
+    if request.float_format is None:
+        return
+    fmt = None
+    if request.output is not None:
+        fmt = io.output_format(request.output, request.output_format)
+    io.check_text_output(fmt, request.float_format)
 
 
 def _write(
@@ -346,8 +384,8 @@ def _write(
 ) -> str | None:
     if request.output is None:
         text = streams.stdout_text or sys.stdout
-        for line in io.format_text_lines(reduction.result):
-            text.write(line + "\n")
+        for block in io.text_blocks(reduction.result, "\t", float_format=request.float_format):
+            text.write(block.decode())
         text.flush()
         return None
     return io.write_result(
@@ -357,6 +395,7 @@ def _write(
         stdout=streams.stdout_binary,
         counts=reduction.counts,
         outputs=outputs,
+        float_format=request.float_format,
     )
 
 

@@ -28,6 +28,8 @@ class InputFacts:
     shape: list[int]
     dtype: str
     bytes: int
+    #: How the values were converted on reading, e.g. "decimal128(10, 2) read as float64".
+    note: str | None = None
 
 
 @dataclass
@@ -202,6 +204,9 @@ def summary_rows(summary: Summary) -> list[tuple[str, str]]:
             f"range [{_number(s.result_min)}, {_number(s.result_max)}], {s.nan_count:,} NaN",
         ),
         ("time", f"{s.total_seconds * 1000:.1f} ms ({times})"),
+    ]
+    rows += [
+        ("note", f"{role}: {f.note}") for role, f in (("data", s.data), ("ids", s.ids)) if f.note
     ]
     if rate is not None:
         rows.append(

@@ -12,21 +12,27 @@ from segcli.io.describe import describe
 from segcli.io.formats import output_format
 from segcli.io.read import ArrayInput, read_inputs
 from segcli.io.results import read_result_table
-from segcli.io.text import format_text_lines
-from segcli.io.write import write_result
+from segcli.io.tables import CsvOptions, check_delimiter, is_csv_path
+from segcli.io.text import format_text_lines, text_blocks
+from segcli.io.write import check_text_output, write_result
 
 __all__ = [
     "UNKNOWN_ROWS",
     "ArrayInput",
     "ChunkSource",
+    "CsvOptions",
     "OutputSet",
     "atomic_output",
+    "check_delimiter",
+    "check_text_output",
     "describe",
     "format_text_lines",
+    "is_csv_path",
     "open_arrow_stream_columns",
     "open_chunked",
     "output_format",
     "read_inputs",
     "read_result_table",
+    "text_blocks",
     "write_result",
 ]

@@ -8,6 +8,7 @@ files with the same ``rows`` line up block by block.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,7 +30,7 @@ from segcli.io.npy import (
     to_native,
 )
 from segcli.io.read import DATA_ROLE, IDS_ROLE, refuse_option
-from segcli.io.tables import TableFile, open_table
+from segcli.io.tables import CSV_HEAD_BYTES, CsvOptions, TableFile, open_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -57,13 +58,15 @@ def open_chunked(
     key: str | None = None,
     role: str = "data",
     stdin: Readable | None = None,
+    csv: CsvOptions | None = None,
 ) -> ChunkSource:
     """Open ``path`` for streaming; ``column`` picks a table column, ``key`` an npz array.
 
     ``role`` ("data" or "ids") only chooses the option names error messages suggest. The
     header or metadata is read now, so shape and dtype errors come before any data is read.
-    CSV/TSV files are read whole (they are parsed in full anyway) and sliced. ``-`` streams a
-    ``.npy`` from ``stdin`` (an Arrow stream on stdin is read whole by ``read_inputs``).
+    CSV/TSV files (split as ``csv`` says) are parsed block by block; their length is known
+    only at their end. ``-`` streams a ``.npy`` from ``stdin`` (an Arrow stream on stdin is read
+    whole by ``read_inputs``).
     """
     if path == "-":
         if stdin is None:
@@ -81,11 +84,10 @@ def open_chunked(
             chosen = pick_key(archive, key, path, options.key_option)
         return NpyChunks(f"{path}:{chosen}", lambda: _npz_member(path, chosen))
     refuse_option(options.key_option, key, path)
-    table = open_table(path, fmt)
+    table = open_table(path, fmt, csv)
     name = table.pick(column, options.column_option)
     if fmt in ("csv", "tsv"):
-        [array] = table.arrays([name])
-        return ArrayChunks(f"{path}:{name}", array)
+        return CsvChunks(table, name)
     return TableChunks(table, name)
 
 
@@ -167,22 +169,66 @@ def _npz_member(path: str, key: str) -> Iterator[Readable]:
         yield member
 
 
-class ArrayChunks:
-    """Row blocks of an array already in memory (CSV/TSV inputs)."""
+class CsvChunks:
+    """Row blocks of one column of a CSV/TSV file (plain or compressed), parsed a block of
+    text at a time, so memory follows the block size and not the file.
 
-    def __init__(self, label: str, array: _Array) -> None:
-        if array.ndim == 0:
-            raise InvalidInputError(f"{label}: holds a scalar; need at least one axis to stream")
-        self.label = label
-        self.shape: tuple[int, ...] = array.shape
-        self.dtype: np.dtype[Any] = array.dtype
-        self._array = array
+    The column's type is inferred from the file's first block of text, as pyarrow's own
+    streaming reader does, and then fixed: a later value that does not fit it (``1.5`` in a
+    column of whole numbers) is a ReadError naming it.
+    """
+
+    _MIN_BLOCK_BYTES = 1 << 16
+    _MAX_BLOCK_BYTES = 1 << 18  # pyarrow reads several blocks ahead; larger ones were no faster
+
+    def __init__(self, table: TableFile, column: str) -> None:
+        import pyarrow as pa
+
+        self._table = table
+        self._where = ColumnRef(table.label, column)
+        self.label = self._where.label
+        self.note = table.note(column)
+        with table.errors():
+            head = table.csv_head([column], CSV_HEAD_BYTES)
+        self._type = head.schema.field(column).type
+        check_type(self._type, self._where)
+        self._row_bytes = max(1, CSV_HEAD_BYTES // max(head.num_rows, 1))
+        sample = column_to_numpy(pa.array([], type=self._type), self._where)
+        self.shape: tuple[int, ...] = (UNKNOWN_ROWS,)
+        self.dtype: np.dtype[Any] = sample.dtype
 
     def chunks(self, rows: int) -> Iterator[_Array]:
-        """Views of consecutive ``rows``-row slices."""
+        """Blocks of exactly ``rows`` rows but the last, checked for nulls."""
         _check_rows(rows)
-        for start in range(0, self.shape[0], rows):
-            yield self._array[start : start + rows]
+        block_bytes = min(max(rows * self._row_bytes, self._MIN_BLOCK_BYTES), self._MAX_BLOCK_BYTES)
+        with self._table.errors(), self._type_kept():
+            reader = self._table.csv_batches(
+                [self._where.column], block_bytes, types={self._where.column: self._type}
+            )
+            arrays = (batch.column(0) for batch in reader)
+            yield from _same_inner_shape(
+                _reblock(arrays, rows),
+                self._where,
+                self.shape,
+                lambda piece, start: column_to_numpy(piece, self._where, first_row=start),
+            )
+
+    @contextlib.contextmanager
+    def _type_kept(self) -> Iterator[None]:
+        """A value past the first block that does not fit the column's type: say so, and how
+        to get the widened column a whole read gives."""
+        try:
+            yield
+        except ValueError as exc:
+            found = _CSV_CONVERSION.search(str(exc))
+            if found is None:
+                raise
+            raise ReadError(
+                f"{self._where.file}: column '{self._where.column}' holds {found[1]} after its "
+                f"first rows, which made it {self._type}; a streamed CSV keeps that type (write "
+                "the early values in the wider type, or read the file whole: no --chunk-rows "
+                "and a --memory-limit above its size)"
+            ) from exc
 
 
 class TableChunks:
@@ -195,6 +241,7 @@ class TableChunks:
         self._table = table
         self._layout = value_layout(schema, column, table.label)
         self.label = self._where.label
+        self.note = table.note(column)
         with table.errors():
             total = self._count_rows()
             first = next(_reblock(self._batches(1), 1), None)
@@ -290,6 +337,8 @@ def _reblock(arrays: Iterator[pa.Array], rows: int) -> Iterator[pa.Array]:
     if pending:
         yield pending[0] if len(pending) == 1 else pa.concat_arrays(pending)
 
+
+_CSV_CONVERSION = re.compile(r"CSV conversion error to \w+: invalid value ('.*')")
 
 #: ``shape[0]`` of a source whose length is known only once it has been read (a stream).
 UNKNOWN_ROWS = -1

@@ -67,26 +67,63 @@ class ValueLayout:
             ) from exc
 
 
+#: Far beyond any real inner shape, small enough that its product cannot overflow int64.
+_MAX_INNER_DIMS = 32
+_MAX_DIM = 2**31
+
+
 def value_layout(schema: pa.Schema, column: str, file: str) -> ValueLayout | None:
-    """The layout recorded in the schema metadata, if ``column`` is a segcli ``value`` column."""
+    """The layout recorded in the schema metadata, if ``column`` is a segcli ``value`` column.
+
+    The metadata comes from a file, so anything but what :func:`segcli.io.write_result` writes
+    (a short JSON list of small non-negative integers, a numeric dtype name) is a ReadError.
+    """
     meta = schema.metadata or {}
     if column != VALUE_COLUMN or (INNER_SHAPE_KEY not in meta and DTYPE_KEY not in meta):
         return None
-    try:
-        inner = tuple(int(d) for d in json.loads(meta.get(INNER_SHAPE_KEY, b"[]")))
-        dtype = np.dtype(meta[DTYPE_KEY].decode()) if DTYPE_KEY in meta else None
-    except (ValueError, TypeError) as exc:
-        raise ReadError(f"{file}: bad segcli metadata in the schema ({exc})") from exc
+    inner = _inner_shape(meta.get(INNER_SHAPE_KEY, b"[]"), file)
+    dtype = _recorded_dtype(meta[DTYPE_KEY], file) if DTYPE_KEY in meta else None
     return ValueLayout(inner, dtype)
+
+
+def _bad_metadata(file: str, key: bytes, raw: bytes, why: str) -> ReadError:
+    shown = raw[:40].decode(errors="replace") + ("..." if len(raw) > 40 else "")
+    return ReadError(f"{file}: bad {key.decode()} in the schema metadata ({shown!r}: {why})")
+
+
+def _inner_shape(raw: bytes, file: str) -> tuple[int, ...]:
+    why = f"need a list of at most {_MAX_INNER_DIMS} integers in [0, {_MAX_DIM}]"
+    if len(raw) > 1024:  # also keeps json from recursing into deeply nested brackets
+        raise _bad_metadata(file, INNER_SHAPE_KEY, raw, why)
+    try:
+        dims = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise _bad_metadata(file, INNER_SHAPE_KEY, raw, "not JSON") from exc
+    if not isinstance(dims, list) or len(dims) > _MAX_INNER_DIMS:
+        raise _bad_metadata(file, INNER_SHAPE_KEY, raw, why)
+    for dim in dims:
+        if type(dim) is not int or not 0 <= dim <= _MAX_DIM:
+            raise _bad_metadata(file, INNER_SHAPE_KEY, raw, why)
+    return tuple(dims)
+
+
+def _recorded_dtype(raw: bytes, file: str) -> np.dtype[Any]:
+    try:
+        dtype = np.dtype(raw.decode())
+    except (ValueError, TypeError, UnicodeDecodeError) as exc:
+        raise _bad_metadata(file, DTYPE_KEY, raw, "not a NumPy dtype") from exc
+    if dtype.kind not in "biufc":
+        raise _bad_metadata(file, DTYPE_KEY, raw, "not a numeric dtype")
+    return dtype
 
 
 def check_type(type_: pa.DataType, where: ColumnRef) -> None:
     """Accept numeric, bool and (fixed-size) lists of those; refuse anything else by name."""
     import pyarrow.types as pt
 
-    leaf = type_
+    leaf = _plain_type(type_)
     while _is_list(leaf):
-        leaf = leaf.value_type
+        leaf = _plain_type(leaf.value_type)
     if pt.is_integer(leaf) or pt.is_floating(leaf) or pt.is_boolean(leaf):
         return
     if pt.is_null(leaf):
@@ -98,8 +135,9 @@ def numpy_dtype(type_: pa.DataType) -> np.dtype[Any]:
     """The NumPy dtype the leaf values of an accepted Arrow type convert to."""
     import pyarrow.types as pt
 
+    type_ = _plain_type(type_)
     while _is_list(type_):
-        type_ = type_.value_type
+        type_ = _plain_type(type_.value_type)
     if pt.is_null(type_):
         return np.dtype(np.float64)  # matches what an empty all-null column converts to
     dtype: np.dtype[Any] = np.dtype(type_.to_pandas_dtype())
@@ -121,11 +159,44 @@ def column_to_numpy(
     import pyarrow as pa
 
     check_type(column.type, where)
+    column = _decoded(column)
     if isinstance(column, pa.ChunkedArray):
         # One chunk converts zero-copy; several must be joined (one copy) to be one array.
         column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     array = _convert(column, where, first_row, 1)
     return layout.restore(array, where) if layout is not None else array
+
+
+def _plain_type(type_: pa.DataType) -> pa.DataType:
+    """The type a column of ``type_`` is read as: dictionaries by their values, decimals as
+    float64."""
+    import pyarrow as pa
+    import pyarrow.types as pt
+
+    if pt.is_dictionary(type_):
+        type_ = type_.value_type
+    if pt.is_decimal(type_):
+        return pa.float64()
+    return type_
+
+
+def read_as_note(type_: pa.DataType) -> str | None:
+    """A note for the summary when values are converted on reading (decimals to float64)."""
+    import pyarrow.types as pt
+
+    if pt.is_dictionary(type_):
+        type_ = type_.value_type
+    if pt.is_decimal(type_):
+        return f"{type_} read as float64"
+    return None
+
+
+def _decoded(column: Any) -> Any:
+    """Dictionary-encoded and decimal columns (not inside lists) cast to their plain type."""
+    import pyarrow.compute as pc
+
+    plain = _plain_type(column.type)
+    return column if plain == column.type else pc.cast(column, plain)
 
 
 def _is_list(type_: pa.DataType) -> bool:
@@ -145,7 +216,7 @@ def _convert(
     if pt.is_null(array.type):
         return np.zeros(0)  # only reached when empty: a non-empty null column failed above
     if not _is_list(array.type):
-        return np.asarray(array.to_numpy(zero_copy_only=False))
+        return np.asarray(_decoded(array).to_numpy(zero_copy_only=False))
     if pt.is_fixed_size_list(array.type):
         width = array.type.list_size
     else:

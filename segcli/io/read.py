@@ -20,7 +20,7 @@ from segcli.io.npy import (
     read_npz_member,
     read_up_to,
 )
-from segcli.io.tables import TableFile, open_table
+from segcli.io.tables import CsvOptions, TableFile, open_table
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class ArrayInput:
     label: str  # what error messages call it: "data.npy", "table.parquet:value", "<stdin>"
     path: str  # the path as given, "-" for stdin
     fmt: str  # "npy", "npz", "parquet", "arrow", "csv" or "tsv"
+    note: str | None = None  # how a table column was converted (decimals read as float64)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ def read_inputs(
     data_key: str | None = None,
     ids_key: str | None = None,
     stdin: BinaryIO | None = None,
+    csv: CsvOptions | None = None,
 ) -> tuple[ArrayInput, ArrayInput]:
     """Read DATA and IDS; ``ids=None`` takes both from one table (two columns) or one archive.
 
@@ -61,20 +63,25 @@ def read_inputs(
     stream or an Arrow IPC stream (or file), told apart by the first bytes. Columns are picked
     with ``data_column``/``ids_column`` and ``.npz`` arrays with ``data_key``/``ids_key``; a
     file holding a single column or array needs neither. Numeric table columns convert
-    zero-copy, so those arrays may be read-only.
+    zero-copy, so those arrays may be read-only. ``csv`` says how to split CSV/TSV files.
     """
     if data == "-" and ids == "-":
         raise UsageError("DATA and IDS cannot both be '-': stdin holds one input")
     if ids is None:
-        return _read_pair(data, data_column, ids_column, data_key, ids_key, stdin)
+        return _read_pair(data, data_column, ids_column, data_key, ids_key, stdin, csv)
     return (
-        _read_one(data, DATA_ROLE, data_column, data_key, stdin),
-        _read_one(ids, IDS_ROLE, ids_column, ids_key, stdin),
+        _read_one(data, DATA_ROLE, data_column, data_key, stdin, csv),
+        _read_one(ids, IDS_ROLE, ids_column, ids_key, stdin, csv),
     )
 
 
 def _read_one(
-    path: str, role: Role, column: str | None, key: str | None, stdin: BinaryIO | None
+    path: str,
+    role: Role,
+    column: str | None,
+    key: str | None,
+    stdin: BinaryIO | None,
+    csv: CsvOptions | None = None,
 ) -> ArrayInput:
     if path == "-":
         got = read_stdin(stdin)
@@ -95,11 +102,11 @@ def _read_one(
                 chosen = pick_key(archive, key, path, role.key_option)
                 label = f"{path}:{chosen}"
                 return ArrayInput(read_npz_member(archive, chosen, label), label, path, fmt)
-        table = open_table(path, fmt)
+        table = open_table(path, fmt, csv)
     refuse_option(role.key_option, key, table.label)
     name = table.pick(column, role.column_option)
     [array] = table.arrays([name])
-    return ArrayInput(array, f"{table.label}:{name}", path, table.fmt)
+    return ArrayInput(array, f"{table.label}:{name}", path, table.fmt, table.note(name))
 
 
 def _read_pair(
@@ -109,6 +116,7 @@ def _read_pair(
     data_key: str | None,
     ids_key: str | None,
     stdin: BinaryIO | None,
+    csv: CsvOptions | None = None,
 ) -> tuple[ArrayInput, ArrayInput]:
     """DATA and IDS from one file: two columns of a table, or two arrays of an archive."""
     if path == "-":
@@ -123,7 +131,7 @@ def _read_pair(
         refuse_option("--data-column", data_column, path)
         refuse_option("--ids-column", ids_column, path)
         return _pair_from_npz(path, data_key, ids_key)
-    table = open_table(path, fmt)
+    table = open_table(path, fmt, csv)
     return _pair_from_table(table, path, data_column, ids_column, data_key, ids_key)
 
 
@@ -162,7 +170,9 @@ def _pair_from_table(
     names = [table.pick(data_column, "--data-column"), table.pick(ids_column, "--ids-column")]
     unique = list(dict.fromkeys(names))  # one read even if both options name the same column
     arrays = dict(zip(unique, table.arrays(unique), strict=True))
-    data, ids = (ArrayInput(arrays[n], f"{table.label}:{n}", path, table.fmt) for n in names)
+    data, ids = (
+        ArrayInput(arrays[n], f"{table.label}:{n}", path, table.fmt, table.note(n)) for n in names
+    )
     return data, ids
 
 

@@ -5,14 +5,21 @@ pyarrow is imported inside the functions so that ``.npy`` work never loads it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from segcli.errors import UsageError
-from segcli.io.columns import ColumnRef, column_to_numpy, value_layout
-from segcli.io.formats import ARROW_FILE_MAGIC, check_readable, library_errors
+from segcli.errors import ReadError, UsageError
+from segcli.io.columns import ColumnRef, column_to_numpy, read_as_note, value_layout
+from segcli.io.formats import (
+    ARROW_FILE_MAGIC,
+    INPUT_SUFFIXES,
+    check_readable,
+    library_errors,
+    suffix_format,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -27,6 +34,37 @@ _WHAT = {
 }
 # Columns pandas adds for its index: never the column a user means.
 _PANDAS_INDEX_PREFIX = "__index_level_"
+#: Bytes of text CSV column types are inferred from (pyarrow's default block size).
+CSV_HEAD_BYTES = 1 << 20
+# pyarrow's default CSV null spellings less the NaN ones, so that "nan", "NaN" and "-nan" (as
+# NumPy and segcli's own CSV output write NaN) read as the float NaN; an empty cell stays null.
+_CSV_NULLS = [
+    "", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "1.#IND", "1.#QNAN",
+    "N/A", "NA", "NULL", "n/a", "null",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CsvOptions:
+    """How to split CSV/TSV input: the delimiter (default ``,``, a tab for TSV) and whether
+    the first line is a header. Without one, columns are named by position from 1."""
+
+    delimiter: str | None = None
+    header: bool = True
+
+
+def check_delimiter(delimiter: str | None) -> str | None:
+    """One character (a tab may be given as the two characters backslash-t, or as 'tab'),
+    not a quote or a line break; else a UsageError."""
+    if delimiter is None:
+        return None
+    char = "\t" if delimiter in ("\\t", "tab") else delimiter
+    if len(char) != 1 or char in '\r\n"':
+        raise UsageError(
+            f"--delimiter {delimiter!r}: need one character other than a quote or a line break "
+            "(a tab: '\\t')"
+        )
+    return char
 
 
 @dataclass(frozen=True)
@@ -36,6 +74,7 @@ class TableFile:
     label: str
     fmt: str
     source: str | bytes
+    csv: CsvOptions = field(default_factory=CsvOptions)
 
     def schema(self) -> pa.Schema:
         """The table's schema, read from metadata where the format has it."""
@@ -46,7 +85,12 @@ class TableFile:
                 return pq.ParquetFile(self.source).schema_arrow
             if self.fmt == "arrow":
                 return self.ipc_reader().schema
-            return self._csv_stream().schema
+            return self._csv_schema
+
+    @cached_property
+    def _csv_schema(self) -> pa.Schema:
+        # Types as inferred from the first block: what a streaming read of the file will use.
+        return self.csv_head(None, CSV_HEAD_BYTES).schema
 
     def read(self, columns: list[str]) -> pa.Table:
         """Read only ``columns`` (all of them for Arrow IPC, which is memory-mapped anyway)."""
@@ -59,9 +103,11 @@ class TableFile:
                 return self.ipc_reader().read_all().select(columns)
             import pyarrow.csv as pcsv
 
-            options = pcsv.ConvertOptions(include_columns=columns)
             return pcsv.read_csv(
-                self._input(), parse_options=self.parse_options(), convert_options=options
+                self._input(),
+                read_options=self.read_options(),
+                parse_options=self.parse_options(),
+                convert_options=self.convert_options(columns),
             )
 
     def ipc_reader(self) -> ipc.RecordBatchFileReader | ipc.RecordBatchStreamReader:
@@ -76,10 +122,51 @@ class TableFile:
         return ipc.open_stream(source)
 
     def parse_options(self) -> pcsv.ParseOptions:
-        """CSV parse options: the delimiter is a tab for TSV."""
+        """CSV parse options: the delimiter given, else a tab for TSV and a comma for CSV."""
         import pyarrow.csv as pcsv
 
-        return pcsv.ParseOptions(delimiter="\t" if self.fmt == "tsv" else ",")
+        default = "\t" if self.fmt == "tsv" else ","
+        return pcsv.ParseOptions(delimiter=self.csv.delimiter or default)
+
+    def read_options(self, block_size: int | None = None) -> pcsv.ReadOptions:
+        """CSV read options: positional column names when there is no header."""
+        import pyarrow.csv as pcsv
+
+        options = (
+            pcsv.ReadOptions() if block_size is None else pcsv.ReadOptions(block_size=block_size)
+        )
+        if not self.csv.header:
+            options.column_names = self._positional_names
+        return options
+
+    def _convert_all(self) -> pcsv.ConvertOptions:
+        import pyarrow.csv as pcsv
+
+        return pcsv.ConvertOptions(null_values=_CSV_NULLS)
+
+    def convert_options(self, columns: list[str]) -> pcsv.ConvertOptions:
+        """CSV conversion of ``columns`` only, with NaN spellings read as NaN, not null."""
+        import pyarrow.csv as pcsv
+
+        return pcsv.ConvertOptions(include_columns=columns, null_values=_CSV_NULLS)
+
+    @cached_property
+    def _positional_names(self) -> list[str]:
+        """ "1", "2", ... for each field of the first line of a file without a header."""
+        import pyarrow as pa
+        import pyarrow.csv as pcsv
+
+        with self.errors():
+            first = pcsv.read_csv(
+                pa.BufferReader(self._head(CSV_HEAD_BYTES)),
+                read_options=pcsv.ReadOptions(autogenerate_column_names=True),
+                parse_options=self.parse_options(),
+            )
+        return [str(i) for i in range(1, first.num_columns + 1)]
+
+    def note(self, column: str) -> str | None:
+        """How ``column``'s values are converted on reading, for the summary (or None)."""
+        return read_as_note(self.schema().field(column).type)
 
     def column_names(self) -> list[str]:
         """Column names a user may pick (pandas index columns left out)."""
@@ -91,7 +178,9 @@ class TableFile:
         listing = ", ".join(names) if names else "none"
         if column is not None:
             if column not in self.schema().names:
-                raise UsageError(f"{self.label}: no column '{column}' (columns: {listing})")
+                hint = " (no header: columns are numbered from 1)" if not self.csv.header else ""
+                raise UsageError(f"{self.label}: no column '{column}' (columns: {listing}){hint}")
+            self._check_unique([column])
             return column
         if len(names) == 1:
             return names[0]
@@ -101,6 +190,7 @@ class TableFile:
 
     def arrays(self, columns: list[str]) -> list[np.ndarray[Any, Any]]:
         """Read ``columns`` and convert each to NumPy (checked for type and nulls)."""
+        self._check_unique(columns)
         table = self.read(columns)
         return [
             column_to_numpy(
@@ -111,6 +201,16 @@ class TableFile:
             for name in columns
         ]
 
+    def _check_unique(self, columns: list[str]) -> None:
+        """A name the table uses for several columns cannot say which one is meant."""
+        names = self.schema().names
+        for column in columns:
+            if names.count(column) > 1:
+                raise ReadError(
+                    f"{self.label}: {names.count(column)} columns are named '{column}'; "
+                    "cannot tell which one to read (rename them)"
+                )
+
     def _input(self) -> pa.NativeFile:
         import pyarrow as pa
 
@@ -120,17 +220,67 @@ class TableFile:
             return pa.memory_map(self.source)  # batches then convert zero-copy from the map
         return pa.input_stream(self.source)  # decompresses .csv.gz and friends by name
 
-    def _csv_stream(self) -> pcsv.CSVStreamingReader:
+    def csv_head(self, columns: list[str] | None, size: int) -> pa.Table:
+        """``columns`` (all if None) of the whole lines within the first ``size`` bytes of
+        text, types inferred from them (pyarrow's streaming reader would read and hold many
+        blocks ahead)."""
+        import pyarrow as pa
         import pyarrow.csv as pcsv
 
-        return pcsv.open_csv(self._input(), parse_options=self.parse_options())
+        return pcsv.read_csv(
+            pa.BufferReader(self._head(size)),
+            read_options=self.read_options(),
+            parse_options=self.parse_options(),
+            convert_options=self._convert_all()
+            if columns is None
+            else self.convert_options(columns),
+        )
+
+    def _head(self, size: int) -> bytes:
+        """The whole lines within the first ``size`` bytes of text (decompressed)."""
+        with self._input() as stream:
+            head: bytes = stream.read(size)
+        if len(head) == size and b"\n" in head:
+            head = head[: head.rindex(b"\n") + 1]
+        return head
+
+    def csv_batches(
+        self,
+        columns: list[str] | None,
+        block_size: int | None = None,
+        types: dict[str, pa.DataType] | None = None,
+    ) -> pcsv.CSVStreamingReader:
+        """A streaming reader of a CSV/TSV file's ``columns`` (all if None), in blocks of about
+        ``block_size`` bytes of text; column types are as ``types`` says, else inferred from
+        the first block."""
+        import pyarrow.csv as pcsv
+
+        convert = self._convert_all() if columns is None else self.convert_options(columns)
+        if types:
+            convert.column_types = types
+        return pcsv.open_csv(
+            self._input(),
+            read_options=self.read_options(block_size),
+            parse_options=self.parse_options(),
+            convert_options=convert,
+        )
 
     def errors(self) -> Any:
         """Context manager: library exceptions become one-line ReadErrors about this table."""
         return library_errors(self.label, _WHAT[self.fmt])
 
 
-def open_table(path: str, fmt: str) -> TableFile:
-    """A :class:`TableFile` for a path, failing early with 'no such file' if it is missing."""
+def is_csv_path(path: str) -> bool:
+    """Whether ``path`` names a CSV/TSV file (plain or compressed), by its suffix."""
+    return suffix_format(path, INPUT_SUFFIXES) in ("csv", "tsv")
+
+
+def open_table(path: str, fmt: str, csv: CsvOptions | None = None) -> TableFile:
+    """A :class:`TableFile` for a path, failing early with 'no such file' if it is missing.
+
+    ``csv`` applies to CSV/TSV files only.
+    """
     check_readable(path)
-    return TableFile(path, fmt, path)
+    if csv is None or fmt not in ("csv", "tsv"):
+        csv = CsvOptions()
+    return TableFile(path, fmt, path, csv)

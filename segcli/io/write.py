@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 import numpy as np
 import numpy.lib.format as npformat
 
-from segcli.errors import WriteError
+from segcli.errors import UsageError, WriteError
 from segcli.io.columns import DTYPE_KEY, INNER_SHAPE_KEY, VALUE_COLUMN
 from segcli.io.commit import OutputSet
 from segcli.io.formats import BINARY_FORMATS, output_format
 from segcli.io.npy import to_native
-from segcli.io.text import text_blocks, value_headers, value_strings
+from segcli.io.text import check_float_format, text_blocks, value_headers, value_strings
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -53,6 +53,7 @@ def write_result(
     stdout: BinaryIO | None = None,
     counts: _Array | None = None,
     outputs: OutputSet | None = None,
+    float_format: str | None = None,
 ) -> str:
     """Write ``result`` (at least 1-D) to ``path`` (``-``: stdout); return the format used.
 
@@ -62,8 +63,10 @@ def write_result(
     Files are replaced atomically; binary formats are refused when stdout is a terminal.
     ``outputs``, where ``path`` is reserved, stages the file to be committed with the run's
     other outputs; without it the file is committed at once.
+    ``float_format`` (printf style, csv and tsv only) formats float values.
     """
     chosen = output_format(path, fmt)
+    check_text_output(chosen, float_format)
     result = np.asarray(result)
     if result.ndim == 0:
         raise ValueError("a result has at least one axis (the segments)")
@@ -71,7 +74,7 @@ def write_result(
         counts = np.asarray(counts)
         if counts.shape != result.shape[:1]:
             raise ValueError(f"counts has shape {counts.shape}, need {result.shape[:1]}")
-    writer = _WRITERS[chosen]
+    writer = _WRITERS[chosen] if float_format is None else _text_writer(_SEPS[chosen], float_format)
     if path != "-":
         if outputs is not None:
             _stage(outputs, path, writer, result, counts)
@@ -160,15 +163,26 @@ def _write_arrow(result: _Array, counts: _Array | None, out: BinaryIO, stream: b
         writer.write_table(table)
 
 
-def _text_writer(sep: str) -> _Writer:
+_SEPS = {"csv": ",", "tsv": "\t"}
+
+
+def check_text_output(fmt: str | None, float_format: str | None) -> None:
+    """A ``float_format`` is for text outputs (stdout lines when ``fmt`` is None, csv, tsv)."""
+    if float_format is None:
+        return
+    if fmt is not None and fmt not in _SEPS:
+        raise UsageError(f"--float-format applies to text, csv and tsv output, not {fmt}")
+    check_float_format(float_format)
+
+
+def _text_writer(sep: str, float_format: str | None = None) -> _Writer:
     def write(result: _Array, counts: _Array | None, out: BinaryIO, stream: bool) -> None:
         names = ["segment", *value_headers(result.shape[1:])]
         if counts is not None:
             names.append("count")
         out.write((sep.join(names) + "\n").encode())
-        for lines in text_blocks(result, sep, counts):
-            if lines:
-                out.write(("\n".join(lines) + "\n").encode())
+        for block in text_blocks(result, sep, counts, float_format=float_format):
+            out.write(block)
 
     return write
 

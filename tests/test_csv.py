@@ -1,0 +1,335 @@
+"""Table inputs as a user meets them: streamed CSV, NaN cells, delimiters, headerless files,
+duplicate names, decimal and dictionary columns, crafted segcli metadata."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.feather as feather
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from segcli.cli import cli
+
+SUM = ["sum", "--data-column", "v", "--ids-column", "s"]
+
+
+def run(*args: Any) -> Any:
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def one_error_line(result: Any, code: int, *parts: str) -> None:
+    assert result.exit_code == code, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[-1].startswith("Error: ") and "Traceback" not in result.stderr
+    for part in parts:
+        assert part in lines[-1]
+
+
+# Streaming -----------------------------------------------------------------------------------
+
+_PEAK = """
+import resource, subprocess, sys
+done = subprocess.run(sys.argv[1:], capture_output=True)
+sys.stderr.buffer.write(done.stderr)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+sys.exit(done.returncode)
+"""
+
+
+def peak_rss(*args: Any) -> int:
+    """Peak resident memory (bytes) of ``segcli ARGS`` run in a fresh process."""
+    command = [sys.executable, "-c", _PEAK, sys.executable, "-m", "segcli", *map(str, args)]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout)
+
+
+def write_csv(path: Path, rows: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    values = rng.random(rows).round(6)
+    pcsv.write_csv(pa.table({"v": values, "s": rng.integers(0, 1000, rows)}), path)
+
+
+def test_streamed_csv_memory_does_not_grow_with_the_file(tmp_path: Path) -> None:
+    small, large = tmp_path / "small.csv", tmp_path / "large.csv"
+    write_csv(small, 1_200_000, seed=1)  # about 16 MB
+    write_csv(large, 2_400_000, seed=2)  # about 32 MB
+    size = large.stat().st_size
+    streamed_small = peak_rss(*SUM, small, "-q", "--chunk-rows", 100_000, "-o", tmp_path / "a.npy")
+    streamed = peak_rss(*SUM, large, "-q", "--chunk-rows", 100_000, "-o", tmp_path / "b.npy")
+    whole = peak_rss(*SUM, large, "-q", "--memory-limit", "4GB", "-o", tmp_path / "c.npy")
+    # Read whole, the parsed file costs several times its size; streamed, a few blocks.
+    assert whole - streamed > size, (whole, streamed, size)
+    assert streamed - streamed_small < size / 2, (streamed_small, streamed)
+    np.testing.assert_array_equal(np.load(tmp_path / "b.npy"), np.load(tmp_path / "c.npy"))
+
+
+@pytest.mark.parametrize("suffix", ["csv", "csv.gz", "tsv"])
+def test_streamed_csv_equals_in_memory(tmp_path: Path, suffix: str) -> None:
+    rng = np.random.default_rng(3)
+    table = pa.table({"v": rng.standard_normal(5000), "s": rng.integers(0, 40, 5000)})
+    text = tmp_path / "plain.txt"
+    pcsv.write_csv(table, text, pcsv.WriteOptions(delimiter="\t" if suffix == "tsv" else ","))
+    path = tmp_path / f"t.{suffix}"
+    if suffix.endswith(".gz"):
+        path.write_bytes(gzip.compress(text.read_bytes()))
+    else:
+        path.write_bytes(text.read_bytes())
+    streamed = run(
+        *SUM,
+        path,
+        "--chunk-rows",
+        333,
+        "-o",
+        tmp_path / "s.npy",
+        "--summary-json",
+        tmp_path / "j.json",
+    )
+    assert streamed.exit_code == 0, streamed.stderr
+    facts = json.loads((tmp_path / "j.json").read_text())
+    assert facts["mode"] == "streaming" and facts["extra"]["chunks"] > 10
+    assert facts["data"]["shape"] == [5000]
+    whole = run(*SUM, path, "-q", "-o", tmp_path / "m.npy")
+    assert whole.exit_code == 0, whole.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "s.npy"), np.load(tmp_path / "m.npy"))
+
+
+def test_streamed_csv_value_past_the_first_block_of_another_type(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("v,s\n" + "1,0\n" * 300_000 + "1.5,0\n")
+    result = run(*SUM, path, "--chunk-rows", 1000, "-o", tmp_path / "o.npy")
+    one_error_line(result, 3, "t.csv: column 'v' holds '1.5' after its first rows", "int64")
+    assert not (tmp_path / "o.npy").exists()
+
+
+# NaN cells -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_own_csv_output_with_nan_and_inf_reads_back(tmp_path: Path, stream: bool) -> None:
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.array([np.nan, 1.0, np.inf, -np.inf, 2.5]))
+    np.save(ids, np.array([0, 1, 2, 3, 4]))
+    first = tmp_path / "r.csv"
+    assert run("sum", data, ids, "-q", "-o", first).exit_code == 0
+    assert "0,nan,1" in first.read_text()
+    chunks = ["--chunk-rows", 2] if stream else []
+    again = run(
+        "sum",
+        first,
+        "--data-column",
+        "value",
+        "--ids-column",
+        "segment",
+        "-q",
+        "-o",
+        tmp_path / "b.npy",
+        *chunks,
+    )
+    assert again.exit_code == 0, again.stderr
+    np.testing.assert_array_equal(np.load(tmp_path / "b.npy"), [np.nan, 1.0, np.inf, -np.inf, 2.5])
+
+
+def test_nan_spellings_are_nan(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("v,s\nnan,0\n-nan,1\nNaN,2\ninf,3\n-inf,4\n1,5\n")
+    result = run(*SUM, path, "-q")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "0\tnan\n1\tnan\n2\tnan\n3\tinf\n4\t-inf\n5\t1.0\n"
+
+
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "2"]])
+def test_empty_cell_is_still_a_null(tmp_path: Path, chunks: list[str]) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("v,s\n1,0\n,1\nnan,1\n")
+    one_error_line(run(*SUM, path, *chunks), 1, "t.csv: column 'v' has 1 null (first at row 1)")
+
+
+# --delimiter and --no-header ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1"]])
+def test_delimiter_and_no_header(tmp_path: Path, chunks: list[str]) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("1.5;0\n2;0\nnan;2\n")
+    result = run(
+        "sum",
+        path,
+        "--delimiter",
+        ";",
+        "--no-header",
+        "--data-column",
+        "1",
+        "--ids-column",
+        "2",
+        "-q",
+        *chunks,
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "0\t3.5\n1\t0.0\n2\tnan\n"
+
+
+def test_delimiter_tab_spelling_and_header(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("v\ts\n1\t0\n2\t1\n")
+    result = run(*SUM, path, "--delimiter", "\\t", "-q")
+    assert result.stdout == "0\t1\n1\t2\n"
+
+
+def test_no_header_names_columns_from_one(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("1,0\n2,1\n")
+    result = run("sum", path, "--no-header", "--data-column", "0", "--ids-column", "2")
+    one_error_line(result, 2, "no column '0' (columns: 1, 2)", "numbered from 1")
+
+
+@pytest.mark.parametrize("bad", [";;", "", '"'])
+def test_bad_delimiter_is_a_usage_error(tmp_path: Path, bad: str) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("v,s\n1,0\n")
+    one_error_line(run(*SUM, path, "--delimiter", bad), 2, "--delimiter", "need one character")
+
+
+def test_csv_options_refused_for_other_inputs(tmp_path: Path) -> None:
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.ones(2))
+    np.save(ids, np.zeros(2, np.int64))
+    one_error_line(
+        run("sum", data, ids, "--no-header"), 2, "--no-header applies to CSV/TSV inputs only"
+    )
+    one_error_line(run("sum", data, ids, "--delimiter", ";"), 2, "--delimiter applies to CSV/TSV")
+
+
+# Duplicate names, decimals, dictionaries ----------------------------------------------------
+
+
+def duplicate_table(tmp_path: Path, fmt: str) -> Path:
+    path = tmp_path / f"dup.{fmt}"
+    table = pa.table(
+        [pa.array([1.0, 2.0]), pa.array([3.0, 4.0]), pa.array([0, 1])], names=["v", "v", "s"]
+    )
+    if fmt == "csv":
+        path.write_text("v,v,s\n1,3,0\n2,4,1\n")
+    elif fmt == "parquet":
+        pq.write_table(table, path)
+    else:
+        feather.write_feather(table, path)
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "arrow"])
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1"]])
+def test_duplicate_column_name_in_use(tmp_path: Path, fmt: str, chunks: list[str]) -> None:
+    path = duplicate_table(tmp_path, fmt)
+    result = run(*SUM, path, *chunks, "-o", tmp_path / "o.npy")
+    one_error_line(result, 3, f"dup.{fmt}: 2 columns are named 'v'")
+    assert not (tmp_path / "o.npy").exists()
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet", "arrow"])
+def test_duplicate_column_name_not_in_use(tmp_path: Path, fmt: str) -> None:
+    path = duplicate_table(tmp_path, fmt)
+    result = run("count", path, "--data-column", "s", "--ids-column", "s", "-q")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "0\t1\n1\t1\n"
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "2"]])
+def test_decimal_column_read_as_float64(tmp_path: Path, fmt: str, chunks: list[str]) -> None:
+    path = tmp_path / f"t.{fmt}"
+    values = pa.array([Decimal("1.25"), Decimal("2.50"), Decimal("-3.00")], pa.decimal128(10, 2))
+    table = pa.table({"v": values, "s": [0, 0, 1]})
+    pq.write_table(table, path) if fmt == "parquet" else feather.write_feather(table, path)
+    result = run(*SUM, path, *chunks, "--summary-json", tmp_path / "j.json")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "0\t3.75\n1\t-3.0\n"
+    assert "note            data: decimal128(10, 2) read as float64" in result.stderr
+    facts = json.loads((tmp_path / "j.json").read_text())
+    assert facts["data"]["dtype"] == "float64"
+    assert facts["data"]["note"] == "decimal128(10, 2) read as float64"
+
+
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "2"]])
+def test_arrow_dictionary_column_is_decoded(tmp_path: Path, chunks: list[str]) -> None:
+    path = tmp_path / "t.arrow"
+    values = pa.array([1.5, 2.5, 1.5, 4.0], pa.float32()).dictionary_encode()
+    ids = pa.array([0, 1, 1, 0], pa.int32()).dictionary_encode()
+    feather.write_feather(pa.table({"v": values, "s": ids}), path)
+    result = run(*SUM, path, *chunks, "-q")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "0\t5.5\n1\t4.0\n"
+
+
+# Crafted segcli metadata --------------------------------------------------------------------
+
+CRAFTED = [
+    (b"segcli.inner_shape", b"[1e400]"),
+    (b"segcli.inner_shape", b"[-1]"),
+    (b"segcli.inner_shape", b"[99999999999999999999]"),
+    (b"segcli.inner_shape", b"[" * 100_000 + b"]" * 100_000),
+    (b"segcli.inner_shape", b"not json"),
+    (b"segcli.inner_shape", b'{"a": 1}'),
+    (b"segcli.inner_shape", b"[true]"),
+    (b"segcli.dtype", b"bogus"),
+    (b"segcli.dtype", b"object"),
+    (b"segcli.dtype", b"\xff\xfe"),
+]
+
+
+def crafted_file(tmp_path: Path, fmt: str, key: bytes, value: bytes) -> Path:
+    table = pa.table({"segment": [0, 1], "value": [1.0, 2.0]})
+    table = table.replace_schema_metadata({key: value})
+    path = tmp_path / f"crafted.{fmt}"
+    pq.write_table(table, path) if fmt == "parquet" else feather.write_feather(table, path)
+    return path
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+@pytest.mark.parametrize(("key", "value"), CRAFTED, ids=range(len(CRAFTED)))
+@pytest.mark.parametrize("use", ["input", "stream", "expect"])
+def test_crafted_metadata(tmp_path: Path, fmt: str, key: bytes, value: bytes, use: str) -> None:
+    path = crafted_file(tmp_path, fmt, key, value)
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.array([1.0, 2.0]))
+    np.save(ids, np.array([0, 1]))
+    if use == "expect":
+        result = run("sum", data, ids, "--expect", path, "-o", tmp_path / "o.npy")
+    else:
+        chunks = ["--chunk-rows", "1"] if use == "stream" else []
+        result = run(
+            "sum",
+            path,
+            "--data-column",
+            "value",
+            "--ids-column",
+            "segment",
+            *chunks,
+            "-o",
+            tmp_path / "o.npy",
+        )
+    one_error_line(result, 3, f"crafted.{fmt}: bad {key.decode()} in the schema metadata")
+    assert len(result.stderr.strip().splitlines()) == 1 and len(result.stderr) < 300
+    assert not (tmp_path / "o.npy").exists()
+
+
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "2"]])
+def test_no_header_gzipped_tsv(tmp_path: Path, chunks: list[str]) -> None:
+    path = tmp_path / "t.tsv.gz"
+    path.write_bytes(gzip.compress(b"0\t1.5\n0\t2\n1\t-inf\n"))
+    result = run(
+        "sum", path, "--no-header", "--data-column", "2", "--ids-column", "1", "-q", *chunks
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "0\t3.5\n1\t-inf\n"

@@ -1,0 +1,182 @@
+"""Text, CSV and TSV output: NumPy's exact text at Arrow's speed, and ``--float-format``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from segcli.cli import cli
+from segcli.io import format_text_lines, write_result
+from segcli.io.text import ARROW_FROM_ROWS, text_blocks
+
+RNG = np.random.default_rng(12)
+
+
+def run(*args: Any) -> Any:
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+def numpy_lines(result: np.ndarray, sep: str, counts: np.ndarray | None = None) -> bytes:
+    """The oracle: every cell as NumPy's str of its scalar, joined (the writer's old way)."""
+    flat = result.reshape(len(result), -1)
+    columns = [
+        np.arange(len(result)).astype(str),
+        *(flat[:, j].astype(str) for j in range(flat.shape[1])),
+    ]
+    if counts is not None:
+        columns.append(counts.astype(str))
+    return "".join(
+        sep.join(row) + "\n" for row in zip(*(c.tolist() for c in columns), strict=True)
+    ).encode()
+
+
+def random_bits(dtype: type, size: int) -> np.ndarray:
+    unsigned = np.dtype(f"u{np.dtype(dtype).itemsize}")
+    return RNG.integers(0, np.iinfo(unsigned).max, size, dtype=unsigned, endpoint=True).view(dtype)
+
+
+EDGES = [
+    0.0,
+    -0.0,
+    1.0,
+    1e-4,
+    9.99e-5,
+    1e-5,
+    999999.94,
+    1e6,
+    1e15,
+    1e16,
+    1e20,
+    1e-45,
+    np.nan,
+    np.inf,
+    -np.inf,
+    123456789.0,
+    16777217.0,
+    0.1,
+    -2.5,
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_floats_print_as_numpy_does(dtype: type) -> None:
+    values = np.concatenate(
+        [
+            random_bits(dtype, 100_000),  # every magnitude, NaN payloads, subnormals
+            (RNG.standard_normal(50_000) * 10.0 ** RNG.integers(-9, 20, 50_000)).astype(dtype),
+            np.round(RNG.standard_normal(50_000) * 1e5).astype(dtype),  # whole numbers
+            np.array(EDGES * 300, dtype),
+            np.array([np.finfo(dtype).max, np.finfo(dtype).tiny, -np.finfo(dtype).max], dtype),
+        ]
+    )
+    assert b"".join(text_blocks(values, "\t")) == numpy_lines(values, "\t")
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.arange(-5000, 5000).astype(np.int8),
+        np.array([2**64 - 1, 0, 7] * 2000, np.uint64),
+        np.array([np.iinfo(np.int64).min, -1, 3] * 2000, np.int64),
+        RNG.standard_normal(6000).astype(np.float16),
+        (RNG.standard_normal(6000) + 1j * RNG.standard_normal(6000)).astype(np.complex64),
+        RNG.standard_normal(6000) > 0,
+        RNG.standard_normal((6000, 2, 3)).astype(np.float32),
+        np.zeros((6000, 0), np.float32),
+        np.arange(6000).astype(">f4") / 7,
+        np.arange(6000).astype(">i8"),
+    ],
+    ids=[
+        "int8",
+        "uint64",
+        "int64",
+        "float16",
+        "complex64",
+        "bool",
+        "inner",
+        "empty-inner",
+        "big-endian-float",
+        "big-endian-int",
+    ],
+)
+def test_other_dtypes_and_shapes_print_as_before(values: np.ndarray) -> None:
+    assert len(values) > ARROW_FROM_ROWS  # the fast path, not the small-result one
+    assert b"".join(text_blocks(values, ",")) == numpy_lines(values, ",")
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_csv_file_bytes_with_counts(tmp_path: Path, fmt: str) -> None:
+    result = RNG.standard_normal(70_000).astype(np.float32)
+    counts = RNG.integers(0, 9, 70_000)
+    path = tmp_path / f"r.{fmt}"
+    write_result(result, str(path), counts=counts)
+    sep = "," if fmt == "csv" else "\t"
+    header = sep.join(["segment", "value", "count"]) + "\n"
+    assert path.read_bytes() == header.encode() + numpy_lines(result, sep, counts)
+
+
+def test_small_results_print_the_same() -> None:
+    result = np.array([1.0, 1e6, np.nan, 1e-5], np.float32)
+    assert list(format_text_lines(result)) == ["0\t1.0", "1\t1e+06", "2\tnan", "3\t1e-05"]
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[Path, Path]:
+    data, ids = tmp_path / "data.npy", tmp_path / "ids.npy"
+    np.save(data, np.array([1, 2.5, 3, 1e-7, -np.inf], np.float32))
+    np.save(ids, np.array([0, 0, 1, 2, 3]))
+    return data, ids
+
+
+def test_float_format_on_stdout(pair: tuple[Path, Path]) -> None:
+    result = run("sum", *pair, "-q", "--float-format", "%.3f")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "0\t3.500\n1\t3.000\n2\t0.000\n3\t-inf\n"
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_float_format_in_csv(pair: tuple[Path, Path], tmp_path: Path, fmt: str) -> None:
+    out = tmp_path / f"o.{fmt}"
+    result = run("sum", *pair, "-q", "--float-format", "%.2e", "-o", out)
+    assert result.exit_code == 0, result.stderr
+    sep = "," if fmt == "csv" else "\t"
+    assert out.read_text().splitlines()[1:3] == [f"0{sep}3.50e+00{sep}2", f"1{sep}3.00e+00{sep}1"]
+
+
+def test_float_format_many_rows_and_complex() -> None:
+    result = np.arange(5000, dtype=np.float64) / 3
+    lines = list(format_text_lines(result, float_format="%.2f"))
+    assert lines[:2] == ["0\t0.00", "1\t0.33"] and len(lines) == 5000
+    complex_lines = list(format_text_lines(np.array([1.5 - 2j]), float_format="%.1f"))
+    assert complex_lines == ["0\t(1.5-2.0j)"]
+
+
+def test_float_format_leaves_integers_alone(tmp_path: Path) -> None:
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.array([1, 2], np.int32))
+    np.save(ids, np.array([0, 0]))
+    result = run("sum", data, ids, "-q", "--float-format", "%.2f")
+    assert result.stdout == "0\t3\n"
+
+
+@pytest.mark.parametrize("suffix", ["npy", "parquet", "json"])
+def test_float_format_refused_for_binary_output(
+    pair: tuple[Path, Path], tmp_path: Path, suffix: str
+) -> None:
+    out = tmp_path / f"o.{suffix}"
+    result = run("sum", *pair, "-q", "--float-format", "%.3f", "-o", out)
+    assert result.exit_code == 2
+    assert f"--float-format applies to text, csv and tsv output, not {suffix}" in result.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("bad", ["%d", "%s", "abc", "%.3f %.3f", "%", "%.3f%"])
+def test_bad_float_format_is_a_usage_error(pair: tuple[Path, Path], bad: str) -> None:
+    result = run("sum", *pair, "-q", "--float-format", bad)
+    assert result.exit_code == 2
+    assert "need one printf float conversion" in result.stderr
+    assert result.stdout == ""
