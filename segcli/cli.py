@@ -7,7 +7,9 @@ starts fast.
 
 from __future__ import annotations
 
+import errno
 import functools
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -16,7 +18,16 @@ from typing import Any, TypeVar
 import click
 
 from segcli import __version__
-from segcli.errors import EXIT_INTERRUPTED, SegcliError, UsageError
+from segcli.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_CODES,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_WRITE,
+    SegcliError,
+    UsageError,
+    WriteError,
+)
 from segcli.op_names import OP_SUMMARIES
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -24,17 +35,33 @@ F = TypeVar("F", bound=Callable[..., Any])
 FORMATS = ("npy", "npz", "parquet", "arrow", "csv", "tsv", "json")
 ENGINES = ("auto", "numpy", "numba", "cupy", "dask")
 
-EXIT_CODES_HELP = """\b
-Exit codes:
-  0  success
-  1  invalid input (breaks the segment-reduction rules: ids out of range, bad dtype, ...)
-  2  usage error (bad option or argument)
-  3  a file is missing, unreadable or corrupt
-  4  a check failed (--expect, --max-empty, --no-nan)
-  5  the output could not be written
-  6  the Dask cluster failed (workers kept dying, scheduler lost)
-  130 interrupted (Ctrl-C); nothing is written
-"""
+EXIT_CODES_HELP = "\b\nExit codes:\n" + "".join(
+    f"  {code:<3}  {meaning}\n" for code, meaning in EXIT_CODES
+)
+
+
+class StdoutClosed(Exception):
+    """The reader of stdout went away; deliberately not an OSError, which click would turn
+    into exit 1."""
+
+
+def _stdout_reader_gone() -> bool:
+    """True when stdout is a pipe whose reader has closed it (poll reports an error on it).
+
+    NumPy's ``tofile`` reports a broken pipe without its errno, so the error alone cannot tell.
+    """
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _is_broken_pipe(error: OSError) -> bool:
+    return isinstance(error, BrokenPipeError) or error.errno == errno.EPIPE or _stdout_reader_gone()
 
 
 class SegcliClickError(click.ClickException):
@@ -42,7 +69,8 @@ class SegcliClickError(click.ClickException):
 
     def __init__(self, error: SegcliError) -> None:
         super().__init__(str(error))
-        self.exit_code = error.exit_code
+        # click declares exit_code a ClassVar; each instance here carries its error's own code.
+        self.exit_code = error.exit_code  # type: ignore[misc]
 
 
 def translate_errors(command: F) -> F:
@@ -55,7 +83,13 @@ def translate_errors(command: F) -> F:
         except UsageError as error:
             raise click.UsageError(str(error)) from None
         except SegcliError as error:
+            if isinstance(error, WriteError) and _stdout_reader_gone():
+                raise StdoutClosed from None
             raise SegcliClickError(error) from None
+        except OSError as error:
+            if _is_broken_pipe(error):
+                raise StdoutClosed from None
+            raise
         except MemoryError:
             raise click.ClickException(
                 "out of memory; try a smaller --num-segments or a machine with more memory"
@@ -72,7 +106,7 @@ def input_options(command: F) -> F:
         click.option(
             "-n",
             "--num-segments",
-            type=int,
+            type=click.IntRange(min=0),
             default=None,
             help="Number of segments (default: inferred from the ids).",
         ),
@@ -94,7 +128,8 @@ def input_options(command: F) -> F:
         ),
         click.option(
             "--chunk-rows",
-            type=click.IntRange(min=1),
+            # Bounded so that every reader can take it as a C int64 row count.
+            type=click.IntRange(min=1, max=2**62),
             metavar="N",
             help="Always stream, N rows per block (with --engine dask: rows per partition).",
         ),
@@ -108,6 +143,13 @@ def input_options(command: F) -> F:
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def _finite_non_negative(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    # click's FloatRange lets nan through (every comparison with nan is false).
+    if not (math.isfinite(value) and value >= 0):
+        raise click.BadParameter(f"{value} is not a finite number >= 0")
+    return value
 
 
 def _request(op: str, **options: Any) -> Any:
@@ -215,6 +257,7 @@ def _make_op_command(op: str) -> click.Command:
     @click.option(
         "--rtol",
         type=float,
+        callback=_finite_non_negative,
         default=1e-5,
         show_default=True,
         help="Relative tolerance for --expect.",
@@ -222,6 +265,7 @@ def _make_op_command(op: str) -> click.Command:
     @click.option(
         "--atol",
         type=float,
+        callback=_finite_non_negative,
         default=1e-8,
         show_default=True,
         help="Absolute tolerance for --expect.",
@@ -368,21 +412,61 @@ def _describe_lines(facts: dict[str, Any], indent: str = "") -> list[str]:
     return lines
 
 
+def usage_error_line(error: click.UsageError) -> str:
+    """click's usage error as one line, its hint folded in: ``Error: No such option '--foo'.
+    Did you mean '--fill'? (see 'segcli sum --help')``."""
+    message = " ".join(error.format_message().split())
+    command = error.ctx.command_path if error.ctx is not None else "segcli"
+    return f"Error: {message} (see '{command} --help')"
+
+
+def _fill_closed_std_fds() -> None:
+    """Put /dev/null on a closed stdin, stdout or stderr (``<&-``, ``>&-``, ``2>&-``).
+
+    Otherwise the next file opened would take the free descriptor, and Python leaves
+    ``sys.stdin`` etc. None. stdout gets a read-only /dev/null so that writing the result fails
+    with an error instead of vanishing.
+    """
+    for fd, name, flags, mode in (
+        (0, "stdin", os.O_RDONLY, "r"),
+        (1, "stdout", os.O_RDONLY, "w"),
+        (2, "stderr", os.O_WRONLY, "w"),
+    ):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, flags)
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
+            setattr(sys, name, open(fd, mode, closefd=False))  # noqa: SIM115 (lives as long as sys)
+
+
+def _silence_stdout() -> None:
+    # Python flushes stdout once more at exit; a closed pipe would print "Exception ignored".
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: click's own handling, plus Ctrl-C (130) and broken pipes."""
+    """Console entry point: click's own handling, plus Ctrl-C (130) and broken pipes (141)."""
+    _fill_closed_std_fds()
     try:
         code = cli.main(args=argv, prog_name="segcli", standalone_mode=False)
+    except click.UsageError as error:
+        click.echo(usage_error_line(error), err=True)
+        sys.exit(error.exit_code)
     except click.ClickException as error:
         error.show()
+        if error.exit_code == EXIT_WRITE:
+            _silence_stdout()  # what stdout could not take must not fail again at exit
         sys.exit(error.exit_code)
     except (KeyboardInterrupt, click.exceptions.Abort):
         click.echo("segcli: interrupted; nothing was written", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    except BrokenPipeError:
-        # The reader of stdout went away (``| head``): not an error worth a traceback.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        sys.exit(141)
+    except (StdoutClosed, BrokenPipeError):
+        _silence_stdout()
+        sys.exit(EXIT_BROKEN_PIPE)
     except Exception as error:  # a bug: say so in one line, traceback only on request
         if os.environ.get("SEGCLI_DEBUG"):
             raise
@@ -391,5 +475,5 @@ def main(argv: list[str] | None = None) -> None:
             "(set SEGCLI_DEBUG=1 for the traceback, and please report it)",
             err=True,
         )
-        sys.exit(70)
+        sys.exit(EXIT_INTERNAL)
     sys.exit(code if isinstance(code, int) else 0)

@@ -18,7 +18,7 @@ import numpy as np
 
 from segcli import core, io, ops, validate
 from segcli.engines import Engine
-from segcli.errors import ExpectationError, NotStreamableError, UsageError
+from segcli.errors import ExpectationError, NotStreamableError, UsageError, WriteError
 from segcli.expect import check_expected
 from segcli.memory import available_bytes
 from segcli.summary import InputFacts, Summary, build_summary, input_facts
@@ -325,9 +325,14 @@ def _chunked_facts(path: str, source: io.ChunkSource, rows: int) -> InputFacts:
 def _write(reduction: core.Reduction, request: RunRequest, streams: Streams) -> str | None:
     if request.output is None:
         text = streams.stdout_text or sys.stdout
-        for line in io.format_text_lines(reduction.result):
-            text.write(line + "\n")
-        text.flush()
+        try:
+            for line in io.format_text_lines(reduction.result):
+                text.write(line + "\n")
+            text.flush()
+        except BrokenPipeError:
+            raise  # the reader went away: the CLI decides how quietly to stop
+        except OSError as exc:
+            raise WriteError(f"<stdout>: cannot write ({exc.strerror or exc})") from exc
         return None
     return io.write_result(
         reduction.result,

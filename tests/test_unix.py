@@ -1,0 +1,166 @@
+"""segcli as a well-kept Unix tool: pipes, closed streams, one-line errors, honest exit codes."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from segcli.cli import cli
+from segcli.errors import EXIT_BROKEN_PIPE, EXIT_CODES
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def segcli(*args: object, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+    """The real entry point in a child process: pipes, closed descriptors and exit codes as a
+    shell sees them."""
+    kwargs = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs}
+    command = [sys.executable, "-m", "segcli", *map(str, args)]
+    return subprocess.run(command, timeout=60, check=False, **kwargs)
+
+
+def stderr_lines(result: subprocess.CompletedProcess[bytes]) -> list[str]:
+    return result.stderr.decode().splitlines()
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[Path, Path]:
+    data, ids = tmp_path / "data.npy", tmp_path / "ids.npy"
+    np.save(data, np.array([1, 2, 3, 4], np.float32))
+    np.save(ids, np.array([0, 0, 2, 2], np.int32))
+    return data, ids
+
+
+@pytest.fixture
+def wide_pair(tmp_path: Path) -> tuple[Path, Path]:
+    """A result far larger than a pipe's buffer, so a reader that leaves early cuts it off."""
+    data, ids = tmp_path / "wide.npy", tmp_path / "wide_ids.npy"
+    np.save(data, np.ones(300_000, np.float64))
+    np.save(ids, np.arange(300_000, dtype=np.int64))
+    return data, ids
+
+
+@pytest.mark.parametrize("fmt", [None, "npy", "npz", "parquet", "arrow", "csv", "tsv", "json"])
+def test_closed_stdout_exits_141_silently_for_every_format(wide_pair, fmt):
+    output = [] if fmt is None else ["-o", "-", "--format", fmt]
+    command = [sys.executable, "-m", "segcli", "sum", *map(str, wide_pair), "-q", *output]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
+        assert child.stdout is not None and child.stderr is not None
+        child.stdout.read(10)
+        child.stdout.close()  # as `| head -c 10` does
+        stderr = child.stderr.read()
+        assert child.wait(timeout=60) == EXIT_BROKEN_PIPE
+    assert stderr == b""
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("output", [[], ["-o", "-", "--format", "csv"]])
+def test_full_stdout_is_exit_5_in_one_line(pair, output):
+    with open("/dev/full", "wb") as full:
+        result = segcli("sum", *pair, "-q", *output, stdout=full, stderr=subprocess.PIPE)
+    assert result.returncode == 5
+    assert stderr_lines(result) == ["Error: <stdout>: cannot write (No space left on device)"]
+
+
+def test_closed_stdin_reads_as_no_input(pair):
+    result = segcli("sum", "-", pair[1], "-q", stdin=subprocess.DEVNULL)
+    closed = segcli("sum", "-", pair[1], "-q", preexec_fn=lambda: os.close(0))
+    for got in (result, closed):
+        assert got.returncode == 3
+        assert stderr_lines(got) == [
+            "Error: <stdin>: no input (expected a .npy or Arrow IPC stream)"
+        ]
+
+
+def test_closed_stdout_descriptor_is_a_write_error(pair):
+    result = segcli("sum", *pair, "-q", preexec_fn=lambda: os.close(1))
+    assert result.returncode == 5
+    assert result.stderr.decode().splitlines() == [
+        "Error: <stdout>: cannot write (Bad file descriptor)"
+    ]
+
+
+@pytest.mark.parametrize(("args", "code"), [([], 0), (["-n", "1"], 1), (["--nope"], 2)])
+def test_closed_stderr_keeps_the_exit_code(pair, args, code):
+    result = segcli("sum", *pair, *args, preexec_fn=lambda: os.close(2))
+    assert result.returncode == code
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["--fil", "1"],
+            "Error: No such option '--fil'. Did you mean '--fill'? (see 'segcli sum --help')",
+        ),
+        (
+            ["-n", "-1"],
+            "Error: Invalid value for '-n' / '--num-segments': -1 is not in the range x>=0. "
+            "(see 'segcli sum --help')",
+        ),
+        (
+            ["--rtol", "-1"],
+            "Error: Invalid value for '--rtol': -1.0 is not a finite number >= 0 "
+            "(see 'segcli sum --help')",
+        ),
+        (
+            ["--atol", "nan"],
+            "Error: Invalid value for '--atol': nan is not a finite number >= 0 "
+            "(see 'segcli sum --help')",
+        ),
+        (
+            ["--atol", "inf"],
+            "Error: Invalid value for '--atol': inf is not a finite number >= 0 "
+            "(see 'segcli sum --help')",
+        ),
+        (
+            ["--memory-limit", "5IB"],
+            "Error: --memory-limit '5IB' is not a size (e.g. 512MB, 2GB, 1.5GiB) "
+            "(see 'segcli sum --help')",
+        ),
+        (
+            ["--chunk-rows", str(2**64)],
+            "Error: Invalid value for '--chunk-rows': 18446744073709551616 is not in the range "
+            "1<=x<=4611686018427387904. (see 'segcli sum --help')",
+        ),
+    ],
+)
+def test_usage_errors_are_one_line_with_the_hint(pair, args, line):
+    result = segcli("sum", *pair, *args)
+    assert result.returncode == 2
+    assert stderr_lines(result) == [line]
+    assert result.stdout == b""
+
+
+def test_usage_error_of_a_group_level_command_names_segcli():
+    result = segcli("frobnicate")
+    assert result.returncode == 2
+    [line] = stderr_lines(result)
+    assert line.startswith("Error: No such command 'frobnicate'.")
+    assert line.endswith("(see 'segcli --help')")
+
+
+def _readme_exit_codes() -> list[tuple[int, str]]:
+    text = README.read_text()
+    section = text[text.index("## Exit codes") :]
+    section = section[: section.index("\n\n", section.index("| code |"))]
+    return [
+        (int(code), meaning)
+        for code, meaning in re.findall(r"^\| (\d+) \| (.*) \|$", section, re.M)
+    ]
+
+
+def test_readme_and_help_list_every_exit_code():
+    assert _readme_exit_codes() == list(EXIT_CODES)
+    for args in (["--help"], ["sum", "--help"], ["check", "--help"], ["info", "--help"]):
+        help_text = " ".join(CliRunner().invoke(cli, args).stdout.split())
+        for code, meaning in EXIT_CODES:
+            assert f"{code} {meaning}" in help_text, (args, code)
