@@ -164,3 +164,53 @@ def test_readme_and_help_list_every_exit_code():
         help_text = " ".join(CliRunner().invoke(cli, args).stdout.split())
         for code, meaning in EXIT_CODES:
             assert f"{code} {meaning}" in help_text, (args, code)
+
+
+def cli_run(*args: object, input: bytes | None = None) -> Any:
+    return CliRunner().invoke(cli, [str(a) for a in args], input=input, catch_exceptions=False)
+
+
+@pytest.mark.parametrize(
+    ("golden", "message"),
+    [
+        ("[1, 2]", "not a segcli result JSON (expected an object with shape, dtype and values"),
+        ('{"shape": [3]}', "not a segcli result JSON (no 'dtype' key)"),
+        ('{"shape": [3], "dtype": "float32", "values": [1e400, 1, 2]}', "1e400 is out of"),
+        ('{"shape": [1e400], "dtype": "float32", "values": [1]}', "1e400 is out of"),
+        ('{"shape": 3, "dtype": "float32", "values": [1]}', "not a segcli result JSON ("),
+        ('{"shape": [3], "dtype": "nope", "values": [1, 2, 3]}', "not a segcli result JSON ("),
+        ('{"shape": [3], "dtype": "float32", "values": [1, [2], 3]}', "not a segcli result"),
+        ('{"shape": [3], "dtype": "int8", "values": [1, 2, 3000]}', "not a segcli result JSON ("),
+    ],
+)
+def test_malformed_expect_json_is_one_line_exit_3(pair, tmp_path, golden, message):
+    path = tmp_path / "golden.json"
+    path.write_text(golden)
+    result = cli_run("sum", *pair, "-q", "--expect", path)
+    assert result.exit_code == 3
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"Error: {path}: ") and message in line
+
+
+def test_expect_with_a_two_array_npz_names_no_missing_option(pair, tmp_path):
+    golden = tmp_path / "two.npz"
+    np.savez(golden, a=np.zeros(3), b=np.zeros(3))
+    result = cli_run("sum", *pair, "-q", "--expect", golden)
+    assert result.exit_code == 3
+    assert result.stderr.splitlines() == [
+        f"Error: {golden}: holds 2 arrays and none is named 'result' (keys: a, b); "
+        "a golden .npz needs a 'result' array or one array"
+    ]
+    assert "--key" not in result.stderr
+
+
+def test_expect_mismatch_shows_got_vs_expected_and_largest_differences(pair, tmp_path):
+    golden = tmp_path / "golden.npy"
+    np.save(golden, np.array([3, 1, 9, 0], np.float32))  # the result is [3, 0, 7, 0]
+    result = cli_run("sum", *pair, "-n", "4", "-q", "--expect", golden)
+    assert result.exit_code == 4
+    assert result.stderr.splitlines() == [
+        f"Error: {golden}: 2 of 4 segments differ (rtol=1e-05, atol=1e-08): 1, 2; "
+        "segment 1 got 0. expected 1., segment 2 got 7. expected 9.; "
+        "largest difference: absolute 2 (segment 2), relative 1 (segment 1)"
+    ]
