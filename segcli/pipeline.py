@@ -20,6 +20,7 @@ from segcli import core, io, ops, validate
 from segcli.engines import Engine
 from segcli.errors import ExpectationError, NotStreamableError, UsageError, WriteError
 from segcli.expect import check_expected
+from segcli.io.formats import ARROW_FILE_MAGIC, NPY_MAGIC, PARQUET_MAGIC
 from segcli.memory import available_bytes
 from segcli.summary import InputFacts, Summary, build_summary, input_facts
 
@@ -114,8 +115,26 @@ def _peekable_stdin(streams: Streams) -> BinaryIO:
     return stdin
 
 
+def _stdin_head(stdin: BinaryIO) -> bytes:
+    return bytes(stdin.peek(6)[:6])  # type: ignore[attr-defined]
+
+
 def _stdin_holds_npy(stdin: BinaryIO) -> bool:
-    return bytes(stdin.peek(6)[:6]) == b"\x93NUMPY"  # type: ignore[attr-defined]
+    return _stdin_head(stdin) == NPY_MAGIC
+
+
+def _stdin_holds_arrow_stream(stdin: BinaryIO) -> bool:
+    """Neither .npy nor a file format (Parquet, Arrow file) that must be read whole to seek."""
+    head = _stdin_head(stdin)
+    return bool(head) and not head.startswith((NPY_MAGIC, PARQUET_MAGIC, ARROW_FILE_MAGIC))
+
+
+def _refuse_both_stdin(request: RunRequest) -> None:
+    if request.data == "-" and request.ids == "-":
+        raise UsageError(
+            "DATA and IDS cannot both be '-': stdin holds one input; for an Arrow stream "
+            "holding both, give '-' once with --data-column and --ids-column"
+        )
 
 
 def _should_stream(request: RunRequest, streams: Streams) -> bool:
@@ -130,7 +149,7 @@ def _should_stream(request: RunRequest, streams: Streams) -> bool:
         if streams.stdin is None:
             return False
         if request.ids is None:
-            return not _stdin_holds_npy(streams.stdin)
+            return _stdin_holds_arrow_stream(streams.stdin)
         return _stdin_holds_npy(streams.stdin)
     if request.chunk_rows is not None:
         return True
@@ -201,6 +220,7 @@ def run(
     renamed only on success.
     """
     streams = streams or Streams()
+    _refuse_both_stdin(request)
     if "-" in (request.data, request.ids):
         streams.stdin = _peekable_stdin(streams)
     if request.engine == "dask":
@@ -365,6 +385,7 @@ def check(
     raised together as an :class:`ExpectationError` by :func:`enforce`.
     """
     streams = streams or Streams()
+    _refuse_both_stdin(request)
     if "-" in (request.data, request.ids):
         streams.stdin = _peekable_stdin(streams)
     op = ops.get_op(request.op)

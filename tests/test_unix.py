@@ -214,3 +214,62 @@ def test_expect_mismatch_shows_got_vs_expected_and_largest_differences(pair, tmp
         "segment 1 got 0. expected 1., segment 2 got 7. expected 9.; "
         "largest difference: absolute 2 (segment 2), relative 1 (segment 1)"
     ]
+
+
+def test_dev_stdin_pipe_keeps_the_bytes_the_sniff_read(pair):
+    result = segcli("sum", "/dev/stdin", pair[1], "-q", input=pair[0].read_bytes())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b"0\t3.0\n1\t0.0\n2\t7.0\n"
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "2"]])
+def test_process_substitution_pipes_read_in_memory_and_streamed(pair, chunk):
+    """``segcli sum <(cat data.npy) <(cat ids.npy)``: two pipes named /dev/fd/N."""
+    pipes = [os.pipe() for _ in pair]
+    with subprocess.Popen(
+        [sys.executable, "-m", "segcli", "sum", *(f"/dev/fd/{r}" for r, _ in pipes), "-q", *chunk],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        pass_fds=[r for r, _ in pipes],
+    ) as child:
+        for (read_end, write_end), path in zip(pipes, pair, strict=True):
+            os.close(read_end)
+            os.write(write_end, path.read_bytes())
+            os.close(write_end)
+        out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert out == b"0\t3.0\n1\t0.0\n2\t7.0\n"
+
+
+@pytest.fixture
+def table_bytes(tmp_path: Path) -> dict[str, bytes]:
+    import pyarrow as pa
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    table = pa.table({"v": np.arange(4.0), "s": np.array([0, 0, 1, 1])})
+    pq.write_table(table, tmp_path / "t.parquet")
+    feather.write_feather(table, tmp_path / "t.feather")
+    return {fmt: (tmp_path / f"t.{fmt}").read_bytes() for fmt in ("parquet", "feather")}
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "feather"])
+def test_parquet_and_feather_on_stdin_are_read(table_bytes, fmt):
+    result = cli_run(
+        "sum", "-", "--data-column", "v", "--ids-column", "s", "-q", input=table_bytes[fmt]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "0\t1.0\n1\t5.0\n"
+
+
+@pytest.mark.parametrize("ids", ["-", "ids"])
+def test_npy_on_stdin_for_both_inputs_says_what_stdin_takes(pair, ids):
+    args = ["sum", "-", "-"] if ids == "-" else ["sum", "-"]
+    result = segcli(*args, input=pair[0].read_bytes())
+    assert result.returncode == 2
+    [line] = stderr_lines(result)
+    if ids == "-":
+        assert line.startswith("Error: DATA and IDS cannot both be '-': stdin holds one input; ")
+        assert "give '-' once with --data-column and --ids-column" in line
+    else:
+        assert line.startswith("Error: <stdin>: a .npy stream holds one array; give IDS as a file")

@@ -15,7 +15,7 @@ import numpy as np
 
 from segcli.errors import InvalidInputError, NotStreamableError, ReadError, UsageError
 from segcli.io.columns import ColumnRef, check_type, column_to_numpy, value_layout
-from segcli.io.formats import input_format, library_errors, open_binary
+from segcli.io.formats import input_format, is_pipe, library_errors, open_binary
 from segcli.io.npy import (
     NpyHeader,
     Readable,
@@ -75,6 +75,8 @@ def open_chunked(
         refuse_option(options.column_option, column, path)
     if fmt == "npy":
         refuse_option(options.key_option, key, path)
+        if is_pipe(path):  # ``<(cat x.npy)``: one pass, like stdin
+            return NpyStreamChunks(path, open_binary(path))
         return NpyChunks(path, lambda: open_binary(path))
     if fmt == "npz":
         with open_npz(path) as archive:

@@ -12,7 +12,13 @@ import numpy as np
 
 from segcli.errors import UsageError
 from segcli.io.columns import ColumnRef, column_to_numpy, value_layout
-from segcli.io.formats import ARROW_FILE_MAGIC, check_readable, library_errors
+from segcli.io.formats import (
+    ARROW_FILE_MAGIC,
+    check_readable,
+    is_pipe,
+    library_errors,
+    open_binary,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -43,7 +49,7 @@ class TableFile:
             if self.fmt == "parquet":
                 import pyarrow.parquet as pq
 
-                return pq.ParquetFile(self.source).schema_arrow
+                return pq.ParquetFile(self._parquet_source()).schema_arrow
             if self.fmt == "arrow":
                 return self.ipc_reader().schema
             return self._csv_stream().schema
@@ -54,7 +60,7 @@ class TableFile:
             if self.fmt == "parquet":
                 import pyarrow.parquet as pq
 
-                return pq.ParquetFile(self.source).read(columns=columns)
+                return pq.ParquetFile(self._parquet_source()).read(columns=columns)
             if self.fmt == "arrow":
                 return self.ipc_reader().read_all().select(columns)
             import pyarrow.csv as pcsv
@@ -111,6 +117,10 @@ class TableFile:
             for name in columns
         ]
 
+    def _parquet_source(self) -> str | pa.NativeFile:
+        # Parquet needs to seek: bytes from a pipe are read from memory, a path from the file.
+        return self._input() if isinstance(self.source, bytes) else self.source
+
     def _input(self) -> pa.NativeFile:
         import pyarrow as pa
 
@@ -132,5 +142,8 @@ class TableFile:
 
 def open_table(path: str, fmt: str) -> TableFile:
     """A :class:`TableFile` for a path, failing early with 'no such file' if it is missing."""
+    if is_pipe(path):  # read once, into memory, since Parquet and Arrow files need to seek
+        with open_binary(path) as stream:
+            return TableFile(path, fmt, stream.read())
     check_readable(path)
     return TableFile(path, fmt, path)
