@@ -392,9 +392,15 @@ def check(
     # Large inputs: a streamed ``count`` reduction validates the ids and counts the rows of
     # each segment in one pass, while the data blocks are scanned for NaN.
     nan_seen = [0]
+    rows_seen = [0]
+    first_nan: list[tuple[int, ...]] = []
 
     def count_nan(block: np.ndarray) -> None:
-        nan_seen[0] += _nan_count(block)
+        found = _nan_count(block)
+        if found and not first_nan:
+            first_nan.append(_first_nan_index(block, rows_seen[0]))
+        nan_seen[0] += found
+        rows_seen[0] += block.shape[0] if block.ndim else 1
 
     streamed = None
     if _should_stream(request, streams):
@@ -420,6 +426,8 @@ def check(
         )
         report, counts = reduction.ids, reduction.result
         nan_rows = _nan_count(data.array)
+        if nan_rows:
+            first_nan.append(_first_nan_index(data.array, 0))
         data_facts, ids_facts = _facts(data), _facts(ids)
     empty = int(np.count_nonzero(counts == 0))
     failures = []
@@ -430,7 +438,11 @@ def check(
             f"{max_empty} (first empty: segment {first})"
         )
     if no_nan and nan_rows:
-        failures.append(f"{data_facts.label}: {validate.plural(nan_rows, 'NaN value')} (--no-nan)")
+        where = ", ".join(str(i) for i in first_nan[0])
+        failures.append(
+            f"{data_facts.label}: {validate.plural(nan_rows, 'NaN value')} (--no-nan), "
+            f"the first at [{where}]"
+        )
     facts: dict[str, Any] = {
         "schema_version": 1,
         "command": "check",
@@ -468,6 +480,15 @@ def check(
 def enforce(outcome: CheckOutcome) -> None:
     if outcome.failures:
         raise ExpectationError("; ".join(outcome.failures))
+
+
+def _first_nan_index(block: np.ndarray, first_row: int) -> tuple[int, ...]:
+    """Index in the whole input of the first NaN of ``block``, whose row 0 is ``first_row``."""
+    flat = int(np.argmax(np.isnan(block.reshape(-1))))
+    if not block.ndim:
+        return ()
+    index = tuple(int(i) for i in np.unravel_index(flat, block.shape))
+    return (first_row + index[0], *index[1:])
 
 
 def _nan_count(data: np.ndarray) -> int:

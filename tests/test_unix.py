@@ -273,3 +273,63 @@ def test_npy_on_stdin_for_both_inputs_says_what_stdin_takes(pair, ids):
         assert "give '-' once with --data-column and --ids-column" in line
     else:
         assert line.startswith("Error: <stdin>: a .npy stream holds one array; give IDS as a file")
+
+
+def test_cut_off_npy_stream_says_how_many_rows_arrived(tmp_path):
+    path, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(path, np.arange(100.0))
+    np.save(ids, np.arange(100) % 7)
+    cut = path.read_bytes()[:500]
+    for args, input in (([path.with_name("cut.npy")], None), (["-"], cut)):
+        path.with_name("cut.npy").write_bytes(cut)
+        result = cli_run("sum", *args, ids, "-q", input=input)
+        assert result.exit_code == 3
+        [line] = result.stderr.splitlines()
+        assert line.endswith("46 of 100 rows arrived (372 of 800 bytes)"), line
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("v,s\n1,0\n2,99999999999999999999\n", "segment_ids[1] = 1e+20 does not fit in int64"),
+        ("v,s\n", "segment_ids has no values, so no type to tell (read as float64: a header-only"),
+        ("v,s\n1,0\n2,1.5\n", "segment_ids[1] = 1.5 is not a whole number (1 such id)"),
+        (
+            "v,s\n1,0\n2,1.0\n",
+            "segment_ids must be integers, got float64 with whole values; write them without a "
+            "decimal point (1, not 1.0)",
+        ),
+    ],
+)
+def test_float_ids_from_csv_say_what_is_really_wrong(tmp_path, text, message):
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    result = cli_run("sum", path, "--data-column", "v", "--ids-column", "s", "-q")
+    assert result.exit_code == 1
+    [line] = result.stderr.splitlines()
+    assert message in line and "got float64 (accepted" not in line
+
+
+def test_whole_float_npy_ids_get_a_cast_hint(pair, tmp_path):
+    ids = tmp_path / "f.npy"
+    np.save(ids, np.array([0.0, 0.0, 2.0, 2.0]))
+    result = cli_run("sum", pair[0], ids, "-q")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"Error: {ids}: segment_ids must be integers, got float64 with whole values; cast them "
+        "to integers first, e.g. np.load(...).astype(np.int64)"
+    ]
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "7"]])
+def test_check_no_nan_names_the_first_nan(tmp_path, chunk):
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    values = np.ones((100, 3))
+    values[57, 2] = values[80, 0] = np.nan
+    np.save(data, values)
+    np.save(ids, np.arange(100) % 7)
+    result = cli_run("check", data, ids, "--no-nan", "-q", *chunk)
+    assert result.exit_code == 4
+    assert result.stderr.splitlines() == [
+        f"Error: {data}: 2 NaN values (--no-nan), the first at [57, 2]"
+    ]

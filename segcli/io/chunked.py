@@ -19,6 +19,7 @@ from segcli.io.formats import input_format, is_pipe, library_errors, open_binary
 from segcli.io.npy import (
     NpyHeader,
     Readable,
+    arrived_rows,
     check_dtype,
     open_member,
     open_npz,
@@ -158,8 +159,12 @@ class NpyStreamChunks:
         total, row_shape = self.shape[0], self.shape[1:]
         for start in range(0, total, rows):
             block = np.empty((min(rows, total - start), *row_shape), self._header.dtype)
-            if readinto_exact(self._stream, block) < block.nbytes:
-                raise ReadError(f"{self.label}: the .npy stream ended early (rows from {start})")
+            got = readinto_exact(self._stream, block)
+            if got < block.nbytes:
+                raise ReadError(
+                    f"{self.label}: the .npy stream ended early: "
+                    f"{arrived_rows(self._header, start, got)}"
+                )
             yield to_native(block)
 
 
