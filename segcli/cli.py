@@ -372,12 +372,14 @@ def check(
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON on stdout.")
 @translate_errors
 def info(path: str, as_json: bool) -> None:
-    """Show what FILE holds (shape, dtype, columns, row groups, size) without reading its data.
+    """Show what FILE holds (shape, dtype, columns with their types and nulls, row groups,
+    size) without reading its data. FILE '-' reads stdin (.npy, Parquet or Arrow IPC) through.
 
     \b
     Examples:
       segcli info sample_data/data.npy
-      segcli info sample_data/readings.parquet --json
+      segcli info sample_data/table.parquet --json
+      cat sample_data/ids.npy | segcli info -
     """
     import json
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -333,3 +334,58 @@ def test_check_no_nan_names_the_first_nan(tmp_path, chunk):
     assert result.stderr.splitlines() == [
         f"Error: {data}: 2 NaN values (--no-nan), the first at [57, 2]"
     ]
+
+
+SAMPLES = README.parent / "sample_data"
+
+
+def test_info_reads_npy_and_arrow_streams_on_stdin(tmp_path):
+    import pyarrow as pa
+
+    npy = (SAMPLES / "data.npy").read_bytes()
+    result = cli_run("info", "-", "--json", input=npy)
+    assert result.exit_code == 0, result.stderr
+    facts = json.loads(result.stdout)
+    assert (facts["format"], facts["size"], facts["shape"]) == ("npy", len(npy), [1000])
+    table = pa.table({"v": pa.array([1.0, None, 3.0]), "s": [0, 1, 1]})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    result = cli_run("info", "-", input=sink.getvalue().to_pybytes())
+    assert result.exit_code == 0, result.stderr
+    assert "ipc: stream" in result.stdout and "  v: double, nulls 1" in result.stdout
+
+
+@pytest.mark.parametrize("source", ["file", "stdin"])
+def test_info_on_a_truncated_npy_is_exit_3_with_rows_found(tmp_path, source):
+    cut = (SAMPLES / "data.npy").read_bytes()[:300]
+    path = tmp_path / "cut.npy"
+    path.write_bytes(cut)
+    result = cli_run("info", path if source == "file" else "-", input=cut)
+    assert result.exit_code == 3
+    label = path if source == "file" else "<stdin>"
+    assert result.stderr.splitlines() == [
+        f"Error: {label}: truncated .npy: 43 of 1000 rows arrived (172 of 4000 bytes)"
+    ]
+    assert result.stdout == ""
+
+
+def test_info_shows_each_column_type_and_null_count(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"v": [1.0, None, None], "s": [0, 1, None]}), path)
+    result = cli_run("info", path)
+    assert result.exit_code == 0
+    assert "  v: double, nulls 2\n  s: int64, nulls 1\n" in result.stdout
+
+
+def test_info_help_examples_name_files_that_exist(monkeypatch):
+    monkeypatch.chdir(SAMPLES.parent)
+    help_text = CliRunner().invoke(cli, ["info", "--help"]).stdout
+    named = re.findall(r"sample_data/\S+", help_text)
+    assert named
+    for path in named:
+        assert Path(path).is_file(), path
+        assert cli_run("info", path).exit_code == 0

@@ -49,7 +49,7 @@ class TableFile:
             if self.fmt == "parquet":
                 import pyarrow.parquet as pq
 
-                return pq.ParquetFile(self._parquet_source()).schema_arrow
+                return pq.ParquetFile(self.parquet_source()).schema_arrow
             if self.fmt == "arrow":
                 return self.ipc_reader().schema
             return self._csv_stream().schema
@@ -60,7 +60,7 @@ class TableFile:
             if self.fmt == "parquet":
                 import pyarrow.parquet as pq
 
-                return pq.ParquetFile(self._parquet_source()).read(columns=columns)
+                return pq.ParquetFile(self.parquet_source()).read(columns=columns)
             if self.fmt == "arrow":
                 return self.ipc_reader().read_all().select(columns)
             import pyarrow.csv as pcsv
@@ -117,7 +117,7 @@ class TableFile:
             for name in columns
         ]
 
-    def _parquet_source(self) -> str | pa.NativeFile:
+    def parquet_source(self) -> str | pa.NativeFile:
         # Parquet needs to seek: bytes from a pipe are read from memory, a path from the file.
         return self._input() if isinstance(self.source, bytes) else self.source
 
