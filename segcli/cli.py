@@ -208,6 +208,10 @@ def cli() -> None:
     """
 
 
+def _warn(message: str) -> None:
+    click.echo(f"Warning: {message}", err=True)
+
+
 def _make_op_command(op: str) -> click.Command:
     @input_options
     @click.option(
@@ -284,7 +288,7 @@ def _make_op_command(op: str) -> click.Command:
         if options["output"] is None and options["output_format"]:
             raise UsageError("--format needs -o/--output (use -o - for stdout)")
         with progress_bar(enabled=not (quiet or no_progress)) as progress:
-            outcome = pipeline.run(_request(op, **options), progress=progress)
+            outcome = pipeline.run(_request(op, **options), progress=progress, warn=_warn)
 
         summary = outcome.summary
         _emit_summary(

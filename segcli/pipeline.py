@@ -209,7 +209,10 @@ def _facts(item: io.ArrayInput) -> InputFacts:
 
 
 def run(
-    request: RunRequest, streams: Streams | None = None, progress: Progress | None = None
+    request: RunRequest,
+    streams: Streams | None = None,
+    progress: Progress | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> RunOutcome:
     """Reduce the files of ``request``; write the result; return the summary.
 
@@ -217,7 +220,8 @@ def run(
     input with ``chunk_rows`` stream in blocks; inputs that can only be read whole (2-D
     Fortran-order ``.npy``) are, when they fit the memory budget.
     Nothing is written unless every check passes: the output goes to a temporary file that is
-    renamed only on success.
+    renamed only on success. ``warn`` hears about suspicious but valid input, before the
+    output is written.
     """
     streams = streams or Streams()
     _refuse_both_stdin(request)
@@ -255,6 +259,8 @@ def run(
         timings["compute"] = reduction.timings["compute"]
         data_facts, ids_facts = _facts(data), _facts(ids)
         mode = ("in-memory", {})
+    if warn is not None:
+        _warn_of_huge_inferred_n(reduction.ids, warn)
     if request.expect:
         expected = io.read_result_table(request.expect)
         check_expected(
@@ -273,6 +279,23 @@ def run(
     )
     summary.mode, summary.extra = mode
     return RunOutcome(summary, reduction.result)
+
+
+#: An inferred n above both this and :data:`SPARSE_IDS_RATIO` times the ids is worth a warning.
+HUGE_INFERRED_N = 1_000_000
+SPARSE_IDS_RATIO = 10
+
+
+def _warn_of_huge_inferred_n(report: validate.IdReport, warn: Callable[[str], None]) -> None:
+    """A stray large id with -n inferred gives a result of mostly empty segments (a 20,000,000
+    id makes 20M output lines): valid, but rarely meant."""
+    n = report.num_segments
+    if report.inferred and n > HUGE_INFERRED_N and n > SPARSE_IDS_RATIO * report.rows:
+        warn(
+            f"n = {n:,} was inferred from the largest id, for only "
+            f"{validate.plural(report.rows, 'id')}: most segments will be empty "
+            "(give -n to silence this, or check the ids for a stray value)"
+        )
 
 
 def _reduce_streaming(

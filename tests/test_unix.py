@@ -389,3 +389,20 @@ def test_info_help_examples_name_files_that_exist(monkeypatch):
     for path in named:
         assert Path(path).is_file(), path
         assert cli_run("info", path).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("stray", "n", "warned"),
+    [(2_000_000, None, True), (999_999, None, False), (2_000_000, "2000001", False)],
+)
+def test_huge_inferred_n_warns_in_one_line_and_the_run_continues(pair, tmp_path, stray, n, warned):
+    ids, out = tmp_path / "stray.npy", tmp_path / "out.npy"
+    np.save(ids, np.array([0, 1, stray, 2]))
+    result = cli_run("count", pair[0], ids, "-q", "-o", out, *(["-n", n] if n else []))
+    assert result.exit_code == 0
+    assert np.load(out).shape == (stray + 1,)
+    expected = [
+        f"Warning: n = {stray + 1:,} was inferred from the largest id, for only 4 ids: most "
+        "segments will be empty (give -n to silence this, or check the ids for a stray value)"
+    ]
+    assert result.stderr.splitlines() == (expected if warned else [])
