@@ -18,9 +18,15 @@ import numpy as np
 
 from segcli import core, io, ops, validate
 from segcli.engines import Engine
-from segcli.errors import ExpectationError, NotStreamableError, UsageError, WriteError
+from segcli.errors import (
+    ExpectationError,
+    NotStreamableError,
+    SegcliError,
+    UsageError,
+    WriteError,
+)
 from segcli.expect import check_expected
-from segcli.io.formats import ARROW_FILE_MAGIC, NPY_MAGIC, PARQUET_MAGIC
+from segcli.io.formats import ARROW_FILE_MAGIC, NPY_MAGIC, PARQUET_MAGIC, open_binary
 from segcli.memory import available_bytes
 from segcli.summary import InputFacts, Summary, build_summary, input_facts
 
@@ -145,6 +151,8 @@ def _should_stream(request: RunRequest, streams: Streams) -> bool:
     unknown until read, one pass is all a pipe allows, and streaming gives the same bytes as
     the in-memory path. An Arrow stream with the other input in a file is read whole.
     """
+    if _holds_a_scalar(request, streams):
+        return False
     if "-" in (request.data, request.ids):
         if streams.stdin is None:
             return False
@@ -155,6 +163,47 @@ def _should_stream(request: RunRequest, streams: Streams) -> bool:
         return True
     size = _input_bytes(request)
     return size is not None and size > _stream_above(request)
+
+
+def _holds_a_scalar(request: RunRequest, streams: Streams) -> bool:
+    """A 0-D ``.npy`` (ids, or data with 0-D ids) is a single row that no block can split:
+    such runs read their inputs whole on every path, and give the in-memory answer."""
+    ids_path = request.ids if request.ids is not None else request.data
+    return any(
+        _npy_shape(path, key, streams.stdin) == ()
+        for path, key in ((request.data, request.data_key), (ids_path, request.ids_key))
+    )
+
+
+#: Bytes of stdin a peek may show; a .npy header is far shorter (NumPy pads it to 64 bytes).
+_HEADER_PEEK = 4096
+
+
+def _npy_shape(path: str, key: str | None, stdin: BinaryIO | None) -> tuple[int, ...] | None:
+    """The shape a ``.npy`` header (a file, an ``.npz`` member or stdin) declares; None for
+    other formats, a pipe, or an input its reader will report as unreadable."""
+    from io import BytesIO
+
+    from segcli.io.formats import input_format, is_pipe
+    from segcli.io.npy import open_npz, pick_key, read_header, read_npz_header
+
+    try:
+        if path == "-":
+            head = bytes(stdin.peek(_HEADER_PEEK)) if stdin is not None else b""  # type: ignore[attr-defined]
+            return read_header(BytesIO(head), path).shape if head.startswith(NPY_MAGIC) else None
+        if is_pipe(path):
+            return None  # a pipe is read once, by its reader
+        fmt = input_format(path)
+        if fmt == "npy":
+            with open_binary(path) as f:
+                return read_header(f, path).shape
+        if fmt == "npz":
+            with open_npz(path) as archive:
+                chosen = pick_key(archive, key, path, "--data-key")
+                return read_npz_header(archive, chosen, path).shape
+    except SegcliError:
+        return None
+    return None
 
 
 def _must_stream(request: RunRequest) -> bool:
@@ -227,7 +276,7 @@ def run(
     _refuse_both_stdin(request)
     if "-" in (request.data, request.ids):
         streams.stdin = _peekable_stdin(streams)
-    if request.engine == "dask":
+    if request.engine == "dask" and not _holds_a_scalar(request, streams):
         from segcli.distributed import reduce_distributed
 
         reduction, data_facts, ids_facts, extra = reduce_distributed(request, progress)
@@ -250,7 +299,8 @@ def run(
             request.num_segments,
             request.op,
             sorted=request.sorted_ids,
-            engine=request.compute_engine(),
+            # A 0-D input is one row: no partitions to spread, so Dask runs take NumPy's path.
+            engine="auto" if request.engine == "dask" else request.compute_engine(),
             fill=request.fill,
             data_label=data.label,
             ids_label=ids.label,

@@ -406,3 +406,44 @@ def test_huge_inferred_n_warns_in_one_line_and_the_run_continues(pair, tmp_path,
         "segments will be empty (give -n to silence this, or check the ids for a stray value)"
     ]
     assert result.stderr.splitlines() == (expected if warned else [])
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        [],
+        ["--memory-limit", "10"],
+        ["--chunk-rows", "1"],
+        ["--engine", "dask"],
+        ["stdin-data"],
+        ["stdin-data", "--chunk-rows", "1"],
+        ["stdin-ids"],
+    ],
+)
+def test_zero_d_ids_give_the_in_memory_answer_on_every_path(tmp_path, path):
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.arange(6.0).reshape(2, 3))
+    np.save(ids, np.array(2))
+    args: list[object] = [data, ids]
+    given: bytes | None = None
+    if path[:1] == ["stdin-data"]:
+        args, given, path = ["-", ids], data.read_bytes(), path[1:]
+    elif path[:1] == ["stdin-ids"]:
+        args, given, path = [data, "-"], ids.read_bytes(), path[1:]
+    result = cli_run("sum", *args, "-q", *path, input=given)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == (
+        "0\t0.0\t0.0\t0.0\t0.0\t0.0\t0.0\n"
+        "1\t0.0\t0.0\t0.0\t0.0\t0.0\t0.0\n"
+        "2\t0.0\t1.0\t2.0\t3.0\t4.0\t5.0\n"
+    )
+
+
+def test_zero_d_data_and_ids_check_over_the_streaming_threshold(tmp_path):
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.array(5.0))
+    np.save(ids, np.array(2))
+    result = cli_run("check", data, ids, "--chunk-rows", "1", "--summary-json", "-")
+    assert result.exit_code == 0, result.stderr
+    facts = json.loads(result.stderr)
+    assert (facts["num_segments"], facts["empty_segments"], facts["mode"]) == (3, 2, "in-memory")
