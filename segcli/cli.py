@@ -7,12 +7,13 @@ starts fast.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import click
@@ -208,6 +209,31 @@ def cli() -> None:
     """
 
 
+def _verdict(error: SegcliError | None) -> dict[str, Any]:
+    """The JSON summary's ``exit_code`` and ``error`` (the line printed on stderr, or null)."""
+    if error is None:
+        return {"exit_code": 0, "error": None}
+    return {"exit_code": error.exit_code, "error": f"Error: {error}"}
+
+
+@contextlib.contextmanager
+def _summary_on_failure(command: str, summary_json: str | None) -> Iterator[None]:
+    """On a failed run, ``--summary-json`` still gets written, saying why, so CI can read it."""
+    try:
+        yield
+    except SegcliError as error:
+        if summary_json:
+            facts: dict[str, Any] = {"schema_version": 1, "command": command}
+            if command == "check":
+                facts["passed"] = False
+            facts.update(_verdict(error))
+            with contextlib.suppress(SegcliError):  # the run's own error is the one to report
+                _emit_summary(
+                    "", [], facts, quiet=True, summary_json=summary_json, alert=frozenset()
+                )
+        raise
+
+
 def _warn(message: str) -> None:
     click.echo(f"Warning: {message}", err=True)
 
@@ -287,14 +313,17 @@ def _make_op_command(op: str) -> click.Command:
 
         if options["output"] is None and options["output_format"]:
             raise UsageError("--format needs -o/--output (use -o - for stdout)")
-        with progress_bar(enabled=not (quiet or no_progress)) as progress:
+        with (
+            _summary_on_failure(op, summary_json),
+            progress_bar(enabled=not (quiet or no_progress)) as progress,
+        ):
             outcome = pipeline.run(_request(op, **options), progress=progress, warn=_warn)
 
         summary = outcome.summary
         _emit_summary(
             f"segcli {op}",
             summary_rows(summary),
-            summary.to_json(),
+            {**summary.to_json(), **_verdict(None)},
             quiet=quiet,
             summary_json=summary_json,
             alert=frozenset({"result"}) if summary.nan_count else frozenset(),
@@ -336,12 +365,19 @@ for _op in OP_SUMMARIES:
     metavar="K",
     help="Fail (exit 4) if more than K segments are empty.",
 )
+@click.option(
+    "--max-dropped",
+    type=click.IntRange(min=0),
+    metavar="K",
+    help="Fail (exit 4) if more than K rows were dropped (negative ids; ids >= n under --sorted).",
+)
 @click.option("--no-nan", is_flag=True, help="Fail (exit 4) if DATA holds any NaN.")
 @translate_errors
 def check(
     quiet: bool,
     summary_json: str | None,
     max_empty: int | None,
+    max_dropped: int | None,
     no_nan: bool,
     op: str,
     **options: Any,
@@ -359,16 +395,21 @@ def check(
     """
     from segcli import pipeline
 
-    outcome = pipeline.check(_request(op, **options), max_empty=max_empty, no_nan=no_nan)
+    with _summary_on_failure("check", summary_json):
+        outcome = pipeline.check(
+            _request(op, **options), max_empty=max_empty, no_nan=no_nan, max_dropped=max_dropped
+        )
+    failure = pipeline.failure(outcome)
     _emit_summary(
         "segcli check",
         outcome.rows,
-        outcome.facts,
+        {**outcome.facts, **_verdict(failure)},
         quiet=quiet,
         summary_json=summary_json,
         alert=frozenset({"verdict"}) if outcome.failures else frozenset(),
     )
-    pipeline.enforce(outcome)
+    if failure is not None:
+        raise failure
 
 
 @cli.command(epilog=EXIT_CODES_HELP)

@@ -450,6 +450,7 @@ def check(
     *,
     max_empty: int | None = None,
     no_nan: bool = False,
+    max_dropped: int | None = None,
     streams: Streams | None = None,
 ) -> CheckOutcome:
     """Validate the inputs as ``request.op`` would, then the data-quality rules.
@@ -510,6 +511,12 @@ def check(
             f"{ids_facts.label}: {validate.plural(empty, 'empty segment')}, more than --max-empty "
             f"{max_empty} (first empty: segment {first})"
         )
+    dropped = report.dropped_negative + report.dropped_beyond
+    if max_dropped is not None and dropped > max_dropped:
+        failures.append(
+            f"{ids_facts.label}: {validate.plural(dropped, 'dropped row')}, more than "
+            f"--max-dropped {max_dropped} ({_dropped_causes(report)})"
+        )
     if no_nan and nan_rows:
         where = ", ".join(str(i) for i in first_nan[0])
         failures.append(
@@ -529,6 +536,7 @@ def check(
         "rows_used": report.rows_used,
         "rows_dropped_negative": report.dropped_negative,
         "rows_dropped_beyond_n": report.dropped_beyond,
+        "rows_dropped": dropped,
         "empty_segments": empty,
         "nan_values": nan_rows,
         "passed": not failures,
@@ -544,15 +552,31 @@ def check(
         ),
         ("rows", f"{report.rows_used:,} used of {report.rows:,}"),
         ("empty segments", f"{empty:,}"),
+        ("dropped rows", f"{dropped:,}"),
         ("NaN values", f"{nan_rows:,}"),
         ("verdict", "ok" if not failures else "FAILED: " + "; ".join(failures)),
     ]
     return CheckOutcome(rows, facts, failures)
 
 
+def _dropped_causes(report: validate.IdReport) -> str:
+    causes = []
+    if report.dropped_negative:
+        causes.append(f"{report.dropped_negative:,} with a negative id")
+    if report.dropped_beyond:
+        causes.append(f"{report.dropped_beyond:,} with an id >= n under --sorted")
+    return ", ".join(causes)
+
+
+def failure(outcome: CheckOutcome) -> ExpectationError | None:
+    """The error a failed check exits with (exit 4), or None when the data passed."""
+    return ExpectationError("; ".join(outcome.failures)) if outcome.failures else None
+
+
 def enforce(outcome: CheckOutcome) -> None:
-    if outcome.failures:
-        raise ExpectationError("; ".join(outcome.failures))
+    error = failure(outcome)
+    if error is not None:
+        raise error
 
 
 def _first_nan_index(block: np.ndarray, first_row: int) -> tuple[int, ...]:

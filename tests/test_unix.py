@@ -447,3 +447,44 @@ def test_zero_d_data_and_ids_check_over_the_streaming_threshold(tmp_path):
     assert result.exit_code == 0, result.stderr
     facts = json.loads(result.stderr)
     assert (facts["num_segments"], facts["empty_segments"], facts["mode"]) == (3, 2, "in-memory")
+
+
+@pytest.mark.parametrize(
+    ("ids", "flags", "cause"),
+    [
+        ([0, -1, -1, 2], [], "2 with a negative id"),
+        ([0, 1, 5, 6], ["--sorted", "-n", "2"], "2 with an id >= n under --sorted"),
+    ],
+)
+def test_check_max_dropped_fails_with_exit_4_and_writes_the_json(tmp_path, ids, flags, cause):
+    data, ids_path, summary = tmp_path / "d.npy", tmp_path / "i.npy", tmp_path / "s.json"
+    np.save(data, np.arange(4.0))
+    np.save(ids_path, np.array(ids))
+    passing = cli_run("check", data, ids_path, *flags, "--max-dropped", "2", "-q")
+    assert passing.exit_code == 0, passing.stderr
+    args = ["check", data, ids_path, *flags, "--max-dropped", "1", "-q", "--summary-json", summary]
+    result = cli_run(*args)
+    assert result.exit_code == 4
+    line = f"Error: {ids_path}: 2 dropped rows, more than --max-dropped 1 ({cause})"
+    assert result.stderr.splitlines() == [line]
+    facts = json.loads(summary.read_text())
+    assert (facts["passed"], facts["exit_code"], facts["error"]) == (False, 4, line)
+    assert facts["rows_dropped"] == 2
+
+
+@pytest.mark.parametrize("command", ["check", "sum"])
+def test_summary_json_is_written_when_the_run_fails(pair, tmp_path, command):
+    summary = tmp_path / "s.json"
+    result = cli_run(command, *pair, "-n", "1", "-q", "--summary-json", summary)
+    assert result.exit_code == 1
+    [line] = result.stderr.splitlines()
+    facts = json.loads(summary.read_text())
+    assert facts["command"] == command
+    assert (facts["exit_code"], facts["error"]) == (1, line)
+    assert not list(tmp_path.glob("*.tmp*"))
+
+
+def test_summary_json_of_a_passing_run_says_exit_0(pair):
+    result = cli_run("sum", *pair, "-q", "--summary-json", "-")
+    facts = json.loads(result.stderr)
+    assert (facts["exit_code"], facts["error"]) == (0, None)
