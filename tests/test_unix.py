@@ -488,3 +488,27 @@ def test_summary_json_of_a_passing_run_says_exit_0(pair):
     result = cli_run("sum", *pair, "-q", "--summary-json", "-")
     facts = json.loads(result.stderr)
     assert (facts["exit_code"], facts["error"]) == (0, None)
+
+
+def test_skips_are_summarised_in_one_line(pytester):
+    pytester.makeconftest((Path(__file__).parent / "conftest.py").read_text())
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("i", range(5))
+        def test_gpu(i):
+            pytest.skip("engine 'cupy' is not available")
+
+        def test_other():
+            pytest.skip("needs /dev/full")
+
+        def test_runs():
+            pass
+        """
+    )
+    result = pytester.runpytest("-rfE", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, skipped=6)
+    lines = result.outlines
+    assert "skipped 6: 5 engine 'cupy' is not available; 1 needs /dev/full" in lines
+    assert not [line for line in lines if line.startswith("SKIPPED")]
