@@ -391,6 +391,7 @@ def check(
     Examples:
       segcli check data.npy ids.npy -n 4
       segcli check data.npy ids.npy -n 1000 --max-empty 0 --no-nan
+      segcli check data.npy ids.npy --max-dropped 0 --summary-json check.json
       segcli check table.parquet --data-column value --ids-column segment --sorted
     """
     from segcli import pipeline

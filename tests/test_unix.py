@@ -512,3 +512,14 @@ def test_skips_are_summarised_in_one_line(pytester):
     lines = result.outlines
     assert "skipped 6: 5 engine 'cupy' is not available; 1 needs /dev/full" in lines
     assert not [line for line in lines if line.startswith("SKIPPED")]
+
+
+def test_readme_documents_every_check_json_field_and_the_options(pair):
+    result = cli_run("check", *pair, "-q", "--summary-json", "-")
+    text = README.read_text()
+    section = text[text.index("`segcli check --summary-json` writes:") :]
+    section = section[: section.index("\n\n", section.index("| field |"))]
+    documented = set(re.findall(r"`(\w+)`", section))
+    assert set(json.loads(result.stderr)) <= documented
+    for phrase in ("`--fast-atomics`", "`segcli check --op OP`", "`segcli info FILE --json`"):
+        assert phrase in text
