@@ -460,6 +460,14 @@ def _describe_lines(facts: dict[str, Any], indent: str = "") -> list[str]:
     return lines
 
 
+#: click 8.2 raises this for a group called without a command (its message is the help).
+_NO_ARGS_IS_HELP: tuple[type[Exception], ...] = tuple(
+    getattr(click.exceptions, name)
+    for name in ("NoArgsIsHelpError",)
+    if hasattr(click.exceptions, name)
+)
+
+
 def usage_error_line(error: click.UsageError) -> str:
     """click's usage error as one line, its hint folded in: ``Error: No such option '--foo'.
     Did you mean '--fill'? (see 'segcli sum --help')``."""
@@ -502,7 +510,10 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = cli.main(args=argv, prog_name="segcli", standalone_mode=False)
     except click.UsageError as error:
-        click.echo(usage_error_line(error), err=True)
+        if isinstance(error, _NO_ARGS_IS_HELP):
+            error.show()  # plain ``segcli``: the help itself, not an error line
+        else:
+            click.echo(usage_error_line(error), err=True)
         sys.exit(error.exit_code)
     except click.ClickException as error:
         error.show()

@@ -523,3 +523,10 @@ def test_readme_documents_every_check_json_field_and_the_options(pair):
     assert set(json.loads(result.stderr)) <= documented
     for phrase in ("`--fast-atomics`", "`segcli check --op OP`", "`segcli info FILE --json`"):
         assert phrase in text
+
+
+def test_plain_segcli_shows_the_help_not_an_error_line():
+    result = segcli()
+    assert result.returncode in (0, 2)  # click 8.2 exits 2 here, older versions 0
+    assert b"Usage: segcli [OPTIONS] COMMAND [ARGS]..." in result.stdout + result.stderr
+    assert not (result.stdout + result.stderr).startswith(b"Error:")
