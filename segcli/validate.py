@@ -77,9 +77,13 @@ def check_ids_dtype(
         return
     if ids is not None and ids_dtype.kind == "f":
         raise InvalidInputError(_prefix(label) + _float_ids_problem(ids, label or ""))
+    # Streamed ids are checked before their values are read: the hint hedges.
+    hint = (
+        f"; if they hold whole numbers, {_cast_hint(label or '')}" if ids_dtype.kind == "f" else ""
+    )
     raise InvalidInputError(
         f"{_prefix(label)}segment_ids must be integers, got {ids_dtype} "
-        "(accepted: int8/16/32/64, uint8/16/32/64)"
+        f"(accepted: int8/16/32/64, uint8/16/32/64){hint}"
     )
 
 
@@ -102,11 +106,13 @@ def _float_ids_problem(ids: np.ndarray, label: str) -> str:
                 f"{index_text(ids.shape, first)} = {flat[first]:.17g} {what} "
                 f"({plural(int(np.count_nonzero(bad)), 'such id')}); segment_ids must be integers"
             )
+    return f"segment_ids must be integers, got {ids.dtype} with whole values; {_cast_hint(label)}"
+
+
+def _cast_hint(label: str) -> str:
     if label.lower().split(":")[0].endswith((".csv", ".tsv", ".csv.gz", ".tsv.gz")):
-        cast = "write them without a decimal point (1, not 1.0)"
-    else:
-        cast = "cast them to integers first, e.g. np.load(...).astype(np.int64)"
-    return f"segment_ids must be integers, got {ids.dtype} with whole values; {cast}"
+        return "write them without a decimal point (1, not 1.0)"
+    return "cast them to integers first, e.g. np.load(...).astype(np.int64)"
 
 
 def check_shapes(

@@ -530,3 +530,15 @@ def test_plain_segcli_shows_the_help_not_an_error_line():
     assert result.returncode in (0, 2)  # click 8.2 exits 2 here, older versions 0
     assert b"Usage: segcli [OPTIONS] COMMAND [ARGS]..." in result.stdout + result.stderr
     assert not (result.stdout + result.stderr).startswith(b"Error:")
+
+
+def test_streamed_float_ids_get_a_hedged_cast_hint(pair, tmp_path):
+    ids = tmp_path / "f.npy"
+    np.save(ids, np.array([0.0, 0.0, 2.0, 2.0]))
+    result = cli_run("sum", pair[0], "-", "-q", input=ids.read_bytes())
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "Error: <stdin>: segment_ids must be integers, got float64 (accepted: int8/16/32/64, "
+        "uint8/16/32/64); if they hold whole numbers, cast them to integers first, e.g. "
+        "np.load(...).astype(np.int64)"
+    ]
