@@ -542,3 +542,20 @@ def test_streamed_float_ids_get_a_hedged_cast_hint(pair, tmp_path):
         "uint8/16/32/64); if they hold whole numbers, cast them to integers first, e.g. "
         "np.load(...).astype(np.int64)"
     ]
+
+
+def test_info_on_a_pipe_path_reads_it_once(pair):
+    read_end, write_end = os.pipe()
+    with subprocess.Popen(
+        [sys.executable, "-m", "segcli", "info", f"/dev/fd/{read_end}", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        pass_fds=[read_end],
+    ) as child:
+        os.close(read_end)
+        os.write(write_end, pair[0].read_bytes())
+        os.close(write_end)
+        out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    facts = json.loads(out)
+    assert (facts["format"], facts["shape"], facts["size"]) == ("npy", [4], pair[0].stat().st_size)

@@ -13,6 +13,7 @@ from segcli.io.formats import (
     STDIN_LABEL,
     file_size,
     input_format,
+    is_pipe,
     open_binary,
 )
 from segcli.io.npy import (
@@ -48,27 +49,30 @@ def describe(path: str, stdin: BinaryIO | None = None) -> dict[str, object]:
     that ends early is reported, as it is for a ``.npy`` file.
     """
     if path == "-":
-        return _describe_stream(stdin if stdin is not None else sys.stdin.buffer)
+        return _describe_stream(stdin if stdin is not None else sys.stdin.buffer, "-", STDIN_LABEL)
+    if is_pipe(path):  # ``<(cat x.npy)``: no size to ask for, and only one pass
+        with open_binary(path) as stream:
+            return _describe_stream(stream, path, path)
     fmt = input_format(path)
     info: dict[str, object] = {"path": path, "format": fmt, "size": file_size(path)}
     info.update(_DESCRIBERS[fmt](path, fmt))
     return info
 
 
-def _describe_stream(stream: BinaryIO) -> dict[str, object]:
+def _describe_stream(stream: BinaryIO, path: str, label: str) -> dict[str, object]:
     head = read_up_to(stream, len(NPY_MAGIC))
     if not head:
-        raise ReadError(f"{STDIN_LABEL}: no input (expected a .npy, Parquet or Arrow IPC stream)")
+        raise ReadError(f"{label}: no input (expected a .npy, Parquet or Arrow IPC stream)")
     if head == NPY_MAGIC:
         counted = _CountingReader(PrefixedReader(head, stream))
-        header = read_header(counted, STDIN_LABEL)
-        _skip_body(counted, header, STDIN_LABEL)
-        return {"path": "-", "format": "npy", "size": counted.count, **header.as_dict()}
+        header = read_header(counted, label)
+        _skip_body(counted, header, label)
+        return {"path": path, "format": "npy", "size": counted.count, **header.as_dict()}
     body = head + stream.read()
     fmt = "parquet" if head.startswith(PARQUET_MAGIC) else "arrow"
-    table = TableFile(STDIN_LABEL, fmt, body)
+    table = TableFile(label, fmt, body)
     tables = _parquet_table if fmt == "parquet" else _arrow_table
-    return {"path": "-", "format": fmt, "size": len(body), **tables(table)}
+    return {"path": path, "format": fmt, "size": len(body), **tables(table)}
 
 
 class _CountingReader:
