@@ -7,17 +7,28 @@ starts fast.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
+import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from segcli import __version__
-from segcli.errors import SegcliError, UsageError
+from segcli.errors import (
+    EXIT_BROKEN_PIPE,
+    EXIT_CODES,
+    EXIT_INTERNAL,
+    EXIT_WRITE,
+    SegcliError,
+    UsageError,
+    WriteError,
+)
 from segcli.op_names import OP_SUMMARIES
 
 if TYPE_CHECKING:
@@ -28,17 +39,33 @@ F = TypeVar("F", bound=Callable[..., Any])
 FORMATS = ("npy", "npz", "parquet", "arrow", "csv", "tsv", "json")
 ENGINES = ("auto", "numpy", "numba", "cupy", "dask")
 
-EXIT_CODES_HELP = """\b
-Exit codes:
-  0  success
-  1  invalid input (breaks the segment-reduction rules: ids out of range, bad dtype, ...)
-  2  usage error (bad option or argument)
-  3  a file is missing, unreadable or corrupt
-  4  a check failed (--expect, --max-empty, --no-nan)
-  5  the output could not be written
-  6  the Dask cluster failed (workers kept dying, scheduler lost)
-  130 interrupted (Ctrl-C); 143 SIGTERM, 129 SIGHUP: no output is left half-written
-"""
+EXIT_CODES_HELP = "\b\nExit codes:\n" + "".join(
+    f"  {code:<3}  {meaning}\n" for code, meaning in EXIT_CODES
+)
+
+
+class StdoutClosed(Exception):
+    """The reader of stdout went away; deliberately not an OSError, which click would turn
+    into exit 1."""
+
+
+def _stdout_reader_gone() -> bool:
+    """True when stdout is a pipe whose reader has closed it (poll reports an error on it).
+
+    NumPy's ``tofile`` reports a broken pipe without its errno, so the error alone cannot tell.
+    """
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _is_broken_pipe(error: OSError) -> bool:
+    return isinstance(error, BrokenPipeError) or error.errno == errno.EPIPE or _stdout_reader_gone()
 
 
 class SegcliClickError(click.ClickException):
@@ -46,7 +73,8 @@ class SegcliClickError(click.ClickException):
 
     def __init__(self, error: SegcliError) -> None:
         super().__init__(str(error))
-        self.exit_code = error.exit_code
+        # click declares exit_code a ClassVar; each instance here carries its error's own code.
+        self.exit_code = error.exit_code  # type: ignore[misc]
 
 
 def translate_errors(command: F) -> F:
@@ -59,7 +87,13 @@ def translate_errors(command: F) -> F:
         except UsageError as error:
             raise click.UsageError(str(error)) from None
         except SegcliError as error:
+            if isinstance(error, WriteError) and _stdout_reader_gone():
+                raise StdoutClosed from None
             raise SegcliClickError(error) from None
+        except OSError as error:
+            if _is_broken_pipe(error):
+                raise StdoutClosed from None
+            raise
         except MemoryError:
             raise click.ClickException(
                 "out of memory; try a smaller --num-segments or a machine with more memory"
@@ -76,7 +110,7 @@ def input_options(command: F) -> F:
         click.option(
             "-n",
             "--num-segments",
-            type=int,
+            type=click.IntRange(min=0),
             default=None,
             help="Number of segments (default: inferred from the ids).",
         ),
@@ -110,7 +144,8 @@ def input_options(command: F) -> F:
         ),
         click.option(
             "--chunk-rows",
-            type=click.IntRange(min=1),
+            # Bounded so that every reader can take it as a C int64 row count.
+            type=click.IntRange(min=1, max=2**62),
             metavar="N",
             help="Always stream, N rows per block (with --engine dask: rows per partition).",
         ),
@@ -124,6 +159,13 @@ def input_options(command: F) -> F:
     for option in reversed(options):
         command = option(command)
     return command
+
+
+def _finite_non_negative(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    # click's FloatRange lets nan through (every comparison with nan is false).
+    if not (math.isfinite(value) and value >= 0):
+        raise click.BadParameter(f"{value} is not a finite number >= 0")
+    return value
 
 
 def _request(op: str, **options: Any) -> Any:
@@ -210,6 +252,41 @@ def cli() -> None:
     """
 
 
+def _verdict(error: SegcliError | None) -> dict[str, Any]:
+    """The JSON summary's ``exit_code`` and ``error`` (the line printed on stderr, or null)."""
+    if error is None:
+        return {"exit_code": 0, "error": None}
+    return {"exit_code": error.exit_code, "error": f"Error: {error}"}
+
+
+@contextlib.contextmanager
+def _summary_on_failure(command: str, summary_json: str | None) -> Iterator[None]:
+    """On a failed run, ``--summary-json`` still gets written, saying why, so CI can read it.
+
+    Not for usage errors: one of them is "--summary-json names an input", which writing the
+    summary would destroy. The run's other outputs were aborted; this is a transaction of its own.
+    """
+    try:
+        yield
+    except SegcliError as error:
+        if summary_json and not isinstance(error, UsageError):
+            facts: dict[str, Any] = {"schema_version": 1, "command": command}
+            if command == "check":
+                facts["passed"] = False
+            facts.update(_verdict(error))
+            with contextlib.suppress(SegcliError):  # the run's own error is the one to report
+                outputs = _run_outputs(summary_json)
+                with outputs:
+                    _stage_summary_json(outputs, summary_json, facts)
+                if summary_json == "-":
+                    _emit_summary("", [], facts, quiet=True, summary_json="-", alert=frozenset())
+        raise
+
+
+def _warn(message: str) -> None:
+    click.echo(f"Warning: {message}", err=True)
+
+
 def _make_op_command(op: str) -> click.Command:
     @input_options
     @click.option(
@@ -265,6 +342,7 @@ def _make_op_command(op: str) -> click.Command:
     @click.option(
         "--rtol",
         type=float,
+        callback=_finite_non_negative,
         default=1e-5,
         show_default=True,
         help="Relative tolerance for --expect.",
@@ -272,6 +350,7 @@ def _make_op_command(op: str) -> click.Command:
     @click.option(
         "--atol",
         type=float,
+        callback=_finite_non_negative,
         default=1e-8,
         show_default=True,
         help="Absolute tolerance for --expect.",
@@ -289,19 +368,21 @@ def _make_op_command(op: str) -> click.Command:
 
         if options["output"] is None and options["output_format"]:
             raise UsageError("--format needs -o/--output (use -o - for stdout)")
-        # Every output is checked before any input is read, and committed together at the end.
-        with _run_outputs(summary_json) as outputs:
+        # Every output is checked before any input is read, and committed together at the end;
+        # a failed run still writes --summary-json, saying why.
+        with _summary_on_failure(op, summary_json), _run_outputs(summary_json) as outputs:
             request = _request(op, **options)
             pipeline.reserve_outputs(request, outputs)
             with progress_bar(enabled=not (quiet or no_progress)) as progress:
-                outcome = pipeline.run(request, progress=progress, outputs=outputs)
-            _stage_summary_json(outputs, summary_json, outcome.summary.to_json())
+                outcome = pipeline.run(request, progress=progress, outputs=outputs, warn=_warn)
+            facts = {**outcome.summary.to_json(), **_verdict(None)}
+            _stage_summary_json(outputs, summary_json, facts)
 
         summary = outcome.summary
         _emit_summary(
             f"segcli {op}",
             summary_rows(summary),
-            summary.to_json(),
+            {**summary.to_json(), **_verdict(None)},
             quiet=quiet,
             summary_json=summary_json,
             alert=frozenset({"result"}) if summary.nan_count else frozenset(),
@@ -343,12 +424,19 @@ for _op in OP_SUMMARIES:
     metavar="K",
     help="Fail (exit 4) if more than K segments are empty.",
 )
+@click.option(
+    "--max-dropped",
+    type=click.IntRange(min=0),
+    metavar="K",
+    help="Fail (exit 4) if more than K rows were dropped (negative ids; ids >= n under --sorted).",
+)
 @click.option("--no-nan", is_flag=True, help="Fail (exit 4) if DATA holds any NaN.")
 @translate_errors
 def check(
     quiet: bool,
     summary_json: str | None,
     max_empty: int | None,
+    max_dropped: int | None,
     no_nan: bool,
     op: str,
     **options: Any,
@@ -362,24 +450,30 @@ def check(
     Examples:
       segcli check data.npy ids.npy -n 4
       segcli check data.npy ids.npy -n 1000 --max-empty 0 --no-nan
+      segcli check data.npy ids.npy --max-dropped 0 --summary-json check.json
       segcli check table.parquet --data-column value --ids-column segment --sorted
     """
     from segcli import pipeline
 
-    with _run_outputs(summary_json) as outputs:
+    with _summary_on_failure("check", summary_json), _run_outputs(summary_json) as outputs:
         request = _request(op, **options)
         pipeline.reserve_outputs(request, outputs)
-        outcome = pipeline.check(request, max_empty=max_empty, no_nan=no_nan)
-        _stage_summary_json(outputs, summary_json, outcome.facts)
+        outcome = pipeline.check(
+            request, max_empty=max_empty, no_nan=no_nan, max_dropped=max_dropped
+        )
+        failure = pipeline.failure(outcome)
+        # A failed check still writes its JSON summary: it says why, for CI to read.
+        _stage_summary_json(outputs, summary_json, {**outcome.facts, **_verdict(failure)})
     _emit_summary(
         "segcli check",
         outcome.rows,
-        outcome.facts,
+        {**outcome.facts, **_verdict(failure)},
         quiet=quiet,
         summary_json=summary_json,
         alert=frozenset({"verdict"}) if outcome.failures else frozenset(),
     )
-    pipeline.enforce(outcome)
+    if failure is not None:
+        raise failure
 
 
 @cli.command(epilog=EXIT_CODES_HELP)
@@ -387,12 +481,14 @@ def check(
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON on stdout.")
 @translate_errors
 def info(path: str, as_json: bool) -> None:
-    """Show what FILE holds (shape, dtype, columns, row groups, size) without reading its data.
+    """Show what FILE holds (shape, dtype, columns with their types and nulls, row groups,
+    size) without reading its data. FILE '-' reads stdin (.npy, Parquet or Arrow IPC) through.
 
     \b
     Examples:
       segcli info sample_data/data.npy
-      segcli info sample_data/readings.parquet --json
+      segcli info sample_data/table.parquet --json
+      cat sample_data/ids.npy | segcli info -
     """
     import json
 
@@ -427,28 +523,80 @@ def _describe_lines(facts: dict[str, Any], indent: str = "") -> list[str]:
     return lines
 
 
+#: click 8.2 raises this for a group called without a command (its message is the help).
+_NO_ARGS_IS_HELP: tuple[type[Exception], ...] = tuple(
+    getattr(click.exceptions, name)
+    for name in ("NoArgsIsHelpError",)
+    if hasattr(click.exceptions, name)
+)
+
+
+def usage_error_line(error: click.UsageError) -> str:
+    """click's usage error as one line, its hint folded in: ``Error: No such option '--foo'.
+    Did you mean '--fill'? (see 'segcli sum --help')``."""
+    message = " ".join(error.format_message().split())
+    command = error.ctx.command_path if error.ctx is not None else "segcli"
+    return f"Error: {message} (see '{command} --help')"
+
+
+def _fill_closed_std_fds() -> None:
+    """Put /dev/null on a closed stdin, stdout or stderr (``<&-``, ``>&-``, ``2>&-``).
+
+    Otherwise the next file opened would take the free descriptor, and Python leaves
+    ``sys.stdin`` etc. None. stdout gets a read-only /dev/null so that writing the result fails
+    with an error instead of vanishing.
+    """
+    for fd, name, flags, mode in (
+        (0, "stdin", os.O_RDONLY, "r"),
+        (1, "stdout", os.O_RDONLY, "w"),
+        (2, "stderr", os.O_WRONLY, "w"),
+    ):
+        try:
+            os.fstat(fd)
+        except OSError:
+            opened = os.open(os.devnull, flags)
+            if opened != fd:
+                os.dup2(opened, fd)
+                os.close(opened)
+            setattr(sys, name, open(fd, mode, closefd=False))  # noqa: SIM115 (lives as long as sys)
+
+
+def _silence_stdout() -> None:
+    # Python flushes stdout once more at exit; a closed pipe would print "Exception ignored".
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console entry point: click's own handling, plus signals (128 + signal) and broken pipes."""
+    """Console entry point: click's own handling, plus signals (128 + signal), broken pipes
+    (141) and one-line usage errors."""
     import signal
 
     from segcli.signals import Interrupted, exit_interrupted, install_handlers
 
+    _fill_closed_std_fds()
     install_handlers()
     session = _Session()
     try:
         code = cli.main(args=argv, prog_name="segcli", standalone_mode=False, obj=session)
+    except click.UsageError as error:
+        if isinstance(error, _NO_ARGS_IS_HELP):
+            error.show()  # plain ``segcli``: the help itself, not an error line
+        else:
+            click.echo(usage_error_line(error), err=True)
+        sys.exit(error.exit_code)
     except click.ClickException as error:
         error.show()
+        if error.exit_code == EXIT_WRITE:
+            _silence_stdout()  # what stdout could not take must not fail again at exit
         sys.exit(error.exit_code)
     except Interrupted as interrupt:
         exit_interrupted(interrupt.signum, written=session.written)
     except (KeyboardInterrupt, click.exceptions.Abort):
         exit_interrupted(signal.SIGINT, written=session.written)
-    except BrokenPipeError:
-        # The reader of stdout went away (``| head``): not an error worth a traceback.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        sys.exit(141)
+    except (StdoutClosed, BrokenPipeError):
+        _silence_stdout()
+        sys.exit(EXIT_BROKEN_PIPE)
     except Exception as error:  # a bug: say so in one line, traceback only on request
         if os.environ.get("SEGCLI_DEBUG"):
             raise
@@ -457,5 +605,5 @@ def main(argv: list[str] | None = None) -> None:
             "(set SEGCLI_DEBUG=1 for the traceback, and please report it)",
             err=True,
         )
-        sys.exit(70)
+        sys.exit(EXIT_INTERNAL)
     sys.exit(code if isinstance(code, int) else 0)

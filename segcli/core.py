@@ -92,7 +92,7 @@ def _check_before_ids(
 ) -> int | None:
     """The checks that come before the ids' values: dtypes, shapes and n."""
     ops.check_dtype(op, data.dtype, data_label or "data")
-    validate.check_ids_dtype(ids.dtype, ids_label)
+    validate.check_ids_dtype(ids.dtype, ids_label, ids)
     validate.check_shapes(
         data.shape, ids.shape, sorted_ids=sorted_ids, data_label=data_label, ids_label=ids_label
     )

@@ -8,23 +8,66 @@ value.
 
 from __future__ import annotations
 
+EXIT_OK = 0
+EXIT_INVALID_INPUT = 1
+EXIT_USAGE = 2
+EXIT_READ = 3
+EXIT_CHECK_FAILED = 4
+EXIT_WRITE = 5
+EXIT_CLUSTER = 6
+#: A bug in segcli (an exception no handler expected), as BSD's sysexits EX_SOFTWARE.
+EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130
+#: SIGHUP and SIGTERM end a run like Ctrl-C does, with 128 + the signal's number.
+EXIT_HANGUP = 129
+EXIT_TERMINATED = 143
+#: The reader of stdout went away (``| head``): 128 + SIGPIPE, what a shell shows for a tool
+#: killed by the signal, so ``set -o pipefail`` scripts see the usual code.
+EXIT_BROKEN_PIPE = 141
+
+#: Every exit code and its meaning: the single source of the README table and ``--help``.
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (EXIT_OK, "success"),
+    (
+        EXIT_INVALID_INPUT,
+        "invalid input: the data breaks a rule (id out of range, order, shape, dtype, nulls, "
+        "n too large for memory)",
+    ),
+    (EXIT_USAGE, "usage error: a bad option or argument, an engine that cannot run here"),
+    (EXIT_READ, "a file is missing, unreadable or corrupt"),
+    (
+        EXIT_CHECK_FAILED,
+        "a check failed: --expect mismatch, check --max-empty, --max-dropped or --no-nan",
+    ),
+    (EXIT_WRITE, "the output could not be written (disk full, folder missing, stdout full)"),
+    (EXIT_CLUSTER, "the Dask cluster failed: workers kept dying, or the scheduler went away"),
+    (EXIT_INTERNAL, "internal error: a bug in segcli (SEGCLI_DEBUG=1 shows the traceback)"),
+    (EXIT_HANGUP, "hung up (SIGHUP); no output is left half-written"),
+    (EXIT_INTERRUPTED, "interrupted (Ctrl-C); no output is left half-written"),
+    (
+        EXIT_BROKEN_PIPE,
+        "stdout was closed by its reader (e.g. piped into head); nothing more is printed",
+    ),
+    (EXIT_TERMINATED, "terminated (SIGTERM); no output is left half-written"),
+)
+
 
 class SegcliError(Exception):
     """Base class of every error segcli reports to a user."""
 
-    exit_code = 1
+    exit_code = EXIT_INVALID_INPUT
 
 
 class InvalidInputError(SegcliError, ValueError):
     """The inputs break a rule of SPEC: ids out of range, wrong shapes, bad dtypes, nulls."""
 
-    exit_code = 1
+    exit_code = EXIT_INVALID_INPUT
 
 
 class UsageError(SegcliError):
     """The command line or the call is wrong (conflicting options, unknown op or format)."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class EngineUnavailableError(UsageError):
@@ -34,7 +77,7 @@ class EngineUnavailableError(UsageError):
 class ReadError(SegcliError):
     """A file is missing, unreadable, corrupt or not in a supported format."""
 
-    exit_code = 3
+    exit_code = EXIT_READ
 
 
 class NotStreamableError(ReadError):
@@ -45,19 +88,16 @@ class NotStreamableError(ReadError):
 class ExpectationError(SegcliError):
     """The data is valid but a check failed: --expect, --max-empty or --no-nan."""
 
-    exit_code = 4
+    exit_code = EXIT_CHECK_FAILED
 
 
 class WriteError(SegcliError):
     """The output could not be written (folder missing, disk full, binary to a terminal)."""
 
-    exit_code = 5
+    exit_code = EXIT_WRITE
 
 
 class ClusterError(SegcliError):
     """The cluster could not finish the run: workers kept dying, or the scheduler went away."""
 
-    exit_code = 6
-
-
-EXIT_INTERRUPTED = 130
+    exit_code = EXIT_CLUSTER

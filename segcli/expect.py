@@ -8,6 +8,8 @@ from segcli.errors import ExpectationError
 
 #: How many differing segments the error lists before it says "and N more".
 _LISTED = 10
+#: How many differing segments it shows with both values.
+_SHOWN = 3
 
 
 def differing_segments(
@@ -35,12 +37,44 @@ def check_expected(
         return
     listed = ", ".join(str(int(i)) for i in bad[:_LISTED])
     more = f" and {bad.size - _LISTED} more" if bad.size > _LISTED else ""
-    first = int(bad[0])
     raise ExpectationError(
         f"{label}: {bad.size} of {result.shape[0]} segments differ (rtol={rtol}, atol={atol}): "
-        f"{listed}{more}; segment {first} is {_show(result[first])}, expected "
-        f"{_show(expected[first])}"
+        f"{listed}{more}; {_got_vs_expected(result, expected, bad)}"
+        f"{_largest_differences(result, expected, bad)}"
     )
+
+
+def _got_vs_expected(result: np.ndarray, expected: np.ndarray, bad: np.ndarray) -> str:
+    return ", ".join(
+        f"segment {int(i)} got {_show(result[i])} expected {_show(expected[i])}"
+        for i in bad[:_SHOWN]
+    )
+
+
+def _largest_differences(result: np.ndarray, expected: np.ndarray, bad: np.ndarray) -> str:
+    """``; largest difference: absolute A (segment i), relative R (segment j)``, over the
+    differing segments whose difference is a number (a NaN against a value has none)."""
+    if result.dtype.kind not in "biufc" or expected.dtype.kind not in "biufc":
+        return ""
+    wide = np.complex128 if "c" in (result.dtype.kind, expected.dtype.kind) else np.float64
+    got = result[bad].astype(wide).reshape(bad.size, -1)
+    want = expected[bad].astype(wide).reshape(bad.size, -1)
+    with np.errstate(all="ignore"):
+        absolute = np.abs(got - want)
+        relative = np.where(want != 0, absolute / np.abs(want), np.inf)
+    parts = []
+    for name, diffs in (("absolute", absolute), ("relative", relative)):
+        measurable = ~np.isnan(diffs)
+        if not measurable.any():
+            continue
+        flat = int(np.argmax(np.where(measurable, diffs, -np.inf)))
+        segment = int(bad[flat // diffs.shape[1]])
+        parts.append(f"{name} {_number(diffs.flat[flat])} (segment {segment})")
+    return "; largest difference: " + ", ".join(parts) if parts else ""
+
+
+def _number(value: float) -> str:
+    return f"{value:.6g}"
 
 
 def _show(value: np.ndarray) -> str:

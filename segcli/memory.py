@@ -38,7 +38,7 @@ def available_bytes() -> int:
 
 def parse_size(text: str) -> int:
     """``"256MB"``, ``"2GB"``, ``"1.5GiB"``, ``"1000000"`` -> bytes."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([KMGT]?I?)B?\s*", text.upper())
+    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*((?:[KMGT]I?)?)B?\s*", text.upper())
     if not match:
         raise UsageError(f"--memory-limit {text!r} is not a size (e.g. 512MB, 2GB, 1.5GiB)")
     number, unit = match.groups()

@@ -18,8 +18,15 @@ import numpy as np
 
 from segcli import core, io, ops, validate
 from segcli.engines import Engine
-from segcli.errors import ExpectationError, NotStreamableError, UsageError
+from segcli.errors import (
+    ExpectationError,
+    NotStreamableError,
+    SegcliError,
+    UsageError,
+    WriteError,
+)
 from segcli.expect import check_expected
+from segcli.io.formats import ARROW_FILE_MAGIC, NPY_MAGIC, PARQUET_MAGIC, open_binary
 from segcli.memory import available_bytes
 from segcli.signals import checkpoint
 from segcli.summary import InputFacts, Summary, build_summary, input_facts
@@ -131,8 +138,26 @@ def _peekable_stdin(streams: Streams) -> BinaryIO:
     return stdin
 
 
+def _stdin_head(stdin: BinaryIO) -> bytes:
+    return bytes(stdin.peek(6)[:6])  # type: ignore[attr-defined]
+
+
 def _stdin_holds_npy(stdin: BinaryIO) -> bool:
-    return bytes(stdin.peek(6)[:6]) == b"\x93NUMPY"  # type: ignore[attr-defined]
+    return _stdin_head(stdin) == NPY_MAGIC
+
+
+def _stdin_holds_arrow_stream(stdin: BinaryIO) -> bool:
+    """Neither .npy nor a file format (Parquet, Arrow file) that must be read whole to seek."""
+    head = _stdin_head(stdin)
+    return bool(head) and not head.startswith((NPY_MAGIC, PARQUET_MAGIC, ARROW_FILE_MAGIC))
+
+
+def _refuse_both_stdin(request: RunRequest) -> None:
+    if request.data == "-" and request.ids == "-":
+        raise UsageError(
+            "DATA and IDS cannot both be '-': stdin holds one input; for an Arrow stream "
+            "holding both, give '-' once with --data-column and --ids-column"
+        )
 
 
 def _should_stream(request: RunRequest, streams: Streams) -> bool:
@@ -143,16 +168,59 @@ def _should_stream(request: RunRequest, streams: Streams) -> bool:
     unknown until read, one pass is all a pipe allows, and streaming gives the same bytes as
     the in-memory path. An Arrow stream with the other input in a file is read whole.
     """
+    if _holds_a_scalar(request, streams):
+        return False
     if "-" in (request.data, request.ids):
         if streams.stdin is None:
             return False
         if request.ids is None:
-            return not _stdin_holds_npy(streams.stdin)
+            return _stdin_holds_arrow_stream(streams.stdin)
         return _stdin_holds_npy(streams.stdin)
     if request.chunk_rows is not None:
         return True
     size = _input_bytes(request)
     return size is not None and size > _stream_above(request)
+
+
+def _holds_a_scalar(request: RunRequest, streams: Streams) -> bool:
+    """A 0-D ``.npy`` (ids, or data with 0-D ids) is a single row that no block can split:
+    such runs read their inputs whole on every path, and give the in-memory answer."""
+    ids_path = request.ids if request.ids is not None else request.data
+    return any(
+        _npy_shape(path, key, streams.stdin) == ()
+        for path, key in ((request.data, request.data_key), (ids_path, request.ids_key))
+    )
+
+
+#: Bytes of stdin a peek may show; a .npy header is far shorter (NumPy pads it to 64 bytes).
+_HEADER_PEEK = 4096
+
+
+def _npy_shape(path: str, key: str | None, stdin: BinaryIO | None) -> tuple[int, ...] | None:
+    """The shape a ``.npy`` header (a file, an ``.npz`` member or stdin) declares; None for
+    other formats, a pipe, or an input its reader will report as unreadable."""
+    from io import BytesIO
+
+    from segcli.io.formats import input_format, is_pipe
+    from segcli.io.npy import open_npz, pick_key, read_header, read_npz_header
+
+    try:
+        if path == "-":
+            head = bytes(stdin.peek(_HEADER_PEEK)) if stdin is not None else b""  # type: ignore[attr-defined]
+            return read_header(BytesIO(head), path).shape if head.startswith(NPY_MAGIC) else None
+        if is_pipe(path):
+            return None  # a pipe is read once, by its reader
+        fmt = input_format(path)
+        if fmt == "npy":
+            with open_binary(path) as f:
+                return read_header(f, path).shape
+        if fmt == "npz":
+            with open_npz(path) as archive:
+                chosen = pick_key(archive, key, path, "--data-key")
+                return read_npz_header(archive, chosen, path).shape
+    except SegcliError:
+        return None
+    return None
 
 
 def _must_stream(request: RunRequest) -> bool:
@@ -223,6 +291,7 @@ def run(
     streams: Streams | None = None,
     progress: Progress | None = None,
     outputs: io.OutputSet | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> RunOutcome:
     """Reduce the files of ``request``; write the result; return the summary.
 
@@ -231,19 +300,21 @@ def run(
     Fortran-order ``.npy``) are, when they fit the memory budget.
     Nothing is written unless every check passes: the output goes to a temporary file that is
     renamed only on success. ``outputs`` (where :func:`reserve_outputs` was called) leaves the
-    commit to the caller, so the run's other outputs are committed with it.
+    commit to the caller, so the run's other outputs are committed with it. ``warn`` hears
+    about suspicious but valid input, before the output is written.
     """
     if outputs is None:
         with io.OutputSet() as own:
             reserve_outputs(request, own)
-            return run(request, streams, progress, own)
+            return run(request, streams, progress, own, warn)
     checkpoint("reduce")
     streams = streams or Streams()
     _check_output_options(request)
     request.csv_options()
+    _refuse_both_stdin(request)
     if "-" in (request.data, request.ids):
         streams.stdin = _peekable_stdin(streams)
-    if request.engine == "dask":
+    if request.engine == "dask" and not _holds_a_scalar(request, streams):
         from segcli.distributed import reduce_distributed
 
         reduction, data_facts, ids_facts, extra = reduce_distributed(request, progress)
@@ -266,7 +337,8 @@ def run(
             request.num_segments,
             request.op,
             sorted=request.sorted_ids,
-            engine=request.compute_engine(),
+            # A 0-D input is one row: no partitions to spread, so Dask runs take NumPy's path.
+            engine="auto" if request.engine == "dask" else request.compute_engine(),
             fill=request.fill,
             data_label=data.label,
             ids_label=ids.label,
@@ -275,6 +347,8 @@ def run(
         timings["compute"] = reduction.timings["compute"]
         data_facts, ids_facts = _facts(data), _facts(ids)
         mode = ("in-memory", {})
+    if warn is not None:
+        _warn_of_huge_inferred_n(reduction.ids, warn)
     if request.expect:
         expected = io.read_result_table(request.expect)
         check_expected(
@@ -293,6 +367,23 @@ def run(
     )
     summary.mode, summary.extra = mode
     return RunOutcome(summary, reduction.result)
+
+
+#: An inferred n above both this and :data:`SPARSE_IDS_RATIO` times the ids is worth a warning.
+HUGE_INFERRED_N = 1_000_000
+SPARSE_IDS_RATIO = 10
+
+
+def _warn_of_huge_inferred_n(report: validate.IdReport, warn: Callable[[str], None]) -> None:
+    """A stray large id with -n inferred gives a result of mostly empty segments (a 20,000,000
+    id makes 20M output lines): valid, but rarely meant."""
+    n = report.num_segments
+    if report.inferred and n > HUGE_INFERRED_N and n > SPARSE_IDS_RATIO * report.rows:
+        warn(
+            f"n = {n:,} was inferred from the largest id, for only "
+            f"{validate.plural(report.rows, 'id')}: most segments will be empty "
+            "(give -n to silence this, or check the ids for a stray value)"
+        )
 
 
 def _reduce_streaming(
@@ -384,9 +475,14 @@ def _write(
 ) -> str | None:
     if request.output is None:
         text = streams.stdout_text or sys.stdout
-        for block in io.text_blocks(reduction.result, "\t", float_format=request.float_format):
-            text.write(block.decode())
-        text.flush()
+        try:
+            for block in io.text_blocks(reduction.result, "\t", float_format=request.float_format):
+                text.write(block.decode())
+            text.flush()
+        except BrokenPipeError:
+            raise  # the reader went away: the CLI decides how quietly to stop
+        except OSError as exc:
+            raise WriteError(f"<stdout>: cannot write ({exc.strerror or exc})") from exc
         return None
     return io.write_result(
         reduction.result,
@@ -413,6 +509,7 @@ def check(
     *,
     max_empty: int | None = None,
     no_nan: bool = False,
+    max_dropped: int | None = None,
     streams: Streams | None = None,
 ) -> CheckOutcome:
     """Validate the inputs as ``request.op`` would, then the data-quality rules.
@@ -421,15 +518,22 @@ def check(
     raised together as an :class:`ExpectationError` by :func:`enforce`.
     """
     streams = streams or Streams()
+    _refuse_both_stdin(request)
     if "-" in (request.data, request.ids):
         streams.stdin = _peekable_stdin(streams)
     op = ops.get_op(request.op)
     # Large inputs: a streamed ``count`` reduction validates the ids and counts the rows of
     # each segment in one pass, while the data blocks are scanned for NaN.
     nan_seen = [0]
+    rows_seen = [0]
+    first_nan: list[tuple[int, ...]] = []
 
     def count_nan(block: np.ndarray) -> None:
-        nan_seen[0] += _nan_count(block)
+        found = _nan_count(block)
+        if found and not first_nan:
+            first_nan.append(_first_nan_index(block, rows_seen[0]))
+        nan_seen[0] += found
+        rows_seen[0] += block.shape[0] if block.ndim else 1
 
     streamed = None
     if _should_stream(request, streams):
@@ -455,6 +559,8 @@ def check(
         )
         report, counts = reduction.ids, reduction.result
         nan_rows = _nan_count(data.array)
+        if nan_rows:
+            first_nan.append(_first_nan_index(data.array, 0))
         data_facts, ids_facts = _facts(data), _facts(ids)
     empty = int(np.count_nonzero(counts == 0))
     failures = []
@@ -464,8 +570,18 @@ def check(
             f"{ids_facts.label}: {validate.plural(empty, 'empty segment')}, more than --max-empty "
             f"{max_empty} (first empty: segment {first})"
         )
+    dropped = report.dropped_negative + report.dropped_beyond
+    if max_dropped is not None and dropped > max_dropped:
+        failures.append(
+            f"{ids_facts.label}: {validate.plural(dropped, 'dropped row')}, more than "
+            f"--max-dropped {max_dropped} ({_dropped_causes(report)})"
+        )
     if no_nan and nan_rows:
-        failures.append(f"{data_facts.label}: {validate.plural(nan_rows, 'NaN value')} (--no-nan)")
+        where = ", ".join(str(i) for i in first_nan[0])
+        failures.append(
+            f"{data_facts.label}: {validate.plural(nan_rows, 'NaN value')} (--no-nan), "
+            f"the first at [{where}]"
+        )
     facts: dict[str, Any] = {
         "schema_version": 1,
         "command": "check",
@@ -479,6 +595,7 @@ def check(
         "rows_used": report.rows_used,
         "rows_dropped_negative": report.dropped_negative,
         "rows_dropped_beyond_n": report.dropped_beyond,
+        "rows_dropped": dropped,
         "empty_segments": empty,
         "nan_values": nan_rows,
         "passed": not failures,
@@ -494,15 +611,40 @@ def check(
         ),
         ("rows", f"{report.rows_used:,} used of {report.rows:,}"),
         ("empty segments", f"{empty:,}"),
+        ("dropped rows", f"{dropped:,}"),
         ("NaN values", f"{nan_rows:,}"),
         ("verdict", "ok" if not failures else "FAILED: " + "; ".join(failures)),
     ]
     return CheckOutcome(rows, facts, failures)
 
 
+def _dropped_causes(report: validate.IdReport) -> str:
+    causes = []
+    if report.dropped_negative:
+        causes.append(f"{report.dropped_negative:,} with a negative id")
+    if report.dropped_beyond:
+        causes.append(f"{report.dropped_beyond:,} with an id >= n under --sorted")
+    return ", ".join(causes)
+
+
+def failure(outcome: CheckOutcome) -> ExpectationError | None:
+    """The error a failed check exits with (exit 4), or None when the data passed."""
+    return ExpectationError("; ".join(outcome.failures)) if outcome.failures else None
+
+
 def enforce(outcome: CheckOutcome) -> None:
-    if outcome.failures:
-        raise ExpectationError("; ".join(outcome.failures))
+    error = failure(outcome)
+    if error is not None:
+        raise error
+
+
+def _first_nan_index(block: np.ndarray, first_row: int) -> tuple[int, ...]:
+    """Index in the whole input of the first NaN of ``block``, whose row 0 is ``first_row``."""
+    flat = int(np.argmax(np.isnan(block.reshape(-1))))
+    if not block.ndim:
+        return ()
+    index = tuple(int(i) for i in np.unravel_index(flat, block.shape))
+    return (first_row + index[0], *index[1:])
 
 
 def _nan_count(data: np.ndarray) -> int:

@@ -25,7 +25,7 @@ def progress_bar(*, enabled: bool) -> Iterator[Callable[[int, int], None] | None
         if "bar" not in state:
             if time.perf_counter() - started < DELAY_SECONDS:
                 return
-            state["bar"] = _start_bar(total, started)
+            state["bar"] = start_bar(total, started)
         bar, task = state["bar"]
         bar.update(task, completed=done, total=total)
 
@@ -36,7 +36,9 @@ def progress_bar(*, enabled: bool) -> Iterator[Callable[[int, int], None] | None
             state["bar"][0].stop()
 
 
-def _start_bar(total: int, started: float) -> tuple[Any, Any]:
+def start_bar(total: int, started: float, console: Any = None) -> tuple[Any, Any]:
+    """A rich progress bar on stderr (or ``console``). A total of 0 or less is unknown (a
+    stream on stdin): then only the rows done and the rate show, never a ``n/0 0%`` bar."""
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -44,35 +46,48 @@ def _start_bar(total: int, started: float) -> tuple[Any, Any]:
         Progress,
         TaskProgressColumn,
         TextColumn,
+        TimeElapsedColumn,
         TimeRemainingColumn,
     )
 
-    bar = Progress(
-        TextColumn("rows"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TaskProgressColumn(),
-        TextColumn("{task.fields[rate]}"),
-        TimeRemainingColumn(),
-        console=Console(stderr=True),
-        transient=True,
+    known = total > 0
+    columns: tuple[Any, ...] = (
+        (
+            TextColumn("rows"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TaskProgressColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeRemainingColumn(),
+        )
+        if known
+        else (
+            TextColumn("rows {task.completed:,.0f}"),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+        )
     )
+    bar = Progress(*columns, console=console or Console(stderr=True), transient=True)
     bar.start()
-    task = bar.add_task("rows", total=total, rate="")
-    return _RateBar(bar, started), task
+    task = bar.add_task("rows", total=total if known else None, rate="")
+    return _RateBar(bar, started, known), task
 
 
 class _RateBar:
     """Wraps rich's Progress to show rows/s, which its own columns give only as bytes or items."""
 
-    def __init__(self, bar: Any, started: float) -> None:
+    def __init__(self, bar: Any, started: float, known: bool) -> None:
         self.bar = bar
         self.started = started
+        self.known = known
 
     def update(self, task: Any, *, completed: int, total: int) -> None:
         elapsed = max(time.perf_counter() - self.started, 1e-9)
         self.bar.update(
-            task, completed=completed, total=total, rate=f"{completed / elapsed:,.0f} rows/s"
+            task,
+            completed=completed,
+            total=total if self.known and total > 0 else None,
+            rate=f"{completed / elapsed:,.0f} rows/s",
         )
 
     def stop(self) -> None:

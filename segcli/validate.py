@@ -66,13 +66,53 @@ def index_text(shape: tuple[int, ...], flat_position: int) -> str:
     return "segment_ids[" + ", ".join(str(int(i)) for i in index) + "]"
 
 
-def check_ids_dtype(ids_dtype: np.dtype[Any], label: str | None = None) -> None:
-    """Ids must be integers: float, bool or object ids are never cast silently."""
-    if ids_dtype.kind not in "iu":
-        raise InvalidInputError(
-            f"{_prefix(label)}segment_ids must be integers, got {ids_dtype} "
-            "(accepted: int8/16/32/64, uint8/16/32/64)"
+def check_ids_dtype(
+    ids_dtype: np.dtype[Any], label: str | None = None, ids: np.ndarray | None = None
+) -> None:
+    """Ids must be integers: float, bool or object ids are never cast silently.
+
+    With the ``ids`` in hand, float ids get a message about what their values really are.
+    """
+    if ids_dtype.kind in "iu":
+        return
+    if ids is not None and ids_dtype.kind == "f":
+        raise InvalidInputError(_prefix(label) + _float_ids_problem(ids, label or ""))
+    # Streamed ids are checked before their values are read: the hint hedges.
+    hint = (
+        f"; if they hold whole numbers, {_cast_hint(label or '')}" if ids_dtype.kind == "f" else ""
+    )
+    raise InvalidInputError(
+        f"{_prefix(label)}segment_ids must be integers, got {ids_dtype} "
+        f"(accepted: int8/16/32/64, uint8/16/32/64){hint}"
+    )
+
+
+def _float_ids_problem(ids: np.ndarray, label: str) -> str:
+    flat = ids.reshape(-1)
+    if flat.size == 0:
+        # An empty or header-only table column has no type of its own and reads as float64.
+        return (
+            f"segment_ids has no values, so no type to tell (read as {ids.dtype}: a header-only "
+            "table?); segment_ids must be integers"
         )
+    for bad, what in (
+        (~np.isfinite(flat), "is not a number"),
+        (np.isfinite(flat) & (flat != np.floor(flat)), "is not a whole number"),
+        (np.isfinite(flat) & (np.abs(flat) >= 2.0**63), "does not fit in int64"),
+    ):
+        if bad.any():
+            first = int(np.argmax(bad))
+            return (
+                f"{index_text(ids.shape, first)} = {flat[first]:.17g} {what} "
+                f"({plural(int(np.count_nonzero(bad)), 'such id')}); segment_ids must be integers"
+            )
+    return f"segment_ids must be integers, got {ids.dtype} with whole values; {_cast_hint(label)}"
+
+
+def _cast_hint(label: str) -> str:
+    if label.lower().split(":")[0].endswith((".csv", ".tsv", ".csv.gz", ".tsv.gz")):
+        return "write them without a decimal point (1, not 1.0)"
+    return "cast them to integers first, e.g. np.load(...).astype(np.int64)"
 
 
 def check_shapes(

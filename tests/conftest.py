@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -40,3 +42,28 @@ def short_lanes(monkeypatch: pytest.MonkeyPatch) -> int:
 
     monkeypatch.setattr(ops, "LANE_ROWS", 5)
     return 5
+
+
+pytest_plugins = ("pytester",)
+
+
+def fold_skip_reasons(reasons: list[str]) -> str:
+    """``skipped 30: 28 engine 'cupy' is not available (...); 2 needs /dev/full``: every skip
+    of a run in one line, identical reasons counted once, the most common first."""
+    counts = Counter(reasons)
+    folded = "; ".join(f"{count} {reason}" for reason, count in counts.most_common())
+    return f"skipped {len(reasons)}: {folded}"
+
+
+def _skip_reason(report: pytest.TestReport) -> str:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """One line for all skips (``-ra`` printed one per test location: ~30 lines of the same
+    CuPy reason on a machine without a GPU); addopts leave skips out of the ``-r`` summary."""
+    skipped = terminalreporter.stats.get("skipped", [])
+    if skipped:
+        terminalreporter.write_line(fold_skip_reasons([_skip_reason(r) for r in skipped]))

@@ -129,10 +129,10 @@ def test_engine_not_installed_is_an_error_not_a_fallback(pair):
         pytest.skip("cupy and a GPU are present here")
 
 
-def test_negative_n_exits_1(pair):
+def test_negative_n_is_a_usage_error_naming_the_option(pair):
     result = run("sum", *pair, "-n", "-2")
-    assert result.exit_code == 1
-    assert "num_segments = -2 must not be negative" in result.stderr
+    assert result.exit_code == 2
+    assert "Invalid value for '-n' / '--num-segments': -2" in result.stderr
 
 
 def test_sorted_family_and_dropped_counts_in_summary(tmp_path):

@@ -598,7 +598,7 @@ def test_not_an_npy_file(tmp_path: Path) -> None:
 def test_truncated_npy(tmp_path: Path) -> None:
     path = tmp_path / "d.npy"
     path.write_bytes(npy_bytes(np.arange(100.0))[:-8])
-    message = rf"^{path}: truncated .npy \(expected 800 bytes of data, got 792\)$"
+    message = rf"^{path}: truncated .npy: 99 of 100 rows arrived \(792 of 800 bytes\)$"
     with pytest.raises(ReadError, match=message):
         read_inputs(str(path), str(path))
     path.write_bytes(npy_bytes(np.arange(100.0))[:30])
@@ -777,7 +777,10 @@ def test_describe_parquet(tmp_path: Path) -> None:
     pq.write_table(pa.table({"v": [1.0, 2.0, 3.0], "s": [0, 1, 0]}), path, row_group_size=2)
     info = describe(str(path))
     assert info["format"] == "parquet" and info["rows"] == 3 and info["row_groups"] == 2
-    assert info["columns"] == [{"name": "v", "type": "double"}, {"name": "s", "type": "int64"}]
+    assert info["columns"] == [
+        {"name": "v", "type": "double", "nulls": 0},
+        {"name": "s", "type": "int64", "nulls": 0},
+    ]
     assert info["size"] == path.stat().st_size
 
 
@@ -788,7 +791,7 @@ def test_describe_arrow_file_and_stream(tmp_path: Path) -> None:
         writer.write_table(table, max_chunksize=2)
     info = describe(str(path))
     assert (info["ipc"], info["rows"], info["record_batches"]) == ("file", 3, 2)
-    assert info["columns"] == [{"name": "v", "type": "int16"}]
+    assert info["columns"] == [{"name": "v", "type": "int16", "nulls": 0}]
     stream_path = tmp_path / "s.arrows.ipc"
     stream_path.write_bytes(arrow_stream_bytes(table))
     info = describe(str(stream_path))
@@ -802,7 +805,10 @@ def test_describe_text(tmp_path: Path, fmt: str) -> None:
     path.write_text(f"a{sep}b\n1{sep}x\n2{sep}y\n")
     info = describe(str(path))
     assert info["format"] == fmt and info["rows"] == 2
-    assert info["columns"] == [{"name": "a", "type": "int64"}, {"name": "b", "type": "string"}]
+    assert info["columns"] == [
+        {"name": "a", "type": "int64", "nulls": 0},
+        {"name": "b", "type": "string", "nulls": 0},
+    ]
 
 
 def test_describe_corrupt_npy(tmp_path: Path) -> None:

@@ -230,13 +230,15 @@ def test_output_folder_is_checked_for_check_too(tmp_path):
     assert names(tmp_path) == []
 
 
-def test_a_failed_check_writes_no_output_at_all(pair, tmp_path):
+def test_a_failed_check_writes_no_result_only_the_summary_saying_why(pair, tmp_path):
     golden = tmp_path / "golden.npy"
     np.save(golden, np.array([0, 0, 0], np.float32))
     out, summary = tmp_path / "x.npy", tmp_path / "s.json"
     result = run("sum", *pair, "-q", "-o", out, "--summary-json", summary, "--expect", golden)
     assert result.exit_code == 4
-    assert names(tmp_path) == ["data.npy", "golden.npy", "ids.npy"]
+    # The result is never written; the summary is the run's report, so CI can read why it failed.
+    assert names(tmp_path) == ["data.npy", "golden.npy", "ids.npy", "s.json"]
+    assert json.loads(summary.read_text())["exit_code"] == 4
 
 
 def test_both_outputs_are_written_together(pair, tmp_path):

@@ -36,3 +36,27 @@ def test_bar_shows_rows_and_rate_on_a_terminal_after_the_delay(monkeypatch):
         update(500, 1000)
         update(1000, 1000)
     assert "rows" in terminal.getvalue()
+
+
+def _rendered(total: int, done: int) -> str:
+    from rich.console import Console
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=120)
+    bar, task = progress.start_bar(total, 0.0, console=console)
+    bar.update(task, completed=done, total=total)
+    bar.bar.refresh()
+    text = out.getvalue()
+    bar.stop()
+    return text
+
+
+def test_unknown_total_shows_rows_and_rate_only():
+    text = _rendered(0, 19_922_944)
+    assert "rows 19,922,944" in text and "rows/s" in text
+    assert "/0" not in text and "0%" not in text
+
+
+def test_known_total_shows_done_of_total_and_percent():
+    text = _rendered(1000, 500)
+    assert "500/1000" in text and "50%" in text

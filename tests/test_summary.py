@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import io
 import json
+import sys
 
 import numpy as np
 from rich.console import Console
 
 import segcli
+from segcli.errors import EngineUnavailableError
 from segcli.summary import (
     build_summary,
     dumps,
@@ -73,3 +75,24 @@ def test_plain_rendering_has_no_escape_codes():
     text = render_plain("segcli max", summary_rows(make_summary()))
     assert "\x1b" not in text
     assert text.splitlines()[0] == "segcli max"
+
+
+def test_auto_engine_reason_says_why_numpy_ran_on_a_large_input(monkeypatch):
+    """A 50M-element run on NumPy is not 'small': the reason names each faster engine and why
+    it was passed over (its threshold, or not available here)."""
+    from segcli import engines
+
+    def unavailable(name: str) -> engines.Engine:
+        if name == "numpy":
+            return real_get_engine(name)
+        raise EngineUnavailableError(f"engine {name!r} is not available")
+
+    real_get_engine = engines.get_engine
+    monkeypatch.setattr(engines, "get_engine", unavailable)
+    # numba's threshold drops once its engine is imported (another test may have done so).
+    monkeypatch.delitem(sys.modules, "segcli.engines.numba_engine", raising=False)
+    choice = engines.choose_engine("auto", elements=50_000_000)
+    assert choice.engine.name == "numpy"
+    assert choice.reason == "auto: 50,000,000 elements; cupy not available, numba from 100,000,000"
+    small = engines.choose_engine("auto", elements=4).reason
+    assert small == "auto: 4 elements; cupy from 50,000,000, numba from 100,000,000"

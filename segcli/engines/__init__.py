@@ -73,18 +73,26 @@ def choose_engine(name: str | Engine, *, elements: int) -> EngineChoice:
         return EngineChoice(name, "asked for")
     if name != "auto":
         return EngineChoice(get_engine(name), "asked for")
+    passed_over: list[str] = []  # why each faster engine was not taken, for the summary
     for candidate, entry in _REGISTRY.items():
         threshold = entry.auto_min_elements
         if candidate == "numba" and entry.module in sys.modules:
             threshold = NUMBA_WARM_MIN_ELEMENTS
-        if threshold is None or elements < threshold:
+        if threshold is None:
+            continue
+        if elements < threshold:
+            passed_over.append(f"{candidate} from {threshold:,}")
             continue
         try:
             engine = get_engine(candidate)
         except EngineUnavailableError:
+            passed_over.append(f"{candidate} not available")
             continue
         if candidate == "numpy":
-            return EngineChoice(engine, "auto: the reference engine, for small inputs")
+            return EngineChoice(
+                engine,
+                f"auto: {elements:,} elements; {', '.join(passed_over) or 'no other engine'}",
+            )
         return EngineChoice(engine, f"auto: {elements:,} elements >= {threshold:,}")
     raise EngineUnavailableError("no engine can run here")  # numpy always can
 

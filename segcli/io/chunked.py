@@ -16,10 +16,11 @@ import numpy as np
 
 from segcli.errors import InvalidInputError, NotStreamableError, ReadError, UsageError
 from segcli.io.columns import ColumnRef, check_type, column_to_numpy, value_layout
-from segcli.io.formats import input_format, library_errors, open_binary
+from segcli.io.formats import input_format, is_pipe, library_errors, open_binary
 from segcli.io.npy import (
     NpyHeader,
     Readable,
+    arrived_rows,
     check_dtype,
     open_member,
     open_npz,
@@ -78,6 +79,8 @@ def open_chunked(
         refuse_option(options.column_option, column, path)
     if fmt == "npy":
         refuse_option(options.key_option, key, path)
+        if is_pipe(path):  # ``<(cat x.npy)``: one pass, like stdin
+            return NpyStreamChunks(path, open_binary(path))
         return NpyChunks(path, lambda: open_binary(path))
     if fmt == "npz":
         with open_npz(path) as archive:
@@ -158,8 +161,12 @@ class NpyStreamChunks:
         total, row_shape = self.shape[0], self.shape[1:]
         for start in range(0, total, rows):
             block = np.empty((min(rows, total - start), *row_shape), self._header.dtype)
-            if readinto_exact(self._stream, block) < block.nbytes:
-                raise ReadError(f"{self.label}: the .npy stream ended early (rows from {start})")
+            got = readinto_exact(self._stream, block)
+            if got < block.nbytes:
+                raise ReadError(
+                    f"{self.label}: the .npy stream ended early: "
+                    f"{arrived_rows(self._header, start, got)}"
+                )
             yield to_native(block)
 
 

@@ -2,34 +2,115 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
-from segcli.io.formats import file_size, input_format, open_binary
-from segcli.io.npy import npz_keys, open_npz, read_header, read_npz_header
+from segcli.errors import ReadError
+from segcli.io.formats import (
+    NPY_MAGIC,
+    PARQUET_MAGIC,
+    STDIN_LABEL,
+    file_size,
+    input_format,
+    is_pipe,
+    open_binary,
+)
+from segcli.io.npy import (
+    NpyHeader,
+    PrefixedReader,
+    Readable,
+    arrived_rows,
+    npz_keys,
+    open_npz,
+    read_header,
+    read_npz_header,
+    read_up_to,
+)
 from segcli.io.tables import TableFile, open_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
+#: Bytes read at a time when a stream's body is only counted.
+_COUNT_BLOCK = 1 << 20
 
-def describe(path: str) -> dict[str, object]:
+
+def describe(path: str, stdin: BinaryIO | None = None) -> dict[str, object]:
     """Format, size in bytes and the layout of ``path``, without reading array data.
 
     npy: ``shape``, ``dtype``, ``fortran_order``; npz: ``arrays`` (per key the same three);
     parquet: ``rows``, ``row_groups``, ``columns``; arrow: ``rows``, ``record_batches``,
     ``ipc`` ("file" or "stream"), ``columns``; csv/tsv: ``rows``, ``columns`` (the file is
-    parsed). ``columns`` is a list of ``{"name": ..., "type": ...}``.
+    parsed). ``columns`` is a list of ``{"name": ..., "type": ..., "nulls": ...}``.
+
+    ``-`` describes stdin (``sys.stdin.buffer`` unless ``stdin`` is given): a ``.npy`` stream,
+    or a Parquet or Arrow IPC file or stream. A stream is read through to its end, so a body
+    that ends early is reported, as it is for a ``.npy`` file.
     """
+    if path == "-":
+        return _describe_stream(stdin if stdin is not None else sys.stdin.buffer, "-", STDIN_LABEL)
+    if is_pipe(path):  # ``<(cat x.npy)``: no size to ask for, and only one pass
+        with open_binary(path) as stream:
+            return _describe_stream(stream, path, path)
     fmt = input_format(path)
     info: dict[str, object] = {"path": path, "format": fmt, "size": file_size(path)}
     info.update(_DESCRIBERS[fmt](path, fmt))
     return info
 
 
+def _describe_stream(stream: BinaryIO, path: str, label: str) -> dict[str, object]:
+    head = read_up_to(stream, len(NPY_MAGIC))
+    if not head:
+        raise ReadError(f"{label}: no input (expected a .npy, Parquet or Arrow IPC stream)")
+    if head == NPY_MAGIC:
+        counted = _CountingReader(PrefixedReader(head, stream))
+        header = read_header(counted, label)
+        _skip_body(counted, header, label)
+        return {"path": path, "format": "npy", "size": counted.count, **header.as_dict()}
+    body = head + stream.read()
+    fmt = "parquet" if head.startswith(PARQUET_MAGIC) else "arrow"
+    table = TableFile(label, fmt, body)
+    tables = _parquet_table if fmt == "parquet" else _arrow_table
+    return {"path": path, "format": fmt, "size": len(body), **tables(table)}
+
+
+class _CountingReader:
+    """Counts the bytes read through it (a stream has no size to ask for)."""
+
+    def __init__(self, stream: Readable) -> None:
+        self._stream = stream
+        self.count = 0
+
+    def read(self, size: int = -1, /) -> bytes:
+        data = self._stream.read(size)
+        self.count += len(data)
+        return data
+
+    def readinto(self, buffer: memoryview, /) -> int:
+        got = self._stream.readinto(buffer) or 0
+        self.count += got
+        return got
+
+
+def _skip_body(stream: _CountingReader, header: NpyHeader, label: str) -> None:
+    """Read the body through, keeping nothing, and fail if it ends early."""
+    start = stream.count
+    buffer = memoryview(bytearray(_COUNT_BLOCK))
+    while (got := stream.count - start) < header.nbytes:
+        if not stream.readinto(buffer[: min(_COUNT_BLOCK, header.nbytes - got)]):
+            raise ReadError(f"{label}: truncated .npy: {arrived_rows(header, 0, got)}")
+
+
 def _npy(path: str, fmt: str) -> dict[str, object]:
     with open_binary(path) as f:
-        return read_header(f, path).as_dict()
+        header = read_header(f, path)
+        body_starts = f.tell()
+    # The header promises a shape; the file's size says whether the rows are really there.
+    got = file_size(path) - body_starts
+    if got < header.nbytes:
+        raise ReadError(f"{path}: truncated .npy: {arrived_rows(header, 0, max(got, 0))}")
+    return header.as_dict()
 
 
 def _npz(path: str, fmt: str) -> dict[str, object]:
@@ -42,48 +123,80 @@ def _npz(path: str, fmt: str) -> dict[str, object]:
 
 
 def _parquet(path: str, fmt: str) -> dict[str, object]:
+    return _parquet_table(open_table(path, fmt))
+
+
+def _parquet_table(table: TableFile) -> dict[str, object]:
     import pyarrow.parquet as pq
 
-    table = open_table(path, fmt)
     with table.errors():
-        parquet = pq.ParquetFile(path)
+        parquet = pq.ParquetFile(table.parquet_source())
         meta = parquet.metadata
+        schema = parquet.schema_arrow
+        nulls = [_parquet_nulls(parquet, name) for name in schema.names]
         return {
             "rows": meta.num_rows,
             "row_groups": meta.num_row_groups,
-            "columns": _columns(parquet.schema_arrow),
+            "columns": _columns(schema, nulls),
         }
 
 
+def _parquet_nulls(parquet: object, name: str) -> int:
+    """Nulls of top-level column ``name``: from the row groups' statistics, else by reading it."""
+    meta = parquet.metadata  # type: ignore[attr-defined]
+    total = 0
+    for group in range(meta.num_row_groups):
+        row_group = meta.row_group(group)
+        for index in range(row_group.num_columns):
+            chunk = row_group.column(index)
+            if chunk.path_in_schema.split(".")[0] != name:
+                continue
+            stats = chunk.statistics
+            if stats is None or not stats.has_null_count:
+                return int(parquet.read(columns=[name]).column(name).null_count)  # type: ignore[attr-defined]
+            total += stats.null_count
+    return total
+
+
 def _arrow(path: str, fmt: str) -> dict[str, object]:
+    return _arrow_table(open_table(path, fmt))
+
+
+def _arrow_table(table: TableFile) -> dict[str, object]:
     import pyarrow.ipc as ipc
 
-    table = open_table(path, fmt)
     with table.errors():
         reader = table.ipc_reader()
         if isinstance(reader, ipc.RecordBatchFileReader):
-            # The file is memory-mapped: a batch's row count costs no data read.
-            batches = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
+            # The file is memory-mapped: row and null counts cost no data read.
+            batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
             kind = "file"
         else:
-            batches = [batch.num_rows for batch in reader]
+            batches = list(reader)
             kind = "stream"
+        nulls = [
+            sum(batch.column(i).null_count for batch in batches) for i in range(len(reader.schema))
+        ]
         return {
             "ipc": kind,
-            "rows": sum(batches),
+            "rows": sum(batch.num_rows for batch in batches),
             "record_batches": len(batches),
-            "columns": _columns(reader.schema),
+            "columns": _columns(reader.schema, nulls),
         }
 
 
 def _csv(path: str, fmt: str) -> dict[str, object]:
     table: TableFile = open_table(path, fmt)
     data = table.read(table.schema().names)
-    return {"rows": data.num_rows, "columns": _columns(data.schema)}
+    nulls = [data.column(i).null_count for i in range(data.num_columns)]
+    return {"rows": data.num_rows, "columns": _columns(data.schema, nulls)}
 
 
-def _columns(schema: pa.Schema) -> list[dict[str, str]]:
-    return [{"name": field.name, "type": str(field.type)} for field in schema]
+def _columns(schema: pa.Schema, nulls: list[int]) -> list[dict[str, object]]:
+    return [
+        {"name": field.name, "type": str(field.type), "nulls": int(count)}
+        for field, count in zip(schema, nulls, strict=True)
+    ]
 
 
 _DESCRIBERS: dict[str, Callable[[str, str], dict[str, object]]] = {

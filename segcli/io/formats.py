@@ -7,12 +7,15 @@ Format names are the canonical strings used everywhere in ``segcli.io``: ``npy``
 from __future__ import annotations
 
 import contextlib
+import io
 import os
+import stat
 import zipfile
 import zlib
 from collections.abc import Iterator
 from io import BufferedReader
 from pathlib import PurePath
+from typing import BinaryIO
 
 from segcli.errors import ReadError, SegcliError, UsageError
 
@@ -70,12 +73,19 @@ def suffix_format(path: str, table: dict[str, str]) -> str | None:
 
 
 def input_format(path: str) -> str:
-    """Detect the format of input file ``path``: by suffix, else by its magic bytes."""
+    """Detect the format of input file ``path``: by suffix, else by its magic bytes.
+
+    A pipe (``<(cat x.npy)``, ``/dev/stdin``) can be read only once, so the bytes read to sniff
+    it are kept and replayed by the next :func:`open_binary` of the same path.
+    """
     fmt = suffix_format(path, INPUT_SUFFIXES)
     if fmt is not None:
         return fmt
-    with open_binary(path) as f:
-        head = f.read(SNIFF_BYTES)
+    if is_pipe(path):
+        head = _sniff_pipe(path)
+    else:
+        with open_binary(path) as f:
+            head = f.read(SNIFF_BYTES)
     sniffed = sniff(head)
     if sniffed is None:
         raise ReadError(f"{path}: unknown file format (supported: {SUPPORTED_INPUTS})")
@@ -102,8 +112,66 @@ def output_format(path: str, fmt: str | None) -> str:
     return found
 
 
+def is_pipe(path: str) -> bool:
+    """True for a FIFO, character device or socket: a path that can be read only once."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode) or stat.S_ISBLK(mode))
+
+
+class _Replay(io.RawIOBase):
+    """A one-shot stream whose first bytes, already read to sniff its format, come first."""
+
+    def __init__(self, prefix: bytes, stream: BinaryIO) -> None:
+        self._prefix = prefix
+        self._stream = stream
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        if self._prefix:
+            count = min(len(buffer), len(self._prefix))
+            buffer[:count] = self._prefix[:count]
+            self._prefix = self._prefix[count:]
+            return count
+        return self._stream.readinto(buffer)  # type: ignore[attr-defined, no-any-return]
+
+    def close(self) -> None:
+        self._stream.close()
+        super().close()
+
+
+#: Pipes whose first bytes were read by :func:`input_format`, waiting for their reader.
+_SNIFFED_PIPES: dict[str, BufferedReader] = {}
+
+
+def _sniff_pipe(path: str) -> bytes:
+    stream = _SNIFFED_PIPES.pop(path, None) or _open(path)
+    head = b""
+    while len(head) < SNIFF_BYTES:
+        part = stream.read(SNIFF_BYTES - len(head))
+        if not part:
+            break
+        head += part
+    _SNIFFED_PIPES[path] = BufferedReader(_Replay(head, stream))
+    return head
+
+
 def open_binary(path: str) -> BufferedReader:
-    """Open ``path`` for reading, turning OS errors into one-line ReadErrors."""
+    """Open ``path`` for reading, turning OS errors into one-line ReadErrors.
+
+    A pipe that :func:`input_format` sniffed is handed over with its first bytes intact.
+    """
+    sniffed = _SNIFFED_PIPES.pop(path, None)
+    if sniffed is not None:
+        return sniffed
+    return _open(path)
+
+
+def _open(path: str) -> BufferedReader:
     try:
         return open(path, "rb")  # the caller owns and closes the file
     except FileNotFoundError as exc:
@@ -118,7 +186,8 @@ def open_binary(path: str) -> BufferedReader:
 
 def check_readable(path: str) -> None:
     """Fail with the same messages as :func:`open_binary` before a library opens ``path``."""
-    open_binary(path).close()
+    if path not in _SNIFFED_PIPES:  # opened already, and a pipe cannot be opened twice
+        _open(path).close()
 
 
 def file_size(path: str) -> int:

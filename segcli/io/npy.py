@@ -97,9 +97,7 @@ def read_body(f: Readable, header: NpyHeader, label: str) -> np.ndarray[Any, Any
     flat = np.empty(header.count, dtype=header.dtype)
     got = readinto_exact(f, flat)
     if got < header.nbytes:
-        raise ReadError(
-            f"{label}: truncated .npy (expected {header.nbytes} bytes of data, got {got})"
-        )
+        raise ReadError(f"{label}: truncated .npy: {arrived_rows(header, 0, got)}")
     order: Literal["C", "F"] = "F" if header.fortran_order else "C"
     return to_native(flat.reshape(header.shape, order=order))
 
@@ -112,10 +110,19 @@ def read_npy_rows(
     block = np.empty((rows, *header.shape[1:]), header.dtype)
     got = readinto_exact(f, block)
     if got < block.nbytes:
-        raise ReadError(
-            f"{label}: truncated .npy (rows from {start}: expected {block.nbytes} bytes, got {got})"
-        )
+        raise ReadError(f"{label}: truncated .npy: {arrived_rows(header, start, got)}")
     return to_native(block)
+
+
+def arrived_rows(header: NpyHeader, start: int, got: int) -> str:
+    """``3 of 10 rows arrived (96 of 320 bytes)``: how far a body that ended early got, when
+    ``got`` bytes were read after row ``start``."""
+    if not header.shape:
+        return f"{got} of {header.nbytes} bytes arrived"
+    row_bytes = header.nbytes // header.shape[0] if header.shape[0] else 0
+    done = start * row_bytes + got
+    rows = start + (got // row_bytes if row_bytes else 0)
+    return f"{rows} of {header.shape[0]} rows arrived ({done} of {header.nbytes} bytes)"
 
 
 def readinto_exact(f: Readable, buffer: np.ndarray[Any, Any]) -> int:

@@ -9,7 +9,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from segcli.errors import ReadError, UsageError
-from segcli.io.formats import NPY_MAGIC, STDIN_LABEL, input_format
+from segcli.io.formats import NPY_MAGIC, PARQUET_MAGIC, STDIN_LABEL, input_format
 from segcli.io.npy import (
     PrefixedReader,
     npz_keys,
@@ -66,7 +66,10 @@ def read_inputs(
     zero-copy, so those arrays may be read-only. ``csv`` says how to split CSV/TSV files.
     """
     if data == "-" and ids == "-":
-        raise UsageError("DATA and IDS cannot both be '-': stdin holds one input")
+        raise UsageError(
+            "DATA and IDS cannot both be '-': stdin holds one input; for an Arrow stream "
+            "holding both, give '-' once with --data-column and --ids-column"
+        )
     if ids is None:
         return _read_pair(data, data_column, ids_column, data_key, ids_key, stdin, csv)
     return (
@@ -187,7 +190,9 @@ def read_stdin(stdin: BinaryIO | None) -> np.ndarray[Any, Any] | TableFile:
         raise ReadError(f"{STDIN_LABEL}: no input (expected a .npy or Arrow IPC stream)")
     if head == NPY_MAGIC:
         return read_npy_stream(PrefixedReader(head, stream), STDIN_LABEL)
-    return TableFile(STDIN_LABEL, "arrow", head + stream.read())
+    # Parquet needs to seek, which a pipe cannot: it is read into memory, like an Arrow file.
+    fmt = "parquet" if head.startswith(PARQUET_MAGIC) else "arrow"
+    return TableFile(STDIN_LABEL, fmt, head + stream.read())
 
 
 def refuse_option(option: str, value: str | None, label: str) -> None:

@@ -17,12 +17,13 @@ from segcli.errors import ReadError
 from segcli.io.columns import VALUE_COLUMN
 from segcli.io.formats import (
     OUTPUT_SUFFIXES,
+    first_line,
     input_format,
     library_errors,
     open_binary,
     suffix_format,
 )
-from segcli.io.npy import npz_keys, open_npz, pick_key, read_npy, read_npz_member
+from segcli.io.npy import npz_keys, open_npz, read_npy, read_npz_member
 from segcli.io.tables import open_table
 
 _Array = np.ndarray[Any, Any]
@@ -47,7 +48,13 @@ def read_result_table(path: str, *, dtype: DTypeLike | None = None) -> _Array:
 
 def _read_npz(path: str) -> _Array:
     with open_npz(path) as archive:
-        key = "result" if "result" in npz_keys(archive) else pick_key(archive, None, path, "key")
+        keys = npz_keys(archive)
+        if "result" not in keys and len(keys) != 1:
+            raise ReadError(
+                f"{path}: holds {len(keys)} arrays and none is named 'result' (keys: "
+                f"{', '.join(keys) or 'none'}); a golden .npz needs a 'result' array or one array"
+            )
+        key = "result" if "result" in keys else keys[0]
         return read_npz_member(archive, key, f"{path}:{key}")
 
 
@@ -151,15 +158,37 @@ def _segment_order(values: _Array, segments: _Array, path: str) -> _Array:
 
 def _read_json(path: str) -> _Array:
     with open_binary(path) as f, library_errors(path, "not a segcli result JSON"):
-        doc = json.loads(f.read())
-        shape = tuple(int(d) for d in doc["shape"])
-        dtype = np.dtype(doc["dtype"])
-        if dtype.kind not in _NUMERIC_KINDS:
-            raise ReadError(f"{path}: dtype {dtype} is not numeric")
-        flat = _flatten(doc["values"], len(shape))
-        if len(flat) != math.prod(shape):
-            raise ReadError(f"{path}: {len(flat)} values do not fill shape {list(shape)}")
-        return _json_array(flat, dtype).reshape(shape)
+        doc = json.loads(f.read(), parse_float=partial(_finite_float, path))
+        try:
+            return _json_result(doc, path)
+        except KeyError as exc:
+            raise ReadError(f"{path}: not a segcli result JSON (no {exc} key)") from exc
+        except (TypeError, OverflowError) as exc:
+            raise ReadError(f"{path}: not a segcli result JSON ({first_line(exc)})") from exc
+
+
+def _finite_float(path: str, text: str) -> float:
+    # Python reads 1e400 as inf; segcli writes infinities as the string "inf", never so.
+    value = float(text)
+    if math.isinf(value):
+        raise ReadError(f"{path}: number {text} is out of the float64 range")
+    return value
+
+
+def _json_result(doc: Any, path: str) -> _Array:
+    if not isinstance(doc, dict):
+        raise ReadError(
+            f"{path}: not a segcli result JSON (expected an object with shape, dtype and values, "
+            f"got a {type(doc).__name__})"
+        )
+    shape = tuple(int(d) for d in doc["shape"])
+    dtype = np.dtype(doc["dtype"])
+    if dtype.kind not in _NUMERIC_KINDS:
+        raise ReadError(f"{path}: dtype {dtype} is not numeric")
+    flat = _flatten(doc["values"], len(shape))
+    if len(flat) != math.prod(shape):
+        raise ReadError(f"{path}: {len(flat)} values do not fill shape {list(shape)}")
+    return _json_array(flat, dtype).reshape(shape)
 
 
 def _json_array(flat: list[Any], dtype: np.dtype[Any]) -> _Array:

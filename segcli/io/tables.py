@@ -17,7 +17,9 @@ from segcli.io.formats import (
     ARROW_FILE_MAGIC,
     INPUT_SUFFIXES,
     check_readable,
+    is_pipe,
     library_errors,
+    open_binary,
     suffix_format,
 )
 
@@ -82,7 +84,7 @@ class TableFile:
             if self.fmt == "parquet":
                 import pyarrow.parquet as pq
 
-                return pq.ParquetFile(self.source).schema_arrow
+                return pq.ParquetFile(self.parquet_source()).schema_arrow
             if self.fmt == "arrow":
                 return self.ipc_reader().schema
             return self._csv_schema
@@ -98,7 +100,7 @@ class TableFile:
             if self.fmt == "parquet":
                 import pyarrow.parquet as pq
 
-                return pq.ParquetFile(self.source).read(columns=columns)
+                return pq.ParquetFile(self.parquet_source()).read(columns=columns)
             if self.fmt == "arrow":
                 return self.ipc_reader().read_all().select(columns)
             import pyarrow.csv as pcsv
@@ -211,6 +213,10 @@ class TableFile:
                     "cannot tell which one to read (rename them)"
                 )
 
+    def parquet_source(self) -> str | pa.NativeFile:
+        # Parquet needs to seek: bytes from a pipe are read from memory, a path from the file.
+        return self._input() if isinstance(self.source, bytes) else self.source
+
     def _input(self) -> pa.NativeFile:
         import pyarrow as pa
 
@@ -278,9 +284,13 @@ def is_csv_path(path: str) -> bool:
 def open_table(path: str, fmt: str, csv: CsvOptions | None = None) -> TableFile:
     """A :class:`TableFile` for a path, failing early with 'no such file' if it is missing.
 
-    ``csv`` applies to CSV/TSV files only.
+    ``csv`` applies to CSV/TSV files only. A pipe is read once, into memory, since Parquet and
+    Arrow files need to seek.
     """
-    check_readable(path)
     if csv is None or fmt not in ("csv", "tsv"):
         csv = CsvOptions()
+    if is_pipe(path):
+        with open_binary(path) as stream:
+            return TableFile(path, fmt, stream.read(), csv)
+    check_readable(path)
     return TableFile(path, fmt, path, csv)

@@ -145,7 +145,7 @@ def _write_npz(result: _Array, counts: _Array | None, out: BinaryIO, stream: boo
     # zipfile needs a seekable file; stdout or a FIFO is not, so build the archive in memory.
     buffer = io.BytesIO()
     np.savez(buffer, allow_pickle=False, **arrays)
-    out.write(buffer.getbuffer())
+    write_all(out, buffer.getbuffer())
 
 
 def _write_parquet(result: _Array, counts: _Array | None, out: BinaryIO, stream: bool) -> None:
@@ -195,7 +195,18 @@ def _write_json(result: _Array, counts: _Array | None, out: BinaryIO, stream: bo
     }
     if counts is not None:
         doc["counts"] = np.asarray(counts).tolist()
-    out.write(json.dumps(doc, allow_nan=False).encode() + b"\n")
+    write_all(out, json.dumps(doc, allow_nan=False).encode() + b"\n")
+
+
+def write_all(out: BinaryIO, data: bytes | memoryview) -> None:
+    """Write every byte: a buffered pipe returns a short count instead of raising when its
+    reader leaves mid-write, so retry the rest, which then raises BrokenPipeError."""
+    view = memoryview(data).cast("B")
+    while view:
+        written = out.write(view)
+        if not written:
+            raise OSError(f"wrote 0 of {len(view)} bytes")
+        view = view[written:]
 
 
 _WRITERS: dict[str, _Writer] = {

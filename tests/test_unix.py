@@ -1,0 +1,561 @@
+"""segcli as a well-kept Unix tool: pipes, closed streams, one-line errors, honest exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from segcli.cli import cli
+from segcli.errors import EXIT_BROKEN_PIPE, EXIT_CODES
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def segcli(*args: object, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+    """The real entry point in a child process: pipes, closed descriptors and exit codes as a
+    shell sees them."""
+    kwargs = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs}
+    command = [sys.executable, "-m", "segcli", *map(str, args)]
+    return subprocess.run(command, timeout=60, check=False, **kwargs)
+
+
+def stderr_lines(result: subprocess.CompletedProcess[bytes]) -> list[str]:
+    return result.stderr.decode().splitlines()
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[Path, Path]:
+    data, ids = tmp_path / "data.npy", tmp_path / "ids.npy"
+    np.save(data, np.array([1, 2, 3, 4], np.float32))
+    np.save(ids, np.array([0, 0, 2, 2], np.int32))
+    return data, ids
+
+
+@pytest.fixture
+def wide_pair(tmp_path: Path) -> tuple[Path, Path]:
+    """A result far larger than a pipe's buffer, so a reader that leaves early cuts it off."""
+    data, ids = tmp_path / "wide.npy", tmp_path / "wide_ids.npy"
+    np.save(data, np.ones(300_000, np.float64))
+    np.save(ids, np.arange(300_000, dtype=np.int64))
+    return data, ids
+
+
+@pytest.mark.parametrize("fmt", [None, "npy", "npz", "parquet", "arrow", "csv", "tsv", "json"])
+def test_closed_stdout_exits_141_silently_for_every_format(wide_pair, fmt):
+    output = [] if fmt is None else ["-o", "-", "--format", fmt]
+    command = [sys.executable, "-m", "segcli", "sum", *map(str, wide_pair), "-q", *output]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
+        assert child.stdout is not None and child.stderr is not None
+        child.stdout.read(10)
+        child.stdout.close()  # as `| head -c 10` does
+        stderr = child.stderr.read()
+        assert child.wait(timeout=60) == EXIT_BROKEN_PIPE
+    assert stderr == b""
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("output", [[], ["-o", "-", "--format", "csv"]])
+def test_full_stdout_is_exit_5_in_one_line(pair, output):
+    with open("/dev/full", "wb") as full:
+        result = segcli("sum", *pair, "-q", *output, stdout=full, stderr=subprocess.PIPE)
+    assert result.returncode == 5
+    assert stderr_lines(result) == ["Error: <stdout>: cannot write (No space left on device)"]
+
+
+def test_closed_stdin_reads_as_no_input(pair):
+    result = segcli("sum", "-", pair[1], "-q", stdin=subprocess.DEVNULL)
+    closed = segcli("sum", "-", pair[1], "-q", preexec_fn=lambda: os.close(0))
+    for got in (result, closed):
+        assert got.returncode == 3
+        assert stderr_lines(got) == [
+            "Error: <stdin>: no input (expected a .npy or Arrow IPC stream)"
+        ]
+
+
+def test_closed_stdout_descriptor_is_a_write_error(pair):
+    result = segcli("sum", *pair, "-q", preexec_fn=lambda: os.close(1))
+    assert result.returncode == 5
+    assert result.stderr.decode().splitlines() == [
+        "Error: <stdout>: cannot write (Bad file descriptor)"
+    ]
+
+
+@pytest.mark.parametrize(("args", "code"), [([], 0), (["-n", "1"], 1), (["--nope"], 2)])
+def test_closed_stderr_keeps_the_exit_code(pair, args, code):
+    result = segcli("sum", *pair, *args, preexec_fn=lambda: os.close(2))
+    assert result.returncode == code
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["--fil", "1"],
+            "Error: No such option '--fil'. Did you mean '--fill'? (see 'segcli sum --help')",
+        ),
+        (
+            ["-n", "-1"],
+            "Error: Invalid value for '-n' / '--num-segments': -1 is not in the range x>=0. "
+            "(see 'segcli sum --help')",
+        ),
+        (
+            ["--rtol", "-1"],
+            "Error: Invalid value for '--rtol': -1.0 is not a finite number >= 0 "
+            "(see 'segcli sum --help')",
+        ),
+        (
+            ["--atol", "nan"],
+            "Error: Invalid value for '--atol': nan is not a finite number >= 0 "
+            "(see 'segcli sum --help')",
+        ),
+        (
+            ["--atol", "inf"],
+            "Error: Invalid value for '--atol': inf is not a finite number >= 0 "
+            "(see 'segcli sum --help')",
+        ),
+        (
+            ["--memory-limit", "5IB"],
+            "Error: --memory-limit '5IB' is not a size (e.g. 512MB, 2GB, 1.5GiB) "
+            "(see 'segcli sum --help')",
+        ),
+        (
+            ["--chunk-rows", str(2**64)],
+            "Error: Invalid value for '--chunk-rows': 18446744073709551616 is not in the range "
+            "1<=x<=4611686018427387904. (see 'segcli sum --help')",
+        ),
+    ],
+)
+def test_usage_errors_are_one_line_with_the_hint(pair, args, line):
+    result = segcli("sum", *pair, *args)
+    assert result.returncode == 2
+    assert stderr_lines(result) == [line]
+    assert result.stdout == b""
+
+
+def test_usage_error_of_a_group_level_command_names_segcli():
+    result = segcli("frobnicate")
+    assert result.returncode == 2
+    [line] = stderr_lines(result)
+    assert line.startswith("Error: No such command 'frobnicate'.")
+    assert line.endswith("(see 'segcli --help')")
+
+
+def _readme_exit_codes() -> list[tuple[int, str]]:
+    text = README.read_text()
+    section = text[text.index("## Exit codes") :]
+    section = section[: section.index("\n\n", section.index("| code |"))]
+    return [
+        (int(code), meaning)
+        for code, meaning in re.findall(r"^\| (\d+) \| (.*) \|$", section, re.M)
+    ]
+
+
+def test_readme_and_help_list_every_exit_code():
+    assert _readme_exit_codes() == list(EXIT_CODES)
+    for args in (["--help"], ["sum", "--help"], ["check", "--help"], ["info", "--help"]):
+        help_text = " ".join(CliRunner().invoke(cli, args).stdout.split())
+        for code, meaning in EXIT_CODES:
+            assert f"{code} {meaning}" in help_text, (args, code)
+
+
+def cli_run(*args: object, input: bytes | None = None) -> Any:
+    return CliRunner().invoke(cli, [str(a) for a in args], input=input, catch_exceptions=False)
+
+
+@pytest.mark.parametrize(
+    ("golden", "message"),
+    [
+        ("[1, 2]", "not a segcli result JSON (expected an object with shape, dtype and values"),
+        ('{"shape": [3]}', "not a segcli result JSON (no 'dtype' key)"),
+        ('{"shape": [3], "dtype": "float32", "values": [1e400, 1, 2]}', "1e400 is out of"),
+        ('{"shape": [1e400], "dtype": "float32", "values": [1]}', "1e400 is out of"),
+        ('{"shape": 3, "dtype": "float32", "values": [1]}', "not a segcli result JSON ("),
+        ('{"shape": [3], "dtype": "nope", "values": [1, 2, 3]}', "not a segcli result JSON ("),
+        ('{"shape": [3], "dtype": "float32", "values": [1, [2], 3]}', "not a segcli result"),
+        ('{"shape": [3], "dtype": "int8", "values": [1, 2, 3000]}', "not a segcli result JSON ("),
+    ],
+)
+def test_malformed_expect_json_is_one_line_exit_3(pair, tmp_path, golden, message):
+    path = tmp_path / "golden.json"
+    path.write_text(golden)
+    result = cli_run("sum", *pair, "-q", "--expect", path)
+    assert result.exit_code == 3
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"Error: {path}: ") and message in line
+
+
+def test_expect_with_a_two_array_npz_names_no_missing_option(pair, tmp_path):
+    golden = tmp_path / "two.npz"
+    np.savez(golden, a=np.zeros(3), b=np.zeros(3))
+    result = cli_run("sum", *pair, "-q", "--expect", golden)
+    assert result.exit_code == 3
+    assert result.stderr.splitlines() == [
+        f"Error: {golden}: holds 2 arrays and none is named 'result' (keys: a, b); "
+        "a golden .npz needs a 'result' array or one array"
+    ]
+    assert "--key" not in result.stderr
+
+
+def test_expect_mismatch_shows_got_vs_expected_and_largest_differences(pair, tmp_path):
+    golden = tmp_path / "golden.npy"
+    np.save(golden, np.array([3, 1, 9, 0], np.float32))  # the result is [3, 0, 7, 0]
+    result = cli_run("sum", *pair, "-n", "4", "-q", "--expect", golden)
+    assert result.exit_code == 4
+    assert result.stderr.splitlines() == [
+        f"Error: {golden}: 2 of 4 segments differ (rtol=1e-05, atol=1e-08): 1, 2; "
+        "segment 1 got 0. expected 1., segment 2 got 7. expected 9.; "
+        "largest difference: absolute 2 (segment 2), relative 1 (segment 1)"
+    ]
+
+
+def test_dev_stdin_pipe_keeps_the_bytes_the_sniff_read(pair):
+    result = segcli("sum", "/dev/stdin", pair[1], "-q", input=pair[0].read_bytes())
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == b"0\t3.0\n1\t0.0\n2\t7.0\n"
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "2"]])
+def test_process_substitution_pipes_read_in_memory_and_streamed(pair, chunk):
+    """``segcli sum <(cat data.npy) <(cat ids.npy)``: two pipes named /dev/fd/N."""
+    pipes = [os.pipe() for _ in pair]
+    with subprocess.Popen(
+        [sys.executable, "-m", "segcli", "sum", *(f"/dev/fd/{r}" for r, _ in pipes), "-q", *chunk],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        pass_fds=[r for r, _ in pipes],
+    ) as child:
+        for (read_end, write_end), path in zip(pipes, pair, strict=True):
+            os.close(read_end)
+            os.write(write_end, path.read_bytes())
+            os.close(write_end)
+        out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert out == b"0\t3.0\n1\t0.0\n2\t7.0\n"
+
+
+@pytest.fixture
+def table_bytes(tmp_path: Path) -> dict[str, bytes]:
+    import pyarrow as pa
+    import pyarrow.feather as feather
+    import pyarrow.parquet as pq
+
+    table = pa.table({"v": np.arange(4.0), "s": np.array([0, 0, 1, 1])})
+    pq.write_table(table, tmp_path / "t.parquet")
+    feather.write_feather(table, tmp_path / "t.feather")
+    return {fmt: (tmp_path / f"t.{fmt}").read_bytes() for fmt in ("parquet", "feather")}
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "feather"])
+def test_parquet_and_feather_on_stdin_are_read(table_bytes, fmt):
+    result = cli_run(
+        "sum", "-", "--data-column", "v", "--ids-column", "s", "-q", input=table_bytes[fmt]
+    )
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "0\t1.0\n1\t5.0\n"
+
+
+@pytest.mark.parametrize("ids", ["-", "ids"])
+def test_npy_on_stdin_for_both_inputs_says_what_stdin_takes(pair, ids):
+    args = ["sum", "-", "-"] if ids == "-" else ["sum", "-"]
+    result = segcli(*args, input=pair[0].read_bytes())
+    assert result.returncode == 2
+    [line] = stderr_lines(result)
+    if ids == "-":
+        assert line.startswith("Error: DATA and IDS cannot both be '-': stdin holds one input; ")
+        assert "give '-' once with --data-column and --ids-column" in line
+    else:
+        assert line.startswith("Error: <stdin>: a .npy stream holds one array; give IDS as a file")
+
+
+def test_cut_off_npy_stream_says_how_many_rows_arrived(tmp_path):
+    path, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(path, np.arange(100.0))
+    np.save(ids, np.arange(100) % 7)
+    cut = path.read_bytes()[:500]
+    for args, input in (([path.with_name("cut.npy")], None), (["-"], cut)):
+        path.with_name("cut.npy").write_bytes(cut)
+        result = cli_run("sum", *args, ids, "-q", input=input)
+        assert result.exit_code == 3
+        [line] = result.stderr.splitlines()
+        assert line.endswith("46 of 100 rows arrived (372 of 800 bytes)"), line
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("v,s\n1,0\n2,99999999999999999999\n", "segment_ids[1] = 1e+20 does not fit in int64"),
+        ("v,s\n", "segment_ids has no values, so no type to tell (read as float64: a header-only"),
+        ("v,s\n1,0\n2,1.5\n", "segment_ids[1] = 1.5 is not a whole number (1 such id)"),
+        (
+            "v,s\n1,0\n2,1.0\n",
+            "segment_ids must be integers, got float64 with whole values; write them without a "
+            "decimal point (1, not 1.0)",
+        ),
+    ],
+)
+def test_float_ids_from_csv_say_what_is_really_wrong(tmp_path, text, message):
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    result = cli_run("sum", path, "--data-column", "v", "--ids-column", "s", "-q")
+    assert result.exit_code == 1
+    [line] = result.stderr.splitlines()
+    assert message in line and "got float64 (accepted" not in line
+
+
+def test_whole_float_npy_ids_get_a_cast_hint(pair, tmp_path):
+    ids = tmp_path / "f.npy"
+    np.save(ids, np.array([0.0, 0.0, 2.0, 2.0]))
+    result = cli_run("sum", pair[0], ids, "-q")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"Error: {ids}: segment_ids must be integers, got float64 with whole values; cast them "
+        "to integers first, e.g. np.load(...).astype(np.int64)"
+    ]
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "7"]])
+def test_check_no_nan_names_the_first_nan(tmp_path, chunk):
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    values = np.ones((100, 3))
+    values[57, 2] = values[80, 0] = np.nan
+    np.save(data, values)
+    np.save(ids, np.arange(100) % 7)
+    result = cli_run("check", data, ids, "--no-nan", "-q", *chunk)
+    assert result.exit_code == 4
+    assert result.stderr.splitlines() == [
+        f"Error: {data}: 2 NaN values (--no-nan), the first at [57, 2]"
+    ]
+
+
+SAMPLES = README.parent / "sample_data"
+
+
+def test_info_reads_npy_and_arrow_streams_on_stdin(tmp_path):
+    import pyarrow as pa
+
+    npy = (SAMPLES / "data.npy").read_bytes()
+    result = cli_run("info", "-", "--json", input=npy)
+    assert result.exit_code == 0, result.stderr
+    facts = json.loads(result.stdout)
+    assert (facts["format"], facts["size"], facts["shape"]) == ("npy", len(npy), [1000])
+    table = pa.table({"v": pa.array([1.0, None, 3.0]), "s": [0, 1, 1]})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    result = cli_run("info", "-", input=sink.getvalue().to_pybytes())
+    assert result.exit_code == 0, result.stderr
+    assert "ipc: stream" in result.stdout and "  v: double, nulls 1" in result.stdout
+
+
+@pytest.mark.parametrize("source", ["file", "stdin"])
+def test_info_on_a_truncated_npy_is_exit_3_with_rows_found(tmp_path, source):
+    cut = (SAMPLES / "data.npy").read_bytes()[:300]
+    path = tmp_path / "cut.npy"
+    path.write_bytes(cut)
+    result = cli_run("info", path if source == "file" else "-", input=cut)
+    assert result.exit_code == 3
+    label = path if source == "file" else "<stdin>"
+    assert result.stderr.splitlines() == [
+        f"Error: {label}: truncated .npy: 43 of 1000 rows arrived (172 of 4000 bytes)"
+    ]
+    assert result.stdout == ""
+
+
+def test_info_shows_each_column_type_and_null_count(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"v": [1.0, None, None], "s": [0, 1, None]}), path)
+    result = cli_run("info", path)
+    assert result.exit_code == 0
+    assert "  v: double, nulls 2\n  s: int64, nulls 1\n" in result.stdout
+
+
+def test_info_help_examples_name_files_that_exist(monkeypatch):
+    monkeypatch.chdir(SAMPLES.parent)
+    help_text = CliRunner().invoke(cli, ["info", "--help"]).stdout
+    named = re.findall(r"sample_data/\S+", help_text)
+    assert named
+    for path in named:
+        assert Path(path).is_file(), path
+        assert cli_run("info", path).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("stray", "n", "warned"),
+    [(2_000_000, None, True), (999_999, None, False), (2_000_000, "2000001", False)],
+)
+def test_huge_inferred_n_warns_in_one_line_and_the_run_continues(pair, tmp_path, stray, n, warned):
+    ids, out = tmp_path / "stray.npy", tmp_path / "out.npy"
+    np.save(ids, np.array([0, 1, stray, 2]))
+    result = cli_run("count", pair[0], ids, "-q", "-o", out, *(["-n", n] if n else []))
+    assert result.exit_code == 0
+    assert np.load(out).shape == (stray + 1,)
+    expected = [
+        f"Warning: n = {stray + 1:,} was inferred from the largest id, for only 4 ids: most "
+        "segments will be empty (give -n to silence this, or check the ids for a stray value)"
+    ]
+    assert result.stderr.splitlines() == (expected if warned else [])
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        [],
+        ["--memory-limit", "10"],
+        ["--chunk-rows", "1"],
+        ["--engine", "dask"],
+        ["stdin-data"],
+        ["stdin-data", "--chunk-rows", "1"],
+        ["stdin-ids"],
+    ],
+)
+def test_zero_d_ids_give_the_in_memory_answer_on_every_path(tmp_path, path):
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.arange(6.0).reshape(2, 3))
+    np.save(ids, np.array(2))
+    args: list[object] = [data, ids]
+    given: bytes | None = None
+    if path[:1] == ["stdin-data"]:
+        args, given, path = ["-", ids], data.read_bytes(), path[1:]
+    elif path[:1] == ["stdin-ids"]:
+        args, given, path = [data, "-"], ids.read_bytes(), path[1:]
+    result = cli_run("sum", *args, "-q", *path, input=given)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == (
+        "0\t0.0\t0.0\t0.0\t0.0\t0.0\t0.0\n"
+        "1\t0.0\t0.0\t0.0\t0.0\t0.0\t0.0\n"
+        "2\t0.0\t1.0\t2.0\t3.0\t4.0\t5.0\n"
+    )
+
+
+def test_zero_d_data_and_ids_check_over_the_streaming_threshold(tmp_path):
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.array(5.0))
+    np.save(ids, np.array(2))
+    result = cli_run("check", data, ids, "--chunk-rows", "1", "--summary-json", "-")
+    assert result.exit_code == 0, result.stderr
+    facts = json.loads(result.stderr)
+    assert (facts["num_segments"], facts["empty_segments"], facts["mode"]) == (3, 2, "in-memory")
+
+
+@pytest.mark.parametrize(
+    ("ids", "flags", "cause"),
+    [
+        ([0, -1, -1, 2], [], "2 with a negative id"),
+        ([0, 1, 5, 6], ["--sorted", "-n", "2"], "2 with an id >= n under --sorted"),
+    ],
+)
+def test_check_max_dropped_fails_with_exit_4_and_writes_the_json(tmp_path, ids, flags, cause):
+    data, ids_path, summary = tmp_path / "d.npy", tmp_path / "i.npy", tmp_path / "s.json"
+    np.save(data, np.arange(4.0))
+    np.save(ids_path, np.array(ids))
+    passing = cli_run("check", data, ids_path, *flags, "--max-dropped", "2", "-q")
+    assert passing.exit_code == 0, passing.stderr
+    args = ["check", data, ids_path, *flags, "--max-dropped", "1", "-q", "--summary-json", summary]
+    result = cli_run(*args)
+    assert result.exit_code == 4
+    line = f"Error: {ids_path}: 2 dropped rows, more than --max-dropped 1 ({cause})"
+    assert result.stderr.splitlines() == [line]
+    facts = json.loads(summary.read_text())
+    assert (facts["passed"], facts["exit_code"], facts["error"]) == (False, 4, line)
+    assert facts["rows_dropped"] == 2
+
+
+@pytest.mark.parametrize("command", ["check", "sum"])
+def test_summary_json_is_written_when_the_run_fails(pair, tmp_path, command):
+    summary = tmp_path / "s.json"
+    result = cli_run(command, *pair, "-n", "1", "-q", "--summary-json", summary)
+    assert result.exit_code == 1
+    [line] = result.stderr.splitlines()
+    facts = json.loads(summary.read_text())
+    assert facts["command"] == command
+    assert (facts["exit_code"], facts["error"]) == (1, line)
+    assert not list(tmp_path.glob("*.tmp*"))
+
+
+def test_summary_json_of_a_passing_run_says_exit_0(pair):
+    result = cli_run("sum", *pair, "-q", "--summary-json", "-")
+    facts = json.loads(result.stderr)
+    assert (facts["exit_code"], facts["error"]) == (0, None)
+
+
+def test_skips_are_summarised_in_one_line(pytester):
+    pytester.makeconftest((Path(__file__).parent / "conftest.py").read_text())
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.parametrize("i", range(5))
+        def test_gpu(i):
+            pytest.skip("engine 'cupy' is not available")
+
+        def test_other():
+            pytest.skip("needs /dev/full")
+
+        def test_runs():
+            pass
+        """
+    )
+    result = pytester.runpytest("-rfE", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, skipped=6)
+    lines = result.outlines
+    assert "skipped 6: 5 engine 'cupy' is not available; 1 needs /dev/full" in lines
+    assert not [line for line in lines if line.startswith("SKIPPED")]
+
+
+def test_readme_documents_every_check_json_field_and_the_options(pair):
+    result = cli_run("check", *pair, "-q", "--summary-json", "-")
+    text = README.read_text()
+    section = text[text.index("`segcli check --summary-json` writes:") :]
+    section = section[: section.index("\n\n", section.index("| field |"))]
+    documented = set(re.findall(r"`(\w+)`", section))
+    assert set(json.loads(result.stderr)) <= documented
+    for phrase in ("`--fast-atomics`", "`segcli check --op OP`", "`segcli info FILE --json`"):
+        assert phrase in text
+
+
+def test_plain_segcli_shows_the_help_not_an_error_line():
+    result = segcli()
+    assert result.returncode in (0, 2)  # click 8.2 exits 2 here, older versions 0
+    assert b"Usage: segcli [OPTIONS] COMMAND [ARGS]..." in result.stdout + result.stderr
+    assert not (result.stdout + result.stderr).startswith(b"Error:")
+
+
+def test_streamed_float_ids_get_a_hedged_cast_hint(pair, tmp_path):
+    ids = tmp_path / "f.npy"
+    np.save(ids, np.array([0.0, 0.0, 2.0, 2.0]))
+    result = cli_run("sum", pair[0], "-", "-q", input=ids.read_bytes())
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        "Error: <stdin>: segment_ids must be integers, got float64 (accepted: int8/16/32/64, "
+        "uint8/16/32/64); if they hold whole numbers, cast them to integers first, e.g. "
+        "np.load(...).astype(np.int64)"
+    ]
+
+
+def test_info_on_a_pipe_path_reads_it_once(pair):
+    read_end, write_end = os.pipe()
+    with subprocess.Popen(
+        [sys.executable, "-m", "segcli", "info", f"/dev/fd/{read_end}", "--json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        pass_fds=[read_end],
+    ) as child:
+        os.close(read_end)
+        os.write(write_end, pair[0].read_bytes())
+        os.close(write_end)
+        out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    facts = json.loads(out)
+    assert (facts["format"], facts["shape"], facts["size"]) == ("npy", [4], pair[0].stat().st_size)
