@@ -205,7 +205,8 @@ def _make_op_command(op: str) -> click.Command:
     @click.option(
         "--fill",
         metavar="VALUE",
-        help="Value for empty segments instead of the op's default (e.g. nan).",
+        help="Value for empty segments instead of the op's default (e.g. nan, 1+2j), read "
+        "exactly in the result dtype; a value it cannot hold is a usage error (exit 2).",
     )
     @click.option(
         "--expect",
