@@ -365,7 +365,7 @@ def check_dtype(op: Op, data_dtype: np.dtype[Any], label: str) -> None:
     if op.accepts_complex:
         accepted += ", complex64/128"
     if kind in "iuf" or (kind == "c" and op.accepts_complex):
-        if kind == "f" and data_dtype.itemsize > 8:
+        if data_dtype.itemsize > (16 if kind == "c" else 8):  # float128, complex256
             raise InvalidInputError(
                 f"{label}: {data_dtype} data is not supported by {op.name} (accepted: {accepted})"
             )

@@ -598,7 +598,7 @@ def test_not_an_npy_file(tmp_path: Path) -> None:
 def test_truncated_npy(tmp_path: Path) -> None:
     path = tmp_path / "d.npy"
     path.write_bytes(npy_bytes(np.arange(100.0))[:-8])
-    message = rf"^{path}: truncated .npy \(expected 800 bytes of data, got 792\)$"
+    message = rf"^{path}: truncated .npy: the header claims 100 rows .* the file holds 99 rows$"
     with pytest.raises(ReadError, match=message):
         read_inputs(str(path), str(path))
     path.write_bytes(npy_bytes(np.arange(100.0))[:30])
