@@ -20,6 +20,7 @@ from segcli import core, io, ops, validate
 from segcli.engines import Engine
 from segcli.errors import ExpectationError, NotStreamableError, UsageError
 from segcli.expect import check_expected
+from segcli.io.sizes import decoded_bytes
 from segcli.memory import available_bytes
 from segcli.summary import InputFacts, Summary, build_summary, input_facts
 
@@ -148,12 +149,18 @@ def _must_stream(request: RunRequest) -> bool:
 
 
 def _input_bytes(request: RunRequest) -> int | None:
-    """The size of the input files; None if one cannot be read (its reader says why)."""
-    paths = [p for p in (request.data, request.ids) if p is not None]
-    try:
-        return sum(os.path.getsize(p) for p in paths)
-    except OSError:
-        return None
+    """The decoded size of the inputs (from headers and metadata: a small compressed file may
+    hold gigabytes); None if one cannot be read (its reader says why)."""
+    if request.ids is None:
+        both = (request.data_key, request.ids_key, request.data_column, request.ids_column)
+        roles = [(request.data, [n for n in both if n is not None])]
+    else:
+        roles = [
+            (request.data, [n for n in (request.data_key, request.data_column) if n is not None]),
+            (request.ids, [n for n in (request.ids_key, request.ids_column) if n is not None]),
+        ]
+    sizes = [decoded_bytes(path, names) for path, names in roles]
+    return None if None in sizes else sum(s for s in sizes if s is not None)
 
 
 def _stream_if_possible(
