@@ -110,6 +110,12 @@ def input_options(command: F) -> F:
     return command
 
 
+def _typed(name: str) -> bool:
+    """Whether option ``name`` was given on the command line (not by default or env)."""
+    source = click.get_current_context().get_parameter_source(name)
+    return source is click.core.ParameterSource.COMMANDLINE
+
+
 def _request(op: str, **options: Any) -> Any:
     from segcli.memory import parse_size
     from segcli.pipeline import RunRequest
@@ -199,7 +205,8 @@ def _make_op_command(op: str) -> click.Command:
         "--scheduler",
         metavar="ADDRESS",
         envvar="DASK_SCHEDULER_ADDRESS",
-        help="Dask scheduler for --engine dask [env: DASK_SCHEDULER_ADDRESS; "
+        help="Dask scheduler for --engine dask, refused with any other engine "
+        "[env: DASK_SCHEDULER_ADDRESS; "
         "default: a local cluster].",
     )
     @click.option(
@@ -240,6 +247,9 @@ def _make_op_command(op: str) -> click.Command:
 
         if options["output"] is None and options["output_format"]:
             raise UsageError("--format needs -o/--output (use -o - for stdout)")
+        if options["engine"] != "dask" and _typed("scheduler"):
+            # Only a typed option: DASK_SCHEDULER_ADDRESS may be set for other tools' runs.
+            raise UsageError("--scheduler applies to --engine dask only; add --engine dask")
         with progress_bar(enabled=not (quiet or no_progress)) as progress:
             outcome = pipeline.run(_request(op, **options), progress=progress)
 
