@@ -20,6 +20,7 @@ from segcli import core, io, ops, validate
 from segcli.engines import Engine
 from segcli.errors import ExpectationError, NotStreamableError, UsageError
 from segcli.expect import check_expected
+from segcli.io.formats import output_format
 from segcli.io.sizes import decoded_bytes
 from segcli.memory import available_bytes
 from segcli.summary import InputFacts, Summary, build_summary, input_facts
@@ -197,6 +198,27 @@ def _facts(item: io.ArrayInput) -> InputFacts:
 
 
 def run(
+    request: RunRequest, streams: Streams | None = None, progress: Progress | None = None
+) -> RunOutcome:
+    """Reduce the files of ``request``; write the result; return the summary (see _run)."""
+    token = core.OUTPUT_FORMAT.set(_writer_format(request))
+    try:
+        return _run(request, streams, progress)
+    finally:
+        core.OUTPUT_FORMAT.reset(token)
+
+
+def _writer_format(request: RunRequest) -> str | None:
+    """The output format, for the memory estimate ("text" for lines on stdout)."""
+    if request.output is None:
+        return "text"
+    try:
+        return output_format(request.output, request.output_format)
+    except UsageError:
+        return None  # the writer reports it, in its turn
+
+
+def _run(
     request: RunRequest, streams: Streams | None = None, progress: Progress | None = None
 ) -> RunOutcome:
     """Reduce the files of ``request``; write the result; return the summary.

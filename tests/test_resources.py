@@ -17,10 +17,15 @@ from segcli.io.sizes import UNBOUNDED, decoded_bytes
 ROWS = 50_000_000  # 400 MB of float64 zeros, a few hundred KB compressed
 BLOCK = 1 << 20
 
-# The child reports its own peak RSS (kB on Linux) on its last stderr line, after segcli exits.
+# The child reports its own peak RSS (kB) on its last stderr line, after segcli exits. VmHWM,
+# not ru_maxrss: that one keeps the forked test process's peak across exec.
 _MEASURE = """
-import atexit, resource, sys
-atexit.register(lambda: print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr))
+import atexit, sys
+def peak():
+    with open("/proc/self/status") as status:
+        kb = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+    print(kb, file=sys.stderr)
+atexit.register(peak)
 sys.argv = ["segcli", *sys.argv[1:]]
 from segcli.cli import main
 main()
