@@ -168,6 +168,12 @@ def _finite_non_negative(ctx: click.Context, param: click.Parameter, value: floa
     return value
 
 
+def _typed(name: str) -> bool:
+    """Whether option ``name`` was given on the command line (not by default or env)."""
+    source = click.get_current_context().get_parameter_source(name)
+    return source is click.core.ParameterSource.COMMANDLINE
+
+
 def _request(op: str, **options: Any) -> Any:
     from segcli.memory import parse_size
     from segcli.pipeline import RunRequest
@@ -326,13 +332,15 @@ def _make_op_command(op: str) -> click.Command:
         "--scheduler",
         metavar="ADDRESS",
         envvar="DASK_SCHEDULER_ADDRESS",
-        help="Dask scheduler for --engine dask [env: DASK_SCHEDULER_ADDRESS; "
+        help="Dask scheduler for --engine dask, refused with any other engine "
+        "[env: DASK_SCHEDULER_ADDRESS; "
         "default: a local cluster].",
     )
     @click.option(
         "--fill",
         metavar="VALUE",
-        help="Value for empty segments instead of the op's default (e.g. nan).",
+        help="Value for empty segments instead of the op's default (e.g. nan, 1+2j), read "
+        "exactly in the result dtype; a value it cannot hold is a usage error (exit 2).",
     )
     @click.option(
         "--expect",
@@ -368,6 +376,9 @@ def _make_op_command(op: str) -> click.Command:
 
         if options["output"] is None and options["output_format"]:
             raise UsageError("--format needs -o/--output (use -o - for stdout)")
+        if options["engine"] != "dask" and _typed("scheduler"):
+            # Only a typed option: DASK_SCHEDULER_ADDRESS may be set for other tools' runs.
+            raise UsageError("--scheduler applies to --engine dask only; add --engine dask")
         # Every output is checked before any input is read, and committed together at the end;
         # a failed run still writes --summary-json, saying why.
         with _summary_on_failure(op, summary_json), _run_outputs(summary_json) as outputs:

@@ -9,6 +9,7 @@ This module never imports click or rich: it is the library the CLI translates.
 from __future__ import annotations
 
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,11 @@ import numpy as np
 from segcli import ops, validate
 from segcli.engines import Engine, choose_engine
 from segcli.errors import InvalidInputError
-from segcli.memory import available_bytes, human_bytes
+from segcli.memory import available_bytes, human_bytes, writer_bytes
+
+#: The output format this run will write (the pipeline sets it), so that the "does it fit"
+#: check counts the writer's memory; None for a library call, which writes nothing.
+OUTPUT_FORMAT: ContextVar[str | None] = ContextVar("segcli_output_format", default=None)
 
 
 @dataclass
@@ -62,6 +67,24 @@ class Reduction:
         )
 
 
+def output_bytes(
+    op: ops.Op,
+    num_segments: int,
+    inner_shape: tuple[int, ...],
+    data_dtype: np.dtype[Any],
+    sorted_ids: bool,
+    writer: str | None,
+) -> int:
+    """The peak memory of a run's last steps: the fold state, the merged lanes and the
+    finished result beside it, the counts and their masks (up to 32 bytes a segment,
+    measured), and what the writer of ``writer`` adds (see :func:`memory.writer_bytes`)."""
+    needed = ops.state_bytes(op, num_segments, inner_shape, data_dtype, sorted_ids=sorted_ids)
+    values = num_segments * ops.inner_size(inner_shape)
+    itemsize = op.out_dtype(data_dtype).itemsize
+    needed += values * (itemsize + 8) + num_segments * 32
+    return needed + writer_bytes(writer, num_segments, values, itemsize)
+
+
 def check_output_fits(
     op: ops.Op,
     num_segments: int,
@@ -71,12 +94,15 @@ def check_output_fits(
     sorted_ids: bool = False,
 ) -> None:
     """SPEC: n so large that the output would not fit in memory is an error, before any work."""
-    needed = ops.state_bytes(op, num_segments, inner_shape, data_dtype, sorted_ids=sorted_ids)
+    writer = OUTPUT_FORMAT.get()
+    needed = output_bytes(op, num_segments, inner_shape, data_dtype, sorted_ids, writer)
     available = available_bytes()
     if needed > available:
+        writing = f" to write {writer}" if writer else ""
         raise InvalidInputError(
             f"num_segments = {num_segments}: the output needs {needed:,} bytes "
-            f"({human_bytes(needed)}), more than the {human_bytes(available)} of memory available"
+            f"({human_bytes(needed)}){writing}, more than the {human_bytes(available)} of "
+            "memory available"
         )
 
 

@@ -24,6 +24,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
+import socket
+import struct
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -221,6 +224,7 @@ def _cluster(address: str | None, given: Client | None) -> Iterator[tuple[Client
 def connect(address: str, timeout_s: float | None = None) -> Client:
     """A client of a running scheduler that has at least one worker, within a bounded time."""
     timeout_s = CONNECT_TIMEOUT_S if timeout_s is None else timeout_s
+    probe_scheduler(address, timeout_s)
     try:
         client = _distributed().Client(address, timeout=f"{timeout_s}s", set_as_default=False)
     except (OSError, TimeoutError) as exc:
@@ -239,6 +243,73 @@ def connect(address: str, timeout_s: float | None = None) -> Client:
             f"one with: dask worker {address}"
         ) from exc
     return client
+
+
+#: Port a scheduler listens on when an address names none (Dask's own default).
+DEFAULT_SCHEDULER_PORT = 8786
+#: Host names and IP addresses (v4, or v6 without brackets, as Dask's parser leaves them).
+_HOST = re.compile(r"[A-Za-z0-9._-]+|[0-9A-Fa-f:.%]+")
+#: A scheduler's first message (its handshake) is a few hundred bytes in a few frames.
+_HANDSHAKE_MAX_BYTES = 1 << 20
+_HANDSHAKE_MAX_FRAMES = 64
+
+
+def probe_scheduler(address: str, timeout_s: float) -> None:
+    """Check within ``timeout_s`` that a Dask scheduler answers on a ``tcp://`` address, before
+    Dask's client is given it: the client waits forever on an HTTP port (the dashboard's) and
+    takes any other bytes for a frame length, allocating gigabytes. Other schemes (tls, ucx)
+    are left to Dask."""
+    from distributed.comm.addressing import parse_address, parse_host_port
+
+    try:
+        scheme, location = parse_address(address)
+        if scheme != "tcp":
+            return
+        host, port = parse_host_port(location, DEFAULT_SCHEDULER_PORT)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(f"bad Dask scheduler address {address!r} ({first_line(exc)})") from None
+    if not _HOST.fullmatch(host) or not 0 < int(port) < 65536:
+        raise UsageError(
+            f"bad Dask scheduler address {address!r} (expected tcp://HOST:PORT, e.g. "
+            f"tcp://127.0.0.1:{DEFAULT_SCHEDULER_PORT})"
+        )
+    head = _first_bytes(address, host, int(port), 16, timeout_s)
+    total, frames = struct.unpack("<QQ", head)
+    if not (16 <= total <= _HANDSHAKE_MAX_BYTES and 1 <= frames <= _HANDSHAKE_MAX_FRAMES):
+        raise ClusterError(
+            f"{address} is not a Dask scheduler: it answered {head!r} (the scheduler's port, "
+            f"{DEFAULT_SCHEDULER_PORT} by default, is not the dashboard's)"
+        )
+
+
+def _first_bytes(address: str, host: str, port: int, size: int, timeout_s: float) -> bytes:
+    """The first ``size`` bytes the server at ``host:port`` sends unasked, within the bound."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
+            head = b""
+            while len(head) < size:
+                sock.settimeout(max(0.001, deadline - time.monotonic()))
+                part = sock.recv(size - len(head))
+                if not part:
+                    break
+                head += part
+    except socket.gaierror as exc:
+        raise ClusterError(
+            f"cannot resolve Dask scheduler host {host!r} ({exc.strerror})"
+        ) from None
+    except TimeoutError:
+        raise ClusterError(
+            f"no Dask scheduler answered at {address} within {timeout_s:g} s (an HTTP port, "
+            f"such as the dashboard's? the scheduler's is {DEFAULT_SCHEDULER_PORT} by default)"
+        ) from None
+    except OSError as exc:
+        raise EngineUnavailableError(
+            f"cannot reach Dask scheduler at {address} within {timeout_s:g} s"
+        ) from exc
+    if len(head) < size:
+        raise ClusterError(f"{address} closed the connection: not a Dask scheduler")
+    return head
 
 
 def local_cluster(n_workers: int | None = None, **options: Any) -> Any:

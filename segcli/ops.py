@@ -25,6 +25,8 @@ adds exactly.)
 
 from __future__ import annotations
 
+import decimal
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -274,24 +276,50 @@ def merged_lanes(state: State) -> np.ndarray:
 
 
 def parse_fill(fill: Any, op: Op, data_dtype: np.dtype[Any]) -> Any:
-    """Check that ``--fill`` can be stored in the result dtype; return it as that dtype."""
+    """``--fill`` as a scalar of the result dtype, parsed exactly (never through a float for
+    integer results); a value the dtype cannot hold is a usage error naming it."""
     out_dtype = op.out_dtype(data_dtype)
-    try:
-        if out_dtype.kind == "c":
-            return out_dtype.type(complex(fill))
-        value = float(fill)
-    except (TypeError, ValueError):
-        raise UsageError(f"--fill {fill!r} is not a number") from None
     if out_dtype.kind in "iu":
-        if not float(value).is_integer() or not (
-            np.iinfo(out_dtype).min <= value <= np.iinfo(out_dtype).max
-        ):
-            raise UsageError(
-                f"--fill {fill} cannot be stored in the {out_dtype} result of {op.name}"
-            )
-        return out_dtype.type(int(value))
+        return _integer_fill(fill, out_dtype, op)
+    try:
+        value = complex(fill) if out_dtype.kind == "c" else float(fill)
+    except (TypeError, ValueError, OverflowError):
+        raise UsageError(f"--fill {fill!r} is not a number") from None
     with np.errstate(over="ignore"):
-        return out_dtype.type(value)
+        stored = out_dtype.type(value)
+    if _overflowed(fill, stored):
+        raise UsageError(
+            f"--fill {fill} cannot be stored in the {out_dtype} result of {op.name} "
+            f"(largest magnitude {np.finfo(out_dtype).max})"
+        )
+    return stored
+
+
+def _integer_fill(fill: Any, out_dtype: np.dtype[Any], op: Op) -> Any:
+    # Decimal holds every integer literal exactly ("9007199254740993", "1e3", "255.0"), where
+    # float() would round above 2**53.
+    try:
+        if isinstance(fill, (int, np.integer)) and not isinstance(fill, bool):
+            value = decimal.Decimal(int(fill))
+        else:
+            value = decimal.Decimal(fill if isinstance(fill, (str, float)) else str(fill))
+        integral = value.is_finite() and value == value.to_integral_value()
+    except (TypeError, ValueError, ArithmeticError):
+        raise UsageError(f"--fill {fill!r} is not a number") from None
+    info = np.iinfo(out_dtype)
+    if not integral or not info.min <= value <= info.max:
+        raise UsageError(
+            f"--fill {fill} cannot be stored in the {out_dtype} result of {op.name} "
+            f"(integers from {info.min} to {info.max})"
+        )
+    return out_dtype.type(int(value))
+
+
+def _overflowed(fill: Any, stored: Any) -> bool:
+    """An infinite result from a fill that did not ask for infinity (1e300 in float32)."""
+    if "inf" in str(fill).lower():
+        return False
+    return math.isinf(float(np.real(stored))) or math.isinf(float(np.imag(stored)))
 
 
 def finalize(state: State, fill: Any = None) -> np.ndarray:
@@ -337,7 +365,7 @@ def check_dtype(op: Op, data_dtype: np.dtype[Any], label: str) -> None:
     if op.accepts_complex:
         accepted += ", complex64/128"
     if kind in "iuf" or (kind == "c" and op.accepts_complex):
-        if kind == "f" and data_dtype.itemsize > 8:
+        if data_dtype.itemsize > (16 if kind == "c" else 8):  # float128, complex256
             raise InvalidInputError(
                 f"{label}: {data_dtype} data is not supported by {op.name} (accepted: {accepted})"
             )

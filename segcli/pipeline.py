@@ -27,6 +27,7 @@ from segcli.errors import (
 )
 from segcli.expect import check_expected
 from segcli.io.formats import ARROW_FILE_MAGIC, NPY_MAGIC, PARQUET_MAGIC, open_binary
+from segcli.io.sizes import decoded_bytes
 from segcli.memory import available_bytes
 from segcli.signals import checkpoint
 from segcli.summary import InputFacts, Summary, build_summary, input_facts
@@ -233,12 +234,18 @@ def _must_stream(request: RunRequest) -> bool:
 
 
 def _input_bytes(request: RunRequest) -> int | None:
-    """The size of the input files; None if one cannot be read (its reader says why)."""
-    paths = [p for p in (request.data, request.ids) if p is not None]
-    try:
-        return sum(os.path.getsize(p) for p in paths)
-    except OSError:
-        return None
+    """The decoded size of the inputs (from headers and metadata: a small compressed file may
+    hold gigabytes); None if one cannot be read (its reader says why)."""
+    if request.ids is None:
+        both = (request.data_key, request.ids_key, request.data_column, request.ids_column)
+        roles = [(request.data, [n for n in both if n is not None])]
+    else:
+        roles = [
+            (request.data, [n for n in (request.data_key, request.data_column) if n is not None]),
+            (request.ids, [n for n in (request.ids_key, request.ids_column) if n is not None]),
+        ]
+    sizes = [decoded_bytes(path, names) for path, names in roles]
+    return None if None in sizes else sum(s for s in sizes if s is not None)
 
 
 def _stream_if_possible(
@@ -293,6 +300,31 @@ def run(
     outputs: io.OutputSet | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> RunOutcome:
+    """Reduce the files of ``request``; write the result; return the summary (see _run)."""
+    token = core.OUTPUT_FORMAT.set(_writer_format(request))
+    try:
+        return _run(request, streams, progress, outputs, warn)
+    finally:
+        core.OUTPUT_FORMAT.reset(token)
+
+
+def _writer_format(request: RunRequest) -> str | None:
+    """The output format, for the memory estimate ("text" for lines on stdout)."""
+    if request.output is None:
+        return "text"
+    try:
+        return io.output_format(request.output, request.output_format)
+    except UsageError:
+        return None  # the writer reports it, in its turn
+
+
+def _run(
+    request: RunRequest,
+    streams: Streams | None,
+    progress: Progress | None,
+    outputs: io.OutputSet | None,
+    warn: Callable[[str], None] | None,
+) -> RunOutcome:
     """Reduce the files of ``request``; write the result; return the summary.
 
     Files over ``--memory-limit`` (by default over :data:`STREAM_FROM_BYTES`), stdin and any
@@ -306,7 +338,7 @@ def run(
     if outputs is None:
         with io.OutputSet() as own:
             reserve_outputs(request, own)
-            return run(request, streams, progress, own, warn)
+            return _run(request, streams, progress, own, warn)
     checkpoint("reduce")
     streams = streams or Streams()
     _check_output_options(request)

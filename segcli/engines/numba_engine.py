@@ -32,23 +32,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from segcli import ops
+from segcli import ops, validate
+from segcli.engines import numba_cache
+from segcli.engines import numba_kernels as kernels
 from segcli.engines.base import Engine
-
-
-def _default_cache_dir() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "segcli", "numba")
-
-
-# numba's own default caches next to the source, which a site-packages install may not allow.
-# The setting is read when numba is imported, so it must come first (and is the user's if set).
-if "numba" not in sys.modules:
-    os.environ.setdefault("NUMBA_CACHE_DIR", _default_cache_dir())
-
-from segcli import validate  # noqa: E402
-from segcli.engines import numba_kernels as kernels  # noqa: E402  (after NUMBA_CACHE_DIR)
-from segcli.engines.numpy_engine import ENGINE as NUMPY_ENGINE  # noqa: E402
+from segcli.engines.numpy_engine import ENGINE as NUMPY_ENGINE
 
 #: Threads the folds may use: the cores this process may run on.
 THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -89,10 +77,14 @@ def _kernel_cache_is_cold() -> bool:
 
 
 def _announce_compilation() -> None:
-    """Say once per process, before the first compilation on a machine, why this run is slow."""
+    """Before the first kernel runs: point the kernels at a trusted cache folder (saying so if
+    the usual one was refused), and say once per machine why the first run is slow."""
     global _announced
     if not _announced:
         _announced = True
+        note = numba_cache.install(vars(kernels))
+        if note is not None:
+            print(note, file=sys.stderr, flush=True)
         if _kernel_cache_is_cold():
             print("segcli: compiling kernels, first run only", file=sys.stderr, flush=True)
 

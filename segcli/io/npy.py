@@ -8,6 +8,7 @@ body is reported with the byte counts instead of a numpy traceback.
 from __future__ import annotations
 
 import math
+import os
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,9 +20,12 @@ import numpy.lib.format as npformat
 
 from segcli.errors import InvalidInputError, ReadError, UsageError
 from segcli.io.formats import NPY_MAGIC, first_line, library_errors, open_binary
+from segcli.memory import human_bytes
 
 # Kinds a reduction can work on; bool passes so that the core can reject it with its own message.
 _NUMERIC_KINDS = frozenset("biufc")
+# SPEC's dtype list stops at 64-bit floats: float128 would be folded in float64.
+_WIDEST = {"b": 1, "i": 8, "u": 8, "f": 8, "c": 16}
 
 
 class Readable(Protocol):
@@ -79,6 +83,10 @@ def read_header(f: Readable, label: str) -> NpyHeader:
         shape, fortran_order, dtype = reader(f)
     except (ValueError, TypeError, SyntaxError) as exc:
         raise ReadError(f"{label}: corrupt .npy header ({first_line(exc)})") from exc
+    if any(d < 0 for d in shape):
+        # numpy's header parser takes any tuple of ints; a negative length would stream as an
+        # empty array.
+        raise ReadError(f"{label}: corrupt .npy header (negative dimension in shape {list(shape)})")
     return NpyHeader(tuple(int(d) for d in shape), np.dtype(dtype), bool(fortran_order))
 
 
@@ -90,11 +98,35 @@ def check_dtype(header: NpyHeader, label: str) -> None:
         raise InvalidInputError(
             f"{label}: dtype {header.dtype} is not numeric (need integers, floats or complex)"
         )
+    if header.dtype.itemsize > _WIDEST[header.dtype.kind]:
+        raise InvalidInputError(
+            f"{label}: dtype {header.dtype} is wider than segcli supports "
+            "(accepted: float16/32/64, signed and unsigned integers, complex64/128)"
+        )
+
+
+def check_claim(header: NpyHeader, body_bytes: int | None, label: str) -> None:
+    """Refuse a header that claims more data than the file holds, before anything is
+    allocated (a 10**12-element header on a small file); ``body_bytes`` None: unknown."""
+    if body_bytes is None or body_bytes >= header.nbytes:
+        return
+    rows = header.shape[0] if header.shape else 1
+    row_bytes = header.nbytes // rows if rows else header.dtype.itemsize
+    raise ReadError(
+        f"{label}: truncated .npy: the header claims {rows} rows (shape {list(header.shape)}, "
+        f"{human_bytes(header.nbytes)} of data) but the file holds {body_bytes // row_bytes} rows"
+    )
 
 
 def read_body(f: Readable, header: NpyHeader, label: str) -> np.ndarray[Any, Any]:
     """Read the array body that follows ``header``; the result is native-endian and writable."""
-    flat = np.empty(header.count, dtype=header.dtype)
+    try:
+        flat = np.empty(header.count, dtype=header.dtype)
+    except (MemoryError, ValueError):
+        raise ReadError(
+            f"{label}: the header claims shape {list(header.shape)} "
+            f"({human_bytes(header.nbytes)} of data), more than this machine can hold"
+        ) from None
     got = readinto_exact(f, flat)
     if got < header.nbytes:
         raise ReadError(f"{label}: truncated .npy: {arrived_rows(header, 0, got)}")
@@ -147,13 +179,18 @@ def to_native(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 def read_npy(path: str) -> np.ndarray[Any, Any]:
     """Read a whole ``.npy`` file."""
     with open_binary(path) as f:
-        return read_npy_stream(f, path)
+        return read_npy_stream(f, path, os.fstat(f.fileno()).st_size)
 
 
-def read_npy_stream(f: Readable, label: str) -> np.ndarray[Any, Any]:
-    """Read one ``.npy`` array from a stream positioned at its magic string."""
+def read_npy_stream(
+    f: Readable, label: str, total_bytes: int | None = None
+) -> np.ndarray[Any, Any]:
+    """Read one ``.npy`` array from a stream positioned at its magic string; ``total_bytes``
+    (header included), when known, is checked against the header's claim first."""
     header = read_header(f, label)
     check_dtype(header, label)
+    if total_bytes is not None:
+        check_claim(header, total_bytes - cast(Any, f).tell(), label)
     with library_errors(label, "unreadable .npy data"):
         return read_body(f, header, label)
 
@@ -237,8 +274,9 @@ def pick_key(archive: zipfile.ZipFile, key: str | None, path: str, option: str) 
 
 def read_npz_member(archive: zipfile.ZipFile, key: str, label: str) -> np.ndarray[Any, Any]:
     """Read array ``key`` of an open archive; ``label`` is what errors call it."""
+    size = archive.getinfo(f"{key}.npy").file_size
     with library_errors(label, "corrupt .npz member"), open_member(archive, key) as member:
-        return read_npy_stream(member, label)
+        return read_npy_stream(member, label, size)
 
 
 def read_npz_header(archive: zipfile.ZipFile, key: str, label: str) -> NpyHeader:

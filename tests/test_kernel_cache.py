@@ -1,0 +1,121 @@
+"""The numba kernel cache holds pickles: it is used only from a folder nobody else can write,
+and a cache file that does not load costs a recompile, never the run."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("numba") is None, reason="numba is not installed"
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class _Planted:
+    """An index entry that, once unpickled, creates the file it names."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str, str]]:
+        return (open, (str(self.marker), "w"))
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> tuple[Path, Path]:
+    data, ids = tmp_path / "data.npy", tmp_path / "ids.npy"
+    np.save(data, np.array([1.0, 2.0, 4.0]))
+    np.save(ids, np.array([0, 1, 1]))
+    return data, ids
+
+
+def segcli_run(inputs: tuple[Path, Path], cache: Path, **env: str) -> subprocess.CompletedProcess:
+    environ = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    environ.update({"NUMBA_CACHE_DIR": str(cache), **env})
+    command = [sys.executable, "-m", "segcli", "sum", *map(str, inputs), "--engine", "numba"]
+    return subprocess.run(
+        [*command, "-q"], capture_output=True, text=True, env=environ, cwd=ROOT, timeout=120
+    )
+
+
+def index_files(cache: Path) -> list[Path]:
+    return sorted(cache.rglob("*.nbi"))
+
+
+def test_a_folder_others_can_write_is_never_loaded(tmp_path, inputs):
+    cache = tmp_path / "cache"
+    assert segcli_run(inputs, cache).returncode == 0
+    marker = tmp_path / "ran-foreign-code"
+    for index in index_files(cache):
+        index.write_bytes(pickle.dumps(_Planted(marker)))
+    cache.chmod(0o777)
+    done = segcli_run(inputs, cache)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "0\t1.0\n1\t6.0\n"
+    assert not marker.exists()
+    [note] = [line for line in done.stderr.splitlines() if "kernel cache" in line]
+    assert note == (
+        f"segcli: not using the kernel cache {cache} (writable by group or others "
+        "(mode 777)); compiling into a private temporary folder"
+    )
+
+
+def test_a_corrupt_cache_recovers_by_recompiling(tmp_path, inputs):
+    cache = tmp_path / "cache"
+    assert segcli_run(inputs, cache).returncode == 0
+    indexes = index_files(cache)
+    assert indexes
+    for index in indexes:
+        index.write_bytes(b"garbage, not a pickle")
+    for _ in range(2):  # the second run finds the index the first one rewrote
+        done = segcli_run(inputs, cache)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == "0\t1.0\n1\t6.0\n"
+        assert "Error" not in done.stderr
+    assert all(index.read_bytes() != b"garbage, not a pickle" for index in index_files(cache))
+
+
+def test_a_new_cache_folder_is_private(tmp_path, inputs):
+    cache = tmp_path / "xdg" / "segcli" / "numba"
+    environ = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    done = segcli_run(inputs, cache, **environ, NUMBA_CACHE_DIR="")
+    assert done.returncode == 0, done.stderr
+    assert cache.stat().st_mode & 0o777 == 0o700
+    assert index_files(cache)
+
+
+def test_importing_the_engine_sets_no_environment_and_prints_nothing():
+    code = (
+        "import os, segcli.engines.numba_engine as e; "
+        "print('NUMBA_CACHE_DIR' in os.environ, e.numba_cache is not None)"
+    )
+    environ = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environ, cwd=ROOT
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "False True\n", "")
+
+
+def test_folder_owned_by_someone_else_is_refused(tmp_path, monkeypatch):
+    from segcli.engines import numba_cache
+
+    monkeypatch.setattr(numba_cache.os, "getuid", lambda: os.stat(tmp_path).st_uid + 1)
+    reason = numba_cache.untrusted_because(str(tmp_path))
+    assert reason == f"owned by user id {os.stat(tmp_path).st_uid}, not you"
+    monkeypatch.undo()
+    folder, note = numba_cache.choose_folder(str(tmp_path / "a-file"))
+    assert note is None and Path(folder).is_dir()
+    (tmp_path / "plain").write_text("")
+    folder, note = numba_cache.choose_folder(str(tmp_path / "plain"))
+    assert folder != str(tmp_path / "plain")
+    assert note is not None and "cannot create it" in note
+    assert os.stat(folder).st_mode & 0o777 == 0o700

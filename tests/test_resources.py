@@ -1,0 +1,132 @@
+"""--memory-limit is a promise about peak memory whatever the input's encoding: the choice to
+stream is made on the decoded size (read from headers and metadata), never the size on disk."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import numpy.lib.format as npformat
+import pytest
+
+from segcli.io.sizes import UNBOUNDED, decoded_bytes
+
+ROWS = 50_000_000  # 400 MB of float64 zeros, a few hundred KB compressed
+BLOCK = 1 << 20
+
+# The child reports its own peak RSS (kB) on its last stderr line, after segcli exits. VmHWM,
+# not ru_maxrss: that one keeps the forked test process's peak across exec.
+_MEASURE = """
+import atexit, sys
+def peak():
+    with open("/proc/self/status") as status:
+        kb = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+    print(kb, file=sys.stderr)
+atexit.register(peak)
+sys.argv = ["segcli", *sys.argv[1:]]
+from segcli.cli import main
+main()
+"""
+
+
+def peak_mib(*args: object) -> tuple[int, float, str]:
+    """Run segcli in a fresh process: exit code, peak RSS in MiB, stderr without the peak."""
+    done = subprocess.run(
+        [sys.executable, "-c", _MEASURE, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    *lines, peak = done.stderr.splitlines()
+    return done.returncode, int(peak) / 1024, "\n".join(lines)
+
+
+def write_npz_bomb(path: Path) -> None:
+    """``data`` (float64 zeros) and ``ids`` (int64 zeros) written block by block, deflated."""
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=1) as archive:
+        for key, dtype in (("data", "<f8"), ("ids", "<i8")):
+            with archive.open(f"{key}.npy", "w", force_zip64=True) as member:
+                header = {"descr": dtype, "fortran_order": False, "shape": (ROWS,)}
+                npformat.write_array_header_2_0(member, header)  # type: ignore[arg-type]
+                zeros = bytes(BLOCK * 8)
+                for _ in range(ROWS // BLOCK):
+                    member.write(zeros)
+                member.write(bytes((ROWS % BLOCK) * 8))
+
+
+def write_parquet_bomb(path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    block = pa.table({"v": np.zeros(BLOCK), "i": np.zeros(BLOCK, np.int64)})
+    with pq.ParquetWriter(path, block.schema, compression="zstd") as writer:
+        for _ in range(ROWS // BLOCK):
+            writer.write_table(block)
+        writer.write_table(block.slice(0, ROWS % BLOCK))
+
+
+@pytest.fixture(scope="module")
+def bombs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("bombs")
+    npz, parquet = folder / "bomb.npz", folder / "bomb.parquet"
+    write_npz_bomb(npz)
+    write_parquet_bomb(parquet)
+    return {"npz": npz, "parquet": parquet}
+
+
+OPTIONS = {
+    "npz": ["--data-key", "data", "--ids-key", "ids"],
+    "parquet": ["--data-column", "v", "--ids-column", "i"],
+}
+
+
+@pytest.mark.parametrize("fmt", ["npz", "parquet"])
+def test_compressed_input_streams_within_the_memory_limit(bombs, tmp_path, fmt):
+    path = bombs[fmt]
+    assert path.stat().st_size < 8_000_000  # far under --memory-limit on disk ...
+    assert decoded_bytes(str(path)) == 2 * ROWS * 8  # ... 800 MB once decoded
+    out = tmp_path / "out.npy"
+    code, peak, stderr = peak_mib(
+        "sum", path, *OPTIONS[fmt], "-n", "1", "--memory-limit", "64MB", "-q", "-o", out
+    )
+    assert code == 0, stderr
+    assert np.load(out).tolist() == [0.0]
+    # Read whole it peaks above 1 GB; streamed, at the interpreter, pyarrow and 64 MB blocks.
+    assert peak < 250, f"peak {peak:.0f} MiB"
+
+
+def test_decoded_size_counts_only_the_chosen_columns(bombs):
+    assert decoded_bytes(str(bombs["parquet"]), ["v"]) == ROWS * 8
+    assert decoded_bytes(str(bombs["npz"]), ["ids"]) == ROWS * 8
+
+
+def test_arrow_file_size_comes_from_its_batch_lengths(tmp_path):
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    path = tmp_path / "t.arrow"
+    table = pa.table({"v": np.zeros(100_000), "w": np.zeros((100_000,), np.int8)})
+    options = ipc.IpcWriteOptions(compression="zstd")
+    with ipc.new_file(path, table.schema, options=options) as writer:
+        writer.write_table(table, max_chunksize=10_000)
+    assert path.stat().st_size < 100_000
+    assert decoded_bytes(str(path)) == 100_000 * 9
+    assert decoded_bytes(str(path), ["w"]) == 100_000
+
+
+@pytest.mark.parametrize("name", ["d.csv.gz", "d.tsv.bz2", "d.csv.zst"])
+def test_compressed_csv_always_streams(tmp_path, name):
+    path = tmp_path / name
+    path.write_bytes(b"x")
+    assert decoded_bytes(str(path)) == UNBOUNDED
+
+
+def test_a_file_that_cannot_be_inspected_is_left_to_its_reader(tmp_path):
+    path = tmp_path / "bad.npz"
+    path.write_bytes(b"PK\x03\x04 not really a zip")
+    assert decoded_bytes(str(path)) is None
+    assert decoded_bytes(str(tmp_path / "missing.parquet")) is None
