@@ -94,8 +94,7 @@ def test_header_claiming_10_to_the_12_elements_names_the_file_and_claim(tmp_path
     data = write_npy(tmp_path / "huge.npy", (10**12,), np.arange(3.0).tobytes())
     out = tmp_path / "out.npy"
     result = run("sum", data, ids, *PATHS[path], "-q", "-o", out)
-    assert_refused(result, 3, f"{data}: truncated .npy", "1000000000000 rows", out=out)
-    assert "file holds 3 rows" in result.stderr
+    assert_refused(result, 3, f"{data}: truncated .npy: 3 of 1000000000000 rows arrived", out=out)
     assert "out of memory" not in result.stderr
 
 
@@ -108,7 +107,7 @@ def test_header_claim_is_checked_inside_npz(tmp_path, ids):
         z.writestr("data.npy", member)
     out = tmp_path / "out.npy"
     result = run("sum", archive, ids, "-q", "-o", out)
-    assert_refused(result, 3, "huge.npz", "1000000000000 rows", "holds 3 rows", out=out)
+    assert_refused(result, 3, "huge.npz", "3 of 1000000000000 rows arrived", out=out)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -116,5 +115,4 @@ def test_file_shorter_than_its_header_names_rows_found_and_claimed(tmp_path, ids
     data = write_npy(tmp_path / "short.npy", (10,), np.arange(3.0).tobytes())
     out = tmp_path / "out.npy"
     result = run("sum", data, ids, *PATHS[path], "-q", "-o", out)
-    assert_refused(result, 3, f"{data}: truncated .npy: the header claims 10 rows", out=out)
-    assert "the file holds 3 rows" in result.stderr
+    assert_refused(result, 3, f"{data}: truncated .npy: 3 of 10 rows arrived", out=out)

@@ -7,8 +7,10 @@ body is reported with the byte counts instead of a numpy traceback.
 
 from __future__ import annotations
 
+import io
 import math
 import os
+import stat
 import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -110,12 +112,7 @@ def check_claim(header: NpyHeader, body_bytes: int | None, label: str) -> None:
     allocated (a 10**12-element header on a small file); ``body_bytes`` None: unknown."""
     if body_bytes is None or body_bytes >= header.nbytes:
         return
-    rows = header.shape[0] if header.shape else 1
-    row_bytes = header.nbytes // rows if rows else header.dtype.itemsize
-    raise ReadError(
-        f"{label}: truncated .npy: the header claims {rows} rows (shape {list(header.shape)}, "
-        f"{human_bytes(header.nbytes)} of data) but the file holds {body_bytes // row_bytes} rows"
-    )
+    raise ReadError(f"{label}: truncated .npy: {arrived_rows(header, 0, body_bytes)}")
 
 
 def read_body(f: Readable, header: NpyHeader, label: str) -> np.ndarray[Any, Any]:
@@ -179,7 +176,17 @@ def to_native(array: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
 def read_npy(path: str) -> np.ndarray[Any, Any]:
     """Read a whole ``.npy`` file."""
     with open_binary(path) as f:
-        return read_npy_stream(f, path, os.fstat(f.fileno()).st_size)
+        return read_npy_stream(f, path, _regular_file_size(f))
+
+
+def _regular_file_size(f: BinaryIO) -> int | None:
+    """The size of a regular file; None for a pipe (a sniffed one has no descriptor of its own
+    to ask, and its size says nothing until it is read)."""
+    try:
+        info = os.fstat(f.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
 
 
 def read_npy_stream(
