@@ -238,22 +238,37 @@ class _Column:
         values = _cast(values, self.index.values.type, f"key column '{self.name}'")
         return _canonical_floats(values) if self.kind == "float" else values
 
-    def codes(self, chunk: pa.Array, what: str) -> np.ndarray:
+    def codes(self, data: pa.Array | pa.ChunkedArray, what: str) -> np.ndarray:
         """One code per row: a distinct value's position, MISSING, or _UNKNOWN (frozen)."""
-        if pt.is_dictionary(chunk.type):
-            dictionary, indices = chunk.dictionary, chunk.indices
-            slot = len(dictionary)
-            rows = _numpy_indices(indices, slot)
-            # A stored dictionary may hold values no row uses: they must not become groups.
+        chunks = data.chunks if isinstance(data, pa.ChunkedArray) else [data]
+        if not chunks:
+            return np.empty(0, np.int64)
+        # One dictionary for the whole block, so the run's dictionary is probed once per block.
+        if not pt.is_dictionary(chunks[0].type):
+            encoded = pc.dictionary_encode(chunks[0] if len(chunks) == 1 else data)
+            shared = [encoded] if isinstance(encoded, pa.Array) else encoded.chunks
+            return self._shared_codes(shared, what)
+        if len(chunks) > 1:
+            try:
+                chunks = pa.chunked_array(chunks).unify_dictionaries().chunks
+            except pa.ArrowInvalid:  # a null in a dictionary: pyarrow cannot unify those yet
+                parts = [self._shared_codes([chunk], what) for chunk in chunks]
+                return np.concatenate(parts)
+        return self._shared_codes(chunks, what)
+
+    def _shared_codes(self, chunks: list[pa.DictionaryArray], what: str) -> np.ndarray:
+        """Codes for dictionary chunks that all have the first one's dictionary."""
+        dictionary = chunks[0].dictionary
+        indices = [chunk.indices for chunk in chunks]
+        slot = len(dictionary)
+        parts = [_numpy_indices(chunk, slot) for chunk in indices]
+        rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        used = None
+        if slot > len(rows) // 4:
+            # A stored dictionary may hold many values no row uses: keep them out of the run's.
             used = np.bincount(rows, minlength=slot + 1)[:slot] > 0
-        else:
-            encoded = pc.dictionary_encode(chunk)
-            dictionary, indices = encoded.dictionary, encoded.indices
-            slot = len(dictionary)
-            rows = _numpy_indices(indices, slot)
-            used = None
         entries = self._entry_codes(self.canonical(dictionary, what), used)
-        null_rows = indices.null_count > 0
+        null_rows = any(chunk.null_count for chunk in indices)
         null_used = (entries == _NULL) if used is None else (entries == _NULL) & used
         table = np.append(entries, _NULL)
         if null_rows or null_used.any():
@@ -606,8 +621,8 @@ class KeyEncoder:
                     f"{what} has no column '{name}' (columns: {', '.join(names)})"
                 )
         columns = self._start(block)
-        codes = [self._column_codes(column, block.column(column.name), what) for column in columns]
-        if any(bool((column_codes == _UNKNOWN).any()) for column_codes in codes):
+        codes = [column.codes(block.column(column.name), what) for column in columns]
+        if self.keys_from is not None and any(bool((c == _UNKNOWN).any()) for c in codes):
             # A value unknown in one column: the whole row is unknown, whatever the others say.
             unknown = np.zeros(block.num_rows, np.bool_)
             for column_codes in codes:
@@ -619,14 +634,6 @@ class KeyEncoder:
             )
             return ids
         return self._groups.ids(codes, [len(column.index) for column in columns], add=add)
-
-    @staticmethod
-    def _column_codes(column: _Column, data: pa.Array | pa.ChunkedArray, what: str) -> np.ndarray:
-        chunks = data.chunks if isinstance(data, pa.ChunkedArray) else [data]
-        if not chunks:
-            return np.empty(0, np.int64)
-        parts = [column.codes(chunk, what) for chunk in chunks]
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
 
     def _unknown_key(self, block: Block, row: int, source: str | None) -> InvalidInputError:
         where = f"{source}: " if source else ""

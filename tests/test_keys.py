@@ -277,6 +277,19 @@ def test_dictionaries_that_differ_between_blocks_unify_by_value() -> None:
     assert "unused" not in keys.keys.column("k").to_pylist()
 
 
+def test_row_groups_with_their_own_dictionaries_in_one_block() -> None:
+    rng = np.random.default_rng(4)
+    words = [f"w{i}" for i in range(12)]
+    parts = []
+    for _ in range(4):
+        dictionary = list(rng.permutation(words)[: rng.integers(3, 12)])
+        rows = [dictionary[i] for i in rng.integers(0, len(dictionary), 25)]
+        parts.append(dictionary_block(with_nulls(rows, rng), dictionary))
+    table = pa.table({"k": pa.chunked_array(parts), "v": np.arange(100.0)})
+    for null_keys in ("drop", "group"):
+        assert_like_pandas(table, ["k"], null_keys)
+
+
 def test_dictionary_and_plain_strings_mix_across_files() -> None:
     encoder = KeyEncoder(["k"])
     first = encoder.encode(pa.table({"k": pa.array(["b", "a", "b"]).dictionary_encode()}))
