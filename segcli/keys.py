@@ -68,6 +68,7 @@ MISSING = -1
 
 _UNKNOWN = -2  # a per-column code or group id: the value is not among the keys_from keys
 _NULL = -3  # a dictionary entry that is null (or NaN): resolved to a null code or MISSING
+_ABSENT = -4  # in the dense combination table: no group has this combination yet
 _DENSE_LIMIT = 1 << 22  # the largest dense combination table, in entries (32 MiB)
 
 Block: TypeAlias = pa.Table | pa.RecordBatch
@@ -358,7 +359,7 @@ class _Groups:
         self.codes: list[np.ndarray] = [np.empty(0, np.int64) for _ in range(columns)]
         self.dense_limit = dense_limit
         self.caps = [1] * columns
-        self.table: np.ndarray | None = np.full(2, -1, np.int64)
+        self.table: np.ndarray | None = self._empty_table(1)
         self.hashed: _ValueIndex | None = None
 
     def __len__(self) -> int:
@@ -393,7 +394,7 @@ class _Groups:
             for size, cap in zip(sizes, self.caps, strict=True)
         ]
         if self.table is not None and int(np.prod(self.caps, dtype=object)) <= self.dense_limit:
-            self.table = np.full(int(np.prod(self.caps)) + 1, -1, np.int64)
+            self.table = self._empty_table(int(np.prod(self.caps)))
             self.table[self._composite(self.codes)] = np.arange(len(self), dtype=np.int64)
         elif self.table is not None:
             self.table = None
@@ -408,30 +409,37 @@ class _Groups:
         return composite
 
     def _dense_ids(self, codes: list[np.ndarray], valid: np.ndarray, add: bool) -> np.ndarray:
-        assert self.table is not None
+        table = self.table
+        assert table is not None
         composite = self._composite(codes)
-        all_valid = bool(valid.all())
-        if not all_valid:
-            composite[~valid] = len(self.table) - 1  # a slot that stays -1: MISSING
-        ids: np.ndarray = self.table[composite]
-        new = ids < 0
-        if not all_valid:
-            new &= valid
-        if new.any():
-            if not add:
-                ids[new] = _UNKNOWN
-                return ids
+        if not valid.all():
+            composite[~valid] = len(table) - 1  # the slot that holds MISSING
+        ids: np.ndarray = table[composite]
+        new = ids == _ABSENT
+        if not new.any():
+            return ids
+        if not add:
+            ids[new] = _UNKNOWN
+            return ids
+        if len(composite) * 8 > len(table):
+            # Many rows (a first block): one scatter beats sorting the new rows.
+            seen = np.zeros(len(table), bool)
+            seen[composite] = True
+            distinct = np.flatnonzero(seen & (table == _ABSENT))
+            table[distinct] = np.arange(len(self), len(self) + len(distinct))
+            ids = table[composite]
+        else:
             fresh = composite[new]
-            if len(fresh) * 8 > len(self.table):
-                seen = np.zeros(len(self.table), bool)
-                seen[fresh] = True
-                distinct = np.flatnonzero(seen)
-            else:
-                distinct = np.unique(fresh)
-            self.table[distinct] = np.arange(len(self), len(self) + len(distinct))
-            self._append(self._decompose(distinct))
-            ids[new] = self.table[fresh]
+            distinct = np.unique(fresh)
+            table[distinct] = np.arange(len(self), len(self) + len(distinct))
+            ids[new] = table[fresh]
+        self._append(self._decompose(distinct))
         return ids
+
+    def _empty_table(self, size: int) -> np.ndarray:
+        table = np.full(size + 1, _ABSENT, np.int64)
+        table[size] = MISSING  # the slot of rows with a missing key
+        return table
 
     def _decompose(self, composite: np.ndarray) -> list[np.ndarray]:
         parts = []
