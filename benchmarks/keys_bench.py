@@ -121,7 +121,7 @@ def table_md(title: str, rows: int, results: dict[str, float], reference: str) -
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=30_000_000)
-    parser.add_argument("--rows-high", type=int, default=10_000_000)
+    parser.add_argument("--rows-high", type=int, default=5_000_000)
     parser.add_argument("--distinct", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()

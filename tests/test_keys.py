@@ -520,3 +520,20 @@ def test_merging_parts_equals_one_run(null_keys: str, dense_limit: int) -> None:
     assert sums.tobytes() == whole[1].tobytes()
     assert merged.rows == table.num_rows
     assert merged.missing_rows == whole[3].missing_rows
+
+
+def test_a_big_block_is_encoded_in_slices_with_the_same_answer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import segcli.keys
+
+    table = multi_key_table(seed=13, rows=50)
+    expected = run(table, ["carrier", "origin"], None)
+    monkeypatch.setattr(segcli.keys, "_SLICE_ROWS", 4)
+    sliced = run(table, ["carrier", "origin"], 23)
+    assert sliced[0].keys.equals(expected[0].keys)
+    assert sliced[1].tobytes() == expected[1].tobytes()
+    assert sliced[3].missing_rows == expected[3].missing_rows
+    encoder = KeyEncoder(["a"], keys_from=pa.table({"a": ["x"]}))
+    with pytest.raises(InvalidInputError, match="row 9 has key a='y'"):
+        encoder.encode(pa.table({"a": ["x"] * 9 + ["y"]}))
