@@ -118,6 +118,45 @@ def table_md(title: str, rows: int, results: dict[str, float], reference: str) -
     return "\n".join(lines)
 
 
+POLARS = "polars read + group_by mean"
+
+
+def bench_low_cardinality(folder: str, rows: int, rounds: int) -> str:
+    by = ["carrier", "origin"]
+    flights = Path(folder, "flights.parquet")
+    write_flights(flights, rows)
+    plain = pq.read_table(flights, columns=by)
+    coded = pq.read_table(flights, columns=by, read_dictionary=by)
+    results = interleaved(
+        {
+            POLARS: lambda: polars_group_by(flights, by, "arr_delay"),
+            "encoder, strings, one block": lambda: encode_whole(plain, by),
+            "encoder, strings, 1M blocks": lambda: encode_blocks(plain, by),
+            "encoder, dictionaries, one block": lambda: encode_whole(coded, by),
+            "encoder, dictionaries, 1M blocks": lambda: encode_blocks(coded, by),
+            "read (dictionaries) + encode, 1M blocks": lambda: read_and_encode(flights, by),
+        },
+        rounds,
+    )
+    return table_md("Two string keys, 20 x 3 distinct", rows, results, POLARS)
+
+
+def bench_high_cardinality(folder: str, rows: int, distinct: int, rounds: int) -> str:
+    users = Path(folder, "users.parquet")
+    write_high(users, rows, distinct)
+    plain = pq.read_table(users, columns=["user"])
+    results = interleaved(
+        {
+            POLARS: lambda: polars_group_by(users, ["user"], "v"),
+            "encoder, strings, one block": lambda: encode_whole(plain, ["user"]),
+            "encoder, strings, 1M blocks": lambda: encode_blocks(plain, ["user"]),
+            "read (dictionaries) + encode, 1M blocks": lambda: read_and_encode(users, ["user"]),
+        },
+        rounds,
+    )
+    return table_md(f"One string key, {distinct:,} distinct", rows, results, POLARS)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=30_000_000)
@@ -125,39 +164,10 @@ def main() -> None:
     parser.add_argument("--distinct", type=int, default=1_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    by = ["carrier", "origin"]
     with tempfile.TemporaryDirectory() as folder:
-        flights = Path(folder, "flights.parquet")
-        write_flights(flights, args.rows)
-        plain = pq.read_table(flights, columns=by)
-        coded = pq.read_table(flights, columns=by, read_dictionary=by)
-        low = interleaved(
-            {
-                "polars read + group_by mean": lambda: polars_group_by(flights, by, "arr_delay"),
-                "encoder, strings, one block": lambda: encode_whole(plain, by),
-                "encoder, strings, 1M blocks": lambda: encode_blocks(plain, by),
-                "encoder, dictionaries, one block": lambda: encode_whole(coded, by),
-                "encoder, dictionaries, 1M blocks": lambda: encode_blocks(coded, by),
-                "read (dictionaries) + encode, 1M blocks": lambda: read_and_encode(flights, by),
-            },
-            args.rounds,
-        )
-        del plain, coded
-        print(table_md("Two string keys, 20 x 3 distinct", args.rows, low, "polars read + group_by mean"))
+        print(bench_low_cardinality(folder, args.rows, args.rounds))
         print()
-        users = Path(folder, "users.parquet")
-        write_high(users, args.rows_high, args.distinct)
-        plain = pq.read_table(users, columns=["user"])
-        high = interleaved(
-            {
-                "polars read + group_by mean": lambda: polars_group_by(users, ["user"], "v"),
-                "encoder, strings, one block": lambda: encode_whole(plain, ["user"]),
-                "encoder, strings, 1M blocks": lambda: encode_blocks(plain, ["user"]),
-                "read (dictionaries) + encode, 1M blocks": lambda: read_and_encode(users, ["user"]),
-            },
-            args.rounds,
-        )
-        print(table_md(f"One string key, {args.distinct:,} distinct", args.rows_high, high, "polars read + group_by mean"))
+        print(bench_high_cardinality(folder, args.rows_high, args.distinct, args.rounds))
 
 
 if __name__ == "__main__":
