@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 import segcli
-from segcli.errors import InvalidInputError
+from segcli.errors import InvalidInputError, UsageError
 from segcli.keys import MISSING, KeyEncoder, KeyTable
 
 pd = pytest.importorskip("pandas")
@@ -172,6 +172,7 @@ KEY_TYPES: list[tuple[pa.DataType, list[Any]]] = [
     (pa.float16(), [1.5, -2.0, 0.0, -0.0, float("nan"), 65504.0]),
     (pa.float32(), [1.5, -2.0, 0.0, -0.0, float("nan"), float("inf"), float("-inf")]),
     (pa.float64(), [1.5, -2.0, 0.0, -0.0, float("nan"), 1e300]),
+    (pa.null(), [None]),
 ]
 
 
@@ -537,3 +538,8 @@ def test_a_big_block_is_encoded_in_slices_with_the_same_answer(
     encoder = KeyEncoder(["a"], keys_from=pa.table({"a": ["x"]}))
     with pytest.raises(InvalidInputError, match="row 9 has key a='y'"):
         encoder.encode(pa.table({"a": ["x"] * 9 + ["y"]}))
+
+
+def test_a_key_column_given_twice_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="key column 'a' is given twice"):
+        KeyEncoder(["a", "b", "a"])

@@ -59,7 +59,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.types as pt
 
-from segcli.errors import InvalidInputError
+from segcli.errors import InvalidInputError, UsageError
 from segcli.keys.groups import Groups, fixed_binary_rows
 from segcli.keys.values import (
     MISSING,
@@ -114,6 +114,9 @@ class KeyEncoder:
     ) -> None:
         if not by:
             raise ValueError("at least one key column is needed")
+        repeated = [name for name in by if list(by).count(name) > 1]
+        if repeated:
+            raise UsageError(f"key column '{repeated[0]}' is given twice")
         if null_keys not in ("drop", "group"):
             raise ValueError(f"null_keys must be 'drop' or 'group', not {null_keys!r}")
         self.by = list(by)

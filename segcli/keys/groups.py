@@ -139,7 +139,7 @@ class Groups:
         encoded = pc.dictionary_encode(rows)
         before = len(self.hashed)
         if add:
-            entries = self.hashed.find_or_add(encoded.dictionary)
+            entries = self.hashed.find_or_add(encoded.dictionary, distinct=True)
             if len(self.hashed) > before:
                 added = rows_codes(self.hashed.values.slice(before), len(codes))
                 self._append([added[:, j] for j in range(len(codes))])

@@ -137,9 +137,9 @@ class ValueIndex:
                 self.values = pa.concat_arrays([self.values, fresh])
                 positions[new] = np.arange(start, start + len(fresh))
                 return positions
-            distinct = pc.unique(fresh)
-            self.values = pa.concat_arrays([self.values, distinct])
-            found = pc.index_in(fresh, value_set=distinct)
+            added = pc.unique(fresh)
+            self.values = pa.concat_arrays([self.values, added])
+            found = pc.index_in(fresh, value_set=added)
             positions[new] = np.asarray(found.to_numpy(), np.int64) + start
         return positions
 
