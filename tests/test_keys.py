@@ -543,3 +543,33 @@ def test_a_big_block_is_encoded_in_slices_with_the_same_answer(
 def test_a_key_column_given_twice_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="key column 'a' is given twice"):
         KeyEncoder(["a", "b", "a"])
+
+
+def test_keys_from_integers_match_float_keys_by_value() -> None:
+    data = pa.table({"k": [2.0, 1.0, 2.0, -0.0], "v": [1.0, 2.0, 4.0, 8.0]})
+    keys, sums, _, _ = run(data, ["k"], 3, keys_from=pa.table({"k": [0, 2, 1]}))
+    assert keys.keys.column("k").type == pa.int64()  # the keys table, as given
+    assert sums.tolist() == [8.0, 5.0, 2.0]
+    with pytest.raises(InvalidInputError, match="has type double in the keys table"):
+        KeyEncoder(["k"], keys_from=pa.table({"k": [1.5]})).encode(pa.table({"k": [1]}))
+
+
+def test_timestamps_of_another_unit_in_a_later_block() -> None:
+    encoder = KeyEncoder(["t"])
+    first = pa.array([dt.datetime(2024, 1, 1, 0, 0, 1)], pa.timestamp("s"))
+    encoder.encode(pa.table({"t": first}))
+    assert encoder.encode(pa.table({"t": first.cast(pa.timestamp("ms"))})).tolist() == [0]
+    finer = pa.array([dt.datetime(2024, 1, 1, 0, 0, 1, 500000)], pa.timestamp("ms"))
+    with pytest.raises(InvalidInputError, match="key column 't' in this block does not fit"):
+        encoder.encode(pa.table({"t": finer}))
+
+
+def test_merging_parts_with_keys_from_keeps_row_positions() -> None:
+    keys_table = pa.table({"a": ["y", "x"]})
+    first, second = (KeyEncoder(["a"], keys_from=keys_table) for _ in range(2))
+    first.encode(pa.table({"a": ["x"]}))
+    second.encode(pa.table({"a": ["y", None]}))
+    assert first.merge(second).tolist() == [0, 1]
+    assert (first.rows, first.missing_rows) == (3, 1)
+    with pytest.raises(ValueError, match="both have keys_from"):
+        first.merge(KeyEncoder(["a"]))
