@@ -34,7 +34,12 @@ def rows_codes(values: pa.Array, columns: int) -> np.ndarray:
 
 
 class Groups:
-    """Dense group ids for tuples of per-column codes, in the order groups were first met."""
+    """Dense, stable group ids for tuples of per-column codes: a group keeps its id, and the
+    new groups of a block are numbered after the existing ones.
+
+    Tuples index a dense table (mixed radix, each column's radix a power of two) while the
+    product of the radixes stays within ``dense_limit``; beyond it they are hashed as
+    fixed-size binary values."""
 
     def __init__(self, columns: int, dense_limit: int) -> None:
         self.codes: list[np.ndarray] = [np.empty(0, np.int64) for _ in range(columns)]
