@@ -118,17 +118,25 @@ class ValueIndex:
     def __len__(self) -> int:
         return len(self.values)
 
-    def find(self, values: pa.Array) -> np.ndarray:
-        """Each value's position, -1 where absent or null."""
+    def find(self, values: pa.Array, *, distinct: bool = False) -> np.ndarray:
+        """Each value's position, -1 where absent or null (``distinct``: as in find_or_add)."""
         if not len(self.values):
             return np.full(len(values), -1, np.int64)
+        if distinct and len(values) < len(self.values):
+            # index_in hashes its value set on every call: hash the smaller side and invert.
+            where = pc.index_in(self.values, value_set=values, skip_nulls=True)
+            where_np = np.asarray(where.fill_null(-1).to_numpy(), np.int64)
+            known = np.flatnonzero(where_np >= 0)
+            positions = np.full(len(values), -1, np.int64)
+            positions[where_np[known]] = known
+            return positions
         found = pc.index_in(values, value_set=self.values, skip_nulls=True)
         return np.asarray(found.fill_null(-1).to_numpy(), np.int64)
 
     def find_or_add(self, values: pa.Array, *, distinct: bool = False) -> np.ndarray:
         """Each non-null value's position, adding the values not seen before (``distinct``:
         the values are known to differ from each other, which saves hashing the new ones)."""
-        positions = self.find(values)
+        positions = self.find(values, distinct=distinct)
         new = (positions < 0) & ~np.asarray(values.is_null().to_numpy(zero_copy_only=False))
         if new.any():
             fresh = values.filter(pa.array(new))
