@@ -1,0 +1,289 @@
+"""Group-by keys (``--by``): key columns in, dense int64 group ids out, block by block.
+
+A :class:`KeyEncoder` is fed the key columns of a run one block at a time (a pyarrow Table or
+RecordBatch; blocks may come from several files whose dictionaries differ). :meth:`encode`
+returns one int64 id per row: a group id ``>= 0``, or :data:`MISSING` (``-1``) for a row whose
+key is missing (a null or NaN in any key column) when such rows are dropped. The ids feed the
+unsorted segment reduction like user ids; rows with id ``-1`` are dropped there.
+
+Ids are dense and stable: a group keeps its id for the whole run, so a streamed reduction's state
+only grows, and memory grows with the distinct keys, not the rows. :meth:`finish` returns the key
+table in SPEC's order (ascending by key, lexicographic over the key columns, nulls last) and the
+permutation ``order`` to apply to the results: ``result_sorted = result[order]`` (a gather; output
+row ``r`` is encoder group ``order[r]``). The key table is the same, byte for byte, however the
+rows were split into blocks.
+
+How it works, and why it is fast: each column chunk is dictionary encoded by pyarrow (a dictionary
+column already is: its codes and dictionary are used as they are), so per row there is one hash
+probe in C and a NumPy take; only the chunk's distinct values are looked up in the run's growing
+per-column dictionary. Several columns combine through a dense table indexed by the mixed-radix
+code tuple while the product of the column cardinalities stays small, and by hashing the code
+tuples (as fixed-size binary values) beyond that.
+
+Value rules (each column separately):
+
+- strings (string, large_string, string_view, and dictionaries of them) compare as strings,
+  binaries likewise; integers of every width compare by value, so do floats (``-0.0 == 0.0``;
+  NaN is a missing key and comes out as null), decimals and temporal types (timestamps compare
+  the instants they store, whatever the unit or time zone).
+- A later block may have another type of the same kind (``int32`` then ``int64``, ``string``
+  then ``dictionary<string>``): its values are cast to the first block's type, and a value that
+  does not fit is an error. The key table has the first block's types; a dictionary column keeps
+  its dictionary type with the dictionary sorted by value (its index type widened when the
+  distinct values outgrow it).
+- Types without equality or order (list, struct, map, union, ...) are refused with an
+  :class:`~segcli.errors.InvalidInputError` (exit 1, like a non-numeric data column): the command
+  line is well formed, it is the data's column that cannot serve as a key.
+
+``keys_from`` (SPEC ``--keys-from``): a table holding the key columns fixes the groups: ids are
+its row positions and the key table is exactly its key columns, in its order. Its columns are
+cast to the data's types at the first block by a value-preserving cast (so ``int64`` matches
+``int32``, a string column matches a ``dictionary<string>`` one, an integer column matches a
+float one where exact); a value of another kind (a string key against integer data) is an error.
+A row whose key is not in it is an error naming the key and the row (0-based, counted across
+every block encoded); a key present twice in it is an error naming both rows. With
+``null_keys="drop"`` data rows with a null key are dropped (never matched); with ``"group"`` they
+must match a row of ``keys_from`` whose key is null.
+
+This module uses only NumPy and pyarrow; it never imports click or rich.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TypeAlias
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.types as pt
+
+from segcli.errors import InvalidInputError, UsageError
+from segcli.keys.groups import Groups, fixed_binary_rows
+from segcli.keys.values import (
+    MISSING,
+    UNKNOWN,
+    KeyColumn,
+    NullKeys,
+    as_array,
+    check_key_type,
+)
+
+_SLICE_ROWS = 1 << 20  # rows encoded at a time
+_DENSE_LIMIT = 1 << 22  # the largest dense combination table, in entries (32 MiB)
+
+Block: TypeAlias = pa.Table | pa.RecordBatch
+
+
+@dataclass(frozen=True)
+class KeyTable:
+    """The distinct keys of a run in output order, and how to reorder the results to match.
+
+    ``keys``: one column per key column, with its name and type. ``order``: int64, output row
+    ``r`` holds the group the encoder numbered ``order[r]``, so ``result_sorted = result[order]``.
+    """
+
+    keys: pa.Table
+    order: np.ndarray
+
+
+# --- the encoder -------------------------------------------------------------------------------
+
+
+class KeyEncoder:
+    """Turns blocks of key columns into stable, dense int64 group ids; see the module text.
+
+    ``by``: the key column names. ``null_keys``: ``"drop"`` (a row with a null or NaN in any key
+    column gets :data:`MISSING`) or ``"group"`` (such a row belongs to a group whose key is null
+    in those columns). ``keys_from``: a table holding the ``by`` columns that fixes the groups;
+    ``keys_from_label`` names it in errors (``--keys-from sensors.csv``, say).
+
+    Encode a zero-row block to fix the key types when a run has no rows: without any block, the
+    key table of :meth:`finish` has null-typed columns.
+    """
+
+    def __init__(
+        self,
+        by: Sequence[str],
+        *,
+        null_keys: NullKeys = "drop",
+        keys_from: pa.Table | None = None,
+        keys_from_label: str = "the keys table",
+        _dense_limit: int = _DENSE_LIMIT,
+    ) -> None:
+        if not by:
+            raise ValueError("at least one key column is needed")
+        repeated = [name for name in by if list(by).count(name) > 1]
+        if repeated:
+            raise UsageError(f"key column '{repeated[0]}' is given twice")
+        if null_keys not in ("drop", "group"):
+            raise ValueError(f"null_keys must be 'drop' or 'group', not {null_keys!r}")
+        self.by = list(by)
+        self.null_keys: NullKeys = null_keys
+        self.keys_from = None if keys_from is None else self._keys_table(keys_from, keys_from_label)
+        self.keys_from_label = keys_from_label
+        self.rows = 0
+        self.missing_rows = 0
+        self._columns: list[KeyColumn] | None = None
+        self._groups = Groups(len(self.by), _dense_limit)
+
+    @property
+    def n_groups(self) -> int:
+        """The number of groups: the length of the reduction's output axis."""
+        if self.keys_from is not None:
+            return int(self.keys_from.num_rows)
+        return len(self._groups)
+
+    def encode(self, block: Block, source: str | None = None) -> np.ndarray:
+        """One int64 id per row of ``block``; ``source`` (a file name) prefixes errors."""
+        what = f"{source}" if source else "this block"
+        if block.num_rows <= _SLICE_ROWS:
+            return self._encode_slice(block, what, source)
+        # Slices of a million rows: whole-block temporaries (several arrays of 8 bytes a row)
+        # cost more in cache misses and page faults than a few more calls.
+        out = np.empty(block.num_rows, np.int64)
+        for start in range(0, block.num_rows, _SLICE_ROWS):
+            part = block.slice(start, _SLICE_ROWS)
+            out[start : start + part.num_rows] = self._encode_slice(part, what, source)
+        return out
+
+    def _encode_slice(self, part: Block, what: str, source: str | None) -> np.ndarray:
+        ids = self._ids(part, what, add=self.keys_from is None)
+        if self.keys_from is not None:
+            unknown = np.flatnonzero(ids == UNKNOWN)
+            if len(unknown):
+                raise self._unknown_key(part, int(unknown[0]), source)
+        self.missing_rows += int(np.count_nonzero(ids == MISSING))
+        self.rows += part.num_rows
+        return ids
+
+    def finish(self) -> KeyTable:
+        """The key table in output order and the permutation of the results to match it."""
+        if self.keys_from is not None:
+            return KeyTable(self.keys_from, np.arange(self.keys_from.num_rows, dtype=np.int64))
+        if self._columns is None:
+            empty = pa.table({name: pa.nulls(0) for name in self.by})
+            return KeyTable(empty, np.empty(0, np.int64))
+        stored = [
+            column.index.values.take(pa.array(codes))
+            for column, codes in zip(self._columns, self._groups.codes, strict=True)
+        ]
+        names = [f"k{j}" for j in range(len(stored))]  # key names may repeat or be odd
+        order = pc.sort_indices(
+            pa.table(stored, names=names), sort_keys=[(name, "ascending") for name in names]
+        )
+        order_np = np.asarray(order.to_numpy(), np.int64)
+        columns = [
+            column.output(codes[order_np])
+            for column, codes in zip(self._columns, self._groups.codes, strict=True)
+        ]
+        return KeyTable(pa.table(columns, names=self.by), order_np)
+
+    def merge(self, other: KeyEncoder) -> np.ndarray:
+        """Take in the groups of ``other`` (an encoder of another part of the same run, with the
+        same ``by``, ``null_keys`` and ``keys_from``); returns where its ids went:
+        ``remap[other_id]`` is the id in this encoder. Counts of rows add up."""
+        if other.by != self.by or other.null_keys != self.null_keys:
+            raise ValueError("only encoders with the same by and null_keys merge")
+        if (other.keys_from is None) != (self.keys_from is None):
+            raise ValueError("only encoders that both have keys_from, or both not, merge")
+        self.rows += other.rows
+        self.missing_rows += other.missing_rows
+        if other.keys_from is not None or other._columns is None:
+            return np.arange(other.n_groups, dtype=np.int64)
+        if self._columns is None:
+            self._columns = [
+                KeyColumn(column.name, column.dictionary_type or column.value_type, self.null_keys)
+                for column in other._columns
+            ]
+        block = pa.table(
+            [
+                column.index.values.take(pa.array(codes)).cast(column.value_type)
+                for column, codes in zip(other._columns, other._groups.codes, strict=True)
+            ],
+            names=self.by,
+        )
+        return self._ids(block, "a merged part", add=True)
+
+    # --- internals ---
+
+    def _keys_table(self, table: pa.Table, label: str) -> pa.Table:
+        missing = [name for name in self.by if name not in table.column_names]
+        if missing:
+            raise InvalidInputError(
+                f"{label} has no column '{missing[0]}' (columns: {', '.join(table.column_names)})"
+            )
+        keys = table.select(self.by)
+        for name, type_ in zip(keys.column_names, keys.schema.types, strict=True):
+            check_key_type(name, type_)
+        return keys
+
+    def _start(self, block: Block) -> list[KeyColumn]:
+        if self._columns is None:
+            schema = block.schema
+            self._columns = [
+                KeyColumn(name, schema.field(name).type, self.null_keys) for name in self.by
+            ]
+            if self.keys_from is not None:
+                self._seed(self._columns, self.keys_from)
+        return self._columns
+
+    def _seed(self, columns: list[KeyColumn], keys: pa.Table) -> None:
+        codes = [
+            column.seed(_decoded(as_array(keys.column(column.name))), self.keys_from_label)
+            for column in columns
+        ]
+        rows = pc.dictionary_encode(fixed_binary_rows(codes))
+        first = np.asarray(rows.indices.to_numpy(), np.int64)
+        if len(rows.dictionary) < len(first):
+            earlier = np.maximum.accumulate(first)
+            second = int(np.flatnonzero(first[1:] <= earlier[:-1])[0]) + 1
+            original = int(np.flatnonzero(first == first[second])[0])
+            raise InvalidInputError(
+                f"{self.keys_from_label} has key {_key_text(keys, second)} twice "
+                f"(rows {original} and {second})"
+            )
+        self._groups.seed(codes, [len(column.index) for column in columns])
+
+    def _ids(self, block: Block, what: str, *, add: bool) -> np.ndarray:
+        names = block.schema.names
+        for name in self.by:
+            if name not in names:
+                raise InvalidInputError(
+                    f"{what} has no column '{name}' (columns: {', '.join(names)})"
+                )
+        columns = self._start(block)
+        codes = [column.codes(block.column(column.name), what) for column in columns]
+        if self.keys_from is not None and any(bool((c == UNKNOWN).any()) for c in codes):
+            # A value unknown in one column: the whole row is unknown, whatever the others say.
+            unknown = np.zeros(block.num_rows, np.bool_)
+            for column_codes in codes:
+                unknown |= column_codes == UNKNOWN
+            ids = np.full(block.num_rows, UNKNOWN, np.int64)
+            known = ~unknown
+            ids[known] = self._groups.ids(
+                [c[known] for c in codes], [len(c.index) for c in columns], add=add
+            )
+            return ids
+        return self._groups.ids(codes, [len(column.index) for column in columns], add=add)
+
+    def _unknown_key(self, block: Block, row: int, source: str | None) -> InvalidInputError:
+        where = f"{source}: " if source else ""
+        return InvalidInputError(
+            f"{where}row {self.rows + row} has key {_key_text(block, row, self.by)}, "
+            f"which is not in {self.keys_from_label}"
+        )
+
+
+def _decoded(values: pa.Array) -> pa.Array:
+    return values.dictionary_decode() if pt.is_dictionary(values.type) else values
+
+
+def _key_text(table: Block, row: int, names: Sequence[str] | None = None) -> str:
+    names = list(table.schema.names) if names is None else list(names)
+    parts = [f"{name}={table.column(name)[row].as_py()!r}" for name in names]
+    return "(" + ", ".join(parts) + ")" if len(parts) > 1 else parts[0]
+
+
+__all__ = ["MISSING", "Block", "KeyEncoder", "KeyTable", "NullKeys", "check_key_type"]

@@ -1,0 +1,283 @@
+"""The values of one key column: kinds of types, lookup types, and a run's distinct values.
+
+Codes: a distinct value's position in the run's :class:`ValueIndex` of its column (``>= 0``),
+or one of the negative markers below.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.types as pt
+
+from segcli.errors import InvalidInputError
+
+NullKeys = Literal["drop", "group"]
+
+MISSING = -1
+"""The id (and column code) of a row whose key is missing and dropped."""
+
+UNKNOWN = -2  # a code or group id: the value is not among the keys_from keys
+NULL = -3  # a dictionary entry that is null (or NaN): resolved to a null code or MISSING
+ABSENT = -4  # in the dense combination table: no group has this combination yet
+
+# --- types -------------------------------------------------------------------------------------
+
+
+def _value_type(type_: pa.DataType) -> pa.DataType:
+    return type_.value_type if pt.is_dictionary(type_) else type_
+
+
+def key_kind(type_: pa.DataType) -> str | None:
+    """The equality domain of a key type (values of one kind compare by value), or None."""
+    t = _value_type(type_)
+    checks: list[tuple[str, Any]] = [
+        ("string", lambda t: pt.is_string(t) or pt.is_large_string(t) or pt.is_string_view(t)),
+        ("binary", lambda t: pt.is_binary(t) or pt.is_large_binary(t) or pt.is_binary_view(t)),
+        ("fixed_size_binary", pt.is_fixed_size_binary),
+        ("integer", pt.is_integer),
+        ("float", pt.is_floating),
+        ("boolean", pt.is_boolean),
+        ("date", pt.is_date),
+        ("time", pt.is_time),
+        ("timestamp", pt.is_timestamp),
+        ("duration", pt.is_duration),
+        ("decimal", pt.is_decimal),
+        ("null", pt.is_null),
+    ]
+    for name, check in checks:
+        if check(t):
+            return name
+    return None
+
+
+def check_key_type(name: str, type_: pa.DataType) -> None:
+    """Refuse, by name and type, a key column whose values cannot be compared."""
+    if key_kind(type_) is None:
+        raise InvalidInputError(
+            f"key column '{name}' has type {type_}, which has no equality to group by; "
+            "use a column of strings, binaries, integers, floats, booleans, decimals, dates, "
+            "times or timestamps"
+        )
+
+
+def _hash_type(type_: pa.DataType) -> pa.DataType:
+    """The type a column's distinct values are kept and looked up in: one per kind, where
+    pyarrow's hashing kernels exist for it (not for views or float16)."""
+    kind = key_kind(type_)
+    if kind == "string":
+        return pa.large_string()
+    if kind == "binary":
+        return pa.large_binary()
+    if kind == "float":
+        return pa.float64()
+    if kind == "integer":
+        return pa.uint64() if type_ == pa.uint64() else pa.int64()
+    return type_
+
+
+def cast_values(values: pa.Array, type_: pa.DataType, what: str) -> pa.Array:
+    if values.type == type_:
+        return values
+    try:
+        return values.cast(type_, safe=True)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InvalidInputError(f"{what}: {detail}") from exc
+
+
+def _canonical_floats(values: pa.Array) -> pa.Array:
+    """NaN becomes null (a missing key) and -0.0 becomes 0.0, so floats compare by value."""
+    return pc.if_else(pc.is_nan(values), pa.scalar(None, values.type), pc.add(values, 0.0))
+
+
+def as_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
+    if isinstance(column, pa.ChunkedArray):
+        return column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
+    return column
+
+
+def _numpy_indices(indices: pa.Array, null_slot: int) -> np.ndarray:
+    if indices.null_count:
+        indices = indices.fill_null(null_slot)
+    return np.asarray(indices.to_numpy(zero_copy_only=False))
+
+
+# --- the distinct values of one domain ---------------------------------------------------------
+
+
+class ValueIndex:
+    """Distinct values in the order they were added, looked up by pyarrow's hashing."""
+
+    def __init__(self, type_: pa.DataType) -> None:
+        self.values: pa.Array = pa.array([], type_)
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def find(self, values: pa.Array, *, distinct: bool = False) -> np.ndarray:
+        """Each value's position, -1 where absent or null (``distinct``: as in find_or_add)."""
+        if not len(self.values):
+            return np.full(len(values), -1, np.int64)
+        if distinct and len(values) < len(self.values):
+            # index_in hashes its value set on every call: hash the smaller side and invert.
+            where = pc.index_in(self.values, value_set=values, skip_nulls=True)
+            where_np = np.asarray(where.fill_null(-1).to_numpy(), np.int64)
+            known = np.flatnonzero(where_np >= 0)
+            positions = np.full(len(values), -1, np.int64)
+            positions[where_np[known]] = known
+            return positions
+        found = pc.index_in(values, value_set=self.values, skip_nulls=True)
+        return np.asarray(found.fill_null(-1).to_numpy(), np.int64)
+
+    def find_or_add(self, values: pa.Array, *, distinct: bool = False) -> np.ndarray:
+        """Each non-null value's position, adding the values not seen before (``distinct``:
+        the values are known to differ from each other, which saves hashing the new ones)."""
+        positions = self.find(values, distinct=distinct)
+        new = (positions < 0) & ~np.asarray(values.is_null().to_numpy(zero_copy_only=False))
+        if new.any():
+            fresh = values.filter(pa.array(new))
+            start = len(self.values)
+            if distinct:
+                self.values = pa.concat_arrays([self.values, fresh])
+                positions[new] = np.arange(start, start + len(fresh))
+                return positions
+            added = pc.unique(fresh)
+            self.values = pa.concat_arrays([self.values, added])
+            found = pc.index_in(fresh, value_set=added)
+            positions[new] = np.asarray(found.to_numpy(), np.int64) + start
+        return positions
+
+    def append_null(self) -> int:
+        self.values = pa.concat_arrays([self.values, pa.nulls(1, self.values.type)])
+        return len(self.values) - 1
+
+
+# --- one key column ----------------------------------------------------------------------------
+
+
+class KeyColumn:
+    """One key column: its types (from the first block) and its distinct values so far."""
+
+    def __init__(self, name: str, type_: pa.DataType, null_keys: NullKeys) -> None:
+        check_key_type(name, type_)
+        self.name = name
+        self.dictionary_type = type_ if pt.is_dictionary(type_) else None
+        self.value_type = _value_type(type_)
+        self.kind = key_kind(type_)
+        self.index = ValueIndex(_hash_type(self.value_type))
+        self.null_keys = null_keys
+        self.null_code = -1
+        self.frozen = False
+
+    def canonical(self, values: pa.Array, what: str) -> pa.Array:
+        """Values (a chunk's dictionary, a keys table's column) in this column's lookup type."""
+        if key_kind(values.type) != self.kind and not (
+            self.kind == "float" and key_kind(values.type) == "integer"
+        ):
+            raise InvalidInputError(
+                f"key column '{self.name}' has type {values.type} in {what}, "
+                f"but {self.value_type} in the first block: values of another kind never match"
+            )
+        values = cast_values(
+            values,
+            self.value_type,
+            f"key column '{self.name}' in {what} does not fit {self.value_type}",
+        )
+        values = cast_values(values, self.index.values.type, f"key column '{self.name}'")
+        return _canonical_floats(values) if self.kind == "float" else values
+
+    def codes(self, data: pa.Array | pa.ChunkedArray, what: str) -> np.ndarray:
+        """One code per row: a distinct value's position, MISSING, or UNKNOWN (frozen)."""
+        chunks = data.chunks if isinstance(data, pa.ChunkedArray) else [data]
+        if not chunks:
+            return np.empty(0, np.int64)
+        # One dictionary for the whole block, so the run's dictionary is probed once per block.
+        if not pt.is_dictionary(chunks[0].type):
+            encoded = pc.dictionary_encode(chunks[0] if len(chunks) == 1 else data)
+            shared = [encoded] if isinstance(encoded, pa.Array) else encoded.chunks
+            # Distinct values stay distinct in the lookup type, except floats (-0.0 and 0.0).
+            return self._shared_codes(shared, what, distinct=self.kind != "float")
+        if len(chunks) > 1:
+            try:
+                chunks = pa.chunked_array(chunks).unify_dictionaries().chunks
+            except pa.ArrowInvalid:  # a null in a dictionary: pyarrow cannot unify those yet
+                parts = [self._shared_codes([chunk], what) for chunk in chunks]
+                return np.concatenate(parts)
+        return self._shared_codes(chunks, what)
+
+    def _shared_codes(
+        self, chunks: list[pa.DictionaryArray], what: str, *, distinct: bool = False
+    ) -> np.ndarray:
+        """Codes for dictionary chunks that all have the first one's dictionary."""
+        dictionary = chunks[0].dictionary
+        indices = [chunk.indices for chunk in chunks]
+        slot = len(dictionary)
+        parts = [_numpy_indices(chunk, slot) for chunk in indices]
+        rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
+        used = None
+        if slot > len(rows) // 4:
+            # A stored dictionary may hold many values no row uses: keep them out of the run's.
+            used = np.bincount(rows, minlength=slot + 1)[:slot] > 0
+        entries = self._entry_codes(self.canonical(dictionary, what), used, distinct)
+        null_rows = any(chunk.null_count for chunk in indices)
+        null_used = (entries == NULL) if used is None else (entries == NULL) & used
+        table = np.append(entries, NULL)
+        if null_rows or null_used.any():
+            table[table == NULL] = self._null_code()
+        codes: np.ndarray = table[rows]
+        return codes
+
+    def _entry_codes(self, values: pa.Array, used: np.ndarray | None, distinct: bool) -> np.ndarray:
+        if used is not None and not used.all():
+            codes = np.full(len(values), NULL, np.int64)
+            codes[used] = self._entry_codes(values.filter(pa.array(used)), None, distinct)
+            return codes
+        if self.frozen:
+            codes = self.index.find(values)
+            codes[codes < 0] = UNKNOWN
+        else:
+            codes = self.index.find_or_add(values, distinct=distinct)
+        codes[np.asarray(values.is_null().to_numpy(zero_copy_only=False))] = NULL
+        return codes
+
+    def _null_code(self) -> int:
+        if self.null_keys == "drop":
+            return MISSING
+        if self.null_code < 0:
+            if self.frozen:
+                return UNKNOWN
+            self.null_code = self.index.append_null()
+        return self.null_code
+
+    def seed(self, values: pa.Array, what: str) -> np.ndarray:
+        """Codes of a keys table's column (nulls get a code whatever null_keys says, so every
+        keys row has a group); afterwards the column only looks values up."""
+        canonical = self.canonical(values, what)
+        codes = self.index.find_or_add(canonical)
+        nulls = np.asarray(canonical.is_null().to_numpy(zero_copy_only=False))
+        if nulls.any():
+            self.null_code = self.index.append_null()
+            codes[nulls] = self.null_code
+        self.frozen = True
+        return codes
+
+    def output(self, codes: np.ndarray) -> pa.Array:
+        """The column's values for these codes, in the type of the first block."""
+        values = cast_values(
+            self.index.values.take(pa.array(codes)),
+            self.value_type,
+            f"key column '{self.name}' does not fit {self.value_type}",
+        )
+        if self.dictionary_type is None:
+            return values
+        # dictionary_encode of sorted values gives a dictionary sorted by value.
+        encoded = pc.dictionary_encode(values)
+        index_type = self.dictionary_type.index_type
+        if len(encoded.dictionary) > np.iinfo(index_type.to_pandas_dtype()).max:
+            index_type = pa.int32() if len(encoded.dictionary) < 2**31 - 1 else pa.int64()
+        target = pa.dictionary(index_type, self.value_type, self.dictionary_type.ordered)
+        return encoded.cast(target)
