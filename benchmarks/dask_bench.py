@@ -7,9 +7,10 @@ writes ``benchmarks/DASK_RESULTS.md`` and deletes the data::
     python benchmarks/dask_bench.py                                    # the recorded run
     python benchmarks/dask_bench.py --rows 4000000 --files 8 --no-write   # a quick try
 
-Every way reads the same files. The streaming path is :func:`segcli.stream.reduce_stream` over
-the files chained one after another (what one process does with them); the Dask runs use a
-``LocalCluster`` started beforehand, whose start-up is timed apart.
+Every way reads the same files. The streaming path is
+:func:`segcli.drivers.stream.reduce_stream` over the files chained one after another (what one
+process does with them); the Dask runs use a ``LocalCluster`` started beforehand, whose
+start-up is timed apart.
 """
 
 from __future__ import annotations
@@ -73,8 +74,8 @@ class ChainedChunks:
 
 def run_stream(files: list[Path], op: str, n: int) -> Any:
     """One single-process streaming run over the files, chained."""
+    from segcli.drivers.stream import reduce_stream
     from segcli.io import open_chunked
-    from segcli.stream import reduce_stream
 
     data = ChainedChunks([open_chunked(str(f), column="value") for f in files], "value")
     ids = ChainedChunks(
@@ -90,7 +91,7 @@ class DaskWay:
     def __init__(self, workers: int, request: Any) -> None:
         import distributed
 
-        from segcli.distributed import local_cluster
+        from segcli.drivers.dask import local_cluster
 
         started = time.perf_counter()
         self.cluster = local_cluster(workers)
@@ -103,7 +104,7 @@ class DaskWay:
         self.first = time.perf_counter() - started
 
     def run(self) -> tuple[Any, dict[str, Any]]:
-        from segcli.distributed import reduce_distributed
+        from segcli.drivers.dask import reduce_distributed
 
         reduction, _, _, extra = reduce_distributed(self.request, client=self.client)
         return reduction, extra

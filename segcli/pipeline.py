@@ -6,17 +6,17 @@ file handling lives here and in :mod:`segcli.io`, all math in :mod:`segcli.core`
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from io import BufferedReader
-from typing import Any, BinaryIO, TextIO, cast
+from typing import Any, BinaryIO, TextIO
 
 import numpy as np
 
 from segcli import core, io, ops, validate
+from segcli.drivers import memory
 from segcli.engines import Engine
 from segcli.errors import (
     ExpectationError,
@@ -30,7 +30,7 @@ from segcli.io.formats import ARROW_FILE_MAGIC, NPY_MAGIC, PARQUET_MAGIC, open_b
 from segcli.io.sizes import decoded_bytes
 from segcli.memory import available_bytes
 from segcli.signals import checkpoint
-from segcli.summary import InputFacts, Summary, build_summary, input_facts
+from segcli.summary import InputFacts, Summary, build_summary
 
 
 @dataclass
@@ -258,30 +258,15 @@ def _stream_if_possible(
     """:func:`_reduce_streaming`, or None for inputs that can only be read whole (found
     before any block is read) when reading them whole is allowed."""
     try:
-        return _reduce_streaming(request, streams, progress, on_data_block, data_checked_for)
+        from segcli.drivers.stream import reduce_request
+
+        return reduce_request(
+            request, streams, memory_budget(request), progress, on_data_block, data_checked_for
+        )
     except NotStreamableError:
         if _must_stream(request):
             raise
         return None
-
-
-def _read(request: RunRequest, streams: Streams) -> tuple[io.ArrayInput, io.ArrayInput]:
-    return io.read_inputs(
-        request.data,
-        request.ids,
-        data_column=request.data_column,
-        ids_column=request.ids_column,
-        data_key=request.data_key,
-        ids_key=request.ids_key,
-        stdin=streams.stdin,
-        csv=request.csv_options(),
-    )
-
-
-def _facts(item: io.ArrayInput) -> InputFacts:
-    facts = input_facts(item.path, item.label, item.fmt, item.array)
-    facts.note = item.note
-    return facts
 
 
 def reserve_outputs(request: RunRequest, outputs: io.OutputSet) -> None:
@@ -347,7 +332,7 @@ def _run(
     if "-" in (request.data, request.ids):
         streams.stdin = _peekable_stdin(streams)
     if request.engine == "dask" and not _holds_a_scalar(request, streams):
-        from segcli.distributed import reduce_distributed
+        from segcli.drivers.dask import reduce_distributed
 
         reduction, data_facts, ids_facts, extra = reduce_distributed(request, progress)
         timings = dict(reduction.timings)  # cluster start-up (or connect) and compute
@@ -359,25 +344,9 @@ def _run(
         timings = {"read+compute": reduction.timings["compute"]}
         mode = ("streaming", {"chunks": chunks})
     else:
-        timings = {}
-        started = time.perf_counter()
-        data, ids = _read(request, streams)
-        timings["read"] = time.perf_counter() - started
-        reduction = core.reduce_arrays(
-            data.array,
-            ids.array,
-            request.num_segments,
-            request.op,
-            sorted=request.sorted_ids,
-            # A 0-D input is one row: no partitions to spread, so Dask runs take NumPy's path.
-            engine="auto" if request.engine == "dask" else request.compute_engine(),
-            fill=request.fill,
-            data_label=data.label,
-            ids_label=ids.label,
-        )
-        timings["validate"] = reduction.timings["validate"]
-        timings["compute"] = reduction.timings["compute"]
-        data_facts, ids_facts = _facts(data), _facts(ids)
+        from segcli.drivers.memory import reduce_request
+
+        reduction, data_facts, ids_facts, timings = reduce_request(request, streams)
         mode = ("in-memory", {})
     if warn is not None:
         _warn_of_huge_inferred_n(reduction.ids, warn)
@@ -416,80 +385,6 @@ def _warn_of_huge_inferred_n(report: validate.IdReport, warn: Callable[[str], No
             f"{validate.plural(report.rows, 'id')}: most segments will be empty "
             "(give -n to silence this, or check the ids for a stray value)"
         )
-
-
-def _reduce_streaming(
-    request: RunRequest,
-    streams: Streams,
-    progress: Progress | None,
-    on_data_block: Callable[[np.ndarray], None] | None = None,
-    data_checked_for: ops.Op | None = None,
-) -> tuple[core.Reduction, InputFacts, InputFacts, int]:
-    """Stream the inputs of ``request``; ``data_checked_for`` also checks DATA's dtype against
-    another op than the one run (``check --op min`` runs a ``count``), before any block is read.
-    """
-    from segcli.io.npy import Readable
-    from segcli.stream import reduce_stream
-
-    stdin = cast(Readable | None, streams.stdin)
-    data_path, ids_path = request.data, request.ids
-    if ids_path is None:
-        ids_path = data_path  # two columns (or keys) of one file
-    if data_path == "-" and ids_path == "-":
-        if not (request.data_column and request.ids_column):
-            raise UsageError(
-                "an Arrow stream on stdin holding DATA and IDS needs --data-column and --ids-column"
-            )
-        assert stdin is not None
-        data, ids = io.open_arrow_stream_columns(stdin, [request.data_column, request.ids_column])
-    else:
-        csv = request.csv_options()
-        data = io.open_chunked(
-            data_path, column=request.data_column, key=request.data_key, stdin=stdin, csv=csv
-        )
-        ids = io.open_chunked(
-            ids_path,
-            column=request.ids_column,
-            key=request.ids_key,
-            role="ids",
-            stdin=stdin,
-            csv=csv,
-        )
-    if data_checked_for is not None:
-        ops.check_dtype(data_checked_for, data.dtype, data.label)
-    reduction, plan = reduce_stream(
-        data,
-        ids,
-        request.num_segments,
-        request.op,
-        sorted_ids=request.sorted_ids,
-        engine=request.compute_engine(),
-        fill=request.fill,
-        block_rows=request.chunk_rows,
-        memory_limit=memory_budget(request),
-        progress=progress,
-        on_data_block=on_data_block,
-    )
-    rows = reduction.ids.rows // max(int(np.prod(ids.shape[1:], dtype=np.int64)), 1)
-    return (
-        reduction,
-        _chunked_facts(data_path, data, rows),
-        _chunked_facts(ids_path, ids, rows),
-        plan.blocks,
-    )
-
-
-def _chunked_facts(path: str, source: io.ChunkSource, rows: int) -> InputFacts:
-    """Facts of a streamed input; ``rows`` is how many it had (a stream says only at its end)."""
-    streamed = bool(source.shape) and source.shape[0] == io.UNKNOWN_ROWS
-    shape = [rows, *source.shape[1:]] if streamed else list(source.shape)
-    size = int(np.prod(shape, dtype=np.int64)) * source.dtype.itemsize
-    if path == "-":
-        fmt = "arrow" if streamed else "npy"
-    else:
-        fmt = os.path.splitext(path)[1].lstrip(".").lower() or "?"
-    note = getattr(source, "note", None)
-    return InputFacts(path, source.label, fmt, shape, str(source.dtype), size, note)
 
 
 def _check_output_options(request: RunRequest) -> None:
@@ -576,7 +471,7 @@ def check(
         reduction, data_facts, ids_facts, _ = streamed
         report, counts, nan_rows = reduction.ids, reduction.result, nan_seen[0]
     else:
-        data, ids = _read(request, streams)
+        data, ids = memory.read(request, streams)
         ops.check_dtype(op, data.array.dtype, data.label)
         # A ``count`` reduction runs the same validation and counts each segment's rows.
         reduction = core.reduce_arrays(
@@ -593,7 +488,7 @@ def check(
         nan_rows = _nan_count(data.array)
         if nan_rows:
             first_nan.append(_first_nan_index(data.array, 0))
-        data_facts, ids_facts = _facts(data), _facts(ids)
+        data_facts, ids_facts = memory.facts(data), memory.facts(ids)
     empty = int(np.count_nonzero(counts == 0))
     failures = []
     if max_empty is not None and empty > max_empty:

@@ -27,10 +27,11 @@ import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 
-from segcli import core, distributed_tasks, ops, validate  # noqa: E402
-from segcli import distributed as seg_dask  # noqa: E402
+from segcli import core, ops, validate  # noqa: E402
 from segcli.cli import cli  # noqa: E402
-from segcli.distributed_plan import (  # noqa: E402
+from segcli.drivers import dask as seg_dask  # noqa: E402
+from segcli.drivers.dask import tasks as distributed_tasks  # noqa: E402
+from segcli.drivers.dask.plan import (  # noqa: E402
     expand,
     natural_key,
     open_dataset,

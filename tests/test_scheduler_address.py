@@ -89,7 +89,7 @@ def assert_one_line(result, code: int, message: str, out: Path) -> None:
 
 
 def test_an_http_port_fails_within_the_bound(server, inputs, tmp_path, monkeypatch):
-    from segcli import distributed
+    from segcli.drivers import dask as distributed
 
     monkeypatch.setattr(distributed, "CONNECT_TIMEOUT_S", 2)
     address = server(answer_http)

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 import segcli
 from segcli import io
 from segcli.cli import cli
+from segcli.drivers.stream import reduce_stream
 from segcli.errors import InvalidInputError
-from segcli.stream import reduce_stream
 
 OPS = list(segcli.OPS)
 DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int32, np.uint64, np.complex64]
@@ -373,7 +373,7 @@ def _readers_alive():
 
 
 def test_read_ahead_yields_every_block_in_order_and_closes_the_source():
-    from segcli.stream import read_ahead
+    from segcli.drivers.stream import read_ahead
 
     log = []
     assert list(read_ahead(_source(range(50), log))) == list(range(50))
@@ -381,7 +381,7 @@ def test_read_ahead_yields_every_block_in_order_and_closes_the_source():
 
 
 def test_read_ahead_raises_the_readers_error_after_the_blocks_before_it():
-    from segcli.stream import read_ahead
+    from segcli.drivers.stream import read_ahead
 
     log = []
     got = []
@@ -392,7 +392,7 @@ def test_read_ahead_raises_the_readers_error_after_the_blocks_before_it():
 
 
 def test_read_ahead_stops_the_reader_when_the_consumer_stops():
-    from segcli.stream import read_ahead
+    from segcli.drivers.stream import read_ahead
 
     log = []
     blocks = read_ahead(_source(range(1000), log))
@@ -435,7 +435,7 @@ def test_read_ahead_does_not_wait_for_a_stalled_reader():
     import threading
     import time
 
-    from segcli.stream import read_ahead
+    from segcli.drivers.stream import read_ahead
 
     release = threading.Event()
 

@@ -1,11 +1,11 @@
 """``--engine dask``: one reduction over many files, map-reduced on a Dask cluster.
 
-The structure mirrors :mod:`segcli.stream`, with partitions instead of blocks:
+The structure mirrors :mod:`segcli.drivers.stream`, with partitions instead of blocks:
 
-1. plan on the client from metadata only (:mod:`segcli.distributed_plan`): the files, how DATA
+1. plan on the client from metadata only (:mod:`segcli.drivers.dask.plan`): the files, how DATA
    and IDS shards pair up, the partitions, and every check that needs no rows;
 2. map: one task per partition reads its own rows, summarises its ids and folds its rows into
-   the op's partial state (:mod:`segcli.distributed_tasks`);
+   the op's partial state (:mod:`segcli.drivers.dask.tasks`);
 3. combine: partial results merge in a tree on the workers, earlier partitions first, so the
    order (and so the bytes of a float sum) is the same run after run;
 4. the client fetches the merged id summary, validates (:mod:`segcli.validate`: the
@@ -36,7 +36,7 @@ import numpy as np
 
 from segcli import ops, validate
 from segcli.core import Reduction, check_output_fits
-from segcli.distributed_plan import (
+from segcli.drivers.dask.plan import (
     Dataset,
     Partition,
     Plan,
@@ -45,8 +45,8 @@ from segcli.distributed_plan import (
     open_dataset,
     plan_partitions,
 )
-from segcli.distributed_tasks import Job, PartResult, combine_results, pad_state, run_partition
-from segcli.distributed_tasks import summary_of as _summary_of
+from segcli.drivers.dask.tasks import Job, PartResult, combine_results, pad_state, run_partition
+from segcli.drivers.dask.tasks import summary_of as _summary_of
 from segcli.errors import ClusterError, EngineUnavailableError, SegcliError, UsageError
 from segcli.io.formats import first_line, input_format
 from segcli.summary import InputFacts

@@ -13,19 +13,24 @@ larger ids appear (segments not yet seen are empty, so growing loses nothing).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from queue import Full, Queue
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 import numpy as np
 
-from segcli import ops, validate
+from segcli import io, ops, validate
 from segcli.core import Reduction, check_output_fits
 from segcli.engines import Engine, choose_engine
-from segcli.errors import InvalidInputError
+from segcli.errors import InvalidInputError, UsageError
+from segcli.summary import InputFacts
+
+if TYPE_CHECKING:
+    from segcli.pipeline import Progress, RunRequest, Streams
 
 _Item = TypeVar("_Item")
 
@@ -263,3 +268,81 @@ def _aligned(
         raise InvalidInputError(
             f"{ids.label}: ended before {data.label} (the two inputs differ in length)"
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# A run's inputs, streamed
+
+
+def reduce_request(
+    request: RunRequest,
+    streams: Streams,
+    memory_budget: int,
+    progress: Progress | None,
+    on_data_block: Callable[[np.ndarray], None] | None = None,
+    data_checked_for: ops.Op | None = None,
+) -> tuple[Reduction, InputFacts, InputFacts, int]:
+    """Stream the inputs of ``request``; ``data_checked_for`` also checks DATA's dtype against
+    another op than the one run (``check --op min`` runs a ``count``), before any block is read.
+    """
+    from segcli.io.npy import Readable
+
+    stdin = cast(Readable | None, streams.stdin)
+    data_path, ids_path = request.data, request.ids
+    if ids_path is None:
+        ids_path = data_path  # two columns (or keys) of one file
+    if data_path == "-" and ids_path == "-":
+        if not (request.data_column and request.ids_column):
+            raise UsageError(
+                "an Arrow stream on stdin holding DATA and IDS needs --data-column and --ids-column"
+            )
+        assert stdin is not None
+        data, ids = io.open_arrow_stream_columns(stdin, [request.data_column, request.ids_column])
+    else:
+        csv = request.csv_options()
+        data = io.open_chunked(
+            data_path, column=request.data_column, key=request.data_key, stdin=stdin, csv=csv
+        )
+        ids = io.open_chunked(
+            ids_path,
+            column=request.ids_column,
+            key=request.ids_key,
+            role="ids",
+            stdin=stdin,
+            csv=csv,
+        )
+    if data_checked_for is not None:
+        ops.check_dtype(data_checked_for, data.dtype, data.label)
+    reduction, plan = reduce_stream(
+        data,
+        ids,
+        request.num_segments,
+        request.op,
+        sorted_ids=request.sorted_ids,
+        engine=request.compute_engine(),
+        fill=request.fill,
+        block_rows=request.chunk_rows,
+        memory_limit=memory_budget,
+        progress=progress,
+        on_data_block=on_data_block,
+    )
+    rows = reduction.ids.rows // max(int(np.prod(ids.shape[1:], dtype=np.int64)), 1)
+    return (
+        reduction,
+        _chunked_facts(data_path, data, rows),
+        _chunked_facts(ids_path, ids, rows),
+        plan.blocks,
+    )
+
+
+def _chunked_facts(path: str, source: io.ChunkSource, rows: int) -> InputFacts:
+    """Facts of a streamed input; ``rows`` is how many it had (a stream says only at its end)."""
+    streamed = bool(source.shape) and source.shape[0] == io.UNKNOWN_ROWS
+    shape = [rows, *source.shape[1:]] if streamed else list(source.shape)
+    size = int(np.prod(shape, dtype=np.int64)) * source.dtype.itemsize
+    if path == "-":
+        fmt = "arrow" if streamed else "npy"
+    else:
+        fmt = os.path.splitext(path)[1].lstrip(".").lower() or "?"
+    note = getattr(source, "note", None)
+    return InputFacts(path, source.label, fmt, shape, str(source.dtype), size, note)

@@ -13,7 +13,7 @@ import numpy as np
 
 from segcli import ops
 from segcli.core import check_output_fits
-from segcli.distributed_plan import FileRef, Partition
+from segcli.drivers.dask.plan import FileRef, Partition
 from segcli.engines import Engine, choose_engine, get_engine
 from segcli.errors import EngineUnavailableError, ReadError
 from segcli.io import open_chunked

@@ -1,0 +1,1 @@
+"""The ways a run is carried out: in memory, streamed in blocks, or map-reduced on Dask."""
