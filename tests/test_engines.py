@@ -524,3 +524,23 @@ def test_packed_sum_kernel_refuses_a_layout_its_address_arithmetic_cannot_read()
     assert pairs[:, 0].tolist() == [[6.0, 6.0], [4.0, 4.0]]  # rows 0-3 and 8-9, then 4-7
     with pytest.raises(ValueError, match="C-contiguous"):
         numba_kernels.fold_sum_counted(data, ids, np.zeros((2, 3, 4))[:, :, :2], 0, 4, -1)
+
+
+@needs_numba
+def test_numba_compiles_the_folds_of_the_op_it_runs_only() -> None:
+    """One compiled fold per op kind: a min compiles no sum, product or max loop (compiling
+    every op's loops for each dtype was most of the first run's compile time)."""
+    from segcli.engines import numba_kernels
+
+    # int16 data: a dtype no other test folds, so no other test compiled these signatures.
+    data = np.arange(40, dtype=np.int16).reshape(20, 2)
+    ids = np.arange(20, dtype=np.int16) // 3
+    for rows, kernels in ((data[:, 0], numba_kernels.FOLD_FLAT), (data, numba_kernels.FOLD_ROWS)):
+        got = segcli.segment_reduce(rows, ids, 7, "min", engine="numba")
+        assert got.tobytes() == segcli.segment_reduce(rows, ids, 7, "min", engine="numpy").tobytes()
+        compiled = [
+            kind
+            for kind, kernel in enumerate(kernels)
+            if any(str(signature[0].dtype) == "int16" for signature in kernel.signatures)
+        ]
+        assert compiled == [numba_kernels.MIN]
