@@ -120,6 +120,9 @@ def _fold_pieces(  # type: ignore[no-untyped-def]
         p = end
 
 
+# The per-kind kernels are closures over the kind, an int, and nothing else: numba keys a
+# closure's disk cache by a hash of what it closes over, and a closed-over jitted function
+# hashes differently in every process (its cache would never hit).
 def _fold_flat_for(kind: int) -> Any:
     @njit(**_JIT)
     def fold_flat(  # type: ignore[no-untyped-def]
