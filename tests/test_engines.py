@@ -2,10 +2,17 @@
 
 The fold contract (``segcli.engines.base``): each segment's rows combine in global row order,
 so folding a block in many pieces gives the same bytes as one fold, on every engine.
+
+The numba engine compiles a kernel for every data dtype, accumulator dtype, ids dtype and
+layout it meets, which is most of this file's time on a cold cache. The default run takes every
+dtype through 1-D rows and the common dtypes through every layout; the rarer dtypes in the other
+layouts (:data:`RARE_LAYOUTS`, marked ``full_matrix``) are collected only with
+``SEGCLI_FULL_MATRIX=1``: ``SEGCLI_FULL_MATRIX=1 pytest tests/test_engines.py -m full_matrix``.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +40,26 @@ LAYOUTS = {
     "sorted_2d": ((40,), (3,), True),
 }
 N = 6
+#: Dtypes users rarely fold, whose kernels are the same code as a common dtype's (int8 as
+#: int32, uint8 and uint64 as int64 with an unsigned accumulator).
+RARE_DTYPES = ("int8", "uint8", "uint64")
+FULL_MATRIX = os.environ.get("SEGCLI_FULL_MATRIX") == "1"
+
+
+def dtype_layouts() -> list[Any]:
+    """Every dtype x layout pair of the default run, plus the full matrix's when asked for."""
+    pairs = []
+    for dtype in DTYPES:
+        for layout in LAYOUTS:
+            if dtype not in RARE_DTYPES or layout == "1d":
+                pairs.append(pytest.param(dtype, layout, id=f"{dtype}-{layout}"))
+            elif FULL_MATRIX:
+                pairs.append(
+                    pytest.param(
+                        dtype, layout, id=f"{dtype}-{layout}", marks=pytest.mark.full_matrix
+                    )
+                )
+    return pairs
 
 
 def _numba_available() -> bool:
@@ -67,10 +94,14 @@ def make_data(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> n
 def make_ids(
     rng: np.random.Generator, ids_shape: tuple[int, ...], n: int, sorted_ids: bool
 ) -> np.ndarray:
-    """Unsorted ids include negatives (dropped); sorted ones include ids >= n (dropped)."""
+    """Unsorted ids include negatives (dropped); sorted ones include ids >= n (dropped).
+
+    int64, NumPy's default and what ids files usually hold (so the rest of the suite reuses the
+    kernels these tests compile); the other widths: ``test_numba_reads_ids_of_every_width``.
+    """
     if sorted_ids:
-        return np.sort(rng.integers(0, n + 2, ids_shape)).astype(np.int32)
-    return rng.integers(-2, n, ids_shape).astype(np.int32)
+        return np.sort(rng.integers(0, n + 2, ids_shape)).astype(np.int64)
+    return rng.integers(-2, n, ids_shape).astype(np.int64)
 
 
 def assert_matches_reference(got: np.ndarray, want: np.ndarray, op: str, dtype: str) -> None:
@@ -114,8 +145,7 @@ def fold_in_blocks(
 # --- every op x dtype x layout against the oracle ---------------------------------------------
 
 
-@pytest.mark.parametrize("layout", list(LAYOUTS))
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("dtype", "layout"), dtype_layouts())
 @pytest.mark.parametrize("op", OP_NAMES)
 def test_matches_reference(engine: str, op: str, dtype: str, layout: str) -> None:
     if not _supported(op, dtype):
@@ -143,8 +173,7 @@ def numba_parallel(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @needs_numba
 @pytest.mark.parametrize("parallel", [False, True], ids=["serial", "threads"])
-@pytest.mark.parametrize("layout", list(LAYOUTS))
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("dtype", "layout"), dtype_layouts())
 @pytest.mark.parametrize("op", OP_NAMES)
 def test_numba_equals_numpy_bit_for_bit(
     request: pytest.FixtureRequest, op: str, dtype: str, layout: str, parallel: bool
@@ -172,17 +201,19 @@ def test_numba_equals_numpy_bit_for_bit(
 
 @needs_numba
 @pytest.mark.parametrize(
-    "ids_dtype", ["int8", "uint8", "int16", "uint16", "uint32", "int64", "uint64"]
+    "ids_dtype", ["int8", "uint8", "int16", "uint16", "int32", "uint32", "uint64"]
 )
 @pytest.mark.parametrize("sorted_ids", [False, True])
 def test_numba_reads_ids_of_every_width(ids_dtype: str, sorted_ids: bool) -> None:
+    """int64 ids: every other test. Every op reads ids the same way, so one fold op (and
+    count, which reads only ids) spares compiling each op's loops for each width."""
     rng = np.random.default_rng(3)
     data = rng.uniform(-1, 1, (500, 2)).astype(np.float32)
     low = 0 if sorted_ids or ids_dtype.startswith("u") else -2
     ids = rng.integers(low, 9 if sorted_ids else 7, 500).astype(ids_dtype)  # sorted: drop >= 7
     if sorted_ids:
         ids.sort()
-    for op in ("sum", "max", "count"):
+    for op in ("sum", "count"):
         want = segcli.segment_reduce(data, ids, 7, op, sorted=sorted_ids, engine="numpy")
         got = segcli.segment_reduce(data, ids, 7, op, sorted=sorted_ids, engine="numba")
         assert got.tobytes() == want.tobytes()
@@ -192,8 +223,8 @@ def test_numba_reads_ids_of_every_width(ids_dtype: str, sorted_ids: bool) -> Non
 def test_numba_reads_non_native_byte_order_and_strided_data() -> None:
     rng = np.random.default_rng(4)
     data = rng.uniform(-1, 1, (300, 4)).astype(">f8")[:, ::2]
-    ids = rng.integers(0, 5, 300).astype(">i4")
-    want = segcli.segment_reduce(data.astype(np.float64), ids.astype(np.int32), 5, engine="numpy")
+    ids = rng.integers(0, 5, 300).astype(">i8")
+    want = segcli.segment_reduce(data.astype(np.float64), ids.astype(np.int64), 5, engine="numpy")
     got = segcli.segment_reduce(data, ids, 5, engine="numba")
     assert got.tobytes() == want.astype(">f8").tobytes()
 
@@ -524,3 +555,22 @@ def test_packed_sum_kernel_refuses_a_layout_its_address_arithmetic_cannot_read()
     assert pairs[:, 0].tolist() == [[6.0, 6.0], [4.0, 4.0]]  # rows 0-3 and 8-9, then 4-7
     with pytest.raises(ValueError, match="C-contiguous"):
         numba_kernels.fold_sum_counted(data, ids, np.zeros((2, 3, 4))[:, :, :2], 0, 4, -1)
+
+
+@needs_numba
+def test_numba_compiles_the_folds_of_the_op_it_runs_only() -> None:
+    """One compiled fold per op kind: a min compiles no sum, product or max loop (compiling
+    every op's loops for each dtype was most of the first run's compile time)."""
+    from segcli.engines import numba_kernels
+
+    data = np.arange(40, dtype=np.int16).reshape(20, 2)
+    ids = np.arange(20, dtype=np.int16) // 3
+    for rows, kernels in ((data[:, 0], numba_kernels.FOLD_FLAT), (data, numba_kernels.FOLD_ROWS)):
+        before = [set(kernel.signatures) for kernel in kernels]
+        got = segcli.segment_reduce(rows, ids, 7, "min", engine="numba")
+        assert got.tobytes() == segcli.segment_reduce(rows, ids, 7, "min", engine="numpy").tobytes()
+        grown = [
+            kind for kind, kernel in enumerate(kernels) if set(kernel.signatures) != before[kind]
+        ]
+        assert grown in ([], [numba_kernels.MIN])  # [] if an earlier test compiled it
+        assert any(str(sig[0].dtype) == "int16" for sig in kernels[numba_kernels.MIN].signatures)

@@ -135,11 +135,11 @@ def _fold_values(
     """
     if data.shape[1] == 1:
         flat_acc = acc.reshape(acc.shape[0], acc.shape[1])
-        kernels.fold_flat(
-            kind, data[:, 0], ids, flat_acc, count, with_count, first_row, ops.LANE_ROWS, lane
+        kernels.FOLD_FLAT[kind](
+            data[:, 0], ids, flat_acc, count, with_count, first_row, ops.LANE_ROWS, lane
         )
     else:
-        kernels.fold_rows(kind, data, ids, acc, count, with_count, first_row, ops.LANE_ROWS, lane)
+        kernels.FOLD_ROWS[kind](data, ids, acc, count, with_count, first_row, ops.LANE_ROWS, lane)
 
 
 def _fold_private(
@@ -307,7 +307,8 @@ def _fold_sorted(
 
     def fold_part(a: int, b: int) -> None:
         if data.shape[1] == 1:
-            kernels.fold_runs(kind, data[:, 0], ids, lane0.reshape(-1), count, a, b, SHORT_RUN_ROWS)
+            fold_runs = kernels.FOLD_RUNS[kind]
+            fold_runs(data[:, 0], ids, lane0.reshape(-1), count, a, b, SHORT_RUN_ROWS)
         else:
             _fold_values(kind, data[a:b], ids[a:b], lane0, count, True, 0)
 

@@ -9,10 +9,16 @@ Ids are read in their own dtype (no intp copy) and used as ``np.uint64(id) < n``
 signed id wraps to a huge unsigned value, so one comparison skips the rows that validation let
 through to be dropped on either side, and an unsigned index spares numba's negative-index wrap.
 
-The op is a runtime argument (``kind``) rather than one kernel per op, so each kernel caches one
-compiled version per dtype combination instead of four; the hot loops receive it as a literal
-(:func:`_with_literal_kind`, ``fold_runs``' ``_lockstep``), so LLVM drops the op switch from
-them.
+The folds that depend on the op come one per op kind (:data:`FOLD_FLAT`, :data:`FOLD_ROWS`,
+:data:`FOLD_RUNS`, indexed by ``SUM``, ``PROD``, ``MIN``, ``MAX``), each with its kind a
+compile-time constant: the op switch vanishes from the hot loops, and a run compiles the loops
+of the ops it uses only. One kernel per dtype combination taking the kind at run time compiled
+every op's loops for each combination (eight unrolled chains each, for sorted runs), most of
+them for ops that never meet that accumulator dtype (a min of int8 folds into int8, a sum into
+int64). The helpers below the entry points take the kind as their first argument: given a
+literal, numba compiles a version of them for that kind alone. They are plain calls that LLVM
+inlines, not numba's ``inline="always"``, whose copying of a large body cost more compile time
+than the fold's loops.
 """
 
 from __future__ import annotations
@@ -25,7 +31,8 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 SUM, PROD, MIN, MAX = 0, 1, 2, 3
-#: Runs folded side by side by :func:`fold_runs`; the unrolled loop there assumes eight.
+KINDS = (SUM, PROD, MIN, MAX)
+#: Runs folded side by side by :func:`_fold_runs`; the unrolled loop there assumes eight.
 #: Four left the sorted min bound by the latency of one step (one thread on W3: eight chains
 #: measured 1.4x faster for min, the same for sum).
 CHAINS = 8
@@ -65,8 +72,8 @@ def lane_piece(first_row, p, rows, lane_rows, lanes):  # type: ignore[no-untyped
 def _flat_run(kind, data, ids, acc, count, with_count):  # type: ignore[no-untyped-def]
     """1-D rows into one lane: ``acc[ids[i]] = combine(acc[ids[i]], data[i])`` in row order.
 
-    Called once per piece through :func:`_with_literal_kind`, so that after inlining its
-    loops see a constant ``kind`` (a runtime one inside the piece loop ran 1.5x slower).
+    Called with a literal ``kind`` (one compiled version per kind), so its loops see a
+    constant (a runtime one inside the piece loop ran 1.5x slower).
     """
     n = np.uint64(acc.shape[0])
     if with_count:
@@ -98,19 +105,6 @@ def _rows_run(kind, data, ids, acc, count, with_count):  # type: ignore[no-untyp
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _with_literal_kind(run, kind, data, ids, acc, count, with_count):  # type: ignore[no-untyped-def]
-    """``run(kind, ...)`` with ``kind`` a literal, so LLVM drops the op switch from its loop."""
-    if kind == SUM:
-        run(SUM, data, ids, acc, count, with_count)
-    elif kind == PROD:
-        run(PROD, data, ids, acc, count, with_count)
-    elif kind == MIN:
-        run(MIN, data, ids, acc, count, with_count)
-    else:
-        run(MAX, data, ids, acc, count, with_count)
-
-
-@njit(cache=True, nogil=True, inline="always")
 def _fold_pieces(  # type: ignore[no-untyped-def]
     run, kind, data, ids, acc, count, with_count, first_row, lane_rows, lane
 ):
@@ -122,25 +116,43 @@ def _fold_pieces(  # type: ignore[no-untyped-def]
     while p < rows:
         end, k = lane_piece(first_row, p, rows, lane_rows, lanes)
         if lane < 0 or k == lane:
-            _with_literal_kind(run, kind, data[p:end], ids[p:end], acc[k], count, with_count)
+            run(kind, data[p:end], ids[p:end], acc[k], count, with_count)
         p = end
 
 
-@njit(**_JIT)
-def fold_flat(  # type: ignore[no-untyped-def]
-    kind, data, ids, acc, count, with_count, first_row, lane_rows, lane
-):
-    """1-D rows, each into its lane (``acc`` is ``(lanes, n)``; see ``segcli.ops``), in row
-    order; ``lane`` as in :func:`_fold_pieces`."""
-    _fold_pieces(_flat_run, kind, data, ids, acc, count, with_count, first_row, lane_rows, lane)
+# The per-kind kernels are closures over the kind, an int, and nothing else: numba keys a
+# closure's disk cache by a hash of what it closes over, and a closed-over jitted function
+# hashes differently in every process (its cache would never hit).
+def _fold_flat_for(kind: int) -> Any:
+    @njit(**_JIT)
+    def fold_flat(  # type: ignore[no-untyped-def]
+        data, ids, acc, count, with_count, first_row, lane_rows, lane
+    ):
+        """1-D rows, each into its lane (``acc`` is ``(lanes, n)``; see ``segcli.ops``), in
+        row order; ``lane`` as in :func:`_fold_pieces`."""
+        _fold_pieces(_flat_run, kind, data, ids, acc, count, with_count, first_row, lane_rows, lane)
+
+    return fold_flat
 
 
-@njit(**_JIT)
-def fold_rows(  # type: ignore[no-untyped-def]
-    kind, data, ids, acc, count, with_count, first_row, lane_rows, lane
-):
-    """2-D rows (``acc`` is ``(lanes, n, width)``), each into its lane; as :func:`fold_flat`."""
-    _fold_pieces(_rows_run, kind, data, ids, acc, count, with_count, first_row, lane_rows, lane)
+def _fold_rows_for(kind: int) -> Any:
+    @njit(**_JIT)
+    def fold_rows(  # type: ignore[no-untyped-def]
+        data, ids, acc, count, with_count, first_row, lane_rows, lane
+    ):
+        """2-D rows (``acc`` is ``(lanes, n, width)``), each into its lane; as ``fold_flat``."""
+        _fold_pieces(_rows_run, kind, data, ids, acc, count, with_count, first_row, lane_rows, lane)
+
+    return fold_rows
+
+
+#: ``FOLD_FLAT[kind](data, ids, acc, count, with_count, first_row, lane_rows, lane)``.
+FOLD_FLAT = tuple(_fold_flat_for(kind) for kind in KINDS)
+#: ``FOLD_ROWS[kind](...)``: the arguments of :data:`FOLD_FLAT`, for 2-D rows.
+FOLD_ROWS = tuple(_fold_rows_for(kind) for kind in KINDS)
+#: A kernel of this module, whose cache folder is the module's: the engine's test for a cold
+#: cache looks there.
+fold_flat = FOLD_FLAT[SUM]
 
 
 @intrinsic
@@ -287,7 +299,7 @@ def _claim(ids, acc, count, start, stop, seg, total, chain, p, hi):  # type: ign
     return end
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(**_JIT)
 def _lockstep(kind, data, start, total, step):  # type: ignore[no-untyped-def]
     """Advance all eight chains by ``step`` rows: eight independent chains of ``combine``."""
     d0 = data[start[0] : start[0] + step]
@@ -315,7 +327,7 @@ def _lockstep(kind, data, start, total, step):  # type: ignore[no-untyped-def]
         start[chain] += step
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(**_JIT)
 def _runs_one_by_one(kind, data, ids, acc, count, lo, hi):  # type: ignore[no-untyped-def]
     """Sorted 1-D rows ``[lo, hi)``, one run after the other, each folded in a register."""
     i = lo
@@ -332,7 +344,7 @@ def _runs_one_by_one(kind, data, ids, acc, count, lo, hi):  # type: ignore[no-un
 
 
 @njit(**_JIT)
-def fold_runs(kind, data, ids, acc, count, lo, hi, short_run_rows):  # type: ignore[no-untyped-def]
+def _fold_runs(kind, data, ids, acc, count, lo, hi, short_run_rows):  # type: ignore[no-untyped-def]
     """Sorted 1-D rows ``[lo, hi)``: each run of equal ids folds in a register, in row order.
 
     One run's fold is a chain of dependent additions, as slow as the add's latency; eight runs
@@ -341,14 +353,7 @@ def fold_runs(kind, data, ids, acc, count, lo, hi, short_run_rows):  # type: ign
     after the other instead: there, handing runs to chains costs more than the chains save.
     """
     if hi > lo and hi - lo < short_run_rows * (np.int64(ids[hi - 1]) - np.int64(ids[lo]) + 1):
-        if kind == SUM:  # a literal kind per call, as below
-            _runs_one_by_one(SUM, data, ids, acc, count, lo, hi)
-        elif kind == PROD:
-            _runs_one_by_one(PROD, data, ids, acc, count, lo, hi)
-        elif kind == MIN:
-            _runs_one_by_one(MIN, data, ids, acc, count, lo, hi)
-        else:
-            _runs_one_by_one(MAX, data, ids, acc, count, lo, hi)
+        _runs_one_by_one(kind, data, ids, acc, count, lo, hi)
         return
     start = np.zeros(CHAINS, np.int64)
     stop = np.zeros(CHAINS, np.int64)
@@ -368,15 +373,7 @@ def fold_runs(kind, data, ids, acc, count, lo, hi, short_run_rows):  # type: ign
         if busy == 0:
             break
         if busy == CHAINS:
-            # A literal kind per call lets LLVM drop the op switch from the hot loop.
-            if kind == SUM:
-                _lockstep(SUM, data, start, total, step)
-            elif kind == PROD:
-                _lockstep(PROD, data, start, total, step)
-            elif kind == MIN:
-                _lockstep(MIN, data, start, total, step)
-            else:
-                _lockstep(MAX, data, start, total, step)
+            _lockstep(kind, data, start, total, step)
         else:
             for chain in range(CHAINS):
                 if seg[chain] >= 0:
@@ -389,6 +386,19 @@ def fold_runs(kind, data, ids, acc, count, lo, hi, short_run_rows):  # type: ign
             if seg[chain] >= 0 and start[chain] == stop[chain]:
                 acc[seg[chain]] = total[chain]
                 p = _claim(ids, acc, count, start, stop, seg, total, chain, p, hi)
+
+
+def _fold_runs_for(kind: int) -> Any:
+    @njit(**_JIT)
+    def fold_runs(data, ids, acc, count, lo, hi, short_run_rows):  # type: ignore[no-untyped-def]
+        """Sorted 1-D rows ``[lo, hi)`` of one kind, as :func:`_fold_runs`."""
+        _fold_runs(kind, data, ids, acc, count, lo, hi, short_run_rows)
+
+    return fold_runs
+
+
+#: ``FOLD_RUNS[kind](data, ids, acc, count, lo, hi, short_run_rows)``.
+FOLD_RUNS = tuple(_fold_runs_for(kind) for kind in KINDS)
 
 
 @njit(**_JIT)
