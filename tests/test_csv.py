@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from segcli.cli import cli
+from tests.peak import run_measured
 
 SUM = ["sum", "--data-column", "v", "--ids-column", "s"]
 
@@ -38,21 +37,12 @@ def one_error_line(result: Any, code: int, *parts: str) -> None:
 
 # Streaming -----------------------------------------------------------------------------------
 
-_PEAK = """
-import resource, subprocess, sys
-done = subprocess.run(sys.argv[1:], capture_output=True)
-sys.stderr.buffer.write(done.stderr)
-print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
-sys.exit(done.returncode)
-"""
-
 
 def peak_rss(*args: Any) -> int:
     """Peak resident memory (bytes) of ``segcli ARGS`` run in a fresh process."""
-    command = [sys.executable, "-c", _PEAK, sys.executable, "-m", "segcli", *map(str, args)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return int(done.stdout)
+    measured = run_measured(*args)
+    assert measured.returncode == 0, measured.stderr
+    return measured.peak_bytes
 
 
 def write_csv(path: Path, rows: int, seed: int = 0) -> None:

@@ -3,8 +3,6 @@ not below the measured peak, and it reads the cgroup's memory limit where there 
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,32 +11,13 @@ from click.testing import CliRunner
 
 from segcli import core, memory, ops
 from segcli.cli import cli
-
-# The child reports its own peak RSS (kB) on its last stderr line, after segcli exits. VmHWM,
-# not ru_maxrss: that one keeps the forked test process's peak across exec.
-_MEASURE = """
-import atexit, sys
-def peak():
-    with open("/proc/self/status") as status:
-        kb = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
-    print(kb, file=sys.stderr)
-atexit.register(peak)
-sys.argv = ["segcli", *sys.argv[1:]]
-from segcli.cli import main
-main()
-"""
+from tests.peak import run_measured
 
 
 def peak_bytes(*args: object) -> int:
-    done = subprocess.run(
-        [sys.executable, "-c", _MEASURE, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return int(done.stderr.splitlines()[-1]) * 1024
+    measured = run_measured(*args)
+    assert measured.returncode == 0, measured.stderr
+    return measured.peak_bytes
 
 
 @pytest.fixture

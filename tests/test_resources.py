@@ -3,8 +3,6 @@ stream is made on the decoded size (read from headers and metadata), never the s
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -13,36 +11,16 @@ import numpy.lib.format as npformat
 import pytest
 
 from segcli.io.sizes import UNBOUNDED, decoded_bytes
+from tests.peak import run_measured
 
 ROWS = 50_000_000  # 400 MB of float64 zeros, a few hundred KB compressed
 BLOCK = 1 << 20
 
-# The child reports its own peak RSS (kB) on its last stderr line, after segcli exits. VmHWM,
-# not ru_maxrss: that one keeps the forked test process's peak across exec.
-_MEASURE = """
-import atexit, sys
-def peak():
-    with open("/proc/self/status") as status:
-        kb = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
-    print(kb, file=sys.stderr)
-atexit.register(peak)
-sys.argv = ["segcli", *sys.argv[1:]]
-from segcli.cli import main
-main()
-"""
-
 
 def peak_mib(*args: object) -> tuple[int, float, str]:
     """Run segcli in a fresh process: exit code, peak RSS in MiB, stderr without the peak."""
-    done = subprocess.run(
-        [sys.executable, "-c", _MEASURE, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    *lines, peak = done.stderr.splitlines()
-    return done.returncode, int(peak) / 1024, "\n".join(lines)
+    measured = run_measured(*args)
+    return measured.returncode, measured.peak_bytes / 2**20, measured.stderr
 
 
 def write_npz_bomb(path: Path) -> None:

@@ -15,6 +15,7 @@ from segcli.io.formats import (
     input_format,
     is_pipe,
     open_binary,
+    read_up_to,
 )
 from segcli.io.npy import (
     NpyHeader,
@@ -25,7 +26,6 @@ from segcli.io.npy import (
     open_npz,
     read_header,
     read_npz_header,
-    read_up_to,
 )
 from segcli.io.tables import TableFile, open_table
 

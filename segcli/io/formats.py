@@ -15,7 +15,7 @@ import zlib
 from collections.abc import Iterator
 from io import BufferedReader
 from pathlib import PurePath
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from segcli.errors import ReadError, SegcliError, UsageError
 
@@ -144,18 +144,28 @@ class _Replay(io.RawIOBase):
         super().close()
 
 
+class _Reads(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
 #: Pipes whose first bytes were read by :func:`input_format`, waiting for their reader.
 _SNIFFED_PIPES: dict[str, BufferedReader] = {}
 
 
-def _sniff_pipe(path: str) -> bytes:
-    stream = _SNIFFED_PIPES.pop(path, None) or _open(path)
-    head = b""
-    while len(head) < SNIFF_BYTES:
-        part = stream.read(SNIFF_BYTES - len(head))
+def read_up_to(f: _Reads, size: int) -> bytes:
+    """Read ``size`` bytes, fewer only at end of file (pipes may return short reads)."""
+    data = b""
+    while len(data) < size:
+        part = f.read(size - len(data))
         if not part:
             break
-        head += part
+        data += part
+    return data
+
+
+def _sniff_pipe(path: str) -> bytes:
+    stream = _SNIFFED_PIPES.pop(path, None) or _open(path)
+    head = read_up_to(stream, SNIFF_BYTES)
     _SNIFFED_PIPES[path] = BufferedReader(_Replay(head, stream))
     return head
 

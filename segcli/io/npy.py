@@ -21,7 +21,7 @@ import numpy as np
 import numpy.lib.format as npformat
 
 from segcli.errors import InvalidInputError, ReadError, UsageError
-from segcli.io.formats import NPY_MAGIC, first_line, library_errors, open_binary
+from segcli.io.formats import NPY_MAGIC, first_line, library_errors, open_binary, read_up_to
 from segcli.memory import human_bytes
 
 # Kinds a reduction can work on; bool passes so that the core can reject it with its own message.
@@ -200,17 +200,6 @@ def read_npy_stream(
         check_claim(header, total_bytes - cast(Any, f).tell(), label)
     with library_errors(label, "unreadable .npy data"):
         return read_body(f, header, label)
-
-
-def read_up_to(f: Readable | BinaryIO, size: int) -> bytes:
-    """Read ``size`` bytes, fewer only at end of file (pipes may return short reads)."""
-    data = b""
-    while len(data) < size:
-        part = f.read(size - len(data))
-        if not part:
-            break
-        data += part
-    return data
 
 
 class PrefixedReader:

@@ -9,7 +9,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from segcli.errors import ReadError, UsageError
-from segcli.io.formats import NPY_MAGIC, PARQUET_MAGIC, STDIN_LABEL, input_format
+from segcli.io.formats import NPY_MAGIC, PARQUET_MAGIC, STDIN_LABEL, input_format, read_up_to
 from segcli.io.npy import (
     PrefixedReader,
     npz_keys,
@@ -18,7 +18,6 @@ from segcli.io.npy import (
     read_npy,
     read_npy_stream,
     read_npz_member,
-    read_up_to,
 )
 from segcli.io.tables import CsvOptions, TableFile, open_table
 
