@@ -175,16 +175,21 @@ def _typed(name: str) -> bool:
 
 
 def _request(op: str, **options: Any) -> Any:
+    """The command's options as a RunRequest. Every option a command does not consume itself
+    must be a RunRequest field: an unknown one is a programming error (a TypeError), never
+    silently dropped."""
     from segcli.memory import parse_size
     from segcli.pipeline import RunRequest
 
     if options.get("memory_limit") is not None:
         options["memory_limit"] = parse_size(options["memory_limit"])
-    fields = RunRequest.__dataclass_fields__
-    return RunRequest(op=op, **{k: v for k, v in options.items() if k in fields})
+    unknown = sorted(set(options) - set(RunRequest.__dataclass_fields__))
+    if unknown:
+        raise TypeError(f"options that are no RunRequest field: {', '.join(unknown)}")
+    return RunRequest(op=op, **options)
 
 
-def _emit_summary(
+def _report_on_stderr(
     title: str,
     rows: list[tuple[str, str]],
     facts: dict[str, Any],
@@ -285,7 +290,9 @@ def _summary_on_failure(command: str, summary_json: str | None) -> Iterator[None
                 with outputs:
                     _stage_summary_json(outputs, summary_json, facts)
                 if summary_json == "-":
-                    _emit_summary("", [], facts, quiet=True, summary_json="-", alert=frozenset())
+                    _report_on_stderr(
+                        "", [], facts, quiet=True, summary_json="-", alert=frozenset()
+                    )
         raise
 
 
@@ -372,7 +379,7 @@ def _make_op_command(op: str) -> click.Command:
     ) -> None:
         from segcli import pipeline
         from segcli.progress import progress_bar
-        from segcli.summary import summary_rows
+        from segcli.summary import summary_facts, summary_rows
 
         if options["output"] is None and options["output_format"]:
             raise UsageError("--format needs -o/--output (use -o - for stdout)")
@@ -386,14 +393,14 @@ def _make_op_command(op: str) -> click.Command:
             pipeline.reserve_outputs(request, outputs)
             with progress_bar(enabled=not (quiet or no_progress)) as progress:
                 outcome = pipeline.run(request, progress=progress, outputs=outputs, warn=_warn)
-            facts = {**outcome.summary.to_json(), **_verdict(None)}
+            facts = {**summary_facts(outcome.summary), **_verdict(None)}
             _stage_summary_json(outputs, summary_json, facts)
 
         summary = outcome.summary
-        _emit_summary(
+        _report_on_stderr(
             f"segcli {op}",
             summary_rows(summary),
-            {**summary.to_json(), **_verdict(None)},
+            {**summary_facts(summary), **_verdict(None)},
             quiet=quiet,
             summary_json=summary_json,
             alert=frozenset({"result"}) if summary.nan_count else frozenset(),
@@ -475,7 +482,7 @@ def check(
         failure = pipeline.failure(outcome)
         # A failed check still writes its JSON summary: it says why, for CI to read.
         _stage_summary_json(outputs, summary_json, {**outcome.facts, **_verdict(failure)})
-    _emit_summary(
+    _report_on_stderr(
         "segcli check",
         outcome.rows,
         {**outcome.facts, **_verdict(failure)},
