@@ -612,6 +612,24 @@ def test_workers_that_keep_dying_give_a_clean_error(
         )
 
 
+def test_facts_are_the_same_on_dask_in_memory_and_streamed(client: Any, tmp_path: Path) -> None:
+    """One facts builder: a ``.pq`` input is ``parquet`` in every mode, with the same label,
+    shape, dtype and size."""
+    from segcli.drivers import memory, stream
+
+    rng = np.random.default_rng(4)
+    values, segments = rng.normal(size=300), rng.integers(0, 9, 300)
+    path = tmp_path / "t.pq"
+    pq.write_table(pa.table({"value": values, "segment": segments}), path, row_group_size=64)
+    spec = RunSpec(op="sum", data=str(path), data_column="value", ids_column="segment")
+    on_dask = seg_dask.run(spec, None, client=client)
+    whole = memory.run(spec)
+    streamed = stream.run(RunSpec(**{**vars(spec), "block_rows": 64}))
+    assert on_dask.data == whole.data == streamed.data
+    assert on_dask.ids == whole.ids == streamed.ids
+    assert on_dask.data.format == "parquet"
+
+
 def test_missing_dask_is_an_engine_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "distributed", None)
     with pytest.raises(
