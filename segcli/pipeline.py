@@ -1,36 +1,44 @@
 """One run of a command on files: pick a driver, reduce, check, write, summarise.
 
 The CLI parses options into a :class:`RunRequest` and calls :func:`run` or :func:`check`. A
-request becomes a driver-neutral :class:`~segcli.drivers.base.RunSpec`, and :func:`choose_driver`
-picks who carries it out (in memory, streamed, on Dask); reading lives in :mod:`segcli.io`,
-the drivers in :mod:`segcli.drivers`, the math in :mod:`segcli.core`.
+request becomes a driver-neutral :class:`~segcli.drivers.base.RunSpec`, and
+:func:`segcli.drivers.choose.choose_driver` picks who carries it out (in memory, streamed, on
+Dask); reading lives in :mod:`segcli.io`, the drivers in :mod:`segcli.drivers`, the math in
+:mod:`segcli.core`. Here: the request's usage rules, the expected-result check, the writing
+of the result and the summary.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO, TextIO, cast
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 import numpy as np
 
 from segcli import core, io, validate
-from segcli.drivers.base import Driver, DriverResult, Progress, RunSpec
-from segcli.errors import ExpectationError, NotStreamableError, UsageError, WriteError
+from segcli.drivers.base import Progress, RunSpec
+from segcli.drivers.choose import carry_out
+from segcli.errors import ExpectationError, UsageError, WriteError
 from segcli.expect import check_expected
 from segcli.io import peek
-from segcli.io.sizes import decoded_bytes
 from segcli.memory import available_bytes
 from segcli.signals import checkpoint
-from segcli.summary import RunSummary, check_facts, check_rows, dropped_rows, run_summary
+from segcli.summary import (
+    RunSummary,
+    check_facts,
+    check_rows,
+    dropped_rows,
+    empty_segments,
+    run_summary,
+)
 
 if TYPE_CHECKING:
     from segcli.drivers.check import CheckResult
 
-__all__ = ["Progress", "RunOutcome", "RunRequest", "Streams", "check", "choose_driver", "run"]
+__all__ = ["Progress", "RunOutcome", "RunRequest", "Streams", "check", "run"]
 
 
 @dataclass
@@ -148,115 +156,6 @@ def _refuse_both_stdin(request: RunRequest) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Which driver
-
-
-#: The drivers by name, as modules whose ``run`` carries out a spec (loaded when chosen).
-DRIVERS = {
-    "in-memory": "segcli.drivers.memory",
-    "streaming": "segcli.drivers.stream",
-    "distributed": "segcli.drivers.dask",
-}
-
-
-def driver(name: str) -> Driver:
-    return cast(Driver, importlib.import_module(DRIVERS[name]).run)
-
-
-def choose_driver(spec: RunSpec) -> tuple[str, str]:
-    """The driver for ``spec`` (a key of :data:`DRIVERS`) and why it was chosen."""
-    if _holds_a_scalar(spec):
-        return "in-memory", "a 0-D input is one row, which no block or partition can split"
-    if spec.engine == "dask":
-        return "distributed", "engine dask"
-    if _should_stream(spec):
-        return "streaming", _why_stream(spec)
-    return "in-memory", "the inputs fit the memory budget"
-
-
-def _should_stream(spec: RunSpec) -> bool:
-    """Stream when asked, for files over ``spec.stream_above`` (by default over
-    :data:`STREAM_FROM_BYTES`), or for a stream on stdin.
-
-    A .npy on stdin, or an Arrow stream holding both DATA and IDS, always streams: its size is
-    unknown until read, one pass is all a pipe allows, and streaming gives the same bytes as
-    the in-memory path. An Arrow stream with the other input in a file is read whole.
-    """
-    if _holds_a_scalar(spec):
-        return False
-    if "-" in (spec.data, spec.ids):
-        if spec.stdin is None:
-            return False
-        if spec.ids is None:
-            return peek.holds_arrow_stream(spec.stdin)
-        return peek.holds_npy(spec.stdin)
-    if spec.block_rows is not None:
-        return True
-    size = _input_bytes(spec)
-    return size is not None and size > _stream_above(spec)
-
-
-def _why_stream(spec: RunSpec) -> str:
-    if "-" in (spec.data, spec.ids):
-        return "a stream on stdin"
-    if spec.block_rows is not None:
-        return "rows per block given"
-    return f"inputs over {_stream_above(spec):,} bytes"
-
-
-def _stream_above(spec: RunSpec) -> int:
-    if spec.stream_above is not None:
-        return spec.stream_above
-    return spec.memory_budget if spec.memory_budget is not None else STREAM_FROM_BYTES
-
-
-def _holds_a_scalar(spec: RunSpec) -> bool:
-    """A 0-D ``.npy`` (ids, or data with 0-D ids) is a single row that no block can split:
-    such runs read their inputs whole on every path, and give the in-memory answer."""
-    ids_path = spec.ids if spec.ids is not None else spec.data
-    return any(
-        peek.npy_shape(path, key, spec.stdin) == ()
-        for path, key in ((spec.data, spec.data_key), (ids_path, spec.ids_key))
-    )
-
-
-def _must_stream(spec: RunSpec) -> bool:
-    """Streaming is required, not just the faster way: asked for, from stdin, or the inputs
-    exceed the memory budget."""
-    if "-" in (spec.data, spec.ids) or spec.block_rows is not None:
-        return True
-    size = _input_bytes(spec)
-    return size is not None and spec.memory_budget is not None and size > spec.memory_budget
-
-
-def _input_bytes(spec: RunSpec) -> int | None:
-    """The decoded size of the inputs (from headers and metadata: a small compressed file may
-    hold gigabytes); None if one cannot be read (its reader says why)."""
-    if spec.ids is None:
-        both = (spec.data_key, spec.ids_key, spec.data_column, spec.ids_column)
-        roles = [(spec.data, [n for n in both if n is not None])]
-    else:
-        roles = [
-            (spec.data, [n for n in (spec.data_key, spec.data_column) if n is not None]),
-            (spec.ids, [n for n in (spec.ids_key, spec.ids_column) if n is not None]),
-        ]
-    sizes = [decoded_bytes(path, names) for path, names in roles]
-    return None if None in sizes else sum(s for s in sizes if s is not None)
-
-
-def _carry_out(spec: RunSpec, progress: Progress | None) -> DriverResult:
-    """Run the chosen driver; inputs that turn out not streamable (found before any block is
-    read) are read whole instead, when streaming was not required."""
-    name, _ = choose_driver(spec)
-    try:
-        return driver(name)(spec, progress)
-    except NotStreamableError:
-        if name != "streaming" or _must_stream(spec):
-            raise
-    return driver("in-memory")(spec, progress)
-
-
-# ---------------------------------------------------------------------------------------------
 # A run
 
 
@@ -320,7 +219,7 @@ def _run(
     _check_output_options(request)
     spec = request.spec(streams.stdin)
     streams.stdin = spec.stdin
-    done = _carry_out(spec, progress)
+    done = carry_out(spec, progress)
     reduction = done.reduction
     if warn is not None:
         _warn_of_huge_inferred_n(reduction.id_report, warn)
@@ -418,19 +317,10 @@ def check(
     SPEC violations raise (exit 1); ``--max-empty`` and ``--no-nan`` failures are collected and
     raised together as an :class:`ExpectationError` by :func:`enforce`.
     """
-    from segcli.drivers import check as checking
+    from segcli.drivers.check import check_inputs
 
     streams = streams or Streams()
-    spec = request.spec(streams.stdin)
-    found = None
-    if _should_stream(spec):
-        try:
-            found = checking.check_streamed(spec)
-        except NotStreamableError:
-            if _must_stream(spec):
-                raise
-    if found is None:
-        found = checking.check_in_memory(spec)
+    found = check_inputs(request.spec(streams.stdin))
     failures = _check_failures(found, max_empty=max_empty, no_nan=no_nan, max_dropped=max_dropped)
     rows = check_rows(found, sorted_ids=request.sorted_ids, failures=failures)
     facts = check_facts(found, sorted_ids=request.sorted_ids, failures=failures)
@@ -446,7 +336,7 @@ def _check_failures(
 ) -> list[str]:
     """The data-quality rules the inputs break, each as one line."""
     counts, report = found.counts, found.id_report
-    empty = int(np.count_nonzero(counts == 0))
+    empty = empty_segments(found)
     failures = []
     if max_empty is not None and empty > max_empty:
         first = int(np.argmax(counts == 0))

@@ -15,10 +15,10 @@ import pytest
 from click.testing import CliRunner
 
 from segcli import cli as cli_module
-from segcli import pipeline
 from segcli.drivers import check as checking
 from segcli.drivers import memory, stream
 from segcli.drivers.base import RunSpec
+from segcli.drivers.choose import choose_driver
 
 
 def write_table(tmp_path: Path, name: str) -> Path:
@@ -77,15 +77,15 @@ def test_choose_driver_says_why(tmp_path: Path) -> None:
     np.save(tmp_path / "d.npy", np.arange(10.0))
     np.save(tmp_path / "i.npy", np.arange(10) % 3)
     spec = RunSpec(op="sum", data=str(tmp_path / "d.npy"), ids=str(tmp_path / "i.npy"))
-    assert pipeline.choose_driver(spec) == ("in-memory", "the inputs fit the memory budget")
+    assert choose_driver(spec) == ("in-memory", "the inputs fit the memory budget")
     chunked = dataclasses.replace(spec, block_rows=4)
-    assert pipeline.choose_driver(chunked) == ("streaming", "rows per block given")
+    assert choose_driver(chunked) == ("streaming", "rows per block given")
     small = dataclasses.replace(spec, stream_above=100)
-    assert pipeline.choose_driver(small) == ("streaming", "inputs over 100 bytes")
-    assert pipeline.choose_driver(dataclasses.replace(spec, engine="dask"))[0] == "distributed"
+    assert choose_driver(small) == ("streaming", "inputs over 100 bytes")
+    assert choose_driver(dataclasses.replace(spec, engine="dask"))[0] == "distributed"
     np.save(tmp_path / "s.npy", np.float64(1.0))
     scalar = dataclasses.replace(spec, data=str(tmp_path / "s.npy"), engine="dask")
-    assert pipeline.choose_driver(scalar)[0] == "in-memory"
+    assert choose_driver(scalar)[0] == "in-memory"
 
 
 def _options_for_request(command: object) -> list[str]:

@@ -16,6 +16,7 @@ import numpy as np
 from segcli import core, ops, validate
 from segcli.drivers import memory
 from segcli.drivers.base import InputFacts, RunSpec
+from segcli.drivers.choose import must_stream, should_stream
 from segcli.drivers.stream import (
     aligned_blocks,
     check_sources,
@@ -24,6 +25,7 @@ from segcli.drivers.stream import (
     read_ahead,
     rows_of,
 )
+from segcli.errors import NotStreamableError
 
 
 @dataclass
@@ -40,6 +42,18 @@ class CheckResult:
     ids: InputFacts
     #: "in-memory" or "streaming".
     mode: str
+
+
+def check_inputs(spec: RunSpec) -> CheckResult:
+    """Streamed where a run of ``spec`` would stream, else (or when the inputs turn out not
+    streamable and streaming was not required) in memory."""
+    if should_stream(spec):
+        try:
+            return check_streamed(spec)
+        except NotStreamableError:
+            if must_stream(spec):
+                raise
+    return check_in_memory(spec)
 
 
 def check_in_memory(spec: RunSpec) -> CheckResult:
