@@ -19,6 +19,7 @@ from segcli.drivers import check as checking
 from segcli.drivers import memory, stream
 from segcli.drivers.base import RunSpec
 from segcli.drivers.choose import choose_driver
+from segcli.errors import SegcliError
 
 
 def write_table(tmp_path: Path, name: str) -> Path:
@@ -141,3 +142,27 @@ def test_check_summary_json_keeps_its_schema(tmp_path: Path) -> None:
         "error",
     ]
     assert facts["data"]["format"] == "parquet" and facts["mode"] == "in-memory"
+
+
+@pytest.mark.parametrize(
+    ("data", "n", "message"),
+    [
+        (np.ones(6, bool), -1, "bool data is not supported by sum"),
+        (np.ones(6), -1, "num_segments = -1 must not be negative"),
+    ],
+    ids=["dtype-before-n", "n"],
+)
+def test_metadata_checks_say_the_same_in_memory_and_streamed(
+    tmp_path: Path, data: np.ndarray, n: int, message: str
+) -> None:
+    np.save(tmp_path / "d.npy", data)
+    np.save(tmp_path / "i.npy", np.arange(6) % 2)
+    spec = RunSpec(
+        op="sum", data=str(tmp_path / "d.npy"), ids=str(tmp_path / "i.npy"), num_segments=n
+    )
+    errors = []
+    for run in (memory.run, stream.run):
+        with pytest.raises(SegcliError) as caught:
+            run(spec)
+        errors.append(str(caught.value))
+    assert errors[0] == errors[1] and message in errors[0]
