@@ -189,7 +189,7 @@ def _request(op: str, **options: Any) -> Any:
     return RunRequest(op=op, **options)
 
 
-def _report_on_stderr(
+def _emit_summary(
     title: str,
     rows: list[tuple[str, str]],
     facts: dict[str, Any],
@@ -290,9 +290,7 @@ def _summary_on_failure(command: str, summary_json: str | None) -> Iterator[None
                 with outputs:
                     _stage_summary_json(outputs, summary_json, facts)
                 if summary_json == "-":
-                    _report_on_stderr(
-                        "", [], facts, quiet=True, summary_json="-", alert=frozenset()
-                    )
+                    _emit_summary("", [], facts, quiet=True, summary_json="-", alert=frozenset())
         raise
 
 
@@ -397,7 +395,7 @@ def _make_op_command(op: str) -> click.Command:
             _stage_summary_json(outputs, summary_json, facts)
 
         summary = outcome.summary
-        _report_on_stderr(
+        _emit_summary(
             f"segcli {op}",
             summary_rows(summary),
             {**summary_facts(summary), **_verdict(None)},
@@ -482,7 +480,7 @@ def check(
         failure = pipeline.failure(outcome)
         # A failed check still writes its JSON summary: it says why, for CI to read.
         _stage_summary_json(outputs, summary_json, {**outcome.facts, **_verdict(failure)})
-    _report_on_stderr(
+    _emit_summary(
         "segcli check",
         outcome.rows,
         {**outcome.facts, **_verdict(failure)},
