@@ -104,10 +104,10 @@ class DaskWay:
         self.first = time.perf_counter() - started
 
     def run(self) -> tuple[Any, dict[str, Any]]:
-        from segcli.drivers.dask import reduce_distributed
+        from segcli.drivers.dask import run
 
-        reduction, _, _, extra = reduce_distributed(self.request, client=self.client)
-        return reduction, extra
+        done = run(self.request, client=self.client)
+        return done.reduction, done.mode_facts
 
     def close(self) -> None:
         self.client.close()
@@ -134,9 +134,9 @@ class Measured:
 
 def measure(files: list[Path], pattern: str, args: argparse.Namespace) -> Measured:
     """Time each way ``args.repeats`` times, round robin; check they agree."""
-    from segcli.pipeline import RunRequest
+    from segcli.drivers.base import RunSpec
 
-    request = RunRequest(
+    request = RunSpec(
         op=args.op,
         data=pattern,
         data_column="value",

@@ -175,13 +175,18 @@ def _typed(name: str) -> bool:
 
 
 def _request(op: str, **options: Any) -> Any:
+    """The command's options as a RunRequest. Every option a command does not consume itself
+    must be a RunRequest field: an unknown one is a programming error (a TypeError), never
+    silently dropped."""
     from segcli.memory import parse_size
     from segcli.pipeline import RunRequest
 
     if options.get("memory_limit") is not None:
         options["memory_limit"] = parse_size(options["memory_limit"])
-    fields = RunRequest.__dataclass_fields__
-    return RunRequest(op=op, **{k: v for k, v in options.items() if k in fields})
+    unknown = sorted(set(options) - set(RunRequest.__dataclass_fields__))
+    if unknown:
+        raise TypeError(f"options that are no RunRequest field: {', '.join(unknown)}")
+    return RunRequest(op=op, **options)
 
 
 def _emit_summary(
@@ -372,7 +377,7 @@ def _make_op_command(op: str) -> click.Command:
     ) -> None:
         from segcli import pipeline
         from segcli.progress import progress_bar
-        from segcli.summary import summary_rows
+        from segcli.summary import summary_facts, summary_rows
 
         if options["output"] is None and options["output_format"]:
             raise UsageError("--format needs -o/--output (use -o - for stdout)")
@@ -386,14 +391,14 @@ def _make_op_command(op: str) -> click.Command:
             pipeline.reserve_outputs(request, outputs)
             with progress_bar(enabled=not (quiet or no_progress)) as progress:
                 outcome = pipeline.run(request, progress=progress, outputs=outputs, warn=_warn)
-            facts = {**outcome.summary.to_json(), **_verdict(None)}
+            facts = {**summary_facts(outcome.summary), **_verdict(None)}
             _stage_summary_json(outputs, summary_json, facts)
 
         summary = outcome.summary
         _emit_summary(
             f"segcli {op}",
             summary_rows(summary),
-            {**summary.to_json(), **_verdict(None)},
+            {**summary_facts(summary), **_verdict(None)},
             quiet=quiet,
             summary_json=summary_json,
             alert=frozenset({"result"}) if summary.nan_count else frozenset(),

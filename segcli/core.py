@@ -33,7 +33,7 @@ class Reduction:
     counts: np.ndarray
     op: ops.Op
     sorted_ids: bool
-    ids: validate.IdReport
+    id_report: validate.IdReport
     engine: str
     engine_reason: str
     timings: dict[str, float] = field(default_factory=dict)
@@ -60,7 +60,7 @@ class Reduction:
             counts=np.asarray(state.count),
             op=state.op,
             sorted_ids=sorted_ids,
-            ids=report,
+            id_report=report,
             engine=engine,
             engine_reason=engine_reason,
             timings=timings,
@@ -106,6 +106,63 @@ def check_output_fits(
         )
 
 
+def check_metadata(
+    op: ops.Op,
+    data: tuple[tuple[int, ...], np.dtype[Any]],
+    ids: tuple[tuple[int, ...], np.dtype[Any]],
+    num_segments: int | None,
+    *,
+    sorted_ids: bool,
+    data_label: str | None = None,
+    ids_label: str | None = None,
+    ids_values: np.ndarray | None = None,
+) -> int | None:
+    """The checks that need no id values, in the order a user would fix them: DATA's dtype for
+    the op, the ids' dtype, the shapes, then n (returned). ``data`` and ``ids`` are
+    ``(shape, dtype)``; every driver calls this before it reads a row (or, in memory, before it
+    looks at the ids' values, which ``ids_values`` lends to the float-ids message).
+    """
+    data_shape, data_dtype = data
+    ids_shape, ids_dtype = ids
+    ops.check_dtype(op, data_dtype, data_label or "data")
+    validate.check_ids_dtype(ids_dtype, ids_label, ids_values)
+    validate.check_shapes(
+        data_shape, ids_shape, sorted_ids=sorted_ids, data_label=data_label, ids_label=ids_label
+    )
+    return validate.check_num_segments(num_segments)
+
+
+def check_before_rows(
+    op: ops.Op,
+    data: tuple[tuple[int, ...], np.dtype[Any]],
+    ids: tuple[tuple[int, ...], np.dtype[Any]],
+    num_segments: int | None,
+    *,
+    sorted_ids: bool,
+    fill: Any,
+    data_label: str,
+    ids_label: str,
+) -> int | None:
+    """Every check a run that reads its rows later (streamed, distributed) makes first:
+    :func:`check_metadata`, the ``fill`` value, and with n given, that the output fits."""
+    n = check_metadata(
+        op,
+        data,
+        ids,
+        num_segments,
+        sorted_ids=sorted_ids,
+        data_label=data_label,
+        ids_label=ids_label,
+    )
+    (data_shape, data_dtype), (ids_shape, _) = data, ids
+    if fill is not None:
+        ops.parse_fill(fill, op, data_dtype)
+    if n is not None:
+        inner = tuple(data_shape[len(ids_shape) :])
+        check_output_fits(op, n, inner, data_dtype, sorted_ids=sorted_ids)
+    return n
+
+
 def _check_before_ids(
     data: np.ndarray,
     ids: np.ndarray,
@@ -116,13 +173,17 @@ def _check_before_ids(
     data_label: str | None,
     ids_label: str | None,
 ) -> int | None:
-    """The checks that come before the ids' values: dtypes, shapes and n."""
-    ops.check_dtype(op, data.dtype, data_label or "data")
-    validate.check_ids_dtype(ids.dtype, ids_label, ids)
-    validate.check_shapes(
-        data.shape, ids.shape, sorted_ids=sorted_ids, data_label=data_label, ids_label=ids_label
+    """:func:`check_metadata` of two arrays in hand."""
+    return check_metadata(
+        op,
+        (data.shape, data.dtype),
+        (ids.shape, ids.dtype),
+        num_segments,
+        sorted_ids=sorted_ids,
+        data_label=data_label,
+        ids_label=ids_label,
+        ids_values=ids,
     )
-    return validate.check_num_segments(num_segments)
 
 
 def validate_inputs(

@@ -1,7 +1,11 @@
-"""One run of a command on files: read, reduce, check, write, summarise.
+"""One run of a command on files: pick a driver, reduce, check, write, summarise.
 
-The CLI parses options into a :class:`RunRequest` and calls :func:`run` or :func:`check`; all
-file handling lives here and in :mod:`segcli.io`, all math in :mod:`segcli.core`.
+The CLI parses options into a :class:`RunRequest` and calls :func:`run` or :func:`check`. A
+request becomes a driver-neutral :class:`~segcli.drivers.base.RunSpec`, and
+:func:`segcli.drivers.choose.choose_driver` picks who carries it out (in memory, streamed, on
+Dask); reading lives in :mod:`segcli.io`, the drivers in :mod:`segcli.drivers`, the math in
+:mod:`segcli.core`. Here: the request's usage rules, the expected-result check, the writing
+of the result and the summary.
 """
 
 from __future__ import annotations
@@ -9,28 +13,32 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from io import BufferedReader
-from typing import Any, BinaryIO, TextIO
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 import numpy as np
 
-from segcli import core, io, ops, validate
-from segcli.drivers import memory
-from segcli.engines import Engine
-from segcli.errors import (
-    ExpectationError,
-    NotStreamableError,
-    SegcliError,
-    UsageError,
-    WriteError,
-)
+from segcli import core, io, validate
+from segcli.drivers.base import Progress, RunSpec
+from segcli.drivers.choose import carry_out
+from segcli.errors import ExpectationError, UsageError, WriteError
 from segcli.expect import check_expected
-from segcli.io.formats import ARROW_FILE_MAGIC, NPY_MAGIC, PARQUET_MAGIC, open_binary
-from segcli.io.sizes import decoded_bytes
+from segcli.io import peek
 from segcli.memory import available_bytes
 from segcli.signals import checkpoint
-from segcli.summary import InputFacts, Summary, build_summary
+from segcli.summary import (
+    RunSummary,
+    check_facts,
+    check_rows,
+    dropped_rows,
+    empty_segments,
+    run_summary,
+)
+
+if TYPE_CHECKING:
+    from segcli.drivers.check import CheckResult
+
+__all__ = ["Progress", "RunOutcome", "RunRequest", "Streams", "check", "run"]
 
 
 @dataclass
@@ -78,17 +86,37 @@ class RunRequest:
             raise UsageError(f"{option} applies to CSV/TSV inputs only")
         return io.CsvOptions(delimiter, header=not self.no_header)
 
-    def compute_engine(self) -> str | Engine:
-        """The engine to pass to the core: a name, or the GPU engine built with its options."""
-        if not self.fast_atomics:
-            return self.engine
-        if self.engine != "cupy":
+    def spec(self, stdin: BinaryIO | None = None) -> RunSpec:
+        """The request as a driver-neutral spec; usage errors of options that cannot apply."""
+        csv = self.csv_options()
+        _refuse_both_stdin(self)
+        if self.fast_atomics and self.engine != "cupy":
             raise UsageError("--fast-atomics applies to --engine cupy only")
-        from segcli.engines import get_engine
-
-        gpu: Any = get_engine("cupy")
-        engine: Engine = gpu.with_options(fast_atomics=True)
-        return engine
+        if "-" in (self.data, self.ids):
+            stdin = peek.peekable(stdin)
+        budget = memory_budget(self)
+        return RunSpec(
+            op=self.op,
+            data=self.data,
+            ids=self.ids,
+            data_column=self.data_column,
+            ids_column=self.ids_column,
+            data_key=self.data_key,
+            ids_key=self.ids_key,
+            csv=csv,
+            stdin=stdin,
+            num_segments=self.num_segments,
+            sorted_ids=self.sorted_ids,
+            engine=self.engine,
+            fast_atomics=self.fast_atomics,
+            fill=self.fill,
+            memory_budget=budget,
+            stream_above=self.memory_limit
+            if self.memory_limit is not None
+            else min(budget, STREAM_FROM_BYTES),
+            block_rows=self.chunk_rows,
+            scheduler=self.scheduler,
+        )
 
 
 @dataclass
@@ -102,12 +130,8 @@ class Streams:
 
 @dataclass
 class RunOutcome:
-    summary: Summary
+    summary: RunSummary
     result: np.ndarray
-
-
-#: Called with (rows done, rows in all) while a long run works.
-Progress = Callable[[int, int], None]
 
 
 #: Files larger than this stream even when they would fit in memory: the next block is read
@@ -117,40 +141,10 @@ Progress = Callable[[int, int], None]
 STREAM_FROM_BYTES = 32 * 1024 * 1024
 
 
-def _stream_above(request: RunRequest) -> int:
-    """Input bytes above which files stream: ``--memory-limit`` when given, else the smaller
-    of :data:`STREAM_FROM_BYTES` and the default memory budget."""
-    if request.memory_limit is not None:
-        return request.memory_limit
-    return min(memory_budget(request), STREAM_FROM_BYTES)
-
-
 def memory_budget(request: RunRequest) -> int:
     """The memory a run may give its input: ``--memory-limit``, else a quarter of free memory.
     Streaming sizes its blocks from it."""
     return request.memory_limit if request.memory_limit is not None else available_bytes() // 4
-
-
-def _peekable_stdin(streams: Streams) -> BinaryIO:
-    """Stdin that can show its first bytes without consuming them."""
-    stdin = streams.stdin or sys.stdin.buffer
-    if not hasattr(stdin, "peek"):
-        stdin = BufferedReader(stdin)
-    return stdin
-
-
-def _stdin_head(stdin: BinaryIO) -> bytes:
-    return bytes(stdin.peek(6)[:6])  # type: ignore[attr-defined]
-
-
-def _stdin_holds_npy(stdin: BinaryIO) -> bool:
-    return _stdin_head(stdin) == NPY_MAGIC
-
-
-def _stdin_holds_arrow_stream(stdin: BinaryIO) -> bool:
-    """Neither .npy nor a file format (Parquet, Arrow file) that must be read whole to seek."""
-    head = _stdin_head(stdin)
-    return bool(head) and not head.startswith((NPY_MAGIC, PARQUET_MAGIC, ARROW_FILE_MAGIC))
 
 
 def _refuse_both_stdin(request: RunRequest) -> None:
@@ -161,112 +155,8 @@ def _refuse_both_stdin(request: RunRequest) -> None:
         )
 
 
-def _should_stream(request: RunRequest, streams: Streams) -> bool:
-    """Stream when asked, for files over ``--memory-limit`` (by default over
-    :data:`STREAM_FROM_BYTES`), or for a stream on stdin.
-
-    A .npy on stdin, or an Arrow stream holding both DATA and IDS, always streams: its size is
-    unknown until read, one pass is all a pipe allows, and streaming gives the same bytes as
-    the in-memory path. An Arrow stream with the other input in a file is read whole.
-    """
-    if _holds_a_scalar(request, streams):
-        return False
-    if "-" in (request.data, request.ids):
-        if streams.stdin is None:
-            return False
-        if request.ids is None:
-            return _stdin_holds_arrow_stream(streams.stdin)
-        return _stdin_holds_npy(streams.stdin)
-    if request.chunk_rows is not None:
-        return True
-    size = _input_bytes(request)
-    return size is not None and size > _stream_above(request)
-
-
-def _holds_a_scalar(request: RunRequest, streams: Streams) -> bool:
-    """A 0-D ``.npy`` (ids, or data with 0-D ids) is a single row that no block can split:
-    such runs read their inputs whole on every path, and give the in-memory answer."""
-    ids_path = request.ids if request.ids is not None else request.data
-    return any(
-        _npy_shape(path, key, streams.stdin) == ()
-        for path, key in ((request.data, request.data_key), (ids_path, request.ids_key))
-    )
-
-
-#: Bytes of stdin a peek may show; a .npy header is far shorter (NumPy pads it to 64 bytes).
-_HEADER_PEEK = 4096
-
-
-def _npy_shape(path: str, key: str | None, stdin: BinaryIO | None) -> tuple[int, ...] | None:
-    """The shape a ``.npy`` header (a file, an ``.npz`` member or stdin) declares; None for
-    other formats, a pipe, or an input its reader will report as unreadable."""
-    from io import BytesIO
-
-    from segcli.io.formats import input_format, is_pipe
-    from segcli.io.npy import open_npz, pick_key, read_header, read_npz_header
-
-    try:
-        if path == "-":
-            head = bytes(stdin.peek(_HEADER_PEEK)) if stdin is not None else b""  # type: ignore[attr-defined]
-            return read_header(BytesIO(head), path).shape if head.startswith(NPY_MAGIC) else None
-        if is_pipe(path):
-            return None  # a pipe is read once, by its reader
-        fmt = input_format(path)
-        if fmt == "npy":
-            with open_binary(path) as f:
-                return read_header(f, path).shape
-        if fmt == "npz":
-            with open_npz(path) as archive:
-                chosen = pick_key(archive, key, path, "--data-key")
-                return read_npz_header(archive, chosen, path).shape
-    except SegcliError:
-        return None
-    return None
-
-
-def _must_stream(request: RunRequest) -> bool:
-    """Streaming is required, not just the faster way: asked for, from stdin, or the inputs
-    exceed the memory budget."""
-    if "-" in (request.data, request.ids) or request.chunk_rows is not None:
-        return True
-    size = _input_bytes(request)
-    return size is not None and size > memory_budget(request)
-
-
-def _input_bytes(request: RunRequest) -> int | None:
-    """The decoded size of the inputs (from headers and metadata: a small compressed file may
-    hold gigabytes); None if one cannot be read (its reader says why)."""
-    if request.ids is None:
-        both = (request.data_key, request.ids_key, request.data_column, request.ids_column)
-        roles = [(request.data, [n for n in both if n is not None])]
-    else:
-        roles = [
-            (request.data, [n for n in (request.data_key, request.data_column) if n is not None]),
-            (request.ids, [n for n in (request.ids_key, request.ids_column) if n is not None]),
-        ]
-    sizes = [decoded_bytes(path, names) for path, names in roles]
-    return None if None in sizes else sum(s for s in sizes if s is not None)
-
-
-def _stream_if_possible(
-    request: RunRequest,
-    streams: Streams,
-    progress: Progress | None,
-    on_data_block: Callable[[np.ndarray], None] | None = None,
-    data_checked_for: ops.Op | None = None,
-) -> tuple[core.Reduction, InputFacts, InputFacts, int] | None:
-    """:func:`_reduce_streaming`, or None for inputs that can only be read whole (found
-    before any block is read) when reading them whole is allowed."""
-    try:
-        from segcli.drivers.stream import reduce_request
-
-        return reduce_request(
-            request, streams, memory_budget(request), progress, on_data_block, data_checked_for
-        )
-    except NotStreamableError:
-        if _must_stream(request):
-            raise
-        return None
+# ---------------------------------------------------------------------------------------------
+# A run
 
 
 def reserve_outputs(request: RunRequest, outputs: io.OutputSet) -> None:
@@ -327,29 +217,12 @@ def _run(
     checkpoint("reduce")
     streams = streams or Streams()
     _check_output_options(request)
-    request.csv_options()
-    _refuse_both_stdin(request)
-    if "-" in (request.data, request.ids):
-        streams.stdin = _peekable_stdin(streams)
-    if request.engine == "dask" and not _holds_a_scalar(request, streams):
-        from segcli.drivers.dask import reduce_distributed
-
-        reduction, data_facts, ids_facts, extra = reduce_distributed(request, progress)
-        timings = dict(reduction.timings)  # cluster start-up (or connect) and compute
-        mode = ("distributed", extra)
-    elif _should_stream(request, streams) and (
-        streamed := _stream_if_possible(request, streams, progress)
-    ):
-        reduction, data_facts, ids_facts, chunks = streamed
-        timings = {"read+compute": reduction.timings["compute"]}
-        mode = ("streaming", {"chunks": chunks})
-    else:
-        from segcli.drivers.memory import reduce_request
-
-        reduction, data_facts, ids_facts, timings = reduce_request(request, streams)
-        mode = ("in-memory", {})
+    spec = request.spec(streams.stdin)
+    streams.stdin = spec.stdin
+    done = carry_out(spec, progress)
+    reduction = done.reduction
     if warn is not None:
-        _warn_of_huge_inferred_n(reduction.ids, warn)
+        _warn_of_huge_inferred_n(reduction.id_report, warn)
     if request.expect:
         expected = io.read_result_table(request.expect)
         check_expected(
@@ -357,16 +230,12 @@ def _run(
         )
     started = time.perf_counter()
     output_format = _write(reduction, request, streams, outputs)
-    timings["write"] = time.perf_counter() - started
-    summary = build_summary(
-        reduction,
-        data_facts,
-        ids_facts,
+    summary = run_summary(
+        done,
         output_path=request.output,
         output_format=output_format,
-        timings_s=timings,
+        write_s=time.perf_counter() - started,
     )
-    summary.mode, summary.extra = mode
     return RunOutcome(summary, reduction.result)
 
 
@@ -422,6 +291,10 @@ def _write(
     )
 
 
+# ---------------------------------------------------------------------------------------------
+# segcli check
+
+
 @dataclass
 class CheckOutcome:
     """What ``segcli check`` found; ``failures`` is empty when the data passes."""
@@ -444,105 +317,47 @@ def check(
     SPEC violations raise (exit 1); ``--max-empty`` and ``--no-nan`` failures are collected and
     raised together as an :class:`ExpectationError` by :func:`enforce`.
     """
+    from segcli.drivers.check import check_inputs
+
     streams = streams or Streams()
-    _refuse_both_stdin(request)
-    if "-" in (request.data, request.ids):
-        streams.stdin = _peekable_stdin(streams)
-    op = ops.get_op(request.op)
-    # Large inputs: a streamed ``count`` reduction validates the ids and counts the rows of
-    # each segment in one pass, while the data blocks are scanned for NaN.
-    nan_seen = [0]
-    rows_seen = [0]
-    first_nan: list[tuple[int, ...]] = []
+    found = check_inputs(request.spec(streams.stdin))
+    failures = _check_failures(found, max_empty=max_empty, no_nan=no_nan, max_dropped=max_dropped)
+    rows = check_rows(found, sorted_ids=request.sorted_ids, failures=failures)
+    facts = check_facts(found, sorted_ids=request.sorted_ids, failures=failures)
+    return CheckOutcome(rows, facts, failures)
 
-    def count_nan(block: np.ndarray) -> None:
-        found = _nan_count(block)
-        if found and not first_nan:
-            first_nan.append(_first_nan_index(block, rows_seen[0]))
-        nan_seen[0] += found
-        rows_seen[0] += block.shape[0] if block.ndim else 1
 
-    streamed = None
-    if _should_stream(request, streams):
-        count_request = replace(request, op="count", fill=None)
-        streamed = _stream_if_possible(count_request, streams, None, count_nan, op)
-    streaming = streamed is not None
-    if streamed is not None:
-        reduction, data_facts, ids_facts, _ = streamed
-        report, counts, nan_rows = reduction.ids, reduction.result, nan_seen[0]
-    else:
-        data, ids = memory.read(request, streams)
-        ops.check_dtype(op, data.array.dtype, data.label)
-        # A ``count`` reduction runs the same validation and counts each segment's rows.
-        reduction = core.reduce_arrays(
-            data.array,
-            ids.array,
-            request.num_segments,
-            "count",
-            sorted=request.sorted_ids,
-            engine="numpy",
-            data_label=data.label,
-            ids_label=ids.label,
-        )
-        report, counts = reduction.ids, reduction.result
-        nan_rows = _nan_count(data.array)
-        if nan_rows:
-            first_nan.append(_first_nan_index(data.array, 0))
-        data_facts, ids_facts = memory.facts(data), memory.facts(ids)
-    empty = int(np.count_nonzero(counts == 0))
+def _check_failures(
+    found: CheckResult,
+    *,
+    max_empty: int | None,
+    no_nan: bool,
+    max_dropped: int | None,
+) -> list[str]:
+    """The data-quality rules the inputs break, each as one line."""
+    counts, report = found.counts, found.id_report
+    empty = empty_segments(found)
     failures = []
     if max_empty is not None and empty > max_empty:
         first = int(np.argmax(counts == 0))
         failures.append(
-            f"{ids_facts.label}: {validate.plural(empty, 'empty segment')}, more than --max-empty "
+            f"{found.ids.label}: {validate.plural(empty, 'empty segment')}, more than --max-empty "
             f"{max_empty} (first empty: segment {first})"
         )
-    dropped = report.dropped_negative + report.dropped_beyond
+    dropped = dropped_rows(report)
     if max_dropped is not None and dropped > max_dropped:
         failures.append(
-            f"{ids_facts.label}: {validate.plural(dropped, 'dropped row')}, more than "
+            f"{found.ids.label}: {validate.plural(dropped, 'dropped row')}, more than "
             f"--max-dropped {max_dropped} ({_dropped_causes(report)})"
         )
-    if no_nan and nan_rows:
-        where = ", ".join(str(i) for i in first_nan[0])
+    if no_nan and found.nan_values:
+        assert found.first_nan is not None
+        where = ", ".join(str(i) for i in found.first_nan)
         failures.append(
-            f"{data_facts.label}: {validate.plural(nan_rows, 'NaN value')} (--no-nan), "
+            f"{found.data.label}: {validate.plural(found.nan_values, 'NaN value')} (--no-nan), "
             f"the first at [{where}]"
         )
-    facts: dict[str, Any] = {
-        "schema_version": 1,
-        "command": "check",
-        "data": vars(data_facts),
-        "ids": vars(ids_facts),
-        "family": "sorted" if request.sorted_ids else "unsorted",
-        "mode": "streaming" if streaming else "in-memory",
-        "num_segments": report.num_segments,
-        "num_segments_inferred": report.inferred,
-        "rows_total": report.rows,
-        "rows_used": report.rows_used,
-        "rows_dropped_negative": report.dropped_negative,
-        "rows_dropped_beyond_n": report.dropped_beyond,
-        "rows_dropped": dropped,
-        "empty_segments": empty,
-        "nan_values": nan_rows,
-        "passed": not failures,
-        "failures": failures,
-    }
-    rows = [
-        ("data", f"{data_facts.label}  {tuple(data_facts.shape)} {data_facts.dtype}"),
-        ("ids", f"{ids_facts.label}  {tuple(ids_facts.shape)} {ids_facts.dtype}"),
-        ("family", facts["family"]),
-        (
-            "segments",
-            f"{report.num_segments:,} " + ("(inferred from ids)" if report.inferred else "(given)"),
-        ),
-        ("rows", f"{report.rows_used:,} used of {report.rows:,}"),
-        ("empty segments", f"{empty:,}"),
-        ("dropped rows", f"{dropped:,}"),
-        ("NaN values", f"{nan_rows:,}"),
-        ("verdict", "ok" if not failures else "FAILED: " + "; ".join(failures)),
-    ]
-    return CheckOutcome(rows, facts, failures)
+    return failures
 
 
 def _dropped_causes(report: validate.IdReport) -> str:
@@ -563,18 +378,3 @@ def enforce(outcome: CheckOutcome) -> None:
     error = failure(outcome)
     if error is not None:
         raise error
-
-
-def _first_nan_index(block: np.ndarray, first_row: int) -> tuple[int, ...]:
-    """Index in the whole input of the first NaN of ``block``, whose row 0 is ``first_row``."""
-    flat = int(np.argmax(np.isnan(block.reshape(-1))))
-    if not block.ndim:
-        return ()
-    index = tuple(int(i) for i in np.unravel_index(flat, block.shape))
-    return (first_row + index[0], *index[1:])
-
-
-def _nan_count(data: np.ndarray) -> int:
-    if data.dtype.kind not in "fc":
-        return 0
-    return int(np.count_nonzero(np.isnan(data)))

@@ -1,4 +1,6 @@
-"""The run summary: one dataclass of facts, rendered as a rich table, plain text or JSON.
+"""What a command reports: a run's :class:`RunSummary` and a check's findings, each as rows
+(:func:`summary_rows`, :func:`check_rows`) and as JSON facts (:func:`summary_facts`,
+:func:`check_facts`); rows render as a rich table or plain text.
 
 Building the facts needs NumPy; rendering imports rich only when a table is drawn, and the
 CLI decides where it goes (stderr, never stdout, which carries data).
@@ -9,32 +11,26 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from segcli.core import Reduction
+from segcli import validate
+from segcli.drivers.base import DriverResult, InputFacts, input_facts
 from segcli.memory import human_bytes
+
+if TYPE_CHECKING:
+    from segcli.drivers.check import CheckResult
+
+__all__ = ["InputFacts", "RunSummary", "input_facts"]
 
 #: Bumped when a field is renamed or removed; new fields may appear within a version.
 SCHEMA_VERSION = 1
 
 
 @dataclass
-class InputFacts:
-    path: str
-    label: str
-    format: str
-    shape: list[int]
-    dtype: str
-    bytes: int
-    #: How the values were converted on reading, e.g. "decimal128(10, 2) read as float64".
-    note: str | None = None
-
-
-@dataclass
-class Summary:
-    """Everything a run reports; ``to_json`` is the documented ``--summary-json`` schema."""
+class RunSummary:
+    """Everything a run reports; :func:`summary_facts` is the ``--summary-json`` schema."""
 
     op: str
     family: str
@@ -74,15 +70,17 @@ class Summary:
         seconds = self.work_seconds()
         return self.rows_total / seconds if seconds > 0 else None
 
-    def to_json(self) -> dict[str, Any]:
-        facts = asdict(self)
-        for key in ("result_min", "result_max"):
-            facts[key] = _json_number(facts[key])
-        facts["timings_s"] = {k: round(v, 6) for k, v in self.timings_s.items()}
-        facts["timings_s"]["total"] = round(self.total_seconds, 6)
-        rate = self.rows_per_second()
-        facts["rows_per_second"] = None if rate is None else round(rate)
-        return {"schema_version": SCHEMA_VERSION, **facts}
+
+def summary_facts(summary: RunSummary) -> dict[str, Any]:
+    """The summary as the documented ``--summary-json`` facts."""
+    facts = asdict(summary)
+    for key in ("result_min", "result_max"):
+        facts[key] = _json_number(facts[key])
+    facts["timings_s"] = {k: round(v, 6) for k, v in summary.timings_s.items()}
+    facts["timings_s"]["total"] = round(summary.total_seconds, 6)
+    rate = summary.rows_per_second()
+    facts["rows_per_second"] = None if rate is None else round(rate)
+    return {"schema_version": SCHEMA_VERSION, **facts}
 
 
 def _json_number(value: float | None) -> float | str | None:
@@ -90,10 +88,6 @@ def _json_number(value: float | None) -> float | str | None:
     if value is None or math.isfinite(value):
         return value
     return str(value)
-
-
-def input_facts(path: str, label: str, fmt: str, array: np.ndarray) -> InputFacts:
-    return InputFacts(path, label, fmt, list(array.shape), str(array.dtype), int(array.nbytes))
 
 
 def result_range(result: np.ndarray) -> tuple[int, float | None, float | None]:
@@ -110,22 +104,22 @@ def result_range(result: np.ndarray) -> tuple[int, float | None, float | None]:
     return nan_count, float(values.min()), float(values.max())
 
 
-def build_summary(
-    reduction: Reduction,
-    data: InputFacts,
-    ids: InputFacts,
+def run_summary(
+    run: DriverResult,
     *,
     output_path: str | None,
     output_format: str | None,
-    timings_s: dict[str, float],
-) -> Summary:
+    write_s: float,
+) -> RunSummary:
+    """The summary of a finished run that wrote its result in ``write_s`` seconds."""
+    reduction = run.reduction
     nan_count, low, high = result_range(reduction.result)
-    report = reduction.ids
-    return Summary(
+    report = reduction.id_report
+    return RunSummary(
         op=reduction.op.name,
         family="sorted" if reduction.sorted_ids else "unsorted",
-        data=data,
-        ids=ids,
+        data=run.data,
+        ids=run.ids,
         num_segments=report.num_segments,
         num_segments_inferred=report.inferred,
         engine=reduction.engine,
@@ -142,7 +136,9 @@ def build_summary(
         nan_count=nan_count,
         result_min=low,
         result_max=high,
-        timings_s=timings_s,
+        timings_s={**run.timings, "write": write_s},
+        mode=run.mode,
+        extra=dict(run.mode_facts),
     )
 
 
@@ -168,7 +164,7 @@ def _shape(shape: list[int]) -> str:
     return "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def summary_rows(summary: Summary) -> list[tuple[str, str]]:
+def summary_rows(summary: RunSummary) -> list[tuple[str, str]]:
     """The summary as (label, value) rows, shared by the table and the plain rendering."""
     s = summary
     dropped = []
@@ -213,6 +209,60 @@ def summary_rows(summary: Summary) -> list[tuple[str, str]]:
             ("throughput", f"{rate:,.0f} rows/s, {human_bytes(s.data.bytes / s.work_seconds())}/s")
         )
     return rows
+
+
+def check_facts(found: CheckResult, *, sorted_ids: bool, failures: list[str]) -> dict[str, Any]:
+    """What ``segcli check`` found, as its ``--summary-json`` facts."""
+    report = found.id_report
+    return {
+        "schema_version": 1,
+        "command": "check",
+        "data": vars(found.data),
+        "ids": vars(found.ids),
+        "family": "sorted" if sorted_ids else "unsorted",
+        "mode": found.mode,
+        "num_segments": report.num_segments,
+        "num_segments_inferred": report.inferred,
+        "rows_total": report.rows,
+        "rows_used": report.rows_used,
+        "rows_dropped_negative": report.dropped_negative,
+        "rows_dropped_beyond_n": report.dropped_beyond,
+        "rows_dropped": dropped_rows(report),
+        "empty_segments": empty_segments(found),
+        "nan_values": found.nan_values,
+        "passed": not failures,
+        "failures": failures,
+    }
+
+
+def check_rows(
+    found: CheckResult, *, sorted_ids: bool, failures: list[str]
+) -> list[tuple[str, str]]:
+    """What ``segcli check`` found, as (label, value) rows."""
+    report = found.id_report
+    data, ids = found.data, found.ids
+    return [
+        ("data", f"{data.label}  {tuple(data.shape)} {data.dtype}"),
+        ("ids", f"{ids.label}  {tuple(ids.shape)} {ids.dtype}"),
+        ("family", "sorted" if sorted_ids else "unsorted"),
+        (
+            "segments",
+            f"{report.num_segments:,} " + ("(inferred from ids)" if report.inferred else "(given)"),
+        ),
+        ("rows", f"{report.rows_used:,} used of {report.rows:,}"),
+        ("empty segments", f"{empty_segments(found):,}"),
+        ("dropped rows", f"{dropped_rows(report):,}"),
+        ("NaN values", f"{found.nan_values:,}"),
+        ("verdict", "ok" if not failures else "FAILED: " + "; ".join(failures)),
+    ]
+
+
+def empty_segments(found: CheckResult) -> int:
+    return int(np.count_nonzero(found.counts == 0))
+
+
+def dropped_rows(report: validate.IdReport) -> int:
+    return report.dropped_negative + report.dropped_beyond
 
 
 def render_table(

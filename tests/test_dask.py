@@ -30,6 +30,7 @@ from click.testing import CliRunner  # noqa: E402
 from segcli import core, ops, validate  # noqa: E402
 from segcli.cli import cli  # noqa: E402
 from segcli.drivers import dask as seg_dask  # noqa: E402
+from segcli.drivers.base import RunSpec  # noqa: E402
 from segcli.drivers.dask import tasks as distributed_tasks  # noqa: E402
 from segcli.drivers.dask.plan import (  # noqa: E402
     expand,
@@ -44,7 +45,6 @@ from segcli.errors import (  # noqa: E402
     InvalidInputError,
     ReadError,
 )
-from segcli.pipeline import RunRequest  # noqa: E402
 from segcli.validate import index_text, merge, report, summarize  # noqa: E402
 
 pytestmark = pytest.mark.dask
@@ -150,14 +150,21 @@ def npy_shards(tmp_path_factory: pytest.TempPathFactory) -> Dataset:
     return Dataset(root, {"data": np.concatenate(data), "ids": np.concatenate(ids)}, files)
 
 
+def spec(**fields: Any) -> RunSpec:
+    if "chunk_rows" in fields:
+        fields["block_rows"] = fields.pop("chunk_rows")
+    return RunSpec(**fields)
+
+
 def run(client: Any, **fields: Any) -> tuple[Any, ...]:
-    return seg_dask.reduce_distributed(RunRequest(**fields), None, client=client)
+    done = seg_dask.run(spec(**fields), None, client=client)
+    return done.reduction, done.data, done.ids, done.mode_facts
 
 
 def assert_same(got: core.Reduction, expected: core.Reduction) -> None:
     assert got.result.dtype == expected.result.dtype
     assert got.result.shape == expected.result.shape
-    assert got.ids == expected.ids
+    assert got.id_report == expected.id_report
     np.testing.assert_array_equal(got.counts, expected.counts)
     exact = got.result.dtype.kind in "iu" or got.op.name in ("min", "max", "count")
     if exact:
@@ -286,7 +293,7 @@ def test_large_inputs_fold_with_numba_on_the_workers(client: Any, tmp_path: Path
         np.save(tmp_path / f"d-{k}.npy", d)
         np.save(tmp_path / f"i-{k}.npy", i)
     plan = seg_dask.plan_run(
-        RunRequest(op="max", data=str(tmp_path / "d-*.npy"), ids=str(tmp_path / "i-*.npy"))
+        spec(op="max", data=str(tmp_path / "d-*.npy"), ids=str(tmp_path / "i-*.npy"))
     )
     # As for an input past the numba threshold, whatever the threshold is today.
     job = distributed_tasks.Job("max", None, sorted_ids=False, elements=10**12)
@@ -308,8 +315,8 @@ def test_partitions_never_choose_a_gpu_engine(monkeypatch: pytest.MonkeyPatch) -
 
 def test_progress_follows_partitions(client: Any, npy_shards: Dataset) -> None:
     calls: list[tuple[int, int]] = []
-    seg_dask.reduce_distributed(
-        RunRequest(
+    seg_dask.run(
+        spec(
             op="sum",
             data=str(npy_shards.root / "data-*.npy"),
             ids=str(npy_shards.root / "ids-*.npy"),
@@ -605,6 +612,24 @@ def test_workers_that_keep_dying_give_a_clean_error(
         )
 
 
+def test_facts_are_the_same_on_dask_in_memory_and_streamed(client: Any, tmp_path: Path) -> None:
+    """One facts builder: a ``.pq`` input is ``parquet`` in every mode, with the same label,
+    shape, dtype and size."""
+    from segcli.drivers import memory, stream
+
+    rng = np.random.default_rng(4)
+    values, segments = rng.normal(size=300), rng.integers(0, 9, 300)
+    path = tmp_path / "t.pq"
+    pq.write_table(pa.table({"value": values, "segment": segments}), path, row_group_size=64)
+    spec = RunSpec(op="sum", data=str(path), data_column="value", ids_column="segment")
+    on_dask = seg_dask.run(spec, None, client=client)
+    whole = memory.run(spec)
+    streamed = stream.run(RunSpec(**{**vars(spec), "block_rows": 64}))
+    assert on_dask.data == whole.data == streamed.data
+    assert on_dask.ids == whole.ids == streamed.ids
+    assert on_dask.data.format == "parquet"
+
+
 def test_missing_dask_is_an_engine_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "distributed", None)
     with pytest.raises(
@@ -612,7 +637,7 @@ def test_missing_dask_is_an_engine_error(monkeypatch: pytest.MonkeyPatch) -> Non
         match=r"^engine 'dask' is not available .*; "
         r"install it with: pip install 'segcli\[dask\]'$",
     ):
-        seg_dask.reduce_distributed(RunRequest(op="sum", data="x.npy", ids="y.npy"))
+        seg_dask.run(spec(op="sum", data="x.npy", ids="y.npy"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -727,7 +752,7 @@ def test_partitions_deal_rows_to_lanes_by_global_row(tmp_path: Path) -> None:
         np.save(tmp_path / f"d-{k}.npy", data[a:b])
         np.save(tmp_path / f"i-{k}.npy", ids[a:b])
     plan = seg_dask.plan_run(
-        RunRequest(op="sum", data=str(tmp_path / "d-*.npy"), ids=str(tmp_path / "i-*.npy"))
+        spec(op="sum", data=str(tmp_path / "d-*.npy"), ids=str(tmp_path / "i-*.npy"))
     )
     job = distributed_tasks.Job("sum", 4, sorted_ids=False, elements=data.size)
     engine = get_engine("numpy")

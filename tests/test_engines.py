@@ -420,8 +420,8 @@ def test_unsorted_ids_are_checked_by_the_fold_counts(
     n = 3 if given_n else None
     reduction = segcli.reduce_arrays([1.0, 2.0, 4.0, 8.0], [2, -1, 0, 2], n, engine=engine)
     assert reduction.result.tolist() == [4.0, 0.0, 9.0]
-    assert reduction.ids.num_segments == 3 and reduction.ids.inferred == (not given_n)
-    assert reduction.ids.dropped_negative == 1 and reduction.ids.rows_used == 3
+    assert reduction.id_report.num_segments == 3 and reduction.id_report.inferred == (not given_n)
+    assert reduction.id_report.dropped_negative == 1 and reduction.id_report.rows_used == 3
 
 
 @pytest.mark.parametrize("sorted_ids", [False, True])

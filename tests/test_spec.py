@@ -190,7 +190,7 @@ def test_complex_mean_and_sqrt_n(engine):
 def test_unsorted_negative_ids_are_dropped(engine):
     reduction = segcli.reduce_arrays([1.0, 2.0, 3.0], [-1, 0, -5], 1, "sum", engine=engine)
     assert reduction.result.tolist() == [2.0]
-    assert reduction.ids.dropped_negative == 2
+    assert reduction.id_report.dropped_negative == 2
 
 
 def test_sorted_ids_beyond_n_are_dropped(engine):
@@ -198,12 +198,12 @@ def test_sorted_ids_beyond_n_are_dropped(engine):
         [1.0, 2.0, 3.0, 4.0], [0, 1, 2, 5], 2, "sum", sorted=True, engine=engine
     )
     assert reduction.result.tolist() == [1.0, 2.0]
-    assert reduction.ids.dropped_beyond == 2
+    assert reduction.id_report.dropped_beyond == 2
 
 
 def test_n_inferred_unsorted_is_max_nonnegative_plus_one():
     reduction = segcli.reduce_arrays([1.0, 2.0, 3.0], [-1, 4, 2])
-    assert reduction.ids.num_segments == 5 and reduction.ids.inferred
+    assert reduction.id_report.num_segments == 5 and reduction.id_report.inferred
     assert segcli.segment_reduce([1.0], [-3]).shape == (0,)
 
 

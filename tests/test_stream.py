@@ -99,7 +99,7 @@ def test_block_edges_inside_segments_and_inferred_n(tmp_path, engine):
         got, plan = stream(*paths, None, op, rows=3, engine=engine, sorted_ids=True)
         expected = segcli.segment_reduce(data, ids, None, op, sorted=True, engine=engine)
         assert got.result.tobytes() == expected.tobytes()
-        assert got.ids.inferred and got.ids.num_segments == 10
+        assert got.id_report.inferred and got.id_report.num_segments == 10
         assert plan.blocks == 34
 
 
@@ -111,7 +111,7 @@ def test_inferred_n_grows_with_late_large_ids(tmp_path):
     expected = segcli.segment_reduce(data, ids, None, "max")
     assert got.result.shape == (501,)
     assert got.result.tobytes() == expected.tobytes()
-    assert got.ids.dropped_negative == 1
+    assert got.id_report.dropped_negative == 1
 
 
 def test_multidimensional_ids_stream(tmp_path):

@@ -10,13 +10,15 @@ import numpy as np
 from rich.console import Console
 
 import segcli
+from segcli.drivers.base import DriverResult
 from segcli.errors import EngineUnavailableError
 from segcli.summary import (
-    build_summary,
     dumps,
     input_facts,
     render_plain,
     render_table,
+    run_summary,
+    summary_facts,
     summary_rows,
 )
 
@@ -25,14 +27,14 @@ def make_summary():
     data = np.array([1.0, np.nan, 3.0, np.inf], np.float32)
     ids = np.array([0, 0, 2, -1])
     reduction = segcli.reduce_arrays(data, ids, 4, "max", engine="numpy")
-    return build_summary(
+    run = DriverResult(
         reduction,
-        input_facts("d.npy", "d.npy", "npy", data),
-        input_facts("i.npy", "i.npy", "npy", ids),
-        output_path=None,
-        output_format=None,
-        timings_s={"read": 0.001, "validate": 0.001, "compute": 0.002, "write": 0.001},
+        input_facts("d.npy", "d.npy", "npy", data.shape, data.dtype),
+        input_facts("i.npy", "i.npy", "npy", ids.shape, ids.dtype),
+        "in-memory",
+        timings={"read": 0.001, "validate": 0.001, "compute": 0.002},
     )
+    return run_summary(run, output_path=None, output_format=None, write_s=0.001)
 
 
 def test_rows_report_drops_empties_and_nan():
@@ -46,7 +48,7 @@ def test_rows_report_drops_empties_and_nan():
 def test_json_is_valid_and_has_no_bare_nan_or_inf():
     summary = make_summary()
     summary.result_max = float("inf")
-    facts = json.loads(dumps(summary.to_json()))
+    facts = json.loads(dumps(summary_facts(summary)))
     assert facts["schema_version"] == 1
     assert facts["result_max"] == "inf"
     assert facts["nan_count"] == 1

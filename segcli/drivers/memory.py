@@ -3,53 +3,50 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
 
 from segcli import core, io
-from segcli.summary import InputFacts, input_facts
-
-if TYPE_CHECKING:
-    from segcli.pipeline import RunRequest, Streams
+from segcli.drivers.base import DriverResult, InputFacts, Progress, RunSpec, engine_of, input_facts
 
 
-def read(request: RunRequest, streams: Streams) -> tuple[io.ArrayInput, io.ArrayInput]:
+def read(spec: RunSpec) -> tuple[io.ArrayInput, io.ArrayInput]:
+    """DATA and IDS of ``spec``, read whole."""
     return io.read_inputs(
-        request.data,
-        request.ids,
-        data_column=request.data_column,
-        ids_column=request.ids_column,
-        data_key=request.data_key,
-        ids_key=request.ids_key,
-        stdin=streams.stdin,
-        csv=request.csv_options(),
+        spec.data,
+        spec.ids,
+        data_column=spec.data_column,
+        ids_column=spec.ids_column,
+        data_key=spec.data_key,
+        ids_key=spec.ids_key,
+        stdin=spec.stdin,
+        csv=spec.csv,
     )
 
 
 def facts(item: io.ArrayInput) -> InputFacts:
-    found = input_facts(item.path, item.label, item.fmt, item.array)
-    found.note = item.note
-    return found
+    array = item.array
+    return input_facts(item.path, item.label, item.fmt, array.shape, array.dtype, item.note)
 
 
-def reduce_request(
-    request: RunRequest, streams: Streams
-) -> tuple[core.Reduction, InputFacts, InputFacts, dict[str, float]]:
-    timings = {}
+def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
+    """Read the inputs whole and reduce them; ``progress`` is not called (one step)."""
     started = time.perf_counter()
-    data, ids = read(request, streams)
-    timings["read"] = time.perf_counter() - started
+    data, ids = read(spec)
+    read_s = time.perf_counter() - started
     reduction = core.reduce_arrays(
         data.array,
         ids.array,
-        request.num_segments,
-        request.op,
-        sorted=request.sorted_ids,
+        spec.num_segments,
+        spec.op,
+        sorted=spec.sorted_ids,
         # A 0-D input is one row: no partitions to spread, so Dask runs take NumPy's path.
-        engine="auto" if request.engine == "dask" else request.compute_engine(),
-        fill=request.fill,
+        engine="auto" if spec.engine == "dask" else engine_of(spec),
+        fill=spec.fill,
         data_label=data.label,
         ids_label=ids.label,
     )
-    timings["validate"] = reduction.timings["validate"]
-    timings["compute"] = reduction.timings["compute"]
-    return reduction, facts(data), facts(ids), timings
+    timings = {
+        "read": read_s,
+        "validate": reduction.timings["validate"],
+        "compute": reduction.timings["compute"],
+    }
+    return DriverResult(reduction, facts(data), facts(ids), "in-memory", {}, timings)

@@ -13,29 +13,31 @@ larger ids appear (segments not yet seen are empty, so growing loses nothing).
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, replace
 from queue import Full, Queue
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar, cast
 
 import numpy as np
 
 from segcli import io, ops, validate
-from segcli.core import Reduction, check_output_fits
+from segcli.core import Reduction, check_before_rows, check_output_fits
+from segcli.drivers.base import (
+    DriverResult,
+    InputFacts,
+    Progress,
+    RunSpec,
+    engine_of,
+    input_facts,
+)
 from segcli.engines import Engine, choose_engine
 from segcli.errors import InvalidInputError, UsageError
-from segcli.summary import InputFacts
-
-if TYPE_CHECKING:
-    from segcli.pipeline import Progress, RunRequest, Streams
+from segcli.io.formats import input_format
+from segcli.io.npy import Readable
 
 _Item = TypeVar("_Item")
-
-#: Called after each block with (rows done, rows in all).
-ProgressCallback = Callable[[int, int], None]
 
 #: Bytes of DATA plus IDS per block when the caller names no block size: small enough for the
 #: reading of one block to overlap the fold of the one before from early on (a 160 MB input
@@ -123,28 +125,13 @@ def reduce_stream(
     fill: Any = None,
     block_rows: int | None = None,
     memory_limit: int | None = None,
-    progress: ProgressCallback | None = None,
-    on_data_block: Callable[[np.ndarray], None] | None = None,
+    progress: Progress | None = None,
 ) -> tuple[Reduction, StreamPlan]:
-    """Reduce two aligned chunked inputs in one pass with bounded memory.
-
-    ``on_data_block`` sees every block of DATA as it passes (``segcli check`` counts NaN there).
-    """
+    """Reduce two aligned chunked inputs in one pass with bounded memory."""
     op_def = ops.get_op(op)
-    ops.check_dtype(op_def, data.dtype, data.label)
-    validate.check_ids_dtype(ids.dtype, ids.label)
-    # A stream's length is known only at its end (shape[0] < 0): the block loop checks it.
-    data_shape, ids_shape = _comparable_shapes(data.shape, ids.shape)
-    validate.check_shapes(
-        data_shape, ids_shape, sorted_ids=sorted_ids, data_label=data.label, ids_label=ids.label
-    )
-    n = validate.check_num_segments(num_segments)
-    if fill is not None:
-        ops.parse_fill(fill, op_def, data.dtype)
+    n, ids_shape = check_sources(op_def, data, ids, num_segments, sorted_ids=sorted_ids, fill=fill)
     inner = tuple(data.shape[len(ids.shape) :])
     width = ops.inner_size(inner)
-    if n is not None:
-        check_output_fits(op_def, n, inner, data.dtype, sorted_ids=sorted_ids)
     plan = plan_blocks(data, ids, block_rows=block_rows, memory_limit=memory_limit)
     total_rows = max(int(np.prod(ids.shape, dtype=np.int64)), 0)  # 0: not known yet
     # An input of unknown length (a stream) counts as small: auto then keeps to NumPy.
@@ -156,11 +143,9 @@ def reduce_stream(
     started = time.perf_counter()
     done = 0
     blocks = 0
-    for data_block, ids_block in read_ahead(_aligned(data, ids, plan.block_rows)):
+    for data_block, ids_block in read_ahead(aligned_blocks(data, ids, plan.block_rows)):
         flat_ids = ids_block.reshape(-1)
         block_summary = scanner.feed(flat_ids)
-        if on_data_block is not None:
-            on_data_block(data_block)
         # Once an id makes the run fail, the rest is only scanned, so that the error counts
         # every offender; ids out of order must never reach a fold that assumes order.
         if not scanner.failed:
@@ -188,6 +173,33 @@ def reduce_stream(
     )
     reduction.timings["compute"] = time.perf_counter() - started
     return reduction, StreamPlan(plan.block_rows, blocks)
+
+
+def check_sources(
+    op: ops.Op,
+    data: ChunkSource,
+    ids: ChunkSource,
+    num_segments: int | None,
+    *,
+    sorted_ids: bool,
+    fill: Any = None,
+) -> tuple[int | None, tuple[int, ...]]:
+    """Every check before the first block (:func:`segcli.core.check_before_rows`); returns
+    n (None: inferred) and the ids' shape, whose length is the data's when a stream's is not
+    known yet."""
+    # A stream's length is known only at its end (shape[0] < 0): the block loop checks it.
+    data_shape, ids_shape = _comparable_shapes(data.shape, ids.shape)
+    n = check_before_rows(
+        op,
+        (data_shape, data.dtype),
+        (ids_shape, ids.dtype),
+        num_segments,
+        sorted_ids=sorted_ids,
+        fill=fill,
+        data_label=data.label,
+        ids_label=ids.label,
+    )
+    return n, ids_shape
 
 
 def _comparable_shapes(
@@ -252,7 +264,7 @@ def _put(queue: Queue[tuple[bool, Any]], item: tuple[bool, Any], stop: threading
     return False
 
 
-def _aligned(
+def aligned_blocks(
     data: ChunkSource, ids: ChunkSource, rows: int
 ) -> Generator[tuple[np.ndarray, np.ndarray], None, None]:
     """Pairs of blocks with the same rows; inputs of different lengths are an error."""
@@ -271,78 +283,79 @@ def _aligned(
 
 
 # ---------------------------------------------------------------------------------------------
-# A run's inputs, streamed
+# The driver
 
 
-def reduce_request(
-    request: RunRequest,
-    streams: Streams,
-    memory_budget: int,
-    progress: Progress | None,
-    on_data_block: Callable[[np.ndarray], None] | None = None,
-    data_checked_for: ops.Op | None = None,
-) -> tuple[Reduction, InputFacts, InputFacts, int]:
-    """Stream the inputs of ``request``; ``data_checked_for`` also checks DATA's dtype against
-    another op than the one run (``check --op min`` runs a ``count``), before any block is read.
-    """
-    from segcli.io.npy import Readable
+@dataclass(frozen=True)
+class StreamInput:
+    """One opened input and what its facts need: the path given and the format io found."""
 
-    stdin = cast(Readable | None, streams.stdin)
-    data_path, ids_path = request.data, request.ids
+    path: str
+    source: ChunkSource
+    fmt: str
+
+    def facts(self, rows: int) -> InputFacts:
+        """Its facts; ``rows`` is how many it had (a stream says only at its end)."""
+        shape = self.source.shape
+        if shape and shape[0] == io.UNKNOWN_ROWS:
+            shape = (rows, *shape[1:])
+        note = getattr(self.source, "note", None)
+        return input_facts(self.path, self.source.label, self.fmt, shape, self.source.dtype, note)
+
+
+def open_inputs(spec: RunSpec) -> tuple[StreamInput, StreamInput]:
+    """DATA and IDS of ``spec``, opened for streaming (headers and metadata read, no rows)."""
+    stdin = cast(Readable | None, spec.stdin)
+    data_path, ids_path = spec.data, spec.ids
     if ids_path is None:
         ids_path = data_path  # two columns (or keys) of one file
     if data_path == "-" and ids_path == "-":
-        if not (request.data_column and request.ids_column):
+        if not (spec.data_column and spec.ids_column):
             raise UsageError(
                 "an Arrow stream on stdin holding DATA and IDS needs --data-column and --ids-column"
             )
         assert stdin is not None
-        data, ids = io.open_arrow_stream_columns(stdin, [request.data_column, request.ids_column])
-    else:
-        csv = request.csv_options()
-        data = io.open_chunked(
-            data_path, column=request.data_column, key=request.data_key, stdin=stdin, csv=csv
-        )
-        ids = io.open_chunked(
-            ids_path,
-            column=request.ids_column,
-            key=request.ids_key,
-            role="ids",
-            stdin=stdin,
-            csv=csv,
-        )
-    if data_checked_for is not None:
-        ops.check_dtype(data_checked_for, data.dtype, data.label)
+        data, ids = io.open_arrow_stream_columns(stdin, [spec.data_column, spec.ids_column])
+        return StreamInput("-", data, "arrow"), StreamInput("-", ids, "arrow")
+    opened = []
+    for path, column, key, role in (
+        (data_path, spec.data_column, spec.data_key, "data"),
+        (ids_path, spec.ids_column, spec.ids_key, "ids"),
+    ):
+        # Found before the reader opens it: a pipe is sniffed once, then read by the reader.
+        fmt = "npy" if path == "-" else input_format(path)
+        source = io.open_chunked(path, column=column, key=key, role=role, stdin=stdin, csv=spec.csv)
+        opened.append(StreamInput(path, source, fmt))
+    return opened[0], opened[1]
+
+
+def rows_of(report: validate.IdReport, ids: ChunkSource) -> int:
+    """How many rows the inputs had, from the ids counted."""
+    return report.rows // max(int(np.prod(ids.shape[1:], dtype=np.int64)), 1)
+
+
+def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
+    """Stream the inputs of ``spec`` in blocks; the mode's fact is the number of blocks."""
+    data, ids = open_inputs(spec)
     reduction, plan = reduce_stream(
-        data,
-        ids,
-        request.num_segments,
-        request.op,
-        sorted_ids=request.sorted_ids,
-        engine=request.compute_engine(),
-        fill=request.fill,
-        block_rows=request.chunk_rows,
-        memory_limit=memory_budget,
+        data.source,
+        ids.source,
+        spec.num_segments,
+        spec.op,
+        sorted_ids=spec.sorted_ids,
+        engine=engine_of(spec),
+        fill=spec.fill,
+        block_rows=spec.block_rows,
+        memory_limit=spec.memory_budget,
         progress=progress,
-        on_data_block=on_data_block,
     )
-    rows = reduction.ids.rows // max(int(np.prod(ids.shape[1:], dtype=np.int64)), 1)
-    return (
+    rows = rows_of(reduction.id_report, ids.source)
+    return DriverResult(
         reduction,
-        _chunked_facts(data_path, data, rows),
-        _chunked_facts(ids_path, ids, rows),
-        plan.blocks,
+        data.facts(rows),
+        ids.facts(rows),
+        "streaming",
+        {"chunks": plan.blocks},
+        # Reading and folding overlap: one figure for both.
+        {"read+compute": reduction.timings["compute"]},
     )
-
-
-def _chunked_facts(path: str, source: io.ChunkSource, rows: int) -> InputFacts:
-    """Facts of a streamed input; ``rows`` is how many it had (a stream says only at its end)."""
-    streamed = bool(source.shape) and source.shape[0] == io.UNKNOWN_ROWS
-    shape = [rows, *source.shape[1:]] if streamed else list(source.shape)
-    size = int(np.prod(shape, dtype=np.int64)) * source.dtype.itemsize
-    if path == "-":
-        fmt = "arrow" if streamed else "npy"
-    else:
-        fmt = os.path.splitext(path)[1].lstrip(".").lower() or "?"
-    note = getattr(source, "note", None)
-    return InputFacts(path, source.label, fmt, shape, str(source.dtype), size, note)

@@ -29,13 +29,14 @@ import socket
 import struct
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
 from segcli import ops, validate
-from segcli.core import Reduction, check_output_fits
+from segcli.core import Reduction, check_before_rows, check_output_fits
+from segcli.drivers.base import DriverResult, InputFacts, Progress, RunSpec, input_facts
 from segcli.drivers.dask.plan import (
     Dataset,
     Partition,
@@ -45,15 +46,17 @@ from segcli.drivers.dask.plan import (
     open_dataset,
     plan_partitions,
 )
-from segcli.drivers.dask.tasks import Job, PartResult, combine_results, pad_state, run_partition
-from segcli.drivers.dask.tasks import summary_of as _summary_of
+from segcli.drivers.dask.tasks import (
+    Job,
+    PartResult,
+    combine_results,
+    id_summary_of,
+    pad_state,
+    run_partition,
+)
 from segcli.errors import ClusterError, EngineUnavailableError, SegcliError, UsageError
 from segcli.io.formats import first_line, input_format
-from segcli.summary import InputFacts
 from segcli.validate import IdSummary, Locator, index_text, report
-
-if TYPE_CHECKING:
-    from segcli.pipeline import RunRequest
 
 #: ``distributed.Client`` and ``distributed.Future``: its typing is partial, so they stay Any.
 Client = Any
@@ -67,25 +70,23 @@ RETRIES = 2
 #: Partial results merged per combine task.
 FAN_IN = 8
 
-Progress = Callable[[int, int], None]
 
+def run(
+    spec: RunSpec, progress: Progress | None = None, *, client: Client | None = None
+) -> DriverResult:
+    """Reduce the files of ``spec`` on a Dask cluster; nothing is written here.
 
-def reduce_distributed(
-    request: RunRequest, progress: Progress | None = None, *, client: Client | None = None
-) -> tuple[Reduction, InputFacts, InputFacts, dict[str, Any]]:
-    """Reduce the files of ``request`` on a Dask cluster; nothing is written here.
-
-    The cluster is ``client``'s (left running), else the scheduler at ``request.scheduler`` or
-    ``$DASK_SCHEDULER_ADDRESS``, else a local cluster started and closed here. Returns the
-    reduction, the facts about DATA and IDS, and ``{"partitions", "workers"}`` for the
-    summary. ``progress(ids_done, ids_total)`` is called as partition tasks finish.
+    The cluster is ``client``'s (left running), else the scheduler at ``spec.scheduler`` or
+    ``$DASK_SCHEDULER_ADDRESS``, else a local cluster started and closed here. The mode's facts
+    are ``{"partitions", "workers"}``. ``progress(ids_done, ids_total)`` is called as partition
+    tasks finish.
     """
     _distributed()
-    op = ops.get_op(request.op)
-    plan = plan_run(request)
-    n = _check_inputs(request, op, plan)
-    job = Job(op.name, n, request.sorted_ids, int(np.prod(plan.data.shape, dtype=np.int64)))
-    address = request.scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
+    op = ops.get_op(spec.op)
+    plan = plan_run(spec)
+    n = _check_inputs(spec, op, plan)
+    job = Job(op.name, n, spec.sorted_ids, int(np.prod(plan.data.shape, dtype=np.int64)))
+    address = spec.scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
     started = time.perf_counter()
     with _cluster(address, client) as (client, where):
         workers = len(client.nthreads())
@@ -94,16 +95,22 @@ def reduce_distributed(
         reduction = Reduction.finish(
             state,
             id_report,
-            sorted_ids=request.sorted_ids,
+            sorted_ids=spec.sorted_ids,
             engine="dask",
             engine_reason=f"{where}; partitions on {', '.join(sorted(engines)) or 'no engine'}",
-            fill=request.fill,
+            fill=spec.fill,
             # Starting (or reaching) the cluster is paid once per run; "compute" is the work.
             timings={"cluster": connected - started},
         )
         reduction.timings["compute"] = time.perf_counter() - connected
-    extra = {"partitions": len(plan.partitions), "workers": workers}
-    return reduction, _facts(plan.data), _facts(plan.ids), extra
+    return DriverResult(
+        reduction,
+        _facts(plan.data),
+        _facts(plan.ids),
+        "distributed",
+        {"partitions": len(plan.partitions), "workers": workers},
+        dict(reduction.timings),
+    )
 
 
 def _distributed() -> Any:
@@ -121,61 +128,54 @@ def _distributed() -> Any:
 # Planning and the checks that need no rows
 
 
-def plan_run(request: RunRequest) -> Plan:
+def plan_run(spec: RunSpec) -> Plan:
     """The files of DATA and IDS, paired, and their partitions."""
-    if request.ids is None:
-        paths = expand(request.data)
-        _check_one_source(request, paths[0])
+    if spec.ids is None:
+        paths = expand(spec.data)
+        _check_one_source(spec, paths[0])
         data = open_dataset(
-            request.data, column=request.data_column, key=request.data_key, role="data", paths=paths
+            spec.data, column=spec.data_column, key=spec.data_key, role="data", paths=paths
         )
         ids = open_dataset(
-            request.data, column=request.ids_column, key=request.ids_key, role="ids", paths=paths
+            spec.data, column=spec.ids_column, key=spec.ids_key, role="ids", paths=paths
         )
     else:
-        data = open_dataset(
-            request.data, column=request.data_column, key=request.data_key, role="data"
-        )
-        ids = open_dataset(request.ids, column=request.ids_column, key=request.ids_key, role="ids")
+        data = open_dataset(spec.data, column=spec.data_column, key=spec.data_key, role="data")
+        ids = open_dataset(spec.ids, column=spec.ids_column, key=spec.ids_key, role="ids")
         check_pairs(data, ids)
-    partitions = plan_partitions(data, ids, rows_per_partition=request.chunk_rows)
+    partitions = plan_partitions(data, ids, rows_per_partition=spec.block_rows)
     return Plan(data, ids, partitions)
 
 
-def _check_one_source(request: RunRequest, first: str) -> None:
+def _check_one_source(spec: RunSpec, first: str) -> None:
     """DATA and IDS from the same files need both columns (tables) or both keys (archives)."""
     fmt = input_format(first)
     if fmt == "npy":
-        raise UsageError(f"{request.data}: a .npy file holds one array; give IDS as a second input")
+        raise UsageError(f"{spec.data}: a .npy file holds one array; give IDS as a second input")
     if fmt == "npz":
-        pairs = (("--data-key", request.data_key), ("--ids-key", request.ids_key))
+        pairs = (("--data-key", spec.data_key), ("--ids-key", spec.ids_key))
         what = "archive"
     else:
-        pairs = (("--data-column", request.data_column), ("--ids-column", request.ids_column))
+        pairs = (("--data-column", spec.data_column), ("--ids-column", spec.ids_column))
         what = "table"
     missing = " and ".join(option for option, value in pairs if value is None)
     if missing:
-        raise UsageError(f"{request.data}: DATA and IDS from one {what} need {missing}")
+        raise UsageError(f"{spec.data}: DATA and IDS from one {what} need {missing}")
 
 
-def _check_inputs(request: RunRequest, op: ops.Op, plan: Plan) -> int | None:
+def _check_inputs(spec: RunSpec, op: ops.Op, plan: Plan) -> int | None:
     """Every check of SPEC that metadata answers, before any worker reads a row."""
     data, ids = plan.data, plan.ids
-    ops.check_dtype(op, data.dtype, data.label)
-    validate.check_ids_dtype(ids.dtype, ids.label)
-    validate.check_shapes(
-        data.shape,
-        ids.shape,
-        sorted_ids=request.sorted_ids,
+    return check_before_rows(
+        op,
+        (data.shape, data.dtype),
+        (ids.shape, ids.dtype),
+        spec.num_segments,
+        sorted_ids=spec.sorted_ids,
+        fill=spec.fill,
         data_label=data.label,
         ids_label=ids.label,
     )
-    n = validate.check_num_segments(request.num_segments)
-    if request.fill is not None:
-        ops.parse_fill(request.fill, op, data.dtype)
-    if n is not None:
-        check_output_fits(op, n, _inner(plan), data.dtype, sorted_ids=request.sorted_ids)
-    return n
 
 
 def _inner(plan: Plan) -> tuple[int, ...]:
@@ -183,13 +183,10 @@ def _inner(plan: Plan) -> tuple[int, ...]:
 
 
 def _facts(dataset: Dataset) -> InputFacts:
-    return InputFacts(
-        dataset.pattern,
-        dataset.label,
-        dataset.fmt,
-        list(dataset.shape),
-        str(dataset.dtype),
-        dataset.nbytes,
+    notes = {ref.note for ref in dataset.files}
+    note = notes.pop() if len(notes) == 1 else None
+    return input_facts(
+        dataset.pattern, dataset.label, dataset.fmt, dataset.shape, dataset.dtype, note
     )
 
 
@@ -359,12 +356,12 @@ def _map_reduce(
         for part in plan.partitions
     }
     root = _combine_tree(client, list(tasks), token)
-    ids_future = client.submit(_summary_of, root, key=f"segcli-ids-{token}", retries=RETRIES)
+    ids_future = client.submit(id_summary_of, root, key=f"segcli-ids-{token}", retries=RETRIES)
     try:
         _follow(client, tasks, plan.ids_per_row, plan.ids_per_row * plan.ids.shape[0], progress)
-        summary: IdSummary = _outcome(ids_future, "combining the partitions")
+        id_summary: IdSummary = _outcome(ids_future, "combining the partitions")
         id_report = report(
-            summary, job.num_segments, sorted_ids=job.sorted_ids, locate=_locator(plan)
+            id_summary, job.num_segments, sorted_ids=job.sorted_ids, locate=_locator(plan)
         )
         n = id_report.num_segments
         # The client's memory now.

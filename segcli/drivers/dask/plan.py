@@ -22,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from segcli.errors import InvalidInputError, ReadError, UsageError
-from segcli.io import open_chunked
-from segcli.io.formats import input_format, library_errors
+from segcli.io import rows
+from segcli.io.formats import input_format
+from segcli.io.rows import FileRef
 
 #: DATA plus IDS bytes per partition when the caller names no row count.
 DEFAULT_PARTITION_BYTES = 64 * 1024 * 1024
@@ -33,27 +34,6 @@ _SPLITTABLE = frozenset({"npy", "parquet"})
 #: Formats whose metadata the client reads without loading the file (CSV would be parsed whole).
 _DISTRIBUTABLE = frozenset({"npy", "npz", "parquet", "arrow"})
 _PARQUET_SUFFIXES = (".parquet", ".pq")
-
-
-@dataclass(frozen=True)
-class FileRef:
-    """One input file as a worker needs it: where it is, which array, its shape and dtype."""
-
-    path: str
-    fmt: str
-    #: What error messages call it: ``ids-003.npy``, ``part-3.parquet:seg``.
-    label: str
-    column: str | None
-    key: str | None
-    role: str
-    shape: tuple[int, ...]
-    dtype: np.dtype[Any]
-    #: Parquet only: the rows of each row group, in order.
-    row_groups: tuple[int, ...] = ()
-
-    @property
-    def rows(self) -> int:
-        return self.shape[0]
 
 
 @dataclass(frozen=True)
@@ -167,27 +147,7 @@ def open_file(path: str, *, column: str | None, key: str | None, role: str) -> F
             f"{path}: --engine dask reads .npy, .npz, Parquet and Arrow files, not {fmt} "
             "(convert it, or drop --engine dask)"
         )
-    source = open_chunked(path, column=column, key=key, role=role)
-    row_groups: tuple[int, ...] = ()
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        with library_errors(path, "not a valid Parquet file"):
-            meta = pq.ParquetFile(path).metadata
-            row_groups = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
-    # The reader's label is ``path:column`` (or ``path:key``): what it picked, said once.
-    picked = source.label[len(path) + 1 :] if source.label.startswith(f"{path}:") else None
-    return FileRef(
-        path=path,
-        fmt=fmt,
-        label=source.label,
-        column=picked if fmt in ("parquet", "arrow") else None,
-        key=picked if fmt == "npz" else None,
-        role=role,
-        shape=tuple(source.shape),
-        dtype=np.dtype(source.dtype),
-        row_groups=row_groups,
-    )
+    return rows.open_file(path, column=column, key=key, role=role)
 
 
 def open_dataset(

@@ -1,0 +1,180 @@
+"""``segcli check``'s own pass: validate as a run would, count rows per segment, find NaN.
+
+In memory, the core's ``count`` reduction validates the ids and counts; streamed, the blocks
+are read once, the ids fed to the same :class:`segcli.validate.IdScanner` a streamed run uses
+and counted here, and the data scanned for NaN. Either way the checks come in the order of a
+run of ``spec.op`` (its dtype rule first), and nothing is folded but counts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from segcli import core, ops, validate
+from segcli.drivers import memory
+from segcli.drivers.base import InputFacts, RunSpec
+from segcli.drivers.choose import must_stream, should_stream
+from segcli.drivers.stream import (
+    aligned_blocks,
+    check_sources,
+    open_inputs,
+    plan_blocks,
+    read_ahead,
+    rows_of,
+)
+from segcli.errors import NotStreamableError
+
+
+@dataclass
+class CheckResult:
+    """What the pass found; the data-quality rules are judged from it."""
+
+    id_report: validate.IdReport
+    #: Rows per segment, over the report's n segments.
+    counts: np.ndarray
+    nan_values: int
+    #: Index in DATA of the first NaN, None when there is none.
+    first_nan: tuple[int, ...] | None
+    data: InputFacts
+    ids: InputFacts
+    #: "in-memory" or "streaming".
+    mode: str
+
+
+def check_inputs(spec: RunSpec) -> CheckResult:
+    """Streamed where a run of ``spec`` would stream, else (or when the inputs turn out not
+    streamable and streaming was not required) in memory."""
+    if should_stream(spec):
+        try:
+            return check_streamed(spec)
+        except NotStreamableError:
+            if must_stream(spec):
+                raise
+    return check_in_memory(spec)
+
+
+def check_in_memory(spec: RunSpec) -> CheckResult:
+    """Read the inputs whole; a ``count`` reduction validates the ids and counts the rows."""
+    data, ids = memory.read(spec)
+    ops.check_dtype(ops.get_op(spec.op), data.array.dtype, data.label)
+    reduction = core.reduce_arrays(
+        data.array,
+        ids.array,
+        spec.num_segments,
+        "count",
+        sorted=spec.sorted_ids,
+        engine="numpy",
+        data_label=data.label,
+        ids_label=ids.label,
+    )
+    nan = NanScan()
+    nan.feed(data.array)
+    return CheckResult(
+        reduction.id_report,
+        reduction.result,
+        nan.found,
+        nan.first,
+        memory.facts(data),
+        memory.facts(ids),
+        "in-memory",
+    )
+
+
+def check_streamed(spec: RunSpec) -> CheckResult:
+    """Read the inputs once, block by block, with the memory of a streamed run."""
+    data, ids = open_inputs(spec)
+    ops.check_dtype(ops.get_op(spec.op), data.source.dtype, data.source.label)
+    n, ids_shape = check_sources(
+        COUNT, data.source, ids.source, spec.num_segments, sorted_ids=spec.sorted_ids
+    )
+    plan = plan_blocks(
+        data.source, ids.source, block_rows=spec.block_rows, memory_limit=spec.memory_budget
+    )
+    scanner = validate.IdScanner(ids_shape, n, spec.sorted_ids, ids.source.label)
+    inner = tuple(data.source.shape[len(ids.source.shape) :])
+    counts = SegmentCounts(n, inner, data.source.dtype, spec.sorted_ids)
+    nan = NanScan()
+    for data_block, ids_block in read_ahead(
+        aligned_blocks(data.source, ids.source, plan.block_rows)
+    ):
+        flat_ids = ids_block.reshape(-1)
+        seen = scanner.feed(flat_ids)
+        nan.feed(data_block)
+        # As in a streamed run: after a failing id, ids are only scanned, to count offenders.
+        if not scanner.failed:
+            if n is None and seen.max_id is not None:
+                counts.ensure(seen.max_id + 1)
+            counts.add(flat_ids)
+    report = scanner.finish()
+    rows = rows_of(report, ids.source)
+    return CheckResult(
+        report,
+        counts.counts[: report.num_segments],
+        nan.found,
+        nan.first,
+        data.facts(rows),
+        ids.facts(rows),
+        "streaming",
+    )
+
+
+COUNT = ops.get_op("count")
+
+
+class SegmentCounts:
+    """Rows per segment, growing when n is inferred, checked to fit as a run's state is."""
+
+    def __init__(
+        self, n: int | None, inner: tuple[int, ...], dtype: np.dtype[Any], sorted_ids: bool
+    ) -> None:
+        self.n, self.inner, self.dtype, self.sorted_ids = n, inner, dtype, sorted_ids
+        self.counts = np.zeros(n or 0, np.int64)
+
+    def ensure(self, needed: int) -> None:
+        current = len(self.counts)
+        if needed <= current:
+            return
+        core.check_output_fits(COUNT, needed, self.inner, self.dtype, sorted_ids=self.sorted_ids)
+        grown = np.zeros(max(needed, 2 * current), np.int64)
+        grown[:current] = self.counts
+        self.counts = grown
+
+    def add(self, ids: np.ndarray) -> None:
+        """Count the rows of ``ids`` in range; the rest are dropped rows (or already errors)."""
+        limit = self.n if self.n is not None else len(self.counts)
+        kept = ids[(ids >= 0) & (ids < limit)]
+        np.add.at(self.counts, kept.astype(np.intp, copy=False), 1)
+
+
+class NanScan:
+    """The NaN values of DATA, block by block: how many, and where the first one is."""
+
+    def __init__(self) -> None:
+        self.found = 0
+        self.first: tuple[int, ...] | None = None
+        self._rows = 0
+
+    def feed(self, block: np.ndarray) -> None:
+        found = _nan_count(block)
+        if found and self.first is None:
+            self.first = _first_nan_index(block, self._rows)
+        self.found += found
+        self._rows += block.shape[0] if block.ndim else 1
+
+
+def _first_nan_index(block: np.ndarray, first_row: int) -> tuple[int, ...]:
+    """Index in the whole input of the first NaN of ``block``, whose row 0 is ``first_row``."""
+    flat = int(np.argmax(np.isnan(block.reshape(-1))))
+    if not block.ndim:
+        return ()
+    index = tuple(int(i) for i in np.unravel_index(flat, block.shape))
+    return (first_row + index[0], *index[1:])
+
+
+def _nan_count(data: np.ndarray) -> int:
+    if data.dtype.kind not in "fc":
+        return 0
+    return int(np.count_nonzero(np.isnan(data)))

@@ -1,0 +1,117 @@
+"""Which driver carries out a spec, and why: :func:`choose_driver` over :data:`DRIVERS`.
+
+Every input small enough is read whole; larger files, stdin and runs with rows per block given
+stream; ``engine="dask"`` runs on a cluster. A 0-D ``.npy`` is one row, read whole on every
+path. Only headers and metadata are read to decide.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import cast
+
+from segcli.drivers.base import Driver, DriverResult, Progress, RunSpec
+from segcli.errors import NotStreamableError
+from segcli.io import peek
+from segcli.io.sizes import decoded_bytes
+
+#: The drivers by name, as modules whose ``run`` carries out a spec (loaded when chosen).
+DRIVERS = {
+    "in-memory": "segcli.drivers.memory",
+    "streaming": "segcli.drivers.stream",
+    "distributed": "segcli.drivers.dask",
+}
+
+
+def driver(name: str) -> Driver:
+    return cast(Driver, importlib.import_module(DRIVERS[name]).run)
+
+
+def choose_driver(spec: RunSpec) -> tuple[str, str]:
+    """The driver for ``spec`` (a key of :data:`DRIVERS`) and why it was chosen."""
+    if _holds_a_scalar(spec):
+        return "in-memory", "a 0-D input is one row, which no block or partition can split"
+    if spec.engine == "dask":
+        return "distributed", "engine dask"
+    if should_stream(spec):
+        return "streaming", _why_stream(spec)
+    return "in-memory", "the inputs fit the memory budget"
+
+
+def should_stream(spec: RunSpec) -> bool:
+    """Stream when asked, for files over ``spec.stream_above``, or for a stream on stdin.
+
+    A .npy on stdin, or an Arrow stream holding both DATA and IDS, always streams: its size is
+    unknown until read, one pass is all a pipe allows, and streaming gives the same bytes as
+    the in-memory path. An Arrow stream with the other input in a file is read whole.
+    """
+    if _holds_a_scalar(spec):
+        return False
+    if "-" in (spec.data, spec.ids):
+        if spec.stdin is None:
+            return False
+        if spec.ids is None:
+            return peek.holds_arrow_stream(spec.stdin)
+        return peek.holds_npy(spec.stdin)
+    if spec.block_rows is not None:
+        return True
+    size, above = _input_bytes(spec), _stream_above(spec)
+    return size is not None and above is not None and size > above
+
+
+def _why_stream(spec: RunSpec) -> str:
+    if "-" in (spec.data, spec.ids):
+        return "a stream on stdin"
+    if spec.block_rows is not None:
+        return "rows per block given"
+    return f"inputs over {_stream_above(spec) or 0:,} bytes"
+
+
+def _stream_above(spec: RunSpec) -> int | None:
+    return spec.stream_above if spec.stream_above is not None else spec.memory_budget
+
+
+def _holds_a_scalar(spec: RunSpec) -> bool:
+    """A 0-D ``.npy`` (ids, or data with 0-D ids) is a single row that no block can split:
+    such runs read their inputs whole on every path, and give the in-memory answer."""
+    ids_path = spec.ids if spec.ids is not None else spec.data
+    return any(
+        peek.npy_shape(path, key, spec.stdin) == ()
+        for path, key in ((spec.data, spec.data_key), (ids_path, spec.ids_key))
+    )
+
+
+def must_stream(spec: RunSpec) -> bool:
+    """Streaming is required, not just the faster way: asked for, from stdin, or the inputs
+    exceed the memory budget."""
+    if "-" in (spec.data, spec.ids) or spec.block_rows is not None:
+        return True
+    size = _input_bytes(spec)
+    return size is not None and spec.memory_budget is not None and size > spec.memory_budget
+
+
+def _input_bytes(spec: RunSpec) -> int | None:
+    """The decoded size of the inputs (from headers and metadata: a small compressed file may
+    hold gigabytes); None if one cannot be read (its reader says why)."""
+    if spec.ids is None:
+        both = (spec.data_key, spec.ids_key, spec.data_column, spec.ids_column)
+        roles = [(spec.data, [n for n in both if n is not None])]
+    else:
+        roles = [
+            (spec.data, [n for n in (spec.data_key, spec.data_column) if n is not None]),
+            (spec.ids, [n for n in (spec.ids_key, spec.ids_column) if n is not None]),
+        ]
+    sizes = [decoded_bytes(path, names) for path, names in roles]
+    return None if None in sizes else sum(s for s in sizes if s is not None)
+
+
+def carry_out(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
+    """Run the chosen driver; inputs that turn out not streamable (found before any block is
+    read) are read whole instead, when streaming was not required."""
+    name, _ = choose_driver(spec)
+    try:
+        return driver(name)(spec, progress)
+    except NotStreamableError:
+        if name != "streaming" or must_stream(spec):
+            raise
+    return driver("in-memory")(spec, progress)
