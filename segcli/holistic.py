@@ -143,7 +143,9 @@ def _reduce(
         if op == "nunique":
             out[filled] = _distinct(runs, filled)
         else:
-            out[filled] = _pick(runs, filled, flat.dtype, q).astype(out_dtype)
+            # NaN sorts last: a group holding one ends on it (unless skipna removed them).
+            nan_last = flat.dtype.kind == "f" and bool(np.isnan(flat).any())
+            out[filled] = _pick(runs, filled, flat.dtype, q, nan_last).astype(out_dtype)
     return out.reshape(num_segments, width)
 
 
@@ -185,13 +187,16 @@ def _sign_bit(unsigned: np.dtype[Any]) -> Any:
 def _float_keys(flat: np.ndarray, *, zero: bool) -> np.ndarray:
     if zero:
         flat = flat + flat.dtype.type(0)  # -0.0 + 0.0 is 0.0; every other value is kept
-    unsigned = np.dtype(f"u{flat.dtype.itemsize}")
-    bits = np.ascontiguousarray(flat).view(unsigned)
-    shift = unsigned.itemsize * 8 - 1
+    size = flat.dtype.itemsize
+    unsigned, signed = np.dtype(f"u{size}"), np.dtype(f"i{size}")
+    bits = np.ascontiguousarray(flat).view(signed)
     # Negative floats reverse their order as integers: flip all their bits; set the sign of the
-    # others, so that every negative sorts below every positive.
-    negative = (bits.view(f"i{unsigned.itemsize}") >> shift).view(unsigned)
-    keys: np.ndarray = bits ^ (negative | _sign_bit(unsigned))
+    # others, so that every negative sorts below every positive. In place: each new array of
+    # this size costs as much in page faults as a pass over it.
+    flip = bits >> (size * 8 - 1)
+    flip |= signed.type(np.iinfo(signed).min)
+    flip ^= bits
+    keys: np.ndarray = flip.view(unsigned)
     nan = np.isnan(flat)
     if nan.any():
         keys[nan] = np.array(np.nan, flat.dtype).view(unsigned) | _sign_bit(unsigned)
@@ -231,8 +236,9 @@ def _complex_keys(flat: np.ndarray) -> tuple[np.ndarray, int]:
 class _Runs:
     """Each group's keys, ascending, groups one after another in group order."""
 
-    codes: np.ndarray  # uint64; keys themselves, or indices into ``table``
+    codes: np.ndarray  # uint64: the keys in the bits under ``mask``, or indices into ``table``
     counts: np.ndarray  # elements per group
+    mask: int = (1 << 64) - 1
     table: np.ndarray | None = None
 
     @property
@@ -240,31 +246,42 @@ class _Runs:
         return np.asarray(np.cumsum(self.counts) - self.counts)
 
     def keys_at(self, positions: np.ndarray) -> np.ndarray:
-        codes = self.codes[positions]
+        codes = self.codes[positions] & np.uint64(self.mask)
         return np.asarray(codes if self.table is None else self.table[codes])
 
 
 def _sort_within_groups(
     keys: np.ndarray, key_bits: int, groups: np.ndarray, num_groups: int
 ) -> _Runs:
-    counts = np.bincount(groups, minlength=num_groups)
+    """Sort ``keys`` by (group, key). ``groups`` is int64 in ``[0, num_groups)``."""
     group_bits = (num_groups - 1).bit_length()
     if group_bits == 0:
-        return _Runs(np.sort(keys.astype(np.uint64)), counts)
+        return _Runs(np.sort(keys.astype(np.uint64)), np.array([len(keys)]))
     if key_bits + group_bits <= _PACK_BITS:
-        packed = groups.astype(np.uint64)
-        packed <<= np.uint64(key_bits)
+        # The group stays in the high bits, so codes compare equal only within one group.
+        packed = groups.view(np.uint64) << np.uint64(key_bits)
         packed |= keys
         packed.sort()
-        packed &= np.uint64((1 << key_bits) - 1)
-        return _Runs(packed, counts)
+        counts = _group_sizes(packed, key_bits, groups, num_groups)
+        return _Runs(packed, counts, (1 << key_bits) - 1)
     table, ranks = np.unique(keys, return_inverse=True)
     rank_bits = (len(table) - 1).bit_length()
     if rank_bits + group_bits <= _PACK_BITS:
         ranked = _sort_within_groups(ranks.astype(np.uint64), rank_bits, groups, num_groups)
-        return _Runs(ranked.codes, counts, table)
+        return _Runs(ranked.codes, ranked.counts, ranked.mask, table)
     order = np.lexsort((keys, groups))
-    return _Runs(keys[order].astype(np.uint64), counts)
+    return _Runs(keys[order].astype(np.uint64), np.bincount(groups, minlength=num_groups))
+
+
+def _group_sizes(
+    packed: np.ndarray, key_bits: int, groups: np.ndarray, num_groups: int
+) -> np.ndarray:
+    if num_groups > len(packed) // 64:
+        return np.bincount(groups, minlength=num_groups)
+    # Few groups: a binary search for where each starts beats a pass over the elements.
+    # (Not up to num_groups << key_bits, which may be 2**64 and wrap to 0.)
+    bounds = np.arange(1, num_groups, dtype=np.uint64) << np.uint64(key_bits)
+    return np.diff(np.searchsorted(packed, bounds), prepend=0, append=len(packed))
 
 
 # --- answers from the sorted runs ------------------------------------------------------------
@@ -281,7 +298,9 @@ def _distinct(runs: _Runs, filled: np.ndarray) -> np.ndarray:
     return np.asarray(seen[starts + runs.counts[filled] - 1] - seen[starts] + 1)
 
 
-def _pick(runs: _Runs, filled: np.ndarray, dtype: np.dtype[Any], q: float | None) -> np.ndarray:
+def _pick(
+    runs: _Runs, filled: np.ndarray, dtype: np.dtype[Any], q: float | None, nan_last: bool
+) -> np.ndarray:
     """Median or quantile of each filled group, in NumPy's result dtype."""
     count = runs.counts[filled]
     start = runs.starts[filled]
@@ -294,8 +313,8 @@ def _pick(runs: _Runs, filled: np.ndarray, dtype: np.dtype[Any], q: float | None
             result = _median(value_at((count - 1) // 2), value_at(count // 2), count % 2 == 1)
         else:
             result = _quantile(value_at, count, q)
-    if dtype.kind == "f":
-        # NumPy's nancheck: a NaN sorts last, and a group holding one gives NaN.
+    if nan_last:
+        # NumPy's nancheck: a group holding a NaN gives NaN.
         result[np.isnan(value_at(count - 1))] = np.nan
     return result
 

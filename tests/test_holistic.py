@@ -97,7 +97,7 @@ def sample(dtype: str, rows: int, width: int, rng: np.random.Generator) -> np.nd
         )
         if dtype == "int64":
             # np.quantile's int64 difference would wrap between the extremes (see above).
-            pool = np.array([-(2**62), 2**53 + 1, 2**53 + 2, 2**62, 0, 1, -1, 5], dtype)
+            pool = np.array([-(2**61), 2**53 + 1, 2**53 + 2, 2**62, 0, 1, -1, 5], dtype)
         return rng.choice(pool, size=(rows, width))
     pool = np.array([0.0, -0.0, 1.0, -2.5, 3.25, 1e4, -7.0, 0.5], dtype="float64")
     values = rng.choice(pool, size=(rows, width)) + rng.integers(0, 3, size=(rows, width))
@@ -204,6 +204,13 @@ def test_no_rows_gives_the_fill_in_the_result_dtype():
     assert got.dtype == np.float32 and got.shape == (3, 2) and not got.any()
     got = reduce_holistic("nunique", np.zeros((0, 1), bool), np.zeros(0, np.int64), 0)
     assert got.shape == (0, 1) and got.dtype == np.int64
+
+
+@pytest.mark.parametrize(("op", "q"), [("median", None), ("quantile", 0.9), ("nunique", None)])
+def test_few_long_segments(op, q):
+    # Far fewer groups than values: group sizes come from a search of the sorted keys.
+    values, ids, n = make("float32", seed=8, rows=3000, width=2)
+    same(reduce_holistic(op, values, ids, n, q=q), oracle(op, values, ids, n, q=q))
 
 
 @pytest.mark.parametrize("pack_bits", [20, 8])
