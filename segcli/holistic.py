@@ -264,13 +264,28 @@ def _sort_within_groups(
         packed.sort()
         counts = _group_sizes(packed, key_bits, groups, num_groups)
         return _Runs(packed, counts, (1 << key_bits) - 1)
-    table, ranks = np.unique(keys, return_inverse=True)
+    table, ranks = _dense_ranks(keys)
     rank_bits = (len(table) - 1).bit_length()
     if rank_bits + group_bits <= _PACK_BITS:
         ranked = _sort_within_groups(ranks.astype(np.uint64), rank_bits, groups, num_groups)
         return _Runs(ranked.codes, ranked.counts, ranked.mask, table)
     order = np.lexsort((keys, groups))
     return _Runs(keys[order].astype(np.uint64), np.bincount(groups, minlength=num_groups))
+
+
+def _dense_ranks(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct keys, ascending, and each key's index among them.
+
+    np.unique(return_inverse=True) does the same at twice the cost: it sorts twice.
+    """
+    order = np.argsort(keys)
+    ordered = keys[order]
+    new = np.empty(len(keys), dtype=bool)
+    new[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    ranks = np.empty(len(keys), dtype=np.uint64)
+    ranks[order] = np.cumsum(new) - 1
+    return ordered[new], ranks
 
 
 def _group_sizes(
