@@ -240,6 +240,9 @@ class _Runs:
     counts: np.ndarray  # elements per group
     mask: int = (1 << 64) - 1
     table: np.ndarray | None = None
+    # Squeezed keys: key = (code << shift) + low.
+    low: int = 0
+    shift: int = 0
 
     @property
     def starts(self) -> np.ndarray:
@@ -247,7 +250,9 @@ class _Runs:
 
     def keys_at(self, positions: np.ndarray) -> np.ndarray:
         codes = self.codes[positions] & np.uint64(self.mask)
-        return np.asarray(codes if self.table is None else self.table[codes])
+        if self.table is not None:
+            return np.asarray(self.table[codes])
+        return np.asarray((codes << np.uint64(self.shift)) + np.uint64(self.low))
 
 
 def _sort_within_groups(
@@ -264,6 +269,10 @@ def _sort_within_groups(
         packed.sort()
         counts = _group_sizes(packed, key_bits, groups, num_groups)
         return _Runs(packed, counts, (1 << key_bits) - 1)
+    squeezed, squeezed_bits, low, shift = _squeeze(keys)
+    if squeezed_bits + group_bits <= _PACK_BITS:
+        runs = _sort_within_groups(squeezed, squeezed_bits, groups, num_groups)
+        return _Runs(runs.codes, runs.counts, runs.mask, low=low, shift=shift)
     table, ranks = _dense_ranks(keys)
     rank_bits = (len(table) - 1).bit_length()
     if rank_bits + group_bits <= _PACK_BITS:
@@ -271,6 +280,23 @@ def _sort_within_groups(
         return _Runs(ranked.codes, ranked.counts, ranked.mask, table)
     order = np.lexsort((keys, groups))
     return _Runs(keys[order].astype(np.uint64), np.bincount(groups, minlength=num_groups))
+
+
+def _squeeze(keys: np.ndarray) -> tuple[np.ndarray, int, int, int]:
+    """Keys less the smallest, without the low bits they all share: ``(codes, bits, low,
+    shift)`` with ``key = (code << shift) + low``.
+
+    Cheap, and often enough to pack 64-bit keys: non-negative float64 data that was float32 (29
+    zero bits), integers or timestamps in a narrow range. (Negative floats' keys have those
+    bits flipped, so data of both signs keeps them all.)
+    """
+    keys = keys.astype(np.uint64, copy=False)
+    low, high = int(keys.min()), int(keys.max())
+    spread = int(np.bitwise_or.reduce(keys ^ np.uint64(low)))
+    shift = (spread & -spread).bit_length() - 1 if spread else 0
+    codes = keys - np.uint64(low)
+    codes >>= np.uint64(shift)
+    return codes, ((high - low) >> shift).bit_length(), low, shift
 
 
 def _dense_ranks(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -228,6 +228,24 @@ def test_fallback_sorts_give_the_same_bytes(monkeypatch, op, pack_bits):
         assert fallback.tobytes() == packed.tobytes()
 
 
+@pytest.mark.parametrize("op", ["median", "quantile", "nunique"])
+def test_64_bit_values_in_a_narrow_range_pack_without_ranks(monkeypatch, op):
+    def no_ranks(keys):
+        raise AssertionError("ranked, not squeezed")
+
+    monkeypatch.setattr(holistic, "_dense_ranks", no_ranks)
+    rng = np.random.default_rng(9)
+    ids = rng.integers(0, 40, size=500)
+    q = 0.9 if op == "quantile" else None
+    # float64 values that were float32: the low 29 bits of every key are the same.
+    values = rng.random((500, 2), dtype=np.float32).astype(np.float64)
+    values[::7] = np.inf
+    same(reduce_holistic(op, values, ids, 41, q=q), oracle(op, values, ids, 41, q=q))
+    # Integers far from zero but close to each other.
+    values = 10**15 + rng.integers(-(10**6), 10**6, size=(500, 2))
+    same(reduce_holistic(op, values, ids, 41, q=q), oracle(op, values, ids, 41, q=q))
+
+
 def streamed(op, values, ids, n, cuts, **kwargs) -> np.ndarray:
     reducer = SortedHolisticReducer(op, n, values.shape[1], values.dtype, **kwargs)
     for start, stop in zip([0, *cuts], [*cuts, len(ids)], strict=True):
