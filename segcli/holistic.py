@@ -135,7 +135,8 @@ def _reduce(
     flat, groups = _elements(values, ids, width)
     if skipna and flat.dtype.kind in "fc":
         present = ~np.isnan(flat)
-        flat, groups = flat[present], groups[present]
+        if not present.all():
+            flat, groups = flat[present], groups[present]
     if flat.size:
         keys, key_bits = _order_keys(flat, equality=op == "nunique")
         runs = _sort_within_groups(keys, key_bits, groups, num_groups)
