@@ -336,8 +336,8 @@ def _distinct(runs: _Runs, filled: np.ndarray) -> np.ndarray:
     np.not_equal(codes[1:], codes[:-1], out=new[1:])
     starts = runs.starts[filled]
     new[starts] = True  # a group's first value is new even if the previous group ended on it
-    seen = np.cumsum(new)
-    return np.asarray(seen[starts + runs.counts[filled] - 1] - seen[starts] + 1)
+    # The filled groups' runs tile the array, so each sum ends where the next group starts.
+    return np.asarray(np.add.reduceat(new, starts, dtype=np.int64))
 
 
 def _pick(
