@@ -24,7 +24,7 @@ segment by segment, and gives the same bytes as :func:`reduce_holistic`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -139,7 +139,7 @@ def _reduce(
             flat, groups = flat[present], groups[present]
     if flat.size:
         keys, key_bits = _order_keys(flat, equality=op == "nunique")
-        runs = _sort_within_groups(keys, key_bits, groups, num_groups)
+        runs = _sort_within_groups(keys, key_bits, groups, num_groups, exact=op == "nunique")
         filled = np.flatnonzero(runs.counts)
         if op == "nunique":
             out[filled] = _distinct(runs, filled)
@@ -256,10 +256,45 @@ class _Runs:
         return np.asarray((codes << np.uint64(self.shift)) + np.uint64(self.low))
 
 
+@dataclass(frozen=True)
+class _TruncatedRuns(_Runs):
+    """Runs sorted by (group, the keys' high bits) alone, the ``dropped`` low bits making no
+    room for the group: a picked key's low bits are found again among the few elements tied
+    with it (same group, same high bits), sorted by their low bits."""
+
+    truncated: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
+    keys: np.ndarray = field(default_factory=lambda: np.empty(0, np.uint64))
+    groups: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    dropped: int = 0
+
+    def keys_at(self, positions: np.ndarray) -> np.ndarray:
+        """The keys at ``positions``, at most one position per group."""
+        kept = self.mask.bit_length()
+        picked = self.codes[positions]
+        group = picked >> np.uint64(kept)
+        rank = positions - np.searchsorted(self.codes, picked)  # its place among its ties
+        # One target per group; the others get one their elements never have (the next
+        # group's first code; for the last group that may wrap to 0, which it never has).
+        target = np.arange(1, len(self.counts) + 1, dtype=np.uint64) << np.uint64(kept)
+        target[group] = picked
+        tied = np.flatnonzero(self.truncated == target[self.groups])
+        low_mask = np.uint64((1 << self.dropped) - 1)
+        by_low = self.groups[tied].view(np.uint64) << np.uint64(self.dropped)
+        by_low |= self.keys[tied] & low_mask
+        by_low.sort()
+        first = np.searchsorted(by_low, group << np.uint64(self.dropped))
+        low = by_low[first + rank] & low_mask
+        return np.asarray(((picked & np.uint64(self.mask)) << np.uint64(self.dropped)) | low)
+
+
 def _sort_within_groups(
-    keys: np.ndarray, key_bits: int, groups: np.ndarray, num_groups: int
+    keys: np.ndarray, key_bits: int, groups: np.ndarray, num_groups: int, *, exact: bool = True
 ) -> _Runs:
-    """Sort ``keys`` by (group, key). ``groups`` is int64 in ``[0, num_groups)``."""
+    """Sort ``keys`` by (group, key). ``groups`` is int64 in ``[0, num_groups)``.
+
+    Without ``exact`` the runs need only give the keys at picked positions (median, quantile),
+    not codes that compare equal exactly when keys do (nunique).
+    """
     group_bits = (num_groups - 1).bit_length()
     if group_bits == 0:
         return _Runs(np.sort(keys.astype(np.uint64)), np.array([len(keys)]))
@@ -270,6 +305,9 @@ def _sort_within_groups(
         packed.sort()
         counts = _group_sizes(packed, key_bits, groups, num_groups)
         return _Runs(packed, counts, (1 << key_bits) - 1)
+    kept = _PACK_BITS - group_bits
+    if not exact and key_bits <= 2 * kept:
+        return _truncated_runs(keys, key_bits - kept, groups, num_groups)
     squeezed, squeezed_bits, low, shift = _squeeze(keys)
     if squeezed_bits + group_bits <= _PACK_BITS:
         runs = _sort_within_groups(squeezed, squeezed_bits, groups, num_groups)
@@ -281,6 +319,25 @@ def _sort_within_groups(
         return _Runs(ranked.codes, ranked.counts, ranked.mask, table)
     order = np.lexsort((keys, groups))
     return _Runs(keys[order].astype(np.uint64), np.bincount(groups, minlength=num_groups))
+
+
+def _truncated_runs(
+    keys: np.ndarray, dropped: int, groups: np.ndarray, num_groups: int
+) -> _TruncatedRuns:
+    kept = _PACK_BITS - (num_groups - 1).bit_length()
+    keys = keys.astype(np.uint64, copy=False)
+    truncated = groups.view(np.uint64) << np.uint64(kept)
+    truncated |= keys >> np.uint64(dropped)
+    codes = np.sort(truncated)
+    return _TruncatedRuns(
+        codes,
+        _group_sizes(codes, kept, groups, num_groups),
+        (1 << kept) - 1,
+        truncated=truncated,
+        keys=keys,
+        groups=groups,
+        dropped=dropped,
+    )
 
 
 def _squeeze(keys: np.ndarray) -> tuple[np.ndarray, int, int, int]:

@@ -213,17 +213,20 @@ def test_few_long_segments(op, q):
     same(reduce_holistic(op, values, ids, n, q=q), oracle(op, values, ids, n, q=q))
 
 
-@pytest.mark.parametrize("pack_bits", [20, 8])
-@pytest.mark.parametrize("op", ["median", "nunique"])
+@pytest.mark.parametrize("pack_bits", [34, 24, 20, 8])
+@pytest.mark.parametrize("op", ["median", "quantile", "nunique"])
 def test_fallback_sorts_give_the_same_bytes(monkeypatch, op, pack_bits):
-    # 20 bits: float32 keys and groups do not fit, their ranks do; 8: nothing fits (lexsort).
+    # float32 keys and 27 groups need 37 bits. 34 and 24: median and quantile sort by the
+    # keys' high bits and resolve ties when picking (nunique ranks); 20: ranks fit;
+    # 8: nothing fits (lexsort).
     for dtype in ("float32", "int64", "complex128"):
         if dtype == "complex128" and op != "nunique":
             continue
         values, ids, n = make(dtype, seed=5)
-        packed = reduce_holistic(op, values, ids, n)
+        q = 0.9 if op == "quantile" else None
+        packed = reduce_holistic(op, values, ids, n, q=q)
         monkeypatch.setattr(holistic, "_PACK_BITS", pack_bits)
-        fallback = reduce_holistic(op, values, ids, n)
+        fallback = reduce_holistic(op, values, ids, n, q=q)
         monkeypatch.undo()
         assert fallback.tobytes() == packed.tobytes()
 
