@@ -24,7 +24,7 @@ segment by segment, and gives the same bytes as :func:`reduce_holistic`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -250,10 +250,14 @@ class _Runs:
         return np.asarray(np.cumsum(self.counts) - self.counts)
 
     def keys_at(self, positions: np.ndarray) -> np.ndarray:
-        codes = self.codes[positions] & np.uint64(self.mask)
+        """The keys at ``positions``, at most one position per group."""
+        codes = self._codes_at(positions)
         if self.table is not None:
             return np.asarray(self.table[codes])
         return np.asarray((codes << np.uint64(self.shift)) + np.uint64(self.low))
+
+    def _codes_at(self, positions: np.ndarray) -> np.ndarray:
+        return np.asarray(self.codes[positions] & np.uint64(self.mask))
 
 
 @dataclass(frozen=True)
@@ -267,8 +271,7 @@ class _TruncatedRuns(_Runs):
     groups: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
     dropped: int = 0
 
-    def keys_at(self, positions: np.ndarray) -> np.ndarray:
-        """The keys at ``positions``, at most one position per group."""
+    def _codes_at(self, positions: np.ndarray) -> np.ndarray:
         kept = self.mask.bit_length()
         picked = self.codes[positions]
         group = picked >> np.uint64(kept)
@@ -305,13 +308,14 @@ def _sort_within_groups(
         packed.sort()
         counts = _group_sizes(packed, key_bits, groups, num_groups)
         return _Runs(packed, counts, (1 << key_bits) - 1)
-    kept = _PACK_BITS - group_bits
-    if not exact and key_bits <= 2 * kept:
-        return _truncated_runs(keys, key_bits - kept, groups, num_groups)
     squeezed, squeezed_bits, low, shift = _squeeze(keys)
     if squeezed_bits + group_bits <= _PACK_BITS:
         runs = _sort_within_groups(squeezed, squeezed_bits, groups, num_groups)
         return _Runs(runs.codes, runs.counts, runs.mask, low=low, shift=shift)
+    kept = _PACK_BITS - group_bits
+    if not exact and squeezed_bits <= 2 * kept:
+        runs = _truncated_runs(squeezed, squeezed_bits - kept, groups, num_groups)
+        return replace(runs, low=low, shift=shift)
     table, ranks = _dense_ranks(keys)
     rank_bits = (len(table) - 1).bit_length()
     if rank_bits + group_bits <= _PACK_BITS:
