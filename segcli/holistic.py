@@ -115,8 +115,28 @@ def reduce_holistic(
             f"got {values.shape} and {ids.shape}"
         )
     return _reduce(
-        op, values, ids.astype(np.int64, copy=False), num_segments, quantile, skipna, fill
+        op, values, _checked_ids(ids, num_segments), num_segments, quantile, skipna, fill
     )
+
+
+def _check_num_segments(num_segments: int) -> None:
+    if num_segments < 0:
+        raise InvalidInputError(f"num_segments = {num_segments} is negative")
+
+
+def _checked_ids(ids: np.ndarray, num_segments: int, first_row: int = 0) -> np.ndarray:
+    """ids as int64, after a check that costs two passes: an id out of range would otherwise
+    land silently in another segment's packed keys."""
+    _check_num_segments(num_segments)
+    if ids.dtype.kind not in "iu":
+        raise InvalidInputError(f"segment_ids: {ids.dtype} ids are not integers")
+    if len(ids) and (ids.min() < 0 or ids.max() >= num_segments):
+        bad = np.flatnonzero((ids < 0) | (ids >= num_segments))
+        raise InvalidInputError(
+            f"segment_ids[{first_row + int(bad[0])}] = {ids[bad[0]]} is out of range "
+            f"[0, {num_segments}) ({len(bad)} ids out of range)"
+        )
+    return ids.astype(np.int64, copy=False)
 
 
 def _reduce(
@@ -497,6 +517,7 @@ class SortedHolisticReducer:
         fill: Any = None,
     ) -> None:
         self._q = check_holistic(op, np.dtype(dtype), q)
+        _check_num_segments(num_segments)
         self._op, self._skipna, self._fill = op, skipna, fill
         self._dtype = np.dtype(dtype)
         self._num_segments, self._width = num_segments, inner_size
@@ -507,23 +528,27 @@ class SortedHolisticReducer:
         self._carry_values: list[np.ndarray] = []
         self._carry_ids: list[np.ndarray] = []
         self._last_id = -1
+        self._rows_seen = 0
 
     def push(self, values: np.ndarray, ids: np.ndarray) -> None:
         """Take the next block: ``values`` ``(rows, inner_size)``, ``ids`` ``(rows,)``."""
         values = np.asarray(values)
-        ids = np.asarray(ids).astype(np.int64, copy=False)
+        ids = _checked_ids(np.asarray(ids), self._num_segments, self._rows_seen)
         if len(ids) == 0:
             return
         if ids[0] < self._last_id:
             raise InvalidInputError(
-                f"segment_ids: block starts at {ids[0]} after {self._last_id} (ids must not "
-                f"decrease)"
+                f"segment_ids[{self._rows_seen}] = {ids[0]} < "
+                f"segment_ids[{self._rows_seen - 1}] = {self._last_id} (ids must not decrease)"
             )
         if (ids[1:] < ids[:-1]).any():
             first = int(np.flatnonzero(ids[1:] < ids[:-1])[0]) + 1
             raise InvalidInputError(
-                f"segment_ids: {ids[first]} follows {ids[first - 1]} (ids must not decrease)"
+                f"segment_ids[{self._rows_seen + first}] = {ids[first]} < "
+                f"segment_ids[{self._rows_seen + first - 1}] = {ids[first - 1]} "
+                f"(ids must not decrease)"
             )
+        self._rows_seen += len(ids)
         last = int(ids[-1])
         cut = int(np.searchsorted(ids, last, side="left"))
         if cut:

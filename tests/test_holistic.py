@@ -287,12 +287,31 @@ def test_sorted_stream_gives_the_in_memory_bytes(op, dtype, kwargs):
 
 
 def test_stream_refuses_decreasing_ids():
-    reducer = SortedHolisticReducer("median", 5, 1, np.dtype("float64"))
+    reducer = SortedHolisticReducer("median", 9, 1, np.dtype("float64"))
     reducer.push(np.ones((2, 1)), np.array([1, 3]))
-    with pytest.raises(InvalidInputError, match="ids must not decrease"):
+    with pytest.raises(InvalidInputError, match=r"segment_ids\[2\] = 2 < segment_ids\[1\] = 3"):
         reducer.push(np.ones((1, 1)), np.array([2]))
-    with pytest.raises(InvalidInputError, match="4 follows 5"):
-        reducer.push(np.ones((2, 1)), np.array([5, 4]))
+    with pytest.raises(InvalidInputError, match=r"segment_ids\[4\] = 4 < segment_ids\[3\] = 5"):
+        reducer.push(np.ones((3, 1)), np.array([3, 5, 4]))
+
+
+@pytest.mark.parametrize(
+    ("ids", "n", "message"),
+    [
+        ([0, 3, 1, 3], 3, r"segment_ids\[1\] = 3 is out of range \[0, 3\) \(2 ids out of range\)"),
+        ([0, -1], 3, r"segment_ids\[1\] = -1 is out of range"),
+        (np.array([2**64 - 1], np.uint64), 3, r"segment_ids\[0\] = 18446744073709551615 is out"),
+        ([0.0], 3, "float64 ids are not integers"),
+        ([], -1, "num_segments = -1 is negative"),
+    ],
+)
+def test_ids_out_of_range_are_refused_not_misfiled(ids, n, message):
+    ids = np.asarray(ids)
+    values = np.ones((len(ids), 1))
+    with pytest.raises(InvalidInputError, match=message):
+        reduce_holistic("median", values, ids, n)
+    with pytest.raises(InvalidInputError, match=message):
+        SortedHolisticReducer("median", n, 1, values.dtype).push(values, ids)
 
 
 @pytest.mark.parametrize(
