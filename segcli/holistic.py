@@ -7,8 +7,11 @@ sorted run with vectorised index arithmetic, never a Python loop over segments.
 
 The sort packs ``(group, value)`` into one unsigned 64-bit key when both fit (a float32 value
 and up to 2**32 groups do), so a single ``np.sort`` of integers does the work and values are
-decoded only where they are picked. When they do not fit, values are first replaced by their
-dense ranks (``np.unique``), and only if even that does not fit does ``np.lexsort`` run.
+decoded only where they are picked. 64-bit values that do not fit are first squeezed (less the
+smallest key, without the low bits all keys share); if still too wide, median and quantile sort
+by (group, the keys' high bits) and settle ties among the few elements tied with each pick,
+while nunique, which needs exact equality, ranks the keys (one ``argsort``). Only when not even
+the ranks fit does ``np.lexsort`` run.
 
 Results are NumPy's: ``np.median``, ``np.quantile(values, q)`` with a Python float ``q`` and the
 default linear method, and ``len(np.unique(values))`` (NaN once, -0.0 equal to 0.0), each
@@ -225,7 +228,7 @@ def _float_keys(flat: np.ndarray, *, zero: bool) -> np.ndarray:
 
 
 def _float_values(keys: np.ndarray, dtype: np.dtype[Any]) -> np.ndarray:
-    """The inverse of :func:`_float_keys` (for canonical NaN and signed zeros)."""
+    """The inverse of :func:`_float_keys` (a NaN comes back as the canonical NaN)."""
     unsigned = np.dtype(f"u{dtype.itemsize}")
     keys = keys.astype(unsigned)
     sign = _sign_bit(unsigned)
@@ -534,6 +537,11 @@ class SortedHolisticReducer:
         """Take the next block: ``values`` ``(rows, inner_size)``, ``ids`` ``(rows,)``."""
         values = np.asarray(values)
         ids = _checked_ids(np.asarray(ids), self._num_segments, self._rows_seen)
+        if values.shape != (len(ids), self._width):
+            raise InvalidInputError(
+                f"holistic {self._op}: a block of {len(ids)} ids needs values of shape "
+                f"{(len(ids), self._width)}, got {values.shape}"
+            )
         if len(ids) == 0:
             return
         if ids[0] < self._last_id:

@@ -286,6 +286,12 @@ def test_sorted_stream_gives_the_in_memory_bytes(op, dtype, kwargs):
     )
 
 
+def test_stream_refuses_a_block_of_the_wrong_shape():
+    reducer = SortedHolisticReducer("nunique", 3, 2, np.dtype("int8"))
+    with pytest.raises(InvalidInputError, match=r"needs values of shape \(3, 2\), got \(3, 1\)"):
+        reducer.push(np.zeros((3, 1), np.int8), np.array([0, 1, 2]))
+
+
 def test_stream_refuses_decreasing_ids():
     reducer = SortedHolisticReducer("median", 9, 1, np.dtype("float64"))
     reducer.push(np.ones((2, 1)), np.array([1, 3]))
@@ -368,7 +374,9 @@ def test_property_memory_and_stream_match_numpy(
     kwargs: dict[str, Any] = {"skipna": skipna}
     if op == "quantile":
         kwargs["q"] = q
+    before = values.copy()
     got = reduce_holistic(op, values, ids, n, **kwargs)
+    np.testing.assert_array_equal(values, before, strict=True)  # the input is left alone
     same(got, oracle(op, values, ids, n, **kwargs))
     cuts = sorted(set(rng.integers(0, len(ids) + 1, size=cut_count).tolist()))
     assert streamed(op, values, ids, n, cuts, **kwargs).tobytes() == got.tobytes()
