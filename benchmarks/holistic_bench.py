@@ -28,6 +28,7 @@ from segcli.holistic import SortedHolisticReducer, reduce_holistic
 HERE = Path(__file__).resolve().parent
 SEED = 0
 BLOCK_ROWS = 1_000_000
+NOTES = "<!-- notes: written by hand, kept by new runs -->"
 
 
 def workloads(rows: int) -> dict[str, tuple[np.ndarray, np.ndarray, int]]:
@@ -172,8 +173,11 @@ def main() -> None:
             f"| {name} | {median:.3f} | {best:.3f} | {ratio:.2f}x | {best_ratio:.2f}x | {peak} |"
         )
     text = "\n".join(lines) + "\n"
-    args.out.write_text(text)
     print(text)
+    # Notes written by hand below the marker survive a new run.
+    if args.out.exists() and NOTES in args.out.read_text():
+        text += "\n" + NOTES + args.out.read_text().split(NOTES, 1)[1]
+    args.out.write_text(text)
 
 
 if __name__ == "__main__":
