@@ -117,7 +117,7 @@ def _check_before_ids(
     ids_label: str | None,
 ) -> int | None:
     """The checks that come before the ids' values: dtypes, shapes and n."""
-    ops.check_dtype(op, data.dtype, data_label or "data")
+    ops.check_data_dtype(op, data.dtype, data_label or "data")
     validate.check_ids_dtype(ids.dtype, ids_label, ids)
     validate.check_shapes(
         data.shape, ids.shape, sorted_ids=sorted_ids, data_label=data_label, ids_label=ids_label
@@ -237,7 +237,7 @@ def reduce_arrays(
     validated = time.perf_counter()
     state = choice.engine.new_state(op_def, n, inner_shape, data.dtype, sorted_ids=sorted)
     choice.engine.fold(state, data.reshape(ids.size, width), ids.reshape(-1), sorted_ids=sorted)
-    host = choice.engine.to_host(state)
+    host = state.to_host()
     if report is None:
         report = report_from_counts(host.count, ids, n, inferred=inferred, label=ids_label)
     reduction = Reduction.finish(

@@ -472,7 +472,7 @@ def check(
         report, counts, nan_rows = reduction.ids, reduction.result, nan_seen[0]
     else:
         data, ids = memory.read(request, streams)
-        ops.check_dtype(op, data.array.dtype, data.label)
+        ops.check_data_dtype(op, data.array.dtype, data.label)
         # A ``count`` reduction runs the same validation and counts each segment's rows.
         reduction = core.reduce_arrays(
             data.array,

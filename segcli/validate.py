@@ -20,17 +20,13 @@ import numpy as np
 
 from segcli.errors import InvalidInputError
 
-#: An optional one-pass scan of a block of ids: ``numba_scan(block, n or -1, sorted_ids)`` gives
-#: (negatives, first negative, ids >= n, first such, max, decreases, first decrease). The numba
-#: engine installs it when it is imported; validation never imports numba itself (its start-up
-#: costs more than the scan saves on small inputs). The NumPy path takes several passes.
-numba_scan: Callable[[np.ndarray, int, bool], tuple[int, ...]] | None = None
-#: Blocks from this many ids on use ``numba_scan`` when it is installed.
+#: Blocks from this many ids on use an engine's one-pass id scan (``Engine.scan_ids``) when
+#: the registry offers one (:func:`segcli.engines.id_scanner`: an engine already imported, such
+#: as numba; validation never imports one itself, since numba's start-up costs more than the
+#: scan saves on small inputs). The NumPy path takes several passes.
 NUMBA_SCAN_MIN_IDS = 1 << 16
-#: Runs the given calls at once and returns their results in order; the numba engine installs
-#: its thread pool here, so that large blocks are scanned a slice per core.
-run_concurrently: Callable[[list[Callable[[], Any]]], list[Any]] | None = None
-#: Blocks from this many ids on are scanned a slice per core (a hand-off costs ~50 us).
+#: Blocks from this many ids on are scanned a slice per core, on the scanning engine's threads
+#: (a hand-off costs ~50 us).
 CONCURRENT_SCAN_MIN_IDS = 1 << 20
 
 #: Maps a global flat position to (label of the ids' file or None, ``segment_ids[...]`` there).
@@ -198,9 +194,17 @@ class IdSummary:
         return bool(self.too_big.count)
 
 
+def _id_scanner() -> Any:
+    """The engine whose one-pass scan validation uses, or None (see engines/base.py)."""
+    from segcli.engines import id_scanner  # the registry, which imports no engine
+
+    return id_scanner()
+
+
 def _scans_compiled(flat: np.ndarray) -> bool:
-    """Whether ``numba_scan`` takes this block (one compiled pass instead of NumPy's several)."""
-    return numba_scan is not None and flat.size >= NUMBA_SCAN_MIN_IDS and flat.dtype.isnative
+    """Whether an engine's scan takes this block (one compiled pass instead of NumPy's
+    several)."""
+    return flat.size >= NUMBA_SCAN_MIN_IDS and flat.dtype.isnative and _id_scanner() is not None
 
 
 def implied_num_segments(flat: np.ndarray) -> int:
@@ -267,27 +271,27 @@ def summarize(
 def _summarize_scanned(
     flat: np.ndarray, start: int, num_segments: int | None, *, sorted_ids: bool
 ) -> IdSummary:
-    """:func:`summarize` from one compiled pass (``numba_scan``): the same fields.
+    """:func:`summarize` from one compiled pass (an engine's ``scan_ids``): the same fields.
 
     A large block is scanned in two slices at once; their summaries merge like any two.
     """
-    if run_concurrently is not None and flat.size >= CONCURRENT_SCAN_MIN_IDS:
+    scanner = _id_scanner()
+    if flat.size >= CONCURRENT_SCAN_MIN_IDS:
         half = flat.size // 2
-        first, second = run_concurrently(
+        first, second = scanner.run_concurrently(
             [
-                partial(_scan_slice, flat[:half], start, num_segments, sorted_ids),
-                partial(_scan_slice, flat[half:], start + half, num_segments, sorted_ids),
+                partial(_scan_slice, scanner, flat[:half], start, num_segments, sorted_ids),
+                partial(_scan_slice, scanner, flat[half:], start + half, num_segments, sorted_ids),
             ]
         )
         return merge(first, second)
-    return _scan_slice(flat, start, num_segments, sorted_ids)
+    return _scan_slice(scanner, flat, start, num_segments, sorted_ids)
 
 
 def _scan_slice(
-    flat: np.ndarray, start: int, num_segments: int | None, sorted_ids: bool
+    scanner: Any, flat: np.ndarray, start: int, num_segments: int | None, sorted_ids: bool
 ) -> IdSummary:
-    assert numba_scan is not None
-    scan = numba_scan(flat, -1 if num_segments is None else num_segments, sorted_ids)
+    scan = scanner.scan_ids(flat, -1 if num_segments is None else num_segments, sorted_ids)
     negatives, first_negative, too_big, first_too_big, block_max, falls, first_fall = scan
     negative = (
         Offender(negatives, start + first_negative, int(flat[first_negative]))

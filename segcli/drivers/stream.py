@@ -17,7 +17,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from queue import Full, Queue
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
@@ -104,12 +104,10 @@ class _GrowingState:
         grown = max(needed, 2 * current)
         check_output_fits(self.op, needed, self.inner, self.dtype, sorted_ids=self.sorted_ids)
         # The segments not seen yet start empty; the engine keeps its own state's layout.
-        self.state = self.engine.grow(self.state, grown)
+        self.state = self.state.grown(grown)
 
     def trimmed(self, n: int) -> ops.State:
-        host = self.engine.to_host(self.state)
-        acc = None if host.acc is None else host.acc[:, :n]
-        return replace(host, count=host.count[:n], acc=acc)
+        return self.state.to_host().trimmed(n)
 
 
 def reduce_stream(
@@ -131,7 +129,7 @@ def reduce_stream(
     ``on_data_block`` sees every block of DATA as it passes (``segcli check`` counts NaN there).
     """
     op_def = ops.get_op(op)
-    ops.check_dtype(op_def, data.dtype, data.label)
+    ops.check_data_dtype(op_def, data.dtype, data.label)
     validate.check_ids_dtype(ids.dtype, ids.label)
     # A stream's length is known only at its end (shape[0] < 0): the block loop checks it.
     data_shape, ids_shape = _comparable_shapes(data.shape, ids.shape)
@@ -312,7 +310,7 @@ def reduce_request(
             csv=csv,
         )
     if data_checked_for is not None:
-        ops.check_dtype(data_checked_for, data.dtype, data.label)
+        ops.check_data_dtype(data_checked_for, data.dtype, data.label)
     reduction, plan = reduce_stream(
         data,
         ids,

@@ -64,6 +64,18 @@ def get_engine(name: str) -> Engine:
     return engine
 
 
+def id_scanner() -> Engine | None:
+    """The engine whose id scan validation uses: the first already imported in this process
+    that offers one (its start-up is paid, so the scan costs nothing extra), or None for
+    validation's own NumPy passes. Never imports an engine."""
+    for entry in _REGISTRY.values():
+        module = sys.modules.get(entry.module)
+        engine: Engine | None = getattr(module, "ENGINE", None)
+        if engine is not None and engine.scans_ids:
+            return engine
+    return None
+
+
 def choose_engine(name: str | Engine, *, elements: int) -> EngineChoice:
     """Resolve ``auto``; an engine asked for by name is used or is an error, never swapped.
 
@@ -97,4 +109,4 @@ def choose_engine(name: str | Engine, *, elements: int) -> EngineChoice:
     raise EngineUnavailableError("no engine can run here")  # numpy always can
 
 
-__all__ = ["ENGINE_NAMES", "Engine", "EngineChoice", "choose_engine", "get_engine"]
+__all__ = ["ENGINE_NAMES", "Engine", "EngineChoice", "choose_engine", "get_engine", "id_scanner"]

@@ -45,7 +45,7 @@ from segcli.drivers.dask.plan import (
     open_dataset,
     plan_partitions,
 )
-from segcli.drivers.dask.tasks import Job, PartResult, combine_results, pad_state, run_partition
+from segcli.drivers.dask.tasks import Job, PartResult, combine_results, run_partition
 from segcli.drivers.dask.tasks import summary_of as _summary_of
 from segcli.errors import ClusterError, EngineUnavailableError, SegcliError, UsageError
 from segcli.io.formats import first_line, input_format
@@ -161,7 +161,7 @@ def _check_one_source(request: RunRequest, first: str) -> None:
 def _check_inputs(request: RunRequest, op: ops.Op, plan: Plan) -> int | None:
     """Every check of SPEC that metadata answers, before any worker reads a row."""
     data, ids = plan.data, plan.ids
-    ops.check_dtype(op, data.dtype, data.label)
+    ops.check_data_dtype(op, data.dtype, data.label)
     validate.check_ids_dtype(ids.dtype, ids.label)
     validate.check_shapes(
         data.shape,
@@ -380,7 +380,7 @@ def _map_reduce(
     state = merged.state or ops.new_state(
         op, n, _inner(plan), plan.data.dtype, sorted_ids=job.sorted_ids
     )
-    return id_report, pad_state(state, n), merged.engines
+    return id_report, state.grown(n), merged.engines
 
 
 def _combine_tree(client: Client, futures: list[Future], token: str) -> Future:
