@@ -18,6 +18,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -54,10 +55,14 @@ def main() -> None:
         for engine in ENGINES:
             for op in OPS:
                 calls = {
-                    name: (
-                        lambda m=module: m.segment_reduce(
-                            data, ids, SEGMENTS, op, sorted=is_sorted, engine=engine
-                        )
+                    name: partial(
+                        module.segment_reduce,
+                        data,
+                        ids,
+                        SEGMENTS,
+                        op,
+                        sorted=is_sorted,
+                        engine=engine,
                     )
                     for name, module in versions.items()
                 }
