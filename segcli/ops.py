@@ -280,30 +280,59 @@ class Op:
         return self.empty(out_dtype)
 
 
-def _one_fold_op(name: str, kind: str, empty: Callable[[np.dtype[Any]], Any]) -> Op:
-    """sum, prod, min, max: one intermediate, cast to the data dtype."""
-    acc_dtype = _own_dtype if kind in ("min", "max") else _wrapping_dtype
-    kinds = REAL if kind in ("min", "max") else ANY_NUMBER
-    intermediate = Intermediate(kind, FOLDS[kind], acc_dtype)
-    return Op(name, (intermediate,), _cast(kind), empty, _data_out_dtype, kinds)
-
-
-def _sum_divided_op(name: str, divisor_of_count: Callable[[np.ndarray], np.ndarray]) -> Op:
-    """mean, sqrt_n: a sum without wraparound, divided by a function of the count."""
-    intermediate = Intermediate("sum", FOLDS["sum"], _exact_sum_dtype)
-    return Op(name, (intermediate,), _divided("sum", divisor_of_count), _zero, _mean_out_dtype)
+def _keeps(name: str, dtype_rule: Callable[[np.dtype[Any]], np.dtype[Any]]) -> Intermediate:
+    """An intermediate named after the primitive fold that builds it."""
+    return Intermediate(name, FOLDS[name], dtype_rule)
 
 
 OPS: dict[str, Op] = {
     op.name: op
     for op in (
-        _one_fold_op("sum", "sum", _zero),
-        _sum_divided_op("mean", _as_is),
-        _one_fold_op("min", "min", _largest),
-        _one_fold_op("max", "max", _lowest),
-        _one_fold_op("prod", "prod", _one),
-        _sum_divided_op("sqrt_n", np.sqrt),
-        Op("count", (), _count_rows, _zero, _count_out_dtype),
+        Op(
+            "sum",
+            (_keeps("sum", _wrapping_dtype),),
+            finalize=_cast("sum"),
+            empty=_zero,
+            output_dtype=_data_out_dtype,
+        ),
+        Op(
+            "mean",
+            (_keeps("sum", _exact_sum_dtype),),
+            finalize=_divided("sum", _as_is),
+            empty=_zero,
+            output_dtype=_mean_out_dtype,
+        ),
+        Op(
+            "min",
+            (_keeps("min", _own_dtype),),
+            finalize=_cast("min"),
+            empty=_largest,
+            output_dtype=_data_out_dtype,
+            data_kinds=REAL,
+        ),
+        Op(
+            "max",
+            (_keeps("max", _own_dtype),),
+            finalize=_cast("max"),
+            empty=_lowest,
+            output_dtype=_data_out_dtype,
+            data_kinds=REAL,
+        ),
+        Op(
+            "prod",
+            (_keeps("prod", _wrapping_dtype),),
+            finalize=_cast("prod"),
+            empty=_one,
+            output_dtype=_data_out_dtype,
+        ),
+        Op(
+            "sqrt_n",
+            (_keeps("sum", _exact_sum_dtype),),
+            finalize=_divided("sum", np.sqrt),
+            empty=_zero,
+            output_dtype=_mean_out_dtype,
+        ),
+        Op("count", (), finalize=_count_rows, empty=_zero, output_dtype=_count_out_dtype),
     )
 }
 
