@@ -31,23 +31,27 @@ adds exactly.)
 How to add an op (say a mergeable ``var``):
 
 1. its name and one-line help in :mod:`segcli.op_names`;
-2. one :class:`Op` entry in :data:`OPS`: the intermediates it keeps (for ``var``: ``sum`` of
-   shifted values and ``m2``, beside the ``count`` every state keeps), each with a fold kind
-   and an accumulator dtype rule; the data kinds it accepts; its output dtype rule; its empty
-   value; and its ``finalize`` (``m2 / (count - ddof)``);
-3. a :class:`Fold` in :data:`FOLDS` for any kind no op used before (``m2``), and that kind in
-   each engine's one primitive table (``numpy_engine._UFUNCS``, ``numba_engine._KERNEL_KINDS``,
-   ``cupy_fold.scatter_mode`` / ``fold_block``'s combine), or a fallback to the NumPy engine;
-4. a reference implementation in ``tests/reference.py``; the engine and spec tests take every
-   op of the table by themselves.
+2. one :class:`Op` entry in :data:`OPS`: the intermediates it keeps beside the ``count``
+   every state keeps (for ``var``: ``sum`` of shifted values and ``m2``), each with a fold
+   kind and an accumulator dtype rule; its ``finalize`` (``m2 / (count - ddof)``); its empty
+   value; its output dtype rule; the data kinds it accepts;
+3. for a fold kind no op used before (``m2``): a :class:`Fold` in :data:`FOLDS`, and the kind
+   in each engine's one primitive table (``numpy_engine._UFUNCS``,
+   ``numba_engine._KERNEL_KINDS``, ``cupy_fold.scatter_mode`` and ``_COMBINES``), or that
+   engine's fallback to the NumPy engine;
+4. its reference implementation in ``tests/reference.py``; the engine, spec and GPU tests take
+   every op of the table by themselves.
 
-The engines' tuned paths today fold an op's intermediates one at a time (``State.acc`` is the
-one an op with a single intermediate keeps); an op whose fold of one intermediate reads
-another (``m2`` reads the running mean) is the primitive an engine adds.
+An op whose intermediates are all folds the engines know needs step 2 and 4 only: engines fold
+an op's intermediates one at a time (:meth:`State.per_intermediate`, through
+``Engine.fold``), each by its kind (``tests/test_op_table.py`` adds a ``range`` op that way).
+A fold that reads another intermediate as it goes (``m2`` reads the running mean and count) is
+the one new primitive each engine needs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
 import importlib
 import math
@@ -354,9 +358,13 @@ LANE_ROWS = 1 << 16
 
 
 def lane_count(op: Op, acc_dtype: np.dtype[Any] | None, *, sorted_ids: bool = False) -> int:
-    """How many lanes the op's accumulator keeps: :data:`LANES` where the order matters over
-    unsorted ids; one otherwise."""
-    fold = op.fold
+    """How many lanes the op's one intermediate keeps (see :func:`fold_lanes`)."""
+    return fold_lanes(op.fold, acc_dtype, sorted_ids=sorted_ids)
+
+
+def fold_lanes(fold: Fold | None, acc_dtype: np.dtype[Any] | None, *, sorted_ids: bool) -> int:
+    """How many lanes an intermediate keeps: :data:`LANES` where the order of its fold
+    matters over unsorted ids; one otherwise."""
     if not sorted_ids and acc_dtype is not None and fold is not None:
         return LANES if fold.order_matters(acc_dtype) else 1
     return 1
@@ -436,8 +444,8 @@ class State:
 
     @property
     def lanes(self) -> int:
-        acc = self.acc
-        return 1 if acc is None else int(acc.shape[0])
+        """Lanes of the op's intermediates (the most any keeps; 1 for count alone)."""
+        return max((int(self.arrays[i.name].shape[0]) for i in self.op.intermediates), default=1)
 
     @property
     def num_segments(self) -> int:
@@ -467,22 +475,29 @@ class State:
         already has that many."""
         if num_segments <= self.num_segments:
             return self
-        xp = self.xp
-        bigger = new_state(
-            self.op,
-            num_segments,
-            self.inner_shape,
-            self.data_dtype,
-            xp=xp,
-            first_row=self.next_row,
-            lanes=self.lanes,
-        )
-        # Copy the segments seen so far; the rest keep the identity (empty).
-        seen = self.num_segments
-        bigger.count[:seen] = self.count
+        xp, seen = self.xp, self.num_segments
+        arrays = {"count": xp.zeros(num_segments, dtype=np.int64)}
+        arrays["count"][:seen] = self.count
         for intermediate in self.op.intermediates:
-            bigger.arrays[intermediate.name][:, :seen] = self.arrays[intermediate.name]
-        return bigger
+            old = self.arrays[intermediate.name]
+            lanes, _, width = old.shape
+            identity = intermediate.fold.identity(old.dtype)
+            # The segments seen so far are copied; the rest keep the identity (empty).
+            arrays[intermediate.name] = xp.full((lanes, num_segments, width), identity, old.dtype)
+            arrays[intermediate.name][:, :seen] = old
+        return self._with_arrays(arrays)
+
+    def per_intermediate(self) -> list[State]:
+        """One state per intermediate, each an op of that intermediate alone, sharing this
+        state's arrays: what an engine's tuned folds take. The first shares the count; the
+        others count into scratch arrays, so that the rows are counted once."""
+        views = []
+        for k, intermediate in enumerate(self.op.intermediates):
+            count = self.count if k == 0 else self.xp.zeros_like(self.count)
+            alone = dataclasses.replace(self.op, intermediates=(intermediate,))
+            arrays = {"count": count, intermediate.name: self.arrays[intermediate.name]}
+            views.append(State(alone, self.data_dtype, self.inner_shape, arrays, self.next_row))
+        return views
 
     def trimmed(self, num_segments: int) -> State:
         """The state over its first ``num_segments`` segments (views, not copies)."""
@@ -508,7 +523,7 @@ def state_bytes(
     per_segment = 8 + op.out_dtype(data_dtype).itemsize * inner_size(inner_shape)
     for intermediate in op.intermediates:
         acc_dtype = intermediate.acc_dtype(np.dtype(data_dtype))
-        lanes = lane_count(op, acc_dtype, sorted_ids=sorted_ids)
+        lanes = fold_lanes(intermediate.fold, acc_dtype, sorted_ids=sorted_ids)
         per_segment += lanes * acc_dtype.itemsize * inner_size(inner_shape)
     return num_segments * per_segment
 
@@ -529,8 +544,11 @@ def new_state(
     arrays = {"count": xp.zeros(num_segments, dtype=np.int64)}
     for intermediate in op.intermediates:
         acc_dtype = intermediate.acc_dtype(np.dtype(data_dtype))
-        count = lane_count(op, acc_dtype, sorted_ids=sorted_ids) if lanes is None else lanes
-        shape = (count, num_segments, inner_size(inner_shape))
+        if lanes is None:
+            kept = fold_lanes(intermediate.fold, acc_dtype, sorted_ids=sorted_ids)
+        else:
+            kept = lanes
+        shape = (kept, num_segments, inner_size(inner_shape))
         arrays[intermediate.name] = xp.full(shape, intermediate.fold.identity(acc_dtype), acc_dtype)
     return State(op, np.dtype(data_dtype), tuple(inner_shape), arrays, first_row)
 
@@ -626,7 +644,7 @@ def finalize(state: State, fill: Any = None) -> np.ndarray:
     for intermediate in op.intermediates:
         parts[intermediate.name] = merged_lanes(state, intermediate)
     # Merged lanes are new arrays; a single lane is the state's own, never written to.
-    owned = state.lanes > 1
+    owned = all(state.arrays[i.name].shape[0] > 1 for i in op.intermediates)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         result = op.finalize(parts, out_dtype, owned)
     if result.ndim == 2:

@@ -69,9 +69,22 @@ class Engine:
     def fold(
         self, state: ops.State, data: np.ndarray, ids: np.ndarray, *, sorted_ids: bool
     ) -> None:
-        """Fold the next block of rows into ``state`` (the rows after those folded so far)."""
+        """Fold the next block of rows into ``state`` (the rows after those folded so far).
+
+        An op of several intermediates folds them one after another, each through the
+        engine's path for its fold kind (:meth:`segcli.ops.State.per_intermediate`).
+        """
         first_row = state.next_row
-        self.fold_block(state, data, ids, sorted_ids=sorted_ids, first_row=first_row)
+        if len(state.op.intermediates) <= 1:
+            self.fold_block(state, data, ids, sorted_ids=sorted_ids, first_row=first_row)
+        else:
+            for k, view in enumerate(state.per_intermediate()):
+                self.fold_block(view, data, ids, sorted_ids=sorted_ids, first_row=first_row)
+                # An engine may have moved the arrays (to its device): keep what it folded.
+                (name,) = (i.name for i in view.op.intermediates)
+                state.arrays[name] = view.arrays[name]
+                if k == 0:
+                    state.count = view.count
         state.next_row = first_row + int(ids.shape[0])
 
     def fold_block(
