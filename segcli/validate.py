@@ -5,7 +5,7 @@ of consecutive ids (how many break each rule, the first offender's *global* flat
 value, the largest, first and last id), :func:`merge` joins two runs in row order (and catches a
 decrease across their boundary), and :func:`report` turns the summary of all the ids into an
 :class:`IdReport` or raises the first error. The in-memory path (one block), streaming (many
-blocks, :class:`IdScanner`), GPU blocks and Dask partitions therefore find the same first
+blocks, :class:`IdScanner`) and Dask partitions therefore find the same first
 offender at the same position and report the same totals. Nothing here looks at data values.
 """
 
@@ -402,7 +402,7 @@ def _error(first: Offender, locate: Locator, message: str) -> InvalidInputError:
 class IdScanner:
     """Validates the ids of one input fed in consecutive blocks of their flattened order.
 
-    ``feed`` every block (or ``feed_summary`` a block summarised elsewhere, on a GPU say), then
+    ``feed`` every block (or ``feed_summary`` a block summarised elsewhere), then
     ``finish`` returns the report or raises the first error.
     """
 
