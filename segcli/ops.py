@@ -357,11 +357,6 @@ LANES = 2
 LANE_ROWS = 1 << 16
 
 
-def lane_count(op: Op, acc_dtype: np.dtype[Any] | None, *, sorted_ids: bool = False) -> int:
-    """How many lanes the op's one intermediate keeps (see :func:`fold_lanes`)."""
-    return fold_lanes(op.fold, acc_dtype, sorted_ids=sorted_ids)
-
-
 def fold_lanes(fold: Fold | None, acc_dtype: np.dtype[Any] | None, *, sorted_ids: bool) -> int:
     """How many lanes an intermediate keeps: :data:`LANES` where the order of its fold
     matters over unsorted ids; one otherwise."""
@@ -407,7 +402,7 @@ class State:
     """Partial state of one reduction over some rows; engines fold rows into it in place.
 
     ``arrays`` holds ``count``, shape ``(n,)``, and each of the op's intermediates by name,
-    shape ``(lanes, n, inner_size)`` (see :func:`lane_count`). ``next_row`` is the global row
+    shape ``(lanes, n, inner_size)`` (see :func:`fold_lanes`). ``next_row`` is the global row
     number of the next row to fold, which decides its lane. The arrays may belong to another
     array library (CuPy) while an engine works; :meth:`to_host` brings them back, and
     :func:`finalize` takes a host state. Its methods are the one way to move
@@ -540,7 +535,7 @@ def new_state(
     lanes: int | None = None,
 ) -> State:
     """An empty state (no rows folded yet) for ``num_segments`` segments; its first row will be
-    global row ``first_row``. ``lanes`` overrides :func:`lane_count` (to copy a state)."""
+    global row ``first_row``. ``lanes`` overrides :func:`fold_lanes` for every intermediate."""
     arrays = {"count": xp.zeros(num_segments, dtype=np.int64)}
     for intermediate in op.intermediates:
         acc_dtype = intermediate.acc_dtype(np.dtype(data_dtype))
