@@ -66,6 +66,10 @@ _KERNEL_KINDS: dict[str, int] = {
     "min": kernels.MIN,
     "max": kernels.MAX,
 }
+#: How two private accumulators of a kernel kind merge: its fold's own ``merge``.
+_MERGES: dict[int, np.ufunc] = {
+    value: ops.FOLDS[kind].merge for kind, value in _KERNEL_KINDS.items()
+}
 
 _pool: ThreadPoolExecutor | None = None
 _announced = False
@@ -169,17 +173,11 @@ def _fold_private(
             for (a, b), acc_k, count_k in zip(slices, accs, counts, strict=True)
         ]
     )
-    merge = merge_of(kind)
+    merge = _MERGES[kind]
     with np.errstate(invalid="ignore", over="ignore"):  # NaN compares by design
         for acc_k, count_k in zip(accs[1:], counts[1:], strict=True):
             merge(acc, acc_k, out=acc)
             count += count_k
-
-
-def merge_of(kind: int) -> np.ufunc:
-    """How two partial accumulators of a kernel kind merge: its fold's own ``merge``."""
-    (fold_kind,) = [name for name, value in _KERNEL_KINDS.items() if value == kind]
-    return ops.FOLDS[fold_kind].merge
 
 
 def _apart(shape: tuple[int, int, int], dtype: Any = np.float64) -> np.ndarray:
