@@ -24,7 +24,7 @@ from segcli.errors import InvalidInputError
 #: the registry offers one (:func:`segcli.engines.id_scanner`: an engine already imported, such
 #: as numba; validation never imports one itself, since numba's start-up costs more than the
 #: scan saves on small inputs). The NumPy path takes several passes.
-NUMBA_SCAN_MIN_IDS = 1 << 16
+ENGINE_SCAN_MIN_IDS = 1 << 16
 #: Blocks from this many ids on are scanned a slice per core, on the scanning engine's threads
 #: (a hand-off costs ~50 us).
 CONCURRENT_SCAN_MIN_IDS = 1 << 20
@@ -201,10 +201,10 @@ def _id_scanner() -> Any:
     return id_scanner()
 
 
-def _scans_compiled(flat: np.ndarray) -> bool:
+def _scans_with_engine(flat: np.ndarray) -> bool:
     """Whether an engine's scan takes this block (one compiled pass instead of NumPy's
     several)."""
-    return flat.size >= NUMBA_SCAN_MIN_IDS and flat.dtype.isnative and _id_scanner() is not None
+    return flat.size >= ENGINE_SCAN_MIN_IDS and flat.dtype.isnative and _id_scanner() is not None
 
 
 def implied_num_segments(flat: np.ndarray) -> int:
@@ -215,7 +215,7 @@ def implied_num_segments(flat: np.ndarray) -> int:
     flat = flat.reshape(-1)
     if flat.size == 0:
         return 0
-    if _scans_compiled(flat):
+    if _scans_with_engine(flat):
         largest = summarize(flat, 0, None, sorted_ids=False).max_id
     else:
         largest = flat.max()
@@ -227,7 +227,7 @@ def count_negative(flat: np.ndarray) -> int:
     flat = flat.reshape(-1)
     if flat.dtype.kind == "u" or flat.size == 0:
         return 0
-    if _scans_compiled(flat):
+    if _scans_with_engine(flat):
         return summarize(flat, 0, None, sorted_ids=False).negative.count
     return int(np.count_nonzero(flat < 0))
 
@@ -247,7 +247,7 @@ def summarize(
     flat = flat.reshape(-1)
     if flat.size == 0:
         return IdSummary(start, 0)
-    if _scans_compiled(flat) and (num_segments is None or num_segments < 2**62):
+    if _scans_with_engine(flat) and (num_segments is None or num_segments < 2**62):
         return _summarize_scanned(flat, start, num_segments, sorted_ids=sorted_ids)
     low, high = int(flat.min()), int(flat.max())
     # The masks cost a pass each: built only when the extremes say there is an offender.

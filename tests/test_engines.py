@@ -527,7 +527,7 @@ def test_numba_validation_scan_matches_numpy(
     from segcli import validate
     from segcli.engines import numba_engine
 
-    monkeypatch.setattr(validate, "NUMBA_SCAN_MIN_IDS", 1)
+    monkeypatch.setattr(validate, "ENGINE_SCAN_MIN_IDS", 1)
     monkeypatch.setattr(validate, "_id_scanner", lambda: None)
     want = _scan_outcome(ids, n, sorted_ids, blocks)
     monkeypatch.setattr(validate, "_id_scanner", lambda: numba_engine.ENGINE)
