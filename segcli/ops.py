@@ -432,11 +432,6 @@ class State:
         (only,) = self.op.intermediates
         return self.arrays[only.name]
 
-    @acc.setter
-    def acc(self, value: Any) -> None:
-        (only,) = self.op.intermediates
-        self.arrays[only.name] = value
-
     @property
     def lanes(self) -> int:
         """Lanes of the op's intermediates (the most any keeps; 1 for count alone)."""
