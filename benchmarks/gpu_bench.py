@@ -186,7 +186,7 @@ def end_to_end_rows(sizes: dict[str, int], repeats: int, folder: Path) -> list[l
         ids = np.load(ids_path, mmap_mode="r")
         state = engine.new_state(ops.get_op(op), 1000, (), data.dtype)
         engine.fold(state, data, ids, sorted_ids=False)
-        return ops.finalize(engine.to_host(state))
+        return ops.finalize(state.to_host())
 
     def core_from_file() -> np.ndarray:
         data = np.load(data_path, mmap_mode="r")

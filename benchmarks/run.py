@@ -210,7 +210,7 @@ def segcli_compute(engine_name: str, work: Workload, op: str) -> Fn:
     def run() -> np.ndarray:
         state = engine.new_state(op_def, work.n, inner, work.data.dtype, sorted_ids=work.sorted_ids)
         engine.fold(state, rows, work.ids, sorted_ids=work.sorted_ids)
-        return ops.finalize(engine.to_host(state))
+        return ops.finalize(state.to_host())
 
     return run
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from segcli import __version__
+from segcli import __version__, notices
 from segcli.errors import (
     EXIT_BROKEN_PIPE,
     EXIT_CODES,
@@ -261,6 +261,12 @@ def cli() -> None:
     segcli mean table.parquet --data-column value --ids-column segment -o out.parquet
     segcli check data.npy ids.npy -n 4 --max-empty 0
     """
+    notices.listen(_print_notice)
+
+
+def _print_notice(message: str) -> None:
+    # The library's notes (a first run compiling kernels) go to stderr, even with --quiet.
+    click.echo(message, err=True)
 
 
 def _verdict(error: SegcliError | None) -> dict[str, Any]:

@@ -124,7 +124,7 @@ def check_metadata(
     """
     data_shape, data_dtype = data
     ids_shape, ids_dtype = ids
-    ops.check_dtype(op, data_dtype, data_label or "data")
+    ops.check_data_dtype(op, data_dtype, data_label or "data")
     validate.check_ids_dtype(ids_dtype, ids_label, ids_values)
     validate.check_shapes(
         data_shape, ids_shape, sorted_ids=sorted_ids, data_label=data_label, ids_label=ids_label
@@ -298,7 +298,7 @@ def reduce_arrays(
     validated = time.perf_counter()
     state = choice.engine.new_state(op_def, n, inner_shape, data.dtype, sorted_ids=sorted)
     choice.engine.fold(state, data.reshape(ids.size, width), ids.reshape(-1), sorted_ids=sorted)
-    host = choice.engine.to_host(state)
+    host = state.to_host()
     if report is None:
         report = report_from_counts(host.count, ids, n, inferred=inferred, label=ids_label)
     reduction = Reduction.finish(

@@ -1,11 +1,17 @@
-"""The table of segment reductions.
+"""The table of segment reductions: each op is data, and engines look it up.
 
-Each op is described as mergeable partial state, in the style of flox's chunk / combine /
-finalize: a reduction keeps a per-segment row ``count`` and, except for ``count`` itself, an
-accumulator ``acc`` of shape ``(n, inner_size)``. Every engine folds rows into that state, any
-two states of the same op merge with :func:`combine`, and :func:`finalize` turns a state into the
-result. The in-memory path, streaming chunks, GPU batches and Dask partitions therefore share
-each op's definition; an engine only has to implement the fold.
+Each op is described as mergeable partial state, in the style of flox's ``Aggregation`` (chunk /
+combine / finalize): a reduction keeps a per-segment row ``count`` and its *intermediates*,
+named arrays of shape ``(lanes, n, inner_size)`` (``sum`` for sum, mean and sqrt_n; ``prod``;
+``min``; ``max``; none for ``count``). Each intermediate names a primitive :class:`Fold` (its
+``kind``), which is what an engine implements: the NumPy engine maps a kind to a ufunc, the
+numba engine to a compiled kernel constant, the CuPy engine to a kernel template. No engine
+knows an op's name. Any two states of the same op merge with :func:`combine` (each intermediate
+with its fold's ``merge``), and the op's ``finalize`` turns the merged intermediates into the
+result (mean is ``sum / count``, sqrt_n ``sum / sqrt(count)``). The in-memory path, streaming
+chunks, GPU batches and Dask partitions therefore share each op's definition. A :class:`State`
+holds the arrays and is the one way to move them between array libraries, grow them (more
+segments, when n is inferred) and trim them.
 
 The accumulator dtypes are chosen so that every fold is either exact or done in float64:
 integers fold in 64 bits (two's complement wraps modulo 2**64, so the final cast to the data
@@ -21,13 +27,36 @@ one segment at once. Sorted ids (``--sorted``) keep one lane, folded in row orde
 segments are contiguous runs, which cores can already share out. (A state with lanes that is
 given sorted rows folds them into lane 0; the other lanes keep the identity, which the merge
 adds exactly.)
+
+How to add an op (say a mergeable ``var``):
+
+1. its name and one-line help in :mod:`segcli.op_names`;
+2. one :class:`Op` entry in :data:`OPS`: the intermediates it keeps beside the ``count``
+   every state keeps (for ``var``: ``sum`` of shifted values and ``m2``), each with a fold
+   kind and an accumulator dtype rule; its ``finalize`` (``m2 / (count - ddof)``); its empty
+   value; its output dtype rule; the data kinds it accepts;
+3. for a fold kind no op used before (``m2``): a :class:`Fold` in :data:`FOLDS`, and the kind
+   in each engine's one primitive table (``numpy_engine._UFUNCS``,
+   ``numba_engine._KERNEL_KINDS``, ``cupy_fold.scatter_mode`` and ``_COMBINES``), or that
+   engine's fallback to the NumPy engine;
+4. its reference implementation in ``tests/reference.py``; the engine, spec and GPU tests take
+   every op of the table by themselves.
+
+An op whose intermediates are all folds the engines know needs step 2 and 4 only: engines fold
+an op's intermediates one at a time (:meth:`State.per_intermediate`, through
+``Engine.fold``), each by its kind (``tests/test_op_table.py`` adds a ``range`` op that way).
+A fold that reads another intermediate as it goes (``m2`` reads the running mean and count) is
+the one new primitive each engine needs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import decimal
+import importlib
 import math
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,19 +64,187 @@ import numpy as np
 from segcli.errors import InvalidInputError, UsageError
 from segcli.op_names import OP_SUMMARIES
 
+# --- primitive folds -------------------------------------------------------------------------
+
+
+def _sum_identity(acc_dtype: np.dtype[Any]) -> Any:
+    return 0
+
+
+def _prod_identity(acc_dtype: np.dtype[Any]) -> Any:
+    return 1
+
+
+def _min_identity(acc_dtype: np.dtype[Any]) -> Any:
+    return np.inf if acc_dtype.kind == "f" else np.iinfo(acc_dtype).max
+
+
+def _max_identity(acc_dtype: np.dtype[Any]) -> Any:
+    return -np.inf if acc_dtype.kind == "f" else np.iinfo(acc_dtype).min
+
+
+@dataclass(frozen=True)
+class Fold:
+    """A primitive fold: the unit an engine implements, looked up by :attr:`kind`."""
+
+    kind: str
+    #: Merges two partial accumulators of this kind (lanes in lane order, partitions in row
+    #: order), and folds one value into an accumulator.
+    merge: np.ufunc
+    #: The accumulator's starting value for a dtype: the identity of the fold.
+    identity: Callable[[np.dtype[Any]], Any]
+    #: Whether float results depend on the order of the fold (sums and products round):
+    #: such folds keep lanes over unsorted ids and fold each lane in row order.
+    rounds: bool
+
+    def order_matters(self, acc_dtype: np.dtype[Any]) -> bool:
+        """Whether folding in another order could change the bits for ``acc_dtype``."""
+        return self.rounds and acc_dtype.kind in "fc"
+
+
+FOLDS: dict[str, Fold] = {
+    fold.kind: fold
+    for fold in (
+        Fold("sum", np.add, _sum_identity, rounds=True),
+        Fold("prod", np.multiply, _prod_identity, rounds=True),
+        Fold("min", np.minimum, _min_identity, rounds=False),
+        Fold("max", np.maximum, _max_identity, rounds=False),
+    )
+}
+
+
+# --- dtype rules -----------------------------------------------------------------------------
+
+
+def _own_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """min and max: exact in the data's own type."""
+    return np.dtype(data_dtype)
+
+
+def _wrapping_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """Sums and products: 64-bit integers (wrapping like TF's), float64, complex128."""
+    kind = data_dtype.kind
+    if kind == "c":
+        return np.dtype(np.complex128)
+    if kind == "f":
+        return np.dtype(np.float64)
+    return np.dtype(np.int64 if kind == "i" else np.uint64)
+
+
+def _exact_sum_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """Sums divided later: SPEC says mean of 64-bit integers uses the sum without wraparound."""
+    if data_dtype.kind in "iu" and data_dtype.itemsize == 8:
+        return np.dtype(np.float64)
+    return _wrapping_dtype(data_dtype)
+
+
+def _data_out_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
+    return np.dtype(data_dtype)
+
+
+def _mean_out_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """SPEC's table: floats keep their dtype; narrow integers give float32, wide float64."""
+    if data_dtype.kind in "fc":
+        return np.dtype(data_dtype)
+    return np.dtype(np.float32 if data_dtype.itemsize <= 2 else np.float64)
+
+
+def _count_out_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
+    return np.dtype(np.int64)
+
+
+# --- empty values (SPEC: finite extremes for min and max) -----------------------------------
+
+
+def _zero(out_dtype: np.dtype[Any]) -> Any:
+    return 0
+
+
+def _one(out_dtype: np.dtype[Any]) -> Any:
+    return 1
+
+
+def _largest(out_dtype: np.dtype[Any]) -> Any:
+    return np.finfo(out_dtype).max if out_dtype.kind == "f" else np.iinfo(out_dtype).max
+
+
+def _lowest(out_dtype: np.dtype[Any]) -> Any:
+    return np.finfo(out_dtype).min if out_dtype.kind == "f" else np.iinfo(out_dtype).min
+
+
+# --- finalize functions ----------------------------------------------------------------------
+
+#: ``finalize(parts, out_dtype, owned)``: ``parts`` maps ``count`` (shape ``(n,)``) and each
+#: intermediate (merged lanes, ``(n, inner_size)``) to NumPy arrays; ``owned`` says the
+#: intermediates are new arrays the function may write to. Returns ``(n, inner_size)`` values,
+#: or ``(n,)`` for a per-row result (count).
+Finalize = Callable[[Mapping[str, np.ndarray], np.dtype[Any], bool], np.ndarray]
+
+
+def _count_rows(parts: Mapping[str, np.ndarray], out_dtype: np.dtype[Any], owned: bool) -> Any:
+    return parts["count"].astype(np.int64, copy=True)
+
+
+def _cast(name: str) -> Finalize:
+    """The intermediate itself, cast to the output dtype."""
+
+    def finalize(parts: Mapping[str, np.ndarray], out_dtype: np.dtype[Any], owned: bool) -> Any:
+        # Casting the float64 accumulator down may overflow to inf, as TF's float32 fold would.
+        return parts[name].astype(out_dtype, copy=not owned)
+
+    return finalize
+
+
+def _divided(name: str, divisor_of_count: Callable[[np.ndarray], np.ndarray]) -> Finalize:
+    """The intermediate divided (a true division, in float64 or complex128) by a function of
+    the count; an empty segment divides by 1 and gets its fill afterwards."""
+
+    def finalize(parts: Mapping[str, np.ndarray], out_dtype: np.dtype[Any], owned: bool) -> Any:
+        divisor = divisor_of_count(np.maximum(parts["count"], 1).astype(np.float64))
+        acc = parts[name]
+        wide = np.complex128 if acc.dtype.kind == "c" else np.float64
+        values = acc.astype(wide, copy=not owned)
+        np.divide(values, divisor[:, None], out=values)
+        return values.astype(out_dtype, copy=False)
+
+    return finalize
+
+
+def _as_is(count: np.ndarray) -> np.ndarray:
+    return count
+
+
+# --- the op table ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Intermediate:
+    """One named array of an op's state, folded by a primitive."""
+
+    name: str
+    fold: Fold
+    #: The accumulator dtype for data of a given dtype.
+    acc_dtype: Callable[[np.dtype[Any]], np.dtype[Any]]
+
+
+#: Data dtype kinds: real numbers, and complex too.
+REAL, ANY_NUMBER = "iuf", "iufc"
+
 
 @dataclass(frozen=True)
 class Op:
-    """One reduction: how it folds, what it fills, which dtypes it takes and returns."""
+    """One reduction: what it keeps, how it finishes, what it fills, which dtypes it takes."""
 
     name: str
-    #: The ufunc that folds a value into the accumulator and merges two accumulators.
-    #: ``None`` for ``count``, which keeps no accumulator.
-    ufunc: np.ufunc | None
-    #: min and max order values, so complex data is refused.
-    accepts_complex: bool
-    #: mean and sqrt_n divide a sum by a function of the count.
-    divides: bool
+    #: What the state keeps beside ``count`` (which every state keeps).
+    intermediates: tuple[Intermediate, ...]
+    finalize: Finalize = field(repr=False)
+    #: An empty segment's value, for the output dtype.
+    empty: Callable[[np.dtype[Any]], Any] = field(repr=False)
+    #: The output dtype for a data dtype.
+    output_dtype: Callable[[np.dtype[Any]], np.dtype[Any]] = field(repr=False)
+    #: The data dtype kinds accepted (min and max order values, so refuse complex).
+    data_kinds: str = ANY_NUMBER
 
     @property
     def summary(self) -> str:
@@ -58,61 +255,88 @@ class Op:
         # table's own entry, not a copy.
         return (get_op, (self.name,))
 
-    def acc_dtype(self, data_dtype: np.dtype[Any]) -> np.dtype[Any] | None:
-        """The dtype the op accumulates in for data of ``data_dtype``."""
-        if self.ufunc is None:
+    @property
+    def fold(self) -> Fold | None:
+        """The fold of the op's one intermediate (what the engines' tuned paths take), or
+        None for an op that keeps only the count."""
+        if not self.intermediates:
             return None
-        if self.ufunc in (np.minimum, np.maximum):
-            return np.dtype(data_dtype)  # exact in the data's own type
-        kind = data_dtype.kind
-        if kind == "c":
-            return np.dtype(np.complex128)
-        if kind == "f":
-            return np.dtype(np.float64)
-        if self.divides and data_dtype.itemsize == 8:
-            # SPEC: mean of 64-bit integers uses the sum without wraparound.
-            return np.dtype(np.float64)
-        return np.dtype(np.int64 if kind == "i" else np.uint64)
+        (only,) = self.intermediates
+        return only.fold
+
+    @property
+    def accepts_complex(self) -> bool:
+        return "c" in self.data_kinds
+
+    def acc_dtype(self, data_dtype: np.dtype[Any]) -> np.dtype[Any] | None:
+        """The dtype of the op's one intermediate for data of ``data_dtype`` (None: count)."""
+        if not self.intermediates:
+            return None
+        (only,) = self.intermediates
+        return only.acc_dtype(np.dtype(data_dtype))
 
     def out_dtype(self, data_dtype: np.dtype[Any]) -> np.dtype[Any]:
         """The result dtype, as SPEC's table gives it."""
-        if self.ufunc is None:
-            return np.dtype(np.int64)
-        if not self.divides or data_dtype.kind in "fc":
-            return np.dtype(data_dtype)
-        return np.dtype(np.float32 if data_dtype.itemsize <= 2 else np.float64)
-
-    def initial(self, acc_dtype: np.dtype[Any]) -> Any:
-        """The accumulator's starting value: the identity of the fold."""
-        if self.ufunc is np.multiply:
-            return 1
-        if self.ufunc is np.minimum:
-            return np.inf if acc_dtype.kind == "f" else np.iinfo(acc_dtype).max
-        if self.ufunc is np.maximum:
-            return -np.inf if acc_dtype.kind == "f" else np.iinfo(acc_dtype).min
-        return 0
+        return self.output_dtype(np.dtype(data_dtype))
 
     def empty_value(self, out_dtype: np.dtype[Any]) -> Any:
-        """What an empty segment holds by default (SPEC: finite extremes for min and max)."""
-        if self.ufunc is np.minimum:
-            return np.finfo(out_dtype).max if out_dtype.kind == "f" else np.iinfo(out_dtype).max
-        if self.ufunc is np.maximum:
-            return np.finfo(out_dtype).min if out_dtype.kind == "f" else np.iinfo(out_dtype).min
-        if self.ufunc is np.multiply:
-            return 1
-        return 0
+        """What an empty segment holds by default."""
+        return self.empty(out_dtype)
+
+
+def _keeps(name: str, dtype_rule: Callable[[np.dtype[Any]], np.dtype[Any]]) -> Intermediate:
+    """An intermediate named after the primitive fold that builds it."""
+    return Intermediate(name, FOLDS[name], dtype_rule)
 
 
 OPS: dict[str, Op] = {
     op.name: op
     for op in (
-        Op("sum", np.add, True, False),
-        Op("mean", np.add, True, True),
-        Op("min", np.minimum, False, False),
-        Op("max", np.maximum, False, False),
-        Op("prod", np.multiply, True, False),
-        Op("sqrt_n", np.add, True, True),
-        Op("count", None, True, False),
+        Op(
+            "sum",
+            (_keeps("sum", _wrapping_dtype),),
+            finalize=_cast("sum"),
+            empty=_zero,
+            output_dtype=_data_out_dtype,
+        ),
+        Op(
+            "mean",
+            (_keeps("sum", _exact_sum_dtype),),
+            finalize=_divided("sum", _as_is),
+            empty=_zero,
+            output_dtype=_mean_out_dtype,
+        ),
+        Op(
+            "min",
+            (_keeps("min", _own_dtype),),
+            finalize=_cast("min"),
+            empty=_largest,
+            output_dtype=_data_out_dtype,
+            data_kinds=REAL,
+        ),
+        Op(
+            "max",
+            (_keeps("max", _own_dtype),),
+            finalize=_cast("max"),
+            empty=_lowest,
+            output_dtype=_data_out_dtype,
+            data_kinds=REAL,
+        ),
+        Op(
+            "prod",
+            (_keeps("prod", _wrapping_dtype),),
+            finalize=_cast("prod"),
+            empty=_one,
+            output_dtype=_data_out_dtype,
+        ),
+        Op(
+            "sqrt_n",
+            (_keeps("sum", _exact_sum_dtype),),
+            finalize=_divided("sum", np.sqrt),
+            empty=_zero,
+            output_dtype=_mean_out_dtype,
+        ),
+        Op("count", (), finalize=_count_rows, empty=_zero, output_dtype=_count_out_dtype),
     )
 }
 
@@ -133,12 +357,11 @@ LANES = 2
 LANE_ROWS = 1 << 16
 
 
-def lane_count(op: Op, acc_dtype: np.dtype[Any] | None, *, sorted_ids: bool = False) -> int:
-    """How many lanes the op's accumulator keeps: :data:`LANES` where the order matters over
-    unsorted ids; one otherwise."""
-    order_matters = op.ufunc in (np.add, np.multiply)
-    if not sorted_ids and acc_dtype is not None and acc_dtype.kind in "fc" and order_matters:
-        return LANES
+def fold_lanes(fold: Fold | None, acc_dtype: np.dtype[Any] | None, *, sorted_ids: bool) -> int:
+    """How many lanes an intermediate keeps: :data:`LANES` where the order of its fold
+    matters over unsorted ids; one otherwise."""
+    if not sorted_ids and acc_dtype is not None and fold is not None:
+        return LANES if fold.order_matters(acc_dtype) else 1
     return 1
 
 
@@ -163,30 +386,115 @@ def row_lanes(first_row: int, rows: int, lanes: int, xp: Any = np) -> Any:
     return (positions // LANE_ROWS) % lanes
 
 
+def array_namespace(array: Any) -> Any:
+    """The array library an array belongs to (NumPy, or CuPy for a device array)."""
+    if isinstance(array, np.ndarray):
+        return np
+    return importlib.import_module(type(array).__module__.partition(".")[0])
+
+
+def _host_array(array: Any) -> np.ndarray:
+    return array if isinstance(array, np.ndarray) else array.get()
+
+
 @dataclass
 class State:
     """Partial state of one reduction over some rows; engines fold rows into it in place.
 
-    ``count`` has shape ``(n,)``; ``acc`` has shape ``(lanes, n, inner_size)`` (see
-    :func:`lane_count`). ``next_row`` is the global row number of the next row to fold, which
-    decides its lane. Arrays may belong to another array library (CuPy) while an engine works;
-    :func:`finalize` takes NumPy arrays.
+    ``arrays`` holds ``count``, shape ``(n,)``, and each of the op's intermediates by name,
+    shape ``(lanes, n, inner_size)`` (see :func:`fold_lanes`). ``next_row`` is the global row
+    number of the next row to fold, which decides its lane. The arrays may belong to another
+    array library (CuPy) while an engine works; :meth:`to_host` brings them back, and
+    :func:`finalize` takes a host state. Its methods are the one way to move
+    (:meth:`transferred`, :meth:`to_host`), grow (:meth:`grown`) and trim (:meth:`trimmed`)
+    a state; each returns a new state and leaves this one as it is.
     """
 
     op: Op
     data_dtype: np.dtype[Any]
     inner_shape: tuple[int, ...]
-    count: Any
-    acc: Any
+    arrays: dict[str, Any]
     next_row: int = 0
 
     @property
+    def count(self) -> Any:
+        return self.arrays["count"]
+
+    @count.setter
+    def count(self, value: Any) -> None:
+        self.arrays["count"] = value
+
+    @property
+    def acc(self) -> Any:
+        """The op's one intermediate (what the engines' tuned folds take), or None."""
+        if not self.op.intermediates:
+            return None
+        (only,) = self.op.intermediates
+        return self.arrays[only.name]
+
+    @property
     def lanes(self) -> int:
-        return 1 if self.acc is None else int(self.acc.shape[0])
+        """Lanes of the op's intermediates (the most any keeps; 1 for count alone)."""
+        return max((int(self.arrays[i.name].shape[0]) for i in self.op.intermediates), default=1)
 
     @property
     def num_segments(self) -> int:
         return int(self.count.shape[0])
+
+    @property
+    def xp(self) -> Any:
+        """The array library the state's arrays belong to."""
+        return array_namespace(self.count)
+
+    def _with_arrays(self, arrays: dict[str, Any]) -> State:
+        return State(self.op, self.data_dtype, self.inner_shape, arrays, self.next_row)
+
+    def transferred(self, convert: Callable[[Any], Any]) -> State:
+        """The state with every array passed through ``convert`` (``cupy.asarray``, say)."""
+        return self._with_arrays({name: convert(array) for name, array in self.arrays.items()})
+
+    def to_host(self) -> State:
+        """The state with NumPy arrays (itself when they are already)."""
+        if all(isinstance(array, np.ndarray) for array in self.arrays.values()):
+            return self
+        return self.transferred(_host_array)
+
+    def grown(self, num_segments: int) -> State:
+        """The state over ``num_segments`` segments, in its own array library; the added ones
+        are empty (each intermediate's identity), so growing loses nothing. Itself when it
+        already has that many."""
+        if num_segments <= self.num_segments:
+            return self
+        xp, seen = self.xp, self.num_segments
+        arrays = {"count": xp.zeros(num_segments, dtype=np.int64)}
+        arrays["count"][:seen] = self.count
+        for intermediate in self.op.intermediates:
+            old = self.arrays[intermediate.name]
+            lanes, _, width = old.shape
+            identity = intermediate.fold.identity(old.dtype)
+            # The segments seen so far are copied; the rest keep the identity (empty).
+            arrays[intermediate.name] = xp.full((lanes, num_segments, width), identity, old.dtype)
+            arrays[intermediate.name][:, :seen] = old
+        return self._with_arrays(arrays)
+
+    def per_intermediate(self) -> list[State]:
+        """One state per intermediate, each an op of that intermediate alone, sharing this
+        state's arrays: what an engine's tuned folds take. The first shares the count; the
+        others count into scratch arrays, so that the rows are counted once."""
+        views = []
+        for k, intermediate in enumerate(self.op.intermediates):
+            count = self.count if k == 0 else self.xp.zeros_like(self.count)
+            alone = dataclasses.replace(self.op, intermediates=(intermediate,))
+            arrays = {"count": count, intermediate.name: self.arrays[intermediate.name]}
+            views.append(State(alone, self.data_dtype, self.inner_shape, arrays, self.next_row))
+        return views
+
+    def trimmed(self, num_segments: int) -> State:
+        """The state over its first ``num_segments`` segments (views, not copies)."""
+        arrays = {"count": self.count[:num_segments]}
+        for intermediate in self.op.intermediates:
+            arrays[intermediate.name] = self.arrays[intermediate.name][:, :num_segments]
+        return self._with_arrays(arrays)
 
 
 def inner_size(inner_shape: tuple[int, ...]) -> int:
@@ -203,9 +511,9 @@ def state_bytes(
 ) -> int:
     """Memory for the state plus the finished result, for the "does it fit" check."""
     per_segment = 8 + op.out_dtype(data_dtype).itemsize * inner_size(inner_shape)
-    acc_dtype = op.acc_dtype(data_dtype)
-    if acc_dtype is not None:
-        lanes = lane_count(op, acc_dtype, sorted_ids=sorted_ids)
+    for intermediate in op.intermediates:
+        acc_dtype = intermediate.acc_dtype(np.dtype(data_dtype))
+        lanes = fold_lanes(intermediate.fold, acc_dtype, sorted_ids=sorted_ids)
         per_segment += lanes * acc_dtype.itemsize * inner_size(inner_shape)
     return num_segments * per_segment
 
@@ -222,33 +530,17 @@ def new_state(
     lanes: int | None = None,
 ) -> State:
     """An empty state (no rows folded yet) for ``num_segments`` segments; its first row will be
-    global row ``first_row``. ``lanes`` overrides :func:`lane_count` (to copy a state)."""
-    count = xp.zeros(num_segments, dtype=np.int64)
-    acc = None
-    acc_dtype = op.acc_dtype(data_dtype)
-    if acc_dtype is not None:
+    global row ``first_row``. ``lanes`` overrides :func:`fold_lanes` for every intermediate."""
+    arrays = {"count": xp.zeros(num_segments, dtype=np.int64)}
+    for intermediate in op.intermediates:
+        acc_dtype = intermediate.acc_dtype(np.dtype(data_dtype))
         if lanes is None:
-            lanes = lane_count(op, acc_dtype, sorted_ids=sorted_ids)
-        shape = (lanes, num_segments, inner_size(inner_shape))
-        acc = xp.full(shape, op.initial(acc_dtype), acc_dtype)
-    return State(op, np.dtype(data_dtype), tuple(inner_shape), count, acc, first_row)
-
-
-def grown(state: State, num_segments: int) -> State:
-    """A (NumPy) state over ``num_segments`` >= its own segments; the added ones are empty."""
-    bigger = new_state(
-        state.op,
-        num_segments,
-        state.inner_shape,
-        state.data_dtype,
-        first_row=state.next_row,
-        lanes=state.lanes,
-    )
-    # Copy the segments seen so far; the rest keep the op's initial value (empty).
-    bigger.count[: state.num_segments] = state.count
-    if state.acc is not None:
-        bigger.acc[:, : state.num_segments] = state.acc
-    return bigger
+            kept = fold_lanes(intermediate.fold, acc_dtype, sorted_ids=sorted_ids)
+        else:
+            kept = lanes
+        shape = (kept, num_segments, inner_size(inner_shape))
+        arrays[intermediate.name] = xp.full(shape, intermediate.fold.identity(acc_dtype), acc_dtype)
+    return State(op, np.dtype(data_dtype), tuple(inner_shape), arrays, first_row)
 
 
 def combine(a: State, b: State) -> State:
@@ -258,20 +550,26 @@ def combine(a: State, b: State) -> State:
     """
     if a.op is not b.op or a.count.shape != b.count.shape:
         raise ValueError("cannot combine states of different reductions")
-    acc = None if a.op.ufunc is None else a.op.ufunc(a.acc, b.acc)
+    arrays = {"count": a.count + b.count}
+    for intermediate in a.op.intermediates:
+        name = intermediate.name
+        arrays[name] = intermediate.fold.merge(a.arrays[name], b.arrays[name])
     next_row = max(a.next_row, b.next_row)
-    return State(a.op, a.data_dtype, a.inner_shape, a.count + b.count, acc, next_row)
+    return State(a.op, a.data_dtype, a.inner_shape, arrays, next_row)
 
 
-def merged_lanes(state: State) -> np.ndarray:
-    """The accumulator with its lanes merged in lane order: shape ``(n, inner_size)``."""
-    acc: np.ndarray = np.asarray(state.acc)
+def merged_lanes(state: State, intermediate: Intermediate | None = None) -> np.ndarray:
+    """An intermediate (default: the op's one) with its lanes merged in lane order: shape
+    ``(n, inner_size)``."""
+    if intermediate is None:
+        assert state.op.intermediates, "count keeps no accumulator"
+        (intermediate,) = state.op.intermediates
+    acc: np.ndarray = np.asarray(state.arrays[intermediate.name])
     merged: np.ndarray = acc[0]
-    ufunc = state.op.ufunc
-    assert ufunc is not None, "count keeps no accumulator"
+    merge = intermediate.fold.merge
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, as a row-order fold gives
         for lane in acc[1:]:
-            merged = np.asarray(ufunc(merged, lane))
+            merged = np.asarray(merge(merged, lane))
     return merged
 
 
@@ -323,7 +621,8 @@ def _overflowed(fill: Any, stored: Any) -> bool:
 
 
 def finalize(state: State, fill: Any = None) -> np.ndarray:
-    """Turn a (NumPy) state into the result of shape ``(n,) + inner``.
+    """Turn a (NumPy) state into the result of shape ``(n,) + inner`` with the op's
+    ``finalize``.
 
     ``fill`` replaces the op's default value in empty segments.
     """
@@ -331,24 +630,14 @@ def finalize(state: State, fill: Any = None) -> np.ndarray:
     out_dtype = op.out_dtype(state.data_dtype)
     count = np.asarray(state.count)
     empty = count == 0
-    if op.ufunc is None:
-        result = count.astype(np.int64, copy=True)
-    else:
-        acc = merged_lanes(state)
-        # Merged lanes are a new array; a single lane is the state's own, never written to.
-        owned = state.lanes > 1
-        # Casting the float64 accumulator down may overflow to inf, as TF's float32 fold would.
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            if op.divides:
-                divisor = np.maximum(count, 1).astype(np.float64)
-                if op.name == "sqrt_n":
-                    divisor = np.sqrt(divisor)
-                wide = np.complex128 if acc.dtype.kind == "c" else np.float64
-                values = acc.astype(wide, copy=not owned)
-                np.divide(values, divisor[:, None], out=values)
-                result = values.astype(out_dtype, copy=False)
-            else:
-                result = acc.astype(out_dtype, copy=not owned)
+    parts: dict[str, np.ndarray] = {"count": count}
+    for intermediate in op.intermediates:
+        parts[intermediate.name] = merged_lanes(state, intermediate)
+    # Merged lanes are new arrays; a single lane is the state's own, never written to.
+    owned = all(state.arrays[i.name].shape[0] > 1 for i in op.intermediates)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        result = op.finalize(parts, out_dtype, owned)
+    if result.ndim == 2:
         result = result.reshape((state.num_segments, *state.inner_shape))
     fill_value = (
         op.empty_value(out_dtype) if fill is None else parse_fill(fill, op, state.data_dtype)
@@ -358,13 +647,13 @@ def finalize(state: State, fill: Any = None) -> np.ndarray:
     return result
 
 
-def check_dtype(op: Op, data_dtype: np.dtype[Any], label: str) -> None:
+def check_data_dtype(op: Op, data_dtype: np.dtype[Any], label: str) -> None:
     """Refuse data dtypes the op does not take (bool, object, complex for min/max)."""
     kind = data_dtype.kind
     accepted = "float16/32/64, signed and unsigned integers"
     if op.accepts_complex:
         accepted += ", complex64/128"
-    if kind in "iuf" or (kind == "c" and op.accepts_complex):
+    if kind in op.data_kinds:
         if data_dtype.itemsize > (16 if kind == "c" else 8):  # float128, complex256
             raise InvalidInputError(
                 f"{label}: {data_dtype} data is not supported by {op.name} (accepted: {accepted})"

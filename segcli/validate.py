@@ -5,7 +5,7 @@ of consecutive ids (how many break each rule, the first offender's *global* flat
 value, the largest, first and last id), :func:`merge` joins two runs in row order (and catches a
 decrease across their boundary), and :func:`report` turns the summary of all the ids into an
 :class:`IdReport` or raises the first error. The in-memory path (one block), streaming (many
-blocks, :class:`IdScanner`), GPU blocks and Dask partitions therefore find the same first
+blocks, :class:`IdScanner`) and Dask partitions therefore find the same first
 offender at the same position and report the same totals. Nothing here looks at data values.
 """
 
@@ -18,19 +18,16 @@ from typing import Any
 
 import numpy as np
 
+from segcli.engine_modules import loaded_id_scanner
 from segcli.errors import InvalidInputError
 
-#: An optional one-pass scan of a block of ids: ``numba_scan(block, n or -1, sorted_ids)`` gives
-#: (negatives, first negative, ids >= n, first such, max, decreases, first decrease). The numba
-#: engine installs it when it is imported; validation never imports numba itself (its start-up
-#: costs more than the scan saves on small inputs). The NumPy path takes several passes.
-numba_scan: Callable[[np.ndarray, int, bool], tuple[int, ...]] | None = None
-#: Blocks from this many ids on use ``numba_scan`` when it is installed.
-NUMBA_SCAN_MIN_IDS = 1 << 16
-#: Runs the given calls at once and returns their results in order; the numba engine installs
-#: its thread pool here, so that large blocks are scanned a slice per core.
-run_concurrently: Callable[[list[Callable[[], Any]]], list[Any]] | None = None
-#: Blocks from this many ids on are scanned a slice per core (a hand-off costs ~50 us).
+#: Blocks from this many ids on use an engine's one-pass id scan (``Engine.scan_ids``) when
+#: the registry offers one (:func:`segcli.engines.id_scanner`: an engine already imported, such
+#: as numba; validation never imports one itself, since numba's start-up costs more than the
+#: scan saves on small inputs). The NumPy path takes several passes.
+ENGINE_SCAN_MIN_IDS = 1 << 16
+#: Blocks from this many ids on are scanned a slice per core, on the scanning engine's threads
+#: (a hand-off costs ~50 us).
 CONCURRENT_SCAN_MIN_IDS = 1 << 20
 
 #: Maps a global flat position to (label of the ids' file or None, ``segment_ids[...]`` there).
@@ -198,9 +195,15 @@ class IdSummary:
         return bool(self.too_big.count)
 
 
-def _scans_compiled(flat: np.ndarray) -> bool:
-    """Whether ``numba_scan`` takes this block (one compiled pass instead of NumPy's several)."""
-    return numba_scan is not None and flat.size >= NUMBA_SCAN_MIN_IDS and flat.dtype.isnative
+def _id_scanner() -> Any:
+    """The engine whose one-pass scan validation uses, or None (see engines/base.py)."""
+    return loaded_id_scanner()
+
+
+def _scans_with_engine(flat: np.ndarray) -> bool:
+    """Whether an engine's scan takes this block (one compiled pass instead of NumPy's
+    several)."""
+    return flat.size >= ENGINE_SCAN_MIN_IDS and flat.dtype.isnative and _id_scanner() is not None
 
 
 def implied_num_segments(flat: np.ndarray) -> int:
@@ -211,7 +214,7 @@ def implied_num_segments(flat: np.ndarray) -> int:
     flat = flat.reshape(-1)
     if flat.size == 0:
         return 0
-    if _scans_compiled(flat):
+    if _scans_with_engine(flat):
         largest = summarize(flat, 0, None, sorted_ids=False).max_id
     else:
         largest = flat.max()
@@ -223,7 +226,7 @@ def count_negative(flat: np.ndarray) -> int:
     flat = flat.reshape(-1)
     if flat.dtype.kind == "u" or flat.size == 0:
         return 0
-    if _scans_compiled(flat):
+    if _scans_with_engine(flat):
         return summarize(flat, 0, None, sorted_ids=False).negative.count
     return int(np.count_nonzero(flat < 0))
 
@@ -243,7 +246,7 @@ def summarize(
     flat = flat.reshape(-1)
     if flat.size == 0:
         return IdSummary(start, 0)
-    if _scans_compiled(flat) and (num_segments is None or num_segments < 2**62):
+    if _scans_with_engine(flat) and (num_segments is None or num_segments < 2**62):
         return _summarize_scanned(flat, start, num_segments, sorted_ids=sorted_ids)
     low, high = int(flat.min()), int(flat.max())
     # The masks cost a pass each: built only when the extremes say there is an offender.
@@ -267,27 +270,27 @@ def summarize(
 def _summarize_scanned(
     flat: np.ndarray, start: int, num_segments: int | None, *, sorted_ids: bool
 ) -> IdSummary:
-    """:func:`summarize` from one compiled pass (``numba_scan``): the same fields.
+    """:func:`summarize` from one compiled pass (an engine's ``scan_ids``): the same fields.
 
     A large block is scanned in two slices at once; their summaries merge like any two.
     """
-    if run_concurrently is not None and flat.size >= CONCURRENT_SCAN_MIN_IDS:
+    scanner = _id_scanner()
+    if flat.size >= CONCURRENT_SCAN_MIN_IDS:
         half = flat.size // 2
-        first, second = run_concurrently(
+        first, second = scanner.run_concurrently(
             [
-                partial(_scan_slice, flat[:half], start, num_segments, sorted_ids),
-                partial(_scan_slice, flat[half:], start + half, num_segments, sorted_ids),
+                partial(_scan_slice, scanner, flat[:half], start, num_segments, sorted_ids),
+                partial(_scan_slice, scanner, flat[half:], start + half, num_segments, sorted_ids),
             ]
         )
         return merge(first, second)
-    return _scan_slice(flat, start, num_segments, sorted_ids)
+    return _scan_slice(scanner, flat, start, num_segments, sorted_ids)
 
 
 def _scan_slice(
-    flat: np.ndarray, start: int, num_segments: int | None, sorted_ids: bool
+    scanner: Any, flat: np.ndarray, start: int, num_segments: int | None, sorted_ids: bool
 ) -> IdSummary:
-    assert numba_scan is not None
-    scan = numba_scan(flat, -1 if num_segments is None else num_segments, sorted_ids)
+    scan = scanner.scan_ids(flat, -1 if num_segments is None else num_segments, sorted_ids)
     negatives, first_negative, too_big, first_too_big, block_max, falls, first_fall = scan
     negative = (
         Offender(negatives, start + first_negative, int(flat[first_negative]))
@@ -398,7 +401,7 @@ def _error(first: Offender, locate: Locator, message: str) -> InvalidInputError:
 class IdScanner:
     """Validates the ids of one input fed in consecutive blocks of their flattened order.
 
-    ``feed`` every block (or ``feed_summary`` a block summarised elsewhere, on a GPU say), then
+    ``feed`` every block (or ``feed_summary`` a block summarised elsewhere), then
     ``finish`` returns the report or raises the first error.
     """
 

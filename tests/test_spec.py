@@ -21,18 +21,23 @@ EXAMPLE_DATA = np.array([1, 2, 3, 4], dtype=np.float32)
 EXAMPLE_IDS = np.array([0, 0, 2, 2])
 
 
-@pytest.mark.parametrize(
-    ("op", "expected"),
-    [
-        ("sum", [3, 0, 7, 0]),
-        ("mean", [1.5, 0, 3.5, 0]),
-        ("min", [1, FLT_MAX, 3, FLT_MAX]),
-        ("max", [2, -FLT_MAX, 4, -FLT_MAX]),
-        ("prod", [2, 1, 12, 1]),
-        ("sqrt_n", [3 / np.sqrt(2), 0, 7 / np.sqrt(2), 0]),
-        ("count", [2, 0, 2, 0]),
-    ],
-)
+#: SPEC's worked example, op by op.
+SPEC_EXAMPLES = {
+    "sum": [3, 0, 7, 0],
+    "mean": [1.5, 0, 3.5, 0],
+    "min": [1, FLT_MAX, 3, FLT_MAX],
+    "max": [2, -FLT_MAX, 4, -FLT_MAX],
+    "prod": [2, 1, 12, 1],
+    "sqrt_n": [3 / np.sqrt(2), 0, 7 / np.sqrt(2), 0],
+    "count": [2, 0, 2, 0],
+}
+
+
+def test_every_op_of_the_table_has_its_worked_example():
+    assert set(SPEC_EXAMPLES) == set(segcli.OPS)
+
+
+@pytest.mark.parametrize(("op", "expected"), list(SPEC_EXAMPLES.items()))
 @pytest.mark.parametrize("sorted_ids", [False, True])
 def test_spec_examples(engine, op, expected, sorted_ids):
     result = reduce(EXAMPLE_DATA, EXAMPLE_IDS, 4, op, engine, sorted=sorted_ids)
@@ -268,10 +273,15 @@ def test_ids_shape_must_be_a_prefix_of_data_shape():
     assert message == "segment_ids shape (4, 2) is not a prefix of data shape (3, 2)"
 
 
+@pytest.mark.parametrize("op", list(segcli.OPS))
 @pytest.mark.parametrize("dtype", [bool, object])
-def test_bool_and_object_data_are_errors(dtype):
-    message = error_of(np.array([1, 0], dtype=dtype), [0, 0])
-    assert f"{np.dtype(dtype)} data is not supported by sum (accepted:" in message
+def test_bool_and_object_data_are_errors(dtype, op):
+    message = error_of(np.array([1, 0], dtype=dtype), [0, 0], op=op)
+    assert f"{np.dtype(dtype)} data is not supported by {op} (accepted:" in message
+
+
+def test_only_min_and_max_refuse_complex():
+    assert [name for name, op in segcli.OPS.items() if not op.accepts_complex] == ["min", "max"]
 
 
 @pytest.mark.parametrize("op", ["min", "max"])

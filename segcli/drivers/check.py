@@ -59,7 +59,7 @@ def check_inputs(spec: RunSpec) -> CheckResult:
 def check_in_memory(spec: RunSpec) -> CheckResult:
     """Read the inputs whole; a ``count`` reduction validates the ids and counts the rows."""
     data, ids = memory.read(spec)
-    ops.check_dtype(ops.get_op(spec.op), data.array.dtype, data.label)
+    ops.check_data_dtype(ops.get_op(spec.op), data.array.dtype, data.label)
     reduction = core.reduce_arrays(
         data.array,
         ids.array,
@@ -86,7 +86,7 @@ def check_in_memory(spec: RunSpec) -> CheckResult:
 def check_streamed(spec: RunSpec) -> CheckResult:
     """Read the inputs once, block by block, with the memory of a streamed run."""
     data, ids = open_inputs(spec)
-    ops.check_dtype(ops.get_op(spec.op), data.source.dtype, data.source.label)
+    ops.check_data_dtype(ops.get_op(spec.op), data.source.dtype, data.source.label)
     n, ids_shape = check_sources(
         COUNT, data.source, ids.source, spec.num_segments, sorted_ids=spec.sorted_ids
     )

@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Generator, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from queue import Full, Queue
 from typing import Any, Protocol, TypeVar, cast
 
@@ -106,12 +106,10 @@ class _GrowingState:
         grown = max(needed, 2 * current)
         check_output_fits(self.op, needed, self.inner, self.dtype, sorted_ids=self.sorted_ids)
         # The segments not seen yet start empty; the engine keeps its own state's layout.
-        self.state = self.engine.grow(self.state, grown)
+        self.state = self.state.grown(grown)
 
     def trimmed(self, n: int) -> ops.State:
-        host = self.engine.to_host(self.state)
-        acc = None if host.acc is None else host.acc[:, :n]
-        return replace(host, count=host.count[:n], acc=acc)
+        return self.state.to_host().trimmed(n)
 
 
 def reduce_stream(

@@ -6,6 +6,7 @@ import importlib
 import sys
 from dataclasses import dataclass
 
+from segcli.engine_modules import ENGINE_MODULES, loaded_id_scanner
 from segcli.engines.base import Engine
 from segcli.errors import EngineUnavailableError, UsageError
 
@@ -23,12 +24,12 @@ class EngineEntry:
 #: In the order ``auto`` tries them; ``numpy`` always works and comes last.
 _REGISTRY: dict[str, EngineEntry] = {
     "cupy": EngineEntry(
-        "segcli.engines.cupy_engine",
+        ENGINE_MODULES["cupy"],
         "pip install 'segcli[gpu]' (needs an NVIDIA GPU and CUDA 12)",
         50_000_000,
     ),
-    "numba": EngineEntry("segcli.engines.numba_engine", "pip install numba", 100_000_000),
-    "numpy": EngineEntry("segcli.engines.numpy_engine", "pip install numpy", 0),
+    "numba": EngineEntry(ENGINE_MODULES["numba"], "pip install numba", 100_000_000),
+    "numpy": EngineEntry(ENGINE_MODULES["numpy"], "pip install numpy", 0),
 }
 
 ENGINE_NAMES = ("auto", *_REGISTRY)
@@ -61,6 +62,13 @@ def get_engine(name: str) -> Engine:
     problem = engine.unavailable_reason()
     if problem:
         raise EngineUnavailableError(f"engine {name!r} cannot run here: {problem}")
+    return engine
+
+
+def id_scanner() -> Engine | None:
+    """The engine whose id scan validation uses: see
+    :func:`segcli.engine_modules.loaded_id_scanner`."""
+    engine: Engine | None = loaded_id_scanner()
     return engine
 
 
@@ -97,4 +105,4 @@ def choose_engine(name: str | Engine, *, elements: int) -> EngineChoice:
     raise EngineUnavailableError("no engine can run here")  # numpy always can
 
 
-__all__ = ["ENGINE_NAMES", "Engine", "EngineChoice", "choose_engine", "get_engine"]
+__all__ = ["ENGINE_NAMES", "Engine", "EngineChoice", "choose_engine", "get_engine", "id_scanner"]

@@ -1,15 +1,41 @@
-"""The one signature every engine implements.
+"""The one signature every engine implements, and the validation contract they all keep.
 
-An engine folds a block of rows into an op's partial state (see :mod:`segcli.ops`). It receives
-rows already validated: ``data`` is 2-D ``(rows, inner_size)`` and ``ids`` 1-D with one id per
-row; a row whose id lies outside ``[0, n)`` is one validation allowed to drop, and the engine
-skips it. Every engine folds the rows of each segment and lane in their global row order (see
-:mod:`segcli.ops` for lanes), so results are deterministic and do not depend on how the rows
-were split into blocks.
+An engine folds a block of rows into an op's partial state (see :mod:`segcli.ops`): it looks up
+the fold kind of the op's intermediate in its own primitive table, never the op's name. Every
+engine folds the rows of each segment and lane in their global row order (see :mod:`segcli.ops`
+for lanes), so results are deterministic and do not depend on how the rows were split into
+blocks.
+
+The validation contract, the same for every engine and every driver:
+
+1. **Before the fold**, :mod:`segcli.validate` checks, in the order a user would fix them: the
+   data dtype for the op (``ops.check_data_dtype``), the ids' dtype (integers only), the shapes
+   (ids a prefix of data; 1-D and full length when sorted), n (a non-negative integer), then
+   the ids' values, in one mergeable summary per block (``validate.summarize`` / ``merge`` /
+   ``report``): sorted ids negative or decreasing, unsorted ids ``>= n`` when n is given. When
+   n is inferred it comes from the ids. Last, the output must fit in memory.
+2. **The fold** receives rows whose ids passed: ``data`` 2-D ``(rows, inner_size)`` and ``ids``
+   1-D with one id per row. It must skip, without counting, every row whose id lies outside
+   ``[0, n)``: those are the rows validation lets through to be dropped (negative unsorted ids,
+   sorted ids ``>= n``). Unsorted ids ``>= n`` with n given are an error; the in-memory path
+   may find them *after* the fold from the counts (``core.report_from_counts``: a row not
+   counted that is not negative), which is why skipping must not count.
+3. **A failure stops the run** by raising an :class:`segcli.errors.InvalidInputError` (a
+   :class:`segcli.errors.SegcliError`) that names the input and the first offender's global
+   position; nothing is finalized or written. A streamed or partitioned run stops folding at
+   the first block whose summary fails (``validate.IdSummary.blocks_fold``): a block of
+   unsorted ids must never reach a fold that assumes order.
+
+The id scan of step 1 is NumPy's (several passes) unless an engine offers a faster one:
+:meth:`Engine.scan_ids` with :attr:`Engine.scans_ids` set. Validation asks the registry
+(:func:`segcli.engines.id_scanner`) for the engine whose scan to use; no engine rebinds names in
+:mod:`segcli.validate`. Importing an engine prints nothing and changes no other module; what an
+engine has to tell the user goes through :mod:`segcli.notices`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import numpy as np
@@ -24,6 +50,8 @@ class Engine:
     name: ClassVar[str] = "base"
     #: The array library the engine keeps its state in.
     xp: ClassVar[Any] = np
+    #: Whether :meth:`scan_ids` is a one-pass scan that validation should use for large blocks.
+    scans_ids: ClassVar[bool] = False
 
     def new_state(
         self,
@@ -41,9 +69,22 @@ class Engine:
     def fold(
         self, state: ops.State, data: np.ndarray, ids: np.ndarray, *, sorted_ids: bool
     ) -> None:
-        """Fold the next block of rows into ``state`` (the rows after those folded so far)."""
+        """Fold the next block of rows into ``state`` (the rows after those folded so far).
+
+        An op of several intermediates folds them one after another, each through the
+        engine's path for its fold kind (:meth:`segcli.ops.State.per_intermediate`).
+        """
         first_row = state.next_row
-        self.fold_block(state, data, ids, sorted_ids=sorted_ids, first_row=first_row)
+        if len(state.op.intermediates) <= 1:
+            self.fold_block(state, data, ids, sorted_ids=sorted_ids, first_row=first_row)
+        else:
+            for k, view in enumerate(state.per_intermediate()):
+                self.fold_block(view, data, ids, sorted_ids=sorted_ids, first_row=first_row)
+                # An engine may have moved the arrays (to its device): keep what it folded.
+                (name,) = (i.name for i in view.op.intermediates)
+                state.arrays[name] = view.arrays[name]
+                if k == 0:
+                    state.count = view.count
         state.next_row = first_row + int(ids.shape[0])
 
     def fold_block(
@@ -62,19 +103,12 @@ class Engine:
         """Why this engine cannot run on this machine (no device, say), or None."""
         return None
 
-    def to_host(self, state: ops.State) -> ops.State:
-        """The state with NumPy arrays (a no-op for CPU engines)."""
-        return state
+    def scan_ids(self, flat: np.ndarray, num_segments: int, sorted_ids: bool) -> tuple[int, ...]:
+        """One pass over native-order flat ids for validation (``num_segments`` -1: unknown):
+        (negatives, first negative, ids >= n, first such, max, decreases, first decrease).
+        Only engines with :attr:`scans_ids` implement it."""
+        raise NotImplementedError
 
-    def from_host(self, state: ops.State) -> ops.State:
-        """A NumPy state moved to wherever this engine keeps its state (a no-op on the CPU)."""
-        return state
-
-    def grow(self, state: ops.State, num_segments: int) -> ops.State:
-        """The state over more segments (``num_segments`` >= its own), for when n is inferred.
-
-        The segments added are empty (the op's initial value), so growing loses nothing. By
-        default the state goes to the host, is copied into a bigger one and comes back; an
-        engine whose state is more than ``count`` and ``acc`` overrides this.
-        """
-        return self.from_host(ops.grown(self.to_host(state), num_segments))
+    def run_concurrently(self, calls: list[Callable[[], Any]]) -> list[Any]:
+        """Run the calls (at once where the engine has threads); their results in order."""
+        return [call() for call in calls]

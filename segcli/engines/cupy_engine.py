@@ -4,9 +4,9 @@ Importing this module imports CuPy; without CuPy the import fails and the regist
 ``pip install 'segcli[gpu]'``. With CuPy but no usable device, :meth:`unavailable_reason` says
 so and ``get_engine("cupy")`` refuses, never falling back in silence.
 
-The state lives on the device between folds (``ops.State`` with CuPy arrays); :meth:`to_host`
-brings it back for ``ops.finalize``. A fold takes NumPy or CuPy arrays. Host rows travel in
-fixed blocks (:data:`segcli.engines.cupy_fold.BLOCK_BYTES`): a producer thread copies each
+The state lives on the device between folds (``ops.State`` with CuPy arrays); its
+``to_host`` brings it back for ``ops.finalize``. A fold takes NumPy or CuPy arrays. Host rows
+travel in fixed blocks (:data:`segcli.engines.cupy_fold.BLOCK_BYTES`): a producer thread copies each
 block through two pinned buffers of :data:`CHUNK_BYTES` into one of two device buffers on a
 copy stream, while the compute stream folds the previous block. The algorithms, and why they
 are deterministic, are in :mod:`segcli.engines.cupy_fold`; the kernels in
@@ -36,7 +36,6 @@ import queue
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 from functools import cache
 from typing import Any, ClassVar
 
@@ -44,18 +43,10 @@ import cupy  # ImportError without CuPy: the registry turns it into the install 
 import cupyx
 import numpy as np
 
-from segcli import ops, validate
+from segcli import ops
 from segcli.engines import cupy_kernels as K
 from segcli.engines.base import Engine
-from segcli.engines.cupy_fold import (
-    BLOCK_BYTES,
-    FoldOptions,
-    IdBlockStats,
-    feed_stats,
-    fold_block,
-    plan_blocks,
-    stats_from_slots,
-)
+from segcli.engines.cupy_fold import BLOCK_BYTES, FoldOptions, fold_block, plan_blocks
 
 #: Host-to-device transfers go through two pinned buffers of this many bytes (data + ids).
 CHUNK_BYTES = 64 << 20
@@ -153,24 +144,6 @@ class CudaKernels:
                 np.int64(width),
             ),
         )
-
-    def id_stats(self, ids: Any, n: int | None, check_order: bool) -> list[int]:
-        out = cupy.asarray(np.array([start for _, start in K.ID_STATS_SLOTS], dtype=np.uint64))
-        size = int(ids.shape[0])
-        if size:
-            _kernel(K.id_stats_source(K.c_type(ids.dtype)), "id_stats")(
-                (_grid(size, 1 << 16),),
-                (K.THREADS,),
-                (
-                    ids,
-                    np.int64(size),
-                    np.int64(n or 0),
-                    np.int32(n is not None),
-                    np.int32(check_order),
-                    out,
-                ),
-            )
-        return [int(v) for v in out.get()]
 
 
 # --- host-to-device transfer -----------------------------------------------------------------
@@ -348,14 +321,6 @@ class CupyEngine(Engine):
             return f"CuPy {cupy.__version__} finds no CUDA device{_NEEDS}"
         return None
 
-    def to_host(self, state: ops.State) -> ops.State:
-        acc = None if state.acc is None else cupy.asnumpy(state.acc)
-        return replace(state, count=cupy.asnumpy(state.count), acc=acc)
-
-    def from_host(self, state: ops.State) -> ops.State:
-        acc = None if state.acc is None else cupy.asarray(state.acc)
-        return replace(state, count=cupy.asarray(state.count), acc=acc)
-
     def fold_block(
         self, state: ops.State, data: Any, ids: Any, *, sorted_ids: bool, first_row: int
     ) -> None:
@@ -403,10 +368,8 @@ class CupyEngine(Engine):
 
     def _to_device(self, state: ops.State) -> None:
         """A state made elsewhere (``ops.new_state`` on the host) moves to the device."""
-        if not isinstance(state.count, cupy.ndarray):
-            state.count = cupy.asarray(state.count)
-        if state.acc is not None and not isinstance(state.acc, cupy.ndarray):
-            state.acc = cupy.asarray(state.acc)
+        if state.xp is not cupy:
+            state.arrays = state.transferred(cupy.asarray).arrays
 
     def _threads(self) -> tuple[ThreadPoolExecutor, int]:
         """The host-copy threads, made on first use (a process that never folds host rows on
@@ -415,31 +378,6 @@ class CupyEngine(Engine):
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="segcli-copy")
         return self._pool, workers
-
-    # --- validation on the device ------------------------------------------------------------
-
-    def id_stats(self, ids: Any, num_segments: int | None, *, sorted_ids: bool) -> IdBlockStats:
-        """One fused pass over a block of ids (NumPy or CuPy) on the device."""
-        flat = cupy.ascontiguousarray(_on_device(ids).reshape(-1))
-        slots = self._kernels.id_stats(flat, num_segments, sorted_ids)
-        return stats_from_slots(slots, flat, cupy)
-
-    def scan_ids(self, scanner: validate.IdScanner, ids: Any) -> None:
-        """``scanner.feed(ids)`` with the pass done on the device: same counts, same messages."""
-        feed_stats(scanner, self.id_stats(ids, scanner.num_segments, sorted_ids=scanner.sorted_ids))
-
-    def check_ids(
-        self,
-        ids: Any,
-        num_segments: int | None,
-        *,
-        sorted_ids: bool,
-        label: str | None = None,
-    ) -> validate.IdReport:
-        """``validate.check_ids`` on the device (for ids already there, or about to be)."""
-        scanner = validate.IdScanner(tuple(ids.shape), num_segments, sorted_ids, label)
-        self.scan_ids(scanner, ids)
-        return scanner.finish()
 
 
 ENGINE = CupyEngine()

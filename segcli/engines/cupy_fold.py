@@ -3,7 +3,7 @@
 Nothing here imports CuPy: the engine passes ``xp=cupy`` and the CUDA kernels of
 :mod:`segcli.engines.cupy_kernels`; the CPU tests pass ``xp=numpy`` and NumPy stand-ins for
 the kernels, so every step of the orchestration (block plan, which path an op takes, the sort,
-the piece levels, the min/max order-keys, the validation statistics) runs and is checked on a
+the piece levels and the min/max order-keys) runs and is checked on a
 machine without a GPU.
 
 How one block of rows folds into the state (:func:`fold_block`):
@@ -37,7 +37,6 @@ from typing import Any, Protocol
 import numpy as np
 
 from segcli import ops
-from segcli.validate import IdScanner, IdSummary, Offender
 
 #: The fold plan's block: rows of data + ids per block. The plan depends only on the input's
 #: shape and dtypes (never on free memory or timing), so a float sum's rounding is the same on
@@ -70,7 +69,7 @@ class FoldOptions:
 
 
 class Kernels(Protocol):
-    """The three device kernels (see :mod:`segcli.engines.cupy_kernels` for their contracts)."""
+    """The two device kernels (see :mod:`segcli.engines.cupy_kernels` for their contracts)."""
 
     def scatter(
         self, mode: str, ids: Any, vals: Any, slots: Any, count: Any, n: int, width: int
@@ -89,8 +88,6 @@ class Kernels(Protocol):
         from_acc: bool,
     ) -> None: ...
 
-    def id_stats(self, ids: Any, n: int | None, check_order: bool) -> list[int]: ...
-
 
 # --- the block plan --------------------------------------------------------------------------
 
@@ -107,19 +104,26 @@ def plan_blocks(rows: int, row_bytes: int, block_bytes: int = BLOCK_BYTES) -> li
 
 
 def scatter_mode(op: ops.Op, acc_dtype: np.dtype[Any] | None, fast_atomics: bool) -> str | None:
-    """The ``seg_scatter`` mode that folds ``op`` in one atomic pass, or None (ordered path)."""
-    if op.ufunc is None:
+    """The ``seg_scatter`` mode that folds ``op`` in one atomic pass, or None (ordered path).
+
+    With :data:`_COMBINES`, the engine's primitive table: chosen by the fold kind of the op's
+    intermediate, never by the op.
+    """
+    fold = op.fold
+    if fold is None:
         return "count"
-    if op.ufunc is np.minimum:
-        return "min"
-    if op.ufunc is np.maximum:
-        return "max"
-    if op.ufunc is np.add and acc_dtype is not None:
+    if fold.kind in ("min", "max"):
+        return fold.kind
+    if fold.kind == "sum" and acc_dtype is not None:
         if acc_dtype.kind in "iu":
             return "add_int"  # wraps modulo 2**64: exact in any order
         if fast_atomics:
             return "add_float"
     return None
+
+
+#: The ordered fold's ``combine`` template argument for each order-dependent fold kind.
+_COMBINES = {"sum": "add", "prod": "mul"}
 
 
 def kernel_values(data: Any, xp: Any) -> Any:
@@ -324,7 +328,9 @@ def fold_block(
         # thread of the fold then reads a contiguous run instead of one scattered row per step.
         # The values and their order are unchanged, and so is every result bit.
         vals, order = vals[order], None
-    combine = "mul" if state.op.ufunc is np.multiply else "add"
+    fold = state.op.fold
+    assert fold is not None
+    combine = _COMBINES[fold.kind]
     if acc.dtype.kind in "iu":
         acc_kind, dst, kernel_width = "u64", acc.view(np.uint64), width
     elif acc.dtype.kind == "c" and combine == "mul":
@@ -334,111 +340,3 @@ def fold_block(
         kernel_width = dst.shape[1]
     piece_rows = options.piece_rows if options.tree_reduce else 0
     fold_ordered(kernels, xp, combine, acc_kind, vals, order, segs, dst, kernel_width, piece_rows)
-
-
-# --- validation on the device ----------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class IdBlockStats:
-    """What ``IdScanner.feed`` learns from one block, with the values it quotes in messages."""
-
-    size: int
-    max: int
-    first: int
-    last: int
-    negative: int = 0
-    negative_at: int = -1
-    negative_value: int = 0
-    too_big: int = 0
-    too_big_at: int = -1
-    too_big_value: int = 0
-    decrease: int = 0
-    decrease_at: int = -1
-    decrease_value: int = 0
-    decrease_previous: int = 0
-
-
-def id_stats_slots_numpy(ids: np.ndarray, n: int | None, check_order: bool) -> list[int]:
-    """The ``id_stats`` kernel's output slots, computed with NumPy (its CPU mirror)."""
-    none = 2**64 - 1
-    ids = ids.reshape(-1)
-    if ids.size == 0:
-        return [0, 0, none, 0, none, 0, none]
-    keys = key_encode(ids, False, np)
-    slots = [int(keys.max())]
-    negative = ids < 0 if ids.dtype.kind == "i" else np.zeros(ids.shape, bool)
-    # id >= n, compared by value (never wrapped)
-    too_big = np.zeros(ids.shape, bool) if n is None else ~valid_rows(ids, n, np) & ~negative
-    falls = np.zeros(ids.shape, bool)
-    if check_order:
-        falls[1:] = ids[1:] < ids[:-1]
-    for mask in (negative, too_big, falls):
-        count = int(np.count_nonzero(mask))
-        slots += [count, int(np.argmax(mask)) if count else none]
-    return slots
-
-
-def stats_from_slots(slots: list[int], ids: Any, xp: Any) -> IdBlockStats:
-    """Turn the kernel's slots into :class:`IdBlockStats`, reading the quoted values of the
-    block (one small gather)."""
-    ids = ids.reshape(-1)
-    size = int(ids.shape[0])
-    if size == 0:
-        return IdBlockStats(0, -1, 0, 0)
-    max_key, negative, negative_at, too_big, too_big_at, decrease, decrease_at = slots
-    signed = ids.dtype.kind == "i"
-    largest = max_key - 2**63 if signed else max_key
-    # Where each quoted value sits; 0 stands in for an offender that does not exist.
-    positions = [
-        0,
-        size - 1,
-        negative_at if negative else 0,
-        too_big_at if too_big else 0,
-        decrease_at if decrease else 0,
-        decrease_at - 1 if decrease else 0,
-    ]
-    picked = ids[xp.asarray(positions, dtype=np.int64)]
-    values = [int(v) for v in (picked.get() if hasattr(picked, "get") else picked)]
-    return IdBlockStats(
-        size=size,
-        max=largest,
-        first=values[0],
-        last=values[1],
-        negative=negative,
-        negative_at=negative_at if negative else -1,
-        negative_value=values[2],
-        too_big=too_big,
-        too_big_at=too_big_at if too_big else -1,
-        too_big_value=values[3],
-        decrease=decrease,
-        decrease_at=decrease_at if decrease else -1,
-        decrease_value=values[4],
-        decrease_previous=values[5],
-    )
-
-
-def feed_stats(scanner: IdScanner, stats: IdBlockStats) -> None:
-    """Advance ``scanner`` exactly as ``scanner.feed(block)`` would, from the block's stats."""
-    start = scanner.seen
-    if stats.size == 0:
-        scanner.feed_summary(IdSummary(start, 0))
-        return
-
-    def offender(count: int, at: int, value: int, previous: int = 0) -> Offender:
-        return Offender(count, start + at, value, previous) if count else Offender()
-
-    too_big = stats.too_big if scanner.num_segments is not None else 0
-    decrease = stats.decrease if scanner.sorted_ids else 0
-    scanner.feed_summary(
-        IdSummary(
-            start,
-            stats.size,
-            offender(stats.negative, stats.negative_at, stats.negative_value),
-            offender(too_big, stats.too_big_at, stats.too_big_value),
-            offender(decrease, stats.decrease_at, stats.decrease_value, stats.decrease_previous),
-            stats.max,
-            stats.first,
-            stats.last,
-        )
-    )

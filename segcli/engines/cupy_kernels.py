@@ -4,7 +4,7 @@ Each kernel is generated for the C types of one call (id type, value type, accum
 the sources stay free of templates and every generated variant can be compiled ahead of a run
 with NVRTC alone (``all_sources``), even on a machine without a GPU.
 
-Three kernels do all the work:
+Two kernels do all the work:
 
 ``seg_scatter``
     Order-independent folds with integer atomics: the row count, integer sums (two's complement
@@ -17,9 +17,6 @@ Three kernels do all the work:
     The deterministic fold: one thread per (piece, column) folds the rows of one piece, a run of
     consecutive positions of one segment, strictly in position order. Run in levels by
     :func:`segcli.engines.cupy_fold.fold_ordered`.
-
-``id_stats``
-    The validation pass: one read of a block of ids yields what ``validate.IdScanner`` needs.
 
 Every kernel is compiled with ``--fmad=false``: a contracted multiply-add (complex products)
 would round differently from NumPy's separate multiply and add.
@@ -307,87 +304,6 @@ extern "C" __global__ void seg_fold_pieces(
     )
 
 
-# --- id_stats --------------------------------------------------------------------------------
-
-#: Slots of the ``id_stats`` output, in order, with their starting values.
-ID_STATS_SLOTS: tuple[tuple[str, int], ...] = (
-    ("max_key", 0),
-    ("negative", 0),
-    ("negative_at", 2**64 - 1),
-    ("too_big", 0),
-    ("too_big_at", 2**64 - 1),
-    ("decrease", 0),
-    ("decrease_at", 2**64 - 1),
-)
-
-
-def id_stats_source(id_type: str) -> str:
-    """``id_stats``: one pass over a block of ids for the scanner's numbers.
-
-    ``out`` holds the slots of ``ID_STATS_SLOTS``: the largest id as an order-key, how many ids
-    are negative / ``>= n`` / smaller than their predecessor, and the first position of each
-    (``U64_MAX`` when none). ``check_n`` is 0 when n is not known yet (it is inferred).
-    Each thread keeps its own numbers over a grid-stride loop, a warp combines them with
-    shuffles, and lane 0 adds them to ``out`` with one atomic per slot.
-    """
-    return "\n".join(
-        [
-            _COMMON,
-            f"typedef {id_type} id_t;",
-            r"""
-__device__ __forceinline__ u64 warp_sum(u64 x) {
-    for (int d = 16; d > 0; d >>= 1) x += __shfl_down_sync(0xFFFFFFFFu, x, d);
-    return x;
-}
-__device__ __forceinline__ u64 warp_min(u64 x) {
-    for (int d = 16; d > 0; d >>= 1) {
-        const u64 y = __shfl_down_sync(0xFFFFFFFFu, x, d);
-        x = y < x ? y : x;
-    }
-    return x;
-}
-__device__ __forceinline__ u64 warp_max(u64 x) {
-    for (int d = 16; d > 0; d >>= 1) {
-        const u64 y = __shfl_down_sync(0xFFFFFFFFu, x, d);
-        x = y > x ? y : x;
-    }
-    return x;
-}
-
-extern "C" __global__ void id_stats(
-    const id_t* __restrict__ ids, long long size, long long n, int check_n, int check_order,
-    u64* out)
-{
-    u64 max_key = 0, neg = 0, neg_at = U64_MAX, big = 0, big_at = U64_MAX;
-    u64 dec = 0, dec_at = U64_MAX;
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    // No thread returns early: every lane of every warp reaches the shuffles after the loop
-    // (THREADS is a multiple of 32), as the full-mask shuffles require.
-    const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    for (long long i = first; i < size; i += stride) {
-        const id_t v = ids[i];
-        const u64 k = key_of(v, false);
-        max_key = k > max_key ? k : max_key;
-        if (v < 0) { ++neg; if ((u64)i < neg_at) neg_at = (u64)i; }
-        if (check_n && !(v < 0) && !(v < n)) { ++big; if ((u64)i < big_at) big_at = (u64)i; }
-        if (check_order && i > 0 && v < ids[i - 1]) { ++dec; if ((u64)i < dec_at) dec_at = (u64)i; }
-    }
-    max_key = warp_max(max_key);
-    neg = warp_sum(neg);  neg_at = warp_min(neg_at);
-    big = warp_sum(big);  big_at = warp_min(big_at);
-    dec = warp_sum(dec);  dec_at = warp_min(dec_at);
-    if ((threadIdx.x & 31) == 0) {
-        atomicMax(&out[0], max_key);
-        if (neg) { atomicAdd(&out[1], neg); atomicMin(&out[2], neg_at); }
-        if (big) { atomicAdd(&out[3], big); atomicMin(&out[4], big_at); }
-        if (dec) { atomicAdd(&out[5], dec); atomicMin(&out[6], dec_at); }
-    }
-}
-""",
-        ]
-    )
-
-
 def all_sources() -> dict[str, str]:
     """Every kernel variant the engine can build, by a readable name (for ahead-of-time checks).
 
@@ -399,7 +315,6 @@ def all_sources() -> dict[str, str]:
     for id_type in value_types:
         if id_type in ("float", "double"):
             continue
-        sources[f"id_stats[{id_type}]"] = id_stats_source(id_type)
         for shared in (False, True):
             sources[f"scatter[count,{id_type},{shared}]"] = scatter_source(
                 "count", id_type, None, shared

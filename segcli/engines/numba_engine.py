@@ -15,14 +15,15 @@ on a 2-core machine (see ``benchmarks/``):
   run folds in a register, eight long runs side by side (W3), short ones one after another.
 
 Complex sums fold as pairs of float columns (the same additions); complex products go to the
-NumPy engine; float16 is widened to float32 a chunk at a time (exact). Importing this module
-also gives validation a one-pass id scan (``validate.numba_scan``), run a slice per thread.
+NumPy engine; float16 is widened to float32 a chunk at a time (exact). The engine also offers
+validation a one-pass id scan (:meth:`NumbaEngine.scan_ids`), run a slice per thread. Importing
+this module prints nothing and changes no other module: the notes of a first run (compiling,
+an untrusted cache folder) go to :mod:`segcli.notices`.
 """
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -32,7 +33,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from segcli import ops, validate
+from segcli import notices, ops
 from segcli.engines import numba_cache
 from segcli.engines import numba_kernels as kernels
 from segcli.engines.base import Engine
@@ -57,11 +58,17 @@ SHORT_RUN_ROWS = 1000
 #: float16 blocks are widened to float32 this many elements at a time.
 _HALF_CHUNK_ELEMENTS = 1 << 20
 
-_KINDS: dict[Any, int] = {
-    np.add: kernels.SUM,
-    np.multiply: kernels.PROD,
-    np.minimum: kernels.MIN,
-    np.maximum: kernels.MAX,
+#: The engine's primitive table: each fold kind of :mod:`segcli.ops` as the kernels' constant
+#: (an index into ``kernels.FOLD_FLAT``, ``FOLD_ROWS`` and ``FOLD_RUNS``).
+_KERNEL_KINDS: dict[str, int] = {
+    "sum": kernels.SUM,
+    "prod": kernels.PROD,
+    "min": kernels.MIN,
+    "max": kernels.MAX,
+}
+#: How two private accumulators of a kernel kind merge: its fold's own ``merge``.
+_MERGES: dict[int, np.ufunc] = {
+    value: ops.FOLDS[kind].merge for kind, value in _KERNEL_KINDS.items()
 }
 
 _pool: ThreadPoolExecutor | None = None
@@ -84,9 +91,9 @@ def _announce_compilation() -> None:
         _announced = True
         note = numba_cache.install(vars(kernels))
         if note is not None:
-            print(note, file=sys.stderr, flush=True)
+            notices.send(note)
         if _kernel_cache_is_cold():
-            print("segcli: compiling kernels, first run only", file=sys.stderr, flush=True)
+            notices.send("segcli: compiling kernels, first run only")
 
 
 def _run(tasks: list[Callable[[], Any]]) -> list[Any]:
@@ -166,12 +173,7 @@ def _fold_private(
             for (a, b), acc_k, count_k in zip(slices, accs, counts, strict=True)
         ]
     )
-    merge = {
-        kernels.SUM: np.add,
-        kernels.PROD: np.multiply,
-        kernels.MIN: np.minimum,
-        kernels.MAX: np.maximum,
-    }[kind]
+    merge = _MERGES[kind]
     with np.errstate(invalid="ignore", over="ignore"):  # NaN compares by design
         for acc_k, count_k in zip(accs[1:], counts[1:], strict=True):
             merge(acc, acc_k, out=acc)
@@ -356,7 +358,9 @@ def _fold_native(
     if sorted_ids:
         _fold_sorted(kind, data, ids, acc, state.count)
     else:
-        initial = state.op.initial(acc.dtype)
+        fold = state.op.fold
+        assert fold is not None
+        initial = fold.identity(acc.dtype)
         _fold_unsorted(kind, initial, data, ids, acc, state.count, first_row)
 
 
@@ -379,19 +383,18 @@ def _fold_half(
         acc[...] = work  # every value is a float16 value (or the initial +-inf): exact
 
 
-def _scan_ids(block: np.ndarray, num_segments: int, sorted_ids: bool) -> tuple[int, ...]:
-    """Validation's one-pass id scan (see ``validate.numba_scan``): 10x fewer passes."""
-    _announce_compilation()
-    return tuple(kernels.scan_ids(block, num_segments, sorted_ids))
-
-
-# Once numba has been paid for, validation of large blocks uses it too, on every core.
-validate.numba_scan = _scan_ids
-validate.run_concurrently = _run
-
-
 class NumbaEngine(Engine):
     name: ClassVar[str] = "numba"
+    #: Once numba has been paid for, validation of large blocks uses it too, on every core.
+    scans_ids: ClassVar[bool] = True
+
+    def scan_ids(self, flat: np.ndarray, num_segments: int, sorted_ids: bool) -> tuple[int, ...]:
+        """Validation's one-pass id scan: 10x fewer passes than NumPy's."""
+        _announce_compilation()
+        return tuple(kernels.scan_ids(flat, num_segments, sorted_ids))
+
+    def run_concurrently(self, calls: list[Callable[[], Any]]) -> list[Any]:
+        return _run(calls)
 
     def fold_block(
         self,
@@ -409,7 +412,9 @@ class NumbaEngine(Engine):
         if state.acc is None or data.shape[1] == 0:
             _count(state.count, ids, sorted_ids)
             return
-        kind = _KINDS[state.op.ufunc]
+        fold = state.op.fold
+        assert fold is not None
+        kind = _KERNEL_KINDS[fold.kind]
         data = _native(data)
         acc = state.acc
         if data.dtype.kind == "c":

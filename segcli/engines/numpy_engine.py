@@ -51,11 +51,25 @@ def _kept_range_sorted(ids: np.ndarray, num_segments: int) -> slice:
     return slice(lo, hi)
 
 
+#: The engine's primitive table: each fold kind of :mod:`segcli.ops` as the ufunc whose
+#: ``at`` and ``reduceat`` fold it.
+_UFUNCS: dict[str, np.ufunc] = {
+    "sum": np.add,
+    "prod": np.multiply,
+    "min": np.minimum,
+    "max": np.maximum,
+}
+
+
+def _primitive(state: ops.State) -> np.ufunc | None:
+    """The ufunc of the op's one intermediate; None for an op that keeps only the count."""
+    fold = state.op.fold
+    return None if fold is None else _UFUNCS[fold.kind]
+
+
 def _exact_under_reordering(state: ops.State) -> bool:
-    acc = state.acc
-    return acc is not None and (
-        acc.dtype.kind in "iu" or state.op.ufunc in (np.minimum, np.maximum)
-    )
+    fold, acc = state.op.fold, state.acc
+    return fold is not None and not fold.order_matters(acc.dtype)
 
 
 def _run_starts(ids: np.ndarray) -> np.ndarray:
@@ -109,8 +123,7 @@ class NumpyEngine(Engine):
         only when they share it). Whole-array copies cost more than the fold, and their size
         grew with the input. ``drops=False``: every id is known to lie in ``[0, n)``.
         """
-        ufunc = state.op.ufunc
-        if ufunc is None or data.shape[1] == 0:
+        if state.op.fold is None or data.shape[1] == 0:
             _ChunkFolder(state, data, ids, drops).count_only(lanes)
         elif _packs_count(state, data):
             _PackedSumFolder(state, data, ids, drops).fold(lanes)
@@ -123,20 +136,21 @@ class NumpyEngine(Engine):
         starts = _run_starts(ids)
         segments = ids[starts].astype(np.intp)  # unique: each fancy-index update hits once
         state.count[segments] += np.diff(starts, append=ids.size)
-        ufunc = state.op.ufunc
-        if ufunc is None or data.shape[1] == 0:
+        primitive = _primitive(state)
+        if primitive is None or data.shape[1] == 0:
             return
         acc = state.acc[0]
         with np.errstate(invalid="ignore", over="ignore"):
-            partial = ufunc.reduceat(data.astype(acc.dtype, copy=False), starts, axis=0)
-            acc[segments] = ufunc(acc[segments], partial)
+            partial = primitive.reduceat(data.astype(acc.dtype, copy=False), starts, axis=0)
+            acc[segments] = primitive(acc[segments], partial)
 
 
 def _packs_count(state: ops.State, data: np.ndarray) -> bool:
     """A float sum of 1-D rows: each sum and its count can fold as the parts of one complex."""
+    fold = state.op.fold
     return (
-        state.op.ufunc is np.add
-        and state.acc is not None
+        fold is not None
+        and fold.kind == "sum"
         and state.acc.dtype == np.float64
         and data.shape[1] == 1
     )
@@ -171,7 +185,8 @@ class _ChunkFolder:
 
     def fold(self, lanes: list[tuple[int, int, int]]) -> None:
         state = self.state
-        assert state.acc is not None and state.op.ufunc is not None
+        primitive = _primitive(state)
+        assert state.acc is not None and primitive is not None
         value_buffer = None
         if self.data.dtype != state.acc.dtype:
             value_buffer = np.empty((self.index_buffer.size, self.data.shape[1]), state.acc.dtype)
@@ -183,7 +198,7 @@ class _ChunkFolder:
             if keep is not None:
                 index, values = index[keep], values[keep]
             _count_into(state.count, index)
-            _fold_in_order(state.op.ufunc, state.acc[lane], values, index)
+            _fold_in_order(primitive, state.acc[lane], values, index)
 
 
 class _PackedSumFolder(_ChunkFolder):

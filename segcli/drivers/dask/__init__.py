@@ -51,7 +51,6 @@ from segcli.drivers.dask.tasks import (
     PartResult,
     combine_results,
     id_summary_of,
-    pad_state,
     run_partition,
 )
 from segcli.errors import ClusterError, EngineUnavailableError, SegcliError, UsageError
@@ -377,7 +376,7 @@ def _map_reduce(
     state = merged.state or ops.new_state(
         op, n, _inner(plan), plan.data.dtype, sorted_ids=job.sorted_ids
     )
-    return id_report, pad_state(state, n), merged.engines
+    return id_report, state.grown(n), merged.engines
 
 
 def _combine_tree(client: Client, futures: list[Future], token: str) -> Future:

@@ -95,7 +95,7 @@ def run_partition(part: Partition, job: Job) -> PartResult:
     engine.fold(
         state, data.reshape(flat.size, ops.inner_size(inner)), flat, sorted_ids=job.sorted_ids
     )
-    return PartResult(id_summary, engine.to_host(state), frozenset({engine.name}))
+    return PartResult(id_summary, state.to_host(), frozenset({engine.name}))
 
 
 def _per_row(ref: FileRef) -> int:
@@ -123,12 +123,7 @@ def combine_states(a: ops.State | None, b: ops.State | None) -> ops.State | None
     if a is None or b is None:
         return b if a is None else a
     size = max(a.num_segments, b.num_segments)
-    return ops.combine(pad_state(a, size), pad_state(b, size))
-
-
-def pad_state(state: ops.State, size: int) -> ops.State:
-    """The state over ``size`` segments; the added ones are empty (the op's initial value)."""
-    return state if state.num_segments >= size else ops.grown(state, size)
+    return ops.combine(a.grown(size), b.grown(size))
 
 
 def id_summary_of(result: PartResult) -> IdSummary:
