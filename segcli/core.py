@@ -93,7 +93,8 @@ def check_output_fits(
     *,
     sorted_ids: bool = False,
 ) -> None:
-    """SPEC: n so large that the output would not fit in memory is an error, before any work."""
+    """docs/semantics.md: n so large that the output would not fit in memory is an error, before any
+    work."""
     writer = OUTPUT_FORMAT.get()
     needed = output_bytes(op, num_segments, inner_shape, data_dtype, sorted_ids, writer)
     available = available_bytes()
@@ -196,7 +197,8 @@ def validate_inputs(
     data_label: str | None = None,
     ids_label: str | None = None,
 ) -> validate.IdReport:
-    """Every check of SPEC, in the order a user would fix them; returns the id report."""
+    """Every check of docs/semantics.md, in the order a user would fix them; returns the id
+    report."""
     n = _check_before_ids(
         data,
         ids,
@@ -254,9 +256,10 @@ def report_from_counts(
 
     Every engine skips (and does not count) a row whose id lies outside ``[0, n)``, so the
     counts add up to the number of ids exactly when every id is in range: the common case needs
-    no pass over the ids of its own. A row not counted has a negative id, dropped as SPEC says,
-    or one >= n: with n implied by the ids (their largest plus one) there is none of those, and
-    with n given there is none when the negative ids account for every row not counted.
+    no pass over the ids of its own. A row not counted has a negative id (dropped, as
+    docs/semantics.md says) or one >= n: with n implied by the ids (their largest plus one)
+    there is none of those, and with n given there is none when the negative ids account for
+    every row not counted.
     Otherwise the full check runs and raises the first id out of range, as
     :func:`validate_inputs` would have before the fold.
     """

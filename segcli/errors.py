@@ -59,7 +59,8 @@ class SegcliError(Exception):
 
 
 class InvalidInputError(SegcliError, ValueError):
-    """The inputs break a rule of SPEC: ids out of range, wrong shapes, bad dtypes, nulls."""
+    """The inputs break a rule of docs/semantics.md: ids out of range, wrong shapes, bad dtypes,
+    nulls."""
 
     exit_code = EXIT_INVALID_INPUT
 

@@ -1,4 +1,5 @@
-"""Holistic segment reductions: median, quantile and nunique (SPEC Part 2, "More ops").
+"""Holistic segment reductions: median, quantile and nunique (the project's contract for the ops
+beyond TensorFlow's seven).
 
 These ops need all of a segment's values at once, so they cannot fold block by block like the
 mergeable ops. Every segment of every inner column is a *group* (``group = id * inner + col``);
@@ -43,7 +44,7 @@ _REAL = "float16/32/64, signed and unsigned integers"
 
 
 def holistic_out_dtype(op: str, data_dtype: np.dtype[Any]) -> np.dtype[Any]:
-    """SPEC's result dtype: nunique int64; median and quantile "as mean"."""
+    """The result dtype: nunique int64; median and quantile "as mean"."""
     if op == "nunique":
         return np.dtype(np.int64)
     if data_dtype.kind == "f":

@@ -132,7 +132,8 @@ def _wrapping_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
 
 
 def _exact_sum_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
-    """Sums divided later: SPEC says mean of 64-bit integers uses the sum without wraparound."""
+    """Sums divided later: docs/semantics.md says mean of 64-bit integers uses the sum without
+    wraparound."""
     if data_dtype.kind in "iu" and data_dtype.itemsize == 8:
         return np.dtype(np.float64)
     return _wrapping_dtype(data_dtype)
@@ -143,7 +144,8 @@ def _data_out_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
 
 
 def _mean_out_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
-    """SPEC's table: floats keep their dtype; narrow integers give float32, wide float64."""
+    """The table of docs/semantics.md: floats keep their dtype; narrow integers give float32, wide
+    float64."""
     if data_dtype.kind in "fc":
         return np.dtype(data_dtype)
     return np.dtype(np.float32 if data_dtype.itemsize <= 2 else np.float64)
@@ -153,7 +155,7 @@ def _count_out_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
     return np.dtype(np.int64)
 
 
-# --- empty values (SPEC: finite extremes for min and max) -----------------------------------
+# --- empty values (docs/semantics.md: finite extremes for min and max) ----------------------------
 
 
 def _zero(out_dtype: np.dtype[Any]) -> Any:
@@ -276,7 +278,7 @@ class Op:
         return only.acc_dtype(np.dtype(data_dtype))
 
     def out_dtype(self, data_dtype: np.dtype[Any]) -> np.dtype[Any]:
-        """The result dtype, as SPEC's table gives it."""
+        """The result dtype, as the table of docs/semantics.md gives it."""
         return self.output_dtype(np.dtype(data_dtype))
 
     def empty_value(self, out_dtype: np.dtype[Any]) -> Any:

@@ -314,8 +314,8 @@ def check(
 ) -> CheckOutcome:
     """Validate the inputs as ``request.op`` would, then the data-quality rules.
 
-    SPEC violations raise (exit 1); ``--max-empty`` and ``--no-nan`` failures are collected and
-    raised together as an :class:`ExpectationError` by :func:`enforce`.
+    Rule violations (docs/semantics.md) raise (exit 1); ``--max-empty`` and ``--no-nan`` failures
+    are collected and raised together as an :class:`ExpectationError` by :func:`enforce`.
     """
     from segcli.drivers.check import check_inputs
 

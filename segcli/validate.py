@@ -207,7 +207,8 @@ def _scans_with_engine(flat: np.ndarray) -> bool:
 
 
 def implied_num_segments(flat: np.ndarray) -> int:
-    """The n that unsorted ids imply (SPEC): the largest id plus one, or 0 if none is >= 0.
+    """The n that unsorted ids imply (docs/semantics.md): the largest id plus one, or 0 if none is
+    >= 0.
 
     Only the largest id is needed, so NumPy takes one pass (the full scan takes two).
     """

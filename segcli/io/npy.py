@@ -26,7 +26,7 @@ from segcli.memory import human_bytes
 
 # Kinds a reduction can work on; bool passes so that the core can reject it with its own message.
 _NUMERIC_KINDS = frozenset("biufc")
-# SPEC's dtype list stops at 64-bit floats: float128 would be folded in float64.
+# The dtype list of docs/semantics.md stops at 64-bit floats: float128 would be folded in float64.
 _WIDEST = {"b": 1, "i": 8, "u": 8, "f": 8, "c": 16}
 
 

@@ -8,10 +8,10 @@ unsorted segment reduction like user ids; rows with id ``-1`` are dropped there.
 
 Ids are dense and stable: a group keeps its id for the whole run, so a streamed reduction's state
 only grows, and memory grows with the distinct keys, not the rows. :meth:`finish` returns the key
-table in SPEC's order (ascending by key, lexicographic over the key columns, nulls last) and the
-permutation ``order`` to apply to the results: ``result_sorted = result[order]`` (a gather; output
-row ``r`` is encoder group ``order[r]``). The key table is the same, byte for byte, however the
-rows were split into blocks.
+table in the group-by order (ascending by key, lexicographic over the key columns, nulls last)
+and the permutation ``order`` to apply to the results: ``result_sorted = result[order]`` (a
+gather; output row ``r`` is encoder group ``order[r]``). The key table is the same, byte for
+byte, however the rows were split into blocks.
 
 How it works, and why it is fast: each column chunk is dictionary encoded by pyarrow (a dictionary
 column already is: its codes and dictionary are used as they are), so per row there is one hash
@@ -35,7 +35,7 @@ Value rules (each column separately):
   :class:`~segcli.errors.InvalidInputError` (exit 1, like a non-numeric data column): the command
   line is well formed, it is the data's column that cannot serve as a key.
 
-``keys_from`` (SPEC ``--keys-from``): a table holding the key columns fixes the groups: ids are
+``keys_from`` (``--keys-from``): a table holding the key columns fixes the groups: ids are
 its row positions and the key table is exactly its key columns, in its order. Its columns are
 cast to the data's types at the first block by a value-preserving cast (so ``int64`` matches
 ``int32``, a string column matches a ``dictionary<string>`` one, an integer column matches a

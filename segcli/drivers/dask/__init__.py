@@ -163,7 +163,7 @@ def _check_one_source(spec: RunSpec, first: str) -> None:
 
 
 def _check_inputs(spec: RunSpec, op: ops.Op, plan: Plan) -> int | None:
-    """Every check of SPEC that metadata answers, before any worker reads a row."""
+    """Every check of docs/semantics.md that metadata answers, before any worker reads a row."""
     data, ids = plan.data, plan.ids
     return check_before_rows(
         op,
