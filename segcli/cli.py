@@ -149,6 +149,24 @@ def input_options(command: F) -> F:
             metavar="N",
             help="Always stream, N rows per block (with --engine dask: rows per partition).",
         ),
+        click.option(
+            "--by",
+            metavar="COL[,COL...]",
+            help="Group by these key columns of DATA's table (strings, categories, integers, "
+            "dates, ...) instead of IDS; one output row per distinct key, sorted.",
+        ),
+        click.option(
+            "--null-keys",
+            type=click.Choice(("drop", "group")),
+            help="With --by: drop rows with a null (or NaN) key, or keep them as a group whose "
+            "key is null [default: drop].",
+        ),
+        click.option(
+            "--keys-from",
+            metavar="FILE",
+            help="With --by: a table of the key columns that fixes the output keys and their "
+            "order (empty groups included; a key not in it is an error).",
+        ),
         click.option("-q", "--quiet", is_flag=True, help="No summary on stderr."),
         click.option(
             "--summary-json",
@@ -351,6 +369,12 @@ def _make_op_command(op: str) -> click.Command:
         "--expect",
         metavar="FILE",
         help="Compare the result with a golden file; exit 4 and list the segments that differ.",
+    )
+    @click.option(
+        "--keys-out",
+        metavar="PATH",
+        help="With --by and .npy/.npz output: write the key table (row i for result row i) "
+        "to PATH (.parquet, .arrow, .csv or .tsv).",
     )
     @click.option(
         "--rtol",
