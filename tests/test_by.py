@@ -226,7 +226,9 @@ def test_text_on_stdout_has_a_header_and_key_fields(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["csv", "tsv"])
-def test_csv_output_reads_back_with_nulls_apart_from_empty_strings(tmp_path: Path, fmt: str) -> None:
+def test_csv_output_reads_back_with_nulls_apart_from_empty_strings(
+    tmp_path: Path, fmt: str
+) -> None:
     table = pa.table({"k": pa.array(["a", "", None, "a,b"]), "v": [1.0, 2.0, 3.0, 4.0]})
     path = write_table(tmp_path / "t.parquet", table)
     out = tmp_path / f"o.{fmt}"
@@ -400,3 +402,40 @@ def test_keys_out_is_committed_with_the_output_or_not_at_all(tmp_path: Path) -> 
     assert not out.exists() and not keys_out.exists()
     ok(*args, "-q")
     assert out.exists() and keys_out.exists()
+
+
+def test_key_text_of_other_types(tmp_path: Path) -> None:
+    table = pa.table(
+        {
+            "ok": pa.array([True, False, True]),
+            "day": pa.array([dt.date(2024, 5, 1), dt.date(2024, 5, 2), dt.date(2024, 5, 1)]),
+            "price": pa.array([Decimal("12.50"), Decimal("-1.00"), Decimal("12.50")]),
+            "v": [1.0, 2.0, 3.0],
+        }
+    )
+    path = write_table(tmp_path / "t.parquet", table)
+    result = ok("sum", path, "--by", "ok,day,price", "-q")
+    assert (
+        result.stdout
+        == "ok\tday\tprice\tvalue\nfalse\t2024-05-02\t-1.00\t2.0\ntrue\t2024-05-01\t12.50\t4.0\n"
+    )
+
+
+def test_arrow_stream_file_in_memory_and_streamed(tmp_path: Path) -> None:
+    table = values_table({"k": KEY_KINDS["dictionary"]})
+    path = tmp_path / "t.arrow"
+    with ipc.new_stream(path, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=4):
+            writer.write_batch(batch)
+    whole = ok("sum", path, "--by", "k", "-q").stdout
+    assert whole == ok("sum", path, "--by", "k", "-q", "--chunk-rows", "3").stdout
+    rows = expected(table, ["k"])
+    assert whole.splitlines() == ["k\tvalue", *(f"{key[0]}\t{value}" for key, value, _ in rows)]
+
+
+def test_keys_from_empty_groups_take_fill(tmp_path: Path) -> None:
+    table = pa.table({"sensor": ["s1"], "v": [2.0]})
+    path = write_table(tmp_path / "t.parquet", table)
+    sensors = write_table(tmp_path / "sensors.csv", pa.table({"sensor": ["s1", "s2"]}))
+    result = ok("max", path, "--by", "sensor", "--keys-from", sensors, "--fill", "nan", "-q")
+    assert result.stdout == "sensor\tvalue\ns1\t2.0\ns2\tnan\n"
