@@ -83,6 +83,8 @@ def summary_facts(summary: RunSummary) -> dict[str, Any]:
     facts["timings_s"]["total"] = round(summary.total_seconds, 6)
     rate = summary.rows_per_second()
     facts["rows_per_second"] = None if rate is None else round(rate)
+    if facts["keys"] is None:
+        del facts["keys"]  # only --by runs have keys
     return {"schema_version": SCHEMA_VERSION, **facts}
 
 
@@ -254,7 +256,7 @@ def check_facts(found: CheckResult, *, sorted_ids: bool, failures: list[str]) ->
         "nan_values": found.nan_values,
         "passed": not failures,
         "failures": failures,
-        "keys": None if found.keys is None else found.keys.summary(),
+        **({} if found.keys is None else {"keys": found.keys.summary()}),
     }
 
 

@@ -54,9 +54,7 @@ def key_strings(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     if pa.types.is_dictionary(column.type):
         column = column.dictionary_decode()
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
-        return pa.array(
-            [None if v is None else v.hex() for v in column.to_pylist()], pa.string()
-        )
+        return pa.array([None if v is None else v.hex() for v in column.to_pylist()], pa.string())
     return column.cast(pa.string())
 
 
