@@ -439,3 +439,24 @@ def test_keys_from_empty_groups_take_fill(tmp_path: Path) -> None:
     sensors = write_table(tmp_path / "sensors.csv", pa.table({"sensor": ["s1", "s2"]}))
     result = ok("max", path, "--by", "sensor", "--keys-from", sensors, "--fill", "nan", "-q")
     assert result.stdout == "sensor\tvalue\ns1\t2.0\ns2\tnan\n"
+
+
+@pytest.mark.parametrize("streaming", [[], ["--chunk-rows", "2"]])
+def test_a_table_without_rows_gives_the_header_and_the_key_types(
+    tmp_path: Path, streaming: list[str]
+) -> None:
+    table = pa.table({"k": pa.array([], pa.int16()), "v": pa.array([], pa.float64())})
+    path = write_table(tmp_path / "t.parquet", table)
+    out = tmp_path / "o.parquet"
+    ok("sum", path, "--by", "k", "-o", out, "-q", *streaming)
+    written = pq.read_table(out)
+    assert written.schema.types == [pa.int16(), pa.float64(), pa.int64()]
+    assert written.num_rows == 0
+    assert ok("sum", path, "--by", "k", "-q", *streaming).stdout == "k\tvalue\n"
+
+
+def test_the_data_column_may_be_a_key_too(tmp_path: Path) -> None:
+    path = write_table(tmp_path / "t.parquet", pa.table({"v": [2.0, 1.0, 2.0]}))
+    assert ok("count", path, "--by", "v", "--data-column", "v", "-q").stdout == (
+        "v\tvalue\n1\t1\n2\t2\n"
+    )

@@ -24,7 +24,7 @@ from segcli.io.keys import (
     check_key_columns,
     key_table_file,
     pick_data_column,
-    read_keys,
+    read_data_and_keys,
     read_keys_from,
 )
 from segcli.keys import KeyEncoder
@@ -85,8 +85,7 @@ def run_in_memory(
     started = time.perf_counter()
     table, column = _open(spec)
     encoder = encoder_for(spec)
-    [data] = table.arrays([column])
-    keys = read_keys(table, spec.by)
+    data, keys = read_data_and_keys(table, column, spec.by)
     ids = encoder.encode(keys, table.label)
     if watch is not None:
         watch(data)

@@ -58,9 +58,20 @@ def pick_data_column(table: TableFile, column: str | None, by: Sequence[str]) ->
     )
 
 
-def read_keys(table: TableFile, by: Sequence[str]) -> pa.Table:
-    """The key columns of the whole table."""
-    return table.read(list(by))
+def read_data_and_keys(
+    table: TableFile, column: str, by: Sequence[str]
+) -> tuple[np.ndarray, pa.Table]:
+    """The data column as NumPy (checked as any data column) and the key columns, in one read
+    of the file."""
+    from segcli.io.columns import ColumnRef, column_to_numpy, value_layout
+
+    read = table.read(list(dict.fromkeys([column, *by])))
+    data = column_to_numpy(
+        read.column(column),
+        ColumnRef(table.label, column),
+        layout=value_layout(read.schema, column, table.label),
+    )
+    return data, read.select(list(by))
 
 
 def read_keys_from(path: str, by: Sequence[str], csv: CsvOptions | None) -> pa.Table:
