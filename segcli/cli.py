@@ -323,7 +323,8 @@ def _make_op_command(op: str) -> click.Command:
         "--output",
         metavar="PATH",
         help="Write the result to PATH (format from its suffix); '-' for stdout. "
-        "Default: text lines 'segment<TAB>value' on stdout.",
+        "Default: text lines 'segment<TAB>value' on stdout (with --by: a header line, then "
+        "the key fields and the value).",
     )
     @click.option(
         "--format",
@@ -439,6 +440,7 @@ def _make_op_command(op: str) -> click.Command:
       segcli {op} data.npy ids.npy -n 4
       segcli {op} data.npy ids.npy --sorted -o result.npy
       segcli {op} table.parquet --data-column value --ids-column segment -o out.parquet
+      segcli {op} flights.parquet --data-column arr_delay --by carrier,origin -o out.csv
       segcli {op} data.npy ids.npy -q | sort -k2 -g | tail -3     # the 3 largest
     """
     return click.command(name=op, epilog=EXIT_CODES_HELP)(command)
@@ -492,6 +494,7 @@ def check(
       segcli check data.npy ids.npy -n 1000 --max-empty 0 --no-nan
       segcli check data.npy ids.npy --max-dropped 0 --summary-json check.json
       segcli check table.parquet --data-column value --ids-column segment --sorted
+      segcli check flights.parquet --by carrier --keys-from carriers.csv --max-empty 0
     """
     from segcli import pipeline
 
