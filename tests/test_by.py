@@ -149,6 +149,8 @@ KEY_KINDS = {
     ),
     "decimal": pa.array(pick([Decimal("1.50"), Decimal("-3.25")], 7), pa.decimal128(9, 2)),
     "float_nan": pa.array(pick([1.5, float("nan"), -0.5, 2.0], 8), pa.float64()),
+    "large_string": pa.array(pick(["zz", "a", "b"], 9), pa.large_string()),
+    "binary": pa.array(pick([b"\x00\xff", b"ab"], 10), pa.binary()),
 }
 
 
@@ -195,8 +197,9 @@ def test_missing_keys_are_counted_in_the_summary(tmp_path: Path) -> None:
     assert f"dropped: {missing} rows with a missing key" in plain_summary
 
 
+@pytest.mark.parametrize("null_keys", ["drop", "group"])
 @pytest.mark.parametrize("fmt", ["parquet", "arrow", "csv", "tsv"])
-def test_streaming_gives_the_in_memory_bytes(tmp_path: Path, fmt: str) -> None:
+def test_streaming_gives_the_in_memory_bytes(tmp_path: Path, fmt: str, null_keys: str) -> None:
     table = values_table({"a": KEY_KINDS["dictionary"], "b": KEY_KINDS["string"]})
     path = write_table(tmp_path / f"t.{fmt}", table)
     outputs = []
@@ -205,7 +208,9 @@ def test_streaming_gives_the_in_memory_bytes(tmp_path: Path, fmt: str) -> None:
         text = tmp_path / f"out-{chunk}.csv"
         streaming = [] if chunk is None else ["--chunk-rows", chunk]
         for target in (out, text):
-            result = ok("mean", path, "--by", "a,b", "-o", target, *streaming)
+            result = ok(
+                "mean", path, "--by", "a,b", "--null-keys", null_keys, "-o", target, *streaming
+            )
             streamed = re.search(r"mode +streaming", result.stderr) is not None
             assert streamed == (chunk is not None)
         outputs.append((out.read_bytes(), text.read_bytes()))
@@ -459,4 +464,14 @@ def test_the_data_column_may_be_a_key_too(tmp_path: Path) -> None:
     path = write_table(tmp_path / "t.parquet", pa.table({"v": [2.0, 1.0, 2.0]}))
     assert ok("count", path, "--by", "v", "--data-column", "v", "-q").stdout == (
         "v\tvalue\n1\t1\n2\t2\n"
+    )
+
+
+def test_check_max_dropped_counts_missing_keys(tmp_path: Path) -> None:
+    table = pa.table({"k": ["a", None, None], "v": [1.0, 2.0, 3.0]})
+    path = write_table(tmp_path / "t.parquet", table)
+    result = run("check", path, "--by", "k", "--max-dropped", "1", "-q")
+    assert result.exit_code == 4
+    assert result.stderr == (
+        f"Error: {path}:k: 2 dropped rows, more than --max-dropped 1 (2 with a missing key)\n"
     )
