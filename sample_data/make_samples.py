@@ -7,6 +7,9 @@ ids.npy      int32   (1000,)   sensor id 0..3 for each reading (sensor 3 was off
 sorted_ids.npy int32 (1000,)   the same readings grouped by hour 0..23, ids non-decreasing
 accel.npy    float32 (1000, 3) x, y, z acceleration per reading, for a 2-D reduction
 table.parquet  columns: time (int64 seconds), segment (int32 sensor id), value (float32)
+flights.parquet  columns: carrier (string), origin (string, a few nulls: origin not recorded),
+               arr_delay (float32 minutes): 2,000 flights out of New York, for --by
+carriers.csv   the carriers expected to fly (one, HA, flew nothing): a --keys-from list
 """
 
 from __future__ import annotations
@@ -39,6 +42,26 @@ def main() -> None:
     np.save(HERE / "accel.npy", accel)
     table = pa.table({"time": time, "segment": sensor, "value": value})
     pq.write_table(table, HERE / "table.parquet", row_group_size=250)
+    write_flights(rng)
+
+
+def write_flights(rng: np.random.Generator) -> None:
+    rows = 2000
+    carriers = np.array(["AA", "B6", "DL", "UA", "WN"])
+    carrier = rng.choice(carriers, rows, p=[0.25, 0.2, 0.25, 0.2, 0.1])
+    origin = rng.choice(np.array(["EWR", "JFK", "LGA"]), rows).astype(object)
+    origin[rng.random(rows) < 0.01] = None
+    late = dict(zip(carriers, [4.0, 9.0, 1.5, 6.0, 3.0], strict=True))
+    delay = np.array([late[c] for c in carrier]) + rng.exponential(12.0, rows) - 12.0
+    table = pa.table(
+        {
+            "carrier": pa.array(carrier, pa.string()),
+            "origin": pa.array(origin, pa.string()),
+            "arr_delay": pa.array(delay.round(0).astype(np.float32)),
+        }
+    )
+    pq.write_table(table, HERE / "flights.parquet", row_group_size=500)
+    (HERE / "carriers.csv").write_text("carrier\nAA\nB6\nDL\nHA\nUA\nWN\n")
 
 
 if __name__ == "__main__":

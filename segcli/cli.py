@@ -149,6 +149,24 @@ def input_options(command: F) -> F:
             metavar="N",
             help="Always stream, N rows per block (with --engine dask: rows per partition).",
         ),
+        click.option(
+            "--by",
+            metavar="COL[,COL...]",
+            help="Group by these key columns of DATA's table (strings, categories, integers, "
+            "dates, ...) instead of IDS; one output row per distinct key, sorted.",
+        ),
+        click.option(
+            "--null-keys",
+            type=click.Choice(("drop", "group")),
+            help="With --by: drop rows with a null (or NaN) key, or keep them as a group whose "
+            "key is null [default: drop].",
+        ),
+        click.option(
+            "--keys-from",
+            metavar="FILE",
+            help="With --by: a table of the key columns that fixes the output keys and their "
+            "order (empty groups included; a key not in it is an error).",
+        ),
         click.option("-q", "--quiet", is_flag=True, help="No summary on stderr."),
         click.option(
             "--summary-json",
@@ -311,7 +329,8 @@ def _make_op_command(op: str) -> click.Command:
         "--output",
         metavar="PATH",
         help="Write the result to PATH (format from its suffix); '-' for stdout. "
-        "Default: text lines 'segment<TAB>value' on stdout.",
+        "Default: text lines 'segment<TAB>value' on stdout (with --by: a header line, then "
+        "the key fields and the value).",
     )
     @click.option(
         "--format",
@@ -357,6 +376,12 @@ def _make_op_command(op: str) -> click.Command:
         "--expect",
         metavar="FILE",
         help="Compare the result with a golden file; exit 4 and list the segments that differ.",
+    )
+    @click.option(
+        "--keys-out",
+        metavar="PATH",
+        help="With --by and .npy/.npz output: write the key table (row i for result row i) "
+        "to PATH (.parquet, .arrow, .csv or .tsv).",
     )
     @click.option(
         "--rtol",
@@ -421,6 +446,7 @@ def _make_op_command(op: str) -> click.Command:
       segcli {op} data.npy ids.npy -n 4
       segcli {op} data.npy ids.npy --sorted -o result.npy
       segcli {op} table.parquet --data-column value --ids-column segment -o out.parquet
+      segcli {op} flights.parquet --data-column arr_delay --by carrier,origin -o out.csv
       segcli {op} data.npy ids.npy -q | sort -k2 -g | tail -3     # the 3 largest
     """
     return click.command(name=op, epilog=EXIT_CODES_HELP)(command)
@@ -474,6 +500,7 @@ def check(
       segcli check data.npy ids.npy -n 1000 --max-empty 0 --no-nan
       segcli check data.npy ids.npy --max-dropped 0 --summary-json check.json
       segcli check table.parquet --data-column value --ids-column segment --sorted
+      segcli check flights.parquet --by carrier --keys-from carriers.csv --max-empty 0
     """
     from segcli import pipeline
 

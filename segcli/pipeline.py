@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
@@ -24,6 +24,8 @@ from segcli.drivers.choose import carry_out
 from segcli.errors import ExpectationError, UsageError, WriteError
 from segcli.expect import check_expected
 from segcli.io import peek
+from segcli.io.formats import input_format
+from segcli.io.keyed import keyed_header, keyed_text_blocks, keys_out_format, stage_keys
 from segcli.memory import available_bytes
 from segcli.signals import checkpoint
 from segcli.summary import (
@@ -37,6 +39,7 @@ from segcli.summary import (
 
 if TYPE_CHECKING:
     from segcli.drivers.check import CheckResult
+    from segcli.keys.facts import KeyFacts
 
 __all__ = ["Progress", "RunOutcome", "RunRequest", "Streams", "check", "run"]
 
@@ -75,6 +78,19 @@ class RunRequest:
     #: (columns then named "1", "2", ... by position).
     delimiter: str | None = None
     no_header: bool = False
+    #: ``--by``: key columns of DATA's table (comma-separated) that give the groups.
+    by: str | None = None
+    #: ``--null-keys``: "drop" (the default) or "group"; None when not given.
+    null_keys: str | None = None
+    #: ``--keys-from``: a table whose key columns fix the groups and their order.
+    keys_from: str | None = None
+    #: ``--keys-out``: where a .npy/.npz output's key table goes.
+    keys_out: str | None = None
+
+    def key_columns(self) -> tuple[str, ...]:
+        """The ``--by`` column names; the key options' usage errors (see :func:`_check_by`)."""
+        _check_by(self)
+        return _parse_by(self.by)
 
     def csv_options(self) -> io.CsvOptions | None:
         """How to split CSV/TSV inputs; a UsageError if given and no input is CSV/TSV."""
@@ -94,6 +110,7 @@ class RunRequest:
             raise UsageError("--fast-atomics applies to --engine cupy only")
         if "-" in (self.data, self.ids):
             stdin = peek.peekable(stdin)
+        by = self.key_columns()
         budget = memory_budget(self)
         return RunSpec(
             op=self.op,
@@ -116,6 +133,9 @@ class RunRequest:
             else min(budget, STREAM_FROM_BYTES),
             block_rows=self.chunk_rows,
             scheduler=self.scheduler,
+            by=by,
+            null_keys=self.null_keys or "drop",
+            keys_from=self.keys_from,
         )
 
 
@@ -155,6 +175,74 @@ def _refuse_both_stdin(request: RunRequest) -> None:
         )
 
 
+def _parse_by(by: str | None) -> tuple[str, ...]:
+    if by is None:
+        return ()
+    names = tuple(name.strip() for name in by.split(","))
+    if not all(names):
+        raise UsageError(f"--by {by!r}: need column names separated by commas, e.g. --by a,b")
+    repeated = [name for name in names if names.count(name) > 1]
+    if repeated:
+        raise UsageError(f"--by: key column '{repeated[0]}' is given twice")
+    return names
+
+
+def _check_by(request: RunRequest) -> None:
+    """The key options' usage errors, before any input is read."""
+    if request.by is None:
+        for option, value in (
+            ("--null-keys", request.null_keys),
+            ("--keys-from", request.keys_from),
+            ("--keys-out", request.keys_out),
+        ):
+            if value is not None:
+                raise UsageError(f"{option} applies to --by only")
+        return
+    conflicts = (
+        ("IDS", request.ids is not None),
+        ("--ids-column", request.ids_column is not None),
+        ("-n/--num-segments", request.num_segments is not None),
+        ("--sorted", request.sorted_ids),
+        ("--engine dask", request.engine == "dask"),
+    )
+    for option, given in conflicts:
+        if given:
+            reason = (
+                "not yet: run it on one machine (another --engine)"
+                if option == "--engine dask"
+                else "the key columns give the groups"
+            )
+            raise UsageError(f"--by cannot be used with {option} ({reason})")
+    if request.data == "-":
+        raise UsageError("--by reads key columns of a table file, not of stdin")
+    if input_format(request.data) in ("npy", "npz"):
+        raise UsageError(
+            f"--by reads key columns of a table (Parquet, Arrow, CSV/TSV); {request.data} is "
+            ".npy/.npz: give the segment ids as IDS instead"
+        )
+    if request.null_keys is not None and request.null_keys not in ("drop", "group"):
+        raise UsageError(f"--null-keys {request.null_keys!r}: need drop or group")
+    _check_keys_out(request)
+
+
+def _check_keys_out(request: RunRequest) -> None:
+    fmt = None
+    if request.output is not None:
+        fmt = io.output_format(request.output, request.output_format)
+    arrays_only = fmt in ("npy", "npz")
+    if arrays_only and request.keys_out is None:
+        raise UsageError(
+            f"{fmt} output holds no key columns: add --keys-out PATH (.parquet, .arrow, .csv or "
+            ".tsv) for the key table, or write a table (-o out.parquet, .csv, ...)"
+        )
+    if request.keys_out is not None and not arrays_only:
+        raise UsageError(
+            "--keys-out applies to .npy/.npz output; other outputs hold the key columns already"
+        )
+    if request.keys_out is not None:
+        keys_out_format(request.keys_out)
+
+
 # ---------------------------------------------------------------------------------------------
 # A run
 
@@ -165,7 +253,17 @@ def reserve_outputs(request: RunRequest, outputs: io.OutputSet) -> None:
         io.output_format(request.output, request.output_format)  # a usage error, before any work
     if request.output not in (None, "-"):
         outputs.reserve(request.output, "-o")
-    outputs.refuse_inputs({"DATA": request.data, "IDS": request.ids, "--expect": request.expect})
+    if request.keys_out is not None:
+        request.key_columns()  # its usage errors come before any file is touched
+        outputs.reserve(request.keys_out, "--keys-out")
+    outputs.refuse_inputs(
+        {
+            "DATA": request.data,
+            "IDS": request.ids,
+            "--expect": request.expect,
+            "--keys-from": request.keys_from,
+        }
+    )
 
 
 def run(
@@ -229,7 +327,8 @@ def _run(
             reduction.result, expected, request.expect, rtol=request.rtol, atol=request.atol
         )
     started = time.perf_counter()
-    output_format = _write(reduction, request, streams, outputs)
+    output_format = _write(reduction, request, streams, outputs, done.keys)
+    _stage_keys_out(request, done.keys, outputs)
     summary = run_summary(
         done,
         output_path=request.output,
@@ -267,12 +366,16 @@ def _check_output_options(request: RunRequest) -> None:
 
 
 def _write(
-    reduction: core.Reduction, request: RunRequest, streams: Streams, outputs: io.OutputSet
+    reduction: core.Reduction,
+    request: RunRequest,
+    streams: Streams,
+    outputs: io.OutputSet,
+    keys: KeyFacts | None = None,
 ) -> str | None:
     if request.output is None:
         text = streams.stdout_text or sys.stdout
         try:
-            for block in io.text_blocks(reduction.result, "\t", float_format=request.float_format):
+            for block in _text_lines(reduction.result, keys, request.float_format):
                 text.write(block.decode())
             text.flush()
         except BrokenPipeError:
@@ -288,7 +391,24 @@ def _write(
         counts=reduction.counts,
         outputs=outputs,
         float_format=request.float_format,
+        keys=None if keys is None else keys.table,
     )
+
+
+def _text_lines(
+    result: np.ndarray, keys: KeyFacts | None, float_format: str | None
+) -> Iterator[bytes]:
+    """The lines on stdout: ``segment<TAB>value``, or with --by a header and key fields."""
+    if keys is None:
+        yield from io.text_blocks(result, "\t", float_format=float_format)
+        return
+    yield keyed_header(keys.table, result, "\t", count=False).encode()
+    yield from keyed_text_blocks(result, keys.table, "\t", float_format=float_format)
+
+
+def _stage_keys_out(request: RunRequest, keys: KeyFacts | None, outputs: io.OutputSet) -> None:
+    if request.keys_out is not None and keys is not None:
+        stage_keys(keys.table, request.keys_out, outputs)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -340,15 +460,18 @@ def _check_failures(
     failures = []
     if max_empty is not None and empty > max_empty:
         first = int(np.argmax(counts == 0))
-        failures.append(
-            f"{found.ids.label}: {validate.plural(empty, 'empty segment')}, more than --max-empty "
-            f"{max_empty} (first empty: segment {first})"
-        )
+        if found.keys is not None:
+            failures.append(_empty_groups_failure(found.keys, empty, max_empty, first))
+        else:
+            failures.append(
+                f"{found.ids.label}: {validate.plural(empty, 'empty segment')}, more than "
+                f"--max-empty {max_empty} (first empty: segment {first})"
+            )
     dropped = dropped_rows(report)
     if max_dropped is not None and dropped > max_dropped:
         failures.append(
             f"{found.ids.label}: {validate.plural(dropped, 'dropped row')}, more than "
-            f"--max-dropped {max_dropped} ({_dropped_causes(report)})"
+            f"--max-dropped {max_dropped} ({_dropped_causes(report, found.keys)})"
         )
     if no_nan and found.nan_values:
         assert found.first_nan is not None
@@ -360,7 +483,20 @@ def _check_failures(
     return failures
 
 
-def _dropped_causes(report: validate.IdReport) -> str:
+def _empty_groups_failure(keys: KeyFacts, empty: int, max_empty: int, first: int) -> str:
+    key = ", ".join(
+        f"{name}={keys.table.column(name)[first].as_py()!r}" for name in keys.table.column_names
+    )
+    where = f" of --keys-from {keys.keys_from}" if keys.keys_from else ""
+    return (
+        f"{validate.plural(empty, 'empty group')}{where}, more than --max-empty {max_empty} "
+        f"(first empty: {key})"
+    )
+
+
+def _dropped_causes(report: validate.IdReport, keys: KeyFacts | None = None) -> str:
+    if keys is not None:
+        return f"{report.dropped_negative:,} with a missing key"
     causes = []
     if report.dropped_negative:
         causes.append(f"{report.dropped_negative:,} with a negative id")

@@ -57,6 +57,9 @@ class RunSummary:
     #: (chunks; partitions and workers).
     mode: str = "in-memory"
     extra: dict[str, Any] = field(default_factory=dict)
+    #: A ``--by`` run's key facts (columns, types, distinct keys, rows dropped for a missing
+    #: key; see :meth:`segcli.keys.facts.KeyFacts.summary`), else None.
+    keys: dict[str, Any] | None = None
 
     @property
     def total_seconds(self) -> float:
@@ -80,6 +83,8 @@ def summary_facts(summary: RunSummary) -> dict[str, Any]:
     facts["timings_s"]["total"] = round(summary.total_seconds, 6)
     rate = summary.rows_per_second()
     facts["rows_per_second"] = None if rate is None else round(rate)
+    if facts["keys"] is None:
+        del facts["keys"]  # only --by runs have keys
     return {"schema_version": SCHEMA_VERSION, **facts}
 
 
@@ -139,6 +144,7 @@ def run_summary(
         timings_s={**run.timings, "write": write_s},
         mode=run.mode,
         extra=dict(run.mode_facts),
+        keys=None if run.keys is None else run.keys.summary(),
     )
 
 
@@ -169,7 +175,8 @@ def summary_rows(summary: RunSummary) -> list[tuple[str, str]]:
     s = summary
     dropped = []
     if s.rows_dropped_negative:
-        dropped.append(f"{_rows(s.rows_dropped_negative)} with a negative id")
+        cause = "a missing key" if s.keys is not None else "a negative id"
+        dropped.append(f"{_rows(s.rows_dropped_negative)} with {cause}")
     if s.rows_dropped_beyond_n:
         dropped.append(f"{_rows(s.rows_dropped_beyond_n)} with an id >= n")
     times = ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in s.timings_s.items())
@@ -208,7 +215,24 @@ def summary_rows(summary: RunSummary) -> list[tuple[str, str]]:
         rows.append(
             ("throughput", f"{rate:,.0f} rows/s, {human_bytes(s.data.bytes / s.work_seconds())}/s")
         )
+    if s.keys is not None:
+        rows = _with_key_rows(rows, s.keys)
     return rows
+
+
+def _with_key_rows(rows: list[tuple[str, str]], keys: dict[str, Any]) -> list[tuple[str, str]]:
+    """A ``--by`` run's rows: the key columns for ``ids``, distinct keys for ``segments``."""
+    fixed = f"from --keys-from {keys['keys_from']}" if keys["keys_from"] else "distinct"
+    replaced = {
+        "ids": ("keys", f"{', '.join(keys['columns'])}  ({', '.join(keys['types'])})"),
+        "segments": ("groups", f"{keys['distinct']:,} ({fixed}; null keys {keys['null_keys']})"),
+        "empty segments": ("empty groups", None),
+    }
+    out = []
+    for label, value in rows:
+        new_label, new_value = replaced.get(label, (label, value))
+        out.append((new_label, value if new_value is None else new_value))
+    return out
 
 
 def check_facts(found: CheckResult, *, sorted_ids: bool, failures: list[str]) -> dict[str, Any]:
@@ -232,6 +256,7 @@ def check_facts(found: CheckResult, *, sorted_ids: bool, failures: list[str]) ->
         "nan_values": found.nan_values,
         "passed": not failures,
         "failures": failures,
+        **({} if found.keys is None else {"keys": found.keys.summary()}),
     }
 
 
@@ -241,7 +266,7 @@ def check_rows(
     """What ``segcli check`` found, as (label, value) rows."""
     report = found.id_report
     data, ids = found.data, found.ids
-    return [
+    rows = [
         ("data", f"{data.label}  {tuple(data.shape)} {data.dtype}"),
         ("ids", f"{ids.label}  {tuple(ids.shape)} {ids.dtype}"),
         ("family", "sorted" if sorted_ids else "unsorted"),
@@ -255,6 +280,9 @@ def check_rows(
         ("NaN values", f"{found.nan_values:,}"),
         ("verdict", "ok" if not failures else "FAILED: " + "; ".join(failures)),
     ]
+    if found.keys is not None:
+        rows = _with_key_rows(rows, found.keys.summary())
+    return rows
 
 
 def empty_segments(found: CheckResult) -> int:

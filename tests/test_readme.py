@@ -2,7 +2,7 @@
 
 Every ``$ segcli ...`` line of a ``console`` block runs in a folder holding ``sample_data/``;
 its exit code must match (``# exits N`` or 0), its stdout must be the lines shown after it that
-are data, and an ``Error:`` line shown must be its stderr exactly.
+are data (tab-separated), and an ``Error:`` line shown must be its stderr exactly.
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def test_readme_command(workdir: Path, command: str, shown: list[str]):
         timeout=120,
     )
     assert done.returncode == expected_exit, done.stderr
-    data_lines = [line for line in shown if re.match(r"\d+\t", line)]
+    # Data: tab-separated lines (``segment<TAB>value``, or --by's header and key rows).
+    data_lines = [line for line in shown if "\t" in line and not line.startswith("  ")]
     assert done.stdout.splitlines() == data_lines
     errors = [line for line in shown if line.startswith("Error:")]
     if errors:

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 import numpy as np
 
 from segcli.core import Reduction
 from segcli.engines import Engine
 from segcli.io import CsvOptions
+
+if TYPE_CHECKING:
+    from segcli.keys.facts import KeyFacts
 
 #: Called with (rows done, rows in all) while a long run works.
 Progress = Callable[[int, int], None]
@@ -54,6 +57,12 @@ class RunSpec:
     block_rows: int | None = None
     #: Address of a Dask scheduler (None: ``$DASK_SCHEDULER_ADDRESS``, else a local cluster).
     scheduler: str | None = None
+    #: Key columns of DATA's table that give the groups (``--by``), instead of ids.
+    by: tuple[str, ...] = ()
+    #: ``--null-keys``: "drop" rows with a missing key, or "group" them.
+    null_keys: str = "drop"
+    #: ``--keys-from``: a table whose key columns fix the groups and their order.
+    keys_from: str | None = None
 
 
 def engine_of(spec: RunSpec) -> str | Engine:
@@ -111,6 +120,8 @@ class DriverResult:
     mode_facts: dict[str, Any] = field(default_factory=dict)
     #: Seconds per step, in the order the summary shows them.
     timings: dict[str, float] = field(default_factory=dict)
+    #: A ``--by`` run's keys, in the order of the result's rows (None for ids).
+    keys: KeyFacts | None = None
 
 
 class Driver(Protocol):

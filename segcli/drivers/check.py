@@ -9,7 +9,7 @@ run of ``spec.op`` (its dtype rule first), and nothing is folded but counts.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from segcli.drivers.stream import (
 )
 from segcli.errors import NotStreamableError
 
+if TYPE_CHECKING:
+    from segcli.keys.facts import KeyFacts
+
 
 @dataclass
 class CheckResult:
@@ -42,11 +45,17 @@ class CheckResult:
     ids: InputFacts
     #: "in-memory" or "streaming".
     mode: str
+    #: A ``--by`` check's keys, in the order of ``counts``.
+    keys: KeyFacts | None = None
 
 
 def check_inputs(spec: RunSpec) -> CheckResult:
     """Streamed where a run of ``spec`` would stream, else (or when the inputs turn out not
     streamable and streaming was not required) in memory."""
+    if spec.by:
+        from segcli.drivers.keys import check_by
+
+        return check_by(spec)
     if should_stream(spec):
         try:
             return check_streamed(spec)

@@ -94,7 +94,7 @@ def _input_bytes(spec: RunSpec) -> int | None:
     """The decoded size of the inputs (from headers and metadata: a small compressed file may
     hold gigabytes); None if one cannot be read (its reader says why)."""
     if spec.ids is None:
-        both = (spec.data_key, spec.ids_key, spec.data_column, spec.ids_column)
+        both = (spec.data_key, spec.ids_key, spec.data_column, spec.ids_column, *spec.by)
         roles = [(spec.data, [n for n in both if n is not None])]
     else:
         roles = [

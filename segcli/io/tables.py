@@ -44,6 +44,9 @@ _CSV_NULLS = [
     "", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "1.#IND", "1.#QNAN",
     "N/A", "NA", "NULL", "n/a", "null",
 ]  # fmt: skip
+# An empty field of a string column is null (a missing --by key), a quoted "" the empty string:
+# the way pyarrow's CSV writer, and segcli's own CSV output, tell them apart.
+_CSV_STRING_NULLS = {"strings_can_be_null": True, "quoted_strings_can_be_null": False}
 
 
 @dataclass(frozen=True)
@@ -144,13 +147,15 @@ class TableFile:
     def _convert_all(self) -> pcsv.ConvertOptions:
         import pyarrow.csv as pcsv
 
-        return pcsv.ConvertOptions(null_values=_CSV_NULLS)
+        return pcsv.ConvertOptions(null_values=_CSV_NULLS, **_CSV_STRING_NULLS)
 
     def convert_options(self, columns: list[str]) -> pcsv.ConvertOptions:
         """CSV conversion of ``columns`` only, with NaN spellings read as NaN, not null."""
         import pyarrow.csv as pcsv
 
-        return pcsv.ConvertOptions(include_columns=columns, null_values=_CSV_NULLS)
+        return pcsv.ConvertOptions(
+            include_columns=columns, null_values=_CSV_NULLS, **_CSV_STRING_NULLS
+        )
 
     @cached_property
     def _positional_names(self) -> list[str]:

@@ -54,6 +54,7 @@ def write_result(
     counts: _Array | None = None,
     outputs: OutputSet | None = None,
     float_format: str | None = None,
+    keys: pa.Table | None = None,
 ) -> str:
     """Write ``result`` (at least 1-D) to ``path`` (``-``: stdout); return the format used.
 
@@ -64,6 +65,8 @@ def write_result(
     ``outputs``, where ``path`` is reserved, stages the file to be committed with the run's
     other outputs; without it the file is committed at once.
     ``float_format`` (printf style, csv and tsv only) formats float values.
+    ``keys`` (a ``--by`` run's key table, row i for result row i) replaces ``segment`` in table,
+    text and JSON outputs (see :mod:`segcli.io.keyed`); npy and npz leave it out.
     """
     chosen = output_format(path, fmt)
     check_text_output(chosen, float_format)
@@ -75,6 +78,8 @@ def write_result(
         if counts.shape != result.shape[:1]:
             raise ValueError(f"counts has shape {counts.shape}, need {result.shape[:1]}")
     writer = _WRITERS[chosen] if float_format is None else _text_writer(_SEPS[chosen], float_format)
+    if keys is not None and chosen not in ("npy", "npz"):
+        writer = _keyed_writer(chosen, keys, float_format)
     if path != "-":
         if outputs is not None:
             _stage(outputs, path, writer, result, counts)
@@ -187,8 +192,46 @@ def _text_writer(sep: str, float_format: str | None = None) -> _Writer:
     return write
 
 
-def _write_json(result: _Array, counts: _Array | None, out: BinaryIO, stream: bool) -> None:
-    doc: dict[str, object] = {
+def _keyed_writer(fmt: str, keys: pa.Table, float_format: str | None) -> _Writer:
+    from segcli.io import keyed
+
+    def write(result: _Array, counts: _Array | None, out: BinaryIO, stream: bool) -> None:
+        if fmt in _SEPS:
+            sep = _SEPS[fmt]
+            out.write(keyed.keyed_header(keys, result, sep, count=counts is not None).encode())
+            for block in keyed.keyed_text_blocks(
+                result, keys, sep, counts, float_format=float_format
+            ):
+                out.write(block)
+        elif fmt == "json":
+            _write_json(result, counts, out, stream, keyed.json_keys(keys))
+        else:
+            _write_table(keyed.keyed_table(result, counts, keys), fmt, out, stream)
+
+    return write
+
+
+def _write_table(table: pa.Table, fmt: str, out: BinaryIO, stream: bool) -> None:
+    import pyarrow.ipc as ipc
+    import pyarrow.parquet as pq
+
+    if fmt == "parquet":
+        pq.write_table(table, out)
+        return
+    open_writer = ipc.new_stream if stream else ipc.new_file
+    with open_writer(out, table.schema) as writer:
+        writer.write_table(table)
+
+
+def _write_json(
+    result: _Array,
+    counts: _Array | None,
+    out: BinaryIO,
+    stream: bool,
+    keys: dict[str, list[Any]] | None = None,
+) -> None:
+    doc: dict[str, object] = {} if keys is None else {"keys": keys}
+    doc |= {
         "shape": list(result.shape),
         "dtype": result.dtype.name,
         "values": _nest(json_values(result), result.shape),

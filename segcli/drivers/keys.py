@@ -1,0 +1,192 @@
+"""``--by`` runs: the key columns give the group ids, then the normal unsorted reduction runs.
+
+The key encoder's ids are dense and stable, so they feed the in-memory and the streamed driver
+as user ids do (an inferred n then grows with the distinct keys, not the rows); rows with a
+missing key get id -1 and are dropped like negative ids. At the end the result and its counts
+are permuted into the key table's order (ascending by key, nulls last, or ``--keys-from``'s).
+Folding is in row order per group whatever a group's id, so every path gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from segcli import core, io
+from segcli.drivers.base import DriverResult, InputFacts, Progress, RunSpec, engine_of, input_facts
+from segcli.io.formats import input_format
+from segcli.io.keys import (
+    KeyIdsChunks,
+    check_key_columns,
+    key_table_file,
+    pick_data_column,
+    read_data_and_keys,
+    read_keys_from,
+)
+from segcli.keys import KeyEncoder
+from segcli.keys.facts import KeyFacts
+from segcli.keys.values import NullKeys
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from segcli.drivers.check import CheckResult
+    from segcli.io.tables import TableFile
+
+#: Sees every block of DATA as it is read (``check`` counts NaN with it).
+Watch = Callable[[np.ndarray], None]
+
+
+def encoder_for(spec: RunSpec) -> KeyEncoder:
+    """The run's key encoder, with the ``--keys-from`` table when one is given."""
+    keys_from = None
+    if spec.keys_from is not None:
+        keys_from = read_keys_from(spec.keys_from, spec.by, spec.csv)
+    return KeyEncoder(
+        spec.by,
+        null_keys=cast(NullKeys, spec.null_keys),
+        keys_from=keys_from,
+        keys_from_label=f"--keys-from {spec.keys_from}",
+    )
+
+
+def _given_n(encoder: KeyEncoder) -> int | None:
+    # --keys-from fixes n up front; otherwise n is the number of groups, found as ids come.
+    return encoder.n_groups if encoder.keys_from is not None else None
+
+
+def _open(spec: RunSpec) -> tuple[TableFile, str]:
+    table = key_table_file(spec.data, spec.csv)
+    check_key_columns(table, spec.by)
+    return table, pick_data_column(table, spec.data_column, spec.by)
+
+
+def _finish(reduction: core.Reduction, encoder: KeyEncoder, spec: RunSpec) -> KeyFacts:
+    """Put the result rows in the key table's order; the run's key facts."""
+    keys = encoder.finish()
+    reduction.result = reduction.result[keys.order]
+    reduction.counts = reduction.counts[keys.order]
+    return KeyFacts(list(spec.by), keys.keys, encoder.missing_rows, spec.null_keys, spec.keys_from)
+
+
+def _ids_facts(path: str, label: str, keys: pa.Schema, rows: int, size: int) -> InputFacts:
+    types = ", ".join(str(t) for t in keys.types)
+    return InputFacts(path, label, input_format(path), [rows], types, size)
+
+
+def run_in_memory(
+    spec: RunSpec, progress: Progress | None = None, watch: Watch | None = None
+) -> DriverResult:
+    """Read the data column and the key columns whole, encode the keys, reduce."""
+    started = time.perf_counter()
+    table, column = _open(spec)
+    encoder = encoder_for(spec)
+    data, keys = read_data_and_keys(table, column, spec.by)
+    ids = encoder.encode(keys, table.label)
+    if watch is not None:
+        watch(data)
+    read_s = time.perf_counter() - started
+    data_label = f"{table.label}:{column}"
+    ids_label = f"{table.label}:{','.join(spec.by)}"
+    reduction = core.reduce_arrays(
+        data,
+        ids,
+        _given_n(encoder),
+        spec.op,
+        engine=engine_of(spec),
+        fill=spec.fill,
+        data_label=data_label,
+        ids_label=ids_label,
+    )
+    key_facts = _finish(reduction, encoder, spec)
+    timings = {
+        "read": read_s,
+        "validate": reduction.timings["validate"],
+        "compute": reduction.timings["compute"],
+    }
+    return DriverResult(
+        reduction,
+        input_facts(spec.data, data_label, table.fmt, data.shape, data.dtype, table.note(column)),
+        _ids_facts(spec.data, ids_label, keys.schema, keys.num_rows, keys.nbytes),
+        "in-memory",
+        {},
+        timings,
+        key_facts,
+    )
+
+
+class _Watched:
+    """A ChunkSource whose blocks are shown to ``watch`` on their way to the fold."""
+
+    def __init__(self, source: io.ChunkSource, watch: Watch) -> None:
+        self._source, self._watch = source, watch
+        self.label, self.shape, self.dtype = source.label, source.shape, source.dtype
+
+    def chunks(self, rows: int) -> Iterator[np.ndarray]:
+        for block in self._source.chunks(rows):
+            self._watch(block)
+            yield block
+
+
+def run_streaming(
+    spec: RunSpec, progress: Progress | None = None, watch: Watch | None = None
+) -> DriverResult:
+    """Stream the data column and the key columns in aligned blocks, encoding as they come."""
+    from segcli.drivers.stream import reduce_stream, rows_of
+
+    table, column = _open(spec)
+    encoder = encoder_for(spec)
+    source = io.open_chunked(spec.data, column=column, role="data", csv=spec.csv)
+    ids = KeyIdsChunks(table, spec.by, encoder)
+    data: Any = source if watch is None else _Watched(source, watch)
+    reduction, plan = reduce_stream(
+        data,
+        ids,
+        _given_n(encoder),
+        spec.op,
+        engine=engine_of(spec),
+        fill=spec.fill,
+        block_rows=spec.block_rows,
+        memory_limit=spec.memory_budget,
+        progress=progress,
+    )
+    key_facts = _finish(reduction, encoder, spec)
+    rows = rows_of(reduction.id_report, ids)
+    shape = (rows, *source.shape[1:])
+    note = getattr(source, "note", None)
+    return DriverResult(
+        reduction,
+        input_facts(spec.data, source.label, table.fmt, shape, source.dtype, note),
+        _ids_facts(spec.data, ids.label, ids.schema, rows, ids.bytes_read),
+        "streaming",
+        {"chunks": plan.blocks},
+        {"read+compute": reduction.timings["compute"]},
+        key_facts,
+    )
+
+
+def check_by(spec: RunSpec) -> CheckResult:
+    """``segcli check --by``: the groups' row counts (a ``count`` run) and DATA's NaN."""
+    from segcli import ops
+    from segcli.drivers.check import CheckResult, NanScan
+    from segcli.drivers.choose import should_stream
+
+    nan = NanScan()
+    counting = replace(spec, op="count", engine="numpy", fill=None, fast_atomics=False)
+    run = run_streaming if should_stream(spec) else run_in_memory
+    done = run(counting, None, nan.feed)
+    ops.check_dtype(ops.get_op(spec.op), np.dtype(done.data.dtype), done.data.label)
+    return CheckResult(
+        done.reduction.id_report,
+        done.reduction.counts,
+        nan.found,
+        nan.first,
+        done.data,
+        done.ids,
+        done.mode,
+        done.keys,
+    )

@@ -1,0 +1,149 @@
+"""Results of a ``--by`` run: the key columns first, then the values, then ``count``.
+
+- Parquet / Arrow: the key columns with their own names and Arrow types, then ``value`` (the
+  layout of :func:`segcli.io.write.result_table` for inner dims and complex values), then
+  ``count``; no ``segment`` column.
+- CSV / TSV and the text lines on stdout: a header of the key names, the value headers (and
+  ``count`` in files), then one row per group. A key field is the value as Arrow casts it to
+  text (``2024-05-01``, ``2024-05-01 06:00:00``, ``12.50``, ``true``); a null key is an empty
+  field and an empty string is ``""``, as pyarrow's CSV writer and reader tell them apart; a
+  field holding the separator, a quote or a line break is quoted CSV-style (quotes doubled).
+- JSON: the usual document plus ``"keys": {name: [values...]}``, column by column; strings,
+  integers, floats and booleans as JSON values, other types as the text above, null as null.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from segcli.io.text import text_blocks, value_headers
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from segcli.io.commit import OutputSet
+
+_Array = np.ndarray[Any, Any]
+
+
+def keyed_table(result: _Array, counts: _Array | None, keys: pa.Table) -> pa.Table:
+    """The key columns, then the result table's ``value`` (and ``count``) columns."""
+    import pyarrow as pa
+
+    from segcli.io.write import result_table
+
+    values = result_table(result, counts)
+    kept = [name for name in values.column_names if name != "segment"]
+    # Table.from_arrays allows a key column named like "value" or "count": a pa.table dict not.
+    table = pa.Table.from_arrays(
+        [*keys.columns, *(values.column(name) for name in kept)],
+        names=[*keys.column_names, *kept],
+    )
+    return table.replace_schema_metadata(values.schema.metadata)
+
+
+def key_strings(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """A key column's values as text (null stays null)."""
+    import pyarrow as pa
+
+    if isinstance(column, pa.ChunkedArray):
+        column = column.combine_chunks()
+    if pa.types.is_dictionary(column.type):
+        column = column.dictionary_decode()
+    if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
+        return pa.array([None if v is None else v.hex() for v in column.to_pylist()], pa.string())
+    return column.cast(pa.string())
+
+
+def key_fields(keys: pa.Table, sep: str) -> list[str]:
+    """Each row's key fields joined by ``sep``, quoted where needed (see the module doc)."""
+    import pyarrow.compute as pc
+
+    if keys.num_columns == 0:
+        return [""] * keys.num_rows
+    pattern = "[" + "".join("\\" + c if c in "\\]^-[" else c for c in sep + '"\r\n') + "]"
+    fields = []
+    for column in keys.columns:
+        text = key_strings(column)
+        needs = pc.or_(pc.match_substring_regex(text, pattern), pc.equal(text, ""))
+        quoted = pc.binary_join_element_wise('"', pc.replace_substring(text, '"', '""'), '"', "")
+        fields.append(pc.if_else(needs, quoted, text).fill_null(""))
+    joined: pa.Array = pc.binary_join_element_wise(*fields, sep)
+    return [str(v) for v in joined.to_pylist()]
+
+
+def keyed_header(keys: pa.Table, result: _Array, sep: str, *, count: bool) -> str:
+    names = [*keys.column_names, *value_headers(result.shape[1:])]
+    return sep.join([*names, "count"] if count else names) + "\n"
+
+
+def keyed_text_blocks(
+    result: _Array,
+    keys: pa.Table,
+    sep: str,
+    counts: _Array | None = None,
+    *,
+    float_format: str | None = None,
+) -> Iterator[bytes]:
+    """Lines ``key{sep}...{sep}value...[{sep}count]\\n``, in blocks, without the header."""
+    fields = key_fields(keys, sep)
+    row = 0
+    for block in text_blocks(result, sep, counts, float_format=float_format):
+        lines = []
+        # The numeric lines hold no quotes or line breaks: splitting them is safe.
+        for line in block.decode().splitlines():
+            lines.append(fields[row] + sep + line.split(sep, 1)[1] + "\n")
+            row += 1
+        yield "".join(lines).encode()
+
+
+def json_keys(keys: pa.Table) -> dict[str, list[Any]]:
+    """The key columns for the JSON output (see the module doc)."""
+    import pyarrow as pa
+
+    out: dict[str, list[Any]] = {}
+    for name, column in zip(keys.column_names, keys.columns, strict=True):
+        type_ = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+        native = (
+            pa.types.is_integer(type_)
+            or pa.types.is_floating(type_)
+            or pa.types.is_boolean(type_)
+            or pa.types.is_string(type_)
+            or pa.types.is_large_string(type_)
+        )
+        out[name] = column.to_pylist() if native else key_strings(column).to_pylist()
+    return out
+
+
+#: Formats ``--keys-out`` writes: tables that keep the key types, or CSV/TSV text.
+KEYS_OUT_FORMATS = ("parquet", "arrow", "csv", "tsv")
+
+
+def keys_out_format(path: str) -> str:
+    """The format of a ``--keys-out`` path, from its suffix; else a UsageError."""
+    from segcli.errors import UsageError
+    from segcli.io.formats import OUTPUT_SUFFIXES, suffix_format
+
+    fmt = suffix_format(path, OUTPUT_SUFFIXES)
+    if fmt not in KEYS_OUT_FORMATS:
+        raise UsageError(
+            f"--keys-out {path}: need a .parquet, .arrow, .csv or .tsv file name for the key table"
+        )
+    return fmt
+
+
+def stage_keys(keys: pa.Table, path: str, outputs: OutputSet) -> None:
+    """Stage the key table at ``path`` (reserved in ``outputs``), committed with the run."""
+    from segcli.io.write import _SEPS, _write_table
+
+    fmt = keys_out_format(path)
+    with outputs.stage(path) as out:
+        if fmt in _SEPS:
+            sep = _SEPS[fmt]
+            out.write((sep.join(keys.column_names) + "\n").encode())
+            out.write("".join(line + "\n" for line in key_fields(keys, sep)).encode())
+        else:
+            _write_table(keys, fmt, out, stream=outputs.is_direct(path))

@@ -1,0 +1,190 @@
+"""Key columns (``--by``): read whole or block by block, and turned into group ids.
+
+A :class:`KeyIdsChunks` is a :class:`~segcli.io.chunked.ChunkSource` of int64 group ids: it reads
+the key columns of a table file in blocks aligned with the data column's blocks and feeds each
+to a :class:`~segcli.keys.KeyEncoder`, so a streamed run folds group ids as it folds user ids.
+
+pyarrow is imported inside the functions, as in the rest of :mod:`segcli.io`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from segcli.errors import ReadError, UsageError
+from segcli.io.chunked import UNKNOWN_ROWS, _check_rows
+from segcli.io.formats import input_format
+from segcli.io.tables import CSV_HEAD_BYTES, CsvOptions, TableFile, open_table
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from segcli.keys import KeyEncoder
+
+#: Formats whose columns ``--by`` can read.
+KEY_FORMATS = ("parquet", "arrow", "csv", "tsv")
+
+
+def key_table_file(path: str, csv: CsvOptions | None) -> TableFile:
+    """The table DATA's columns and the key columns are read from; other formats: a UsageError."""
+    fmt = input_format(path)
+    if fmt not in KEY_FORMATS:
+        raise UsageError(
+            f"--by reads key columns of a table (Parquet, Arrow, CSV/TSV); {path} is {fmt}: "
+            "give the ids as IDS instead"
+        )
+    return open_table(path, fmt, csv)
+
+
+def check_key_columns(table: TableFile, by: Sequence[str]) -> None:
+    """Every key column exists (reported as a missing --data-column is) and is named once."""
+    for name in by:
+        table.pick(name, "--by")
+
+
+def pick_data_column(table: TableFile, column: str | None, by: Sequence[str]) -> str:
+    """``--data-column``, or the table's only column that is not a key column."""
+    if column is not None:
+        return table.pick(column, "--data-column")
+    rest = [name for name in table.column_names() if name not in by]
+    if len(rest) == 1:
+        return rest[0]
+    raise UsageError(
+        f"{table.label}: has {len(rest)} columns besides the key columns; pick one with "
+        f"--data-column (columns: {', '.join(rest) or 'none'})"
+    )
+
+
+def read_data_and_keys(
+    table: TableFile, column: str, by: Sequence[str]
+) -> tuple[np.ndarray, pa.Table]:
+    """The data column as NumPy (checked as any data column) and the key columns, in one read
+    of the file."""
+    from segcli.io.columns import ColumnRef, column_to_numpy, value_layout
+
+    read = table.read(list(dict.fromkeys([column, *by])))
+    data = column_to_numpy(
+        read.column(column),
+        ColumnRef(table.label, column),
+        layout=value_layout(read.schema, column, table.label),
+    )
+    return data, read.select(list(by))
+
+
+def read_keys_from(path: str, by: Sequence[str], csv: CsvOptions | None) -> pa.Table:
+    """The ``--keys-from`` table: a table file holding at least the key columns."""
+    fmt = input_format(path)
+    if fmt not in KEY_FORMATS:
+        raise UsageError(f"--keys-from {path}: need a Parquet, Arrow or CSV/TSV table, not {fmt}")
+    table = open_table(path, fmt, csv)
+    names = table.schema().names
+    missing = [name for name in by if name not in names]
+    if missing:
+        raise UsageError(
+            f"--keys-from {path}: no column '{missing[0]}' (columns: {', '.join(names)})"
+        )
+    return table.read(list(by))
+
+
+def key_schema(table: TableFile, by: Sequence[str]) -> pa.Schema:
+    """The key columns' types as a streamed read gives them (CSV: inferred from its head)."""
+    import pyarrow as pa
+
+    if table.fmt in ("csv", "tsv"):
+        with table.errors():
+            return table.csv_head(list(by), CSV_HEAD_BYTES).select(list(by)).schema
+    schema = table.schema()
+    return pa.schema([schema.field(name) for name in by])
+
+
+class KeyIdsChunks:
+    """Group ids of a table's key columns, block by block: a ChunkSource of int64 ids.
+
+    The first call of :meth:`chunks` encodes an empty block, so that a table without rows
+    still fixes the key types; the encoder holds the groups once every block was read.
+    """
+
+    def __init__(self, table: TableFile, by: Sequence[str], encoder: KeyEncoder) -> None:
+        self._table = table
+        self._by = list(by)
+        self.encoder = encoder
+        self.schema = key_schema(table, by)
+        self.label = f"{table.label}:{','.join(self._by)}"
+        self.dtype: np.dtype[Any] = np.dtype(np.int64)
+        self.shape: tuple[int, ...] = (self._count_rows(),)
+        #: Bytes of key columns read so far, for the run's input facts.
+        self.bytes_read = 0
+
+    def chunks(self, rows: int) -> Iterator[np.ndarray]:
+        _check_rows(rows)
+        self.encoder.encode(self.schema.empty_table(), self._table.label)
+        with self._table.errors():
+            for block in _reblock_tables(self._batches(rows), rows):
+                self.bytes_read += block.nbytes
+                yield self.encoder.encode(block, self._table.label)
+
+    def _count_rows(self) -> int:
+        if self._table.fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            with self._table.errors():
+                return int(pq.ParquetFile(self._table.parquet_source()).metadata.num_rows)
+        if self._table.fmt == "arrow":
+            with self._table.errors():
+                return sum(batch.num_rows for batch in _ipc_batches(self._table))
+        return UNKNOWN_ROWS
+
+    def _batches(self, rows: int) -> Iterator[pa.RecordBatch]:
+        if self._table.fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            parquet = pq.ParquetFile(self._table.parquet_source())
+            yield from parquet.iter_batches(batch_size=rows, columns=self._by)
+        elif self._table.fmt == "arrow":
+            for batch in _ipc_batches(self._table):
+                yield batch.select(self._by)
+        else:
+            types = dict(zip(self.schema.names, self.schema.types, strict=True))
+            try:
+                yield from self._table.csv_batches(self._by, None, types=types)
+            except ValueError as exc:
+                raise ReadError(
+                    f"{self._table.label}: a key column holds a value its first rows' type "
+                    f"cannot take ({str(exc).splitlines()[0]}); read the file whole (no "
+                    "--chunk-rows and a --memory-limit above its size)"
+                ) from exc
+
+
+def _ipc_batches(table: TableFile) -> Iterator[pa.RecordBatch]:
+    import pyarrow.ipc as ipc
+
+    reader = table.ipc_reader()
+    if isinstance(reader, ipc.RecordBatchFileReader):
+        for i in range(reader.num_record_batches):
+            yield reader.get_batch(i)
+    else:
+        yield from reader
+
+
+def _reblock_tables(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
+    """Regroup record batches into tables of exactly ``rows`` rows but the last, so that key
+    blocks line up with the data column's blocks."""
+    import pyarrow as pa
+
+    pending: list[pa.RecordBatch] = []
+    have = 0
+    for batch in batches:
+        offset = 0
+        while offset < batch.num_rows:
+            take = min(rows - have, batch.num_rows - offset)
+            pending.append(batch.slice(offset, take))
+            have += take
+            offset += take
+            if have == rows:
+                yield pa.Table.from_batches(pending)
+                pending, have = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending)

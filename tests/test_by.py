@@ -1,0 +1,477 @@
+"""``--by``: group by key columns through the command line, checked against pandas groupby.
+
+Each case writes a small table, runs a command as a user would, and compares the keys, values
+and counts with pandas' ``groupby`` on the same rows (groups ordered by key ascending, nulls
+last, as SPEC says); streaming must give the bytes of the in-memory run for every block size.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import re
+import signal
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from segcli.cli import main
+from segcli.signals import HANDLED
+
+pd = pytest.importorskip("pandas")
+
+ROWS = 30
+
+
+@dataclass
+class Ran:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def run(*args: Any) -> Ran:
+    """segcli's own entry point in this process (one-line usage errors and all)."""
+    saved = {signum: signal.getsignal(signum) for signum in HANDLED}
+    with CliRunner().isolation() as (stdout, stderr, _):
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exit:
+            code = int(exit.code or 0)
+        finally:
+            for signum, handler in saved.items():
+                signal.signal(signum, handler)
+        return Ran(code, stdout.getvalue().decode(), stderr.getvalue().decode())
+
+
+def ok(*args: Any) -> Ran:
+    result = run(*args)
+    assert result.exit_code == 0, result.stderr
+    return result
+
+
+def write_table(path: Path, table: pa.Table) -> Path:
+    if path.suffix == ".parquet":
+        pq.write_table(table, path, row_group_size=8)  # several row groups
+    elif path.suffix == ".arrow":
+        with ipc.new_file(path, table.schema) as writer:
+            for batch in table.to_batches(max_chunksize=7):
+                writer.write_batch(batch)
+    else:
+        pcsv.write_csv(
+            table,
+            path,
+            pcsv.WriteOptions(delimiter="\t" if path.suffix == ".tsv" else ","),
+        )
+    return path
+
+
+def plain(value: Any) -> Any:
+    return None if isinstance(value, float) and math.isnan(value) else value
+
+
+def nulls_last(key: tuple[Any, ...]) -> list[tuple[bool, Any]]:
+    return [(v is None, 0 if v is None else v) for v in key]
+
+
+def expected(table: pa.Table, by: list[str], op: str = "sum", dropna: bool = True) -> list[Any]:
+    """(key, value, count) per group from pandas groupby, ordered as SPEC orders keys."""
+    frame = table.to_pandas()
+    for name in by:
+        column = table.column(name).type
+        if pa.types.is_dictionary(column):
+            frame[name] = frame[name].astype(object)
+    grouped = frame.groupby(by, sort=False, dropna=dropna)["v"]
+    values = getattr(grouped, op)()
+    counts = grouped.size()
+    rows = []
+    for (key, value), count in zip(values.items(), counts.to_numpy(), strict=True):
+        key = key if isinstance(key, tuple) else (key,)
+        rows.append((tuple(plain(_py(k)) for k in key), float(value), int(count)))
+    return sorted(rows, key=lambda row: nulls_last(row[0]))
+
+
+def _py(value: Any) -> Any:
+    if value is None or value is pd.NaT:
+        return None
+    if isinstance(value, pd.Timestamp):
+        return value.to_pydatetime()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def got(path: Path, by: list[str]) -> list[Any]:
+    """(key, value, count) rows of a table output."""
+    table = pq.read_table(path) if path.suffix == ".parquet" else ipc.open_file(path).read_all()
+    keys = [table.column(name).to_pylist() for name in by]
+    return [
+        (tuple(plain(column[i]) for column in keys), value, count)
+        for i, (value, count) in enumerate(
+            zip(table.column("value").to_pylist(), table.column("count").to_pylist(), strict=True)
+        )
+    ]
+
+
+def values_table(keys: dict[str, pa.Array], seed: int = 0) -> pa.Table:
+    rows = len(next(iter(keys.values())))
+    values = np.random.default_rng(seed).integers(0, 50, rows).astype(np.float64)
+    return pa.table({**keys, "v": values})
+
+
+def pick(pool: list[Any], seed: int, nulls: bool = True) -> list[Any]:
+    rng = np.random.default_rng(seed)
+    chosen = [pool[i] for i in rng.integers(0, len(pool), ROWS)]
+    return [None if nulls and rng.random() < 0.15 else v for v in chosen]
+
+
+UTC = dt.timezone.utc
+KEY_KINDS = {
+    "string": pa.array(pick(["b", "a", "é", "ab"], 1), pa.string()),
+    "dictionary": pa.array(pick(["x", "w", "y"], 2)).dictionary_encode(),
+    "int": pa.array(pick([3, -1, 7, 0], 3), pa.int32()),
+    "bool": pa.array(pick([True, False], 4), pa.bool_()),
+    "date": pa.array(pick([dt.date(2024, 1, 2), dt.date(1999, 5, 5)], 5), pa.date32()),
+    "timestamp": pa.array(
+        pick([dt.datetime(2024, 1, 1, 5, tzinfo=UTC), dt.datetime(2000, 1, 1, tzinfo=UTC)], 6),
+        pa.timestamp("ms", "UTC"),
+    ),
+    "decimal": pa.array(pick([Decimal("1.50"), Decimal("-3.25")], 7), pa.decimal128(9, 2)),
+    "float_nan": pa.array(pick([1.5, float("nan"), -0.5, 2.0], 8), pa.float64()),
+    "large_string": pa.array(pick(["zz", "a", "b"], 9), pa.large_string()),
+    "binary": pa.array(pick([b"\x00\xff", b"ab"], 10), pa.binary()),
+}
+
+
+@pytest.mark.parametrize("kind", list(KEY_KINDS))
+def test_every_key_kind_like_pandas(tmp_path: Path, kind: str) -> None:
+    table = values_table({"k": KEY_KINDS[kind]})
+    path = write_table(tmp_path / "t.parquet", table)
+    out = tmp_path / "out.parquet"
+    ok("sum", path, "--by", "k", "--data-column", "v", "-o", out, "-q")
+    written = pq.read_table(out)
+    assert written.column_names == ["k", "value", "count"]
+    assert written.schema.field("k").type == table.schema.field("k").type
+    assert got(out, ["k"]) == expected(table, ["k"])
+
+
+def test_several_keys_and_nulls_grouped(tmp_path: Path) -> None:
+    table = values_table({"a": KEY_KINDS["string"], "b": KEY_KINDS["int"]})
+    path = write_table(tmp_path / "t.parquet", table)
+    out = tmp_path / "out.parquet"
+    ok("sum", path, "--by", "a,b", "--data-column", "v", "-o", out, "-q")
+    assert got(out, ["a", "b"]) == expected(table, ["a", "b"])
+    ok("mean", path, "--by", "a,b", "--null-keys", "group", "-o", out, "-q")  # v: the only rest
+    assert got(out, ["a", "b"]) == expected(table, ["a", "b"], "mean", dropna=False)
+
+
+def test_missing_keys_are_counted_in_the_summary(tmp_path: Path) -> None:
+    table = values_table({"k": KEY_KINDS["float_nan"]})
+    path = write_table(tmp_path / "t.parquet", table)
+    summary = tmp_path / "s.json"
+    ok("sum", path, "--by", "k", "-o", tmp_path / "o.csv", "-q", "--summary-json", summary)
+    facts = json.loads(summary.read_text())
+    missing = sum(1 for v in table.column("k").to_pylist() if v is None or math.isnan(v))
+    assert missing > 0
+    assert facts["keys"] == {
+        "columns": ["k"],
+        "types": ["double"],
+        "distinct": len(expected(table, ["k"])),
+        "rows_dropped_missing_key": missing,
+        "null_keys": "drop",
+        "keys_from": None,
+    }
+    assert facts["rows_dropped_negative"] == missing
+    plain_summary = run("sum", path, "--by", "k", "-o", tmp_path / "p.csv").stderr
+    assert f"dropped: {missing} rows with a missing key" in plain_summary
+
+
+@pytest.mark.parametrize("null_keys", ["drop", "group"])
+@pytest.mark.parametrize("fmt", ["parquet", "arrow", "csv", "tsv"])
+def test_streaming_gives_the_in_memory_bytes(tmp_path: Path, fmt: str, null_keys: str) -> None:
+    table = values_table({"a": KEY_KINDS["dictionary"], "b": KEY_KINDS["string"]})
+    path = write_table(tmp_path / f"t.{fmt}", table)
+    outputs = []
+    for chunk in (None, 1, 3, 7):
+        out = tmp_path / f"out-{chunk}.parquet"
+        text = tmp_path / f"out-{chunk}.csv"
+        streaming = [] if chunk is None else ["--chunk-rows", chunk]
+        for target in (out, text):
+            result = ok(
+                "mean", path, "--by", "a,b", "--null-keys", null_keys, "-o", target, *streaming
+            )
+            streamed = re.search(r"mode +streaming", result.stderr) is not None
+            assert streamed == (chunk is not None)
+        outputs.append((out.read_bytes(), text.read_bytes()))
+    assert all(item == outputs[0] for item in outputs[1:])
+
+
+def test_text_on_stdout_has_a_header_and_key_fields(tmp_path: Path) -> None:
+    table = pa.table(
+        {
+            "city": pa.array(["b\tc", "", None, 'say "hi"', "b\tc"]),
+            "v": pa.array([1.0, 2.0, 3.0, 4.0, 5.0]),
+        }
+    )
+    path = write_table(tmp_path / "t.parquet", table)
+    result = ok("sum", path, "--by", "city", "--null-keys", "group", "-q")
+    assert result.stdout == 'city\tvalue\n""\t2.0\n"b\tc"\t6.0\n"say ""hi"""\t4.0\n\t3.0\n'
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_csv_output_reads_back_with_nulls_apart_from_empty_strings(
+    tmp_path: Path, fmt: str
+) -> None:
+    table = pa.table({"k": pa.array(["a", "", None, "a,b"]), "v": [1.0, 2.0, 3.0, 4.0]})
+    path = write_table(tmp_path / "t.parquet", table)
+    out = tmp_path / f"o.{fmt}"
+    ok("sum", path, "--by", "k", "--null-keys", "group", "-o", out, "-q")
+    back = pcsv.read_csv(
+        out,
+        parse_options=pcsv.ParseOptions(delimiter="\t" if fmt == "tsv" else ","),
+        convert_options=pcsv.ConvertOptions(
+            strings_can_be_null=True, quoted_strings_can_be_null=False
+        ),
+    )
+    assert back.column_names == ["k", "value", "count"]
+    assert back.column("k").to_pylist() == ["", "a", "a,b", None]
+    assert back.column("value").to_pylist() == [2.0, 1.0, 4.0, 3.0]
+
+
+def test_json_output_holds_the_keys(tmp_path: Path) -> None:
+    table = values_table({"d": KEY_KINDS["date"], "s": KEY_KINDS["string"]})
+    path = write_table(tmp_path / "t.parquet", table)
+    out = tmp_path / "o.json"
+    ok("count", path, "--by", "d,s", "-o", out, "-q")
+    doc = json.loads(out.read_text())
+    rows = expected(table, ["d", "s"], "count")
+    assert doc["keys"] == {
+        "d": [key[0].isoformat() for key, _, _ in rows],
+        "s": [key[1] for key, _, _ in rows],
+    }
+    assert doc["values"] == [value for _, value, _ in rows]
+    assert doc["counts"] == [count for _, _, count in rows]
+
+
+@pytest.mark.parametrize("fmt", ["npy", "npz"])
+@pytest.mark.parametrize("keys_fmt", ["parquet", "csv"])
+def test_array_outputs_with_keys_out(tmp_path: Path, fmt: str, keys_fmt: str) -> None:
+    table = values_table({"k": KEY_KINDS["int"]})
+    path = write_table(tmp_path / "t.parquet", table)
+    out, keys_out = tmp_path / f"o.{fmt}", tmp_path / f"k.{keys_fmt}"
+    ok("sum", path, "--by", "k", "-o", out, "--keys-out", keys_out, "-q")
+    rows = expected(table, ["k"])
+    result = np.load(out)["result"] if fmt == "npz" else np.load(out)
+    assert result.tolist() == [value for _, value, _ in rows]
+    keys = pq.read_table(keys_out) if keys_fmt == "parquet" else pcsv.read_csv(keys_out)
+    assert keys.column("k").to_pylist() == [key[0] for key, _, _ in rows]
+    if keys_fmt == "parquet":
+        assert keys.schema.field("k").type == pa.int32()
+
+
+def test_keys_from_fixes_keys_and_order_with_empty_groups(tmp_path: Path) -> None:
+    table = pa.table({"sensor": ["s2", "s1", "s2", None], "v": [1.0, 2.0, 3.0, 4.0]})
+    path = write_table(tmp_path / "t.parquet", table)
+    sensors = write_table(tmp_path / "sensors.csv", pa.table({"sensor": ["s3", "s2", "s1"]}))
+    out = tmp_path / "o.csv"
+    ok("sum", path, "--by", "sensor", "--keys-from", sensors, "-o", out, "-q")
+    assert out.read_text() == "sensor,value,count\ns3,0.0,0\ns2,4.0,2\ns1,2.0,1\n"
+
+
+def test_a_key_not_in_keys_from_is_an_error(tmp_path: Path) -> None:
+    table = pa.table({"sensor": ["s2", "s9", "s1"], "v": [1.0, 2.0, 3.0]})
+    path = write_table(tmp_path / "t.parquet", table)
+    sensors = write_table(tmp_path / "sensors.csv", pa.table({"sensor": ["s1", "s2"]}))
+    out = tmp_path / "o.parquet"
+    result = run("sum", path, "--by", "sensor", "--keys-from", sensors, "-o", out)
+    assert result.exit_code == 1
+    assert result.stderr == (
+        f"Error: {path}: row 1 has key sensor='s9', which is not in --keys-from {sensors}\n"
+    )
+    assert not out.exists()
+
+
+def test_check_every_sensor_reported(tmp_path: Path) -> None:
+    table = pa.table({"sensor": ["s2", "s1", "s2"], "v": [1.0, 2.0, float("nan")]})
+    path = write_table(tmp_path / "t.parquet", table)
+    all_seen = write_table(tmp_path / "seen.csv", pa.table({"sensor": ["s1", "s2"]}))
+    some_silent = write_table(tmp_path / "all.csv", pa.table({"sensor": ["s1", "s4", "s2", "s3"]}))
+    args = ["check", path, "--by", "sensor", "--max-empty", "0", "-q"]
+    assert run(*args, "--keys-from", all_seen).exit_code == 0
+    for streaming in ([], ["--chunk-rows", "1"]):
+        summary = tmp_path / "check.json"
+        result = run(*args, "--keys-from", some_silent, *streaming, "--summary-json", summary)
+        assert result.exit_code == 4
+        assert result.stderr == (
+            f"Error: 2 empty groups of --keys-from {some_silent}, more than --max-empty 0 "
+            "(first empty: sensor='s4')\n"
+        )
+        facts = json.loads(summary.read_text())
+        assert facts["empty_segments"] == 2 and facts["nan_values"] == 1
+        assert facts["keys"]["distinct"] == 4
+
+
+USAGE_ERRORS = [
+    (["IDS"], "--by cannot be used with IDS"),
+    (["--ids-column", "v"], "--by cannot be used with --ids-column"),
+    (["-n", "3"], "--by cannot be used with -n/--num-segments"),
+    (["--sorted"], "--by cannot be used with --sorted"),
+    (["--engine", "dask"], "--by cannot be used with --engine dask"),
+    (["-o", "OUT.npy"], "npy output holds no key columns: add --keys-out PATH"),
+    (["-o", "OUT.npz"], "npz output holds no key columns: add --keys-out PATH"),
+    (["-o", "OUT.csv", "--keys-out", "K.csv"], "--keys-out applies to .npy/.npz output"),
+    (["-o", "OUT.npy", "--keys-out", "K.json"], "need a .parquet, .arrow, .csv or .tsv"),
+    (["--by", "a,,b"], "need column names separated by commas"),
+]
+
+
+@pytest.mark.parametrize(("extra", "message"), USAGE_ERRORS)
+def test_usage_errors(tmp_path: Path, extra: list[str], message: str) -> None:
+    table = values_table({"k": KEY_KINDS["string"]})
+    path = write_table(tmp_path / "t.parquet", table)
+    ids = tmp_path / "ids.npy"
+    np.save(ids, np.zeros(ROWS, np.int64))
+    extra = [
+        str(ids) if a == "IDS" else str(tmp_path / a) if a[:3] in ("OUT", "K.c", "K.j") else a
+        for a in extra
+    ]
+    positional = [a for a in extra if a == str(ids)]
+    options = [a for a in extra if a != str(ids)]
+    by = [] if "--by" in options else ["--by", "k"]
+    result = run("sum", path, *positional, *by, "--data-column", "v", *options)
+    assert result.exit_code == 2, result.stderr
+    assert message in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ids.npy", "t.parquet"]
+
+
+@pytest.mark.parametrize("option", [["--null-keys", "group"], ["--keys-from", "x.csv"]])
+def test_key_options_need_by(tmp_path: Path, option: list[str]) -> None:
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.ones(3))
+    np.save(ids, np.zeros(3, np.int64))
+    result = run("sum", data, ids, *option)
+    assert result.exit_code == 2
+    assert f"{option[0]} applies to --by only" in result.stderr
+    result = run("sum", data, ids, "-o", tmp_path / "o.npy", "--keys-out", tmp_path / "k.csv")
+    assert result.exit_code == 2 and "--keys-out applies to --by only" in result.stderr
+
+
+def test_by_on_npy_input_says_to_use_ids(tmp_path: Path) -> None:
+    data = tmp_path / "d.npy"
+    np.save(data, np.ones(3))
+    result = run("sum", data, "--by", "k")
+    assert result.exit_code == 2
+    assert "give the segment ids as IDS instead" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_a_missing_key_column_lists_the_columns(tmp_path: Path) -> None:
+    path = write_table(tmp_path / "t.parquet", values_table({"k": KEY_KINDS["string"]}))
+    result = run("sum", path, "--by", "k,city", "-o", tmp_path / "o.csv")
+    assert result.exit_code == 2  # as a missing --data-column is reported
+    assert result.stderr == (
+        f"Error: {path}: no column 'city' (columns: k, v) (see 'segcli sum --help')\n"
+    )
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_a_key_type_without_equality_is_refused(tmp_path: Path) -> None:
+    table = pa.table({"k": pa.array([[1], [2]]), "v": [1.0, 2.0]})
+    path = write_table(tmp_path / "t.parquet", table)
+    result = run("sum", path, "--by", "k")
+    assert result.exit_code == 1
+    assert "key column 'k' has type list<element: int64>, which has no equality" in result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_keys_out_is_committed_with_the_output_or_not_at_all(tmp_path: Path) -> None:
+    table = pa.table({"sensor": ["s9"], "v": [1.0]})
+    path = write_table(tmp_path / "t.parquet", table)
+    sensors = write_table(tmp_path / "sensors.csv", pa.table({"sensor": ["s1"]}))
+    out, keys_out = tmp_path / "o.npy", tmp_path / "k.parquet"
+    args = ["sum", path, "--by", "sensor", "-o", out, "--keys-out", keys_out]
+    assert run(*args, "--keys-from", sensors).exit_code == 1
+    assert not out.exists() and not keys_out.exists()
+    ok(*args, "-q")
+    assert out.exists() and keys_out.exists()
+
+
+def test_key_text_of_other_types(tmp_path: Path) -> None:
+    table = pa.table(
+        {
+            "ok": pa.array([True, False, True]),
+            "day": pa.array([dt.date(2024, 5, 1), dt.date(2024, 5, 2), dt.date(2024, 5, 1)]),
+            "price": pa.array([Decimal("12.50"), Decimal("-1.00"), Decimal("12.50")]),
+            "v": [1.0, 2.0, 3.0],
+        }
+    )
+    path = write_table(tmp_path / "t.parquet", table)
+    result = ok("sum", path, "--by", "ok,day,price", "-q")
+    assert (
+        result.stdout
+        == "ok\tday\tprice\tvalue\nfalse\t2024-05-02\t-1.00\t2.0\ntrue\t2024-05-01\t12.50\t4.0\n"
+    )
+
+
+def test_arrow_stream_file_in_memory_and_streamed(tmp_path: Path) -> None:
+    table = values_table({"k": KEY_KINDS["dictionary"]})
+    path = tmp_path / "t.arrow"
+    with ipc.new_stream(path, table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=4):
+            writer.write_batch(batch)
+    whole = ok("sum", path, "--by", "k", "-q").stdout
+    assert whole == ok("sum", path, "--by", "k", "-q", "--chunk-rows", "3").stdout
+    rows = expected(table, ["k"])
+    assert whole.splitlines() == ["k\tvalue", *(f"{key[0]}\t{value}" for key, value, _ in rows)]
+
+
+def test_keys_from_empty_groups_take_fill(tmp_path: Path) -> None:
+    table = pa.table({"sensor": ["s1"], "v": [2.0]})
+    path = write_table(tmp_path / "t.parquet", table)
+    sensors = write_table(tmp_path / "sensors.csv", pa.table({"sensor": ["s1", "s2"]}))
+    result = ok("max", path, "--by", "sensor", "--keys-from", sensors, "--fill", "nan", "-q")
+    assert result.stdout == "sensor\tvalue\ns1\t2.0\ns2\tnan\n"
+
+
+@pytest.mark.parametrize("streaming", [[], ["--chunk-rows", "2"]])
+def test_a_table_without_rows_gives_the_header_and_the_key_types(
+    tmp_path: Path, streaming: list[str]
+) -> None:
+    table = pa.table({"k": pa.array([], pa.int16()), "v": pa.array([], pa.float64())})
+    path = write_table(tmp_path / "t.parquet", table)
+    out = tmp_path / "o.parquet"
+    ok("sum", path, "--by", "k", "-o", out, "-q", *streaming)
+    written = pq.read_table(out)
+    assert written.schema.types == [pa.int16(), pa.float64(), pa.int64()]
+    assert written.num_rows == 0
+    assert ok("sum", path, "--by", "k", "-q", *streaming).stdout == "k\tvalue\n"
+
+
+def test_the_data_column_may_be_a_key_too(tmp_path: Path) -> None:
+    path = write_table(tmp_path / "t.parquet", pa.table({"v": [2.0, 1.0, 2.0]}))
+    assert ok("count", path, "--by", "v", "--data-column", "v", "-q").stdout == (
+        "v\tvalue\n1\t1\n2\t2\n"
+    )
+
+
+def test_check_max_dropped_counts_missing_keys(tmp_path: Path) -> None:
+    table = pa.table({"k": ["a", None, None], "v": [1.0, 2.0, 3.0]})
+    path = write_table(tmp_path / "t.parquet", table)
+    result = run("check", path, "--by", "k", "--max-dropped", "1", "-q")
+    assert result.exit_code == 4
+    assert result.stderr == (
+        f"Error: {path}:k: 2 dropped rows, more than --max-dropped 1 (2 with a missing key)\n"
+    )
