@@ -440,7 +440,13 @@ def check(
     from segcli.drivers.check import check_inputs
 
     streams = streams or Streams()
-    found = check_inputs(request.spec(streams.stdin))
+    spec = request.spec(streams.stdin)
+    if spec.by:
+        from segcli.drivers.keys import check_by
+
+        found = check_by(spec)
+    else:
+        found = check_inputs(spec)
     failures = _check_failures(found, max_empty=max_empty, no_nan=no_nan, max_dropped=max_dropped)
     rows = check_rows(found, sorted_ids=request.sorted_ids, failures=failures)
     facts = check_facts(found, sorted_ids=request.sorted_ids, failures=failures)

@@ -52,10 +52,6 @@ class CheckResult:
 def check_inputs(spec: RunSpec) -> CheckResult:
     """Streamed where a run of ``spec`` would stream, else (or when the inputs turn out not
     streamable and streaming was not required) in memory."""
-    if spec.by:
-        from segcli.drivers.keys import check_by
-
-        return check_by(spec)
     if should_stream(spec):
         try:
             return check_streamed(spec)

@@ -15,16 +15,21 @@ from segcli.errors import NotStreamableError
 from segcli.io import peek
 from segcli.io.sizes import decoded_bytes
 
-#: The drivers by name, as modules whose ``run`` carries out a spec (loaded when chosen).
+#: The drivers by name, as ``module:function`` that carries out a spec (loaded when chosen).
 DRIVERS = {
-    "in-memory": "segcli.drivers.memory",
-    "streaming": "segcli.drivers.stream",
-    "distributed": "segcli.drivers.dask",
+    "in-memory": "segcli.drivers.memory:run",
+    "streaming": "segcli.drivers.stream:run",
+    "distributed": "segcli.drivers.dask:run",
+    "keyed in-memory": "segcli.drivers.keys:run_in_memory",
+    "keyed streaming": "segcli.drivers.keys:run_streaming",
 }
+#: Where a driver that finds its inputs cannot stream (before any block is read) hands over.
+_READ_WHOLE_INSTEAD = {"streaming": "in-memory", "keyed streaming": "keyed in-memory"}
 
 
 def driver(name: str) -> Driver:
-    return cast(Driver, importlib.import_module(DRIVERS[name]).run)
+    module, function = DRIVERS[name].split(":")
+    return cast(Driver, getattr(importlib.import_module(module), function))
 
 
 def choose_driver(spec: RunSpec) -> tuple[str, str]:
@@ -33,9 +38,10 @@ def choose_driver(spec: RunSpec) -> tuple[str, str]:
         return "in-memory", "a 0-D input is one row, which no block or partition can split"
     if spec.engine == "dask":
         return "distributed", "engine dask"
+    keyed = "keyed " if spec.by else ""
     if should_stream(spec):
-        return "streaming", _why_stream(spec)
-    return "in-memory", "the inputs fit the memory budget"
+        return f"{keyed}streaming", _why_stream(spec)
+    return f"{keyed}in-memory", "the inputs fit the memory budget"
 
 
 def should_stream(spec: RunSpec) -> bool:
@@ -112,6 +118,6 @@ def carry_out(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
     try:
         return driver(name)(spec, progress)
     except NotStreamableError:
-        if name != "streaming" or must_stream(spec):
+        if name not in _READ_WHOLE_INSTEAD or must_stream(spec):
             raise
-    return driver("in-memory")(spec, progress)
+    return driver(_READ_WHOLE_INSTEAD[name])(spec, progress)

@@ -179,7 +179,7 @@ def check_by(spec: RunSpec) -> CheckResult:
     counting = replace(spec, op="count", engine="numpy", fill=None, fast_atomics=False)
     run = run_streaming if should_stream(spec) else run_in_memory
     done = run(counting, None, nan.feed)
-    ops.check_dtype(ops.get_op(spec.op), np.dtype(done.data.dtype), done.data.label)
+    ops.check_data_dtype(ops.get_op(spec.op), np.dtype(done.data.dtype), done.data.label)
     return CheckResult(
         done.reduction.id_report,
         done.reduction.counts,

@@ -29,10 +29,6 @@ def facts(item: io.ArrayInput) -> InputFacts:
 
 def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
     """Read the inputs whole and reduce them; ``progress`` is not called (one step)."""
-    if spec.by:
-        from segcli.drivers.keys import run_in_memory
-
-        return run_in_memory(spec, progress)
     started = time.perf_counter()
     data, ids = read(spec)
     read_s = time.perf_counter() - started

@@ -334,10 +334,6 @@ def rows_of(report: validate.IdReport, ids: ChunkSource) -> int:
 
 def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
     """Stream the inputs of ``spec`` in blocks; the mode's fact is the number of blocks."""
-    if spec.by:
-        from segcli.drivers.keys import run_streaming
-
-        return run_streaming(spec, progress)
     data, ids = open_inputs(spec)
     reduction, plan = reduce_stream(
         data.source,
