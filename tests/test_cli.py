@@ -49,7 +49,9 @@ def test_summary_goes_to_stderr_as_plain_text(pair):
     assert "segments" in result.stderr and "4 (inferred from ids)" not in result.stderr
     assert "3 (inferred from ids)" in result.stderr
     assert "empty segments" in result.stderr
-    assert "segment" not in result.stdout.split("\n")[0]  # data only on stdout
+    # Data only on stdout: every line a segment and its value, nothing of the summary.
+    assert result.stdout == "0\t3.0\n1\t0.0\n2\t7.0\n"
+    assert result.stderr.startswith("segcli sum")
 
 
 def test_summary_json_schema(pair, tmp_path):

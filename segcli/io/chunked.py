@@ -21,7 +21,7 @@ from segcli.io.npy import (
     NpyHeader,
     Readable,
     arrived_rows,
-    check_dtype,
+    check_supported_dtype,
     open_member,
     open_npz,
     pick_key,
@@ -111,7 +111,7 @@ class NpyChunks:
         self._opener = opener
         with opener() as f:
             header = read_header(f, label)
-        check_dtype(header, label)
+        check_supported_dtype(header, label)
         if not header.shape:
             raise InvalidInputError(f"{label}: holds a scalar; need at least one axis to stream")
         if header.fortran_order and len(header.shape) > 1:
@@ -141,7 +141,7 @@ class NpyStreamChunks:
 
     def __init__(self, label: str, stream: Readable) -> None:
         header = read_header(stream, label)
-        check_dtype(header, label)
+        check_supported_dtype(header, label)
         if not header.shape:
             raise InvalidInputError(f"{label}: holds a scalar; need at least one axis to stream")
         if header.fortran_order and len(header.shape) > 1:

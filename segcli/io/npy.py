@@ -68,7 +68,7 @@ class NpyHeader:
 def read_header(f: Readable, label: str) -> NpyHeader:
     """Parse the magic string and header of a ``.npy`` stream positioned at its start.
 
-    Does not check the dtype (``describe`` reports any dtype); see :func:`check_dtype`.
+    Does not check the dtype (``describe`` reports any dtype); see :func:`check_supported_dtype`.
     """
     magic = read_up_to(f, len(NPY_MAGIC) + 2)
     if len(magic) < len(NPY_MAGIC) + 2 or not magic.startswith(NPY_MAGIC):
@@ -92,7 +92,7 @@ def read_header(f: Readable, label: str) -> NpyHeader:
     return NpyHeader(tuple(int(d) for d in shape), np.dtype(dtype), bool(fortran_order))
 
 
-def check_dtype(header: NpyHeader, label: str) -> None:
+def check_supported_dtype(header: NpyHeader, label: str) -> None:
     """Refuse pickled object arrays and dtypes no reduction can use."""
     if header.dtype.hasobject:
         raise ReadError(f"{label}: holds Python objects (pickled data), which segcli never loads")
@@ -195,7 +195,7 @@ def read_npy_stream(
     """Read one ``.npy`` array from a stream positioned at its magic string; ``total_bytes``
     (header included), when known, is checked against the header's claim first."""
     header = read_header(f, label)
-    check_dtype(header, label)
+    check_supported_dtype(header, label)
     if total_bytes is not None:
         check_claim(header, total_bytes - cast(Any, f).tell(), label)
     with library_errors(label, "unreadable .npy data"):
