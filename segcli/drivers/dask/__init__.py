@@ -81,6 +81,10 @@ def run(
     tasks finish.
     """
     _distributed()
+    if spec.by:
+        from segcli.drivers.dask import keyed
+
+        return keyed.run(spec, progress, client=client)
     op = ops.get_op(spec.op)
     plan = plan_run(spec)
     n = _check_inputs(spec, op, plan)
@@ -379,7 +383,9 @@ def _map_reduce(
     return id_report, state.grown(n), merged.engines
 
 
-def _combine_tree(client: Client, futures: list[Future], token: str) -> Future:
+def _combine_tree(
+    client: Client, futures: list[Future], token: str, combine: Any = combine_results
+) -> Future:
     """Merge neighbours ``FAN_IN`` at a time, level by level, keeping row order.
 
     The root is always a combine task, even over one partition, so that the client can release
@@ -389,7 +395,7 @@ def _combine_tree(client: Client, futures: list[Future], token: str) -> Future:
     while level == 0 or len(futures) > 1:
         futures = [
             client.submit(
-                combine_results,
+                combine,
                 *futures[i : i + FAN_IN],
                 key=f"segcli-combine-{token}-{level}-{i // FAN_IN}",
                 retries=RETRIES,
