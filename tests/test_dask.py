@@ -778,7 +778,11 @@ def keyed_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tables = []
     for k, choices in enumerate(cities):
         rows = len(choices) * 17
-        city = rng.choice([*choices, None], rows) if choices else np.array([], object)
+        city = (
+            rng.choice(np.array([*choices, None], object), rows)
+            if choices
+            else np.array([], object)
+        )
         k2 = rng.integers(0, 3, rows)
         table = pa.table(
             {
