@@ -15,6 +15,9 @@ The structure mirrors :mod:`segcli.drivers.stream`, with partitions instead of b
 When n is not given each partition's state covers the ids it holds and states are padded as
 they merge (empty segments are the op's identity), so the ids are read once, not twice.
 
+``--by`` runs take the same steps with key columns instead of IDS
+(:mod:`segcli.drivers.dask.keyed`): partial states are merged by key.
+
 Dask is imported only inside functions: this module is loaded for ``--engine dask`` alone, and
 a missing Dask is an :class:`~segcli.errors.EngineUnavailableError` with the install hint.
 """
