@@ -794,15 +794,19 @@ def keyed_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
             }
         )
         pq.write_table(table, root / f"part-{k}.parquet", row_group_size=16)
+        with pa.ipc.new_file(root / f"part-{k}.arrow", table.schema) as writer:
+            writer.write_table(table, max_chunksize=20)
         tables.append(table)
     pq.write_table(pa.concat_tables(tables), root / "all.parquet", row_group_size=16)
     return root
 
 
-def keyed_run(root: Path, out: Path, *args: str, address: str | None = None) -> Any:
-    """A ``--by`` run: on the cluster over ``part-*`` when ``address`` is given, else on
-    one machine over ``all.parquet``."""
-    source = ["all.parquet"] if address is None else ["part-*.parquet", "--engine", "dask"]
+def keyed_run(
+    root: Path, out: Path, *args: str, address: str | None = None, glob: str = "part-*.parquet"
+) -> Any:
+    """A ``--by`` run: on the cluster over ``glob`` when ``address`` is given, else on one
+    machine over ``all.parquet``."""
+    source = ["all.parquet"] if address is None else [glob, "--engine", "dask"]
     where = [] if address is None else ["--scheduler", address]
     result = invoke(
         *args[:1],
@@ -846,6 +850,19 @@ def test_by_gives_the_single_machine_bytes(
     assert keys_summary(tmp_path / "dask.arrow") == keys_summary(tmp_path / "one.arrow")
     if null_keys == "drop":
         assert keys_summary(tmp_path / "dask.arrow")["rows_dropped_missing_key"] > 0
+
+
+def test_by_on_arrow_files_gives_the_single_machine_bytes(
+    address: str, keyed_dataset: Path, tmp_path: Path
+) -> None:
+    """Arrow files are one partition each, read whole; their batches' dictionaries differ."""
+    args = ["max", "--data-column", "x", "--by", "k2,city", "--null-keys", "group"]
+    assert keyed_run(keyed_dataset, tmp_path / "one.arrow", *args).exit_code == 0
+    spread = keyed_run(
+        keyed_dataset, tmp_path / "dask.arrow", *args, address=address, glob="part-*.arrow"
+    )
+    assert spread.exit_code == 0, spread.stderr
+    assert (tmp_path / "dask.arrow").read_bytes() == (tmp_path / "one.arrow").read_bytes()
 
 
 def test_by_float_sums_are_close_and_deterministic(
