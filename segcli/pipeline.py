@@ -203,16 +203,10 @@ def _check_by(request: RunRequest) -> None:
         ("--ids-column", request.ids_column is not None),
         ("-n/--num-segments", request.num_segments is not None),
         ("--sorted", request.sorted_ids),
-        ("--engine dask", request.engine == "dask"),
     )
     for option, given in conflicts:
         if given:
-            reason = (
-                "not yet: run it on one machine (another --engine)"
-                if option == "--engine dask"
-                else "the key columns give the groups"
-            )
-            raise UsageError(f"--by cannot be used with {option} ({reason})")
+            raise UsageError(f"--by cannot be used with {option} (the key columns give the groups)")
     if request.data == "-":
         raise UsageError("--by reads key columns of a table file, not of stdin")
     if input_format(request.data) in ("npy", "npz"):

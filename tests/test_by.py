@@ -328,7 +328,6 @@ USAGE_ERRORS = [
     (["--ids-column", "v"], "--by cannot be used with --ids-column"),
     (["-n", "3"], "--by cannot be used with -n/--num-segments"),
     (["--sorted"], "--by cannot be used with --sorted"),
-    (["--engine", "dask"], "--by cannot be used with --engine dask"),
     (["-o", "OUT.npy"], "npy output holds no key columns: add --keys-out PATH"),
     (["-o", "OUT.npz"], "npz output holds no key columns: add --keys-out PATH"),
     (["-o", "OUT.csv", "--keys-out", "K.csv"], "--keys-out applies to .npy/.npz output"),

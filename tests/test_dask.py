@@ -762,3 +762,174 @@ def test_partitions_deal_rows_to_lanes_by_global_row(tmp_path: Path) -> None:
         want = ops.new_state(ops.get_op("sum"), 4, (), data.dtype, first_row=a)
         engine.fold(want, data[a:b].reshape(-1, 1), ids[a:b], sorted_ids=False)
         assert got.acc.tobytes() == want.acc.tobytes(), (a, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# --by: partial results merged by key
+
+
+@pytest.fixture(scope="module")
+def keyed_dataset(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``part-*.parquet``, each with its own dictionary of cities (one file empty), and
+    ``all.parquet`` holding the same rows in one file, for the single-machine run."""
+    rng = np.random.default_rng(15)
+    root = tmp_path_factory.mktemp("keyed")
+    cities = [["a", "bb", "c"], [], ["dd", "bb", "e", "a"], ["e", "c", "zz"]]
+    tables = []
+    for k, choices in enumerate(cities):
+        rows = len(choices) * 17
+        city = (
+            rng.choice(np.array([*choices, None], object), rows)
+            if choices
+            else np.array([], object)
+        )
+        k2 = rng.integers(0, 3, rows)
+        table = pa.table(
+            {
+                "city": pa.array(city, pa.string()).dictionary_encode(),
+                "k2": pa.array(k2, mask=rng.random(rows) < 0.1),
+                # Quarters: every order of the additions gives the same bytes.
+                "q": rng.integers(-400, 400, rows) / 4,
+                "x": rng.normal(size=rows) * rng.choice([1e-8, 1.0, 1e8], rows),
+            }
+        )
+        pq.write_table(table, root / f"part-{k}.parquet", row_group_size=16)
+        with pa.ipc.new_file(root / f"part-{k}.arrow", table.schema) as writer:
+            writer.write_table(table, max_chunksize=20)
+        tables.append(table)
+    pq.write_table(pa.concat_tables(tables), root / "all.parquet", row_group_size=16)
+    return root
+
+
+def keyed_run(
+    root: Path, out: Path, *args: str, address: str | None = None, glob: str = "part-*.parquet"
+) -> Any:
+    """A ``--by`` run: on the cluster over ``glob`` when ``address`` is given, else on one
+    machine over ``all.parquet``."""
+    source = ["all.parquet"] if address is None else [glob, "--engine", "dask"]
+    where = [] if address is None else ["--scheduler", address]
+    result = invoke(
+        *args[:1],
+        str(root / source[0]),
+        *source[1:],
+        *where,
+        *args[1:],
+        "-o",
+        str(out),
+        "--summary-json",
+        str(out.with_suffix(".json")),
+    )
+    return result
+
+
+def keys_summary(out: Path) -> Any:
+    return json.loads(out.with_suffix(".json").read_text())["keys"]
+
+
+@pytest.mark.parametrize("chunk_rows", [None, 7, 50])
+@pytest.mark.parametrize(
+    ("op", "column"), [("sum", "q"), ("mean", "q"), ("min", "x"), ("max", "x"), ("count", "q")]
+)
+@pytest.mark.parametrize("null_keys", ["drop", "group"])
+def test_by_gives_the_single_machine_bytes(
+    address: str,
+    keyed_dataset: Path,
+    tmp_path: Path,
+    op: str,
+    column: str,
+    chunk_rows: int | None,
+    null_keys: str,
+) -> None:
+    args = [op, "--data-column", column, "--by", "city,k2", "--null-keys", null_keys]
+    alone = keyed_run(keyed_dataset, tmp_path / "one.arrow", *args)
+    assert alone.exit_code == 0, alone.stderr
+    rows = [] if chunk_rows is None else ["--chunk-rows", str(chunk_rows)]
+    spread = keyed_run(keyed_dataset, tmp_path / "dask.arrow", *args, *rows, address=address)
+    assert spread.exit_code == 0, spread.stderr
+    assert (tmp_path / "dask.arrow").read_bytes() == (tmp_path / "one.arrow").read_bytes()
+    assert keys_summary(tmp_path / "dask.arrow") == keys_summary(tmp_path / "one.arrow")
+    if null_keys == "drop":
+        assert keys_summary(tmp_path / "dask.arrow")["rows_dropped_missing_key"] > 0
+
+
+def test_by_on_arrow_files_gives_the_single_machine_bytes(
+    address: str, keyed_dataset: Path, tmp_path: Path
+) -> None:
+    """Arrow files are one partition each, read whole; their batches' dictionaries differ."""
+    args = ["max", "--data-column", "x", "--by", "k2,city", "--null-keys", "group"]
+    assert keyed_run(keyed_dataset, tmp_path / "one.arrow", *args).exit_code == 0
+    spread = keyed_run(
+        keyed_dataset, tmp_path / "dask.arrow", *args, address=address, glob="part-*.arrow"
+    )
+    assert spread.exit_code == 0, spread.stderr
+    assert (tmp_path / "dask.arrow").read_bytes() == (tmp_path / "one.arrow").read_bytes()
+
+
+def test_by_float_sums_are_close_and_deterministic(
+    address: str, keyed_dataset: Path, tmp_path: Path
+) -> None:
+    """Partitions' partial sums are added in partition order: the same bits run after run,
+    and within rounding of the single-machine sum (which adds row by row)."""
+    import pyarrow.ipc as ipc
+
+    args = ["sum", "--data-column", "x", "--by", "city"]
+    assert keyed_run(keyed_dataset, tmp_path / "one.arrow", *args).exit_code == 0
+    for name in ("a.arrow", "b.arrow"):
+        done = keyed_run(
+            keyed_dataset, tmp_path / name, *args, "--chunk-rows", "9", address=address
+        )
+        assert done.exit_code == 0, done.stderr
+    assert (tmp_path / "a.arrow").read_bytes() == (tmp_path / "b.arrow").read_bytes()
+    got, want = (ipc.open_file(tmp_path / n).read_all() for n in ("a.arrow", "one.arrow"))
+    assert got.select(["city", "count"]).equals(want.select(["city", "count"]))
+    np.testing.assert_allclose(got["value"].to_numpy(), want["value"].to_numpy(), rtol=1e-9)
+
+
+def test_by_keys_from_keeps_its_order_and_empty_groups(
+    address: str, keyed_dataset: Path, tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys.csv"
+    keys.write_text("city\nzz\ne\nnowhere\ndd\nc\nbb\na\n")  # "nowhere" is an empty group
+    args = ["mean", "--data-column", "q", "--by", "city", "--keys-from", str(keys)]
+    assert keyed_run(keyed_dataset, tmp_path / "one.arrow", *args).exit_code == 0
+    spread = keyed_run(
+        keyed_dataset, tmp_path / "dask.arrow", *args, "--chunk-rows", "10", address=address
+    )
+    assert spread.exit_code == 0, spread.stderr
+    assert (tmp_path / "dask.arrow").read_bytes() == (tmp_path / "one.arrow").read_bytes()
+    summary = json.loads((tmp_path / "dask.json").read_text())
+    assert summary["empty_segments"] == 1
+
+
+def test_by_unknown_key_names_the_earliest_file_and_row(
+    address: str, keyed_dataset: Path, tmp_path: Path
+) -> None:
+    """ "dd" first appears in part-2 and "zz" in part-3: the error names part-2's first "dd"
+    row, counted from that file's start, whichever partition finishes first."""
+    keys = tmp_path / "keys.csv"
+    keys.write_text("city\na\nbb\nc\ne\n")
+    city = pq.read_table(keyed_dataset / "part-2.parquet")["city"].to_pylist()
+    row = city.index("dd")
+    assert row >= 2  # so not in the file's first partition: the row is not partition-local
+    out = tmp_path / "dask.arrow"
+    args = ["sum", "--data-column", "q", "--by", "city", "--keys-from", str(keys)]
+    done = keyed_run(keyed_dataset, out, *args, "--chunk-rows", "2", address=address)
+    assert done.exit_code == 1
+    assert done.stderr.count("\n") == 1
+    assert f"part-2.parquet: row {row} has key city='dd', which is not in --keys-from" in (
+        done.stderr
+    )
+    assert not out.exists()
+
+
+def test_scattered_states_keep_the_identity_elsewhere() -> None:
+    from segcli.drivers.dask.keyed import scattered
+
+    op = ops.get_op("min")
+    state = ops.new_state(op, 2, (), np.dtype(np.float64))
+    get_engine("numpy").fold(
+        state, np.array([[3.0], [1.0], [2.0]]), np.array([1, 0, 1]), sorted_ids=False
+    )
+    moved = scattered(state, np.array([3, 0]), 4)
+    np.testing.assert_array_equal(moved.count, [2, 0, 0, 1])
+    np.testing.assert_array_equal(ops.finalize(moved, fill=-1.0), [2.0, -1.0, -1.0, 1.0])

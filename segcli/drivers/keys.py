@@ -65,7 +65,7 @@ def _open(spec: RunSpec) -> tuple[TableFile, str]:
     return table, pick_data_column(table, spec.data_column, spec.by)
 
 
-def _finish(reduction: core.Reduction, encoder: KeyEncoder, spec: RunSpec) -> KeyFacts:
+def put_in_key_order(reduction: core.Reduction, encoder: KeyEncoder, spec: RunSpec) -> KeyFacts:
     """Put the result rows in the key table's order; the run's key facts."""
     keys = encoder.finish()
     reduction.result = reduction.result[keys.order]
@@ -73,7 +73,7 @@ def _finish(reduction: core.Reduction, encoder: KeyEncoder, spec: RunSpec) -> Ke
     return KeyFacts(list(spec.by), keys.keys, encoder.missing_rows, spec.null_keys, spec.keys_from)
 
 
-def _ids_facts(path: str, label: str, keys: pa.Schema, rows: int, size: int) -> InputFacts:
+def key_input_facts(path: str, label: str, keys: pa.Schema, rows: int, size: int) -> InputFacts:
     types = ", ".join(str(t) for t in keys.types)
     return InputFacts(path, label, input_format(path), [rows], types, size)
 
@@ -102,7 +102,7 @@ def run_in_memory(
         data_label=data_label,
         ids_label=ids_label,
     )
-    key_facts = _finish(reduction, encoder, spec)
+    key_facts = put_in_key_order(reduction, encoder, spec)
     timings = {
         "read": read_s,
         "validate": reduction.timings["validate"],
@@ -111,7 +111,7 @@ def run_in_memory(
     return DriverResult(
         reduction,
         input_facts(spec.data, data_label, table.fmt, data.shape, data.dtype, table.note(column)),
-        _ids_facts(spec.data, ids_label, keys.schema, keys.num_rows, keys.nbytes),
+        key_input_facts(spec.data, ids_label, keys.schema, keys.num_rows, keys.nbytes),
         "in-memory",
         {},
         timings,
@@ -154,14 +154,14 @@ def run_streaming(
         memory_limit=spec.memory_budget,
         progress=progress,
     )
-    key_facts = _finish(reduction, encoder, spec)
+    key_facts = put_in_key_order(reduction, encoder, spec)
     rows = rows_of(reduction.id_report, ids)
     shape = (rows, *source.shape[1:])
     note = getattr(source, "note", None)
     return DriverResult(
         reduction,
         input_facts(spec.data, source.label, table.fmt, shape, source.dtype, note),
-        _ids_facts(spec.data, ids.label, ids.schema, rows, ids.bytes_read),
+        key_input_facts(spec.data, ids.label, ids.schema, rows, ids.bytes_read),
         "streaming",
         {"chunks": plan.blocks},
         {"read+compute": reduction.timings["compute"]},

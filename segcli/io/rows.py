@@ -9,8 +9,9 @@ the file and keeping the range. A file that no longer matches its metadata is a 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from segcli.io.chunked import open_chunked
 from segcli.io.columns import ColumnRef, column_to_numpy, value_layout
 from segcli.io.formats import input_format, library_errors, open_binary
 from segcli.io.npy import read_header, read_npy_rows
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass(frozen=True)
@@ -131,6 +135,27 @@ def read_parquet_rows(
     if len(arrays[0]) != stop - start:
         raise _changed(file, f"{start + len(arrays[0])} rows, was {file.rows}")
     return arrays
+
+
+def read_key_rows(ref: FileRef, by: Sequence[str], start: int, stop: int) -> pa.Table:
+    """Rows ``[start, stop)`` of the key columns ``by`` of a table file, as Arrow (``--by``):
+    Parquet by row group, other tables read whole and sliced."""
+    if ref.fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        groups, skip = _covering_groups(ref.row_groups, start, stop)
+        with library_errors(ref.path, "not a valid Parquet file"):
+            table = pq.ParquetFile(ref.path).read_row_groups(
+                groups, columns=list(by), use_threads=False
+            )
+    else:
+        from segcli.io.tables import open_table
+
+        table, skip = open_table(ref.path, ref.fmt).read(list(by)).select(list(by)), start
+    keys = table.slice(skip, stop - start)
+    if keys.num_rows != stop - start:
+        raise _changed(ref, f"{start + keys.num_rows} rows, was {ref.rows}")
+    return keys
 
 
 def _covering_groups(groups: tuple[int, ...], start: int, stop: int) -> tuple[list[int], int]:

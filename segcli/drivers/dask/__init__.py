@@ -15,6 +15,9 @@ The structure mirrors :mod:`segcli.drivers.stream`, with partitions instead of b
 When n is not given each partition's state covers the ids it holds and states are padded as
 they merge (empty segments are the op's identity), so the ids are read once, not twice.
 
+``--by`` runs take the same steps with key columns instead of IDS
+(:mod:`segcli.drivers.dask.keyed`): partial states are merged by key.
+
 Dask is imported only inside functions: this module is loaded for ``--engine dask`` alone, and
 a missing Dask is an :class:`~segcli.errors.EngineUnavailableError` with the install hint.
 """
@@ -81,6 +84,10 @@ def run(
     tasks finish.
     """
     _distributed()
+    if spec.by:
+        from segcli.drivers.dask import keyed
+
+        return keyed.run(spec, progress, client=client)
     op = ops.get_op(spec.op)
     plan = plan_run(spec)
     n = _check_inputs(spec, op, plan)
@@ -379,7 +386,9 @@ def _map_reduce(
     return id_report, state.grown(n), merged.engines
 
 
-def _combine_tree(client: Client, futures: list[Future], token: str) -> Future:
+def _combine_tree(
+    client: Client, futures: list[Future], token: str, combine: Any = combine_results
+) -> Future:
     """Merge neighbours ``FAN_IN`` at a time, level by level, keeping row order.
 
     The root is always a combine task, even over one partition, so that the client can release
@@ -389,7 +398,7 @@ def _combine_tree(client: Client, futures: list[Future], token: str) -> Future:
     while level == 0 or len(futures) > 1:
         futures = [
             client.submit(
-                combine_results,
+                combine,
                 *futures[i : i + FAN_IN],
                 key=f"segcli-combine-{token}-{level}-{i // FAN_IN}",
                 retries=RETRIES,

@@ -1,0 +1,271 @@
+"""``--by`` on Dask: each partition encodes its own keys; partial results merge by key.
+
+A partition task reads its rows of the data column and of the key columns, numbers its groups
+with its own :class:`~segcli.keys.KeyEncoder` (rows with a missing key get -1 and are dropped
+and counted) and folds its rows into a state over those local groups. Combine tasks merge
+neighbours in partition order: the later encoder's groups are taken into the earlier's
+(:meth:`KeyEncoder.merge`, which unifies dictionaries by value), the later state's segment
+axis is scattered into the merged numbering (the remap is injective) and the two states
+combine. Rows keep their global row numbers, so lanes match the single-machine run's.
+
+With ``--keys-from`` every partition encodes against the same table, so ids are positions in
+it and no remap is needed. An input error of a partition (an unknown key, a file that changed)
+travels in its result instead of failing the task, so that the client reports the error of the
+earliest partition whatever order the tasks finish in. At the end the client puts the result
+rows in key-table order, as the single-machine run does.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from segcli import ops
+from segcli.core import Reduction, check_before_rows, check_output_fits
+from segcli.drivers.base import DriverResult, Progress, RunSpec
+from segcli.drivers.dask.plan import Partition, Plan, expand, open_dataset, plan_partitions
+from segcli.drivers.dask.tasks import cpu_engine
+from segcli.errors import SegcliError
+from segcli.io.keys import check_key_columns, key_schema, key_table_file, pick_data_column
+from segcli.io.rows import read_key_rows, read_rows
+from segcli.keys import KeyEncoder
+from segcli.keys.values import NullKeys
+from segcli.validate import IdReport
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class KeyedJob:
+    """What every partition task of one ``--by`` run shares."""
+
+    op: str
+    by: tuple[str, ...]
+    null_keys: str
+    #: The ``--keys-from`` key columns (already checked on the client), or None.
+    keys_from: pa.Table | None
+    keys_from_label: str
+    #: Data elements of the whole run: ``auto`` picks the engine as for a single machine.
+    elements: int
+
+    def encoder(self) -> KeyEncoder:
+        return KeyEncoder(
+            self.by,
+            null_keys=cast(NullKeys, self.null_keys),
+            keys_from=self.keys_from,
+            keys_from_label=self.keys_from_label,
+        )
+
+
+@dataclass
+class KeyedResult:
+    """A partition's (or a merged run of partitions') groups and partial state over them."""
+
+    encoder: KeyEncoder | None
+    state: ops.State | None
+    #: Bytes of key columns read, for the summary.
+    key_bytes: int = 0
+    engines: frozenset[str] = frozenset()
+    #: The input error of the earliest failing partition; then the rest is None.
+    error: SegcliError | None = None
+
+
+# ---------------------------------------------------------------------------------------------
+# The map step (on a worker)
+
+
+def run_keyed_partition(part: Partition, job: KeyedJob) -> KeyedResult:
+    """Read, encode and fold one partition; an input error comes back in the result."""
+    try:
+        return _fold_partition(part, job)
+    except SegcliError as exc:
+        return KeyedResult(None, None, error=exc)
+
+
+def _fold_partition(part: Partition, job: KeyedJob) -> KeyedResult:
+    keys = read_key_rows(part.data, job.by, part.start, part.stop)
+    data = read_rows(part.data, part.start, part.stop)
+    encoder = job.encoder()
+    # Errors name a row of the file, as a single-machine run over that file does.
+    encoder.rows = part.start
+    ids = encoder.encode(keys, part.data.path)  # a zero-row block still fixes the key types
+    encoder.rows -= part.start
+    op = ops.get_op(job.op)
+    inner = tuple(data.shape[1:])
+    check_output_fits(op, encoder.n_groups, inner, data.dtype, sorted_ids=False)
+    engine = cpu_engine(job.elements)
+    state = engine.new_state(op, encoder.n_groups, inner, data.dtype, sorted_ids=False)
+    state.next_row = part.row_offset  # lanes follow global row numbers
+    if len(ids):
+        engine.fold(state, data.reshape(len(ids), ops.inner_size(inner)), ids, sorted_ids=False)
+    return KeyedResult(encoder, state.to_host(), keys.nbytes, frozenset({engine.name}))
+
+
+# ---------------------------------------------------------------------------------------------
+# The combine step
+
+
+def combine_keyed(*parts: KeyedResult) -> KeyedResult:
+    """Merge partial results given in partition order (earlier partitions first); the first
+    error instead, if any (a merge that fails, on key types that differ, is one too)."""
+    failed = [part for part in parts if part.error is not None]
+    if failed:
+        return failed[0]
+    try:
+        return _merged(parts)
+    except SegcliError as exc:
+        return KeyedResult(None, None, error=exc)
+
+
+def _merged(parts: tuple[KeyedResult, ...]) -> KeyedResult:
+    first = parts[0]
+    assert first.encoder is not None and first.state is not None
+    # The inputs are other tasks' results, which the scheduler may hand to another task or
+    # keep for a retry: merging into them in place would corrupt those.
+    encoder = copy.deepcopy(first.encoder)
+    state, key_bytes, engines = first.state, first.key_bytes, first.engines
+    for part in parts[1:]:
+        assert part.encoder is not None and part.state is not None
+        remap = encoder.merge(part.encoder)
+        size = encoder.n_groups
+        state = ops.combine(state.grown(size), scattered(part.state, remap, size))
+        key_bytes += part.key_bytes
+        engines |= part.engines
+    return KeyedResult(encoder, state, key_bytes, engines)
+
+
+def scattered(state: ops.State, remap: np.ndarray, size: int) -> ops.State:
+    """``state`` over ``size`` segments, its segment ``j`` moved to ``remap[j]``; the others
+    empty (the op's identity). ``remap`` must be injective."""
+    if len(remap) == size and np.array_equal(remap, np.arange(size)):
+        return state
+    # An empty state of the new size: each array at its identity, however the op keeps it.
+    moved = state.trimmed(0).grown(size)
+    for name, array in state.arrays.items():
+        target = moved.arrays[name]
+        if array.ndim == 1:
+            target[remap] = array
+        else:  # intermediates: (lanes, segments, inner)
+            target[:, remap] = array
+    return moved
+
+
+# ---------------------------------------------------------------------------------------------
+# The client
+
+
+def plan_keyed(spec: RunSpec) -> tuple[Plan, pa.Schema]:
+    """The files of the data column and their partitions, and the key columns' types (the
+    first file's), checked from metadata."""
+    paths = expand(spec.data)
+    first = key_table_file(paths[0], None)
+    check_key_columns(first, spec.by)
+    column = pick_data_column(first, spec.data_column, spec.by)
+    data = open_dataset(spec.data, column=column, key=None, role="data", paths=paths)
+    for ref in data.files[1:]:
+        check_key_columns(key_table_file(ref.path, None), spec.by)
+    partitions = plan_partitions(data, data, rows_per_partition=spec.block_rows)
+    return Plan(data, data, partitions), key_schema(first, spec.by)
+
+
+def run(spec: RunSpec, progress: Progress | None = None, *, client: Any = None) -> DriverResult:
+    """``--by`` on a Dask cluster; see :func:`segcli.drivers.dask.run` for ``client``."""
+    from segcli.drivers.dask import _cluster, _facts
+    from segcli.drivers.keys import encoder_for, key_input_facts, put_in_key_order
+
+    op = ops.get_op(spec.op)
+    plan, schema = plan_keyed(spec)
+    data = plan.data
+    check_before_rows(
+        op,
+        (data.shape, data.dtype),
+        ((data.shape[0],), np.dtype(np.int64)),
+        None,
+        sorted_ids=False,
+        fill=spec.fill,
+        data_label=data.label,
+        ids_label=_ids_label(spec),
+    )
+    seed = encoder_for(spec)
+    # A zero-row block: the key types are checked and --keys-from is matched to them now,
+    # before any worker reads a row.
+    seed.encode(schema.empty_table(), data.files[0].path)
+    job = KeyedJob(
+        op.name,
+        tuple(spec.by),
+        spec.null_keys,
+        seed.keys_from,
+        seed.keys_from_label,
+        int(np.prod(data.shape, dtype=np.int64)),
+    )
+    started = time.perf_counter()
+    address = spec.scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
+    with _cluster(address, client) as (client, where):
+        workers = len(client.nthreads())
+        connected = time.perf_counter()
+        merged = _map_reduce(client, plan, job, progress)
+        if merged.error is not None:
+            raise merged.error
+        assert merged.encoder is not None and merged.state is not None
+        encoder = merged.encoder
+        n = encoder.n_groups
+        inner = tuple(data.shape[1:])
+        check_output_fits(op, n, inner, data.dtype, sorted_ids=False)
+        report = IdReport(n, encoder.keys_from is None, data.shape[0], encoder.missing_rows, 0)
+        engines = ", ".join(sorted(merged.engines)) or "no engine"
+        reduction = Reduction.finish(
+            merged.state.grown(n),
+            report,
+            sorted_ids=False,
+            engine="dask",
+            engine_reason=f"{where}; partitions on {engines}",
+            fill=spec.fill,
+            timings={"cluster": connected - started},
+        )
+        reduction.timings["compute"] = time.perf_counter() - connected
+    key_facts = put_in_key_order(reduction, encoder, spec)
+    ids_label = _ids_label(spec)
+    return DriverResult(
+        reduction,
+        _facts(data),
+        key_input_facts(spec.data, ids_label, schema, data.shape[0], merged.key_bytes),
+        "distributed",
+        {"partitions": len(plan.partitions), "workers": workers},
+        dict(reduction.timings),
+        key_facts,
+    )
+
+
+def _map_reduce(client: Any, plan: Plan, job: KeyedJob, progress: Progress | None) -> KeyedResult:
+    """Run the partition tasks and the combine tree; the merged result (or the first error)."""
+    from segcli.drivers.dask import RETRIES, _combine_tree, _follow, _outcome
+
+    token = uuid.uuid4().hex[:12]  # task keys unique per run on a shared scheduler
+    tasks = {
+        client.submit(
+            run_keyed_partition,
+            part,
+            job,
+            key=f"segcli-keyed-{token}-{part.index}",
+            retries=RETRIES,
+        ): part
+        for part in plan.partitions
+    }
+    root = _combine_tree(client, list(tasks), token, combine_keyed)
+    try:
+        _follow(client, tasks, 1, plan.data.shape[0], progress)
+        return cast(KeyedResult, _outcome(root, "combining the partitions"))
+    finally:
+        for future in (*tasks, root):
+            future.release()
+
+
+def _ids_label(spec: RunSpec) -> str:
+    return f"{spec.data}:{','.join(spec.by)}"
