@@ -121,7 +121,7 @@ def test_every_op_with_indices_matches_the_loop(case, op, engine):
 
 
 def test_integer_data_keeps_its_dtype_and_empty_segments_fill(case):
-    data, ids, indices = case
+    _, ids, indices = case
     ints = (case[0] * 10).astype(np.int16)
     got = _sparse(ints, ids, 7, "max", indices).result
     expected = np.array(sparse_loop(ints, ids, indices, 7, "max"))
@@ -164,7 +164,7 @@ def test_weighted_combiners_with_zero_divisors(case, op, engine):
 
 @pytest.mark.parametrize("op", ["sum", "mean", "sqrt_n"])
 def test_weighted_integer_data_gives_float64(case, op):
-    data, ids, indices = case
+    _, ids, indices = case
     ints = np.arange(7 * 2, dtype=np.int8).reshape(7, 2)
     w = np.arange(12, dtype=np.int32) - 3
     got = _sparse(ints, ids, 6, op, indices, weights=w).result
@@ -223,7 +223,8 @@ def test_bad_ids_name_the_first_offender(ids, n, message):
 def test_index_out_of_range_names_first_and_count():
     with pytest.raises(InvalidInputError) as raised:
         _sparse(np.ones((3, 2)), [0, 0, 1, 1], None, "sum", [1, 3, -1, 7])
-    assert str(raised.value) == "idx: indices[1] = 3 is out of range [0, 3) (3 indices out of range)"
+    expected = "idx: indices[1] = 3 is out of range [0, 3) (3 indices out of range)"
+    assert str(raised.value) == expected
 
 
 def test_float_indices_are_refused_not_truncated():
@@ -280,7 +281,7 @@ def test_cli_gathers_and_writes(files, tmp_path):
 )
 def test_cli_errors_are_one_line_and_write_nothing(files, tmp_path, extra, code, message):
     op = "max" if "--op-is" in extra else "sum"
-    args = [files[a] if a in files else a for a in extra if a not in ("--op-is", "max")]
+    args = [files.get(a, a) for a in extra if a not in ("--op-is", "max")]
     out = tmp_path / "out.npy"
     result = run(op, files["data"], files["ids"], *args, "-o", out, "-q")
     assert result.exit_code == code
