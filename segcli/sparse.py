@@ -13,6 +13,7 @@ The sparse family's ids are 1-D, non-negative and non-decreasing (TF's rule); un
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -21,7 +22,7 @@ import numpy as np
 
 from segcli import ops, validate
 from segcli.core import Reduction, check_output_fits, validate_inputs
-from segcli.engines import Engine, choose_engine
+from segcli.engines import Engine, EngineChoice, choose_engine
 from segcli.errors import InvalidInputError, UsageError
 
 #: Ops that take ``--weights`` (TF's combiners).
@@ -46,81 +47,143 @@ def check_weighted_op(op: str, weighted: bool) -> None:
         raise UsageError(f"--weights applies to {', '.join(WEIGHTED_OPS)} only, not {op}")
 
 
-def check_sparse_ids(ids: Labeled, num_segments: int | None) -> validate.IdReport:
-    """The sparse family's ids: 1-D integers, non-negative, non-decreasing, and < n when n is
-    given; n defaults to ``ids[-1] + 1`` (0 for no ids)."""
-    array, label = ids.array, ids.label
-    validate.check_ids_dtype(array.dtype, label, array)
-    if array.ndim != 1:
-        raise InvalidInputError(
-            f"{label}: --indices needs 1-D segment_ids, got shape {array.shape}"
-        )
-    n = validate.check_num_segments(num_segments)
-    _refuse_first(array < 0, array, label, "is negative: --indices needs ids >= 0", "negative")
-    decrease = array[1:] < array[:-1]
-    if decrease.any():
-        at = int(np.argmax(decrease)) + 1
-        raise InvalidInputError(
-            f"{label}: segment_ids[{at}] = {array[at]} < segment_ids[{at - 1}] = "
-            f"{array[at - 1]}: --indices needs non-decreasing segment ids "
-            f"({validate.plural(int(np.count_nonzero(decrease)), 'decrease')})"
-        )
-    if n is None:
-        inferred = int(array[-1]) + 1 if array.size else 0
-        return validate.IdReport(inferred, True, int(array.size), 0, 0)
-    _refuse_first(array >= n, array, label, f"is out of range [0, {n})", "out of range")
-    return validate.IdReport(n, False, int(array.size), 0, 0)
+def check_ids_meta(dtype: np.dtype[Any], shape: tuple[int, ...], label: str) -> None:
+    """The sparse family's ids: 1-D integers (float ids named, never cast)."""
+    validate.check_ids_dtype(dtype, label)
+    if len(shape) != 1:
+        raise InvalidInputError(f"{label}: --indices needs 1-D segment_ids, got shape {shape}")
 
 
-def _refuse_first(bad: np.ndarray, array: np.ndarray, label: str, what: str, kind: str) -> None:
-    """The first id ``bad`` marks, and how many there are (``3 ids negative``)."""
-    count = int(np.count_nonzero(bad))
-    if count:
-        first = int(np.argmax(bad))
+def check_indices_meta(dtype: np.dtype[Any], shape: tuple[int, ...], label: str) -> None:
+    """Indices are 1-D integers: float indices are refused, never truncated."""
+    if dtype.kind not in "iu":
+        raise InvalidInputError(f"{label}: indices must be integers, got {dtype} (never truncated)")
+    if len(shape) != 1:
+        raise InvalidInputError(f"{label}: indices must be 1-D, got shape {shape}")
+
+
+def check_weights_meta(dtype: np.dtype[Any], label: str) -> None:
+    if dtype.kind not in "iuf":
         raise InvalidInputError(
-            f"{label}: segment_ids[{first}] = {array[first]} {what} "
-            f"({validate.plural(count, 'id')} {kind})"
+            f"{label}: weights must be real numbers (integers or floats), got {dtype}"
         )
 
 
-def check_indices(indices: Labeled, ids: Labeled, data_rows: int) -> None:
-    """One integer index per id, each in ``[0, data_rows)``; float indices are never
-    truncated."""
-    array, label = indices.array, indices.label
-    if array.dtype.kind not in "iu":
+def check_lengths(indices: int, ids: int, indices_label: str, ids_label: str) -> None:
+    """One index per id; a mismatch names both lengths."""
+    if indices != ids:
         raise InvalidInputError(
-            f"{label}: indices must be integers, got {array.dtype} (never truncated)"
-        )
-    if array.ndim != 1:
-        raise InvalidInputError(f"{label}: indices must be 1-D, got shape {array.shape}")
-    if array.size != ids.array.size:
-        raise InvalidInputError(
-            f"{label}: {array.size:,} indices for {ids.array.size:,} segment ids in "
-            f"{ids.label} (one index per id)"
-        )
-    bad = (array < 0) | (array >= data_rows) if array.dtype.kind == "i" else array >= data_rows
-    count = int(np.count_nonzero(bad))
-    if count:
-        first = int(np.argmax(bad))
-        raise InvalidInputError(
-            f"{label}: indices[{first}] = {array[first]} is out of range [0, {data_rows}) "
-            f"({count} {'index' if count == 1 else 'indices'} out of range)"
+            f"{indices_label}: {indices:,} indices for {ids:,} segment ids in {ids_label} "
+            "(one index per id)"
         )
 
 
-def flat_weights(weights: Labeled, rows: int, ids_shape: tuple[int, ...], per: str) -> np.ndarray:
-    """The weights as one per row: 1-D of ``rows`` values, or shaped like the ids."""
-    array, label = weights.array, weights.label
-    if array.dtype.kind not in "iuf":
+def check_weights_shape(
+    shape: tuple[int, ...], ids_shape: tuple[int, ...], label: str, per: str
+) -> None:
+    """One weight per index (``per`` "indices") or per row of the flattened ids (``per``
+    "rows"): 1-D of that length, or shaped like the ids."""
+    rows = math.prod(ids_shape)
+    if shape not in ((rows,), ids_shape):
+        one = "index" if per == "indices" else "row"
         raise InvalidInputError(
-            f"{label}: weights must be real numbers (integers or floats), got {array.dtype}"
+            f"{label}: {math.prod(shape):,} weights (shape {shape}) for {rows:,} {per}: need "
+            f"one weight per {one}, 1-D or shaped like the ids {ids_shape}"
         )
-    if array.shape not in ((rows,), ids_shape):
-        raise InvalidInputError(
-            f"{label}: {array.size:,} weights (shape {array.shape}) for {rows:,} {per} "
-            f"(shape {ids_shape}): need one weight per {per.rstrip('s')}"
-        )
-    return array.reshape(-1)
+
+
+@dataclass
+class _Offenders:
+    """The first value a rule refuses (its global position) and how many it refuses."""
+
+    count: int = 0
+    position: int = -1
+    value: Any = None
+    before: Any = None
+
+    def note(self, bad: np.ndarray, values: np.ndarray, start: int, before: Any = None) -> None:
+        found = int(np.count_nonzero(bad))
+        if found and not self.count:
+            first = int(np.argmax(bad))
+            self.position, self.value = start + first, values[first]
+            self.before = None if before is None else before[first]
+        self.count += found
+
+
+class SparseChecker:
+    """The sparse family's value rules, fed block by block (one block in memory): ids
+    non-negative, non-decreasing (across blocks too), < n when n is given; indices in
+    ``[0, data_rows)``. :meth:`finish` raises the first broken rule, in the order a user would
+    fix them, with the first offender's global position and the number of offenders."""
+
+    def __init__(
+        self,
+        num_segments: int | None,
+        data_rows: int,
+        ids_label: str,
+        indices_label: str,
+    ) -> None:
+        self.num_segments, self.data_rows = num_segments, data_rows
+        self.ids_label, self.indices_label = ids_label, indices_label
+        self.negative, self.decrease = _Offenders(), _Offenders()
+        self.too_big, self.out_of_range = _Offenders(), _Offenders()
+        self.seen = 0
+        self.last: Any = None
+
+    @property
+    def failed(self) -> bool:
+        """Some rule is broken already: later blocks are only checked, never folded."""
+        rules = (self.negative, self.decrease, self.too_big, self.out_of_range)
+        return any(rule.count for rule in rules)
+
+    def feed(self, ids: np.ndarray, indices: np.ndarray) -> None:
+        start = self.seen
+        self.negative.note(ids < 0, ids, start)
+        if ids.size:
+            previous = ids[:-1] if self.last is None else np.concatenate(([self.last], ids[:-1]))
+            offset = 1 if self.last is None else 0
+            self.decrease.note(ids[offset:] < previous, ids[offset:], start + offset, previous)
+            self.last = ids[-1]
+        if self.num_segments is not None:
+            self.too_big.note(ids >= self.num_segments, ids, start)
+        bad = indices >= self.data_rows
+        if indices.dtype.kind == "i":
+            bad |= indices < 0
+        self.out_of_range.note(bad, indices, start)
+        self.seen += int(ids.size)
+
+    def finish(self) -> validate.IdReport:
+        """The ids' report (n given, else the last id + 1), or the first broken rule."""
+        ids, rule = self.ids_label, self.negative
+        if rule.count:
+            raise InvalidInputError(
+                f"{ids}: segment_ids[{rule.position}] = {rule.value} is negative: --indices "
+                f"needs ids >= 0 ({validate.plural(rule.count, 'negative id')})"
+            )
+        rule = self.decrease
+        if rule.count:
+            raise InvalidInputError(
+                f"{ids}: segment_ids[{rule.position}] = {rule.value} < segment_ids"
+                f"[{rule.position - 1}] = {rule.before}: --indices needs non-decreasing "
+                f"segment ids ({validate.plural(rule.count, 'decrease')})"
+            )
+        rule = self.too_big
+        if rule.count:
+            raise InvalidInputError(
+                f"{ids}: segment_ids[{rule.position}] = {rule.value} is out of range "
+                f"[0, {self.num_segments}) ({validate.plural(rule.count, 'id')} out of range)"
+            )
+        rule = self.out_of_range
+        if rule.count:
+            many = "index" if rule.count == 1 else "indices"
+            raise InvalidInputError(
+                f"{self.indices_label}: indices[{rule.position}] = {rule.value} is out of range "
+                f"[0, {self.data_rows}) ({rule.count} {many} out of range)"
+            )
+        if self.num_segments is not None:
+            return validate.IdReport(self.num_segments, False, self.seen, 0, 0)
+        inferred = 0 if self.last is None else int(self.last) + 1
+        return validate.IdReport(inferred, True, self.seen, 0, 0)
 
 
 def _weighted_out_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
@@ -139,79 +202,116 @@ def block_rows_for(inner: int, block_rows: int | None) -> int:
     return max(1024, BLOCK_BYTES // (8 * max(inner, 1)))
 
 
-@dataclass
-class _Folds:
-    """The states a run folds into: the op's (or the weighted sum's), and the weight sums."""
+class SparseFold:
+    """The states a run folds into: the op's (or, weighted, the sum of ``w * x``), and the
+    weight sums a weighted mean / sqrt_n divides by; grown as ids arrive when n is inferred."""
 
-    values: ops.State
-    weights: ops.State | None = None
-    squares: ops.State | None = None
+    def __init__(
+        self,
+        engine: Engine,
+        op: ops.Op,
+        num_segments: int,
+        data: np.ndarray,
+        *,
+        weighted: bool,
+        sorted_ids: bool,
+        inner_shape: tuple[int, ...],
+    ) -> None:
+        self.engine, self.op, self.sorted_ids = engine, op, sorted_ids
+        self.data_dtype = data.dtype
+        self.inner_shape = inner_shape
+        self.data2d = data.reshape(-1, ops.inner_size(inner_shape))
+        self.weighted = weighted
+        self.states: dict[str, ops.State] = {}
+        new = engine.new_state
+        if not weighted:
+            self.states["values"] = new(op, num_segments, inner_shape, data.dtype, **self._lanes)
+            return
+        total, f64 = ops.get_op("sum"), np.dtype(np.float64)
+        product = _product_dtype(data.dtype)
+        self.states["values"] = new(total, num_segments, inner_shape, product, **self._lanes)
+        if op.name in ("mean", "sqrt_n"):
+            self.states[op.name] = new(total, num_segments, (), f64, **self._lanes)
 
+    @property
+    def _lanes(self) -> dict[str, bool]:
+        return {"sorted_ids": self.sorted_ids}
 
-def _new_folds(
-    engine: Engine,
-    op: ops.Op,
-    n: int,
-    inner_shape: tuple[int, ...],
-    data_dtype: np.dtype[Any],
-    weighted: bool,
-    sorted_ids: bool,
-) -> _Folds:
-    if not weighted:
-        return _Folds(engine.new_state(op, n, inner_shape, data_dtype, sorted_ids=sorted_ids))
-    total = ops.get_op("sum")
-    f64 = np.dtype(np.float64)
-    product = _product_dtype(data_dtype)
-    return _Folds(
-        engine.new_state(total, n, inner_shape, product, sorted_ids=sorted_ids),
-        engine.new_state(total, n, (), f64, sorted_ids=sorted_ids) if op.name == "mean" else None,
-        engine.new_state(total, n, (), f64, sorted_ids=sorted_ids) if op.name == "sqrt_n" else None,
-    )
+    def grow(self, num_segments: int) -> None:
+        """At least ``num_segments`` segments (doubling, so growth costs amortised O(n))."""
+        current = self.states["values"].num_segments
+        if num_segments <= current:
+            return
+        grown = max(num_segments, 2 * current)
+        check_output_fits(self.op, num_segments, self.inner_shape, self.data_dtype)
+        self.states = {name: state.grown(grown) for name, state in self.states.items()}
 
-
-def _fold_blocks(
-    engine: Engine,
-    folds: _Folds,
-    data2d: np.ndarray,
-    ids: np.ndarray,
-    indices: np.ndarray | None,
-    weights: np.ndarray | None,
-    *,
-    sorted_ids: bool,
-    block_rows: int,
-) -> None:
-    """Gather, weight and fold the rows block by block, in row order (deterministic lanes)."""
-    product = _product_dtype(data2d.dtype)
-    for start in range(0, int(ids.size), block_rows):
-        stop = min(start + block_rows, int(ids.size))
-        rows = data2d[indices[start:stop]] if indices is not None else data2d[start:stop]
-        block_ids = ids[start:stop]
+    def fold(self, ids: np.ndarray, indices: np.ndarray | None, weights: np.ndarray | None) -> None:
+        """Gather the block's rows (``indices``; else the next rows of DATA), weight them in
+        float64 and fold them, in row order."""
+        values = self.states["values"]
+        if indices is not None:
+            rows = self.data2d[indices]
+        else:
+            rows = self.data2d[values.next_row : values.next_row + ids.size]
+        fold = self.engine.fold
         if weights is None:
-            engine.fold(folds.values, rows, block_ids, sorted_ids=sorted_ids)
-            continue
-        w = weights[start:stop].astype(np.float64)
-        engine.fold(
-            folds.values, rows.astype(product) * w[:, None], block_ids, sorted_ids=sorted_ids
+            fold(values, rows, ids, sorted_ids=self.sorted_ids)
+            return
+        w = weights.astype(np.float64)
+        product = rows.astype(_product_dtype(self.data_dtype)) * w[:, None]
+        fold(values, product, ids, sorted_ids=self.sorted_ids)
+        if "mean" in self.states:
+            fold(self.states["mean"], w[:, None], ids, sorted_ids=self.sorted_ids)
+        if "sqrt_n" in self.states:
+            fold(self.states["sqrt_n"], (w * w)[:, None], ids, sorted_ids=self.sorted_ids)
+
+    def finish(
+        self, report: validate.IdReport, choice: EngineChoice, fill: Any, started: float
+    ) -> Reduction:
+        """The result over ``report.num_segments`` segments."""
+        n = report.num_segments
+        hosts = {name: state.to_host().trimmed(n) for name, state in self.states.items()}
+        values = hosts["values"]
+        timings = {"validate": 0.0, "compute": time.perf_counter() - started}
+        if not self.weighted:
+            return Reduction.finish(
+                values,
+                report,
+                sorted_ids=self.sorted_ids,
+                engine=choice.engine.name,
+                engine_reason=choice.reason,
+                fill=fill,
+                timings=timings,
+            )
+        return Reduction(
+            result=_weighted_result(hosts, self.data_dtype, fill),
+            counts=np.asarray(values.count),
+            op=self.op,
+            sorted_ids=self.sorted_ids,
+            id_report=report,
+            engine=choice.engine.name,
+            engine_reason=choice.reason,
+            timings=timings,
         )
-        if folds.weights is not None:
-            engine.fold(folds.weights, w[:, None], block_ids, sorted_ids=sorted_ids)
-        if folds.squares is not None:
-            engine.fold(folds.squares, (w * w)[:, None], block_ids, sorted_ids=sorted_ids)
 
 
-def _weighted_result(folds: _Folds, op: ops.Op, data_dtype: np.dtype[Any], fill: Any) -> np.ndarray:
+def _weighted_result(
+    hosts: dict[str, ops.State], data_dtype: np.dtype[Any], fill: Any
+) -> np.ndarray:
     """``sum(w*x)``, divided by ``sum(w)`` (mean) or ``sqrt(sum(w^2))`` (sqrt_n); a zero divisor
     gives 0 (TF's div_no_nan); empty segments get the fill (default 0)."""
-    values = folds.values.to_host()
+    values = hosts["values"]
     total = ops.finalize(values)
-    divisor_state = folds.weights or folds.squares
-    if divisor_state is not None:
-        divisor = ops.finalize(divisor_state.to_host())
-        if folds.squares is not None:
+    for name, state in hosts.items():
+        if name == "values":
+            continue
+        divisor = ops.finalize(state)
+        if name == "sqrt_n":
             divisor = np.sqrt(divisor)
         divisor = divisor.reshape((-1,) + (1,) * (total.ndim - 1))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            total = np.where(divisor != 0, total / np.where(divisor != 0, divisor, 1), 0)
+        nonzero = divisor != 0
+        total = np.where(nonzero, total / np.where(nonzero, divisor, 1), 0)
     out_dtype = _weighted_out_dtype(data_dtype)
     with np.errstate(over="ignore", invalid="ignore"):
         result = np.asarray(total).astype(out_dtype)
@@ -219,6 +319,16 @@ def _weighted_result(folds: _Folds, op: ops.Op, data_dtype: np.dtype[Any], fill:
     if empty.any():
         result[empty] = 0 if fill is None else ops.parse_fill(fill, ops.get_op("sum"), out_dtype)
     return result
+
+
+def check_fill(fill: Any, op: ops.Op, data_dtype: np.dtype[Any], weighted: bool) -> None:
+    """A bad ``--fill`` fails before the work; weighted results are float64 or the data's."""
+    if fill is None:
+        return
+    if weighted:
+        ops.parse_fill(fill, ops.get_op("sum"), _weighted_out_dtype(data_dtype))
+    else:
+        ops.parse_fill(fill, op, data_dtype)
 
 
 def sparse_reduce(
@@ -234,84 +344,65 @@ def sparse_reduce(
     fill: Any = None,
     block_rows: int | None = None,
 ) -> Reduction:
-    """Reduce gathered (``indices``) and/or weighted (``weights``) rows; see the module doc.
-
-    Without ``indices`` the weights apply to the plain unsorted / sorted family (its id rules).
-    """
+    """Reduce gathered (``indices``) and/or weighted (``weights``) rows held in memory; see
+    the module doc. Without ``indices`` the weights apply to the plain unsorted / sorted family
+    (its id rules)."""
     op_def = ops.get_op(op)
     check_weighted_op(op_def.name, weights is not None)
     started = time.perf_counter()
     array = np.asarray(data.array)
     ops.check_data_dtype(op_def, array.dtype, data.label)
+    flat_ids = np.asarray(ids.array).reshape(-1)
     if indices is not None:
-        if array.ndim == 0:
-            raise InvalidInputError(
-                f"{data.label}: --indices needs rows to gather, got a 0-D array"
-            )
-        report = check_sparse_ids(ids, num_segments)
-        check_indices(indices, ids, int(array.shape[0]))
-        inner_shape = tuple(array.shape[1:])
-        fold_sorted = True
-        per = "indices"
+        report, inner_shape = _check_gather(array, ids, num_segments, indices)
+        per, fold_sorted = "indices", True
     else:
         report = validate_inputs(
             array, ids.array, num_segments, op_def, sorted_ids=sorted_ids,
             data_label=data.label, ids_label=ids.label,
         )  # fmt: skip
         inner_shape = tuple(array.shape[ids.array.ndim :])
-        fold_sorted = sorted_ids
-        per = "rows"
-    flat_ids = ids.array.reshape(-1)
-    flat_w = (
-        None
-        if weights is None
-        else flat_weights(weights, int(flat_ids.size), tuple(ids.array.shape), per)
-    )
+        per, fold_sorted = "rows", sorted_ids
+    flat_w = None
+    if weights is not None:
+        check_weights_meta(weights.array.dtype, weights.label)
+        check_weights_shape(weights.array.shape, ids.array.shape, weights.label, per)
+        flat_w = weights.array.reshape(-1)
     n = report.num_segments
-    out_dtype = array.dtype if weights is None else _product_dtype(array.dtype)
-    check_output_fits(op_def, n, inner_shape, out_dtype, sorted_ids=fold_sorted)
-    if fill is not None and weights is None:
-        ops.parse_fill(fill, op_def, array.dtype)
-    elif fill is not None:
-        ops.parse_fill(fill, ops.get_op("sum"), _weighted_out_dtype(array.dtype))
+    fold_dtype = array.dtype if weights is None else _product_dtype(array.dtype)
+    check_output_fits(op_def, n, inner_shape, fold_dtype, sorted_ids=fold_sorted)
+    check_fill(fill, op_def, array.dtype, weights is not None)
     width = ops.inner_size(inner_shape)
-    data2d = array.reshape(-1 if indices is not None else flat_ids.size, width)
     choice = choose_engine(engine, elements=int(flat_ids.size) * width)
     validated = time.perf_counter()
-    folds = _new_folds(
-        choice.engine, op_def, n, inner_shape, array.dtype, weights is not None, fold_sorted
-    )
-    _fold_blocks(
-        choice.engine,
-        folds,
-        data2d,
-        flat_ids,
-        None if indices is None else indices.array,
-        flat_w,
-        sorted_ids=fold_sorted,
-        block_rows=block_rows_for(width, block_rows),
-    )
-    host = folds.values.to_host()
-    if weights is None:
-        reduction = Reduction.finish(
-            host,
-            report,
-            sorted_ids=fold_sorted,
-            engine=choice.engine.name,
-            engine_reason=choice.reason,
-            fill=fill,
-            timings={"validate": validated - started},
+    folds = SparseFold(
+        choice.engine, op_def, n, array, weighted=flat_w is not None, sorted_ids=fold_sorted,
+        inner_shape=inner_shape,
+    )  # fmt: skip
+    step = block_rows_for(width, block_rows)
+    for start in range(0, int(flat_ids.size), step):
+        block = slice(start, start + step)
+        folds.fold(
+            flat_ids[block],
+            None if indices is None else indices.array[block],
+            None if flat_w is None else flat_w[block],
         )
-    else:
-        reduction = Reduction(
-            result=_weighted_result(folds, op_def, array.dtype, fill),
-            counts=np.asarray(host.count),
-            op=op_def,
-            sorted_ids=fold_sorted,
-            id_report=report,
-            engine=choice.engine.name,
-            engine_reason=choice.reason,
-            timings={"validate": validated - started},
-        )
-    reduction.timings["compute"] = time.perf_counter() - validated
+    reduction = folds.finish(report, choice, fill, validated)
+    reduction.timings["validate"] = validated - started
     return reduction
+
+
+def _check_gather(
+    data: np.ndarray, ids: Labeled, num_segments: int | None, indices: Labeled
+) -> tuple[validate.IdReport, tuple[int, ...]]:
+    """Every rule of a gather held in memory: the ids' report and the inner shape."""
+    if data.ndim == 0:
+        raise InvalidInputError("--indices needs rows to gather from DATA, got a 0-D array")
+    validate.check_ids_dtype(ids.array.dtype, ids.label, ids.array)
+    check_ids_meta(ids.array.dtype, ids.array.shape, ids.label)
+    n = validate.check_num_segments(num_segments)
+    check_indices_meta(indices.array.dtype, indices.array.shape, indices.label)
+    check_lengths(indices.array.size, ids.array.size, indices.label, ids.label)
+    checker = SparseChecker(n, int(data.shape[0]), ids.label, indices.label)
+    checker.feed(ids.array, indices.array)
+    return checker.finish(), tuple(data.shape[1:])

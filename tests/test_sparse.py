@@ -236,7 +236,10 @@ def test_length_mismatch_names_both_lengths():
     with pytest.raises(InvalidInputError) as raised:
         _sparse(np.ones((3, 2)), [0, 1, 1], None, "sum", [0, 1])
     assert str(raised.value) == "idx: 2 indices for 3 segment ids in ids (one index per id)"
-    with pytest.raises(InvalidInputError, match=r"3 weights \(shape \(3,\)\) for 2 indices"):
+    with pytest.raises(
+        InvalidInputError,
+        match=r"3 weights \(shape \(3,\)\) for 2 indices: need one weight per index",
+    ):
         _sparse(np.ones((3, 2)), [0, 1], None, "sum", [0, 1], weights=[1.0, 2.0, 3.0])
 
 
