@@ -13,8 +13,10 @@ The sparse family's ids are 1-D, non-negative and non-decreasing (TF's rule); un
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +26,7 @@ from segcli import ops, validate
 from segcli.core import Reduction, check_output_fits, validate_inputs
 from segcli.engines import Engine, EngineChoice, choose_engine
 from segcli.errors import InvalidInputError, UsageError
+from segcli.io.chunked import UNKNOWN_ROWS, ChunkSource
 
 #: Ops that take ``--weights`` (TF's combiners).
 WEIGHTED_OPS = ("sum", "mean", "sqrt_n")
@@ -406,3 +409,96 @@ def _check_gather(
     checker = SparseChecker(n, int(data.shape[0]), ids.label, indices.label)
     checker.feed(ids.array, indices.array)
     return checker.finish(), tuple(data.shape[1:])
+
+
+def reduce_streamed(
+    data: Labeled,
+    ids: ChunkSource,
+    indices: ChunkSource,
+    weights: ChunkSource | None,
+    num_segments: int | None,
+    op: str,
+    *,
+    engine: str | Engine = "auto",
+    fill: Any = None,
+    block_rows: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[Reduction, int]:
+    """A gather from ``data`` (in memory) by ids, indices and weights read block by block:
+    the same checks, the same fold and the same bytes as :func:`sparse_reduce`; also returns
+    the number of blocks. n, when not given, grows with the ids seen."""
+    op_def = ops.get_op(op)
+    check_weighted_op(op_def.name, weights is not None)
+    started = time.perf_counter()
+    array = np.asarray(data.array)
+    ops.check_data_dtype(op_def, array.dtype, data.label)
+    if array.ndim == 0:
+        raise InvalidInputError("--indices needs rows to gather from DATA, got a 0-D array")
+    check_ids_meta(ids.dtype, ids.shape, ids.label)
+    n = validate.check_num_segments(num_segments)
+    check_indices_meta(indices.dtype, indices.shape, indices.label)
+    lengths = [ids.shape[0], indices.shape[0]]
+    if UNKNOWN_ROWS not in lengths:
+        check_lengths(indices.shape[0], ids.shape[0], indices.label, ids.label)
+    if weights is not None:
+        check_weights_meta(weights.dtype, weights.label)
+        if UNKNOWN_ROWS not in (ids.shape[0], weights.shape[0]):
+            check_weights_shape(weights.shape, ids.shape, weights.label, "indices")
+    check_fill(fill, op_def, array.dtype, weights is not None)
+    inner_shape = tuple(array.shape[1:])
+    if n is not None:
+        fold_dtype = array.dtype if weights is None else _product_dtype(array.dtype)
+        check_output_fits(op_def, n, inner_shape, fold_dtype, sorted_ids=True)
+    width = ops.inner_size(inner_shape)
+    choice = choose_engine(engine, elements=max(ids.shape[0], 0) * width)
+    validated = time.perf_counter()
+    folds = SparseFold(
+        choice.engine, op_def, n or 0, array, weighted=weights is not None, sorted_ids=True,
+        inner_shape=inner_shape,
+    )  # fmt: skip
+    checker = SparseChecker(n, int(array.shape[0]), ids.label, indices.label)
+    step = block_rows_for(width, block_rows)
+    sources = [ids, indices] + ([] if weights is None else [weights])
+    blocks = 0
+    for parts in _aligned_blocks(sources, step):
+        block_ids, block_indices = parts[0], parts[1]
+        checker.feed(block_ids, block_indices)
+        blocks += 1
+        if checker.failed:
+            continue  # the rest is scanned only, so the error can count every offender
+        if n is None and block_ids.size:
+            folds.grow(int(block_ids[-1]) + 1)
+        folds.fold(block_ids, block_indices, parts[2] if weights is not None else None)
+        if progress is not None and ids.shape[0] != UNKNOWN_ROWS:
+            progress(checker.seen, ids.shape[0])
+    report = checker.finish()
+    reduction = folds.finish(report, choice, fill, validated)
+    reduction.timings["validate"] = validated - started
+    return reduction, blocks
+
+
+def _aligned_blocks(sources: list[ChunkSource], rows: int) -> Iterator[list[np.ndarray]]:
+    """Blocks of ``rows`` rows of every source in step; sources of different lengths (found
+    only at the end of a CSV) are the length error, with both lengths counted."""
+    streams = [iter(source.chunks(rows)) for source in sources]
+    seen = [0] * len(sources)
+    for parts in itertools.zip_longest(*streams):
+        if len({None if part is None else part.shape[0] for part in parts}) > 1:
+            totals = [
+                done + (part.shape[0] if part is not None else 0) + _rows_left(stream)
+                for done, part, stream in zip(seen, parts, streams, strict=True)
+            ]
+            _refuse_lengths(sources, totals)
+        yield list(parts)
+        seen = [done + part.shape[0] for done, part in zip(seen, parts, strict=True)]
+
+
+def _rows_left(stream: Iterator[np.ndarray]) -> int:
+    return sum(int(block.shape[0]) for block in stream)
+
+
+def _refuse_lengths(sources: list[ChunkSource], totals: list[int]) -> None:
+    ids, indices = sources[0], sources[1]
+    check_lengths(totals[1], totals[0], indices.label, ids.label)
+    weights = sources[2]
+    check_weights_shape((totals[2],), (totals[0],), weights.label, "indices")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -324,18 +325,64 @@ def test_cli_table_columns(tmp_path, case):
     np.testing.assert_allclose(np.load(out), expected, rtol=1e-6)
 
 
-def test_cli_blocks_give_the_in_memory_bytes(files, tmp_path):
-    outs = []
-    for extra in ([], ["--chunk-rows", "3"]):
+def _summary(stderr: str) -> dict[str, Any]:
+    return dict(json.loads(stderr))
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("n", [[], ["-n", "9"]])
+def test_streamed_ids_and_indices_give_the_in_memory_bytes(files, tmp_path, op, n):
+    weights = ["--weights", files["w"]] if op in ("sum", "mean", "sqrt_n") else []
+    outs, modes = [], []
+    for extra in ([], ["--chunk-rows", "5"]):
         out = tmp_path / f"out{len(extra)}.npy"
-        args = ["--indices", files["idx"], "--weights", files["w"], *extra, "-o", out, "-q"]
-        result = run("mean", files["data"], files["ids"], *args)
+        args = ["--indices", files["idx"], *weights, *n, *extra, "-o", out]
+        result = run(op, files["data"], files["ids"], *args, "--summary-json", "-")
         assert result.exit_code == 0, result.stderr
         outs.append(out.read_bytes())
+        modes.append(_summary(result.stderr)["mode"])
+    assert modes == ["in-memory", "streaming"]
     assert outs[0] == outs[1]
 
 
-def test_gather_memory_is_bounded_by_the_block(tmp_path):
+def test_streamed_errors_match_in_memory(tmp_path):
+    np.save(tmp_path / "data.npy", np.ones((4, 2), np.float32))
+    cases = {
+        "ids": np.array([0, 1, 1, 0, 2, -1, 5]),
+        "idx": np.array([0, 9, 1, 2, 3, -2, 7]),
+    }
+    for name, array in cases.items():
+        np.save(tmp_path / f"{name}.npy", array)
+    args = [tmp_path / "data.npy", tmp_path / "ids.npy", "--indices", tmp_path / "idx.npy", "-q"]
+    whole = run("sum", *args)
+    for rows in ("1", "2", "3"):
+        streamed = run("sum", *args, "--chunk-rows", rows)
+        assert (streamed.exit_code, streamed.stderr) == (whole.exit_code, whole.stderr)
+    assert whole.exit_code == 1
+    assert whole.stderr == "Error: " + str(tmp_path / "ids.npy") + (
+        ": segment_ids[5] = -1 is negative: --indices needs ids >= 0 (1 negative id)\n"
+    )
+
+
+def test_csv_lengths_found_at_the_end_name_both(tmp_path):
+    np.save(tmp_path / "data.npy", np.ones((6, 2), np.float32))
+    (tmp_path / "bags.csv").write_text("bag,token\n0,5\n0,0\n1,2\n3,2\n")
+    (tmp_path / "short.csv").write_text("token\n5\n0\n2\n")
+    args = [tmp_path / "data.npy", tmp_path / "bags.csv", "--ids-column", "bag"]
+    args += ["--indices", tmp_path / "short.csv", "--indices-column", "token", "-q"]
+    for extra in ([], ["--chunk-rows", "2"]):
+        result = run("mean", *args, *extra, "-o", tmp_path / "out.npy")
+        assert result.exit_code == 1
+        assert result.stderr.endswith(
+            "3 indices for 4 segment ids in "
+            + str(tmp_path / "bags.csv")
+            + ":bag (one index per id)\n"
+        )
+        assert not (tmp_path / "out.npy").exists()
+
+
+@pytest.mark.parametrize("blocks", [[], ["--chunk-rows", "4096"]], ids=["in-memory", "streamed"])
+def test_gather_memory_is_bounded_by_the_block(tmp_path, blocks):
     """2M indices into a 100k x 16 float32 table: gathering them whole would take 128 MB."""
     rng = np.random.default_rng(0)
     rows, width, picks = 100_000, 16, 2_000_000
@@ -350,9 +397,9 @@ def test_gather_memory_is_bounded_by_the_block(tmp_path):
     )  # fmt: skip
     measured = run_measured(
         "mean", tmp_path / "table.npy", tmp_path / "bags.npy", "--indices", tmp_path / "idx.npy",
-        "--chunk-rows", "4096", *common,
+        *blocks, *common,
     )  # fmt: skip
     assert baseline.returncode == 0 and measured.returncode == 0, measured.stderr
     gathered_whole = picks * width * 4
-    # The ids and indices themselves (32 MB) are read whole; the gathered rows never are.
+    # In memory the ids and indices (32 MB) are read whole; the gathered rows never are.
     assert measured.peak_bytes - baseline.peak_bytes < gathered_whole // 2

@@ -10,20 +10,29 @@ all of DATA.
 from __future__ import annotations
 
 import time
+from typing import cast
 
 from segcli import sparse
 from segcli.drivers.base import DriverResult, Progress, RunSpec, engine_of
+from segcli.drivers.choose import should_stream
 from segcli.drivers.memory import facts, read
+from segcli.drivers.stream import StreamInput
 from segcli.errors import UsageError
+from segcli.io.chunked import open_chunked
 from segcli.io.formats import input_format
-from segcli.io.read import ArrayInput, Role, _read_one
+from segcli.io.npy import Readable
+from segcli.io.read import DATA_ROLE, ArrayInput, Role, _read_one
 from segcli.io.sizes import decoded_bytes
 from segcli.memory import human_bytes
 
 
 def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
-    """Read the inputs, gather/weight and fold in blocks; ``progress`` is not called."""
+    """Gather/weight and fold in blocks: ids, indices and weights streamed when the run
+    streams (and IDS is a file of its own), else read whole."""
     refuse_unsupported(spec)
+    gathers = spec.indices is not None or spec.indices_column is not None
+    if gathers and spec.ids is not None and should_stream(spec):
+        return run_streamed(spec, progress)
     started = time.perf_counter()
     data, ids = read(spec)
     indices = _read_extra(spec, spec.indices, spec.indices_column, "indices")
@@ -48,6 +57,54 @@ def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
     }
     mode_facts = {"gathered" if indices is not None else "weighted": "in blocks"}
     return DriverResult(reduction, facts(data), facts(ids), "in-memory", mode_facts, timings)
+
+
+def run_streamed(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
+    """DATA read whole; IDS, the indices and the weights read block by block."""
+    assert spec.ids is not None
+    data = _read_one(spec.data, DATA_ROLE, spec.data_column, spec.data_key, spec.stdin, spec.csv)
+    ids = _open(spec, spec.ids, spec.ids_column, spec.ids_key)
+    indices = _open_extra(spec, spec.indices, spec.indices_column)
+    weights = _open_extra(spec, spec.weights, spec.weights_column)
+    assert indices is not None
+    reduction, blocks = sparse.reduce_streamed(
+        _labeled(data),
+        ids.source,
+        indices.source,
+        None if weights is None else weights.source,
+        spec.num_segments,
+        spec.op,
+        engine=engine_of(spec),
+        fill=spec.fill,
+        block_rows=spec.block_rows,
+        progress=progress,
+    )
+    return DriverResult(
+        reduction,
+        facts(data),
+        ids.facts(reduction.id_report.rows),
+        "streaming",
+        {"chunks": blocks},
+        {"read+compute": reduction.timings["compute"]},
+    )
+
+
+def _open(spec: RunSpec, path: str, column: str | None, key: str | None) -> StreamInput:
+    fmt = "npy" if path == "-" else input_format(path)
+    stdin = cast(Readable | None, spec.stdin)
+    source = open_chunked(path, column=column, key=key, role="ids", stdin=stdin, csv=spec.csv)
+    return StreamInput(path, source, fmt)
+
+
+def _open_extra(spec: RunSpec, path: str | None, column: str | None) -> StreamInput | None:
+    """Like :func:`_read_extra`, opened for streaming."""
+    if path is None and column is None:
+        return None
+    if path is None:
+        path = spec.ids if spec.ids is not None else spec.data
+    if input_format(path) == "npz":
+        return _open(spec, path, None, column)
+    return _open(spec, path, column, None)
 
 
 def refuse_unsupported(spec: RunSpec) -> None:
