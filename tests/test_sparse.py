@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from segcli.cli import cli
+from segcli.engines import Engine
 from segcli.errors import InvalidInputError, UsageError
 from segcli.sparse import Labeled, sparse_reduce
 from tests.peak import run_measured
@@ -144,6 +145,37 @@ def test_block_size_does_not_change_the_bytes(case):
     for block in (1, 2, 7):
         got = _sparse(data, ids, 6, "mean", indices, weights=np.arange(12.0), block_rows=block)
         assert got.result.tobytes() == whole.tobytes()
+
+
+class CupyOrchestrationOnCpu(Engine):
+    """The CuPy engine's fold on NumPy arrays, with NumPy stand-ins for its CUDA kernels (as
+    tests/test_gpu.py checks it on machines without a GPU)."""
+
+    name = "cupy-on-cpu"
+
+    def fold_block(self, state, data, ids, *, sorted_ids, first_row):
+        from segcli.engines.cupy_fold import FoldOptions, fold_block
+        from tests.test_gpu import NumpyKernels
+
+        fold_block(
+            state,
+            data,
+            ids,
+            sorted_ids=sorted_ids,
+            kernels=NumpyKernels(),
+            xp=np,
+            options=FoldOptions(),
+            first_row=first_row,
+        )
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_cupy_fold_on_the_cpu_gives_the_numpy_bytes(case, op):
+    data, ids, indices = case
+    weights = np.linspace(-1.0, 2.0, 12) if op in ("sum", "mean", "sqrt_n") else None
+    want = _sparse(data, ids, 7, op, indices, weights, engine="numpy", block_rows=5)
+    got = _sparse(data, ids, 7, op, indices, weights, engine=CupyOrchestrationOnCpu(), block_rows=5)
+    assert got.result.tobytes() == want.result.tobytes()
 
 
 # --- weights ---------------------------------------------------------------------------------
