@@ -28,8 +28,23 @@ from segcli.engines import Engine, EngineChoice, choose_engine
 from segcli.errors import InvalidInputError, UsageError
 from segcli.io.chunked import UNKNOWN_ROWS, ChunkSource
 
-#: Ops that take ``--weights`` (TF's combiners).
-WEIGHTED_OPS = ("sum", "mean", "sqrt_n")
+
+@dataclass(frozen=True)
+class Combiner:
+    """A weighted combiner of TF's ``embedding_lookup_sparse``: ``sum(w * x)`` divided by
+    ``divisor(sum(per_row(w)))``, or not divided (no ``per_row``)."""
+
+    per_row: Callable[[np.ndarray], np.ndarray] | None = None
+    divisor: Callable[[np.ndarray], np.ndarray] | None = None
+
+
+#: The ops that take ``--weights``, and how each divides.
+COMBINERS: dict[str, Combiner] = {
+    "sum": Combiner(),
+    "mean": Combiner(per_row=np.asarray, divisor=np.asarray),
+    "sqrt_n": Combiner(per_row=np.square, divisor=np.sqrt),
+}
+WEIGHTED_OPS = tuple(COMBINERS)
 
 #: Bytes of gathered rows per block when no block size is given: small enough to stay in cache
 #: and far below a gather of any real workload, large enough that NumPy's per-call cost vanishes.
@@ -233,8 +248,9 @@ class SparseFold:
         total, f64 = ops.get_op("sum"), np.dtype(np.float64)
         product = _product_dtype(data.dtype)
         self.states["values"] = new(total, num_segments, inner_shape, product, **self._lanes)
-        if op.name in ("mean", "sqrt_n"):
-            self.states[op.name] = new(total, num_segments, (), f64, **self._lanes)
+        self.combiner = COMBINERS[op.name]
+        if self.combiner.per_row is not None:
+            self.states["divisor"] = new(total, num_segments, (), f64, **self._lanes)
 
     @property
     def _lanes(self) -> dict[str, bool]:
@@ -264,10 +280,9 @@ class SparseFold:
         w = weights.astype(np.float64)
         product = rows.astype(_product_dtype(self.data_dtype)) * w[:, None]
         fold(values, product, ids, sorted_ids=self.sorted_ids)
-        if "mean" in self.states:
-            fold(self.states["mean"], w[:, None], ids, sorted_ids=self.sorted_ids)
-        if "sqrt_n" in self.states:
-            fold(self.states["sqrt_n"], (w * w)[:, None], ids, sorted_ids=self.sorted_ids)
+        if self.combiner.per_row is not None:
+            per_row = self.combiner.per_row(w)[:, None]
+            fold(self.states["divisor"], per_row, ids, sorted_ids=self.sorted_ids)
 
     def finish(
         self, report: validate.IdReport, choice: EngineChoice, fill: Any, started: float
@@ -288,7 +303,7 @@ class SparseFold:
                 timings=timings,
             )
         return Reduction(
-            result=_weighted_result(hosts, self.data_dtype, fill),
+            result=_weighted_result(hosts, self.combiner, self.data_dtype, fill),
             counts=np.asarray(values.count),
             op=self.op,
             sorted_ids=self.sorted_ids,
@@ -300,18 +315,14 @@ class SparseFold:
 
 
 def _weighted_result(
-    hosts: dict[str, ops.State], data_dtype: np.dtype[Any], fill: Any
+    hosts: dict[str, ops.State], combiner: Combiner, data_dtype: np.dtype[Any], fill: Any
 ) -> np.ndarray:
-    """``sum(w*x)``, divided by ``sum(w)`` (mean) or ``sqrt(sum(w^2))`` (sqrt_n); a zero divisor
-    gives 0 (TF's div_no_nan); empty segments get the fill (default 0)."""
+    """``sum(w*x)``, divided as the combiner says (``sum(w)``, ``sqrt(sum(w^2))``); a zero
+    divisor gives 0 (TF's div_no_nan); empty segments get the fill (default 0)."""
     values = hosts["values"]
     total = ops.finalize(values)
-    for name, state in hosts.items():
-        if name == "values":
-            continue
-        divisor = ops.finalize(state)
-        if name == "sqrt_n":
-            divisor = np.sqrt(divisor)
+    if combiner.divisor is not None:
+        divisor = combiner.divisor(ops.finalize(hosts["divisor"]))
         divisor = divisor.reshape((-1,) + (1,) * (total.ndim - 1))
         nonzero = divisor != 0
         total = np.where(nonzero, total / np.where(nonzero, divisor, 1), 0)
