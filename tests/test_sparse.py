@@ -215,6 +215,15 @@ def test_weights_without_indices_follow_the_unsorted_family():
     np.testing.assert_allclose(got[2], [(0.5 * 1 + 1.5 * 7) / 2, (0.5 * 2 + 1.5 * 8) / 2])
 
 
+def test_weights_under_sorted_drop_ids_beyond_n_and_fill_empty():
+    data = np.array([[1.0], [2.0], [4.0], [8.0]], np.float32)
+    ids = np.array([0, 0, 2, 3])  # n = 3: the row of id 3 is dropped, as --sorted drops it
+    w = np.array([1.0, 3.0, 2.0, 5.0])
+    got = _sparse(data, ids, 3, "mean", weights=w, sorted_ids=True, fill="-1")
+    np.testing.assert_array_equal(got.result, np.array([[7 / 4], [-1], [4]], np.float32))
+    assert got.id_report.dropped_beyond == 1
+
+
 def test_weights_shaped_like_the_ids():
     data = np.arange(12.0).reshape(2, 3, 2)
     ids = np.array([[0, 1, 0], [1, 1, 0]])
@@ -327,6 +336,17 @@ def test_cli_errors_are_one_line_and_write_nothing(files, tmp_path, extra, code,
         result.stderr.strip().splitlines()[-1]
     ]
     assert not out.exists()
+
+
+def test_cli_refuses_indices_with_by(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.table({"k": ["a", "b"], "v": [1.0, 2.0]}), tmp_path / "t.parquet")
+    np.save(tmp_path / "idx.npy", np.array([0, 1]))
+    args = ["--data-column", "v", "--by", "k", "--indices", tmp_path / "idx.npy", "-q"]
+    result = run("sum", tmp_path / "t.parquet", *args)
+    assert result.exit_code == 2
+    assert "--indices/--weights cannot be used with --by" in result.stderr
 
 
 def test_cli_table_columns(tmp_path, case):
