@@ -10,6 +10,9 @@ table.parquet  columns: time (int64 seconds), segment (int32 sensor id), value (
 flights.parquet  columns: carrier (string), origin (string, a few nulls: origin not recorded),
                arr_delay (float32 minutes): 2,000 flights out of New York, for --by
 carriers.csv   the carriers expected to fly (one, HA, flew nothing): a --keys-from list
+vocab.npy      float32 (6, 3)  an embedding table: one vector per word of a 6-word vocabulary
+bags.parquet   columns: bag (int32, sorted), token (int32 row of vocab.npy), weight (float32):
+               four sentences as bags of token ids (bag 2 is empty), for --indices
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ def main() -> None:
     table = pa.table({"time": time, "segment": sensor, "value": value})
     pq.write_table(table, HERE / "table.parquet", row_group_size=250)
     write_flights(rng)
+    write_bags()
 
 
 def write_flights(rng: np.random.Generator) -> None:
@@ -62,6 +66,20 @@ def write_flights(rng: np.random.Generator) -> None:
     )
     pq.write_table(table, HERE / "flights.parquet", row_group_size=500)
     (HERE / "carriers.csv").write_text("carrier\nAA\nB6\nDL\nHA\nUA\nWN\n")
+
+
+def write_bags() -> None:
+    # the, cat, sat, on, mat, dog: small whole vectors, so per-bag means read at a glance.
+    vocab = np.array(
+        [[0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0], [1, 0, 1]], dtype=np.float32
+    )
+    np.save(HERE / "vocab.npy", vocab)
+    # "the cat sat", "the dog sat on the mat", (nothing), "cat dog"; "the" weighs little.
+    token = np.array([0, 1, 2, 0, 5, 2, 3, 0, 4, 1, 5], dtype=np.int32)
+    bag = np.array([0, 0, 0, 1, 1, 1, 1, 1, 1, 3, 3], dtype=np.int32)
+    weight = np.where(token == 0, 0.25, 1.0).astype(np.float32)
+    table = pa.table({"bag": bag, "token": token, "weight": weight})
+    pq.write_table(table, HERE / "bags.parquet")
 
 
 if __name__ == "__main__":

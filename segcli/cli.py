@@ -384,6 +384,28 @@ def _make_op_command(op: str) -> click.Command:
         "to PATH (.parquet, .arrow, .csv or .tsv).",
     )
     @click.option(
+        "--indices",
+        metavar="IDX",
+        help="TF's sparse family: reduce DATA[IDX[i]] by ids[i] (ids 1-D, sorted; one "
+        "index per id). .npy, or a table/.npz with --indices-column.",
+    )
+    @click.option(
+        "--indices-column",
+        metavar="NAME",
+        help="Column (or .npz array) of the indices, in IDX or else in the IDS file.",
+    )
+    @click.option(
+        "--weights",
+        metavar="W",
+        help="sum, mean, sqrt_n: one weight per id (per index with --indices); "
+        "mean = sum(w*x)/sum(w), sqrt_n = sum(w*x)/sqrt(sum(w^2)).",
+    )
+    @click.option(
+        "--weights-column",
+        metavar="NAME",
+        help="Column (or .npz array) of the weights, in W or else in the IDS file.",
+    )
+    @click.option(
         "--rtol",
         type=float,
         callback=_finite_non_negative,

@@ -86,6 +86,11 @@ class RunRequest:
     keys_from: str | None = None
     #: ``--keys-out``: where a .npy/.npz output's key table goes.
     keys_out: str | None = None
+    #: ``--indices`` / ``--weights`` (TF's sparse family, weighted combiners) and their columns.
+    indices: str | None = None
+    indices_column: str | None = None
+    weights: str | None = None
+    weights_column: str | None = None
 
     def key_columns(self) -> tuple[str, ...]:
         """The ``--by`` column names; the key options' usage errors (see :func:`_check_by`)."""
@@ -136,6 +141,10 @@ class RunRequest:
             by=by,
             null_keys=self.null_keys or "drop",
             keys_from=self.keys_from,
+            indices=self.indices,
+            indices_column=self.indices_column,
+            weights=self.weights,
+            weights_column=self.weights_column,
         )
 
 
@@ -256,6 +265,8 @@ def reserve_outputs(request: RunRequest, outputs: io.OutputSet) -> None:
             "IDS": request.ids,
             "--expect": request.expect,
             "--keys-from": request.keys_from,
+            "--indices": request.indices,
+            "--weights": request.weights,
         }
     )
 

@@ -63,6 +63,21 @@ class RunSpec:
     null_keys: str = "drop"
     #: ``--keys-from``: a table whose key columns fix the groups and their order.
     keys_from: str | None = None
+    #: ``--indices``: gather DATA's rows by these (TF's sparse segment family); a path, with
+    #: ``indices_column`` for a table (None path: the IDS file, else DATA's).
+    indices: str | None = None
+    indices_column: str | None = None
+    #: ``--weights``: one weight per id (sum, mean and sqrt_n), like ``indices``.
+    weights: str | None = None
+    weights_column: str | None = None
+
+    @property
+    def sparse(self) -> bool:
+        """Whether the run gathers (``--indices``) or weights (``--weights``) its rows."""
+        return any(
+            v is not None
+            for v in (self.indices, self.indices_column, self.weights, self.weights_column)
+        )
 
 
 def engine_of(spec: RunSpec) -> str | Engine:

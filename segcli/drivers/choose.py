@@ -22,6 +22,7 @@ DRIVERS = {
     "distributed": "segcli.drivers.dask:run",
     "keyed in-memory": "segcli.drivers.keys:run_in_memory",
     "keyed streaming": "segcli.drivers.keys:run_streaming",
+    "sparse": "segcli.drivers.sparse:run",
 }
 #: Where a driver that finds its inputs cannot stream (before any block is read) hands over.
 _READ_WHOLE_INSTEAD = {"streaming": "in-memory", "keyed streaming": "keyed in-memory"}
@@ -34,6 +35,8 @@ def driver(name: str) -> Driver:
 
 def choose_driver(spec: RunSpec) -> tuple[str, str]:
     """The driver for ``spec`` (a key of :data:`DRIVERS`) and why it was chosen."""
+    if spec.sparse:
+        return "sparse", "--indices/--weights gather and weight rows of DATA held in memory"
     if _holds_a_scalar(spec):
         return "in-memory", "a 0-D input is one row, which no block or partition can split"
     if spec.engine == "dask":

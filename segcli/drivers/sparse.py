@@ -1,0 +1,158 @@
+"""The sparse driver: ``--indices`` / ``--weights`` runs (see :mod:`segcli.sparse`).
+
+DATA is read whole (the indices may point anywhere in it) and must fit the memory budget; a
+DATA that would have to stream is refused. The ids, indices and weights are read whole too
+(one integer or float a row); the gathered rows are folded block by block, so memory grows
+with the block, not with ``len(indices) x inner``. Dask is refused: every partition would need
+all of DATA.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import cast
+
+from segcli import sparse
+from segcli.drivers.base import DriverResult, Progress, RunSpec, engine_of
+from segcli.drivers.choose import should_stream
+from segcli.drivers.memory import facts, read
+from segcli.drivers.stream import StreamInput
+from segcli.errors import UsageError
+from segcli.io.chunked import open_chunked
+from segcli.io.formats import input_format
+from segcli.io.npy import Readable
+from segcli.io.read import DATA_ROLE, ArrayInput, Role, _read_one
+from segcli.io.sizes import decoded_bytes
+from segcli.memory import human_bytes
+
+
+def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
+    """Gather/weight and fold in blocks: ids, indices and weights streamed when the run
+    streams (and IDS is a file of its own), else read whole."""
+    refuse_unsupported(spec)
+    gathers = spec.indices is not None or spec.indices_column is not None
+    if gathers and spec.ids is not None and should_stream(spec):
+        return run_streamed(spec, progress)
+    started = time.perf_counter()
+    data, ids = read(spec)
+    indices = _read_extra(spec, spec.indices, spec.indices_column, "indices")
+    weights = _read_extra(spec, spec.weights, spec.weights_column, "weights")
+    read_s = time.perf_counter() - started
+    reduction = sparse.sparse_reduce(
+        _labeled(data),
+        _labeled(ids),
+        spec.num_segments,
+        spec.op,
+        indices=None if indices is None else _labeled(indices),
+        weights=None if weights is None else _labeled(weights),
+        sorted_ids=spec.sorted_ids,
+        engine=engine_of(spec),
+        fill=spec.fill,
+        block_rows=spec.block_rows,
+    )
+    timings = {
+        "read": read_s,
+        "validate": reduction.timings["validate"],
+        "compute": reduction.timings["compute"],
+    }
+    mode_facts = {"gathered" if indices is not None else "weighted": "in blocks"}
+    return DriverResult(reduction, facts(data), facts(ids), "in-memory", mode_facts, timings)
+
+
+def run_streamed(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
+    """DATA read whole; IDS, the indices and the weights read block by block."""
+    assert spec.ids is not None
+    data = _read_one(spec.data, DATA_ROLE, spec.data_column, spec.data_key, spec.stdin, spec.csv)
+    ids = _open(spec, spec.ids, spec.ids_column, spec.ids_key)
+    indices = _open_extra(spec, spec.indices, spec.indices_column)
+    weights = _open_extra(spec, spec.weights, spec.weights_column)
+    assert indices is not None
+    reduction, blocks = sparse.reduce_streamed(
+        _labeled(data),
+        ids.source,
+        indices.source,
+        None if weights is None else weights.source,
+        spec.num_segments,
+        spec.op,
+        engine=engine_of(spec),
+        fill=spec.fill,
+        block_rows=spec.block_rows,
+        progress=progress,
+    )
+    return DriverResult(
+        reduction,
+        facts(data),
+        ids.facts(reduction.id_report.rows),
+        "streaming",
+        {"chunks": blocks},
+        {"read+compute": reduction.timings["compute"]},
+    )
+
+
+def _open(spec: RunSpec, path: str, column: str | None, key: str | None) -> StreamInput:
+    fmt = "npy" if path == "-" else input_format(path)
+    stdin = cast(Readable | None, spec.stdin)
+    source = open_chunked(path, column=column, key=key, role="ids", stdin=stdin, csv=spec.csv)
+    return StreamInput(path, source, fmt)
+
+
+def _open_extra(spec: RunSpec, path: str | None, column: str | None) -> StreamInput | None:
+    """Like :func:`_read_extra`, opened for streaming."""
+    if path is None and column is None:
+        return None
+    if path is None:
+        path = spec.ids if spec.ids is not None else spec.data
+    if input_format(path) == "npz":
+        return _open(spec, path, None, column)
+    return _open(spec, path, column, None)
+
+
+def refuse_unsupported(spec: RunSpec) -> None:
+    """Usage errors (exit 2) of runs this driver cannot carry out, before any row is read."""
+    sparse.check_weighted_op(spec.op, spec.weights is not None or spec.weights_column is not None)
+    if spec.engine == "dask":
+        raise UsageError(
+            "--indices/--weights cannot run on --engine dask: every partition would need all "
+            "of DATA to gather from; use --engine numpy or numba"
+        )
+    if spec.by:
+        raise UsageError("--indices/--weights cannot be used with --by (they need segment ids)")
+    for option, path in (("--indices", spec.indices), ("--weights", spec.weights)):
+        if path == "-":
+            raise UsageError(f"{option} reads a file, not stdin")
+    _refuse_streamed_data(spec)
+
+
+def _refuse_streamed_data(spec: RunSpec) -> None:
+    """DATA over the memory budget would have to stream, which a gather from anywhere in it
+    cannot: refused (the ids, indices and weights may be any size)."""
+    if spec.memory_budget is None or spec.data == "-":
+        return
+    names = [n for n in (spec.data_key, spec.data_column) if n is not None]
+    size = decoded_bytes(spec.data, names)
+    if size is not None and size > spec.memory_budget:
+        raise UsageError(
+            f"{spec.data}: {human_bytes(size)} of DATA is over the memory budget of "
+            f"{human_bytes(spec.memory_budget)}; --indices/--weights gather rows from anywhere "
+            "in DATA, which must fit in memory (raise --memory-limit)"
+        )
+
+
+def _read_extra(
+    spec: RunSpec, path: str | None, column: str | None, name: str
+) -> ArrayInput | None:
+    """``--indices`` / ``--weights``: a .npy, an .npz array or a table column; with only the
+    column option given, the column of the IDS file (else of DATA's)."""
+    if path is None and column is None:
+        return None
+    if path is None:
+        path = spec.ids if spec.ids is not None else spec.data
+    option = f"--{name}-column"
+    if path != "-" and input_format(path) == "npz":
+        # In an archive the column option names the array.
+        return _read_one(path, Role(option, option), None, column, spec.stdin, spec.csv)
+    return _read_one(path, Role(option, option), column, None, spec.stdin, spec.csv)
+
+
+def _labeled(item: ArrayInput) -> sparse.Labeled:
+    return sparse.Labeled(item.array, item.label)

@@ -1,0 +1,515 @@
+"""TF's sparse segment family and weighted combiners: ``--indices`` and ``--weights``.
+
+``out[s] = reduce(data[indices[i]] for i with ids[i] == s)`` (``tf.sparse.segment_*``), and the
+weighted sum / mean / sqrt_n of ``tf.nn.embedding_lookup_sparse``. The gathered rows are never
+held whole: they are gathered and folded block by block through the engine's normal fold, so
+memory grows with the block, not with ``len(indices) x inner``. Weighted runs fold
+``w * x`` (in float64, complex128 for complex data) as a sum, and the divisors ``sum(w)`` and
+``sum(w^2)`` as two more float64 sums, then divide with TF's ``div_no_nan``.
+
+The sparse family's ids are 1-D, non-negative and non-decreasing (TF's rule); unlike
+``--sorted``, an id >= n is an error, as in TF's ``...WithNumSegments``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from segcli import ops, validate
+from segcli.core import Reduction, check_output_fits, validate_inputs
+from segcli.engines import Engine, EngineChoice, choose_engine
+from segcli.errors import InvalidInputError, UsageError
+from segcli.io.chunked import UNKNOWN_ROWS, ChunkSource
+
+
+@dataclass(frozen=True)
+class Combiner:
+    """A weighted combiner of TF's ``embedding_lookup_sparse``: ``sum(w * x)`` divided by
+    ``divisor(sum(per_row(w)))``, or not divided (no ``per_row``)."""
+
+    per_row: Callable[[np.ndarray], np.ndarray] | None = None
+    divisor: Callable[[np.ndarray], np.ndarray] | None = None
+
+
+#: The ops that take ``--weights``, and how each divides.
+COMBINERS: dict[str, Combiner] = {
+    "sum": Combiner(),
+    "mean": Combiner(per_row=np.asarray, divisor=np.asarray),
+    "sqrt_n": Combiner(per_row=np.square, divisor=np.sqrt),
+}
+WEIGHTED_OPS = tuple(COMBINERS)
+
+#: Bytes of gathered rows per block when no block size is given: small enough to stay in cache
+#: and far below a gather of any real workload, large enough that NumPy's per-call cost vanishes.
+BLOCK_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Labeled:
+    """An input array and the name errors give it."""
+
+    array: np.ndarray
+    label: str
+
+
+def check_weighted_op(op: str, weighted: bool) -> None:
+    """Other ops than sum, mean and sqrt_n with ``--weights``: a usage error."""
+    if weighted and op not in WEIGHTED_OPS:
+        raise UsageError(f"--weights applies to {', '.join(WEIGHTED_OPS)} only, not {op}")
+
+
+def check_ids_meta(dtype: np.dtype[Any], shape: tuple[int, ...], label: str) -> None:
+    """The sparse family's ids: 1-D integers (float ids named, never cast)."""
+    validate.check_ids_dtype(dtype, label)
+    if len(shape) != 1:
+        raise InvalidInputError(f"{label}: --indices needs 1-D segment_ids, got shape {shape}")
+
+
+def check_indices_meta(dtype: np.dtype[Any], shape: tuple[int, ...], label: str) -> None:
+    """Indices are 1-D integers: float indices are refused, never truncated."""
+    if dtype.kind not in "iu":
+        raise InvalidInputError(f"{label}: indices must be integers, got {dtype} (never truncated)")
+    if len(shape) != 1:
+        raise InvalidInputError(f"{label}: indices must be 1-D, got shape {shape}")
+
+
+def check_weights_meta(dtype: np.dtype[Any], label: str) -> None:
+    if dtype.kind not in "iuf":
+        raise InvalidInputError(
+            f"{label}: weights must be real numbers (integers or floats), got {dtype}"
+        )
+
+
+def check_lengths(indices: int, ids: int, indices_label: str, ids_label: str) -> None:
+    """One index per id; a mismatch names both lengths."""
+    if indices != ids:
+        raise InvalidInputError(
+            f"{indices_label}: {indices:,} indices for {ids:,} segment ids in {ids_label} "
+            "(one index per id)"
+        )
+
+
+def check_weights_shape(
+    shape: tuple[int, ...], ids_shape: tuple[int, ...], label: str, per: str
+) -> None:
+    """One weight per index (``per`` "indices") or per row of the flattened ids (``per``
+    "rows"): 1-D of that length, or shaped like the ids."""
+    rows = math.prod(ids_shape)
+    if shape not in ((rows,), ids_shape):
+        one = "index" if per == "indices" else "row"
+        raise InvalidInputError(
+            f"{label}: {math.prod(shape):,} weights (shape {shape}) for {rows:,} {per}: need "
+            f"one weight per {one}, 1-D or shaped like the ids {ids_shape}"
+        )
+
+
+@dataclass
+class _Offenders:
+    """The first value a rule refuses (its global position) and how many it refuses."""
+
+    count: int = 0
+    position: int = -1
+    value: Any = None
+    before: Any = None
+
+    def note(self, bad: np.ndarray, values: np.ndarray, start: int, before: Any = None) -> None:
+        found = int(np.count_nonzero(bad))
+        if found and not self.count:
+            first = int(np.argmax(bad))
+            self.position, self.value = start + first, values[first]
+            self.before = None if before is None else before[first]
+        self.count += found
+
+
+class SparseChecker:
+    """The sparse family's value rules, fed block by block (one block in memory): ids
+    non-negative, non-decreasing (across blocks too), < n when n is given; indices in
+    ``[0, data_rows)``. :meth:`finish` raises the first broken rule, in the order a user would
+    fix them, with the first offender's global position and the number of offenders."""
+
+    def __init__(
+        self,
+        num_segments: int | None,
+        data_rows: int,
+        ids_label: str,
+        indices_label: str,
+    ) -> None:
+        self.num_segments, self.data_rows = num_segments, data_rows
+        self.ids_label, self.indices_label = ids_label, indices_label
+        self.negative, self.decrease = _Offenders(), _Offenders()
+        self.too_big, self.out_of_range = _Offenders(), _Offenders()
+        self.seen = 0
+        self.last: Any = None
+
+    @property
+    def failed(self) -> bool:
+        """Some rule is broken already: later blocks are only checked, never folded."""
+        rules = (self.negative, self.decrease, self.too_big, self.out_of_range)
+        return any(rule.count for rule in rules)
+
+    def feed(self, ids: np.ndarray, indices: np.ndarray) -> None:
+        start = self.seen
+        self.negative.note(ids < 0, ids, start)
+        if ids.size:
+            previous = ids[:-1] if self.last is None else np.concatenate(([self.last], ids[:-1]))
+            offset = 1 if self.last is None else 0
+            self.decrease.note(ids[offset:] < previous, ids[offset:], start + offset, previous)
+            self.last = ids[-1]
+        if self.num_segments is not None:
+            self.too_big.note(ids >= self.num_segments, ids, start)
+        bad = indices >= self.data_rows
+        if indices.dtype.kind == "i":
+            bad |= indices < 0
+        self.out_of_range.note(bad, indices, start)
+        self.seen += int(ids.size)
+
+    def finish(self) -> validate.IdReport:
+        """The ids' report (n given, else the last id + 1), or the first broken rule."""
+        ids, rule = self.ids_label, self.negative
+        if rule.count:
+            raise InvalidInputError(
+                f"{ids}: segment_ids[{rule.position}] = {rule.value} is negative: --indices "
+                f"needs ids >= 0 ({validate.plural(rule.count, 'negative id')})"
+            )
+        rule = self.decrease
+        if rule.count:
+            raise InvalidInputError(
+                f"{ids}: segment_ids[{rule.position}] = {rule.value} < segment_ids"
+                f"[{rule.position - 1}] = {rule.before}: --indices needs non-decreasing "
+                f"segment ids ({validate.plural(rule.count, 'decrease')})"
+            )
+        rule = self.too_big
+        if rule.count:
+            raise InvalidInputError(
+                f"{ids}: segment_ids[{rule.position}] = {rule.value} is out of range "
+                f"[0, {self.num_segments}) ({validate.plural(rule.count, 'id')} out of range)"
+            )
+        rule = self.out_of_range
+        if rule.count:
+            many = "index" if rule.count == 1 else "indices"
+            raise InvalidInputError(
+                f"{self.indices_label}: indices[{rule.position}] = {rule.value} is out of range "
+                f"[0, {self.data_rows}) ({rule.count} {many} out of range)"
+            )
+        if self.num_segments is not None:
+            return validate.IdReport(self.num_segments, False, self.seen, 0, 0)
+        inferred = 0 if self.last is None else int(self.last) + 1
+        return validate.IdReport(inferred, True, self.seen, 0, 0)
+
+
+def _weighted_out_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
+    """The data's dtype for float (and complex) data, float64 for integers."""
+    return np.dtype(data_dtype) if data_dtype.kind in "fc" else np.dtype(np.float64)
+
+
+def _product_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
+    return np.dtype(np.complex128 if data_dtype.kind == "c" else np.float64)
+
+
+def block_rows_for(inner: int, block_rows: int | None) -> int:
+    """Rows gathered per block: ``block_rows``, else :data:`BLOCK_BYTES` of float64 rows."""
+    if block_rows is not None:
+        return block_rows
+    return max(1024, BLOCK_BYTES // (8 * max(inner, 1)))
+
+
+class SparseFold:
+    """The states a run folds into: the op's (or, weighted, the sum of ``w * x``), and the
+    weight sums a weighted mean / sqrt_n divides by; grown as ids arrive when n is inferred."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        op: ops.Op,
+        num_segments: int,
+        data: np.ndarray,
+        *,
+        weighted: bool,
+        sorted_ids: bool,
+        inner_shape: tuple[int, ...],
+    ) -> None:
+        self.engine, self.op, self.sorted_ids = engine, op, sorted_ids
+        self.data_dtype = data.dtype
+        self.inner_shape = inner_shape
+        self.data2d = data.reshape(-1, ops.inner_size(inner_shape))
+        self.weighted = weighted
+        self.states: dict[str, ops.State] = {}
+        new = engine.new_state
+        if not weighted:
+            self.states["values"] = new(op, num_segments, inner_shape, data.dtype, **self._lanes)
+            return
+        total, f64 = ops.get_op("sum"), np.dtype(np.float64)
+        product = _product_dtype(data.dtype)
+        self.states["values"] = new(total, num_segments, inner_shape, product, **self._lanes)
+        self.combiner = COMBINERS[op.name]
+        if self.combiner.per_row is not None:
+            self.states["divisor"] = new(total, num_segments, (), f64, **self._lanes)
+
+    @property
+    def _lanes(self) -> dict[str, bool]:
+        return {"sorted_ids": self.sorted_ids}
+
+    def grow(self, num_segments: int) -> None:
+        """At least ``num_segments`` segments (doubling, so growth costs amortised O(n))."""
+        current = self.states["values"].num_segments
+        if num_segments <= current:
+            return
+        grown = max(num_segments, 2 * current)
+        check_output_fits(self.op, num_segments, self.inner_shape, self.data_dtype)
+        self.states = {name: state.grown(grown) for name, state in self.states.items()}
+
+    def fold(self, ids: np.ndarray, indices: np.ndarray | None, weights: np.ndarray | None) -> None:
+        """Gather the block's rows (``indices``; else the next rows of DATA), weight them in
+        float64 and fold them, in row order."""
+        values = self.states["values"]
+        if indices is not None:
+            rows = self.data2d[indices]
+        else:
+            rows = self.data2d[values.next_row : values.next_row + ids.size]
+        fold = self.engine.fold
+        if weights is None:
+            fold(values, rows, ids, sorted_ids=self.sorted_ids)
+            return
+        w = weights.astype(np.float64)
+        product = rows.astype(_product_dtype(self.data_dtype)) * w[:, None]
+        fold(values, product, ids, sorted_ids=self.sorted_ids)
+        if self.combiner.per_row is not None:
+            per_row = self.combiner.per_row(w)[:, None]
+            fold(self.states["divisor"], per_row, ids, sorted_ids=self.sorted_ids)
+
+    def finish(
+        self, report: validate.IdReport, choice: EngineChoice, fill: Any, started: float
+    ) -> Reduction:
+        """The result over ``report.num_segments`` segments."""
+        n = report.num_segments
+        hosts = {name: state.to_host().trimmed(n) for name, state in self.states.items()}
+        values = hosts["values"]
+        timings = {"validate": 0.0, "compute": time.perf_counter() - started}
+        if not self.weighted:
+            return Reduction.finish(
+                values,
+                report,
+                sorted_ids=self.sorted_ids,
+                engine=choice.engine.name,
+                engine_reason=choice.reason,
+                fill=fill,
+                timings=timings,
+            )
+        return Reduction(
+            result=_weighted_result(hosts, self.combiner, self.data_dtype, fill),
+            counts=np.asarray(values.count),
+            op=self.op,
+            sorted_ids=self.sorted_ids,
+            id_report=report,
+            engine=choice.engine.name,
+            engine_reason=choice.reason,
+            timings=timings,
+        )
+
+
+def _weighted_result(
+    hosts: dict[str, ops.State], combiner: Combiner, data_dtype: np.dtype[Any], fill: Any
+) -> np.ndarray:
+    """``sum(w*x)``, divided as the combiner says (``sum(w)``, ``sqrt(sum(w^2))``); a zero
+    divisor gives 0 (TF's div_no_nan); empty segments get the fill (default 0)."""
+    values = hosts["values"]
+    total = ops.finalize(values)
+    if combiner.divisor is not None:
+        divisor = combiner.divisor(ops.finalize(hosts["divisor"]))
+        divisor = divisor.reshape((-1,) + (1,) * (total.ndim - 1))
+        nonzero = divisor != 0
+        total = np.where(nonzero, total / np.where(nonzero, divisor, 1), 0)
+    out_dtype = _weighted_out_dtype(data_dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        result = np.asarray(total).astype(out_dtype)
+    empty = np.asarray(values.count) == 0
+    if empty.any():
+        result[empty] = 0 if fill is None else ops.parse_fill(fill, ops.get_op("sum"), out_dtype)
+    return result
+
+
+def check_fill(fill: Any, op: ops.Op, data_dtype: np.dtype[Any], weighted: bool) -> None:
+    """A bad ``--fill`` fails before the work; weighted results are float64 or the data's."""
+    if fill is None:
+        return
+    if weighted:
+        ops.parse_fill(fill, ops.get_op("sum"), _weighted_out_dtype(data_dtype))
+    else:
+        ops.parse_fill(fill, op, data_dtype)
+
+
+def sparse_reduce(
+    data: Labeled,
+    ids: Labeled,
+    num_segments: int | None,
+    op: str,
+    *,
+    indices: Labeled | None = None,
+    weights: Labeled | None = None,
+    sorted_ids: bool = False,
+    engine: str | Engine = "auto",
+    fill: Any = None,
+    block_rows: int | None = None,
+) -> Reduction:
+    """Reduce gathered (``indices``) and/or weighted (``weights``) rows held in memory; see
+    the module doc. Without ``indices`` the weights apply to the plain unsorted / sorted family
+    (its id rules)."""
+    op_def = ops.get_op(op)
+    check_weighted_op(op_def.name, weights is not None)
+    started = time.perf_counter()
+    array = np.asarray(data.array)
+    ops.check_data_dtype(op_def, array.dtype, data.label)
+    flat_ids = np.asarray(ids.array).reshape(-1)
+    if indices is not None:
+        report, inner_shape = _check_gather(array, ids, num_segments, indices)
+        per, fold_sorted = "indices", True
+    else:
+        report = validate_inputs(
+            array, ids.array, num_segments, op_def, sorted_ids=sorted_ids,
+            data_label=data.label, ids_label=ids.label,
+        )  # fmt: skip
+        inner_shape = tuple(array.shape[ids.array.ndim :])
+        per, fold_sorted = "rows", sorted_ids
+    flat_w = None
+    if weights is not None:
+        check_weights_meta(weights.array.dtype, weights.label)
+        check_weights_shape(weights.array.shape, ids.array.shape, weights.label, per)
+        flat_w = weights.array.reshape(-1)
+    n = report.num_segments
+    fold_dtype = array.dtype if weights is None else _product_dtype(array.dtype)
+    check_output_fits(op_def, n, inner_shape, fold_dtype, sorted_ids=fold_sorted)
+    check_fill(fill, op_def, array.dtype, weights is not None)
+    width = ops.inner_size(inner_shape)
+    choice = choose_engine(engine, elements=int(flat_ids.size) * width)
+    validated = time.perf_counter()
+    folds = SparseFold(
+        choice.engine, op_def, n, array, weighted=flat_w is not None, sorted_ids=fold_sorted,
+        inner_shape=inner_shape,
+    )  # fmt: skip
+    step = block_rows_for(width, block_rows)
+    for start in range(0, int(flat_ids.size), step):
+        block = slice(start, start + step)
+        folds.fold(
+            flat_ids[block],
+            None if indices is None else indices.array[block],
+            None if flat_w is None else flat_w[block],
+        )
+    reduction = folds.finish(report, choice, fill, validated)
+    reduction.timings["validate"] = validated - started
+    return reduction
+
+
+def _check_gather(
+    data: np.ndarray, ids: Labeled, num_segments: int | None, indices: Labeled
+) -> tuple[validate.IdReport, tuple[int, ...]]:
+    """Every rule of a gather held in memory: the ids' report and the inner shape."""
+    if data.ndim == 0:
+        raise InvalidInputError("--indices needs rows to gather from DATA, got a 0-D array")
+    validate.check_ids_dtype(ids.array.dtype, ids.label, ids.array)
+    check_ids_meta(ids.array.dtype, ids.array.shape, ids.label)
+    n = validate.check_num_segments(num_segments)
+    check_indices_meta(indices.array.dtype, indices.array.shape, indices.label)
+    check_lengths(indices.array.size, ids.array.size, indices.label, ids.label)
+    checker = SparseChecker(n, int(data.shape[0]), ids.label, indices.label)
+    checker.feed(ids.array, indices.array)
+    return checker.finish(), tuple(data.shape[1:])
+
+
+def reduce_streamed(
+    data: Labeled,
+    ids: ChunkSource,
+    indices: ChunkSource,
+    weights: ChunkSource | None,
+    num_segments: int | None,
+    op: str,
+    *,
+    engine: str | Engine = "auto",
+    fill: Any = None,
+    block_rows: int | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[Reduction, int]:
+    """A gather from ``data`` (in memory) by ids, indices and weights read block by block:
+    the same checks, the same fold and the same bytes as :func:`sparse_reduce`; also returns
+    the number of blocks. n, when not given, grows with the ids seen."""
+    op_def = ops.get_op(op)
+    check_weighted_op(op_def.name, weights is not None)
+    started = time.perf_counter()
+    array = np.asarray(data.array)
+    ops.check_data_dtype(op_def, array.dtype, data.label)
+    if array.ndim == 0:
+        raise InvalidInputError("--indices needs rows to gather from DATA, got a 0-D array")
+    check_ids_meta(ids.dtype, ids.shape, ids.label)
+    n = validate.check_num_segments(num_segments)
+    check_indices_meta(indices.dtype, indices.shape, indices.label)
+    lengths = [ids.shape[0], indices.shape[0]]
+    if UNKNOWN_ROWS not in lengths:
+        check_lengths(indices.shape[0], ids.shape[0], indices.label, ids.label)
+    if weights is not None:
+        check_weights_meta(weights.dtype, weights.label)
+        if UNKNOWN_ROWS not in (ids.shape[0], weights.shape[0]):
+            check_weights_shape(weights.shape, ids.shape, weights.label, "indices")
+    check_fill(fill, op_def, array.dtype, weights is not None)
+    inner_shape = tuple(array.shape[1:])
+    if n is not None:
+        fold_dtype = array.dtype if weights is None else _product_dtype(array.dtype)
+        check_output_fits(op_def, n, inner_shape, fold_dtype, sorted_ids=True)
+    width = ops.inner_size(inner_shape)
+    choice = choose_engine(engine, elements=max(ids.shape[0], 0) * width)
+    validated = time.perf_counter()
+    folds = SparseFold(
+        choice.engine, op_def, n or 0, array, weighted=weights is not None, sorted_ids=True,
+        inner_shape=inner_shape,
+    )  # fmt: skip
+    checker = SparseChecker(n, int(array.shape[0]), ids.label, indices.label)
+    step = block_rows_for(width, block_rows)
+    sources = [ids, indices] + ([] if weights is None else [weights])
+    blocks = 0
+    for parts in _aligned_blocks(sources, step):
+        block_ids, block_indices = parts[0], parts[1]
+        checker.feed(block_ids, block_indices)
+        blocks += 1
+        if checker.failed:
+            continue  # the rest is scanned only, so the error can count every offender
+        if n is None and block_ids.size:
+            folds.grow(int(block_ids[-1]) + 1)
+        folds.fold(block_ids, block_indices, parts[2] if weights is not None else None)
+        if progress is not None and ids.shape[0] != UNKNOWN_ROWS:
+            progress(checker.seen, ids.shape[0])
+    report = checker.finish()
+    reduction = folds.finish(report, choice, fill, validated)
+    reduction.timings["validate"] = validated - started
+    return reduction, blocks
+
+
+def _aligned_blocks(sources: list[ChunkSource], rows: int) -> Iterator[list[np.ndarray]]:
+    """Blocks of ``rows`` rows of every source in step; sources of different lengths (found
+    only at the end of a CSV) are the length error, with both lengths counted."""
+    streams = [iter(source.chunks(rows)) for source in sources]
+    seen = [0] * len(sources)
+    for parts in itertools.zip_longest(*streams):
+        if len({None if part is None else part.shape[0] for part in parts}) > 1:
+            totals = [
+                done + (part.shape[0] if part is not None else 0) + _rows_left(stream)
+                for done, part, stream in zip(seen, parts, streams, strict=True)
+            ]
+            _refuse_lengths(sources, totals)
+        yield list(parts)
+        seen = [done + part.shape[0] for done, part in zip(seen, parts, strict=True)]
+
+
+def _rows_left(stream: Iterator[np.ndarray]) -> int:
+    return sum(int(block.shape[0]) for block in stream)
+
+
+def _refuse_lengths(sources: list[ChunkSource], totals: list[int]) -> None:
+    ids, indices = sources[0], sources[1]
+    check_lengths(totals[1], totals[0], indices.label, ids.label)
+    weights = sources[2]
+    check_weights_shape((totals[2],), (totals[0],), weights.label, "indices")

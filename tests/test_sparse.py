@@ -1,0 +1,457 @@
+"""TF's sparse segment family and weights (``--indices``, ``--weights``) against plain loops."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from segcli.cli import cli
+from segcli.engines import Engine
+from segcli.errors import InvalidInputError, UsageError
+from segcli.sparse import Labeled, sparse_reduce
+from tests.peak import run_measured
+
+OPS = ("sum", "mean", "min", "max", "prod", "sqrt_n", "count")
+
+
+def run(*args: Any):
+    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+
+
+# --- the reference: plain loops --------------------------------------------------------------
+
+
+def _reduce_rows(op: str, rows: list[np.ndarray], inner: tuple[int, ...], dtype: Any) -> Any:
+    if op == "count":
+        return len(rows)
+    if not rows:
+        empty = {"prod": 1, "min": _largest(dtype), "max": _lowest(dtype)}
+        return np.full(inner, empty.get(op, 0), dtype=np.float64)
+    stack = np.array(rows, dtype=np.float64)
+    if op == "sum":
+        return stack.sum(axis=0)
+    if op == "prod":
+        return stack.prod(axis=0)
+    if op == "min":
+        return stack.min(axis=0)
+    if op == "max":
+        return stack.max(axis=0)
+    if op == "mean":
+        return stack.sum(axis=0) / len(rows)
+    return stack.sum(axis=0) / math.sqrt(len(rows))  # sqrt_n
+
+
+def _largest(dtype: Any) -> Any:
+    dtype = np.dtype(dtype)
+    return np.finfo(dtype).max if dtype.kind == "f" else np.iinfo(dtype).max
+
+
+def _lowest(dtype: Any) -> Any:
+    dtype = np.dtype(dtype)
+    return np.finfo(dtype).min if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def sparse_loop(data: np.ndarray, ids: np.ndarray, indices: np.ndarray, n: int, op: str) -> list:
+    """``out[s] = reduce(data[indices[i]] for i with ids[i] == s)``, one segment at a time."""
+    out = []
+    for s in range(n):
+        rows = [data[indices[i]] for i in range(len(ids)) if ids[i] == s]
+        out.append(_reduce_rows(op, rows, data.shape[1:], data.dtype))
+    return out
+
+
+def weighted_loop(
+    data: np.ndarray, ids: np.ndarray, indices: np.ndarray | None, w: np.ndarray, n: int, op: str
+) -> np.ndarray:
+    """TF's combiners: sum(w x), / sum(w) (mean), / sqrt(sum(w^2)) (sqrt_n); 0 when the
+    divisor is 0 or the segment empty."""
+    out = np.zeros((n, *data.shape[1:]))
+    for s in range(n):
+        total, wsum, wsq = np.zeros(data.shape[1:]), 0.0, 0.0
+        for i in range(len(ids)):
+            if ids[i] == s:
+                row = data[indices[i]] if indices is not None else data[i]
+                total = total + float(w[i]) * row.astype(np.float64)
+                wsum += float(w[i])
+                wsq += float(w[i]) ** 2
+        divisor = {"sum": 1.0, "mean": wsum, "sqrt_n": math.sqrt(wsq)}[op]
+        out[s] = total / divisor if divisor != 0 else 0
+    return out
+
+
+def _sparse(data, ids, n, op, indices=None, weights=None, **options):
+    return sparse_reduce(
+        Labeled(np.asarray(data), "data"),
+        Labeled(np.asarray(ids), "ids"),
+        n,
+        op,
+        indices=None if indices is None else Labeled(np.asarray(indices), "idx"),
+        weights=None if weights is None else Labeled(np.asarray(weights), "w"),
+        **options,
+    )
+
+
+@pytest.fixture
+def case() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A table of 7 rows x (2, 3), 12 indices in sorted segments with gaps and repeats."""
+    rng = np.random.default_rng(16)
+    data = rng.normal(size=(7, 2, 3)).astype(np.float32)
+    ids = np.array([0, 0, 0, 2, 2, 3, 3, 3, 3, 5, 5, 5])
+    indices = np.array([6, 0, 6, 1, 1, 2, 3, 4, 5, 0, 0, 6])
+    return data, ids, indices
+
+
+# --- every op with --indices -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_every_op_with_indices_matches_the_loop(case, op, engine):
+    data, ids, indices = case
+    got = _sparse(data, ids, 8, op, indices, engine=engine, block_rows=5).result
+    expected = np.array(sparse_loop(data, ids, indices, 8, op))
+    if op != "count":
+        assert got.shape == (8, 2, 3)
+        assert got.dtype == np.float32
+    np.testing.assert_allclose(got, expected.astype(got.dtype), rtol=1e-6)
+
+
+def test_integer_data_keeps_its_dtype_and_empty_segments_fill(case):
+    _, ids, indices = case
+    ints = (case[0] * 10).astype(np.int16)
+    got = _sparse(ints, ids, 7, "max", indices).result
+    expected = np.array(sparse_loop(ints, ids, indices, 7, "max"))
+    assert got.dtype == np.int16
+    np.testing.assert_array_equal(got, expected.astype(np.int16))
+    assert (got[6] == np.iinfo(np.int16).min).all()  # a trailing segment given by -n
+
+
+def test_n_defaults_to_last_id_plus_one_and_zero_for_no_ids(case):
+    data, ids, indices = case
+    assert _sparse(data, ids, None, "sum", indices).result.shape[0] == 6
+    empty = _sparse(data, np.zeros(0, np.int64), None, "mean", np.zeros(0, np.int64))
+    assert empty.result.shape == (0, 2, 3)
+
+
+def test_block_size_does_not_change_the_bytes(case):
+    data, ids, indices = case
+    whole = _sparse(data, ids, 6, "mean", indices, weights=np.arange(12.0)).result
+    for block in (1, 2, 7):
+        got = _sparse(data, ids, 6, "mean", indices, weights=np.arange(12.0), block_rows=block)
+        assert got.result.tobytes() == whole.tobytes()
+
+
+class CupyOrchestrationOnCpu(Engine):
+    """The CuPy engine's fold on NumPy arrays, with NumPy stand-ins for its CUDA kernels (as
+    tests/test_gpu.py checks it on machines without a GPU)."""
+
+    name = "cupy-on-cpu"
+
+    def fold_block(self, state, data, ids, *, sorted_ids, first_row):
+        from segcli.engines.cupy_fold import FoldOptions, fold_block
+        from tests.test_gpu import NumpyKernels
+
+        fold_block(
+            state,
+            data,
+            ids,
+            sorted_ids=sorted_ids,
+            kernels=NumpyKernels(),
+            xp=np,
+            options=FoldOptions(),
+            first_row=first_row,
+        )
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_cupy_fold_on_the_cpu_gives_the_numpy_bytes(case, op):
+    data, ids, indices = case
+    weights = np.linspace(-1.0, 2.0, 12) if op in ("sum", "mean", "sqrt_n") else None
+    want = _sparse(data, ids, 7, op, indices, weights, engine="numpy", block_rows=5)
+    got = _sparse(data, ids, 7, op, indices, weights, engine=CupyOrchestrationOnCpu(), block_rows=5)
+    assert got.result.tobytes() == want.result.tobytes()
+
+
+# --- weights ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "sqrt_n"])
+def test_weighted_combiners_with_zero_divisors(case, op, engine):
+    data, ids, indices = case
+    # Segment 0: weights cancel (sum(w) = 0); segment 2: all zero (sum(w^2) = 0).
+    w = np.array([1.0, -2.0, 1.0, 0.0, 0.0, 0.5, 2.0, 1.0, 3.0, 1.0, 1.0, 1.0], np.float32)
+    got = _sparse(data, ids, 7, op, indices, weights=w, engine=engine, block_rows=4).result
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, weighted_loop(data, ids, indices, w, 7, op), rtol=1e-6)
+    if op == "mean":
+        assert (got[0] == 0).all()
+    if op != "sum":
+        assert (got[2] == 0).all()
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "sqrt_n"])
+def test_weighted_integer_data_gives_float64(case, op):
+    _, ids, indices = case
+    ints = np.arange(7 * 2, dtype=np.int8).reshape(7, 2)
+    w = np.arange(12, dtype=np.int32) - 3
+    got = _sparse(ints, ids, 6, op, indices, weights=w).result
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, weighted_loop(ints, ids, indices, w, 6, op))
+
+
+def test_weights_without_indices_follow_the_unsorted_family():
+    data = np.array([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]])
+    ids = np.array([2, -1, 0, 2])  # -1 drops its row, as in the unsorted family
+    w = np.array([0.5, 9.0, 2.0, 1.5])
+    got = _sparse(data, ids, 3, "mean", weights=w).result
+    expected = weighted_loop(data, ids, None, w, 3, "mean")
+    np.testing.assert_allclose(got, expected)
+    np.testing.assert_allclose(got[2], [(0.5 * 1 + 1.5 * 7) / 2, (0.5 * 2 + 1.5 * 8) / 2])
+
+
+def test_weights_under_sorted_drop_ids_beyond_n_and_fill_empty():
+    data = np.array([[1.0], [2.0], [4.0], [8.0]], np.float32)
+    ids = np.array([0, 0, 2, 3])  # n = 3: the row of id 3 is dropped, as --sorted drops it
+    w = np.array([1.0, 3.0, 2.0, 5.0])
+    got = _sparse(data, ids, 3, "mean", weights=w, sorted_ids=True, fill="-1")
+    np.testing.assert_array_equal(got.result, np.array([[7 / 4], [-1], [4]], np.float32))
+    assert got.id_report.dropped_beyond == 1
+
+
+def test_weights_shaped_like_the_ids():
+    data = np.arange(12.0).reshape(2, 3, 2)
+    ids = np.array([[0, 1, 0], [1, 1, 0]])
+    w = np.arange(6.0).reshape(2, 3)
+    got = _sparse(data, ids, 2, "sum", weights=w).result
+    flat = data.reshape(6, 2)
+    expected = weighted_loop(flat, ids.reshape(-1), None, w.reshape(-1), 2, "sum")
+    np.testing.assert_allclose(got, expected)
+
+
+def test_tensorflow_agrees_where_installed(case):
+    tf = pytest.importorskip("tensorflow")
+    data, ids, indices = case
+    for op, tf_op in (
+        ("sum", tf.sparse.segment_sum),
+        ("mean", tf.sparse.segment_mean),
+        ("sqrt_n", tf.sparse.segment_sqrt_n),
+    ):
+        expected = tf_op(data, indices, ids, num_segments=8).numpy()
+        np.testing.assert_allclose(_sparse(data, ids, 8, op, indices).result, expected, rtol=1e-6)
+
+
+# --- errors ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("ids", "n", "message"),
+    [
+        ([0, 2, 1], None, "ids: segment_ids[2] = 1 < segment_ids[1] = 2: --indices needs"),
+        ([-1, 0, -1], None, "ids: segment_ids[0] = -1 is negative"),
+        ([0, 3, 5], 3, "ids: segment_ids[1] = 3 is out of range [0, 3) (2 ids out of range)"),
+    ],
+)
+def test_bad_ids_name_the_first_offender(ids, n, message):
+    with pytest.raises(InvalidInputError, match=re.escape(message)):
+        _sparse(np.ones((3, 2)), ids, n, "sum", [0, 1, 2])
+
+
+def test_index_out_of_range_names_first_and_count():
+    with pytest.raises(InvalidInputError) as raised:
+        _sparse(np.ones((3, 2)), [0, 0, 1, 1], None, "sum", [1, 3, -1, 7])
+    expected = "idx: indices[1] = 3 is out of range [0, 3) (3 indices out of range)"
+    assert str(raised.value) == expected
+
+
+def test_float_indices_are_refused_not_truncated():
+    with pytest.raises(InvalidInputError, match="indices must be integers, got float64"):
+        _sparse(np.ones((3, 2)), [0, 1], None, "sum", [0.0, 1.0])
+
+
+def test_length_mismatch_names_both_lengths():
+    with pytest.raises(InvalidInputError) as raised:
+        _sparse(np.ones((3, 2)), [0, 1, 1], None, "sum", [0, 1])
+    assert str(raised.value) == "idx: 2 indices for 3 segment ids in ids (one index per id)"
+    with pytest.raises(
+        InvalidInputError,
+        match=r"3 weights \(shape \(3,\)\) for 2 indices: need one weight per index",
+    ):
+        _sparse(np.ones((3, 2)), [0, 1], None, "sum", [0, 1], weights=[1.0, 2.0, 3.0])
+
+
+@pytest.mark.parametrize("op", ["min", "max", "prod", "count"])
+def test_weights_with_other_ops_are_a_usage_error(op):
+    with pytest.raises(UsageError, match=f"--weights applies to sum, mean, sqrt_n only, not {op}"):
+        _sparse(np.ones((3, 2)), [0, 1], None, op, [0, 1], weights=[1.0, 2.0])
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def files(tmp_path: Path, case) -> dict[str, Path]:
+    data, ids, indices = case
+    paths = {name: tmp_path / f"{name}.npy" for name in ("data", "ids", "idx", "w", "fidx")}
+    np.save(paths["data"], data)
+    np.save(paths["ids"], ids)
+    np.save(paths["idx"], indices)
+    np.save(paths["w"], np.linspace(0.5, 2.0, 12))
+    np.save(paths["fidx"], indices.astype(np.float64))
+    return paths
+
+
+def test_cli_gathers_and_writes(files, tmp_path):
+    out = tmp_path / "out.npy"
+    result = run("mean", files["data"], files["ids"], "--indices", files["idx"], "-o", out, "-q")
+    assert result.exit_code == 0, result.stderr
+    data, ids, indices = np.load(files["data"]), np.load(files["ids"]), np.load(files["idx"])
+    np.testing.assert_allclose(np.load(out), sparse_loop(data, ids, indices, 6, "mean"), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("extra", "code", "message"),
+    [
+        (["--indices", "fidx"], 1, "fidx.npy: indices must be integers, got float64"),
+        (["--indices", "idx", "-n", "4"], 1, "segment_ids[9] = 5 is out of range [0, 4)"),
+        (["--indices", "idx", "--weights", "w", "--op-is", "max"], 2, "--weights applies to"),
+        (["--indices", "idx", "--engine", "dask"], 2, "cannot run on --engine dask"),
+        (["--indices", "idx", "--memory-limit", "100B"], 2, "which must fit in memory"),
+    ],
+)
+def test_cli_errors_are_one_line_and_write_nothing(files, tmp_path, extra, code, message):
+    op = "max" if "--op-is" in extra else "sum"
+    args = [files.get(a, a) for a in extra if a not in ("--op-is", "max")]
+    out = tmp_path / "out.npy"
+    result = run(op, files["data"], files["ids"], *args, "-o", out, "-q")
+    assert result.exit_code == code
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert [line for line in result.stderr.splitlines() if line.startswith("Error")] == [
+        result.stderr.strip().splitlines()[-1]
+    ]
+    assert not out.exists()
+
+
+def test_cli_refuses_indices_with_by(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    pq.write_table(pa.table({"k": ["a", "b"], "v": [1.0, 2.0]}), tmp_path / "t.parquet")
+    np.save(tmp_path / "idx.npy", np.array([0, 1]))
+    args = ["--data-column", "v", "--by", "k", "--indices", tmp_path / "idx.npy", "-q"]
+    result = run("sum", tmp_path / "t.parquet", *args)
+    assert result.exit_code == 2
+    assert "--indices/--weights cannot be used with --by" in result.stderr
+
+
+def test_cli_table_columns(tmp_path, case):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    data, ids, indices = case
+    w = np.linspace(-1.0, 1.0, 12)
+    np.save(tmp_path / "vocab.npy", data)
+    table = pa.table({"bag": ids, "token": indices, "weight": w})
+    pq.write_table(table, tmp_path / "bags.parquet")
+    out = tmp_path / "out.npy"
+    result = run(
+        "sqrt_n",
+        tmp_path / "vocab.npy",
+        tmp_path / "bags.parquet",
+        "--ids-column",
+        "bag",
+        "--indices-column",
+        "token",
+        "--weights-column",
+        "weight",
+        "-o",
+        out,
+        "-q",
+    )
+    assert result.exit_code == 0, result.stderr
+    expected = weighted_loop(data, ids, indices, w, 6, "sqrt_n")
+    np.testing.assert_allclose(np.load(out), expected, rtol=1e-6)
+
+
+def _summary(stderr: str) -> dict[str, Any]:
+    return dict(json.loads(stderr))
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("n", [[], ["-n", "9"]])
+def test_streamed_ids_and_indices_give_the_in_memory_bytes(files, tmp_path, op, n):
+    weights = ["--weights", files["w"]] if op in ("sum", "mean", "sqrt_n") else []
+    outs, modes = [], []
+    for extra in ([], ["--chunk-rows", "5"]):
+        out = tmp_path / f"out{len(extra)}.npy"
+        args = ["--indices", files["idx"], *weights, *n, *extra, "-o", out]
+        result = run(op, files["data"], files["ids"], *args, "--summary-json", "-")
+        assert result.exit_code == 0, result.stderr
+        outs.append(out.read_bytes())
+        modes.append(_summary(result.stderr)["mode"])
+    assert modes == ["in-memory", "streaming"]
+    assert outs[0] == outs[1]
+
+
+def test_streamed_errors_match_in_memory(tmp_path):
+    np.save(tmp_path / "data.npy", np.ones((4, 2), np.float32))
+    cases = {
+        "ids": np.array([0, 1, 1, 0, 2, -1, 5]),
+        "idx": np.array([0, 9, 1, 2, 3, -2, 7]),
+    }
+    for name, array in cases.items():
+        np.save(tmp_path / f"{name}.npy", array)
+    args = [tmp_path / "data.npy", tmp_path / "ids.npy", "--indices", tmp_path / "idx.npy", "-q"]
+    whole = run("sum", *args)
+    for rows in ("1", "2", "3"):
+        streamed = run("sum", *args, "--chunk-rows", rows)
+        assert (streamed.exit_code, streamed.stderr) == (whole.exit_code, whole.stderr)
+    assert whole.exit_code == 1
+    assert whole.stderr == "Error: " + str(tmp_path / "ids.npy") + (
+        ": segment_ids[5] = -1 is negative: --indices needs ids >= 0 (1 negative id)\n"
+    )
+
+
+def test_csv_lengths_found_at_the_end_name_both(tmp_path):
+    np.save(tmp_path / "data.npy", np.ones((6, 2), np.float32))
+    (tmp_path / "bags.csv").write_text("bag,token\n0,5\n0,0\n1,2\n3,2\n")
+    (tmp_path / "short.csv").write_text("token\n5\n0\n2\n")
+    args = [tmp_path / "data.npy", tmp_path / "bags.csv", "--ids-column", "bag"]
+    args += ["--indices", tmp_path / "short.csv", "--indices-column", "token", "-q"]
+    for extra in ([], ["--chunk-rows", "2"]):
+        result = run("mean", *args, *extra, "-o", tmp_path / "out.npy")
+        assert result.exit_code == 1
+        assert result.stderr.endswith(
+            "3 indices for 4 segment ids in "
+            + str(tmp_path / "bags.csv")
+            + ":bag (one index per id)\n"
+        )
+        assert not (tmp_path / "out.npy").exists()
+
+
+@pytest.mark.parametrize("blocks", [[], ["--chunk-rows", "4096"]], ids=["in-memory", "streamed"])
+def test_gather_memory_is_bounded_by_the_block(tmp_path, blocks):
+    """2M indices into a 100k x 16 float32 table: gathering them whole would take 128 MB."""
+    rng = np.random.default_rng(0)
+    rows, width, picks = 100_000, 16, 2_000_000
+    np.save(tmp_path / "table.npy", rng.random((rows, width), dtype=np.float32))
+    np.save(tmp_path / "bags.npy", np.repeat(np.arange(1000), picks // 1000))
+    np.save(tmp_path / "idx.npy", rng.integers(0, rows, picks))
+    np.save(tmp_path / "one.npy", np.zeros(1, np.int64))
+    common = ["-q", "-o", tmp_path / "out.npy", "--memory-limit", "1GB"]
+    baseline = run_measured(
+        "mean", tmp_path / "table.npy", tmp_path / "one.npy", "--indices", tmp_path / "one.npy",
+        *common,
+    )  # fmt: skip
+    measured = run_measured(
+        "mean", tmp_path / "table.npy", tmp_path / "bags.npy", "--indices", tmp_path / "idx.npy",
+        *blocks, *common,
+    )  # fmt: skip
+    assert baseline.returncode == 0 and measured.returncode == 0, measured.stderr
+    gathered_whole = picks * width * 4
+    # In memory the ids and indices (32 MB) are read whole; the gathered rows never are.
+    assert measured.peak_bytes - baseline.peak_bytes < gathered_whole // 2
