@@ -84,6 +84,12 @@ def child(name: str, folder: str, bags: int) -> None:
     print(f"{seconds} {_peak_bytes()}")
 
 
+def _torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
+
+
 def contenders() -> list[str]:
     names = ["segcli numpy", "segcli numba", "numpy gather + reduceat"]
     try:
@@ -135,8 +141,12 @@ def report(sizes: dict[str, int], rows: list[tuple[str, float, int]], scale: flo
         f"float32 table ({table_bytes / 2**20:.0f} MiB), {sizes['indices']:,} int64 indices "
         f"in {sizes['bags']:,} sorted bags; output {out_bytes / 2**20:.0f} MiB. Inputs are "
         "loaded before the clock starts; peak RSS is the whole process's (inputs included).",
-        "TensorFlow and torch are not installed here: the reference is a NumPy gather of "
-        "every row + `np.add.reduceat`.",
+        "The reference is a NumPy gather of every row + `np.add.reduceat`"
+        + (
+            f"; torch {_torch_version()} (CPU) was installed for this run."
+            if any(n.startswith("torch") for n, _, _ in rows)
+            else "; torch was not installed (TensorFlow is never run here)."
+        ),
         "",
         "| contender | seconds | vs NumPy gather | peak RSS |",
         "|---|---:|---:|---:|",

@@ -1,0 +1,135 @@
+"""``segcli --by`` end to end against polars and duckdb: the same Parquet file, fresh processes.
+
+    python benchmarks/by_bench.py [--rows 30000000] [--rounds 3] [--distinct 1000000]
+
+1. Low cardinality: N rows with two string keys (20 carriers x 3 origins) and a float64 value;
+   the mean per (carrier, origin) written as Parquet, by segcli (in memory), polars and duckdb,
+   each a whole ``python`` process; rounds interleave the tools; the median is printed.
+2. The same segcli run streamed with ``--memory-limit 256MB``: its peak resident memory.
+3. High cardinality: one string key of ``--distinct`` values over the same number of rows.
+
+Nothing is asserted; figures belong in ``BY_RESULTS.md`` with the day they were measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+#: The child prints its own peak RSS (VmHWM, kB) on stderr as it exits.
+_PEAK = """
+import atexit, runpy, sys
+def peak():
+    with open("/proc/self/status") as status:
+        print(next(l.split()[1] for l in status if l.startswith("VmHWM:")), file=sys.stderr)
+atexit.register(peak)
+sys.argv = ["segcli", *sys.argv[1:]]
+runpy.run_module("segcli", run_name="__main__")
+"""
+
+
+def write_table(path: str, rows: int, keys: dict[str, np.ndarray]) -> None:
+    rng = np.random.default_rng(0)
+    columns = {name: pa.array(values) for name, values in keys.items()}
+    columns["arr_delay"] = pa.array(rng.normal(5.0, 20.0, rows))
+    pq.write_table(pa.table(columns), path, row_group_size=1 << 20)
+
+
+def tools(path: str, by: list[str], out: str) -> dict[str, list[str]]:
+    keys = ", ".join(by)
+    polars = (
+        "import polars as pl, sys; "
+        f"pl.read_parquet({path!r}).group_by({by!r}).agg(pl.col('arr_delay').mean())"
+        f".sort({by!r}, nulls_last=True).write_parquet({out + '.polars.parquet'!r})"
+    )
+    duck = (
+        'import duckdb; duckdb.sql("COPY (SELECT '
+        f"{keys}, avg(arr_delay) AS value FROM '{path}' GROUP BY {keys} ORDER BY {keys}) "
+        f"TO '{out}.duckdb.parquet' (FORMAT parquet)\")"
+    )
+    segcli = ["-m", "segcli", "mean", path, "--data-column", "arr_delay", "--by", ",".join(by)]
+    return {
+        "segcli": [sys.executable, *segcli, "-q", "-o", out + ".segcli.parquet"],
+        "polars": [sys.executable, "-c", polars],
+        "duckdb": [sys.executable, "-c", duck],
+    }
+
+
+def timed(argv: list[str]) -> float:
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{argv[:4]} failed: {done.stderr.decode()[-400:]}")
+    return time.perf_counter() - started
+
+
+def compare(title: str, commands: dict[str, list[str]], rounds: int) -> None:
+    for argv in commands.values():
+        timed(argv)  # warm: files in the page cache, kernels compiled
+    times: dict[str, list[float]] = {name: [] for name in commands}
+    for _ in range(rounds):
+        for name, argv in commands.items():
+            times[name].append(timed(argv))
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    fastest_peer = min(medians["polars"], medians["duckdb"])
+    print(f"\n{title}: median of {rounds} interleaved rounds, seconds")
+    print("| tool | seconds | / faster of polars and duckdb |\n|---|---:|---:|")
+    for name, value in medians.items():
+        print(f"| {name} | {value:.2f} | {value / fastest_peer:.2f} |")
+
+
+def streamed_peak(path: str, by: list[str], out: str) -> tuple[float, float]:
+    argv = [sys.executable, "-c", _PEAK, "mean", path, "--data-column", "arr_delay"]
+    argv += ["--by", ",".join(by), "--memory-limit", "256MB", "-q", "-o", out + ".s.parquet"]
+    started = time.perf_counter()
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(done.stderr[-400:])
+    return time.perf_counter() - started, int(done.stderr.splitlines()[-1]) / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=30_000_000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--distinct", type=int, default=1_000_000)
+    args = parser.parse_args()
+    rng = np.random.default_rng(1)
+    carriers = np.array([f"C{i:02d}" for i in range(20)])
+    origins = np.array(["JFK", "LAX", "ORD"])
+    with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as folder:
+        low = f"{folder}/flights.parquet"
+        write_table(
+            low,
+            args.rows,
+            {
+                "carrier": carriers[rng.integers(0, 20, args.rows)],
+                "origin": origins[rng.integers(0, 3, args.rows)],
+            },
+        )
+        print(f"{args.rows:,} rows; {os.path.getsize(low) / 2**20:.0f} MiB of Parquet")
+        by = ["carrier", "origin"]
+        compare("mean by carrier, origin (60 groups)", tools(low, by, f"{folder}/o"), args.rounds)
+        seconds, peak = streamed_peak(low, by, f"{folder}/o")
+        print(f"\nstreamed with --memory-limit 256MB: {seconds:.2f} s, peak RSS {peak:.0f} MiB")
+        high = f"{folder}/high.parquet"
+        names = np.array([f"user-{i:07d}" for i in range(args.distinct)])
+        write_table(high, args.rows, {"user": names[rng.integers(0, args.distinct, args.rows)]})
+        compare(
+            f"mean by user ({args.distinct:,} distinct strings)",
+            tools(high, ["user"], f"{folder}/h"),
+            args.rounds,
+        )
+
+
+if __name__ == "__main__":
+    main()
