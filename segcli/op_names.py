@@ -3,6 +3,9 @@
 :mod:`segcli.ops` builds its table from these names; a test keeps the two in step.
 """
 
+#: The ops that take ``--ddof``.
+DDOF_OPS = ("var", "std")
+
 OP_SUMMARIES: dict[str, str] = {
     "sum": "Sum of the rows in each segment (integers wrap, as TF).",
     "mean": "Mean of each segment: sum / count, 0 for an empty segment.",
@@ -11,4 +14,5 @@ OP_SUMMARIES: dict[str, str] = {
     "prod": "Product of the rows in each segment (integers wrap, as TF).",
     "sqrt_n": "Sum / sqrt(count) per segment, 0 for an empty segment.",
     "count": "Number of rows in each segment (int64).",
+    "var": "Variance of each segment, sum((x - mean)^2) / (count - ddof); --ddof D (default 0).",
 }

@@ -62,7 +62,7 @@ from typing import Any
 import numpy as np
 
 from segcli.errors import InvalidInputError, UsageError
-from segcli.op_names import OP_SUMMARIES
+from segcli.op_names import DDOF_OPS, OP_SUMMARIES
 
 # --- primitive folds -------------------------------------------------------------------------
 
@@ -109,6 +109,19 @@ FOLDS: dict[str, Fold] = {
         Fold("prod", np.multiply, _prod_identity, rounds=True),
         Fold("min", np.minimum, _min_identity, rounds=False),
         Fold("max", np.maximum, _max_identity, rounds=False),
+    )
+}
+
+#: The intermediates of joint folds (see :attr:`Op.joint`): an engine folds them together,
+#: in row order in one lane (whether they round or not), and :attr:`Op.merge` merges them;
+#: their ``merge`` ufunc is used by no one.
+JOINT_FOLDS: dict[str, Fold] = {
+    fold.kind: fold
+    for fold in (
+        # var/std: the segment's first value (its shift), and sums of the shifted values.
+        Fold("shift", np.add, _sum_identity, rounds=False),
+        Fold("shifted_sum", np.add, _sum_identity, rounds=True),
+        Fold("shifted_squares", np.add, _sum_identity, rounds=True),
     )
 }
 
@@ -216,6 +229,42 @@ def _as_is(count: np.ndarray) -> np.ndarray:
     return count
 
 
+def _variance(ddof: int, root: bool) -> Finalize:
+    """var (std with ``root``) from the sums of values shifted by the segment's first value:
+    ``m2 = sum(d^2) - sum(d)^2 / count``, exact enough where a plain sum of squares cancels."""
+
+    def finalize(parts: Mapping[str, np.ndarray], out_dtype: np.dtype[Any], owned: bool) -> Any:
+        count = parts["count"].astype(np.float64)[:, None]
+        shifted = parts["shifted_sum"]
+        m2 = parts["shifted_squares"] - shifted * (shifted / np.maximum(count, 1))
+        m2 = np.maximum(m2, 0.0)  # rounding may leave -tiny; NaN stays NaN
+        var = np.where(count > ddof, m2 / np.maximum(count - ddof, 1), np.nan)
+        return (np.sqrt(var) if root else var).astype(out_dtype)
+
+    return finalize
+
+
+def _merge_moments(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Chan's merge of shifted sums: ``b``'s sums move to ``a``'s shift (its first row is the
+    segment's first); a segment that ``a`` has not seen takes ``b``'s as they are."""
+    xp = array_namespace(a["count"])
+    seen_a = (a["count"] > 0)[None, :, None]
+    seen_b = (b["count"] > 0)[None, :, None]
+    n_b = b["count"].astype(np.float64)[None, :, None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        delta = xp.where(seen_a & seen_b, b["shift"] - a["shift"], 0.0)
+        moved_sum = b["shifted_sum"] + n_b * delta
+        moved_squares = b["shifted_squares"] + 2.0 * delta * b["shifted_sum"] + n_b * delta * delta
+    return {
+        "count": a["count"] + b["count"],
+        "shift": xp.where(seen_a, a["shift"], b["shift"]),
+        "shifted_sum": xp.where(seen_a, a["shifted_sum"] + moved_sum, b["shifted_sum"]),
+        "shifted_squares": xp.where(
+            seen_a, a["shifted_squares"] + moved_squares, b["shifted_squares"]
+        ),
+    }
+
+
 # --- the op table ----------------------------------------------------------------------------
 
 
@@ -247,14 +296,26 @@ class Op:
     output_dtype: Callable[[np.dtype[Any]], np.dtype[Any]] = field(repr=False)
     #: The data dtype kinds accepted (min and max order values, so refuse complex).
     data_kinds: str = ANY_NUMBER
+    #: A joint fold: the name of the engine primitive that folds every intermediate at once
+    #: (each reads the others as it goes); None: each intermediate folds alone, by its kind.
+    joint: str | None = None
+    #: How two states of a joint op merge (rows of the first come first): ``merge(a, b)``
+    #: maps ``count`` and each intermediate of each state to the merged arrays.
+    merge: Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]] | None = field(
+        default=None, repr=False
+    )
+    #: ``--ddof`` of var and std (None: an op that takes none).
+    ddof: int | None = None
 
     @property
     def summary(self) -> str:
         return OP_SUMMARIES[self.name]
 
-    def __reduce__(self) -> tuple[Any, tuple[str]]:
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # Ops are compared by identity; an op sent to another process must come back as the
-        # table's own entry, not a copy.
+        # table's own entry (or the same ddof variant), not a copy.
+        if self.ddof is not None and self.ddof != 0:
+            return (with_ddof, (self.name, self.ddof))
         return (get_op, (self.name,))
 
     @property
@@ -288,7 +349,32 @@ class Op:
 
 def _keeps(name: str, dtype_rule: Callable[[np.dtype[Any]], np.dtype[Any]]) -> Intermediate:
     """An intermediate named after the primitive fold that builds it."""
-    return Intermediate(name, FOLDS[name], dtype_rule)
+    return Intermediate(name, FOLDS.get(name) or JOINT_FOLDS[name], dtype_rule)
+
+
+def _float64(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
+    return np.dtype(np.float64)
+
+
+_MOMENTS = (
+    _keeps("shift", _float64),
+    _keeps("shifted_sum", _float64),
+    _keeps("shifted_squares", _float64),
+)
+
+
+def _moments_op(name: str, ddof: int) -> Op:
+    return Op(
+        name,
+        _MOMENTS,
+        finalize=_variance(ddof, root=name == "std"),
+        empty=_zero,
+        output_dtype=_mean_out_dtype,
+        data_kinds=REAL,
+        joint="moments",
+        merge=_merge_moments,
+        ddof=ddof,
+    )
 
 
 OPS: dict[str, Op] = {
@@ -339,8 +425,27 @@ OPS: dict[str, Op] = {
             output_dtype=_mean_out_dtype,
         ),
         Op("count", (), finalize=_count_rows, empty=_zero, output_dtype=_count_out_dtype),
+        _moments_op("var", 0),
     )
 }
+
+_DDOF_VARIANTS: dict[tuple[str, int], Op] = {}
+
+
+def with_ddof(name: str | Op, ddof: int) -> Op:
+    """var or std with ``--ddof ddof``: the table's entry for 0, else one op per ddof (the same
+    object each time, since ops are compared by identity)."""
+    op = get_op(name)
+    if op.name not in DDOF_OPS:
+        raise UsageError(f"--ddof applies to {' and '.join(DDOF_OPS)} only, not {op.name}")
+    if isinstance(ddof, bool) or not isinstance(ddof, (int, np.integer)) or ddof < 0:
+        raise UsageError(f"--ddof {ddof!r} is not a non-negative integer")
+    if ddof == 0:
+        return OPS[op.name]
+    key = (op.name, int(ddof))
+    if key not in _DDOF_VARIANTS:
+        _DDOF_VARIANTS[key] = _moments_op(op.name, int(ddof))
+    return _DDOF_VARIANTS[key]
 
 
 def get_op(name: str | Op) -> Op:
@@ -359,10 +464,12 @@ LANES = 2
 LANE_ROWS = 1 << 16
 
 
-def fold_lanes(fold: Fold | None, acc_dtype: np.dtype[Any] | None, *, sorted_ids: bool) -> int:
+def fold_lanes(
+    fold: Fold | None, acc_dtype: np.dtype[Any] | None, *, sorted_ids: bool, joint: bool = False
+) -> int:
     """How many lanes an intermediate keeps: :data:`LANES` where the order of its fold
-    matters over unsorted ids; one otherwise."""
-    if not sorted_ids and acc_dtype is not None and fold is not None:
+    matters over unsorted ids; one otherwise, and always one in a joint fold (row order)."""
+    if not sorted_ids and not joint and acc_dtype is not None and fold is not None:
         return LANES if fold.order_matters(acc_dtype) else 1
     return 1
 
@@ -515,7 +622,9 @@ def state_bytes(
     per_segment = 8 + op.out_dtype(data_dtype).itemsize * inner_size(inner_shape)
     for intermediate in op.intermediates:
         acc_dtype = intermediate.acc_dtype(np.dtype(data_dtype))
-        lanes = fold_lanes(intermediate.fold, acc_dtype, sorted_ids=sorted_ids)
+        lanes = fold_lanes(
+            intermediate.fold, acc_dtype, sorted_ids=sorted_ids, joint=op.joint is not None
+        )
         per_segment += lanes * acc_dtype.itemsize * inner_size(inner_shape)
     return num_segments * per_segment
 
@@ -537,7 +646,9 @@ def new_state(
     for intermediate in op.intermediates:
         acc_dtype = intermediate.acc_dtype(np.dtype(data_dtype))
         if lanes is None:
-            kept = fold_lanes(intermediate.fold, acc_dtype, sorted_ids=sorted_ids)
+            kept = fold_lanes(
+                intermediate.fold, acc_dtype, sorted_ids=sorted_ids, joint=op.joint is not None
+            )
         else:
             kept = lanes
         shape = (kept, num_segments, inner_size(inner_shape))
@@ -552,6 +663,14 @@ def combine(a: State, b: State) -> State:
     """
     if a.op is not b.op or a.count.shape != b.count.shape:
         raise ValueError("cannot combine states of different reductions")
+    if a.op.merge is not None:
+        return State(
+            a.op,
+            a.data_dtype,
+            a.inner_shape,
+            a.op.merge(a.arrays, b.arrays),
+            max(a.next_row, b.next_row),
+        )
     arrays = {"count": a.count + b.count}
     for intermediate in a.op.intermediates:
         name = intermediate.name

@@ -20,7 +20,13 @@ def _wrap(value: int, dtype: np.dtype[Any]) -> int:
 
 
 def reference_reduce(
-    data: np.ndarray, ids: np.ndarray, n: int, op: str, *, sorted_ids: bool = False
+    data: np.ndarray,
+    ids: np.ndarray,
+    n: int,
+    op: str,
+    *,
+    sorted_ids: bool = False,
+    ddof: int = 0,
 ) -> np.ndarray:
     data = np.asarray(data)
     ids = np.asarray(ids)
@@ -39,7 +45,7 @@ def reference_reduce(
     dtype = data.dtype
     if op == "count":
         return np.array([len(m) for m in members], dtype=np.int64)
-    if op in ("mean", "sqrt_n"):
+    if op in MEAN_LIKE:
         out_dtype = (
             dtype
             if dtype.kind in "fc"
@@ -53,12 +59,20 @@ def reference_reduce(
             values = [rows[r, column].item() for r in rows_in]
             # A product past the dtype's range is +-inf there, as in TF: no warning.
             with np.errstate(over="ignore"):
-                out[segment, column] = _one(values, op, dtype, out_dtype)
+                out[segment, column] = _one(values, op, dtype, out_dtype, ddof)
     return out.reshape((n, *inner))
 
 
-def _one(values: list[Any], op: str, dtype: np.dtype[Any], out_dtype: np.dtype[Any]) -> Any:
+#: The ops whose result dtype is mean's.
+MEAN_LIKE = ("mean", "sqrt_n", "var", "std")
+
+
+def _one(
+    values: list[Any], op: str, dtype: np.dtype[Any], out_dtype: np.dtype[Any], ddof: int
+) -> Any:
     integer = dtype.kind in "iu"
+    if op in ("var", "std"):
+        return _variance(values, ddof, op == "std")
     if op == "sum":
         return (
             _wrap(sum(values), dtype)
@@ -88,3 +102,17 @@ def _one(values: list[Any], op: str, dtype: np.dtype[Any], out_dtype: np.dtype[A
         divisor = len(values) if op == "mean" else math.sqrt(len(values))
         return total / divisor
     raise ValueError(op)
+
+
+def _variance(values: list[Any], ddof: int, root: bool) -> float:
+    """Two passes in exactly rounded sums: the mean, then the squared deviations from it."""
+    if not values:
+        return 0.0
+    if len(values) <= ddof:
+        return math.nan
+    floats = [float(v) for v in values]
+    if any(math.isnan(v) or math.isinf(v) for v in floats):
+        return math.nan
+    mean = math.fsum(floats) / len(floats)
+    var = math.fsum((v - mean) ** 2 for v in floats) / (len(floats) - ddof)
+    return math.sqrt(var) if root else var

@@ -71,6 +71,12 @@ _MERGES: dict[int, np.ufunc] = {
     value: ops.FOLDS[kind].merge for kind, value in _KERNEL_KINDS.items()
 }
 
+
+def _has_kernel(fold: ops.Fold | None) -> bool:
+    """Whether the kernels fold this primitive (count, which keeps no fold, is theirs too)."""
+    return fold is None or fold.kind in _KERNEL_KINDS
+
+
 _pool: ThreadPoolExecutor | None = None
 _announced = False
 
@@ -406,6 +412,13 @@ class NumbaEngine(Engine):
         first_row: int,
     ) -> None:
         if ids.shape[0] == 0 or state.num_segments == 0:
+            return
+        if state.op.joint is not None or not _has_kernel(state.op.fold):
+            # No compiled kernel for this primitive (yet): the NumPy engine's fold, which
+            # gives the same bytes.
+            # No compiled kernel for this primitive (yet): the NumPy engine's fold, which
+            # gives the same bytes.
+            NUMPY_ENGINE.fold_block(state, data, ids, sorted_ids=sorted_ids, first_row=first_row)
             return
         _announce_compilation()
         ids = _native(ids)

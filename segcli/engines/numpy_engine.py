@@ -11,7 +11,7 @@ split across streaming blocks gives the same bytes as one in memory. Sorted ids 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import ClassVar
 
 import numpy as np
@@ -90,6 +90,9 @@ class NumpyEngine(Engine):
         first_row: int,
     ) -> None:
         if ids.size == 0:
+            return
+        if state.op.joint is not None:
+            _fold_joint(state, data, ids, first_row)
             return
         if not sorted_ids:
             lanes = ops.lane_pieces(first_row, ids.size, state.lanes)
@@ -258,6 +261,65 @@ def _fold_rows(ufunc: np.ufunc, acc: np.ndarray, values: np.ndarray, ids: np.nda
         block_ids = ids[start : start + step]
         flat_index = (block_ids[:, None] * width + columns).reshape(-1)
         ufunc.at(flat_acc, flat_index, values[start : start + step].reshape(-1))
+
+
+# --- joint folds: every intermediate of the op at once, in row order, one lane --------------
+
+#: ``fold(arrays, flat, values, rows, fresh)``: ``arrays`` maps each intermediate to its flat
+#: ``(n * inner_size,)`` view; ``flat`` the element of each value, ``values`` the data's own
+#: dtype, ``rows`` each value's global row number (ascending), ``fresh`` whether its segment
+#: had no row before this chunk.
+JointFold = Callable[[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
+
+
+def _fold_moments(
+    arrays: dict[str, np.ndarray],
+    flat: np.ndarray,
+    values: np.ndarray,
+    rows: np.ndarray,
+    fresh: np.ndarray,
+) -> None:
+    """Sums of values shifted by the segment's first value (in row order, so the shift does not
+    depend on how rows were cut into blocks)."""
+    x = values.astype(np.float64, copy=False)
+    shift = arrays["shift"]
+    if fresh.any():
+        # np.unique gives each element's first occurrence: the earliest row of the chunk.
+        elements, first = np.unique(flat[fresh], return_index=True)
+        shift[elements] = x[fresh][first]
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, as NumPy's var
+        shifted = x - shift[flat]
+        np.add.at(arrays["shifted_sum"], flat, shifted)
+        np.add.at(arrays["shifted_squares"], flat, shifted * shifted)
+
+
+_JOINT_FOLDS: dict[str, JointFold] = {
+    "moments": _fold_moments,
+}
+
+
+def _fold_joint(state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int) -> None:
+    """A joint fold, a chunk of rows at a time in row order (sorted ids or not: one lane)."""
+    assert state.op.joint is not None
+    fold = _JOINT_FOLDS[state.op.joint]
+    width = data.shape[1]
+    arrays = {i.name: state.arrays[i.name][0].reshape(-1) for i in state.op.intermediates}
+    columns = np.arange(width, dtype=np.intp)
+    step = max(1, _CHUNK_ELEMENTS // max(1, width))
+    for start in range(0, ids.size, step):
+        stop = min(ids.size, start + step)
+        chunk_ids = ids[start:stop]
+        keep = _kept_rows(chunk_ids, state.num_segments)
+        index = chunk_ids.astype(np.intp)
+        rows = np.arange(first_row + start, first_row + stop, dtype=np.int64)
+        values = data[start:stop]
+        if keep is not None:
+            index, rows, values = index[keep], rows[keep], values[keep]
+        if width and index.size:
+            fresh = np.repeat(state.count[index] == 0, width)
+            flat = (index[:, None] * width + columns).reshape(-1)
+            fold(arrays, flat, values.reshape(-1), np.repeat(rows, width), fresh)
+        _count_into(state.count, index)
 
 
 ENGINE = NumpyEngine()
