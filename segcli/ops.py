@@ -83,6 +83,23 @@ def _max_identity(acc_dtype: np.dtype[Any]) -> Any:
     return -np.inf if acc_dtype.kind == "f" else np.iinfo(acc_dtype).min
 
 
+def _no_row(acc_dtype: np.dtype[Any]) -> Any:
+    return -1
+
+
+def _after_every_row(acc_dtype: np.dtype[Any]) -> Any:
+    return np.iinfo(np.int64).max
+
+
+#: logsumexp's scale before any finite value: far below every value's exponent (|x| < 2**59
+#: gives exponents within +-2**60), and far from int64's end, so differences never wrap.
+LOWEST_SCALE = -(1 << 62)
+
+
+def _lowest_scale(acc_dtype: np.dtype[Any]) -> Any:
+    return LOWEST_SCALE
+
+
 @dataclass(frozen=True)
 class Fold:
     """A primitive fold: the unit an engine implements, looked up by :attr:`kind`."""
@@ -122,8 +139,29 @@ JOINT_FOLDS: dict[str, Fold] = {
         Fold("shift", np.add, _sum_identity, rounds=False),
         Fold("shifted_sum", np.add, _sum_identity, rounds=True),
         Fold("shifted_squares", np.add, _sum_identity, rounds=True),
+        # argmin/argmax: the extreme so far and the first row holding it (-1: none yet).
+        Fold("arg_min", np.minimum, _min_identity, rounds=False),
+        Fold("arg_max", np.maximum, _max_identity, rounds=False),
+        Fold("arg_row", np.maximum, _no_row, rounds=False),
+        # first/last: the value picked and its row.
+        Fold("picked", np.add, _sum_identity, rounds=False),
+        Fold("first_row", np.minimum, _after_every_row, rounds=False),
+        Fold("last_row", np.maximum, _no_row, rounds=False),
+        # logsumexp: the max (for +inf and NaN), and sum(exp(x)) as sum * 2**scale, where the
+        # scale is the largest of the values' binary exponents so far.
+        Fold("lse_max", np.maximum, _max_identity, rounds=False),
+        Fold("lse_scale", np.maximum, _lowest_scale, rounds=False),
+        Fold("lse_sum", np.add, _sum_identity, rounds=True),
     )
 }
+
+#: Logical folds: any and all, in bool accumulators (NaN is non-zero, so True).
+FOLDS.update(
+    {
+        "any": Fold("any", np.logical_or, lambda dtype: False, rounds=False),
+        "all": Fold("all", np.logical_and, lambda dtype: True, rounds=False),
+    }
+)
 
 
 # --- dtype rules -----------------------------------------------------------------------------
@@ -168,6 +206,14 @@ def _count_out_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
     return np.dtype(np.int64)
 
 
+def _bool_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
+    return np.dtype(np.bool_)
+
+
+def _int64(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
+    return np.dtype(np.int64)
+
+
 # --- empty values (docs/semantics.md: finite extremes for min and max) ----------------------------
 
 
@@ -185,6 +231,22 @@ def _largest(out_dtype: np.dtype[Any]) -> Any:
 
 def _lowest(out_dtype: np.dtype[Any]) -> Any:
     return np.finfo(out_dtype).min if out_dtype.kind == "f" else np.iinfo(out_dtype).min
+
+
+def _false(out_dtype: np.dtype[Any]) -> Any:
+    return False
+
+
+def _true(out_dtype: np.dtype[Any]) -> Any:
+    return True
+
+
+def _minus_one(out_dtype: np.dtype[Any]) -> Any:
+    return -1
+
+
+def _minus_inf(out_dtype: np.dtype[Any]) -> Any:
+    return -np.inf
 
 
 # --- finalize functions ----------------------------------------------------------------------
@@ -244,6 +306,74 @@ def _variance(ddof: int, root: bool) -> Finalize:
     return finalize
 
 
+def _logsumexp(parts: Mapping[str, np.ndarray], out_dtype: np.dtype[Any], owned: bool) -> Any:
+    """``log(sum) + scale * ln 2``; a max of +-inf, NaN or of magnitude 2**59 or more (where
+    adding log(count) <= 44 cannot change a float64) is the answer itself."""
+    top = parts["lse_max"]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        values = np.log(parts["lse_sum"]) + parts["lse_scale"] * math.log(2)
+    values = np.where(np.isnan(top) | (np.abs(top) >= LARGEST_SCALED), top, values)
+    return values.astype(out_dtype)
+
+
+#: Values from here on skip logsumexp's scaled sum (see :func:`_logsumexp`).
+LARGEST_SCALED = float(1 << 59)
+
+
+def _merge_logsumexp(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Both sums moved to the larger scale (by powers of two: exact), then added."""
+    xp = array_namespace(a["count"])
+    scale = xp.maximum(a["lse_scale"], b["lse_scale"])
+    return {
+        "count": a["count"] + b["count"],
+        "lse_max": xp.maximum(a["lse_max"], b["lse_max"]),
+        "lse_scale": scale,
+        "lse_sum": rescaled(a["lse_sum"], a["lse_scale"] - scale, xp)
+        + rescaled(b["lse_sum"], b["lse_scale"] - scale, xp),
+    }
+
+
+def rescaled(sums: Any, shift: Any, xp: Any = np) -> Any:
+    """``sums * 2**shift`` for shifts <= 0 (exact, down to the subnormals)."""
+    return xp.ldexp(sums, xp.maximum(shift, -2000).astype(np.int32))
+
+
+def _merge_arg(extreme: str, better: Callable[[Any, Any], Any]) -> Callable[..., dict[str, Any]]:
+    """argmin/argmax: ``b``'s value and row where it is strictly better (NaN beats a number),
+    or where ``a`` holds none; ties keep ``a``'s row, the earlier."""
+
+    def merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+        xp = array_namespace(a["count"])
+        va, vb = a[extreme], b[extreme]
+        with np.errstate(invalid="ignore"):
+            wins = better(vb, va)
+            if va.dtype.kind in "fc":
+                wins = wins | (xp.isnan(vb) & ~xp.isnan(va))
+        take_b = (a["arg_row"] < 0) | ((b["arg_row"] >= 0) & wins)
+        return {
+            "count": a["count"] + b["count"],
+            extreme: xp.where(take_b, vb, va),
+            "arg_row": xp.where(take_b, b["arg_row"], a["arg_row"]),
+        }
+
+    return merge
+
+
+def _merge_pick(row: str, later_wins: bool) -> Callable[..., dict[str, Any]]:
+    """first/last: the value of the smaller (larger) row."""
+
+    def merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+        xp = array_namespace(a["count"])
+        take_b = b[row] > a[row] if later_wins else b[row] < a[row]
+        return {
+            "count": a["count"] + b["count"],
+            "picked": xp.where(take_b, b["picked"], a["picked"]),
+            row: xp.where(take_b, b[row], a[row]),
+        }
+
+    return merge
+
+
 def _merge_moments(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     """Chan's merge of shifted sums: ``b``'s sums move to ``a``'s shift (its first row is the
     segment's first); a segment that ``a`` has not seen takes ``b``'s as they are."""
@@ -278,8 +408,8 @@ class Intermediate:
     acc_dtype: Callable[[np.dtype[Any]], np.dtype[Any]]
 
 
-#: Data dtype kinds: real numbers, and complex too.
-REAL, ANY_NUMBER = "iuf", "iufc"
+#: Data dtype kinds: real numbers, complex too, and bool too (any, all, count).
+REAL, ANY_NUMBER, WITH_BOOL = "iuf", "iufc", "biufc"
 
 
 @dataclass(frozen=True)
@@ -363,6 +493,36 @@ _MOMENTS = (
 )
 
 
+def _arg_op(
+    name: str,
+    extreme: str,
+    dtype_rule: Callable[[np.dtype[Any]], np.dtype[Any]],
+    better: Callable[[Any, Any], Any],
+) -> Op:
+    return Op(
+        name,
+        (_keeps(extreme, dtype_rule), _keeps("arg_row", _int64)),
+        finalize=_cast("arg_row"),
+        empty=_minus_one,
+        output_dtype=_int64,
+        data_kinds=REAL,
+        joint=name,
+        merge=_merge_arg(extreme, better),
+    )
+
+
+def _pick_op(name: str, row: str) -> Op:
+    return Op(
+        name,
+        (_keeps("picked", _own_dtype), _keeps(row, _int64)),
+        finalize=_cast("picked"),
+        empty=_zero,
+        output_dtype=_data_out_dtype,
+        joint=name,
+        merge=_merge_pick(row, later_wins=name == "last"),
+    )
+
+
 def _moments_op(name: str, ddof: int) -> Op:
     return Op(
         name,
@@ -424,8 +584,50 @@ OPS: dict[str, Op] = {
             empty=_zero,
             output_dtype=_mean_out_dtype,
         ),
-        Op("count", (), finalize=_count_rows, empty=_zero, output_dtype=_count_out_dtype),
+        Op(
+            "count",
+            (),
+            finalize=_count_rows,
+            empty=_zero,
+            output_dtype=_count_out_dtype,
+            data_kinds=WITH_BOOL,
+        ),
         _moments_op("var", 0),
+        _moments_op("std", 0),
+        _arg_op("argmin", "arg_min", _own_dtype, np.less),
+        _arg_op("argmax", "arg_max", _own_dtype, np.greater),
+        _pick_op("first", "first_row"),
+        _pick_op("last", "last_row"),
+        Op(
+            "any",
+            (_keeps("any", _bool_dtype),),
+            finalize=_cast("any"),
+            empty=_false,
+            output_dtype=_bool_dtype,
+            data_kinds=WITH_BOOL,
+        ),
+        Op(
+            "all",
+            (_keeps("all", _bool_dtype),),
+            finalize=_cast("all"),
+            empty=_true,
+            output_dtype=_bool_dtype,
+            data_kinds=WITH_BOOL,
+        ),
+        Op(
+            "logsumexp",
+            (
+                _keeps("lse_max", _float64),
+                _keeps("lse_scale", _int64),
+                _keeps("lse_sum", _float64),
+            ),
+            finalize=_logsumexp,
+            empty=_minus_inf,
+            output_dtype=_mean_out_dtype,
+            data_kinds=REAL,
+            joint="logsumexp",
+            merge=_merge_logsumexp,
+        ),
     )
 }
 
@@ -698,6 +900,8 @@ def parse_fill(fill: Any, op: Op, data_dtype: np.dtype[Any]) -> Any:
     """``--fill`` as a scalar of the result dtype, parsed exactly (never through a float for
     integer results); a value the dtype cannot hold is a usage error naming it."""
     out_dtype = op.out_dtype(data_dtype)
+    if out_dtype.kind == "b":
+        return _bool_fill(fill, op)
     if out_dtype.kind in "iu":
         return _integer_fill(fill, out_dtype, op)
     try:
@@ -712,6 +916,21 @@ def parse_fill(fill: Any, op: Op, data_dtype: np.dtype[Any]) -> Any:
             f"(largest magnitude {np.finfo(out_dtype).max})"
         )
     return stored
+
+
+_BOOL_FILLS = {"true": True, "1": True, "false": False, "0": False}
+
+
+def _bool_fill(fill: Any, op: Op) -> Any:
+    """bool results take true/false/1/0 (any case), or a Python bool."""
+    if isinstance(fill, (bool, np.bool_)):
+        return np.bool_(fill)
+    value = _BOOL_FILLS.get(str(fill).strip().lower())
+    if value is None:
+        raise UsageError(
+            f"--fill {fill} cannot be stored in the bool result of {op.name} (true, false, 1 or 0)"
+        )
+    return np.bool_(value)
 
 
 def _integer_fill(fill: Any, out_dtype: np.dtype[Any], op: Op) -> Any:
@@ -774,6 +993,8 @@ def check_data_dtype(op: Op, data_dtype: np.dtype[Any], label: str) -> None:
     accepted = "float16/32/64, signed and unsigned integers"
     if op.accepts_complex:
         accepted += ", complex64/128"
+    if "b" in op.data_kinds:
+        accepted += ", bool"
     if kind in op.data_kinds:
         if data_dtype.itemsize > (16 if kind == "c" else 8):  # float128, complex256
             raise InvalidInputError(

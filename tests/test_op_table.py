@@ -122,8 +122,8 @@ def test_every_op_declares_its_parts() -> None:
             assert folds[intermediate.fold.kind] is intermediate.fold
         # A joint fold's intermediates merge together, never one by one.
         assert (op.merge is not None) == (op.joint is not None)
-        assert op.data_kinds in (ops.REAL, ops.ANY_NUMBER)
-        assert op.out_dtype(np.dtype(np.float32)).kind in "if"
+        assert op.data_kinds in (ops.REAL, ops.ANY_NUMBER, ops.WITH_BOOL)
+        assert op.out_dtype(np.dtype(np.float32)).kind in "ifb"
 
 
 # --- State: move, grow, trim -------------------------------------------------------------------

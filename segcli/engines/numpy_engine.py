@@ -11,6 +11,7 @@ split across streaming blocks gives the same bytes as one in memory. Sorted ids 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 from typing import ClassVar
 
@@ -58,6 +59,8 @@ _UFUNCS: dict[str, np.ufunc] = {
     "prod": np.multiply,
     "min": np.minimum,
     "max": np.maximum,
+    "any": np.logical_or,
+    "all": np.logical_and,
 }
 
 
@@ -293,8 +296,91 @@ def _fold_moments(
         np.add.at(arrays["shifted_squares"], flat, shifted * shifted)
 
 
+def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Equal, or both NaN."""
+    if a.dtype.kind != "f":
+        return np.asarray(a == b)
+    return np.asarray((a == b) | (np.isnan(a) & np.isnan(b)))
+
+
+def _arg_fold(extreme: str, ufunc: np.ufunc) -> JointFold:
+    """argmin/argmax: ``ufunc.at`` keeps the extreme (NaN propagates, so it wins); where it
+    moved, the row is the smallest of the chunk's rows holding the new extreme."""
+
+    def fold(
+        arrays: dict[str, np.ndarray],
+        flat: np.ndarray,
+        values: np.ndarray,
+        rows: np.ndarray,
+        fresh: np.ndarray,
+    ) -> None:
+        best, row = arrays[extreme], arrays["arg_row"]
+        before = best[flat]
+        with np.errstate(invalid="ignore"):
+            ufunc.at(best, flat, values)
+        after = best[flat]
+        # A fresh element moves even when its value equals the identity (+inf for argmin).
+        moved = ~_same(before, after) | (row[flat] < 0)
+        if moved.any():
+            row[flat[moved]] = np.iinfo(np.int64).max
+            hit = moved & _same(values, after)
+            np.minimum.at(row, flat[hit], rows[hit])
+
+    return fold
+
+
+def _pick_fold(row_name: str, ufunc: np.ufunc) -> JointFold:
+    """first/last: ``ufunc.at`` on the row numbers, then the value of the row that won."""
+
+    def fold(
+        arrays: dict[str, np.ndarray],
+        flat: np.ndarray,
+        values: np.ndarray,
+        rows: np.ndarray,
+        fresh: np.ndarray,
+    ) -> None:
+        row = arrays[row_name]
+        ufunc.at(row, flat, rows)
+        won = rows == row[flat]  # one row per element: rows differ
+        arrays["picked"][flat[won]] = values[won]
+
+    return fold
+
+
+def _fold_logsumexp(
+    arrays: dict[str, np.ndarray],
+    flat: np.ndarray,
+    values: np.ndarray,
+    rows: np.ndarray,
+    fresh: np.ndarray,
+) -> None:
+    """``exp(x) = m * 2**e`` with ``e = rint(x / ln 2)``, each from ``x`` alone; the sum keeps
+    ``m * 2**(e - scale)`` at the largest ``e`` so far. Moving a sum to a larger scale is a
+    power of two, exact, so the bytes do not depend on where the chunks were cut."""
+    x = values.astype(np.float64, copy=False)
+    with np.errstate(invalid="ignore"):
+        np.maximum.at(arrays["lse_max"], flat, x)
+    scaled = np.isfinite(x) & (np.abs(x) < ops.LARGEST_SCALED)
+    x = np.where(scaled, x, 0.0)
+    exponent = np.rint(x / math.log(2))
+    mantissa = np.where(scaled, np.exp(x - exponent * math.log(2)), 0.0)
+    exponent_int = np.where(scaled, exponent, ops.LOWEST_SCALE).astype(np.int64)
+    scale, sums = arrays["lse_scale"], arrays["lse_sum"]
+    before, sums_before = scale[flat], sums[flat]
+    np.maximum.at(scale, flat, exponent_int)
+    after = scale[flat]
+    moved = before != after
+    sums[flat[moved]] = ops.rescaled(sums_before[moved], before[moved] - after[moved])
+    np.add.at(sums, flat, ops.rescaled(mantissa, exponent_int - after))
+
+
 _JOINT_FOLDS: dict[str, JointFold] = {
     "moments": _fold_moments,
+    "argmin": _arg_fold("arg_min", np.minimum),
+    "argmax": _arg_fold("arg_max", np.maximum),
+    "first": _pick_fold("first_row", np.minimum),
+    "last": _pick_fold("last_row", np.maximum),
+    "logsumexp": _fold_logsumexp,
 }
 
 
