@@ -154,7 +154,7 @@ def test_row_order_decides_across_blocks_not_arrival(tmp_path: Path) -> None:
         for rows in (1, 3, 64):
             out = tmp_path / f"{op}{rows}.npy"
             run = invoke(op, *paths, "-n", 4, "--chunk-rows", rows, "-q", "-o", out)
-            assert run.exit_code == 0, run.output
+            assert run.exit_code == 0, run.stderr
             assert np.load(out).tobytes() == want.tobytes()
 
 
@@ -299,8 +299,8 @@ def test_complex_data_is_refused_naming_the_op(tmp_path: Path, op: str) -> None:
 
 @pytest.mark.parametrize("op", NEW_OPS)
 def test_cupy_refuses_ops_without_a_kernel(op: str) -> None:
-    if ops.OPS[op].joint is None and ops.OPS[op].fold is not None:
-        assert ops.OPS[op].fold.kind in ("any", "all")
+    fold = None if ops.OPS[op].joint else ops.OPS[op].fold
+    assert fold is None or fold.kind in ("any", "all")
     with pytest.raises(EngineUnavailableError, match=f"no kernel for {op} yet"):
         cupy_fold.refuse_without_kernel(ops.OPS[op])
     cupy_fold.refuse_without_kernel(ops.OPS["sum"])
@@ -321,7 +321,7 @@ def test_streamed_and_inferred_n_equal_in_memory(tmp_path: Path, op: str, sorted
     for rows in (1, 17, 1000):
         out = tmp_path / f"{rows}.npy"
         run = invoke(op, *paths, *family, "--chunk-rows", rows, "-q", "-o", out)
-        assert run.exit_code == 0, run.output
+        assert run.exit_code == 0, run.stderr
         assert np.load(out).tobytes() == want.tobytes()
 
 
@@ -346,7 +346,8 @@ def test_dask_partitions_merge_like_memory(dask_client: Any, tmp_path: Path) -> 
     data[17, 0] = np.nan
     ids = rng.integers(-1, 6, 400)
     paths = save(tmp_path, data, ids)
-    for op in [*NEW_OPS, ops.with_ddof("var", 1)]:
+    runs: list[str | ops.Op] = [*NEW_OPS, ops.with_ddof("var", 1)]
+    for op in runs:
         name = op if isinstance(op, str) else op.name
         spec = RunSpec(op=op, data=str(paths[0]), ids=str(paths[1]), block_rows=37)
         done = seg_dask.run(spec, None, client=dask_client)
