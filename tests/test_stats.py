@@ -358,3 +358,22 @@ def test_dask_partitions_merge_like_memory(dask_client: Any, tmp_path: Path) -> 
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
         else:
             assert got.tobytes() == want.tobytes(), name
+
+
+@pytest.mark.parametrize("ids_dtype", ["uint8", "int16", "uint64", ">i4"])
+def test_compiled_folds_read_ids_of_every_width(ids_dtype: str) -> None:
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(11)
+    data = rng.integers(0, 4, (500, 2)).astype(np.float64)
+    ids = rng.integers(0, 9, 500).astype(ids_dtype)
+    if np.dtype(ids_dtype).kind == "i":
+        ids[::13] = -1
+    in_order = np.sort(ids[ids >= 0]).astype(ids_dtype)
+    for op in ("var", "argmin", "argmax", "first", "last", "any", "all"):
+        want = reduce(data, ids, 9, op, engine="numpy")
+        assert reduce(data, ids, 9, op, engine="numba").tobytes() == want.tobytes(), op
+        # Sorted ids >= n (8 here) drop their rows.
+        rows = data[: in_order.size]
+        want = reduce(rows, in_order, 8, op, sorted=True, engine="numpy")
+        got = reduce(rows, in_order, 8, op, sorted=True, engine="numba")
+        assert got.tobytes() == want.tobytes(), op

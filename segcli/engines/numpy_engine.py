@@ -384,12 +384,24 @@ _JOINT_FOLDS: dict[str, JointFold] = {
 }
 
 
+def flat_intermediates(state: ops.State) -> dict[str, np.ndarray]:
+    """Each intermediate's one lane as a flat ``(n * inner_size,)`` view, written in place."""
+    views = {}
+    for intermediate in state.op.intermediates:
+        array = state.arrays[intermediate.name]
+        view = array[0].reshape(-1)
+        if view.size and not np.shares_memory(view, array):  # a copy would lose the writes
+            raise ValueError(f"{intermediate.name} is not contiguous")
+        views[intermediate.name] = view
+    return views
+
+
 def _fold_joint(state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int) -> None:
     """A joint fold, a chunk of rows at a time in row order (sorted ids or not: one lane)."""
     assert state.op.joint is not None
     fold = _JOINT_FOLDS[state.op.joint]
     width = data.shape[1]
-    arrays = {i.name: state.arrays[i.name][0].reshape(-1) for i in state.op.intermediates}
+    arrays = flat_intermediates(state)
     columns = np.arange(width, dtype=np.intp)
     step = max(1, _CHUNK_ELEMENTS // max(1, width))
     for start in range(0, ids.size, step):
