@@ -129,10 +129,15 @@ _COMBINES = {"sum": "add", "prod": "mul"}
 _KERNEL_KINDS = ("sum", "prod", "min", "max")
 
 
+def has_kernel(op: ops.Op) -> bool:
+    """Whether the kernels fold ``op`` (each of its intermediates alone, by a known kind)."""
+    return op.joint is None and all(i.fold.kind in _KERNEL_KINDS for i in op.intermediates)
+
+
 def refuse_without_kernel(op: ops.Op) -> None:
     """An op whose primitive has no CUDA kernel yet is refused before any row moves, never
     folded wrong."""
-    if op.joint is not None or (op.fold is not None and op.fold.kind not in _KERNEL_KINDS):
+    if not has_kernel(op):
         raise EngineUnavailableError(
             f"engine 'cupy' has no kernel for {op.name} yet; use --engine numpy or numba"
         )
