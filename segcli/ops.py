@@ -45,8 +45,15 @@ How to add an op (say a mergeable ``var``):
 An op whose intermediates are all folds the engines know needs step 2 and 4 only: engines fold
 an op's intermediates one at a time (:meth:`State.per_intermediate`, through
 ``Engine.fold``), each by its kind (``tests/test_op_table.py`` adds a ``range`` op that way).
-A fold that reads another intermediate as it goes (``m2`` reads the running mean and count) is
-the one new primitive each engine needs.
+A fold that reads another intermediate as it goes is the one new primitive each engine needs:
+a *joint* fold (:attr:`Op.joint`), whose intermediates (:data:`JOINT_FOLDS`) the engine folds
+together, in row order in one lane, and :attr:`Op.merge` merges. var and std keep sums of
+values shifted by the segment's first value; argmin, argmax, first and last keep a value and
+its global row number, so the row order, not the arrival order, decides a merge; logsumexp
+keeps a sum scaled by a power of two. The NumPy engine implements every joint fold
+(``numpy_engine._JOINT_FOLDS``); the numba engine compiles all but logsumexp's and takes the
+NumPy engine's fold for the rest; the CuPy engine refuses an op it has no kernel for
+(``cupy_fold.has_kernel``).
 """
 
 from __future__ import annotations
