@@ -377,3 +377,21 @@ def test_compiled_folds_read_ids_of_every_width(ids_dtype: str) -> None:
         want = reduce(rows, in_order, 8, op, sorted=True, engine="numpy")
         got = reduce(rows, in_order, 8, op, sorted=True, engine="numba")
         assert got.tobytes() == want.tobytes(), op
+
+
+def test_logsumexp_bytes_do_not_depend_on_where_blocks_cut(tmp_path: Path) -> None:
+    """Values whose maxima arrive late, so the sums move scale many times, at every cut."""
+    rng = np.random.default_rng(6)
+    data = np.sort(rng.standard_normal(120) * 400)  # rising: each block moves the scale up
+    data[::9] = -1e300
+    ids = rng.integers(0, 3, 120)
+    paths = save(tmp_path, data, ids)
+    want = reduce(data, ids, 3, "logsumexp")
+    np.testing.assert_allclose(
+        want, [np.logaddexp.reduce(data[ids == s]) for s in range(3)], rtol=1e-14
+    )
+    for rows in (1, 5, 64):
+        out = tmp_path / f"{rows}.npy"
+        run = invoke("logsumexp", *paths, "-n", 3, "--chunk-rows", rows, "-q", "-o", out)
+        assert run.exit_code == 0, run.stderr
+        assert np.load(out).tobytes() == want.tobytes()
