@@ -29,7 +29,7 @@ from segcli.errors import (
     UsageError,
     WriteError,
 )
-from segcli.op_names import OP_SUMMARIES
+from segcli.op_names import DDOF_OPS, OP_SUMMARIES
 
 if TYPE_CHECKING:
     from segcli.io import OutputSet
@@ -471,6 +471,14 @@ def _make_op_command(op: str) -> click.Command:
       segcli {op} flights.parquet --data-column arr_delay --by carrier,origin -o out.csv
       segcli {op} data.npy ids.npy -q | sort -k2 -g | tail -3     # the 3 largest
     """
+    if op in DDOF_OPS:
+        command = click.option(
+            "--ddof",
+            type=int,
+            metavar="D",
+            help="Delta degrees of freedom: divide by count - D (default 0; 1: sample "
+            "variance); a segment of D rows or fewer gives NaN.",
+        )(command)
     return click.command(name=op, epilog=EXIT_CODES_HELP)(command)
 
 

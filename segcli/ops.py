@@ -45,8 +45,15 @@ How to add an op (say a mergeable ``var``):
 An op whose intermediates are all folds the engines know needs step 2 and 4 only: engines fold
 an op's intermediates one at a time (:meth:`State.per_intermediate`, through
 ``Engine.fold``), each by its kind (``tests/test_op_table.py`` adds a ``range`` op that way).
-A fold that reads another intermediate as it goes (``m2`` reads the running mean and count) is
-the one new primitive each engine needs.
+A fold that reads another intermediate as it goes is the one new primitive each engine needs:
+a *joint* fold (:attr:`Op.joint`), whose intermediates (:data:`JOINT_FOLDS`) the engine folds
+together, in row order in one lane, and :attr:`Op.merge` merges. var and std keep sums of
+values shifted by the segment's first value; argmin, argmax, first and last keep a value and
+its global row number, so the row order, not the arrival order, decides a merge; logsumexp
+keeps a sum scaled by a power of two. The NumPy engine implements every joint fold
+(``numpy_engine._JOINT_FOLDS``); the numba engine compiles all but logsumexp's and takes the
+NumPy engine's fold for the rest; the CuPy engine refuses an op it has no kernel for
+(``cupy_fold.has_kernel``).
 """
 
 from __future__ import annotations
@@ -62,7 +69,7 @@ from typing import Any
 import numpy as np
 
 from segcli.errors import InvalidInputError, UsageError
-from segcli.op_names import OP_SUMMARIES
+from segcli.op_names import DDOF_OPS, OP_SUMMARIES
 
 # --- primitive folds -------------------------------------------------------------------------
 
@@ -81,6 +88,23 @@ def _min_identity(acc_dtype: np.dtype[Any]) -> Any:
 
 def _max_identity(acc_dtype: np.dtype[Any]) -> Any:
     return -np.inf if acc_dtype.kind == "f" else np.iinfo(acc_dtype).min
+
+
+def _no_row(acc_dtype: np.dtype[Any]) -> Any:
+    return -1
+
+
+def _after_every_row(acc_dtype: np.dtype[Any]) -> Any:
+    return np.iinfo(np.int64).max
+
+
+#: logsumexp's scale before any finite value: far below every value's exponent (|x| < 2**59
+#: gives exponents within +-2**60), and far from int64's end, so differences never wrap.
+LOWEST_SCALE = -(1 << 62)
+
+
+def _lowest_scale(acc_dtype: np.dtype[Any]) -> Any:
+    return LOWEST_SCALE
 
 
 @dataclass(frozen=True)
@@ -111,6 +135,40 @@ FOLDS: dict[str, Fold] = {
         Fold("max", np.maximum, _max_identity, rounds=False),
     )
 }
+
+#: The intermediates of joint folds (see :attr:`Op.joint`): an engine folds them together,
+#: in row order in one lane (whether they round or not), and :attr:`Op.merge` merges them;
+#: their ``merge`` ufunc is used by no one.
+JOINT_FOLDS: dict[str, Fold] = {
+    fold.kind: fold
+    for fold in (
+        # var/std: the segment's first value (its shift), and sums of the shifted values.
+        Fold("shift", np.add, _sum_identity, rounds=False),
+        Fold("shifted_sum", np.add, _sum_identity, rounds=True),
+        Fold("shifted_squares", np.add, _sum_identity, rounds=True),
+        # argmin/argmax: the extreme so far and the first row holding it (-1: none yet).
+        Fold("arg_min", np.minimum, _min_identity, rounds=False),
+        Fold("arg_max", np.maximum, _max_identity, rounds=False),
+        Fold("arg_row", np.maximum, _no_row, rounds=False),
+        # first/last: the value picked and its row.
+        Fold("picked", np.add, _sum_identity, rounds=False),
+        Fold("first_row", np.minimum, _after_every_row, rounds=False),
+        Fold("last_row", np.maximum, _no_row, rounds=False),
+        # logsumexp: the max (for +inf and NaN), and sum(exp(x)) as sum * 2**scale, where the
+        # scale is the largest of the values' binary exponents so far.
+        Fold("lse_max", np.maximum, _max_identity, rounds=False),
+        Fold("lse_scale", np.maximum, _lowest_scale, rounds=False),
+        Fold("lse_sum", np.add, _sum_identity, rounds=True),
+    )
+}
+
+#: Logical folds: any and all, in bool accumulators (NaN is non-zero, so True).
+FOLDS.update(
+    {
+        "any": Fold("any", np.logical_or, lambda dtype: False, rounds=False),
+        "all": Fold("all", np.logical_and, lambda dtype: True, rounds=False),
+    }
+)
 
 
 # --- dtype rules -----------------------------------------------------------------------------
@@ -155,6 +213,14 @@ def _count_out_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
     return np.dtype(np.int64)
 
 
+def _bool_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
+    return np.dtype(np.bool_)
+
+
+def _int64(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
+    return np.dtype(np.int64)
+
+
 # --- empty values (docs/semantics.md: finite extremes for min and max) ----------------------------
 
 
@@ -172,6 +238,22 @@ def _largest(out_dtype: np.dtype[Any]) -> Any:
 
 def _lowest(out_dtype: np.dtype[Any]) -> Any:
     return np.finfo(out_dtype).min if out_dtype.kind == "f" else np.iinfo(out_dtype).min
+
+
+def _false(out_dtype: np.dtype[Any]) -> Any:
+    return False
+
+
+def _true(out_dtype: np.dtype[Any]) -> Any:
+    return True
+
+
+def _minus_one(out_dtype: np.dtype[Any]) -> Any:
+    return -1
+
+
+def _minus_inf(out_dtype: np.dtype[Any]) -> Any:
+    return -np.inf
 
 
 # --- finalize functions ----------------------------------------------------------------------
@@ -216,6 +298,110 @@ def _as_is(count: np.ndarray) -> np.ndarray:
     return count
 
 
+def _variance(ddof: int, root: bool) -> Finalize:
+    """var (std with ``root``) from the sums of values shifted by the segment's first value:
+    ``m2 = sum(d^2) - sum(d)^2 / count``, exact enough where a plain sum of squares cancels."""
+
+    def finalize(parts: Mapping[str, np.ndarray], out_dtype: np.dtype[Any], owned: bool) -> Any:
+        count = parts["count"].astype(np.float64)[:, None]
+        shifted = parts["shifted_sum"]
+        m2 = parts["shifted_squares"] - shifted * (shifted / np.maximum(count, 1))
+        m2 = np.maximum(m2, 0.0)  # rounding may leave -tiny; NaN stays NaN
+        var = np.where(count > ddof, m2 / np.maximum(count - ddof, 1), np.nan)
+        return (np.sqrt(var) if root else var).astype(out_dtype)
+
+    return finalize
+
+
+def _logsumexp(parts: Mapping[str, np.ndarray], out_dtype: np.dtype[Any], owned: bool) -> Any:
+    """``log(sum) + scale * ln 2``; a max of +-inf, NaN or of magnitude 2**59 or more (where
+    adding log(count) <= 44 cannot change a float64) is the answer itself."""
+    top = parts["lse_max"]
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        values = np.log(parts["lse_sum"]) + parts["lse_scale"] * math.log(2)
+    values = np.where(np.isnan(top) | (np.abs(top) >= LARGEST_SCALED), top, values)
+    return values.astype(out_dtype)
+
+
+#: Values from here on skip logsumexp's scaled sum (see :func:`_logsumexp`).
+LARGEST_SCALED = float(1 << 59)
+
+
+def _merge_logsumexp(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Both sums moved to the larger scale (by powers of two: exact), then added."""
+    xp = array_namespace(a["count"])
+    scale = xp.maximum(a["lse_scale"], b["lse_scale"])
+    return {
+        "count": a["count"] + b["count"],
+        "lse_max": xp.maximum(a["lse_max"], b["lse_max"]),
+        "lse_scale": scale,
+        "lse_sum": rescaled(a["lse_sum"], a["lse_scale"] - scale, xp)
+        + rescaled(b["lse_sum"], b["lse_scale"] - scale, xp),
+    }
+
+
+def rescaled(sums: Any, shift: Any, xp: Any = np) -> Any:
+    """``sums * 2**shift`` for shifts <= 0 (exact, down to the subnormals)."""
+    return xp.ldexp(sums, xp.maximum(shift, -2000).astype(np.int32))
+
+
+def _merge_arg(extreme: str, better: Callable[[Any, Any], Any]) -> Callable[..., dict[str, Any]]:
+    """argmin/argmax: ``b``'s value and row where it is strictly better (NaN beats a number),
+    or where ``a`` holds none; ties keep ``a``'s row, the earlier."""
+
+    def merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+        xp = array_namespace(a["count"])
+        va, vb = a[extreme], b[extreme]
+        with np.errstate(invalid="ignore"):
+            wins = better(vb, va)
+            if va.dtype.kind in "fc":
+                wins = wins | (xp.isnan(vb) & ~xp.isnan(va))
+        take_b = (a["arg_row"] < 0) | ((b["arg_row"] >= 0) & wins)
+        return {
+            "count": a["count"] + b["count"],
+            extreme: xp.where(take_b, vb, va),
+            "arg_row": xp.where(take_b, b["arg_row"], a["arg_row"]),
+        }
+
+    return merge
+
+
+def _merge_pick(row: str, later_wins: bool) -> Callable[..., dict[str, Any]]:
+    """first/last: the value of the smaller (larger) row."""
+
+    def merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+        xp = array_namespace(a["count"])
+        take_b = b[row] > a[row] if later_wins else b[row] < a[row]
+        return {
+            "count": a["count"] + b["count"],
+            "picked": xp.where(take_b, b["picked"], a["picked"]),
+            row: xp.where(take_b, b[row], a[row]),
+        }
+
+    return merge
+
+
+def _merge_moments(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    """Chan's merge of shifted sums: ``b``'s sums move to ``a``'s shift (its first row is the
+    segment's first); a segment that ``a`` has not seen takes ``b``'s as they are."""
+    xp = array_namespace(a["count"])
+    seen_a = (a["count"] > 0)[None, :, None]
+    seen_b = (b["count"] > 0)[None, :, None]
+    n_b = b["count"].astype(np.float64)[None, :, None]
+    with np.errstate(invalid="ignore", over="ignore"):
+        delta = xp.where(seen_a & seen_b, b["shift"] - a["shift"], 0.0)
+        moved_sum = b["shifted_sum"] + n_b * delta
+        moved_squares = b["shifted_squares"] + 2.0 * delta * b["shifted_sum"] + n_b * delta * delta
+    return {
+        "count": a["count"] + b["count"],
+        "shift": xp.where(seen_a, a["shift"], b["shift"]),
+        "shifted_sum": xp.where(seen_a, a["shifted_sum"] + moved_sum, b["shifted_sum"]),
+        "shifted_squares": xp.where(
+            seen_a, a["shifted_squares"] + moved_squares, b["shifted_squares"]
+        ),
+    }
+
+
 # --- the op table ----------------------------------------------------------------------------
 
 
@@ -229,8 +415,8 @@ class Intermediate:
     acc_dtype: Callable[[np.dtype[Any]], np.dtype[Any]]
 
 
-#: Data dtype kinds: real numbers, and complex too.
-REAL, ANY_NUMBER = "iuf", "iufc"
+#: Data dtype kinds: real numbers, complex too, and bool too (any, all, count).
+REAL, ANY_NUMBER, WITH_BOOL = "iuf", "iufc", "biufc"
 
 
 @dataclass(frozen=True)
@@ -247,14 +433,26 @@ class Op:
     output_dtype: Callable[[np.dtype[Any]], np.dtype[Any]] = field(repr=False)
     #: The data dtype kinds accepted (min and max order values, so refuse complex).
     data_kinds: str = ANY_NUMBER
+    #: A joint fold: the name of the engine primitive that folds every intermediate at once
+    #: (each reads the others as it goes); None: each intermediate folds alone, by its kind.
+    joint: str | None = None
+    #: How two states of a joint op merge (rows of the first come first): ``merge(a, b)``
+    #: maps ``count`` and each intermediate of each state to the merged arrays.
+    merge: Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]] | None = field(
+        default=None, repr=False
+    )
+    #: ``--ddof`` of var and std (None: an op that takes none).
+    ddof: int | None = None
 
     @property
     def summary(self) -> str:
         return OP_SUMMARIES[self.name]
 
-    def __reduce__(self) -> tuple[Any, tuple[str]]:
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # Ops are compared by identity; an op sent to another process must come back as the
-        # table's own entry, not a copy.
+        # table's own entry (or the same ddof variant), not a copy.
+        if self.ddof is not None and self.ddof != 0:
+            return (with_ddof, (self.name, self.ddof))
         return (get_op, (self.name,))
 
     @property
@@ -288,7 +486,62 @@ class Op:
 
 def _keeps(name: str, dtype_rule: Callable[[np.dtype[Any]], np.dtype[Any]]) -> Intermediate:
     """An intermediate named after the primitive fold that builds it."""
-    return Intermediate(name, FOLDS[name], dtype_rule)
+    return Intermediate(name, FOLDS.get(name) or JOINT_FOLDS[name], dtype_rule)
+
+
+def _float64(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
+    return np.dtype(np.float64)
+
+
+_MOMENTS = (
+    _keeps("shift", _float64),
+    _keeps("shifted_sum", _float64),
+    _keeps("shifted_squares", _float64),
+)
+
+
+def _arg_op(
+    name: str,
+    extreme: str,
+    dtype_rule: Callable[[np.dtype[Any]], np.dtype[Any]],
+    better: Callable[[Any, Any], Any],
+) -> Op:
+    return Op(
+        name,
+        (_keeps(extreme, dtype_rule), _keeps("arg_row", _int64)),
+        finalize=_cast("arg_row"),
+        empty=_minus_one,
+        output_dtype=_int64,
+        data_kinds=REAL,
+        joint=name,
+        merge=_merge_arg(extreme, better),
+    )
+
+
+def _pick_op(name: str, row: str) -> Op:
+    return Op(
+        name,
+        (_keeps("picked", _own_dtype), _keeps(row, _int64)),
+        finalize=_cast("picked"),
+        empty=_zero,
+        output_dtype=_data_out_dtype,
+        joint=name,
+        merge=_merge_pick(row, later_wins=name == "last"),
+    )
+
+
+def _moments_op(name: str, ddof: int) -> Op:
+    return Op(
+        name,
+        _MOMENTS,
+        finalize=_variance(ddof, root=name == "std"),
+        empty=_zero,
+        output_dtype=_mean_out_dtype,
+        data_kinds=REAL,
+        joint="moments",
+        merge=_merge_moments,
+        ddof=ddof,
+    )
 
 
 OPS: dict[str, Op] = {
@@ -338,9 +591,70 @@ OPS: dict[str, Op] = {
             empty=_zero,
             output_dtype=_mean_out_dtype,
         ),
-        Op("count", (), finalize=_count_rows, empty=_zero, output_dtype=_count_out_dtype),
+        Op(
+            "count",
+            (),
+            finalize=_count_rows,
+            empty=_zero,
+            output_dtype=_count_out_dtype,
+            data_kinds=WITH_BOOL,
+        ),
+        _moments_op("var", 0),
+        _moments_op("std", 0),
+        _arg_op("argmin", "arg_min", _own_dtype, np.less),
+        _arg_op("argmax", "arg_max", _own_dtype, np.greater),
+        _pick_op("first", "first_row"),
+        _pick_op("last", "last_row"),
+        Op(
+            "any",
+            (_keeps("any", _bool_dtype),),
+            finalize=_cast("any"),
+            empty=_false,
+            output_dtype=_bool_dtype,
+            data_kinds=WITH_BOOL,
+        ),
+        Op(
+            "all",
+            (_keeps("all", _bool_dtype),),
+            finalize=_cast("all"),
+            empty=_true,
+            output_dtype=_bool_dtype,
+            data_kinds=WITH_BOOL,
+        ),
+        Op(
+            "logsumexp",
+            (
+                _keeps("lse_max", _float64),
+                _keeps("lse_scale", _int64),
+                _keeps("lse_sum", _float64),
+            ),
+            finalize=_logsumexp,
+            empty=_minus_inf,
+            output_dtype=_mean_out_dtype,
+            data_kinds=REAL,
+            joint="logsumexp",
+            merge=_merge_logsumexp,
+        ),
     )
 }
+
+_DDOF_VARIANTS: dict[tuple[str, int], Op] = {}
+
+
+def with_ddof(name: str | Op, ddof: int) -> Op:
+    """var or std with ``--ddof ddof``: the table's entry for 0, else one op per ddof (the same
+    object each time, since ops are compared by identity)."""
+    op = get_op(name)
+    if op.name not in DDOF_OPS:
+        raise UsageError(f"--ddof applies to {' and '.join(DDOF_OPS)} only, not {op.name}")
+    if isinstance(ddof, bool) or not isinstance(ddof, (int, np.integer)) or ddof < 0:
+        raise UsageError(f"--ddof {ddof!r} is not a non-negative integer")
+    if ddof == 0:
+        return OPS[op.name]
+    key = (op.name, int(ddof))
+    if key not in _DDOF_VARIANTS:
+        _DDOF_VARIANTS[key] = _moments_op(op.name, int(ddof))
+    return _DDOF_VARIANTS[key]
 
 
 def get_op(name: str | Op) -> Op:
@@ -359,10 +673,12 @@ LANES = 2
 LANE_ROWS = 1 << 16
 
 
-def fold_lanes(fold: Fold | None, acc_dtype: np.dtype[Any] | None, *, sorted_ids: bool) -> int:
+def fold_lanes(
+    fold: Fold | None, acc_dtype: np.dtype[Any] | None, *, sorted_ids: bool, joint: bool = False
+) -> int:
     """How many lanes an intermediate keeps: :data:`LANES` where the order of its fold
-    matters over unsorted ids; one otherwise."""
-    if not sorted_ids and acc_dtype is not None and fold is not None:
+    matters over unsorted ids; one otherwise, and always one in a joint fold (row order)."""
+    if not sorted_ids and not joint and acc_dtype is not None and fold is not None:
         return LANES if fold.order_matters(acc_dtype) else 1
     return 1
 
@@ -515,7 +831,9 @@ def state_bytes(
     per_segment = 8 + op.out_dtype(data_dtype).itemsize * inner_size(inner_shape)
     for intermediate in op.intermediates:
         acc_dtype = intermediate.acc_dtype(np.dtype(data_dtype))
-        lanes = fold_lanes(intermediate.fold, acc_dtype, sorted_ids=sorted_ids)
+        lanes = fold_lanes(
+            intermediate.fold, acc_dtype, sorted_ids=sorted_ids, joint=op.joint is not None
+        )
         per_segment += lanes * acc_dtype.itemsize * inner_size(inner_shape)
     return num_segments * per_segment
 
@@ -537,7 +855,9 @@ def new_state(
     for intermediate in op.intermediates:
         acc_dtype = intermediate.acc_dtype(np.dtype(data_dtype))
         if lanes is None:
-            kept = fold_lanes(intermediate.fold, acc_dtype, sorted_ids=sorted_ids)
+            kept = fold_lanes(
+                intermediate.fold, acc_dtype, sorted_ids=sorted_ids, joint=op.joint is not None
+            )
         else:
             kept = lanes
         shape = (kept, num_segments, inner_size(inner_shape))
@@ -552,6 +872,14 @@ def combine(a: State, b: State) -> State:
     """
     if a.op is not b.op or a.count.shape != b.count.shape:
         raise ValueError("cannot combine states of different reductions")
+    if a.op.merge is not None:
+        return State(
+            a.op,
+            a.data_dtype,
+            a.inner_shape,
+            a.op.merge(a.arrays, b.arrays),
+            max(a.next_row, b.next_row),
+        )
     arrays = {"count": a.count + b.count}
     for intermediate in a.op.intermediates:
         name = intermediate.name
@@ -579,6 +907,8 @@ def parse_fill(fill: Any, op: Op, data_dtype: np.dtype[Any]) -> Any:
     """``--fill`` as a scalar of the result dtype, parsed exactly (never through a float for
     integer results); a value the dtype cannot hold is a usage error naming it."""
     out_dtype = op.out_dtype(data_dtype)
+    if out_dtype.kind == "b":
+        return _bool_fill(fill, op)
     if out_dtype.kind in "iu":
         return _integer_fill(fill, out_dtype, op)
     try:
@@ -593,6 +923,21 @@ def parse_fill(fill: Any, op: Op, data_dtype: np.dtype[Any]) -> Any:
             f"(largest magnitude {np.finfo(out_dtype).max})"
         )
     return stored
+
+
+_BOOL_FILLS = {"true": True, "1": True, "false": False, "0": False}
+
+
+def _bool_fill(fill: Any, op: Op) -> Any:
+    """bool results take true/false/1/0 (any case), or a Python bool."""
+    if isinstance(fill, (bool, np.bool_)):
+        return np.bool_(fill)
+    value = _BOOL_FILLS.get(str(fill).strip().lower())
+    if value is None:
+        raise UsageError(
+            f"--fill {fill} cannot be stored in the bool result of {op.name} (true, false, 1 or 0)"
+        )
+    return np.bool_(value)
 
 
 def _integer_fill(fill: Any, out_dtype: np.dtype[Any], op: Op) -> Any:
@@ -655,6 +1000,8 @@ def check_data_dtype(op: Op, data_dtype: np.dtype[Any], label: str) -> None:
     accepted = "float16/32/64, signed and unsigned integers"
     if op.accepts_complex:
         accepted += ", complex64/128"
+    if "b" in op.data_kinds:
+        accepted += ", bool"
     if kind in op.data_kinds:
         if data_dtype.itemsize > (16 if kind == "c" else 8):  # float128, complex256
             raise InvalidInputError(

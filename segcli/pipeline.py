@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 import numpy as np
 
-from segcli import core, io, validate
+from segcli import core, io, ops, validate
 from segcli.drivers.base import Progress, RunSpec
 from segcli.drivers.choose import carry_out
 from segcli.errors import ExpectationError, UsageError, WriteError
@@ -55,6 +55,8 @@ class RunRequest:
     sorted_ids: bool = False
     engine: str = "auto"
     fill: str | None = None
+    #: ``--ddof`` of var and std (None: not given).
+    ddof: int | None = None
     data_column: str | None = None
     ids_column: str | None = None
     data_key: str | None = None
@@ -118,7 +120,7 @@ class RunRequest:
         by = self.key_columns()
         budget = memory_budget(self)
         return RunSpec(
-            op=self.op,
+            op=self.op if self.ddof is None else ops.with_ddof(self.op, self.ddof),
             data=self.data,
             ids=self.ids,
             data_column=self.data_column,

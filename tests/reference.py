@@ -20,7 +20,13 @@ def _wrap(value: int, dtype: np.dtype[Any]) -> int:
 
 
 def reference_reduce(
-    data: np.ndarray, ids: np.ndarray, n: int, op: str, *, sorted_ids: bool = False
+    data: np.ndarray,
+    ids: np.ndarray,
+    n: int,
+    op: str,
+    *,
+    sorted_ids: bool = False,
+    ddof: int = 0,
 ) -> np.ndarray:
     data = np.asarray(data)
     ids = np.asarray(ids)
@@ -39,12 +45,16 @@ def reference_reduce(
     dtype = data.dtype
     if op == "count":
         return np.array([len(m) for m in members], dtype=np.int64)
-    if op in ("mean", "sqrt_n"):
+    if op in MEAN_LIKE:
         out_dtype = (
             dtype
             if dtype.kind in "fc"
             else np.dtype(np.float32 if dtype.itemsize <= 2 else np.float64)
         )
+    elif op in ("argmin", "argmax"):
+        out_dtype = np.dtype(np.int64)
+    elif op in ("any", "all"):
+        out_dtype = np.dtype(np.bool_)
     else:
         out_dtype = dtype
     out = np.zeros((n, width), dtype=out_dtype)
@@ -53,12 +63,33 @@ def reference_reduce(
             values = [rows[r, column].item() for r in rows_in]
             # A product past the dtype's range is +-inf there, as in TF: no warning.
             with np.errstate(over="ignore"):
-                out[segment, column] = _one(values, op, dtype, out_dtype)
+                value = _one(values, op, dtype, out_dtype, ddof)
+                if op in ("argmin", "argmax") and value >= 0:
+                    value = rows_in[value]  # the row number of the flattened ids
+                out[segment, column] = value
     return out.reshape((n, *inner))
 
 
-def _one(values: list[Any], op: str, dtype: np.dtype[Any], out_dtype: np.dtype[Any]) -> Any:
+#: The ops whose result dtype is mean's.
+MEAN_LIKE = ("mean", "sqrt_n", "var", "std", "logsumexp")
+
+
+def _one(
+    values: list[Any], op: str, dtype: np.dtype[Any], out_dtype: np.dtype[Any], ddof: int
+) -> Any:
     integer = dtype.kind in "iu"
+    if op in ("var", "std"):
+        return _variance(values, ddof, op == "std")
+    if op in ("argmin", "argmax"):
+        return _arg(values, op == "argmin")
+    if op in ("first", "last"):
+        return (values[0] if op == "first" else values[-1]) if values else 0
+    if op == "any":
+        return any(bool(v) for v in values)
+    if op == "all":
+        return all(bool(v) for v in values)
+    if op == "logsumexp":
+        return _logsumexp([float(v) for v in values])
     if op == "sum":
         return (
             _wrap(sum(values), dtype)
@@ -88,3 +119,39 @@ def _one(values: list[Any], op: str, dtype: np.dtype[Any], out_dtype: np.dtype[A
         divisor = len(values) if op == "mean" else math.sqrt(len(values))
         return total / divisor
     raise ValueError(op)
+
+
+def _arg(values: list[Any], smallest: bool) -> int:
+    """The first row of the extreme; the first NaN is the extreme; -1 for none."""
+    best = -1
+    for k, value in enumerate(values):
+        if isinstance(value, float) and math.isnan(value):
+            return k
+        if best < 0 or (value < values[best] if smallest else value > values[best]):
+            best = k
+    return best
+
+
+def _logsumexp(values: list[float]) -> float:
+    if not values:
+        return -math.inf
+    if any(math.isnan(v) for v in values):
+        return math.nan
+    top = max(values)
+    if math.isinf(top):
+        return top
+    return top + math.log(math.fsum(math.exp(v - top) for v in values))
+
+
+def _variance(values: list[Any], ddof: int, root: bool) -> float:
+    """Two passes in exactly rounded sums: the mean, then the squared deviations from it."""
+    if not values:
+        return 0.0
+    if len(values) <= ddof:
+        return math.nan
+    floats = [float(v) for v in values]
+    if any(math.isnan(v) or math.isinf(v) for v in floats):
+        return math.nan
+    mean = math.fsum(floats) / len(floats)
+    var = math.fsum((v - mean) ** 2 for v in floats) / (len(floats) - ddof)
+    return math.sqrt(var) if root else var

@@ -117,10 +117,13 @@ def test_no_code_outside_the_op_table_asks_which_op_runs() -> None:
 
 def test_every_op_declares_its_parts() -> None:
     for op in ops.OPS.values():
+        folds = ops.JOINT_FOLDS if op.joint else ops.FOLDS
         for intermediate in op.intermediates:
-            assert ops.FOLDS[intermediate.fold.kind] is intermediate.fold
-        assert op.data_kinds in (ops.REAL, ops.ANY_NUMBER)
-        assert op.out_dtype(np.dtype(np.float32)).kind in "if"
+            assert folds[intermediate.fold.kind] is intermediate.fold
+        # A joint fold's intermediates merge together, never one by one.
+        assert (op.merge is not None) == (op.joint is not None)
+        assert op.data_kinds in (ops.REAL, ops.ANY_NUMBER, ops.WITH_BOOL)
+        assert op.out_dtype(np.dtype(np.float32)).kind in "ifb"
 
 
 # --- State: move, grow, trim -------------------------------------------------------------------

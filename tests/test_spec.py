@@ -30,6 +30,15 @@ SPEC_EXAMPLES = {
     "prod": [2, 1, 12, 1],
     "sqrt_n": [3 / np.sqrt(2), 0, 7 / np.sqrt(2), 0],
     "count": [2, 0, 2, 0],
+    "var": [0.25, 0, 0.25, 0],
+    "std": [0.5, 0, 0.5, 0],
+    "argmin": [0, -1, 2, -1],
+    "argmax": [1, -1, 3, -1],
+    "first": [1, 0, 3, 0],
+    "last": [2, 0, 4, 0],
+    "any": [True, False, True, False],
+    "all": [True, True, True, True],
+    "logsumexp": [np.logaddexp(1, 2), -np.inf, np.logaddexp(3, 4), -np.inf],
 }
 
 
@@ -41,9 +50,12 @@ def test_every_op_of_the_table_has_its_worked_example():
 @pytest.mark.parametrize("sorted_ids", [False, True])
 def test_spec_examples(engine, op, expected, sorted_ids):
     result = reduce(EXAMPLE_DATA, EXAMPLE_IDS, 4, op, engine, sorted=sorted_ids)
-    want = np.array(expected, dtype=np.int64 if op == "count" else np.float32)
+    want = np.array(expected, dtype=segcli.OPS[op].out_dtype(np.dtype(np.float32)))
     assert result.dtype == want.dtype
-    np.testing.assert_array_equal(result, want)
+    if op == "logsumexp":  # a logarithm: to within the float32 result's rounding
+        np.testing.assert_allclose(result, want, rtol=1e-7)
+    else:
+        np.testing.assert_array_equal(result, want)
 
 
 def test_multidimensional_ids_drop_negative_rows(engine):
@@ -276,15 +288,25 @@ def test_ids_shape_must_be_a_prefix_of_data_shape():
 @pytest.mark.parametrize("op", list(segcli.OPS))
 @pytest.mark.parametrize("dtype", [bool, object])
 def test_bool_and_object_data_are_errors(dtype, op):
+    if dtype is bool and op in ("any", "all", "count"):
+        pytest.skip("any, all and count take bool data (test_any_all_count_take_bool)")
     message = error_of(np.array([1, 0], dtype=dtype), [0, 0], op=op)
     assert f"{np.dtype(dtype)} data is not supported by {op} (accepted:" in message
 
 
-def test_only_min_and_max_refuse_complex():
-    assert [name for name, op in segcli.OPS.items() if not op.accepts_complex] == ["min", "max"]
+def test_any_all_count_take_bool(engine):
+    data, ids = np.array([True, False, False, False, True]), [0, 0, 1, 1, 2]
+    np.testing.assert_array_equal(reduce(data, ids, 4, "any", engine), [1, 0, 1, 0])
+    np.testing.assert_array_equal(reduce(data, ids, 4, "all", engine), [0, 0, 1, 1])
+    np.testing.assert_array_equal(reduce(data, ids, 4, "count", engine), [2, 2, 1, 0])
 
 
-@pytest.mark.parametrize("op", ["min", "max"])
+def test_ops_that_order_or_take_logs_refuse_complex():
+    refusing = [name for name, op in segcli.OPS.items() if not op.accepts_complex]
+    assert refusing == ["min", "max", "var", "std", "argmin", "argmax", "logsumexp"]
+
+
+@pytest.mark.parametrize("op", ["min", "max", "var", "std", "argmin", "argmax", "logsumexp"])
 def test_min_max_refuse_complex(op):
     message = error_of(np.ones(2, np.complex64), [0, 0], op=op)
     assert "complex64 data is not supported by " + op in message

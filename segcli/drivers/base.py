@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 import numpy as np
 
+from segcli import ops
 from segcli.core import Reduction
 from segcli.engines import Engine
 from segcli.io import CsvOptions
@@ -29,7 +30,8 @@ Progress = Callable[[int, int], None]
 class RunSpec:
     """What to reduce: the inputs, the op and its rules, the engine and the memory limits."""
 
-    op: str
+    #: An op name, or an op of the table with its options (``ops.with_ddof``).
+    op: str | ops.Op
     #: DATA's location: a path, a glob or directory (Dask), or ``-`` for :attr:`stdin`.
     data: str
     #: IDS' location; None takes both from one table (two columns) or one archive (two keys).

@@ -72,10 +72,11 @@ class Engine:
         """Fold the next block of rows into ``state`` (the rows after those folded so far).
 
         An op of several intermediates folds them one after another, each through the
-        engine's path for its fold kind (:meth:`segcli.ops.State.per_intermediate`).
+        engine's path for its fold kind (:meth:`segcli.ops.State.per_intermediate`), unless
+        it is a joint fold (:attr:`segcli.ops.Op.joint`), which the engine folds at once.
         """
         first_row = state.next_row
-        if len(state.op.intermediates) <= 1:
+        if len(state.op.intermediates) <= 1 or state.op.joint is not None:
             self.fold_block(state, data, ids, sorted_ids=sorted_ids, first_row=first_row)
         else:
             for k, view in enumerate(state.per_intermediate()):

@@ -46,7 +46,13 @@ import numpy as np
 from segcli import ops
 from segcli.engines import cupy_kernels as K
 from segcli.engines.base import Engine
-from segcli.engines.cupy_fold import BLOCK_BYTES, FoldOptions, fold_block, plan_blocks
+from segcli.engines.cupy_fold import (
+    BLOCK_BYTES,
+    FoldOptions,
+    fold_block,
+    plan_blocks,
+    refuse_without_kernel,
+)
 
 #: Host-to-device transfers go through two pinned buffers of this many bytes (data + ids).
 CHUNK_BYTES = 64 << 20
@@ -325,6 +331,7 @@ class CupyEngine(Engine):
         self, state: ops.State, data: Any, ids: Any, *, sorted_ids: bool, first_row: int
     ) -> None:
         """Fold rows (``data`` 2-D, ``ids`` 1-D; NumPy or CuPy) into the device state."""
+        refuse_without_kernel(state.op)
         self._to_device(state)
         rows = int(ids.shape[0])
         if rows == 0 or state.num_segments == 0:

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from segcli import ops
+from segcli.errors import EngineUnavailableError
 
 #: The fold plan's block: rows of data + ids per block. The plan depends only on the input's
 #: shape and dtypes (never on free memory or timing), so a float sum's rounding is the same on
@@ -124,6 +125,22 @@ def scatter_mode(op: ops.Op, acc_dtype: np.dtype[Any] | None, fast_atomics: bool
 
 #: The ordered fold's ``combine`` template argument for each order-dependent fold kind.
 _COMBINES = {"sum": "add", "prod": "mul"}
+#: The fold kinds the kernels fold (scatter modes or the ordered fold).
+_KERNEL_KINDS = ("sum", "prod", "min", "max")
+
+
+def has_kernel(op: ops.Op) -> bool:
+    """Whether the kernels fold ``op`` (each of its intermediates alone, by a known kind)."""
+    return op.joint is None and all(i.fold.kind in _KERNEL_KINDS for i in op.intermediates)
+
+
+def refuse_without_kernel(op: ops.Op) -> None:
+    """An op whose primitive has no CUDA kernel yet is refused before any row moves, never
+    folded wrong."""
+    if not has_kernel(op):
+        raise EngineUnavailableError(
+            f"engine 'cupy' has no kernel for {op.name} yet; use --engine numpy or numba"
+        )
 
 
 def kernel_values(data: Any, xp: Any) -> Any:

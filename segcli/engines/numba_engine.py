@@ -38,6 +38,7 @@ from segcli.engines import numba_cache
 from segcli.engines import numba_kernels as kernels
 from segcli.engines.base import Engine
 from segcli.engines.numpy_engine import ENGINE as NUMPY_ENGINE
+from segcli.engines.numpy_engine import flat_intermediates
 
 #: Threads the folds may use: the cores this process may run on.
 THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -70,6 +71,45 @@ _KERNEL_KINDS: dict[str, int] = {
 _MERGES: dict[int, np.ufunc] = {
     value: ops.FOLDS[kind].merge for kind, value in _KERNEL_KINDS.items()
 }
+
+
+def _has_kernel(fold: ops.Fold | None) -> bool:
+    """Whether the kernels fold this primitive (count, which keeps no fold, is theirs too)."""
+    return fold is None or fold.kind in _KERNEL_KINDS
+
+
+def _fold_joint(state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int) -> bool:
+    """The compiled joint and logical folds (:mod:`segcli.engines.numba_stats`), one thread in
+    row order; False where none applies (logsumexp, float16, and the ops of the kernels)."""
+    op = state.op
+    primitive = op.joint or (op.fold.kind if op.fold is not None else None)
+    if primitive not in _STATS_KERNELS or data.dtype == np.float16:
+        return False
+    from segcli.engines import numba_stats
+
+    _announce_compilation()
+    data, ids = _native(data), _native(ids)
+    flat = flat_intermediates(state)
+    count = state.count
+    if primitive in ("argmin", "argmax"):
+        (extreme, _) = (i.name for i in op.intermediates)
+        smallest = primitive == "argmin"
+        numba_stats.fold_arg(data, ids, flat[extreme], flat["arg_row"], count, first_row, smallest)
+    elif primitive in ("first", "last"):
+        (_, row) = (i.name for i in op.intermediates)
+        latest = primitive == "last"
+        numba_stats.fold_pick(data, ids, flat["picked"], flat[row], count, first_row, latest)
+    elif primitive == "moments":
+        sums, squares = flat["shifted_sum"], flat["shifted_squares"]
+        numba_stats.fold_moments(data, ids, flat["shift"], sums, squares, count)
+    else:
+        numba_stats.fold_logical(data, ids, flat[primitive], count, primitive == "all")
+    return True
+
+
+#: The primitives :func:`_fold_joint` compiles (joint folds and logical folds).
+_STATS_KERNELS = ("argmin", "argmax", "first", "last", "moments", "any", "all")
+
 
 _pool: ThreadPoolExecutor | None = None
 _announced = False
@@ -406,6 +446,15 @@ class NumbaEngine(Engine):
         first_row: int,
     ) -> None:
         if ids.shape[0] == 0 or state.num_segments == 0:
+            return
+        if _fold_joint(state, data, ids, first_row):
+            return
+        if state.op.joint is not None or not _has_kernel(state.op.fold):
+            # No compiled kernel for this primitive (yet): the NumPy engine's fold, which
+            # gives the same bytes.
+            # No compiled kernel for this primitive (yet): the NumPy engine's fold, which
+            # gives the same bytes.
+            NUMPY_ENGINE.fold_block(state, data, ids, sorted_ids=sorted_ids, first_row=first_row)
             return
         _announce_compilation()
         ids = _native(ids)

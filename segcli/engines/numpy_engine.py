@@ -11,7 +11,8 @@ split across streaming blocks gives the same bytes as one in memory. Sorted ids 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from typing import ClassVar
 
 import numpy as np
@@ -58,6 +59,8 @@ _UFUNCS: dict[str, np.ufunc] = {
     "prod": np.multiply,
     "min": np.minimum,
     "max": np.maximum,
+    "any": np.logical_or,
+    "all": np.logical_and,
 }
 
 
@@ -90,6 +93,9 @@ class NumpyEngine(Engine):
         first_row: int,
     ) -> None:
         if ids.size == 0:
+            return
+        if state.op.joint is not None:
+            _fold_joint(state, data, ids, first_row)
             return
         if not sorted_ids:
             lanes = ops.lane_pieces(first_row, ids.size, state.lanes)
@@ -258,6 +264,160 @@ def _fold_rows(ufunc: np.ufunc, acc: np.ndarray, values: np.ndarray, ids: np.nda
         block_ids = ids[start : start + step]
         flat_index = (block_ids[:, None] * width + columns).reshape(-1)
         ufunc.at(flat_acc, flat_index, values[start : start + step].reshape(-1))
+
+
+# --- joint folds: every intermediate of the op at once, in row order, one lane --------------
+
+#: ``fold(arrays, flat, values, rows, fresh)``: ``arrays`` maps each intermediate to its flat
+#: ``(n * inner_size,)`` view; ``flat`` the element of each value, ``values`` the data's own
+#: dtype, ``rows`` each value's global row number (ascending), ``fresh`` whether its segment
+#: had no row before this chunk.
+JointFold = Callable[[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
+
+
+def _fold_moments(
+    arrays: dict[str, np.ndarray],
+    flat: np.ndarray,
+    values: np.ndarray,
+    rows: np.ndarray,
+    fresh: np.ndarray,
+) -> None:
+    """Sums of values shifted by the segment's first value (in row order, so the shift does not
+    depend on how rows were cut into blocks)."""
+    x = values.astype(np.float64, copy=False)
+    shift = arrays["shift"]
+    if fresh.any():
+        # np.unique gives each element's first occurrence: the earliest row of the chunk.
+        elements, first = np.unique(flat[fresh], return_index=True)
+        shift[elements] = x[fresh][first]
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, as NumPy's var
+        shifted = x - shift[flat]
+        np.add.at(arrays["shifted_sum"], flat, shifted)
+        np.add.at(arrays["shifted_squares"], flat, shifted * shifted)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Equal, or both NaN."""
+    if a.dtype.kind != "f":
+        return np.asarray(a == b)
+    return np.asarray((a == b) | (np.isnan(a) & np.isnan(b)))
+
+
+def _arg_fold(extreme: str, ufunc: np.ufunc) -> JointFold:
+    """argmin/argmax: ``ufunc.at`` keeps the extreme (NaN propagates, so it wins); where it
+    moved, the row is the smallest of the chunk's rows holding the new extreme."""
+
+    def fold(
+        arrays: dict[str, np.ndarray],
+        flat: np.ndarray,
+        values: np.ndarray,
+        rows: np.ndarray,
+        fresh: np.ndarray,
+    ) -> None:
+        best, row = arrays[extreme], arrays["arg_row"]
+        before = best[flat]
+        with np.errstate(invalid="ignore"):
+            ufunc.at(best, flat, values)
+        after = best[flat]
+        # A fresh element moves even when its value equals the identity (+inf for argmin).
+        moved = ~_same(before, after) | (row[flat] < 0)
+        if moved.any():
+            row[flat[moved]] = np.iinfo(np.int64).max
+            hit = moved & _same(values, after)
+            np.minimum.at(row, flat[hit], rows[hit])
+
+    return fold
+
+
+def _pick_fold(row_name: str, ufunc: np.ufunc) -> JointFold:
+    """first/last: ``ufunc.at`` on the row numbers, then the value of the row that won."""
+
+    def fold(
+        arrays: dict[str, np.ndarray],
+        flat: np.ndarray,
+        values: np.ndarray,
+        rows: np.ndarray,
+        fresh: np.ndarray,
+    ) -> None:
+        row = arrays[row_name]
+        ufunc.at(row, flat, rows)
+        won = rows == row[flat]  # one row per element: rows differ
+        arrays["picked"][flat[won]] = values[won]
+
+    return fold
+
+
+def _fold_logsumexp(
+    arrays: dict[str, np.ndarray],
+    flat: np.ndarray,
+    values: np.ndarray,
+    rows: np.ndarray,
+    fresh: np.ndarray,
+) -> None:
+    """``exp(x) = m * 2**e`` with ``e = rint(x / ln 2)``, each from ``x`` alone; the sum keeps
+    ``m * 2**(e - scale)`` at the largest ``e`` so far. Moving a sum to a larger scale is a
+    power of two, exact, so the bytes do not depend on where the chunks were cut."""
+    x = values.astype(np.float64, copy=False)
+    with np.errstate(invalid="ignore"):
+        np.maximum.at(arrays["lse_max"], flat, x)
+    scaled = np.isfinite(x) & (np.abs(x) < ops.LARGEST_SCALED)
+    x = np.where(scaled, x, 0.0)
+    exponent = np.rint(x / math.log(2))
+    mantissa = np.where(scaled, np.exp(x - exponent * math.log(2)), 0.0)
+    exponent_int = np.where(scaled, exponent, ops.LOWEST_SCALE).astype(np.int64)
+    scale, sums = arrays["lse_scale"], arrays["lse_sum"]
+    before, sums_before = scale[flat], sums[flat]
+    np.maximum.at(scale, flat, exponent_int)
+    after = scale[flat]
+    moved = before != after
+    sums[flat[moved]] = ops.rescaled(sums_before[moved], before[moved] - after[moved])
+    np.add.at(sums, flat, ops.rescaled(mantissa, exponent_int - after))
+
+
+_JOINT_FOLDS: dict[str, JointFold] = {
+    "moments": _fold_moments,
+    "argmin": _arg_fold("arg_min", np.minimum),
+    "argmax": _arg_fold("arg_max", np.maximum),
+    "first": _pick_fold("first_row", np.minimum),
+    "last": _pick_fold("last_row", np.maximum),
+    "logsumexp": _fold_logsumexp,
+}
+
+
+def flat_intermediates(state: ops.State) -> dict[str, np.ndarray]:
+    """Each intermediate's one lane as a flat ``(n * inner_size,)`` view, written in place."""
+    views = {}
+    for intermediate in state.op.intermediates:
+        array = state.arrays[intermediate.name]
+        view = array[0].reshape(-1)
+        if view.size and not np.shares_memory(view, array):  # a copy would lose the writes
+            raise ValueError(f"{intermediate.name} is not contiguous")
+        views[intermediate.name] = view
+    return views
+
+
+def _fold_joint(state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int) -> None:
+    """A joint fold, a chunk of rows at a time in row order (sorted ids or not: one lane)."""
+    assert state.op.joint is not None
+    fold = _JOINT_FOLDS[state.op.joint]
+    width = data.shape[1]
+    arrays = flat_intermediates(state)
+    columns = np.arange(width, dtype=np.intp)
+    step = max(1, _CHUNK_ELEMENTS // max(1, width))
+    for start in range(0, ids.size, step):
+        stop = min(ids.size, start + step)
+        chunk_ids = ids[start:stop]
+        keep = _kept_rows(chunk_ids, state.num_segments)
+        index = chunk_ids.astype(np.intp)
+        rows = np.arange(first_row + start, first_row + stop, dtype=np.int64)
+        values = data[start:stop]
+        if keep is not None:
+            index, rows, values = index[keep], rows[keep], values[keep]
+        if width and index.size:
+            fresh = np.repeat(state.count[index] == 0, width)
+            flat = (index[:, None] * width + columns).reshape(-1)
+            fold(arrays, flat, values.reshape(-1), np.repeat(rows, width), fresh)
+        _count_into(state.count, index)
 
 
 ENGINE = NumpyEngine()

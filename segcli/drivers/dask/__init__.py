@@ -91,7 +91,7 @@ def run(
     op = ops.get_op(spec.op)
     plan = plan_run(spec)
     n = _check_inputs(spec, op, plan)
-    job = Job(op.name, n, spec.sorted_ids, int(np.prod(plan.data.shape, dtype=np.int64)))
+    job = Job(op, n, spec.sorted_ids, int(np.prod(plan.data.shape, dtype=np.int64)))
     address = spec.scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
     started = time.perf_counter()
     with _cluster(address, client) as (client, where):

@@ -28,7 +28,7 @@ CPU_ENGINES = ("numba", "numpy")
 class Job:
     """What every partition task of one run shares."""
 
-    op: str
+    op: str | ops.Op
     num_segments: int | None
     sorted_ids: bool
     #: Data elements of the whole run: ``auto`` picks the engine as for a single machine.

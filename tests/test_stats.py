@@ -1,0 +1,397 @@
+"""The mergeable statistics of SPEC Part 2: var, std, argmin, argmax, first, last, any, all,
+logsumexp (numerics, ties, special values, --ddof, bool fills, streaming and Dask)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import segcli
+from segcli import ops
+from segcli.cli import main
+from segcli.engines import cupy_fold
+from segcli.errors import EngineUnavailableError, UsageError
+from segcli.signals import HANDLED
+
+NEW_OPS = ["var", "std", "argmin", "argmax", "first", "last", "any", "all", "logsumexp"]
+#: Results computed with arithmetic after the folds; the rest pick a value or a row.
+ARITHMETIC = ("var", "std", "logsumexp")
+
+
+def reduce(data: Any, ids: Any, n: int | None, op: str | ops.Op, **kwargs: Any) -> np.ndarray:
+    result: np.ndarray = segcli.segment_reduce(data, ids, n, op, **kwargs)
+    return result
+
+
+@dataclass
+class Ran:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+def invoke(*args: Any) -> Ran:
+    """segcli's own entry point in this process (one-line usage errors and all)."""
+    saved = {signum: signal.getsignal(signum) for signum in HANDLED}
+    with CliRunner().isolation() as (stdout, stderr, _):
+        try:
+            main([str(a) for a in args])
+            code = 0
+        except SystemExit as exit:
+            code = int(exit.code or 0)
+        finally:
+            for signum, handler in saved.items():
+                signal.signal(signum, handler)
+        return Ran(code, stdout.getvalue().decode(), stderr.getvalue().decode())
+
+
+def save(tmp_path: Path, data: np.ndarray, ids: np.ndarray) -> tuple[Path, Path]:
+    np.save(tmp_path / "data.npy", data)
+    np.save(tmp_path / "ids.npy", ids)
+    return tmp_path / "data.npy", tmp_path / "ids.npy"
+
+
+# --- var and std: the numerics rule ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sorted_ids", [False, True])
+def test_var_of_large_offsets_meets_1e_9_against_two_passes(engine: str, sorted_ids: bool) -> None:
+    rng = np.random.default_rng(14)
+    data = 1e9 + rng.random(200_000)
+    ids = rng.integers(0, 50, data.size)
+    if sorted_ids:
+        ids = np.sort(ids)
+    for ddof in (0, 1):
+        got = reduce(data, ids, 50, ops.with_ddof("var", ddof), sorted=sorted_ids, engine=engine)
+        two_pass = np.array([np.var(data[ids == s], ddof=ddof) for s in range(50)])
+        np.testing.assert_allclose(got, two_pass, rtol=1e-9, atol=0)
+        std = reduce(data, ids, 50, ops.with_ddof("std", ddof), sorted=sorted_ids, engine=engine)
+        np.testing.assert_allclose(std, np.sqrt(two_pass), rtol=1e-9, atol=0)
+
+
+def test_a_sum_of_squares_would_fail_the_rule() -> None:
+    """The data of the rule is hard: the textbook formula misses it by far."""
+    data = 1e9 + np.random.default_rng(14).random(10_000)
+    naive = np.mean(data * data) - np.mean(data) ** 2
+    assert abs(naive - np.var(data)) / np.var(data) > 1e-9
+
+
+def test_var_bytes_do_not_depend_on_blocks_lanes_or_engines(engine: str) -> None:
+    rng = np.random.default_rng(3)
+    data = (1e6 + rng.standard_normal((5_000, 2))).astype(np.float64)
+    ids = rng.integers(-1, 7, 5_000)
+    want = reduce(data, ids, 7, "var", engine="numpy")
+    assert reduce(data, ids, 7, "var", engine=engine).tobytes() == want.tobytes()
+
+
+def test_count_at_most_ddof_gives_nan_and_empty_gives_the_fill(engine: str) -> None:
+    data, ids = np.array([1.0, 2.0, 4.0, 7.0]), np.array([0, 0, 0, 1])
+    got = reduce(data, ids, 3, ops.with_ddof("var", 1), engine=engine)
+    np.testing.assert_array_equal(got, [7 / 3, np.nan, 0.0])
+    got = reduce(data, ids, 3, ops.with_ddof("std", 3), engine=engine, fill=-1)
+    np.testing.assert_array_equal(got, [np.nan, np.nan, -1.0])
+
+
+def test_var_of_integers_is_a_float_and_nan_propagates(engine: str) -> None:
+    got = reduce(np.array([1, 2, 3, 4], np.int16), [0, 0, 1, 1], 2, "var", engine=engine)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, [0.25, 0.25])
+    got = reduce(np.array([1.0, np.nan, np.inf, 1.0]), [0, 0, 1, 1], 2, "std", engine=engine)
+    assert np.isnan(got).all()
+
+
+# --- argmin and argmax --------------------------------------------------------------------------
+
+
+def test_argmin_argmax_ties_take_the_first_row(engine: str) -> None:
+    data = np.array([5.0, 1.0, 1.0, 9.0, 9.0, 3.0, 2.0])
+    ids = np.array([0, 0, 0, 0, 0, -1, 2])
+    assert reduce(data, ids, 4, "argmin", engine=engine).tolist() == [1, -1, 6, -1]
+    assert reduce(data, ids, 4, "argmax", engine=engine).tolist() == [3, -1, 6, -1]
+
+
+def test_argmin_argmax_the_first_nan_wins(engine: str) -> None:
+    data = np.array([5.0, np.nan, -np.inf, np.nan, np.inf])
+    ids = np.zeros(5, np.int64)
+    assert reduce(data, ids, 1, "argmin", engine=engine).tolist() == [1]
+    assert reduce(data, ids, 1, "argmax", engine=engine).tolist() == [1]
+    # A segment of the fold's identity (+inf for argmin) still names its row.
+    assert reduce(np.array([np.inf, np.inf]), [0, 0], 1, "argmin", engine=engine).tolist() == [0]
+    assert reduce(np.array([255, 255], np.uint8), [1, 1], 2, "argmin").tolist() == [-1, 0]
+
+
+def test_argmax_row_numbers_are_those_of_the_flattened_ids(engine: str) -> None:
+    data = np.array([[1, 9], [9, 2], [9, 9]], dtype=np.int32)[:, :, None].repeat(2, axis=2)
+    ids = np.array([[0, 1], [1, 0], [0, 1]])
+    got = reduce(data, ids, 2, "argmax", engine=engine)
+    assert got.shape == (2, 2)
+    # Rows of the flattened ids: segment 0 holds rows 0, 3, 4 (values 1, 2, 9).
+    assert got.tolist() == [[4, 4], [1, 1]]
+
+
+def test_row_order_decides_across_blocks_not_arrival(tmp_path: Path) -> None:
+    """Each block's candidates are later rows: ties across blocks keep the earlier row."""
+    rng = np.random.default_rng(2)
+    data = rng.integers(0, 3, 500).astype(np.float32)
+    ids = rng.integers(0, 4, 500)
+    paths = save(tmp_path, data, ids)
+    for op in ("argmin", "argmax", "first", "last"):
+        want = reduce(data, ids, 4, op)
+        expected = {
+            "argmin": [np.flatnonzero(ids == s)[np.argmin(data[ids == s])] for s in range(4)],
+            "argmax": [np.flatnonzero(ids == s)[np.argmax(data[ids == s])] for s in range(4)],
+            "first": [data[ids == s][0] for s in range(4)],
+            "last": [data[ids == s][-1] for s in range(4)],
+        }[op]
+        np.testing.assert_array_equal(want, expected)
+        for rows in (1, 3, 64):
+            out = tmp_path / f"{op}{rows}.npy"
+            run = invoke(op, *paths, "-n", 4, "--chunk-rows", rows, "-q", "-o", out)
+            assert run.exit_code == 0, run.stderr
+            assert np.load(out).tobytes() == want.tobytes()
+
+
+# --- first and last -----------------------------------------------------------------------------
+
+
+def test_first_last_keep_the_data_dtype_and_fill_with_zero(engine: str) -> None:
+    data = np.array([1 + 2j, 3j, 5, 7], np.complex64)
+    ids = np.array([2, 0, 2, 0])
+    first = reduce(data, ids, 3, "first", engine=engine)
+    assert first.dtype == np.complex64
+    np.testing.assert_array_equal(first, [3j, 0, 1 + 2j])
+    np.testing.assert_array_equal(reduce(data, ids, 3, "last", engine=engine), [7, 0, 5])
+
+
+# --- any and all --------------------------------------------------------------------------------
+
+
+def test_any_all_nan_is_non_zero(engine: str) -> None:
+    data = np.array([0.0, np.nan, 0.0, 0.0, np.nan, -0.0])
+    ids = np.array([0, 0, 1, 1, 2, 2])
+    assert reduce(data, ids, 4, "any", engine=engine).tolist() == [True, False, True, False]
+    assert reduce(data, ids, 4, "all", engine=engine).tolist() == [False, False, False, True]
+
+
+@pytest.mark.parametrize("sorted_ids", [False, True])
+def test_any_all_of_bool_and_complex_data(engine: str, sorted_ids: bool) -> None:
+    ids = np.array([0, 0, 1, 1, 3])
+    flags = np.array([True, False, False, False, True])
+    assert reduce(flags, ids, 4, "any", sorted=sorted_ids, engine=engine).dtype == np.bool_
+    assert reduce(flags, ids, 4, "all", sorted=sorted_ids, engine=engine).tolist() == [
+        False,
+        False,
+        True,
+        True,
+    ]
+    numbers = np.array([0, 1j, 0, 0, 2], np.complex128)
+    assert reduce(numbers, ids, 4, "any", sorted=sorted_ids, engine=engine).tolist() == [
+        True,
+        False,
+        False,
+        True,
+    ]
+
+
+# --- logsumexp ----------------------------------------------------------------------------------
+
+
+def test_logsumexp_does_not_overflow(engine: str) -> None:
+    data = np.array([1000.0, 1000.0, -1000.0, -1000.0, 1e300, -1e300, 0.0])
+    ids = np.array([0, 0, 1, 1, 2, 2, 2])
+    got = reduce(data, ids, 4, "logsumexp", engine=engine)
+    np.testing.assert_allclose(got[:2], [1000 + np.log(2), -1000 + np.log(2)], rtol=1e-15)
+    assert got[2] == 1e300
+    assert got[3] == -np.inf
+    got32 = reduce(np.array([88.0, 89.0], np.float32), [0, 0], 1, "logsumexp", engine=engine)
+    assert got32.dtype == np.float32 and np.isfinite(got32[0])
+
+
+def test_logsumexp_inf_and_nan(engine: str) -> None:
+    data = np.array([np.inf, 1.0, np.nan, np.inf, -np.inf, -np.inf, -np.inf, 2.0])
+    ids = np.array([0, 0, 1, 1, 2, 2, 3, 3])
+    got = reduce(data, ids, 5, "logsumexp", engine=engine)
+    assert got[0] == np.inf
+    assert np.isnan(got[1])
+    assert got[2] == -np.inf
+    assert got[3] == 2.0
+    assert got[4] == -np.inf
+
+
+def test_logsumexp_matches_a_shifted_two_pass_answer(engine: str) -> None:
+    rng = np.random.default_rng(5)
+    data = rng.standard_normal(20_000) * 300
+    ids = rng.integers(0, 9, data.size)
+    got = reduce(data, ids, 9, "logsumexp", engine=engine)
+    want = [np.logaddexp.reduce(data[ids == s]) for s in range(9)]
+    np.testing.assert_allclose(got, want, rtol=1e-13)
+
+
+# --- options ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["var", "--ddof", "-1"], "Error: --ddof -1 is not a non-negative integer"),
+        (["std", "--ddof", "1.5"], "Error: Invalid value for '--ddof'"),
+        (["sum", "--ddof", "1"], "Error: No such option '--ddof'"),
+    ],
+)
+def test_ddof_usage_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    paths = save(tmp_path, np.ones(3), np.zeros(3, np.int64))
+    out = tmp_path / "out.npy"
+    run = invoke(args[0], *paths, *args[1:], "-o", out)
+    assert run.exit_code == 2
+    assert run.stderr.startswith(message)
+    assert len(run.stderr.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_ddof_in_the_library() -> None:
+    with pytest.raises(UsageError, match="--ddof applies to var and std only, not mean"):
+        ops.with_ddof("mean", 1)
+    assert ops.with_ddof("var", 2) is ops.with_ddof("var", 2)
+    assert ops.with_ddof("std", 0) is ops.OPS["std"]
+
+
+def test_ddof_on_the_command_line(tmp_path: Path) -> None:
+    paths = save(tmp_path, np.array([1.0, 2.0, 4.0, 5.0]), np.array([0, 0, 1, 1]))
+    run = invoke("std", *paths, "--ddof", "1", "-q")
+    assert run.exit_code == 0
+    assert run.stdout == f"0\t{float(np.sqrt(0.5))!r}\n1\t{float(np.sqrt(0.5))!r}\n"
+
+
+@pytest.mark.parametrize(
+    ("fill", "value"), [("true", True), ("FALSE", False), ("1", True), ("0", False)]
+)
+def test_bool_fill(fill: str, value: bool) -> None:
+    got = reduce(np.array([0.0]), [0], 2, "any", fill=fill)
+    assert got.dtype == np.bool_
+    assert got.tolist() == [False, value]
+
+
+def test_bool_fill_refuses_other_words(tmp_path: Path) -> None:
+    paths = save(tmp_path, np.array([0.0]), np.array([0]))
+    run = invoke("all", *paths, "-n", 2, "--fill", "2")
+    assert run.exit_code == 2
+    assert run.stderr.splitlines() == [
+        "Error: --fill 2 cannot be stored in the bool result of all (true, false, 1 or 0) "
+        "(see 'segcli all --help')"
+    ]
+
+
+@pytest.mark.parametrize("op", ["var", "argmax", "logsumexp"])
+def test_complex_data_is_refused_naming_the_op(tmp_path: Path, op: str) -> None:
+    paths = save(tmp_path, np.ones(2, np.complex64), np.zeros(2, np.int64))
+    run = invoke(op, *paths)
+    assert run.exit_code == 1
+    assert f"complex64 data is not supported by {op}" in run.stderr
+    assert len(run.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("op", NEW_OPS)
+def test_cupy_refuses_ops_without_a_kernel(op: str) -> None:
+    fold = None if ops.OPS[op].joint else ops.OPS[op].fold
+    assert fold is None or fold.kind in ("any", "all")
+    with pytest.raises(EngineUnavailableError, match=f"no kernel for {op} yet"):
+        cupy_fold.refuse_without_kernel(ops.OPS[op])
+    cupy_fold.refuse_without_kernel(ops.OPS["sum"])
+
+
+# --- streaming and Dask ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op", NEW_OPS)
+@pytest.mark.parametrize("sorted_ids", [False, True])
+def test_streamed_and_inferred_n_equal_in_memory(tmp_path: Path, op: str, sorted_ids: bool) -> None:
+    rng = np.random.default_rng(NEW_OPS.index(op))
+    data = rng.standard_normal((300, 2)).round(1).astype(np.float32)
+    ids = np.sort(rng.integers(0, 9, 300)) if sorted_ids else rng.integers(-1, 9, 300)
+    paths = save(tmp_path, data, ids)
+    family = ["--sorted"] if sorted_ids else []
+    want = reduce(data, ids, None, op, sorted=sorted_ids)
+    for rows in (1, 17, 1000):
+        out = tmp_path / f"{rows}.npy"
+        run = invoke(op, *paths, *family, "--chunk-rows", rows, "-q", "-o", out)
+        assert run.exit_code == 0, run.stderr
+        assert np.load(out).tobytes() == want.tobytes()
+
+
+@pytest.fixture(scope="module")
+def dask_client() -> Any:
+    distributed = pytest.importorskip("distributed")
+    from segcli.drivers import dask as seg_dask
+
+    cluster = seg_dask.local_cluster(2, silence_logs=logging.CRITICAL)
+    client = distributed.Client(cluster, set_as_default=False)
+    yield client
+    client.close()
+    cluster.close()
+
+
+def test_dask_partitions_merge_like_memory(dask_client: Any, tmp_path: Path) -> None:
+    from segcli.drivers import dask as seg_dask
+    from segcli.drivers.base import RunSpec
+
+    rng = np.random.default_rng(8)
+    data = (1e6 + rng.integers(0, 5, (400, 2))).astype(np.float64)
+    data[17, 0] = np.nan
+    ids = rng.integers(-1, 6, 400)
+    paths = save(tmp_path, data, ids)
+    runs: list[str | ops.Op] = [*NEW_OPS, ops.with_ddof("var", 1)]
+    for op in runs:
+        name = op if isinstance(op, str) else op.name
+        spec = RunSpec(op=op, data=str(paths[0]), ids=str(paths[1]), block_rows=37)
+        done = seg_dask.run(spec, None, client=dask_client)
+        want = reduce(data, ids, None, op)
+        got = done.reduction.result
+        assert got.dtype == want.dtype
+        if name in ARITHMETIC:  # partitions merge their sums in another order
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+        else:
+            assert got.tobytes() == want.tobytes(), name
+
+
+@pytest.mark.parametrize("ids_dtype", ["uint8", "int16", "uint64", ">i4"])
+def test_compiled_folds_read_ids_of_every_width(ids_dtype: str) -> None:
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(11)
+    data = rng.integers(0, 4, (500, 2)).astype(np.float64)
+    ids = rng.integers(0, 9, 500).astype(ids_dtype)
+    if np.dtype(ids_dtype).kind == "i":
+        ids[::13] = -1
+    in_order = np.sort(ids[ids >= 0]).astype(ids_dtype)
+    for op in ("var", "argmin", "argmax", "first", "last", "any", "all"):
+        want = reduce(data, ids, 9, op, engine="numpy")
+        assert reduce(data, ids, 9, op, engine="numba").tobytes() == want.tobytes(), op
+        # Sorted ids >= n (8 here) drop their rows.
+        rows = data[: in_order.size]
+        want = reduce(rows, in_order, 8, op, sorted=True, engine="numpy")
+        got = reduce(rows, in_order, 8, op, sorted=True, engine="numba")
+        assert got.tobytes() == want.tobytes(), op
+
+
+def test_logsumexp_bytes_do_not_depend_on_where_blocks_cut(tmp_path: Path) -> None:
+    """Values whose maxima arrive late, so the sums move scale many times, at every cut."""
+    rng = np.random.default_rng(6)
+    data = np.sort(rng.standard_normal(120) * 400)  # rising: each block moves the scale up
+    data[::9] = -1e300
+    ids = rng.integers(0, 3, 120)
+    paths = save(tmp_path, data, ids)
+    want = reduce(data, ids, 3, "logsumexp")
+    np.testing.assert_allclose(
+        want, [np.logaddexp.reduce(data[ids == s]) for s in range(3)], rtol=1e-14
+    )
+    for rows in (1, 5, 64):
+        out = tmp_path / f"{rows}.npy"
+        run = invoke("logsumexp", *paths, "-n", 3, "--chunk-rows", rows, "-q", "-o", out)
+        assert run.exit_code == 0, run.stderr
+        assert np.load(out).tobytes() == want.tobytes()
