@@ -59,10 +59,11 @@ class Labeled:
     label: str
 
 
-def check_weighted_op(op: str, weighted: bool) -> None:
+def check_weighted_op(op: str | ops.Op, weighted: bool) -> None:
     """Other ops than sum, mean and sqrt_n with ``--weights``: a usage error."""
-    if weighted and op not in WEIGHTED_OPS:
-        raise UsageError(f"--weights applies to {', '.join(WEIGHTED_OPS)} only, not {op}")
+    name = ops.get_op(op).name
+    if weighted and name not in WEIGHTED_OPS:
+        raise UsageError(f"--weights applies to {', '.join(WEIGHTED_OPS)} only, not {name}")
 
 
 def check_ids_meta(dtype: np.dtype[Any], shape: tuple[int, ...], label: str) -> None:
@@ -349,7 +350,7 @@ def sparse_reduce(
     data: Labeled,
     ids: Labeled,
     num_segments: int | None,
-    op: str,
+    op: str | ops.Op,
     *,
     indices: Labeled | None = None,
     weights: Labeled | None = None,
@@ -428,7 +429,7 @@ def reduce_streamed(
     indices: ChunkSource,
     weights: ChunkSource | None,
     num_segments: int | None,
-    op: str,
+    op: str | ops.Op,
     *,
     engine: str | Engine = "auto",
     fill: Any = None,
