@@ -67,7 +67,9 @@ def _union(
                 if name in taken or name == "count":
                     name = f"{intermediate.name}.{op.name}"
                 kept[key] = name
-                intermediates.append(ops.Intermediate(name, intermediate.fold, intermediate.acc_dtype))
+                intermediates.append(
+                    ops.Intermediate(name, intermediate.fold, intermediate.acc_dtype)
+                )
             names[intermediate.name] = kept[key]
         sources.append(_Source(op, names))
     return tuple(intermediates), sources

@@ -30,8 +30,8 @@ from segcli.drivers.base import (
     Progress,
     RunSpec,
     engine_of,
-    op_and_fill,
     input_facts,
+    op_and_fill,
 )
 from segcli.engines import Engine, choose_engine
 from segcli.errors import InvalidInputError, UsageError
