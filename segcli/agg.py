@@ -27,8 +27,10 @@ from segcli.errors import (
     WriteError,
 )
 from segcli.io import agg_write
+from segcli.io.formats import BINARY_FORMATS
 from segcli.multi import split
 from segcli.pipeline import RunRequest, Streams
+from segcli.signals import checkpoint
 from segcli.summary import RunSummary, result_range, run_summary, summary_facts, summary_rows
 
 
@@ -99,6 +101,8 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
     if request.float_format is not None:
         io.check_text_output(None if fmt == "text" else fmt, request.float_format)
     columns = data_columns(request)
+    if len(columns) > 1 and request.data == "-":
+        raise UsageError("several --data-column read DATA once each: give a file, not stdin")
     names = column_names(op_names, columns)
     agg_write.check_layout(fmt, dict.fromkeys(names, np.empty(0)))
     return fmt
@@ -136,6 +140,7 @@ def _run(
     streams: Streams,
     progress: Progress | None,
 ) -> AggOutcome:
+    checkpoint("reduce")
     fmt = check_request(request, op_names)
     columns = data_columns(request)
     results: dict[str, np.ndarray] = {}
@@ -179,6 +184,10 @@ def _write(
     out = streams.stdout_binary
     if out is None:
         out = sys.stdout.buffer
+    if fmt in BINARY_FORMATS and out.isatty():
+        raise WriteError(
+            f"refusing to write binary {fmt} to a terminal; redirect stdout or use -o FILE"
+        )
     try:
         out.write(body)
         out.flush()

@@ -19,8 +19,8 @@ from segcli.multi import combined_op
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
 
 
-def run(*args: object):
-    return CliRunner().invoke(cli, [str(a) for a in args], catch_exceptions=False)
+def run(*args: object, input: bytes | None = None):
+    return CliRunner().invoke(cli, [str(a) for a in args], input=input, catch_exceptions=False)
 
 
 def ops_for(dtype: np.dtype) -> list[str]:
@@ -84,6 +84,25 @@ def test_every_op_in_one_agg_gives_the_single_op_bytes(tmp_path, dtype, chunk):
             expected = np.load(single)
             assert got[name].dtype == expected.dtype, name
             assert got[name].tobytes() == expected.tobytes(), name
+
+
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_every_engine_folds_the_combined_state_like_the_single_ops(tmp_path, engine, chunk):
+    rng = np.random.default_rng(5)
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, rng.normal(size=30).astype(np.float32))
+    np.save(ids, rng.integers(-1, 5, size=30))
+    chunking = [] if chunk is None else ["--chunk-rows", chunk]
+    names = ops_for(np.float32)
+    out = tmp_path / "all.npz"
+    args = ("--engine", engine, "-q", *chunking)
+    result = run("agg", data, ids, "--op", ",".join(names), "-o", out, *args)
+    assert result.exit_code == 0, result.stderr
+    with np.load(out) as got:
+        for name in names:
+            single = tmp_path / f"{name}.npy"
+            assert run(name, data, ids, "-o", single, *args).exit_code == 0
+            assert got[name].tobytes() == np.load(single).tobytes(), name
 
 
 def test_shared_intermediates_are_kept_once():
@@ -264,3 +283,18 @@ def test_check_takes_a_list_of_ops(tmp_path):
     refused = run("check", data, ids, "--op", "sum,min", "-q")
     assert refused.exit_code == 1 and "not supported by min" in refused.stderr
     assert run("check", data, ids, "--op", "sum,nope", "-q").exit_code == 2
+
+
+def test_stdin_streams_like_a_file(pair):
+    data, ids = pair
+    from_file = run("agg", data, ids, "--op", "sum,max", "-q")
+    from_stdin = run("agg", "-", ids, "--op", "sum,max", "-q", input=data.read_bytes())
+    assert from_stdin.exit_code == 0, from_stdin.stderr
+    assert from_stdin.stdout == from_file.stdout
+
+
+def test_several_columns_from_stdin_are_a_usage_error(table):
+    args = ("agg", "-", "--data-column", "a,b", "--ids-column", "id", "--op", "sum")
+    result = run(*args, input=table.read_bytes())
+    assert result.exit_code == 2
+    assert "not stdin" in result.stderr
