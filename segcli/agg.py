@@ -205,7 +205,7 @@ def _outcome(
     fmt: str,
     write_s: float,
 ) -> AggOutcome:
-    first_name, one = next(iter(results.items()))
+    one = next(iter(results.values()))
     shown = dataclasses.replace(first.reduction, result=one)
     summary = run_summary(
         dataclasses.replace(first, reduction=shown),
@@ -216,10 +216,13 @@ def _outcome(
     summary.op = ",".join(results)
     summary.output_shape = [int(counts.shape[0]), len(results)]
     summary.output_dtype = "columns"
+    # One range per column (``results``); the run's own NaN count adds up every column.
+    summary.result_min = summary.result_max = None
+    summary.nan_count = 0
     facts = []
     for name, values in results.items():
         nan_count, low, high = result_range(values)
-        summary.nan_count += nan_count if name != first_name else 0
+        summary.nan_count += nan_count
         facts.append(
             {
                 "name": name,
