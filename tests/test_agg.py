@@ -300,3 +300,19 @@ def test_several_columns_from_stdin_are_a_usage_error(table):
     result = run(*args, input=table.read_bytes())
     assert result.exit_code == 2
     assert "not stdin" in result.stderr
+
+
+def test_sorted_ids_give_the_single_op_bytes(tmp_path):
+    rng = np.random.default_rng(11)
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, rng.normal(size=25).astype(np.float64))
+    np.save(ids, np.sort(rng.integers(0, 6, size=25)))
+    names = ops_for(np.float64)
+    out = tmp_path / "all.npz"
+    sorted_args = ("--sorted", "-n", "5", "-q", "--chunk-rows", "4")
+    assert run("agg", data, ids, "--op", ",".join(names), "-o", out, *sorted_args).exit_code == 0
+    with np.load(out) as got:
+        for name in names:
+            single = tmp_path / f"{name}.npy"
+            assert run(name, data, ids, "-o", single, *sorted_args).exit_code == 0
+            assert got[name].tobytes() == np.load(single).tobytes(), name
