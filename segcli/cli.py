@@ -490,11 +490,128 @@ for _op in OP_SUMMARIES:
 @input_options
 @click.option(
     "--op",
+    "op_list",
+    required=True,
+    metavar="OP[,OP...]",
+    help=f"The ops, comma-separated, folded in one pass ({', '.join(OP_SUMMARIES)}).",
+)
+@click.option(
+    "-o",
+    "--output",
+    metavar="PATH",
+    help="Write the table to PATH (format from its suffix); '-' for stdout. Default: a "
+    "header line, then one tab-separated line per segment on stdout.",
+)
+@click.option(
+    "--format",
+    "output_format",
+    type=click.Choice(FORMATS),
+    help="Output format (default: from the suffix of --output).",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default="auto",
+    show_default=True,
+    help="Compute engine (dask is not taken by agg yet).",
+)
+@click.option(
+    "--float-format",
+    metavar="FMT",
+    help="printf format of float values in text, csv and tsv output (e.g. %.6g).",
+)
+@click.option(
+    "--no-output-header",
+    is_flag=True,
+    help="Text on stdout, csv and tsv output: no header line (--no-header is for CSV input).",
+)
+@click.option("--no-progress", is_flag=True, help="No progress bar on long runs.")
+@click.option(
+    "--fill",
+    metavar="VALUE",
+    help="Value for empty segments in every result column, read in each op's result dtype.",
+)
+@click.option(
+    "--expect",
+    metavar="FILE",
+    help="Compare every result column with a golden table (.csv, .tsv, .parquet, .arrow, "
+    ".npz with the same columns); exit 4 if one differs.",
+)
+@click.option(
+    "--rtol",
+    type=float,
+    callback=_finite_non_negative,
+    default=1e-5,
+    show_default=True,
+    help="Relative tolerance for --expect.",
+)
+@click.option(
+    "--atol",
+    type=float,
+    callback=_finite_non_negative,
+    default=1e-8,
+    show_default=True,
+    help="Absolute tolerance for --expect.",
+)
+@translate_errors
+def agg(
+    quiet: bool,
+    summary_json: str | None,
+    no_progress: bool,
+    op_list: str,
+    no_output_header: bool,
+    **options: Any,
+) -> None:
+    """Several ops, over one or several data columns, in one pass: one row per segment.
+
+    Columns: segment, then <op> per op (<column>_<op> with several --data-column), inner
+    dimensions flattened to <name>_<i>, then count (unless count is one of the ops). .npz
+    holds one array per result column and counts; .npy takes one result column only.
+
+    \b
+    Examples:
+      segcli agg sample_data/readings.parquet --data-column value --ids-column sensor \\
+          --op mean,min,max,count
+      segcli agg data.npy ids.npy --op sum,mean -o out.parquet
+      segcli agg table.csv --data-column a,b --ids-column id --op max -o out.npz
+    """
+    from segcli import agg as agg_module
+    from segcli import pipeline
+    from segcli.multi import parse_ops
+    from segcli.progress import progress_bar
+
+    op_names = parse_ops(op_list)
+    if options["output"] is None and options["output_format"]:
+        raise UsageError("--format needs -o/--output (use -o - for stdout)")
+    with _summary_on_failure("agg", summary_json), _run_outputs(summary_json) as outputs:
+        request = _request("agg", **options)
+        agg_module.check_request(request, op_names)
+        pipeline.reserve_outputs(request, outputs)
+        with progress_bar(enabled=not (quiet or no_progress)) as progress:
+            outcome = agg_module.run(
+                request, op_names, outputs, header=not no_output_header, progress=progress
+            )
+        facts = {**outcome.facts(), **_verdict(None)}
+        _stage_summary_json(outputs, summary_json, facts)
+    _emit_summary(
+        "segcli agg",
+        outcome.rows(),
+        facts,
+        quiet=quiet,
+        summary_json=summary_json,
+        alert=frozenset(),
+    )
+
+
+@cli.command(epilog=EXIT_CODES_HELP)
+@input_options
+@click.option(
+    "--op",
     "op",
-    type=click.Choice(tuple(OP_SUMMARIES)),
     default="sum",
     show_default=True,
-    help="Validate the dtypes for this op.",
+    metavar="OP[,OP...]",
+    help=f"Validate the dtypes for these ops ({', '.join(OP_SUMMARIES)}).",
 )
 @click.option(
     "--max-empty",
@@ -535,10 +652,17 @@ def check(
     from segcli import pipeline
 
     with _summary_on_failure("check", summary_json), _run_outputs(summary_json) as outputs:
-        request = _request(op, **options)
+        from segcli.multi import parse_ops
+
+        op_names = parse_ops(op)
+        request = _request(op_names[0], **options)
         pipeline.reserve_outputs(request, outputs)
         outcome = pipeline.check(
-            request, max_empty=max_empty, no_nan=no_nan, max_dropped=max_dropped
+            request,
+            max_empty=max_empty,
+            no_nan=no_nan,
+            max_dropped=max_dropped,
+            also_ops=op_names[1:],
         )
         failure = pipeline.failure(outcome)
         # A failed check still writes its JSON summary: it says why, for CI to read.

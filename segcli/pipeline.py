@@ -438,6 +438,7 @@ def check(
     no_nan: bool = False,
     max_dropped: int | None = None,
     streams: Streams | None = None,
+    also_ops: tuple[str, ...] = (),
 ) -> CheckOutcome:
     """Validate the inputs as ``request.op`` would, then the data-quality rules.
 
@@ -454,6 +455,8 @@ def check(
         found = check_by(spec)
     else:
         found = check_inputs(spec)
+    for name in also_ops:  # check --op a,b: the data's dtype must suit every op
+        ops.check_data_dtype(ops.get_op(name), np.dtype(found.data.dtype), found.data.label)
     failures = _check_failures(found, max_empty=max_empty, no_nan=no_nan, max_dropped=max_dropped)
     rows = check_rows(found, sorted_ids=request.sorted_ids, failures=failures)
     facts = check_facts(found, sorted_ids=request.sorted_ids, failures=failures)

@@ -72,6 +72,8 @@ class RunSpec:
     #: ``--weights``: one weight per id (sum, mean and sqrt_n), like ``indices``.
     weights: str | None = None
     weights_column: str | None = None
+    #: ``segcli agg``: the ops folded together in one pass (``op`` is then ignored).
+    ops: tuple[str, ...] = ()
 
     @property
     def sparse(self) -> bool:
@@ -95,6 +97,19 @@ def engine_of(spec: RunSpec) -> str | Engine:
     gpu: Any = spec.engine if isinstance(spec.engine, Engine) else get_engine(spec.engine)
     engine: Engine = gpu.with_options(fast_atomics=True)
     return engine
+
+
+def op_and_fill(
+    spec: RunSpec, data_dtype: np.dtype[Any], inner_shape: tuple[int, ...], label: str
+) -> tuple[Any, Any]:
+    """The op to fold and the fill to finalize with: the spec's own, or for several ops their
+    combined op, which fills each op's empty segments itself."""
+    if not spec.ops:
+        return spec.op, spec.fill
+    from segcli.multi import combined_op
+
+    op = combined_op(spec.ops, data_dtype, inner_shape, fill=spec.fill, label=label)
+    return op, None
 
 
 @dataclass

@@ -5,7 +5,15 @@ from __future__ import annotations
 import time
 
 from segcli import core, io
-from segcli.drivers.base import DriverResult, InputFacts, Progress, RunSpec, engine_of, input_facts
+from segcli.drivers.base import (
+    DriverResult,
+    InputFacts,
+    Progress,
+    RunSpec,
+    engine_of,
+    input_facts,
+    op_and_fill,
+)
 
 
 def read(spec: RunSpec) -> tuple[io.ArrayInput, io.ArrayInput]:
@@ -32,15 +40,17 @@ def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
     started = time.perf_counter()
     data, ids = read(spec)
     read_s = time.perf_counter() - started
+    inner = tuple(data.array.shape[ids.array.ndim :])
+    op, fill = op_and_fill(spec, data.array.dtype, inner, data.label)
     reduction = core.reduce_arrays(
         data.array,
         ids.array,
         spec.num_segments,
-        spec.op,
+        op,
         sorted=spec.sorted_ids,
         # A 0-D input is one row: no partitions to spread, so Dask runs take NumPy's path.
         engine="auto" if spec.engine == "dask" else engine_of(spec),
-        fill=spec.fill,
+        fill=fill,
         data_label=data.label,
         ids_label=ids.label,
     )

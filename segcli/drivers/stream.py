@@ -31,6 +31,7 @@ from segcli.drivers.base import (
     RunSpec,
     engine_of,
     input_facts,
+    op_and_fill,
 )
 from segcli.engines import Engine, choose_engine
 from segcli.errors import InvalidInputError, UsageError
@@ -335,14 +336,16 @@ def rows_of(report: validate.IdReport, ids: ChunkSource) -> int:
 def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
     """Stream the inputs of ``spec`` in blocks; the mode's fact is the number of blocks."""
     data, ids = open_inputs(spec)
+    inner = tuple(data.source.shape[len(ids.source.shape) :])
+    op, fill = op_and_fill(spec, data.source.dtype, inner, data.source.label)
     reduction, plan = reduce_stream(
         data.source,
         ids.source,
         spec.num_segments,
-        spec.op,
+        op,
         sorted_ids=spec.sorted_ids,
         engine=engine_of(spec),
-        fill=spec.fill,
+        fill=fill,
         block_rows=spec.block_rows,
         memory_limit=spec.memory_budget,
         progress=progress,

@@ -1,0 +1,307 @@
+"""``segcli agg``: several ops, and several data columns, in one run.
+
+Each data column is read once and every op folded in the same pass (see :mod:`segcli.multi`);
+several data columns are one pass each. The results are written side by side (see
+:mod:`segcli.io.agg_write`), compared with ``--expect`` column by column, and summarised with
+one range per result column.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from segcli import core, io
+from segcli.drivers.base import DriverResult, Progress
+from segcli.drivers.choose import carry_out
+from segcli.errors import (
+    ExpectationError,
+    InvalidInputError,
+    ReadError,
+    UsageError,
+    WriteError,
+)
+from segcli.io import agg_write
+from segcli.io.formats import BINARY_FORMATS
+from segcli.multi import split
+from segcli.pipeline import RunRequest, Streams
+from segcli.signals import checkpoint
+from segcli.summary import RunSummary, result_range, run_summary, summary_facts, summary_rows
+
+
+@dataclass
+class AggOutcome:
+    summary: RunSummary
+    #: Result column name -> values, in output order.
+    results: dict[str, np.ndarray]
+    counts: np.ndarray
+    columns: list[dict[str, Any]] = field(default_factory=list)
+
+    def facts(self) -> dict[str, Any]:
+        """The ``--summary-json`` facts, with one entry per result column."""
+        return {**summary_facts(self.summary), "results": self.columns}
+
+    def rows(self) -> list[tuple[str, str]]:
+        """The summary rows, the single ``result`` row replaced by one per result column."""
+        rows = []
+        for label, value in summary_rows(self.summary):
+            if label != "result":
+                rows.append((label, value))
+                continue
+            for column in self.columns:
+                low, high = column["result_min"], column["result_max"]
+                rows.append(
+                    (
+                        f"result {column['name']}",
+                        f"range [{_number(low)}, {_number(high)}], {column['nan_count']:,} NaN",
+                    )
+                )
+        return rows
+
+
+def _number(value: Any) -> str:
+    return "-" if value is None else f"{value:.6g}"
+
+
+def data_columns(request: RunRequest) -> list[str | None]:
+    """``--data-column a,b`` as names (one None: the data is not a table column)."""
+    if request.data_column is None:
+        return [None]
+    names = [name.strip() for name in request.data_column.split(",")]
+    if not all(names):
+        raise UsageError(f"--data-column {request.data_column!r}: need names separated by commas")
+    repeated = [name for name in names if names.count(name) > 1]
+    if repeated:
+        raise UsageError(f"--data-column: '{repeated[0]}' is given twice")
+    return list(names)
+
+
+def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
+    """Usage errors of options agg does not take, before any input is read; the output
+    format ("text" for lines on stdout)."""
+    refused = (
+        ("--engine dask", request.engine == "dask"),
+        ("--by", request.by is not None),
+        ("--indices", request.indices is not None or request.indices_column is not None),
+        ("--weights", request.weights is not None or request.weights_column is not None),
+    )
+    for option, given in refused:
+        if given:
+            raise UsageError(f"agg does not take {option} yet; run one op at a time for it")
+    fmt = (
+        "text"
+        if request.output is None
+        else io.output_format(request.output, request.output_format)
+    )
+    if request.float_format is not None:
+        io.check_text_output(None if fmt == "text" else fmt, request.float_format)
+    columns = data_columns(request)
+    if len(columns) > 1 and request.data == "-":
+        raise UsageError("several --data-column read DATA once each: give a file, not stdin")
+    names = column_names(op_names, columns)
+    agg_write.check_layout(fmt, dict.fromkeys(names, np.empty(0)))
+    return fmt
+
+
+def column_names(op_names: tuple[str, ...], columns: list[str | None]) -> list[str]:
+    """``<op>`` for one data column, ``<column>_<op>`` for several."""
+    if len(columns) == 1:
+        return list(op_names)
+    return [f"{column}_{op}" for column in columns for op in op_names]
+
+
+def run(
+    request: RunRequest,
+    op_names: tuple[str, ...],
+    outputs: io.OutputSet,
+    *,
+    header: bool = True,
+    streams: Streams | None = None,
+    progress: Progress | None = None,
+) -> AggOutcome:
+    """Reduce every data column by every op; check ``--expect``; stage the output."""
+    token = core.OUTPUT_FORMAT.set(None)
+    try:
+        return _run(request, op_names, outputs, header, streams or Streams(), progress)
+    finally:
+        core.OUTPUT_FORMAT.reset(token)
+
+
+def _run(
+    request: RunRequest,
+    op_names: tuple[str, ...],
+    outputs: io.OutputSet,
+    header: bool,
+    streams: Streams,
+    progress: Progress | None,
+) -> AggOutcome:
+    checkpoint("reduce")
+    fmt = check_request(request, op_names)
+    columns = data_columns(request)
+    results: dict[str, np.ndarray] = {}
+    runs: list[DriverResult] = []
+    for column in columns:
+        spec = dataclasses.replace(
+            dataclasses.replace(request, data_column=column).spec(streams.stdin), ops=op_names
+        )
+        streams.stdin = spec.stdin
+        done = carry_out(spec, progress)
+        runs.append(done)
+        for op, values in split(done.reduction.result).items():
+            name = op if len(columns) == 1 else f"{column}_{op}"
+            results[name] = values
+    counts = np.asarray(runs[0].reduction.counts)
+    if request.expect:
+        check_expected_columns(
+            results, counts, request.expect, rtol=request.rtol, atol=request.atol
+        )
+    started = time.perf_counter()
+    body = agg_write.render(
+        fmt,
+        results,
+        counts,
+        header=header,
+        counted="count" in op_names,
+        float_format=request.float_format,
+        to_stream=request.output == "-",
+    )
+    _write(body, request, fmt, outputs, streams)
+    return _outcome(runs[0], results, counts, request, fmt, time.perf_counter() - started)
+
+
+def _write(
+    body: bytes, request: RunRequest, fmt: str, outputs: io.OutputSet, streams: Streams
+) -> None:
+    if request.output not in (None, "-"):
+        with outputs.stage(request.output) as handle:
+            handle.write(body)
+        return
+    out = streams.stdout_binary
+    if out is None:
+        out = sys.stdout.buffer
+    if fmt in BINARY_FORMATS and out.isatty():
+        raise WriteError(
+            f"refusing to write binary {fmt} to a terminal; redirect stdout or use -o FILE"
+        )
+    try:
+        out.write(body)
+        out.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise WriteError(f"<stdout>: cannot write ({exc.strerror or exc})") from exc
+
+
+def _outcome(
+    first: DriverResult,
+    results: dict[str, np.ndarray],
+    counts: np.ndarray,
+    request: RunRequest,
+    fmt: str,
+    write_s: float,
+) -> AggOutcome:
+    one = next(iter(results.values()))
+    shown = dataclasses.replace(first.reduction, result=one)
+    summary = run_summary(
+        dataclasses.replace(first, reduction=shown),
+        output_path=request.output,
+        output_format=None if fmt == "text" else fmt,
+        write_s=write_s,
+    )
+    summary.op = ",".join(results)
+    summary.output_shape = [int(counts.shape[0]), len(results)]
+    summary.output_dtype = "columns"
+    # One range per column (``results``); the run's own NaN count adds up every column.
+    summary.result_min = summary.result_max = None
+    summary.nan_count = 0
+    facts = []
+    for name, values in results.items():
+        nan_count, low, high = result_range(values)
+        summary.nan_count += nan_count
+        facts.append(
+            {
+                "name": name,
+                "dtype": str(values.dtype),
+                "shape": list(values.shape),
+                "nan_count": nan_count,
+                "result_min": low,
+                "result_max": high,
+            }
+        )
+    return AggOutcome(summary, results, counts, facts)
+
+
+def check_expected_columns(
+    results: dict[str, np.ndarray],
+    counts: np.ndarray,
+    path: str,
+    *,
+    rtol: float,
+    atol: float,
+) -> None:
+    """Compare every result column with the golden table at ``path`` (a table or .npz with the
+    same columns); exit 4 naming the first column and segment that differ."""
+    golden = _read_golden(path)
+    flat = agg_write.flat_columns(results, counts, counted=True)
+    del flat["segment"]
+    missing = [name for name in flat if name not in golden]
+    if missing:
+        raise InvalidInputError(f"--expect {path}: no column {missing[0]!r} to compare with")
+    for name, values in flat.items():
+        expected = np.asarray(golden[name])
+        if expected.shape != values.shape:
+            raise ExpectationError(
+                f"--expect {path}: column {name} has {expected.shape[0]} rows, the result "
+                f"{values.shape[0]}"
+            )
+        same = np.isclose(values, expected, rtol=rtol, atol=atol, equal_nan=True)
+        if not same.all():
+            bad = np.flatnonzero(~same)
+            raise ExpectationError(
+                f"--expect {path}: column {name} differs in {bad.size:,} segment(s), the first "
+                f"segment {int(bad[0])}: {values[bad[0]]} vs expected {expected[bad[0]]}"
+            )
+
+
+def _read_golden(path: str) -> dict[str, np.ndarray]:
+    try:
+        fmt = io.output_format(path, None)
+        if fmt == "npz":
+            with np.load(path) as archive:
+                flat: dict[str, np.ndarray] = {}
+                for name in archive.files:
+                    values = archive[name]
+                    flat.update(agg_write.flat_columns({name: values}, values[:0], counted=True))
+                return flat
+        if fmt in ("csv", "tsv"):
+            import pyarrow.csv as pacsv
+
+            options = pacsv.ParseOptions(delimiter=agg_write.SEPARATORS[fmt])
+            table = pacsv.read_csv(path, parse_options=options)
+        elif fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            table = pq.read_table(path)
+        elif fmt == "arrow":
+            import pyarrow as pa
+
+            with pa.memory_map(path) as source:
+                table = pa.ipc.open_file(source).read_all()
+        else:
+            raise UsageError(
+                f"--expect {path}: agg compares with .npz, .parquet, .arrow, .csv, .tsv"
+            )
+    except FileNotFoundError:
+        raise _missing(path) from None
+    except (OSError, ValueError) as exc:
+        raise InvalidInputError(f"--expect {path}: cannot read ({exc})") from None
+    return {name: table.column(name).to_numpy() for name in table.column_names}
+
+
+def _missing(path: str) -> Exception:
+    return ReadError(f"--expect {path}: no such file")

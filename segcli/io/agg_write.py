@@ -1,0 +1,147 @@
+"""Writing a ``segcli agg`` result: several named result columns side by side.
+
+Layouts:
+
+- tables (``parquet``, ``arrow``, ``csv``, ``tsv``; text lines on stdout): one row per segment,
+  ``segment`` (int64), then each result column, inner dimensions flattened in C order to
+  ``<name>_<i>`` (``<name>_<i>_<j>``, ...), then ``count`` unless an op already counts.
+  Text has a header line (tab-separated on stdout) unless it is turned off.
+- ``json``: one object, ``{"segment": [...], "<name>": [...], ..., "count": [...]}``, values as
+  the single-op JSON writes them (non-finite floats as strings, complex as ``[re, im]``),
+  inner dimensions as nested lists.
+- ``npz``: one array per result column, named as the columns are, plus ``counts``.
+- ``npy``: one result column only (see :func:`check_layout`).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from typing import Any, BinaryIO
+
+import numpy as np
+
+from segcli.errors import UsageError
+from segcli.io.npy import to_native
+from segcli.io.text import value_strings
+from segcli.io.write import json_values
+
+_Array = np.ndarray[Any, Any]
+SEPARATORS = {"csv": ",", "tsv": "\t", "text": "\t"}
+
+
+def check_layout(fmt: str, results: dict[str, _Array]) -> None:
+    """Refuse what a format cannot hold, before any input is read."""
+    if fmt == "npy" and len(results) > 1:
+        raise UsageError(
+            f".npy holds one array, and this run gives {len(results)} result columns "
+            f"({', '.join(results)}): write .npz (one array per column) or a table "
+            "(.parquet, .arrow, .csv, .tsv, .json)"
+        )
+
+
+def flat_columns(
+    results: dict[str, _Array], counts: _Array, *, counted: bool = False
+) -> dict[str, _Array]:
+    """``segment``, the result columns with inner dimensions flattened, then ``count``."""
+    columns: dict[str, _Array] = {"segment": np.arange(counts.shape[0], dtype=np.int64)}
+    for name, values in results.items():
+        if values.ndim == 1:
+            columns[name] = values
+            continue
+        for index in np.ndindex(*values.shape[1:]):
+            columns[f"{name}_{'_'.join(map(str, index))}"] = values[(slice(None), *index)]
+    if not counted:  # a count op's column is then the only count column
+        columns["count"] = np.asarray(counts, dtype=np.int64)
+    return columns
+
+
+def _text_of(values: _Array, float_format: str | None) -> list[str]:
+    if float_format is not None and values.dtype.kind == "f":
+        return [float_format % v for v in values.tolist()]
+    texts: list[str] = value_strings(values).tolist()
+    return texts
+
+
+def text_lines(
+    columns: dict[str, _Array], sep: str, *, header: bool, float_format: str | None = None
+) -> Iterator[str]:
+    """The lines of a text table, each with its newline."""
+    if header:
+        yield sep.join(columns) + "\n"
+    texts = [_text_of(values, float_format) for values in columns.values()]
+    for row in zip(*texts, strict=True):
+        yield sep.join(row) + "\n"
+
+
+def _arrow_table(columns: dict[str, _Array]) -> Any:
+    import pyarrow as pa
+
+    for name, values in columns.items():
+        if values.dtype.kind == "c":
+            raise UsageError(
+                f"column {name} is complex, which Parquet and Arrow cannot hold: write .npz, "
+                ".csv, .tsv or .json"
+            )
+    return pa.table({name: pa.array(to_native(values)) for name, values in columns.items()})
+
+
+def render(
+    fmt: str,
+    results: dict[str, _Array],
+    counts: _Array,
+    *,
+    header: bool = True,
+    counted: bool = False,
+    float_format: str | None = None,
+    to_stream: bool = False,
+) -> bytes:
+    """The bytes of the output in ``fmt``; ``counted``: an op counts, so no ``count`` column
+    is added; ``to_stream``: Arrow as an IPC stream."""
+    out = io.BytesIO()
+    if fmt == "npy":
+        (only,) = results.values()
+        np.save(out, to_native(only))
+    elif fmt == "npz":
+        arrays = {name: to_native(values) for name, values in results.items()}
+        arrays["counts"] = np.asarray(counts, dtype=np.int64)
+        np.savez(out, **arrays)  # type: ignore[arg-type]
+    elif fmt == "json":
+        doc: dict[str, Any] = {"segment": list(range(counts.shape[0]))}
+        for name, values in results.items():
+            doc[name] = _nested(values)
+        if not counted:
+            doc["count"] = np.asarray(counts).tolist()
+        out.write((json.dumps(doc) + "\n").encode())
+    elif fmt in ("parquet", "arrow"):
+        table = _arrow_table(flat_columns(results, counts, counted=counted))
+        _write_arrow_table(table, fmt, out, to_stream)
+    else:
+        columns = flat_columns(results, counts, counted=counted)
+        sep = SEPARATORS[fmt]
+        for line in text_lines(columns, sep, header=header, float_format=float_format):
+            out.write(line.encode())
+    return out.getvalue()
+
+
+def _nested(values: _Array) -> list[Any]:
+    flat = json_values(values)
+    if values.ndim == 1:
+        return flat
+    step = int(np.prod(values.shape[1:], dtype=np.int64))
+    rows = [flat[i * step : (i + 1) * step] for i in range(values.shape[0])]
+    return [np.asarray(row, dtype=object).reshape(values.shape[1:]).tolist() for row in rows]
+
+
+def _write_arrow_table(table: Any, fmt: str, out: BinaryIO, to_stream: bool) -> None:
+    import pyarrow as pa
+
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(table, out)
+        return
+    opener = pa.ipc.new_stream if to_stream else pa.ipc.new_file
+    with opener(out, table.schema) as writer:
+        writer.write_table(table)

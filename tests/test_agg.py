@@ -1,0 +1,331 @@
+"""``segcli agg``: several ops and data columns in one pass, each column byte for byte what the
+single-op command gives."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from segcli import ops
+from segcli.cli import cli
+from segcli.multi import combined_op
+
+SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
+
+
+def run(*args: object, input: bytes | None = None):
+    return CliRunner().invoke(cli, [str(a) for a in args], input=input, catch_exceptions=False)
+
+
+def ops_for(dtype: np.dtype) -> list[str]:
+    """Every op of the table that agg combines and that takes data of ``dtype``."""
+    return [
+        name
+        for name, op in ops.OPS.items()
+        if np.dtype(dtype).kind in op.data_kinds and op.joint is None
+    ]
+
+
+@pytest.mark.parametrize("name", [name for name, op in ops.OPS.items() if op.joint is not None])
+def test_ops_whose_intermediates_fold_together_are_refused(tmp_path, pair, name):
+    out = tmp_path / "out.npz"
+    result = run("agg", *pair, "--op", f"sum,{name}", "-o", out, "-q")
+    assert result.exit_code == 2
+    assert error_lines(result) == 1 and f"run 'segcli {name}' on its own" in result.stderr
+    assert not out.exists()
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[Path, Path]:
+    rng = np.random.default_rng(7)
+    data, ids = tmp_path / "data.npy", tmp_path / "ids.npy"
+    np.save(data, rng.normal(size=50).astype(np.float32))
+    segment_ids = rng.integers(-1, 6, size=50)
+    segment_ids[segment_ids == 4] = 5  # segment 4 stays empty
+    np.save(ids, segment_ids)
+    return data, ids
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> Path:
+    path = tmp_path / "table.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "a": pa.array([1.0, 2.0, 3.0, 4.0, 5.0], pa.float64()),
+                "b": pa.array([10, 20, 30, 40, 50], pa.int32()),
+                "id": pa.array([0, 1, 0, 2, 2], pa.int64()),
+            }
+        ),
+        path,
+    )
+    return path
+
+
+def error_lines(result) -> int:
+    return sum(line.startswith("Error:") for line in result.stderr.splitlines())
+
+
+def listing(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int8, np.complex64])
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_every_op_in_one_agg_gives_the_single_op_bytes(tmp_path, dtype, chunk):
+    rng = np.random.default_rng(3)
+    values = rng.normal(scale=40, size=(40, 2)) * (1 + 1j if np.dtype(dtype).kind == "c" else 1)
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, values.astype(dtype))
+    np.save(ids, rng.integers(-1, 7, size=40))
+    chunking = [] if chunk is None else ["--chunk-rows", chunk]
+    names = ops_for(dtype)
+    out = tmp_path / "all.npz"
+    result = run("agg", data, ids, "--op", ",".join(names), "-o", out, "-q", *chunking)
+    assert result.exit_code == 0, result.stderr
+    with np.load(out) as got:
+        assert list(got.files) == [*names, "counts"]
+        for name in names:
+            single = tmp_path / f"{name}.npy"
+            assert run(name, data, ids, "-o", single, "-q", *chunking).exit_code == 0
+            expected = np.load(single)
+            assert got[name].dtype == expected.dtype, name
+            assert got[name].tobytes() == expected.tobytes(), name
+
+
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_every_engine_folds_the_combined_state_like_the_single_ops(tmp_path, engine, chunk):
+    rng = np.random.default_rng(5)
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, rng.normal(size=30).astype(np.float32))
+    np.save(ids, rng.integers(-1, 5, size=30))
+    chunking = [] if chunk is None else ["--chunk-rows", chunk]
+    names = ops_for(np.float32)
+    out = tmp_path / "all.npz"
+    args = ("--engine", engine, "-q", *chunking)
+    result = run("agg", data, ids, "--op", ",".join(names), "-o", out, *args)
+    assert result.exit_code == 0, result.stderr
+    with np.load(out) as got:
+        for name in names:
+            single = tmp_path / f"{name}.npy"
+            assert run(name, data, ids, "-o", single, *args).exit_code == 0
+            assert got[name].tobytes() == np.load(single).tobytes(), name
+
+
+def test_shared_intermediates_are_kept_once():
+    float_op = combined_op(("sum", "mean", "sqrt_n", "count"), np.dtype(np.float32), ())
+    assert [i.name for i in float_op.intermediates] == ["sum"]
+    # sum wraps in int64 while mean sums 64-bit integers exactly in float64: two accumulators
+    int_op = combined_op(("sum", "mean", "sqrt_n"), np.dtype(np.int64), ())
+    assert [i.acc_dtype(np.dtype(np.int64)) for i in int_op.intermediates] == [
+        np.dtype(np.int64),
+        np.dtype(np.float64),
+    ]
+
+
+def test_agg_sum_equals_segcli_sum(pair):
+    single = run("sum", *pair, "-q")
+    agg = run("agg", *pair, "--op", "sum", "-q", "--no-output-header")
+    assert agg.exit_code == 0, agg.stderr
+    expected = [line.split("\t") for line in single.stdout.splitlines()]
+    got = [line.split("\t") for line in agg.stdout.splitlines()]
+    assert [row[:2] for row in got] == expected
+
+
+def test_text_on_stdout_has_a_header_then_count(pair):
+    result = run("agg", *pair, "--op", "mean,max", "-q")
+    lines = result.stdout.splitlines()
+    assert lines[0] == "segment\tmean\tmax\tcount"
+    assert len(lines) == 1 + 6
+    assert lines[5].split("\t")[0] == "4" and lines[5].split("\t")[3] == "0"
+
+
+def test_count_op_is_the_only_count_column(pair, tmp_path):
+    out = tmp_path / "out.csv"
+    assert run("agg", *pair, "--op", "count,sum", "-o", out, "-q").exit_code == 0
+    assert out.read_text().splitlines()[0] == "segment,count,sum"
+
+
+def test_several_data_columns_are_named_column_op(table, tmp_path):
+    out = tmp_path / "out.csv"
+    result = run(
+        "agg", table, "--data-column", "a,b", "--ids-column", "id", "--op", "sum,max", "-o", out
+    )
+    assert result.exit_code == 0, result.stderr
+    lines = out.read_text().splitlines()
+    assert lines == [
+        "segment,a_sum,a_max,b_sum,b_max,count",
+        "0,4.0,3.0,40,30,2",
+        "1,2.0,2.0,20,20,1",
+        "2,9.0,5.0,90,50,2",
+    ]
+
+
+def test_inner_dims_flatten_to_name_index(tmp_path):
+    out = tmp_path / "out.tsv"
+    args = (SAMPLES / "accel.npy", SAMPLES / "ids.npy", "--op", "min,count", "-o", out, "-q")
+    assert run("agg", *args).exit_code == 0
+    assert out.read_text().splitlines()[0] == "segment\tmin_0\tmin_1\tmin_2\tcount"
+
+
+@pytest.mark.parametrize("suffix", ["parquet", "arrow"])
+def test_arrow_tables_hold_one_row_per_segment(pair, tmp_path, suffix):
+    out = tmp_path / f"out.{suffix}"
+    assert run("agg", *pair, "--op", "sum,min", "-o", out, "-q").exit_code == 0
+    if suffix == "parquet":
+        got = pq.read_table(out)
+    else:
+        with pa.memory_map(str(out)) as source:
+            got = pa.ipc.open_file(source).read_all()
+    assert got.column_names == ["segment", "sum", "min", "count"]
+    assert got.num_rows == 6
+    expected = tmp_path / "sum.npy"
+    run("sum", *pair, "-o", expected, "-q")
+    np.testing.assert_array_equal(got.column("sum").to_numpy(), np.load(expected))
+
+
+def test_json_holds_one_list_per_column(pair, tmp_path):
+    out = tmp_path / "out.json"
+    assert run("agg", *pair, "--op", "max,count", "-o", out, "-q").exit_code == 0
+    doc = json.loads(out.read_text())
+    assert list(doc) == ["segment", "max", "count"]
+    assert doc["segment"] == list(range(6))
+
+
+def test_npy_with_several_results_is_a_usage_error(pair, tmp_path):
+    result = run("agg", *pair, "--op", "sum,mean", "-o", tmp_path / "out.npy")
+    assert result.exit_code == 2
+    assert ".npz" in result.stderr and error_lines(result) == 1
+    assert "out.npy" not in listing(tmp_path)
+
+
+def test_npy_with_one_result_is_that_result(pair, tmp_path):
+    out, single = tmp_path / "out.npy", tmp_path / "single.npy"
+    assert run("agg", *pair, "--op", "mean", "-o", out, "-q").exit_code == 0
+    run("mean", *pair, "-o", single, "-q")
+    assert out.read_bytes() == single.read_bytes()
+
+
+def test_expect_passes_and_fails(pair, tmp_path):
+    golden = tmp_path / "golden.csv"
+    assert run("agg", *pair, "--op", "sum,max", "-o", golden, "-q").exit_code == 0
+    out = tmp_path / "out.parquet"
+    passed = run("agg", *pair, "--op", "sum,max", "--expect", golden, "-o", out, "-q")
+    assert passed.exit_code == 0, passed.stderr
+    lines = golden.read_text().splitlines()
+    lines[1] = lines[1].replace(lines[1].split(",")[2], "1234.5", 1)
+    golden.write_text("\n".join(lines) + "\n")
+    out.unlink()
+    failed = run("agg", *pair, "--op", "sum,max", "--expect", golden, "-o", out, "-q")
+    assert failed.exit_code == 4
+    assert "column max" in failed.stderr and "segment 0" in failed.stderr
+    assert error_lines(failed) == 1
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("ops_list", "message"),
+    [
+        ("sum,median", "unknown op 'median'"),
+        ("", "need op names"),
+        ("sum,,max", "need op names"),
+        ("sum,sum", "'sum' is given twice"),
+    ],
+)
+def test_bad_op_lists_are_usage_errors(pair, tmp_path, ops_list, message):
+    out = tmp_path / "out.csv"
+    result = run("agg", *pair, "--op", ops_list, "-o", out)
+    assert result.exit_code == 2
+    assert message in result.stderr
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--engine", "dask"], "--engine dask"),
+        (["--fill", "0.5", "--op", "count,sum"], "cannot be stored in the int64 result of count"),
+    ],
+)
+def test_refused_options_write_nothing(pair, tmp_path, extra, message):
+    out = tmp_path / "out.csv"
+    args = ["agg", *pair, *extra, "-o", out]
+    if "--op" not in extra:
+        args += ["--op", "sum,max"]
+    result = run(*args)
+    assert result.exit_code == 2, result.stderr
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert listing(tmp_path) == ["data.npy", "ids.npy"]
+
+
+def test_fill_applies_to_every_op(pair):
+    result = run("agg", *pair, "--op", "sum,min,count", "--fill", "7", "-q")
+    assert result.stdout.splitlines()[5] == "4\t7.0\t7.0\t7"
+
+
+def test_complex_data_is_refused_naming_the_op(tmp_path):
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.ones(3, np.complex64))
+    np.save(ids, np.zeros(3, np.int64))
+    result = run("agg", data, ids, "--op", "sum,max", "-q")
+    assert result.exit_code == 1
+    assert "not supported by max" in result.stderr
+
+
+def test_summary_json_has_one_entry_per_result_column(pair, tmp_path):
+    summary = tmp_path / "summary.json"
+    result = run("agg", *pair, "--op", "sum,max", "-q", "--summary-json", summary)
+    assert result.exit_code == 0
+    facts = json.loads(summary.read_text())
+    assert [c["name"] for c in facts["results"]] == ["sum", "max"]
+    single = json.loads(run("max", *pair, "-q", "--summary-json", "-").stderr)
+    assert facts["results"][1]["result_max"] == single["result_max"]
+    assert facts["results"][1]["nan_count"] == 0 and facts["nan_count"] == 0
+
+
+def test_check_takes_a_list_of_ops(tmp_path):
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.ones(3, np.complex64))
+    np.save(ids, np.zeros(3, np.int64))
+    assert run("check", data, ids, "--op", "sum,mean", "-q").exit_code == 0
+    refused = run("check", data, ids, "--op", "sum,min", "-q")
+    assert refused.exit_code == 1 and "not supported by min" in refused.stderr
+    assert run("check", data, ids, "--op", "sum,nope", "-q").exit_code == 2
+
+
+def test_stdin_streams_like_a_file(pair):
+    data, ids = pair
+    from_file = run("agg", data, ids, "--op", "sum,max", "-q")
+    from_stdin = run("agg", "-", ids, "--op", "sum,max", "-q", input=data.read_bytes())
+    assert from_stdin.exit_code == 0, from_stdin.stderr
+    assert from_stdin.stdout == from_file.stdout
+
+
+def test_several_columns_from_stdin_are_a_usage_error(table):
+    args = ("agg", "-", "--data-column", "a,b", "--ids-column", "id", "--op", "sum")
+    result = run(*args, input=table.read_bytes())
+    assert result.exit_code == 2
+    assert "not stdin" in result.stderr
+
+
+def test_sorted_ids_give_the_single_op_bytes(tmp_path):
+    rng = np.random.default_rng(11)
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, rng.normal(size=25).astype(np.float64))
+    np.save(ids, np.sort(rng.integers(0, 6, size=25)))
+    names = ops_for(np.float64)
+    out = tmp_path / "all.npz"
+    sorted_args = ("--sorted", "-n", "5", "-q", "--chunk-rows", "4")
+    assert run("agg", data, ids, "--op", ",".join(names), "-o", out, *sorted_args).exit_code == 0
+    with np.load(out) as got:
+        for name in names:
+            single = tmp_path / f"{name}.npy"
+            assert run(name, data, ids, "-o", single, *sorted_args).exit_code == 0
+            assert got[name].tobytes() == np.load(single).tobytes(), name
