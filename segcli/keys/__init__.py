@@ -65,6 +65,8 @@ from segcli.keys.values import (
     MISSING,
     UNKNOWN,
     KeyColumn,
+    arrow_array,
+    numpy_of,
     NullKeys,
     as_array,
     check_key_type,
@@ -166,14 +168,14 @@ class KeyEncoder:
             empty = pa.table({name: pa.nulls(0) for name in self.by})
             return KeyTable(empty, np.empty(0, np.int64))
         stored = [
-            column.index.values.take(pa.array(codes))
+            column.index.values.take(arrow_array(codes))
             for column, codes in zip(self._columns, self._groups.codes, strict=True)
         ]
         names = [f"k{j}" for j in range(len(stored))]  # key names may repeat or be odd
         order = pc.sort_indices(
             pa.table(stored, names=names), sort_keys=[(name, "ascending") for name in names]
         )
-        order_np = np.asarray(order.to_numpy(), np.int64)
+        order_np = np.asarray(numpy_of(order), np.int64)
         columns = [
             column.output(codes[order_np])
             for column, codes in zip(self._columns, self._groups.codes, strict=True)
@@ -199,7 +201,7 @@ class KeyEncoder:
             ]
         block = pa.table(
             [
-                column.index.values.take(pa.array(codes)).cast(column.value_type)
+                column.index.values.take(arrow_array(codes)).cast(column.value_type)
                 for column, codes in zip(other._columns, other._groups.codes, strict=True)
             ],
             names=self.by,
@@ -235,7 +237,7 @@ class KeyEncoder:
             for column in columns
         ]
         rows = pc.dictionary_encode(fixed_binary_rows(codes))
-        first = np.asarray(rows.indices.to_numpy(), np.int64)
+        first = np.asarray(numpy_of(rows.indices), np.int64)
         if len(rows.dictionary) < len(first):
             earlier = np.maximum.accumulate(first)
             second = int(np.flatnonzero(first[1:] <= earlier[:-1])[0]) + 1

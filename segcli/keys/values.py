@@ -91,7 +91,48 @@ def cast_values(values: pa.Array, type_: pa.DataType, what: str) -> pa.Array:
 
 def _canonical_floats(values: pa.Array) -> pa.Array:
     """NaN becomes null (a missing key) and -0.0 becomes 0.0, so floats compare by value."""
-    return pc.if_else(pc.is_nan(values), pa.scalar(None, values.type), pc.add(values, 0.0))
+    return pc.if_else(pc.is_nan(values), pa.nulls(1, values.type)[0], pc.add(values, 0.0))
+
+
+def numpy_of(array: pa.Array) -> np.ndarray:
+    """A null-free bool or numeric Arrow array as NumPy, read from its buffers (a view where the
+    layout allows, read-only then); other arrays through ``to_numpy``, which imports pandas."""
+    values = array.buffers()[1] if array.null_count == 0 and len(array.buffers()) == 2 else None
+    if values is None or not values.is_cpu:
+        return np.asarray(array.to_numpy(zero_copy_only=False))
+    if pt.is_boolean(array.type):
+        bits = np.frombuffer(values, np.uint8)
+        unpacked = np.unpackbits(bits, count=array.offset + len(array), bitorder="little")
+        return unpacked[array.offset :].view(np.bool_)
+    if not (pt.is_integer(array.type) or pt.is_floating(array.type)):
+        return np.asarray(array.to_numpy(zero_copy_only=False))
+    dtype = np.dtype(array.type.to_pandas_dtype())
+    view = np.frombuffer(values, dtype, count=len(array), offset=array.offset * dtype.itemsize)
+    view.flags.writeable = False
+    return view
+
+
+def _positions(found: pa.Array) -> np.ndarray:
+    """index_in's answer as int64, -1 where it is null (not found)."""
+    if not found.null_count:
+        return numpy_of(found).astype(np.int64)
+    positions = np.full(len(found), -1, np.int64)
+    # The data buffer holds any value under a null: only the valid slots are read.
+    positions[numpy_of(found.is_valid())] = numpy_of(found.drop_null())
+    return positions
+
+
+def arrow_array(values: np.ndarray) -> pa.Array:
+    """A 1-D bool or numeric NumPy array as Arrow, sharing its memory where the layout allows.
+
+    ``pa.array`` imports pandas (when installed) to check for its types: a fifth of a second
+    of every command's start-up that a NumPy array never needs."""
+    values = np.ascontiguousarray(values)
+    if values.dtype == np.bool_:
+        bits = np.packbits(values, bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+    type_ = pa.from_numpy_dtype(values.dtype)
+    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
 
 
 def as_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -103,7 +144,7 @@ def as_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
 def _numpy_indices(indices: pa.Array, null_slot: int) -> np.ndarray:
     if indices.null_count:
         indices = indices.fill_null(null_slot)
-    return np.asarray(indices.to_numpy(zero_copy_only=False))
+    return numpy_of(indices)
 
 
 # --- the distinct values of one domain ---------------------------------------------------------
@@ -113,7 +154,7 @@ class ValueIndex:
     """Distinct values in the order they were added, looked up by pyarrow's hashing."""
 
     def __init__(self, type_: pa.DataType) -> None:
-        self.values: pa.Array = pa.array([], type_)
+        self.values: pa.Array = pa.nulls(0, type_)
 
     def __len__(self) -> int:
         return len(self.values)
@@ -125,21 +166,21 @@ class ValueIndex:
         if distinct and len(values) < len(self.values):
             # index_in hashes its value set on every call: hash the smaller side and invert.
             where = pc.index_in(self.values, value_set=values, skip_nulls=True)
-            where_np = np.asarray(where.fill_null(-1).to_numpy(), np.int64)
+            where_np = _positions(where)
             known = np.flatnonzero(where_np >= 0)
             positions = np.full(len(values), -1, np.int64)
             positions[where_np[known]] = known
             return positions
         found = pc.index_in(values, value_set=self.values, skip_nulls=True)
-        return np.asarray(found.fill_null(-1).to_numpy(), np.int64)
+        return _positions(found)
 
     def find_or_add(self, values: pa.Array, *, distinct: bool = False) -> np.ndarray:
         """Each non-null value's position, adding the values not seen before (``distinct``:
         the values are known to differ from each other, which saves hashing the new ones)."""
         positions = self.find(values, distinct=distinct)
-        new = (positions < 0) & ~np.asarray(values.is_null().to_numpy(zero_copy_only=False))
+        new = (positions < 0) & ~numpy_of(values.is_null())
         if new.any():
-            fresh = values.filter(pa.array(new))
+            fresh = values.filter(arrow_array(new))
             start = len(self.values)
             if distinct:
                 self.values = pa.concat_arrays([self.values, fresh])
@@ -148,7 +189,7 @@ class ValueIndex:
             added = pc.unique(fresh)
             self.values = pa.concat_arrays([self.values, added])
             found = pc.index_in(fresh, value_set=added)
-            positions[new] = np.asarray(found.to_numpy(), np.int64) + start
+            positions[new] = numpy_of(found).astype(np.int64) + start
         return positions
 
     def append_null(self) -> int:
@@ -234,14 +275,14 @@ class KeyColumn:
     def _entry_codes(self, values: pa.Array, used: np.ndarray | None, distinct: bool) -> np.ndarray:
         if used is not None and not used.all():
             codes = np.full(len(values), NULL, np.int64)
-            codes[used] = self._entry_codes(values.filter(pa.array(used)), None, distinct)
+            codes[used] = self._entry_codes(values.filter(arrow_array(used)), None, distinct)
             return codes
         if self.frozen:
             codes = self.index.find(values)
             codes[codes < 0] = UNKNOWN
         else:
             codes = self.index.find_or_add(values, distinct=distinct)
-        codes[np.asarray(values.is_null().to_numpy(zero_copy_only=False))] = NULL
+        codes[numpy_of(values.is_null())] = NULL
         return codes
 
     def _null_code(self) -> int:
@@ -258,7 +299,7 @@ class KeyColumn:
         keys row has a group); afterwards the column only looks values up."""
         canonical = self.canonical(values, what)
         codes = self.index.find_or_add(canonical)
-        nulls = np.asarray(canonical.is_null().to_numpy(zero_copy_only=False))
+        nulls = numpy_of(canonical.is_null())
         if nulls.any():
             self.null_code = self.index.append_null()
             codes[nulls] = self.null_code
@@ -268,7 +309,7 @@ class KeyColumn:
     def output(self, codes: np.ndarray) -> pa.Array:
         """The column's values for these codes, in the type of the first block."""
         values = cast_values(
-            self.index.values.take(pa.array(codes)),
+            self.index.values.take(arrow_array(codes)),
             self.value_type,
             f"key column '{self.name}' does not fit {self.value_type}",
         )
