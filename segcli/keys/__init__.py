@@ -65,11 +65,11 @@ from segcli.keys.values import (
     MISSING,
     UNKNOWN,
     KeyColumn,
-    arrow_array,
-    numpy_of,
     NullKeys,
+    arrow_array,
     as_array,
     check_key_type,
+    numpy_of,
 )
 
 _SLICE_ROWS = 1 << 20  # rows encoded at a time
