@@ -474,3 +474,60 @@ def test_check_max_dropped_counts_missing_keys(tmp_path: Path) -> None:
     assert result.stderr == (
         f"Error: {path}:k: 2 dropped rows, more than --max-dropped 1 (2 with a missing key)\n"
     )
+
+
+TEXT_KEYS = {
+    "string": pa.array(["b", None, "a", "", "c", "a"] * 5),
+    "large_string": pa.array(["b", "a", "c", "a", "b", "d"] * 5, pa.large_string()),
+    "binary": pa.array([b"\x01", b"", None, b"\x00", b"\x01", b"\x02"] * 5),
+}
+
+
+@pytest.mark.parametrize("kind", list(TEXT_KEYS))
+@pytest.mark.parametrize("streaming", [[], ["--chunk-rows", "4"]])
+def test_parquet_text_keys_read_as_dictionaries_give_the_plain_bytes(
+    tmp_path: Path, kind: str, streaming: list[str]
+) -> None:
+    # Parquet string keys are read in their dictionary encoding; the Arrow file holds them
+    # plain. Output bytes and the summary's key facts (types, bytes as the file declares
+    # them) must not tell the two apart.
+    table = values_table({"k": TEXT_KEYS[kind], "j": pa.array(list(range(3)) * 10)})
+    facts = []
+    outputs = []
+    for suffix in ("parquet", "arrow"):
+        path = write_table(tmp_path / f"t.{suffix}", table)
+        out, summary = tmp_path / f"o.{suffix}.parquet", tmp_path / f"s.{suffix}.json"
+        args = ["sum", path, "--by", "k,j", "--data-column", "v", "--null-keys", "group"]
+        ok(*args, *streaming, "-o", out, "-q", "--summary-json", summary)
+        outputs.append(out.read_bytes())
+        facts.append(json.loads(summary.read_text()))
+    assert outputs[0] == outputs[1]
+    assert facts[0]["keys"] == facts[1]["keys"]
+    assert facts[0]["ids"]["dtype"] == facts[1]["ids"]["dtype"] == f"{table['k'].type}, int64"
+    # The row groups hold 8 rows: blocks of 4 rows are the plain batches of 4 rows.
+    parquet = pq.ParquetFile(tmp_path / "t.parquet")
+    blocks = parquet.iter_batches(batch_size=4, columns=["k", "j"]) if streaming else []
+    plain = sum(b.nbytes for b in blocks) or parquet.read(columns=["k", "j"]).nbytes
+    assert facts[0]["ids"]["bytes"] == plain
+
+
+def test_a_by_run_on_parquet_does_not_import_pandas(tmp_path: Path) -> None:
+    # pyarrow's to_numpy and pa.array import pandas when it is installed: a fifth of a second
+    # of a run that never needs it.
+    import subprocess
+    import sys
+
+    table = values_table({"k": TEXT_KEYS["string"], "j": pa.array(list(range(3)) * 10)})
+    path = write_table(tmp_path / "t.parquet", table)
+    probe = (
+        "import atexit, runpy, sys\n"
+        "atexit.register(lambda: print('pandas' in sys.modules, file=sys.stderr))\n"
+        "sys.argv = ['segcli', *sys.argv[1:]]\n"
+        "runpy.run_module('segcli', run_name='__main__')\n"
+    )
+    for extra in ([], ["--chunk-rows", "7"]):
+        argv = [sys.executable, "-c", probe, "mean", str(path), "--by", "k,j", "-q"]
+        argv += ["--data-column", "v", "-o", str(tmp_path / "o.parquet"), *extra]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.splitlines() == ["False"]

@@ -10,6 +10,7 @@ pyarrow is imported inside the functions, as in the rest of :mod:`segcli.io`.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -58,20 +59,93 @@ def pick_data_column(table: TableFile, column: str | None, by: Sequence[str]) ->
     )
 
 
+@dataclass(frozen=True)
+class KeysRead:
+    """Key columns read whole. ``table`` may hold string and binary columns as dictionaries
+    (Parquet's own encoding, read as is); ``schema`` and ``nbytes`` are those of the columns
+    as the file declares them, which the encoder's key table and the run's facts use."""
+
+    table: pa.Table
+    schema: pa.Schema
+    nbytes: int
+
+
 def read_data_and_keys(
     table: TableFile, column: str, by: Sequence[str]
-) -> tuple[np.ndarray, pa.Table]:
+) -> tuple[np.ndarray, KeysRead]:
     """The data column as NumPy (checked as any data column) and the key columns, in one read
     of the file."""
     from segcli.io.columns import ColumnRef, column_to_numpy, value_layout
 
-    read = table.read(list(dict.fromkeys([column, *by])))
+    names = list(dict.fromkeys([column, *by]))
+    if table.fmt == "parquet":
+        read, schema = _read_parquet(table, names, by)
+    else:
+        read = table.read(names)
+        schema = read.select(list(by)).schema
     data = column_to_numpy(
         read.column(column),
         ColumnRef(table.label, column),
         layout=value_layout(read.schema, column, table.label),
     )
-    return data, read.select(list(by))
+    keys = read.select(list(by))
+    return data, KeysRead(keys, schema, _declared_nbytes(keys, schema))
+
+
+def _read_parquet(
+    table: TableFile, names: list[str], by: Sequence[str]
+) -> tuple[pa.Table, pa.Schema]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with table.errors():
+        declared = table.schema()
+        schema = pa.schema([declared.field(name) for name in by])
+        coded = [name for name in by if _is_text(schema.field(name).type)]
+        # A dictionary column is hashed once per distinct value, not once per row.
+        parquet = pq.ParquetFile(table.parquet_source(), read_dictionary=coded)
+        return parquet.read(columns=names), schema
+
+
+def _is_text(type_: pa.DataType) -> bool:
+    import pyarrow.types as pt
+
+    return bool(
+        pt.is_string(type_)
+        or pt.is_large_string(type_)
+        or pt.is_binary(type_)
+        or pt.is_large_binary(type_)
+    )
+
+
+def _declared_nbytes(keys: pa.Table, schema: pa.Schema) -> int:
+    """The bytes ``keys`` would take in the declared types: what reading them so would hold."""
+    import pyarrow.types as pt
+
+    total = 0
+    for column, type_ in zip(keys.columns, schema.types, strict=True):
+        if pt.is_dictionary(column.type) and not pt.is_dictionary(type_):
+            total += _text_nbytes(column, type_)
+        else:
+            total += column.nbytes
+    return total
+
+
+def _text_nbytes(column: pa.ChunkedArray, type_: pa.DataType) -> int:
+    """A dictionary column's bytes as one plain text column: validity, offsets and values."""
+    import pyarrow.compute as pc
+    import pyarrow.types as pt
+
+    from segcli.keys.values import numpy_of
+
+    offsets = 8 if pt.is_large_string(type_) or pt.is_large_binary(type_) else 4
+    total = offsets * len(column)
+    for chunk in column.chunks:
+        total += (len(chunk) + 7) // 8 if chunk.null_count else 0
+        lengths = numpy_of(pc.binary_length(chunk.dictionary)).astype(np.int64)
+        used = np.bincount(numpy_of(chunk.indices.drop_null()), minlength=len(lengths))
+        total += int(used[: len(lengths)] @ lengths)
+    return total
 
 
 def read_keys_from(path: str, by: Sequence[str], csv: CsvOptions | None) -> pa.Table:
@@ -120,10 +194,10 @@ class KeyIdsChunks:
 
     def chunks(self, rows: int) -> Iterator[np.ndarray]:
         _check_rows(rows)
-        self.encoder.encode(self.schema.empty_table(), self._table.label)
+        self.encoder.declare(self.schema, self._table.label)
         with self._table.errors():
             for block in _reblock_tables(self._batches(rows), rows):
-                self.bytes_read += block.nbytes
+                self.bytes_read += _declared_nbytes(block, self.schema)
                 yield self.encoder.encode(block, self._table.label)
 
     def _count_rows(self) -> int:
@@ -141,7 +215,8 @@ class KeyIdsChunks:
         if self._table.fmt == "parquet":
             import pyarrow.parquet as pq
 
-            parquet = pq.ParquetFile(self._table.parquet_source())
+            coded = [field.name for field in self.schema if _is_text(field.type)]
+            parquet = pq.ParquetFile(self._table.parquet_source(), read_dictionary=coded)
             yield from parquet.iter_batches(batch_size=rows, columns=self._by)
         elif self._table.fmt == "arrow":
             for batch in _ipc_batches(self._table):

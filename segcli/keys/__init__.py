@@ -137,6 +137,12 @@ class KeyEncoder:
             return int(self.keys_from.num_rows)
         return len(self._groups)
 
+    def declare(self, schema: pa.Schema, source: str | None = None) -> None:
+        """Fix the key types (those of the key table) from a schema: a zero-row block of it."""
+        # Schema.empty_table imports pandas (when installed): built from typed empty arrays.
+        empty = pa.Table.from_arrays([pa.nulls(0, field.type) for field in schema], schema=schema)
+        self.encode(empty, source)
+
     def encode(self, block: Block, source: str | None = None) -> np.ndarray:
         """One int64 id per row of ``block``; ``source`` (a file name) prefixes errors."""
         what = f"{source}" if source else "this block"

@@ -142,9 +142,11 @@ def as_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 
 def _numpy_indices(indices: pa.Array, null_slot: int) -> np.ndarray:
-    if indices.null_count:
-        indices = indices.fill_null(null_slot)
-    return numpy_of(indices)
+    if not indices.null_count:
+        return numpy_of(indices)
+    rows = np.full(len(indices), null_slot, np.int64)
+    rows[numpy_of(indices.is_valid())] = numpy_of(indices.drop_null())
+    return rows
 
 
 # --- the distinct values of one domain ---------------------------------------------------------
