@@ -26,6 +26,14 @@ ROWS = 40
 BLOCK_SIZES = [1, 3, 7, None]  # None: the whole table as one block
 
 
+@pytest.fixture(autouse=True, params=["grid", "per-row"])
+def combining(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every case twice: the small blocks here always take the grid of dictionary slots, so
+    the per-row combination that large grids take is forced in the second run."""
+    if request.param == "per-row":
+        monkeypatch.setattr(segcli.keys, "_grid_pays", lambda sizes, rows: False)
+
+
 # --- helpers -----------------------------------------------------------------------------------
 
 

@@ -136,15 +136,12 @@ def _text_nbytes(column: pa.ChunkedArray, type_: pa.DataType) -> int:
     import pyarrow.compute as pc
     import pyarrow.types as pt
 
-    from segcli.keys.values import numpy_of
-
     offsets = 8 if pt.is_large_string(type_) or pt.is_large_binary(type_) else 4
     total = offsets * len(column)
     for chunk in column.chunks:
         total += (len(chunk) + 7) // 8 if chunk.null_count else 0
-        lengths = numpy_of(pc.binary_length(chunk.dictionary)).astype(np.int64)
-        used = np.bincount(numpy_of(chunk.indices.drop_null()), minlength=len(lengths))
-        total += int(used[: len(lengths)] @ lengths)
+        lengths = pc.binary_length(chunk.dictionary).cast("int64")
+        total += int(pc.sum(lengths.take(chunk.indices)).as_py() or 0)
     return total
 
 

@@ -199,6 +199,14 @@ class ValueIndex:
         return len(self.values) - 1
 
 
+def _stacked(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Several chunks' (table, rows) as one: the tables end to end, rows shifted to match."""
+    starts = np.cumsum([0] + [len(table) for table, _ in parts[:-1]])
+    table = np.concatenate([table for table, _ in parts])
+    rows = np.concatenate([rows + start for (_, rows), start in zip(parts, starts, strict=True)])
+    return table, rows
+
+
 # --- one key column ----------------------------------------------------------------------------
 
 
@@ -235,27 +243,35 @@ class KeyColumn:
 
     def codes(self, data: pa.Array | pa.ChunkedArray, what: str) -> np.ndarray:
         """One code per row: a distinct value's position, MISSING, or UNKNOWN (frozen)."""
+        table, rows = self.coded(data, what)
+        codes: np.ndarray = table[rows]
+        return codes
+
+    def coded(self, data: pa.Array | pa.ChunkedArray, what: str) -> tuple[np.ndarray, np.ndarray]:
+        """The codes as ``table[rows]``: ``table`` holds a code per slot of the block's
+        dictionary (and one for null), ``rows`` each row's slot; ``table`` is small when the
+        block has few distinct values, so the codes need not be gathered row by row."""
         chunks = data.chunks if isinstance(data, pa.ChunkedArray) else [data]
         if not chunks:
-            return np.empty(0, np.int64)
+            return np.empty(0, np.int64), np.empty(0, np.int64)
         # One dictionary for the whole block, so the run's dictionary is probed once per block.
         if not pt.is_dictionary(chunks[0].type):
             encoded = pc.dictionary_encode(chunks[0] if len(chunks) == 1 else data)
             shared = [encoded] if isinstance(encoded, pa.Array) else encoded.chunks
             # Distinct values stay distinct in the lookup type, except floats (-0.0 and 0.0).
-            return self._shared_codes(shared, what, distinct=self.kind != "float")
+            return self._shared_table(shared, what, distinct=self.kind != "float")
         if len(chunks) > 1:
             try:
                 chunks = pa.chunked_array(chunks).unify_dictionaries().chunks
             except pa.ArrowInvalid:  # a null in a dictionary: pyarrow cannot unify those yet
-                parts = [self._shared_codes([chunk], what) for chunk in chunks]
-                return np.concatenate(parts)
-        return self._shared_codes(chunks, what)
+                return _stacked([self._shared_table([chunk], what) for chunk in chunks])
+        return self._shared_table(chunks, what)
 
-    def _shared_codes(
+    def _shared_table(
         self, chunks: list[pa.DictionaryArray], what: str, *, distinct: bool = False
-    ) -> np.ndarray:
-        """Codes for dictionary chunks that all have the first one's dictionary."""
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Codes (as in :meth:`coded`) for dictionary chunks that all have the first one's
+        dictionary."""
         dictionary = chunks[0].dictionary
         indices = [chunk.indices for chunk in chunks]
         slot = len(dictionary)
@@ -271,8 +287,7 @@ class KeyColumn:
         table = np.append(entries, NULL)
         if null_rows or null_used.any():
             table[table == NULL] = self._null_code()
-        codes: np.ndarray = table[rows]
-        return codes
+        return table, rows
 
     def _entry_codes(self, values: pa.Array, used: np.ndarray | None, distinct: bool) -> np.ndarray:
         if used is not None and not used.all():
