@@ -22,6 +22,7 @@ from segcli.io.tables import CSV_HEAD_BYTES, CsvOptions, TableFile, open_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     from segcli.keys import KeyEncoder
 
@@ -101,10 +102,37 @@ def _read_parquet(
     with table.errors():
         declared = table.schema()
         schema = pa.schema([declared.field(name) for name in by])
-        coded = [name for name in by if _is_text(schema.field(name).type)]
-        # A dictionary column is hashed once per distinct value, not once per row.
-        parquet = pq.ParquetFile(table.parquet_source(), read_dictionary=coded)
+        source = table.parquet_source()
+        coded = dictionary_columns(pq.ParquetFile(source), schema)
+        parquet = pq.ParquetFile(source, read_dictionary=coded)
         return parquet.read(columns=names), schema
+
+
+#: Stored bytes a row below which a text column holds dictionary indices only: a plain string
+#: takes at least its 4-byte length.
+_DICTIONARY_ROW_BYTES = 4
+
+
+def dictionary_columns(parquet: pq.ParquetFile, keys: pa.Schema) -> list[str]:
+    """The text key columns worth reading as dictionaries: hashed once per distinct value, not
+    once per row. Not those whose writer gave up on its dictionary (too many distinct values):
+    the reader would hash their plain pages itself, and more slowly than the encoder."""
+    metadata = parquet.metadata
+    paths = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+    coded = []
+    for field in keys:
+        column = paths.get(field.name)
+        if not _is_text(field.type) or column is None:
+            continue
+        groups = [metadata.row_group(i) for i in range(metadata.num_row_groups)]
+        if all(
+            group.column(column).has_dictionary_page
+            and group.column(column).total_uncompressed_size
+            < _DICTIONARY_ROW_BYTES * max(group.num_rows, 1)
+            for group in groups
+        ):
+            coded.append(field.name)
+    return coded
 
 
 def _is_text(type_: pa.DataType) -> bool:
@@ -212,8 +240,9 @@ class KeyIdsChunks:
         if self._table.fmt == "parquet":
             import pyarrow.parquet as pq
 
-            coded = [field.name for field in self.schema if _is_text(field.type)]
-            parquet = pq.ParquetFile(self._table.parquet_source(), read_dictionary=coded)
+            source = self._table.parquet_source()
+            coded = dictionary_columns(pq.ParquetFile(source), self.schema)
+            parquet = pq.ParquetFile(source, read_dictionary=coded)
             yield from parquet.iter_batches(batch_size=rows, columns=self._by)
         elif self._table.fmt == "arrow":
             for batch in _ipc_batches(self._table):

@@ -21,6 +21,7 @@ MISSING = -1
 """The id (and column code) of a row whose key is missing and dropped."""
 
 UNKNOWN = -2  # a code or group id: the value is not among the keys_from keys
+_REUSED_DICTIONARY = 1 << 14  # a dictionary this large is coded whole and kept for later blocks
 NULL = -3  # a dictionary entry that is null (or NaN): resolved to a null code or MISSING
 ABSENT = -4  # in the dense combination table: no group has this combination yet
 
@@ -199,6 +200,21 @@ class ValueIndex:
         return len(self.values) - 1
 
 
+def _used(rows: np.ndarray, slots: int) -> np.ndarray:
+    """Which of a dictionary's slots some row uses (rows may hold the null slot, ``slots``)."""
+    used: np.ndarray = np.bincount(rows, minlength=slots + 1)[:slots] > 0
+    return used
+
+
+def _same(one: pa.Array, other: pa.Array) -> bool:
+    """Whether two arrays are views of the same buffers (so the same values, without looking)."""
+    if one is other:
+        return True
+    if len(one) != len(other) or one.offset != other.offset or one.type != other.type:
+        return False
+    return [b and b.address for b in one.buffers()] == [b and b.address for b in other.buffers()]
+
+
 def _stacked(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """Several chunks' (table, rows) as one: the tables end to end, rows shifted to match."""
     starts = np.cumsum([0] + [len(table) for table, _ in parts[:-1]])
@@ -223,6 +239,8 @@ class KeyColumn:
         self.null_keys = null_keys
         self.null_code = -1
         self.frozen = False
+        #: The last large dictionary coded and its entry codes (held, so its buffers stay).
+        self._last_dictionary: tuple[pa.Array, np.ndarray] | None = None
 
     def canonical(self, values: pa.Array, what: str) -> pa.Array:
         """Values (a chunk's dictionary, a keys table's column) in this column's lookup type."""
@@ -260,7 +278,13 @@ class KeyColumn:
             shared = [encoded] if isinstance(encoded, pa.Array) else encoded.chunks
             # Distinct values stay distinct in the lookup type, except floats (-0.0 and 0.0).
             return self._shared_table(shared, what, distinct=self.kind != "float")
-        if len(chunks) > 1:
+        if len(chunks) > 1 and not all(
+            _same(chunk.dictionary, chunks[0].dictionary) for chunk in chunks
+        ):
+            if sum(len(chunk.dictionary) for chunk in chunks) > len(data) // 4:
+                # Large dictionaries (Parquet row groups of many distinct values, streamed in
+                # several blocks each): unifying would hash them again for every block.
+                return _stacked([self._shared_table([chunk], what) for chunk in chunks])
             try:
                 chunks = pa.chunked_array(chunks).unify_dictionaries().chunks
             except pa.ArrowInvalid:  # a null in a dictionary: pyarrow cannot unify those yet
@@ -277,17 +301,37 @@ class KeyColumn:
         slot = len(dictionary)
         parts = [_numpy_indices(chunk, slot) for chunk in indices]
         rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        used = None
-        if slot > len(rows) // 4:
-            # A stored dictionary may hold many values no row uses: keep them out of the run's.
-            used = np.bincount(rows, minlength=slot + 1)[:slot] > 0
-        entries = self._entry_codes(self.canonical(dictionary, what), used, distinct)
+        entries, used = self._dictionary_entries(dictionary, rows, what, distinct)
         null_rows = any(chunk.null_count for chunk in indices)
-        null_used = (entries == NULL) if used is None else (entries == NULL) & used
+        null_used = entries == NULL
+        if null_used.any() and len(entries) > len(rows) // 4:
+            # NULL also marks entries no row uses: only a used null entry is a null key.
+            null_used &= used if used is not None else _used(rows, len(entries))
         table = np.append(entries, NULL)
         if null_rows or null_used.any():
             table[table == NULL] = self._null_code()
         return table, rows
+
+    def _dictionary_entries(
+        self, dictionary: pa.Array, rows: np.ndarray, what: str, distinct: bool
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Codes of a block's dictionary entries (NULL for null entries and, where the mask
+        of used entries comes with them, for unused ones)."""
+        slot = len(dictionary)
+        if slot <= len(rows) // 4:
+            return self._entry_codes(self.canonical(dictionary, what), None, distinct), None
+        cached = self._last_dictionary
+        if cached is not None and _same(cached[0], dictionary):
+            return cached[1], None
+        if slot > _REUSED_DICTIONARY:
+            # A row group's dictionary comes back with each block streamed from it: coded
+            # whole once, then reused while the blocks come from the same buffers.
+            entries = self._entry_codes(self.canonical(dictionary, what), None, distinct)
+            self._last_dictionary = (dictionary, entries)
+            return entries, None
+        # A stored dictionary may hold many values no row uses: keep them out of the run's.
+        used = _used(rows, slot)
+        return self._entry_codes(self.canonical(dictionary, what), used, distinct), used
 
     def _entry_codes(self, values: pa.Array, used: np.ndarray | None, distinct: bool) -> np.ndarray:
         if used is not None and not used.all():
