@@ -575,3 +575,26 @@ def test_keys_of_many_distinct_values_are_read_plain(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
     pq.write_table(values_table({"k": keys}), path, row_group_size=1000)
     assert dictionary_columns(pq.ParquetFile(path), pa.schema([pa.field("k", pa.string())])) == []
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array([1.5, 2.0, -3.0, 4.0]).slice(1, 2),
+        pa.array([7, -8, 9], pa.int16()),
+        pa.chunked_array([pa.array([1, 2], pa.uint32()), pa.array([3], pa.uint32())]),
+        pa.array([True, False, True]),
+    ],
+    ids=["float64-sliced", "int16", "uint32-chunks", "bool"],
+)
+def test_numeric_columns_convert_as_to_numpy_does(column: Any) -> None:
+    # Null-free numbers are read from the data buffer (to_numpy imports pandas): same values,
+    # dtype and read-only view.
+    from segcli.io.columns import ColumnRef, column_to_numpy
+
+    got = column_to_numpy(column, ColumnRef("t.parquet", "v"))
+    plain = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    want = plain.to_numpy(zero_copy_only=False)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    assert not got.flags.writeable or got.dtype == np.bool_
