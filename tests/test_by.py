@@ -474,3 +474,127 @@ def test_check_max_dropped_counts_missing_keys(tmp_path: Path) -> None:
     assert result.stderr == (
         f"Error: {path}:k: 2 dropped rows, more than --max-dropped 1 (2 with a missing key)\n"
     )
+
+
+TEXT_KEYS = {
+    "string": pa.array(["b", None, "a", "", "c", "a"] * 500),
+    "large_string": pa.array(["b", "a", "c", "a", "b", "d"] * 500, pa.large_string()),
+    "binary": pa.array([b"\x01", b"", None, b"\x00", b"\x01", b"\x02"] * 500),
+}
+
+
+def text_keys_table(kind: str) -> pa.Table:
+    return values_table({"k": TEXT_KEYS[kind], "j": pa.array(list(range(3)) * 1000)})
+
+
+def write_dictionary_parquet(path: Path, table: pa.Table) -> Path:
+    """Row groups of 1000 rows with few distinct keys: read as dictionaries (checked)."""
+    from segcli.io.keys import dictionary_columns
+
+    pq.write_table(table, path, row_group_size=1000)
+    keys = pa.schema([table.schema.field("k"), table.schema.field("j")])
+    assert dictionary_columns(pq.ParquetFile(path), keys) == ["k"]
+    return path
+
+
+@pytest.mark.parametrize("kind", list(TEXT_KEYS))
+@pytest.mark.parametrize("streaming", [[], ["--chunk-rows", "500"]])
+def test_parquet_text_keys_read_as_dictionaries_give_the_plain_bytes(
+    tmp_path: Path, kind: str, streaming: list[str]
+) -> None:
+    # Parquet string keys are read in their dictionary encoding; the Arrow file holds them
+    # plain. Output bytes and the summary's key facts (types, bytes as the file declares
+    # them) must not tell the two apart.
+    table = text_keys_table(kind)
+    facts = []
+    outputs = []
+    write_dictionary_parquet(tmp_path / "t.parquet", table)
+    write_table(tmp_path / "t.arrow", table)
+    for suffix in ("parquet", "arrow"):
+        path = tmp_path / f"t.{suffix}"
+        out, summary = tmp_path / f"o.{suffix}.parquet", tmp_path / f"s.{suffix}.json"
+        args = ["sum", path, "--by", "k,j", "--data-column", "v", "--null-keys", "group"]
+        ok(*args, *streaming, "-o", out, "-q", "--summary-json", summary)
+        outputs.append(out.read_bytes())
+        facts.append(json.loads(summary.read_text()))
+    assert outputs[0] == outputs[1]
+    assert facts[0]["keys"] == facts[1]["keys"]
+    assert facts[0]["ids"]["dtype"] == facts[1]["ids"]["dtype"] == f"{table['k'].type}, int64"
+    # Row groups of 1000 rows: blocks of 500 rows are the plain batches of 500 rows.
+    parquet = pq.ParquetFile(tmp_path / "t.parquet")
+    blocks = parquet.iter_batches(batch_size=500, columns=["k", "j"]) if streaming else []
+    plain = sum(b.nbytes for b in blocks) or parquet.read(columns=["k", "j"]).nbytes
+    assert facts[0]["ids"]["bytes"] == plain
+
+
+def test_a_by_run_on_parquet_does_not_import_pandas(tmp_path: Path) -> None:
+    # pyarrow's to_numpy and pa.array import pandas when it is installed: a fifth of a second
+    # of a run that never needs it.
+    import subprocess
+    import sys
+
+    path = write_dictionary_parquet(tmp_path / "t.parquet", text_keys_table("string"))
+    probe = (
+        "import atexit, runpy, sys\n"
+        "atexit.register(lambda: print('pandas' in sys.modules, file=sys.stderr))\n"
+        "sys.argv = ['segcli', *sys.argv[1:]]\n"
+        "runpy.run_module('segcli', run_name='__main__')\n"
+    )
+    for extra in ([], ["--chunk-rows", "7"]):
+        argv = [sys.executable, "-c", probe, "mean", str(path), "--by", "k,j", "-q"]
+        argv += ["--data-column", "v", "-o", str(tmp_path / "o.parquet"), *extra]
+        done = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr.splitlines() == ["False"]
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float16", "int32", "uint8", "bool", ">f8"])
+def test_keyed_table_of_plain_results_is_result_tables_columns(dtype: str) -> None:
+    from segcli.io.keyed import keyed_table
+    from segcli.io.write import result_table
+
+    result = np.array([3, 0, 1, 2], dtype=dtype)
+    counts = np.array([4, 0, 1, 7], np.int64)
+    keys = pa.table({"k": pa.array(["a", "b", "c", None])})
+    values = result_table(result, counts)
+    want = pa.Table.from_arrays(
+        [keys.column("k"), values.column("value"), values.column("count")],
+        names=["k", "value", "count"],
+    )
+    got = keyed_table(result, counts, keys)
+    assert got.equals(want, check_metadata=True)
+    assert keyed_table(result, None, keys).column_names == ["k", "value"]
+
+
+def test_keys_of_many_distinct_values_are_read_plain(tmp_path: Path) -> None:
+    # The writer gives up on a dictionary this large; the reader would then hash every row
+    # itself, more slowly than the encoder does.
+    from segcli.io.keys import dictionary_columns
+
+    keys = pa.array([f"user-{i:07d}" for i in range(4000)])
+    path = tmp_path / "t.parquet"
+    pq.write_table(values_table({"k": keys}), path, row_group_size=1000)
+    assert dictionary_columns(pq.ParquetFile(path), pa.schema([pa.field("k", pa.string())])) == []
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array([1.5, 2.0, -3.0, 4.0]).slice(1, 2),
+        pa.array([7, -8, 9], pa.int16()),
+        pa.chunked_array([pa.array([1, 2], pa.uint32()), pa.array([3], pa.uint32())]),
+        pa.array([True, False, True]),
+    ],
+    ids=["float64-sliced", "int16", "uint32-chunks", "bool"],
+)
+def test_numeric_columns_convert_as_to_numpy_does(column: Any) -> None:
+    # Null-free numbers are read from the data buffer (to_numpy imports pandas): same values,
+    # dtype and read-only view.
+    from segcli.io.columns import ColumnRef, column_to_numpy
+
+    got = column_to_numpy(column, ColumnRef("t.parquet", "v"))
+    plain = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    want = plain.to_numpy(zero_copy_only=False)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    assert not got.flags.writeable or got.dtype == np.bool_

@@ -26,6 +26,14 @@ ROWS = 40
 BLOCK_SIZES = [1, 3, 7, None]  # None: the whole table as one block
 
 
+@pytest.fixture(autouse=True, params=["grid", "per-row"])
+def combining(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every case twice: the small blocks here always take the grid of dictionary slots, so
+    the per-row combination that large grids take is forced in the second run."""
+    if request.param == "per-row":
+        monkeypatch.setattr(segcli.keys, "_grid_pays", lambda sizes, rows: False)
+
+
 # --- helpers -----------------------------------------------------------------------------------
 
 
@@ -573,3 +581,78 @@ def test_merging_parts_with_keys_from_keeps_row_positions() -> None:
     assert (first.rows, first.missing_rows) == (3, 1)
     with pytest.raises(ValueError, match="both have keys_from"):
         first.merge(KeyEncoder(["a"]))
+
+
+# --- Arrow <-> NumPy without pandas ------------------------------------------------------------
+
+
+BUFFER_ARRAYS = [
+    pa.array([1.5, -2.0, 3.25, 0.0]).slice(1),
+    pa.array([1, -2, 3, 127], pa.int8()).slice(2, 1),
+    pa.array([2**64 - 1, 0], pa.uint64()),
+    pa.array([True, False, True] * 7).slice(3, 11),
+    pa.array([1, None, 3], pa.int32()),  # nulls: read through to_numpy
+    pa.array([], pa.float32()),
+]
+
+
+@pytest.mark.parametrize("array", BUFFER_ARRAYS, ids=lambda a: f"{a.type}-{a.offset}-{len(a)}")
+def test_numpy_of_reads_what_to_numpy_reads(array: pa.Array) -> None:
+    from segcli.keys.values import numpy_of
+
+    got = numpy_of(array)
+    want = array.to_numpy(zero_copy_only=False)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        np.array([True, False, True, True, False, False, False, True, True]),
+        np.arange(10, dtype=np.float16)[::3],
+        np.array([5, -1, 2], np.int64),
+        np.array([], np.uint32),
+    ],
+    ids=lambda v: str(v.dtype),
+)
+def test_arrow_array_is_what_pa_array_makes(values: np.ndarray) -> None:
+    from segcli.keys.values import arrow_array
+
+    assert arrow_array(values).equals(pa.array(values))
+
+
+def test_value_index_finds_positions_and_misses() -> None:
+    from segcli.keys.values import ValueIndex
+
+    index = ValueIndex(pa.string())
+    assert index.find_or_add(pa.array(["b", "a", None, "b"])).tolist()[:2] == [0, 1]
+    # Position 0 is a hit, not a miss; a null and an unknown value are misses (-1).
+    assert index.find(pa.array(["b", None, "z", "a"])).tolist() == [0, -1, -1, 1]
+    assert index.find(pa.array(["a"]), distinct=True).tolist() == [1]
+
+
+def row_keys(encoder: KeyEncoder, ids: np.ndarray) -> list[Any]:
+    """Each row's key value (None for a dropped row), whatever the encoder numbered its group."""
+    keys = encoder.finish()
+    row_of_group = np.argsort(keys.order)
+    values = keys.keys.column(0).to_pylist()
+    return [None if i == MISSING else values[row_of_group[i]] for i in ids]
+
+
+@pytest.mark.parametrize("null_keys", ["drop", "group"])
+def test_blocks_sharing_a_large_dictionary_code_it_once(null_keys: str) -> None:
+    # A Parquet row group's dictionary comes back with every block streamed from it: large
+    # ones are coded once and reused, and must give what the plain strings give.
+    rng = np.random.default_rng(3)
+    dictionary = pa.array([f"v{i:05d}" for i in range(20_000)] + [None])
+    indices = pa.array(rng.integers(0, len(dictionary), 3_000), pa.int32())
+    column = pa.DictionaryArray.from_arrays(indices, dictionary)
+    blocks = [pa.table({"k": column.slice(start, 500)}) for start in range(0, 3_000, 500)]
+    shared = KeyEncoder(["k"], null_keys=null_keys)  # type: ignore[arg-type]
+    shared_ids = encode(shared, blocks)
+    plain = KeyEncoder(["k"], null_keys=null_keys)  # type: ignore[arg-type]
+    plain_ids = encode(plain, [pa.table({"k": column.dictionary_decode()})])
+    assert row_keys(shared, shared_ids) == row_keys(plain, plain_ids)
+    assert shared.missing_rows == plain.missing_rows
+    assert shared.finish().keys.column(0).to_pylist() == plain.finish().keys.column(0).to_pylist()

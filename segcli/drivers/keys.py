@@ -86,7 +86,9 @@ def run_in_memory(
     table, column = _open(spec)
     encoder = encoder_for(spec)
     data, keys = read_data_and_keys(table, column, spec.by)
-    ids = encoder.encode(keys, table.label)
+    # The declared types first: the key table has them whichever encoding the columns came in.
+    encoder.declare(keys.schema, table.label)
+    ids = encoder.encode(keys.table, table.label)
     if watch is not None:
         watch(data)
     read_s = time.perf_counter() - started
@@ -111,7 +113,7 @@ def run_in_memory(
     return DriverResult(
         reduction,
         input_facts(spec.data, data_label, table.fmt, data.shape, data.dtype, table.note(column)),
-        key_input_facts(spec.data, ids_label, keys.schema, keys.num_rows, keys.nbytes),
+        key_input_facts(spec.data, ids_label, keys.schema, keys.table.num_rows, keys.nbytes),
         "in-memory",
         {},
         timings,

@@ -10,6 +10,7 @@ pyarrow is imported inside the functions, as in the rest of :mod:`segcli.io`.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,6 +22,7 @@ from segcli.io.tables import CSV_HEAD_BYTES, CsvOptions, TableFile, open_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
     from segcli.keys import KeyEncoder
 
@@ -58,20 +60,117 @@ def pick_data_column(table: TableFile, column: str | None, by: Sequence[str]) ->
     )
 
 
+@dataclass(frozen=True)
+class KeysRead:
+    """Key columns read whole. ``table`` may hold string and binary columns as dictionaries
+    (Parquet's own encoding, read as is); ``schema`` and ``nbytes`` are those of the columns
+    as the file declares them, which the encoder's key table and the run's facts use."""
+
+    table: pa.Table
+    schema: pa.Schema
+    nbytes: int
+
+
 def read_data_and_keys(
     table: TableFile, column: str, by: Sequence[str]
-) -> tuple[np.ndarray, pa.Table]:
+) -> tuple[np.ndarray, KeysRead]:
     """The data column as NumPy (checked as any data column) and the key columns, in one read
     of the file."""
     from segcli.io.columns import ColumnRef, column_to_numpy, value_layout
 
-    read = table.read(list(dict.fromkeys([column, *by])))
+    names = list(dict.fromkeys([column, *by]))
+    if table.fmt == "parquet":
+        read, schema = _read_parquet(table, names, by)
+    else:
+        read = table.read(names)
+        schema = read.select(list(by)).schema
     data = column_to_numpy(
         read.column(column),
         ColumnRef(table.label, column),
         layout=value_layout(read.schema, column, table.label),
     )
-    return data, read.select(list(by))
+    keys = read.select(list(by))
+    return data, KeysRead(keys, schema, _declared_nbytes(keys, schema))
+
+
+def _read_parquet(
+    table: TableFile, names: list[str], by: Sequence[str]
+) -> tuple[pa.Table, pa.Schema]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    with table.errors():
+        declared = table.schema()
+        schema = pa.schema([declared.field(name) for name in by])
+        source = table.parquet_source()
+        coded = dictionary_columns(pq.ParquetFile(source), schema)
+        parquet = pq.ParquetFile(source, read_dictionary=coded)
+        return parquet.read(columns=names), schema
+
+
+#: Stored bytes a row below which a text column holds dictionary indices only: a plain string
+#: takes at least its 4-byte length.
+_DICTIONARY_ROW_BYTES = 4
+
+
+def dictionary_columns(parquet: pq.ParquetFile, keys: pa.Schema) -> list[str]:
+    """The text key columns worth reading as dictionaries: hashed once per distinct value, not
+    once per row. Not those whose writer gave up on its dictionary (too many distinct values):
+    the reader would hash their plain pages itself, and more slowly than the encoder."""
+    metadata = parquet.metadata
+    paths = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+    coded = []
+    for field in keys:
+        column = paths.get(field.name)
+        if not _is_text(field.type) or column is None:
+            continue
+        groups = [metadata.row_group(i) for i in range(metadata.num_row_groups)]
+        if all(
+            group.column(column).has_dictionary_page
+            and group.column(column).total_uncompressed_size
+            < _DICTIONARY_ROW_BYTES * max(group.num_rows, 1)
+            for group in groups
+        ):
+            coded.append(field.name)
+    return coded
+
+
+def _is_text(type_: pa.DataType) -> bool:
+    import pyarrow.types as pt
+
+    return bool(
+        pt.is_string(type_)
+        or pt.is_large_string(type_)
+        or pt.is_binary(type_)
+        or pt.is_large_binary(type_)
+    )
+
+
+def _declared_nbytes(keys: pa.Table, schema: pa.Schema) -> int:
+    """The bytes ``keys`` would take in the declared types: what reading them so would hold."""
+    import pyarrow.types as pt
+
+    total = 0
+    for column, type_ in zip(keys.columns, schema.types, strict=True):
+        if pt.is_dictionary(column.type) and not pt.is_dictionary(type_):
+            total += _text_nbytes(column, type_)
+        else:
+            total += column.nbytes
+    return total
+
+
+def _text_nbytes(column: pa.ChunkedArray, type_: pa.DataType) -> int:
+    """A dictionary column's bytes as one plain text column: validity, offsets and values."""
+    import pyarrow.compute as pc
+    import pyarrow.types as pt
+
+    offsets = 8 if pt.is_large_string(type_) or pt.is_large_binary(type_) else 4
+    total = offsets * len(column)
+    for chunk in column.chunks:
+        total += (len(chunk) + 7) // 8 if chunk.null_count else 0
+        lengths = pc.binary_length(chunk.dictionary).cast("int64")
+        total += int(pc.sum(lengths.take(chunk.indices)).as_py() or 0)
+    return total
 
 
 def read_keys_from(path: str, by: Sequence[str], csv: CsvOptions | None) -> pa.Table:
@@ -120,10 +219,10 @@ class KeyIdsChunks:
 
     def chunks(self, rows: int) -> Iterator[np.ndarray]:
         _check_rows(rows)
-        self.encoder.encode(self.schema.empty_table(), self._table.label)
+        self.encoder.declare(self.schema, self._table.label)
         with self._table.errors():
             for block in _reblock_tables(self._batches(rows), rows):
-                self.bytes_read += block.nbytes
+                self.bytes_read += _declared_nbytes(block, self.schema)
                 yield self.encoder.encode(block, self._table.label)
 
     def _count_rows(self) -> int:
@@ -141,7 +240,9 @@ class KeyIdsChunks:
         if self._table.fmt == "parquet":
             import pyarrow.parquet as pq
 
-            parquet = pq.ParquetFile(self._table.parquet_source())
+            source = self._table.parquet_source()
+            coded = dictionary_columns(pq.ParquetFile(source), self.schema)
+            parquet = pq.ParquetFile(source, read_dictionary=coded)
             yield from parquet.iter_batches(batch_size=rows, columns=self._by)
         elif self._table.fmt == "arrow":
             for batch in _ipc_batches(self._table):

@@ -50,6 +50,7 @@ This module uses only NumPy and pyarrow; it never imports click or rich.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TypeAlias
@@ -66,12 +67,15 @@ from segcli.keys.values import (
     UNKNOWN,
     KeyColumn,
     NullKeys,
+    arrow_array,
     as_array,
     check_key_type,
+    numpy_of,
 )
 
 _SLICE_ROWS = 1 << 20  # rows encoded at a time
 _DENSE_LIMIT = 1 << 22  # the largest dense combination table, in entries (32 MiB)
+_GRID_MIN = 1 << 16  # a grid of dictionary slots this small always beats per-row work
 
 Block: TypeAlias = pa.Table | pa.RecordBatch
 
@@ -135,6 +139,12 @@ class KeyEncoder:
             return int(self.keys_from.num_rows)
         return len(self._groups)
 
+    def declare(self, schema: pa.Schema, source: str | None = None) -> None:
+        """Fix the key types (those of the key table) from a schema: a zero-row block of it."""
+        # Schema.empty_table imports pandas (when installed): built from typed empty arrays.
+        empty = pa.Table.from_arrays([pa.nulls(0, field.type) for field in schema], schema=schema)
+        self.encode(empty, source)
+
     def encode(self, block: Block, source: str | None = None) -> np.ndarray:
         """One int64 id per row of ``block``; ``source`` (a file name) prefixes errors."""
         what = f"{source}" if source else "this block"
@@ -145,11 +155,16 @@ class KeyEncoder:
         out = np.empty(block.num_rows, np.int64)
         for start in range(0, block.num_rows, _SLICE_ROWS):
             part = block.slice(start, _SLICE_ROWS)
-            out[start : start + part.num_rows] = self._encode_slice(part, what, source)
+            target = out[start : start + part.num_rows]
+            ids = self._encode_slice(part, what, source, target)
+            if ids is not target:
+                target[...] = ids
         return out
 
-    def _encode_slice(self, part: Block, what: str, source: str | None) -> np.ndarray:
-        ids = self._ids(part, what, add=self.keys_from is None)
+    def _encode_slice(
+        self, part: Block, what: str, source: str | None, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        ids = self._ids(part, what, add=self.keys_from is None, out=out)
         if self.keys_from is not None:
             unknown = np.flatnonzero(ids == UNKNOWN)
             if len(unknown):
@@ -166,14 +181,14 @@ class KeyEncoder:
             empty = pa.table({name: pa.nulls(0) for name in self.by})
             return KeyTable(empty, np.empty(0, np.int64))
         stored = [
-            column.index.values.take(pa.array(codes))
+            column.index.values.take(arrow_array(codes))
             for column, codes in zip(self._columns, self._groups.codes, strict=True)
         ]
         names = [f"k{j}" for j in range(len(stored))]  # key names may repeat or be odd
         order = pc.sort_indices(
             pa.table(stored, names=names), sort_keys=[(name, "ascending") for name in names]
         )
-        order_np = np.asarray(order.to_numpy(), np.int64)
+        order_np = np.asarray(numpy_of(order), np.int64)
         columns = [
             column.output(codes[order_np])
             for column, codes in zip(self._columns, self._groups.codes, strict=True)
@@ -199,7 +214,7 @@ class KeyEncoder:
             ]
         block = pa.table(
             [
-                column.index.values.take(pa.array(codes)).cast(column.value_type)
+                column.index.values.take(arrow_array(codes)).cast(column.value_type)
                 for column, codes in zip(other._columns, other._groups.codes, strict=True)
             ],
             names=self.by,
@@ -235,7 +250,7 @@ class KeyEncoder:
             for column in columns
         ]
         rows = pc.dictionary_encode(fixed_binary_rows(codes))
-        first = np.asarray(rows.indices.to_numpy(), np.int64)
+        first = np.asarray(numpy_of(rows.indices), np.int64)
         if len(rows.dictionary) < len(first):
             earlier = np.maximum.accumulate(first)
             second = int(np.flatnonzero(first[1:] <= earlier[:-1])[0]) + 1
@@ -246,7 +261,10 @@ class KeyEncoder:
             )
         self._groups.seed(codes, [len(column.index) for column in columns])
 
-    def _ids(self, block: Block, what: str, *, add: bool) -> np.ndarray:
+    def _ids(
+        self, block: Block, what: str, *, add: bool, out: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Ids of a block's rows; written into ``out`` (and returned) where the path allows."""
         names = block.schema.names
         for name in self.by:
             if name not in names:
@@ -254,13 +272,53 @@ class KeyEncoder:
                     f"{what} has no column '{name}' (columns: {', '.join(names)})"
                 )
         columns = self._start(block)
-        codes = [column.codes(block.column(column.name), what) for column in columns]
+        coded = [column.coded(block.column(column.name), what) for column in columns]
+        if _grid_pays([len(table) for table, _ in coded], block.num_rows):
+            return self._grid_ids(coded, columns, add=add, out=out)
+        codes = [table[rows] for table, rows in coded]
+        return self._code_ids(codes, columns, add=add)
+
+    def _grid_ids(
+        self,
+        coded: list[tuple[np.ndarray, np.ndarray]],
+        columns: list[KeyColumn],
+        *,
+        add: bool,
+        out: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Ids through the grid of the block's dictionary slots: each combination present is
+        looked up once, then one gather gives every row its id."""
+        sizes = [len(table) for table, _ in coded]
+        flat = coded[0][1]
+        if len(coded) > 1:
+            flat = flat.astype(np.intp)
+            for size, (_, rows) in zip(sizes[1:], coded[1:], strict=True):
+                flat *= size
+                flat += rows
+        present = np.flatnonzero(np.bincount(flat, minlength=math.prod(sizes)))
+        slots = []
+        rest = present
+        for size in reversed(sizes[1:]):
+            slots.append(rest % size)
+            rest = rest // size
+        slots.append(rest)
+        grid_codes = [table[slot] for (table, _), slot in zip(coded, slots[::-1], strict=True)]
+        grid = np.empty(math.prod(sizes), np.int64)
+        grid[present] = self._code_ids(grid_codes, columns, add=add)
+        # Every slot is in range; "clip" spares the copy that take makes of out to check it.
+        ids: np.ndarray = np.take(grid, flat, out=out, mode="clip")
+        return ids
+
+    def _code_ids(
+        self, codes: list[np.ndarray], columns: list[KeyColumn], *, add: bool
+    ) -> np.ndarray:
+        rows = len(codes[0])
         if self.keys_from is not None and any(bool((c == UNKNOWN).any()) for c in codes):
             # A value unknown in one column: the whole row is unknown, whatever the others say.
-            unknown = np.zeros(block.num_rows, np.bool_)
+            unknown = np.zeros(rows, np.bool_)
             for column_codes in codes:
                 unknown |= column_codes == UNKNOWN
-            ids = np.full(block.num_rows, UNKNOWN, np.int64)
+            ids = np.full(rows, UNKNOWN, np.int64)
             known = ~unknown
             ids[known] = self._groups.ids(
                 [c[known] for c in codes], [len(c.index) for c in columns], add=add
@@ -274,6 +332,11 @@ class KeyEncoder:
             f"{where}row {self.rows + row} has key {_key_text(block, row, self.by)}, "
             f"which is not in {self.keys_from_label}"
         )
+
+
+def _grid_pays(sizes: list[int], rows: int) -> bool:
+    """Whether the grid of dictionary slots is small enough to look every cell up at once."""
+    return math.prod(sizes) <= max(rows, _GRID_MIN)
 
 
 def _decoded(values: pa.Array) -> pa.Array:

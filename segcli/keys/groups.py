@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from segcli.keys.values import ABSENT, MISSING, UNKNOWN, ValueIndex
+from segcli.keys.values import ABSENT, MISSING, UNKNOWN, ValueIndex, numpy_of
 
 # --- combining several columns' codes into one id ----------------------------------------------
 
@@ -151,7 +151,7 @@ class Groups:
         else:
             entries = self.hashed.find(encoded.dictionary)
             entries[entries < 0] = UNKNOWN
-        block_ids: np.ndarray = entries[np.asarray(encoded.indices.to_numpy())]
+        block_ids: np.ndarray = entries[numpy_of(encoded.indices)]
         if all_valid:
             return block_ids
         ids[valid] = block_ids

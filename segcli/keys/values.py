@@ -21,6 +21,7 @@ MISSING = -1
 """The id (and column code) of a row whose key is missing and dropped."""
 
 UNKNOWN = -2  # a code or group id: the value is not among the keys_from keys
+_REUSED_DICTIONARY = 1 << 14  # a dictionary this large is coded whole and kept for later blocks
 NULL = -3  # a dictionary entry that is null (or NaN): resolved to a null code or MISSING
 ABSENT = -4  # in the dense combination table: no group has this combination yet
 
@@ -91,7 +92,48 @@ def cast_values(values: pa.Array, type_: pa.DataType, what: str) -> pa.Array:
 
 def _canonical_floats(values: pa.Array) -> pa.Array:
     """NaN becomes null (a missing key) and -0.0 becomes 0.0, so floats compare by value."""
-    return pc.if_else(pc.is_nan(values), pa.scalar(None, values.type), pc.add(values, 0.0))
+    return pc.if_else(pc.is_nan(values), pa.nulls(1, values.type)[0], pc.add(values, 0.0))
+
+
+def numpy_of(array: pa.Array) -> np.ndarray:
+    """A null-free bool or numeric Arrow array as NumPy, read from its buffers (a view where the
+    layout allows, read-only then); other arrays through ``to_numpy``, which imports pandas."""
+    values = array.buffers()[1] if array.null_count == 0 and len(array.buffers()) == 2 else None
+    if values is None or not values.is_cpu:
+        return np.asarray(array.to_numpy(zero_copy_only=False))
+    if pt.is_boolean(array.type):
+        bits = np.frombuffer(values, np.uint8)
+        unpacked = np.unpackbits(bits, count=array.offset + len(array), bitorder="little")
+        return unpacked[array.offset :].view(np.bool_)
+    if not (pt.is_integer(array.type) or pt.is_floating(array.type)):
+        return np.asarray(array.to_numpy(zero_copy_only=False))
+    dtype = np.dtype(array.type.to_pandas_dtype())
+    view = np.frombuffer(values, dtype, count=len(array), offset=array.offset * dtype.itemsize)
+    view.flags.writeable = False
+    return view
+
+
+def _positions(found: pa.Array) -> np.ndarray:
+    """index_in's answer as int64, -1 where it is null (not found)."""
+    if not found.null_count:
+        return numpy_of(found).astype(np.int64)
+    positions = np.full(len(found), -1, np.int64)
+    # The data buffer holds any value under a null: only the valid slots are read.
+    positions[numpy_of(found.is_valid())] = numpy_of(found.drop_null())
+    return positions
+
+
+def arrow_array(values: np.ndarray) -> pa.Array:
+    """A 1-D bool or numeric NumPy array as Arrow, sharing its memory where the layout allows.
+
+    ``pa.array`` imports pandas (when installed) to check for its types: a fifth of a second
+    of every command's start-up that a NumPy array never needs."""
+    values = np.ascontiguousarray(values)
+    if values.dtype == np.bool_:
+        bits = np.packbits(values, bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+    type_ = pa.from_numpy_dtype(values.dtype)
+    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
 
 
 def as_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -101,9 +143,11 @@ def as_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
 
 
 def _numpy_indices(indices: pa.Array, null_slot: int) -> np.ndarray:
-    if indices.null_count:
-        indices = indices.fill_null(null_slot)
-    return np.asarray(indices.to_numpy(zero_copy_only=False))
+    if not indices.null_count:
+        return numpy_of(indices)
+    rows = np.full(len(indices), null_slot, np.int64)
+    rows[numpy_of(indices.is_valid())] = numpy_of(indices.drop_null())
+    return rows
 
 
 # --- the distinct values of one domain ---------------------------------------------------------
@@ -113,7 +157,7 @@ class ValueIndex:
     """Distinct values in the order they were added, looked up by pyarrow's hashing."""
 
     def __init__(self, type_: pa.DataType) -> None:
-        self.values: pa.Array = pa.array([], type_)
+        self.values: pa.Array = pa.nulls(0, type_)
 
     def __len__(self) -> int:
         return len(self.values)
@@ -125,21 +169,21 @@ class ValueIndex:
         if distinct and len(values) < len(self.values):
             # index_in hashes its value set on every call: hash the smaller side and invert.
             where = pc.index_in(self.values, value_set=values, skip_nulls=True)
-            where_np = np.asarray(where.fill_null(-1).to_numpy(), np.int64)
+            where_np = _positions(where)
             known = np.flatnonzero(where_np >= 0)
             positions = np.full(len(values), -1, np.int64)
             positions[where_np[known]] = known
             return positions
         found = pc.index_in(values, value_set=self.values, skip_nulls=True)
-        return np.asarray(found.fill_null(-1).to_numpy(), np.int64)
+        return _positions(found)
 
     def find_or_add(self, values: pa.Array, *, distinct: bool = False) -> np.ndarray:
         """Each non-null value's position, adding the values not seen before (``distinct``:
         the values are known to differ from each other, which saves hashing the new ones)."""
         positions = self.find(values, distinct=distinct)
-        new = (positions < 0) & ~np.asarray(values.is_null().to_numpy(zero_copy_only=False))
+        new = (positions < 0) & ~numpy_of(values.is_null())
         if new.any():
-            fresh = values.filter(pa.array(new))
+            fresh = values.filter(arrow_array(new))
             start = len(self.values)
             if distinct:
                 self.values = pa.concat_arrays([self.values, fresh])
@@ -148,12 +192,35 @@ class ValueIndex:
             added = pc.unique(fresh)
             self.values = pa.concat_arrays([self.values, added])
             found = pc.index_in(fresh, value_set=added)
-            positions[new] = np.asarray(found.to_numpy(), np.int64) + start
+            positions[new] = numpy_of(found).astype(np.int64) + start
         return positions
 
     def append_null(self) -> int:
         self.values = pa.concat_arrays([self.values, pa.nulls(1, self.values.type)])
         return len(self.values) - 1
+
+
+def _used(rows: np.ndarray, slots: int) -> np.ndarray:
+    """Which of a dictionary's slots some row uses (rows may hold the null slot, ``slots``)."""
+    used: np.ndarray = np.bincount(rows, minlength=slots + 1)[:slots] > 0
+    return used
+
+
+def _same(one: pa.Array, other: pa.Array) -> bool:
+    """Whether two arrays are views of the same buffers (so the same values, without looking)."""
+    if one is other:
+        return True
+    if len(one) != len(other) or one.offset != other.offset or one.type != other.type:
+        return False
+    return [b and b.address for b in one.buffers()] == [b and b.address for b in other.buffers()]
+
+
+def _stacked(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+    """Several chunks' (table, rows) as one: the tables end to end, rows shifted to match."""
+    starts = np.cumsum([0] + [len(table) for table, _ in parts[:-1]])
+    table = np.concatenate([table for table, _ in parts])
+    rows = np.concatenate([rows + start for (_, rows), start in zip(parts, starts, strict=True)])
+    return table, rows
 
 
 # --- one key column ----------------------------------------------------------------------------
@@ -172,6 +239,8 @@ class KeyColumn:
         self.null_keys = null_keys
         self.null_code = -1
         self.frozen = False
+        #: The last large dictionary coded and its entry codes (held, so its buffers stay).
+        self._last_dictionary: tuple[pa.Array, np.ndarray] | None = None
 
     def canonical(self, values: pa.Array, what: str) -> pa.Array:
         """Values (a chunk's dictionary, a keys table's column) in this column's lookup type."""
@@ -192,56 +261,89 @@ class KeyColumn:
 
     def codes(self, data: pa.Array | pa.ChunkedArray, what: str) -> np.ndarray:
         """One code per row: a distinct value's position, MISSING, or UNKNOWN (frozen)."""
+        table, rows = self.coded(data, what)
+        codes: np.ndarray = table[rows]
+        return codes
+
+    def coded(self, data: pa.Array | pa.ChunkedArray, what: str) -> tuple[np.ndarray, np.ndarray]:
+        """The codes as ``table[rows]``: ``table`` holds a code per slot of the block's
+        dictionary (and one for null), ``rows`` each row's slot; ``table`` is small when the
+        block has few distinct values, so the codes need not be gathered row by row."""
         chunks = data.chunks if isinstance(data, pa.ChunkedArray) else [data]
         if not chunks:
-            return np.empty(0, np.int64)
+            return np.empty(0, np.int64), np.empty(0, np.int64)
         # One dictionary for the whole block, so the run's dictionary is probed once per block.
         if not pt.is_dictionary(chunks[0].type):
             encoded = pc.dictionary_encode(chunks[0] if len(chunks) == 1 else data)
             shared = [encoded] if isinstance(encoded, pa.Array) else encoded.chunks
             # Distinct values stay distinct in the lookup type, except floats (-0.0 and 0.0).
-            return self._shared_codes(shared, what, distinct=self.kind != "float")
-        if len(chunks) > 1:
+            return self._shared_table(shared, what, distinct=self.kind != "float")
+        if len(chunks) > 1 and not all(
+            _same(chunk.dictionary, chunks[0].dictionary) for chunk in chunks
+        ):
+            if sum(len(chunk.dictionary) for chunk in chunks) > len(data) // 4:
+                # Large dictionaries (Parquet row groups of many distinct values, streamed in
+                # several blocks each): unifying would hash them again for every block.
+                return _stacked([self._shared_table([chunk], what) for chunk in chunks])
             try:
                 chunks = pa.chunked_array(chunks).unify_dictionaries().chunks
             except pa.ArrowInvalid:  # a null in a dictionary: pyarrow cannot unify those yet
-                parts = [self._shared_codes([chunk], what) for chunk in chunks]
-                return np.concatenate(parts)
-        return self._shared_codes(chunks, what)
+                return _stacked([self._shared_table([chunk], what) for chunk in chunks])
+        return self._shared_table(chunks, what)
 
-    def _shared_codes(
+    def _shared_table(
         self, chunks: list[pa.DictionaryArray], what: str, *, distinct: bool = False
-    ) -> np.ndarray:
-        """Codes for dictionary chunks that all have the first one's dictionary."""
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Codes (as in :meth:`coded`) for dictionary chunks that all have the first one's
+        dictionary."""
         dictionary = chunks[0].dictionary
         indices = [chunk.indices for chunk in chunks]
         slot = len(dictionary)
         parts = [_numpy_indices(chunk, slot) for chunk in indices]
         rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        used = None
-        if slot > len(rows) // 4:
-            # A stored dictionary may hold many values no row uses: keep them out of the run's.
-            used = np.bincount(rows, minlength=slot + 1)[:slot] > 0
-        entries = self._entry_codes(self.canonical(dictionary, what), used, distinct)
+        entries, used = self._dictionary_entries(dictionary, rows, what, distinct)
         null_rows = any(chunk.null_count for chunk in indices)
-        null_used = (entries == NULL) if used is None else (entries == NULL) & used
+        null_used = entries == NULL
+        if null_used.any() and len(entries) > len(rows) // 4:
+            # NULL also marks entries no row uses: only a used null entry is a null key.
+            null_used &= used if used is not None else _used(rows, len(entries))
         table = np.append(entries, NULL)
         if null_rows or null_used.any():
             table[table == NULL] = self._null_code()
-        codes: np.ndarray = table[rows]
-        return codes
+        return table, rows
+
+    def _dictionary_entries(
+        self, dictionary: pa.Array, rows: np.ndarray, what: str, distinct: bool
+    ) -> tuple[np.ndarray, np.ndarray | None]:
+        """Codes of a block's dictionary entries (NULL for null entries and, where the mask
+        of used entries comes with them, for unused ones)."""
+        slot = len(dictionary)
+        if slot <= len(rows) // 4:
+            return self._entry_codes(self.canonical(dictionary, what), None, distinct), None
+        cached = self._last_dictionary
+        if cached is not None and _same(cached[0], dictionary):
+            return cached[1], None
+        if slot > _REUSED_DICTIONARY:
+            # A row group's dictionary comes back with each block streamed from it: coded
+            # whole once, then reused while the blocks come from the same buffers.
+            entries = self._entry_codes(self.canonical(dictionary, what), None, distinct)
+            self._last_dictionary = (dictionary, entries)
+            return entries, None
+        # A stored dictionary may hold many values no row uses: keep them out of the run's.
+        used = _used(rows, slot)
+        return self._entry_codes(self.canonical(dictionary, what), used, distinct), used
 
     def _entry_codes(self, values: pa.Array, used: np.ndarray | None, distinct: bool) -> np.ndarray:
         if used is not None and not used.all():
             codes = np.full(len(values), NULL, np.int64)
-            codes[used] = self._entry_codes(values.filter(pa.array(used)), None, distinct)
+            codes[used] = self._entry_codes(values.filter(arrow_array(used)), None, distinct)
             return codes
         if self.frozen:
             codes = self.index.find(values)
             codes[codes < 0] = UNKNOWN
         else:
             codes = self.index.find_or_add(values, distinct=distinct)
-        codes[np.asarray(values.is_null().to_numpy(zero_copy_only=False))] = NULL
+        codes[numpy_of(values.is_null())] = NULL
         return codes
 
     def _null_code(self) -> int:
@@ -258,7 +360,7 @@ class KeyColumn:
         keys row has a group); afterwards the column only looks values up."""
         canonical = self.canonical(values, what)
         codes = self.index.find_or_add(canonical)
-        nulls = np.asarray(canonical.is_null().to_numpy(zero_copy_only=False))
+        nulls = numpy_of(canonical.is_null())
         if nulls.any():
             self.null_code = self.index.append_null()
             codes[nulls] = self.null_code
@@ -268,7 +370,7 @@ class KeyColumn:
     def output(self, codes: np.ndarray) -> pa.Array:
         """The column's values for these codes, in the type of the first block."""
         values = cast_values(
-            self.index.values.take(pa.array(codes)),
+            self.index.values.take(arrow_array(codes)),
             self.value_type,
             f"key column '{self.name}' does not fit {self.value_type}",
         )
