@@ -16,6 +16,7 @@ from segcli import io
 from segcli.cli import cli
 from segcli.drivers.stream import reduce_stream
 from segcli.errors import InvalidInputError
+from tests.conftest import ENGINES
 
 OPS = list(segcli.OPS)
 DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int32, np.uint64, np.complex64]
@@ -56,7 +57,25 @@ def sample(dtype, rows, inner=(), seed=0):
 OP_DTYPES = [(op, d) for op in OPS for d in DTYPES if np.dtype(d).kind in segcli.OPS[op].data_kinds]
 
 
-@pytest.mark.parametrize(("op", "dtype"), OP_DTYPES)
+#: What streaming adds is engine-neutral (blocks, validation, growth); every dtype streams on
+#: NumPy, and the compiled engines, whose bytes test_engines.py holds to NumPy's for every
+#: dtype, stream one float and one integer dtype (each further dtype is more kernels to compile).
+COMPILED_ENGINE_DTYPES = ("float32", "int32")
+
+
+def _engine_op_dtypes() -> list[object]:
+    cases = []
+    for param in ENGINES:
+        name = param.values[0]
+        for op, dtype in OP_DTYPES:
+            if name != "numpy" and np.dtype(dtype).name not in COMPILED_ENGINE_DTYPES:
+                continue
+            case_id = f"{name}-{op}-{np.dtype(dtype).name}"
+            cases.append(pytest.param(name, op, dtype, marks=param.marks, id=case_id))
+    return cases
+
+
+@pytest.mark.parametrize(("engine", "op", "dtype"), _engine_op_dtypes())
 @pytest.mark.parametrize("sorted_ids", [False, True])
 def test_streaming_bytes_equal_in_memory(tmp_path, engine, op, dtype, sorted_ids):
     rows = 200
