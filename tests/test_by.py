@@ -11,8 +11,6 @@ import datetime as dt
 import json
 import math
 import re
-import signal
-from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -23,36 +21,15 @@ import pyarrow.csv as pcsv
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
 
-from segcli.cli import main
-from segcli.signals import HANDLED
+from tests.entry import Ran, run_main
 
 pd = pytest.importorskip("pandas")
 
 ROWS = 30
 
 
-@dataclass
-class Ran:
-    exit_code: int
-    stdout: str
-    stderr: str
-
-
-def run(*args: Any) -> Ran:
-    """segcli's own entry point in this process (one-line usage errors and all)."""
-    saved = {signum: signal.getsignal(signum) for signum in HANDLED}
-    with CliRunner().isolation() as (stdout, stderr, _):
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as exit:
-            code = int(exit.code or 0)
-        finally:
-            for signum, handler in saved.items():
-                signal.signal(signum, handler)
-        return Ran(code, stdout.getvalue().decode(), stderr.getvalue().decode())
+run = run_main
 
 
 def ok(*args: Any) -> Ran:

@@ -4,21 +4,17 @@ logsumexp (numerics, ties, special values, --ddof, bool fills, streaming and Das
 from __future__ import annotations
 
 import logging
-import signal
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 import segcli
 from segcli import ops
-from segcli.cli import main
 from segcli.engines import cupy_fold
 from segcli.errors import EngineUnavailableError, UsageError
-from segcli.signals import HANDLED
+from tests.entry import run_main
 
 NEW_OPS = ["var", "std", "argmin", "argmax", "first", "last", "any", "all", "logsumexp"]
 #: Results computed with arithmetic after the folds; the rest pick a value or a row.
@@ -30,26 +26,7 @@ def reduce(data: Any, ids: Any, n: int | None, op: str | ops.Op, **kwargs: Any) 
     return result
 
 
-@dataclass
-class Ran:
-    exit_code: int
-    stdout: str
-    stderr: str
-
-
-def invoke(*args: Any) -> Ran:
-    """segcli's own entry point in this process (one-line usage errors and all)."""
-    saved = {signum: signal.getsignal(signum) for signum in HANDLED}
-    with CliRunner().isolation() as (stdout, stderr, _):
-        try:
-            main([str(a) for a in args])
-            code = 0
-        except SystemExit as exit:
-            code = int(exit.code or 0)
-        finally:
-            for signum, handler in saved.items():
-                signal.signal(signum, handler)
-        return Ran(code, stdout.getvalue().decode(), stderr.getvalue().decode())
+invoke = run_main
 
 
 def save(tmp_path: Path, data: np.ndarray, ids: np.ndarray) -> tuple[Path, Path]:
