@@ -617,7 +617,7 @@ def test_numpy_of_reads_what_to_numpy_reads(array: pa.Array) -> None:
     ids=lambda v: str(v.dtype),
 )
 def test_arrow_array_is_what_pa_array_makes(values: np.ndarray) -> None:
-    from segcli.keys.values import arrow_array
+    from segcli.io.columns import arrow_array
 
     assert arrow_array(values).equals(pa.array(values))
 

@@ -272,3 +272,18 @@ def _raise_nulls(array: pa.Array, where: ColumnRef, first_row: int, per_row: int
     inside = " inside its lists" if per_row > 1 else ""
     noun = "null" if array.null_count == 1 else "nulls"
     raise where.fail(f"has {array.null_count} {noun}{inside} (first at row {row})")
+
+
+def arrow_array(values: np.ndarray) -> pa.Array:
+    """A 1-D bool or numeric NumPy array as Arrow, sharing its memory where the layout allows.
+
+    ``pa.array`` imports pandas (when installed) to check for its types: a fifth of a second
+    of every command's start-up that a NumPy array never needs."""
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values)
+    if values.dtype == np.bool_:
+        bits = np.packbits(values, bitorder="little")
+        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
+    type_ = pa.from_numpy_dtype(values.dtype)
+    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])

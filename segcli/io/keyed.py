@@ -35,8 +35,7 @@ def keyed_table(result: _Array, counts: _Array | None, keys: pa.Table) -> pa.Tab
 
     from segcli.io.write import result_table
 
-    plain = _plain_columns(result, counts)
-    values = result_table(result, counts) if plain is None else pa.table(plain)
+    values = result_table(result, counts)
     kept = [name for name in values.column_names if name != "segment"]
     # Table.from_arrays allows a key column named like "value" or "count": a pa.table dict not.
     table = pa.Table.from_arrays(
@@ -44,24 +43,6 @@ def keyed_table(result: _Array, counts: _Array | None, keys: pa.Table) -> pa.Tab
         names=[*keys.column_names, *kept],
     )
     return table.replace_schema_metadata(values.schema.metadata)
-
-
-def _plain_columns(result: _Array, counts: _Array | None) -> dict[str, pa.Array] | None:
-    """``value`` (and ``count``) of a 1-D real result as result_table makes them, from the
-    NumPy buffers: its ``pa.array`` imports pandas, a fifth of a second of a short run."""
-    from segcli.io.columns import VALUE_COLUMN
-    from segcli.io.npy import to_native
-    from segcli.keys.values import arrow_array
-
-    count = None if counts is None else np.asarray(counts)
-    if result.ndim != 1 or result.dtype.kind not in "biuf":
-        return None
-    if count is not None and (count.ndim != 1 or count.dtype.kind not in "biu"):
-        return None
-    columns = {VALUE_COLUMN: arrow_array(to_native(result))}
-    if count is not None:
-        columns["count"] = arrow_array(to_native(count))
-    return columns
 
 
 def key_strings(column: pa.ChunkedArray | pa.Array) -> pa.Array:

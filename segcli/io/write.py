@@ -31,7 +31,7 @@ import numpy as np
 import numpy.lib.format as npformat
 
 from segcli.errors import UsageError, WriteError
-from segcli.io.columns import DTYPE_KEY, INNER_SHAPE_KEY, VALUE_COLUMN
+from segcli.io.columns import DTYPE_KEY, INNER_SHAPE_KEY, VALUE_COLUMN, arrow_array
 from segcli.io.commit import OutputSet
 from segcli.io.formats import BINARY_FORMATS, output_format
 from segcli.io.npy import to_native
@@ -269,11 +269,11 @@ def result_table(result: _Array, counts: _Array | None = None) -> pa.Table:
 
     result = to_native(result)
     columns: dict[str, pa.Array] = {
-        "segment": pa.array(np.arange(result.shape[0], dtype=np.int64)),
+        "segment": arrow_array(np.arange(result.shape[0], dtype=np.int64)),
         VALUE_COLUMN: _value_array(result),
     }
     if counts is not None:
-        columns["count"] = pa.array(to_native(np.asarray(counts)))
+        columns["count"] = arrow_array(to_native(np.asarray(counts)))
     table = pa.table(columns)
     if result.ndim == 1 and result.dtype.kind != "c":
         return table
@@ -287,15 +287,15 @@ def _value_array(result: _Array) -> pa.Array:
     import pyarrow as pa
 
     if result.ndim == 1 and result.dtype.kind != "c":
-        return pa.array(result)
+        return arrow_array(result)
     rows = result.shape[0]
     flat = np.ascontiguousarray(result).reshape(rows, math.prod(result.shape[1:]))
     if result.dtype.kind == "c":
         flat = flat.view(flat.real.dtype)  # (re, im) pairs side by side
-    values = pa.array(flat.reshape(-1))
+    values = arrow_array(flat.reshape(-1))
     if flat.shape[1] == 0:
         # Arrow has no fixed-size list of size 0; equal-length (empty) lists read back the same.
-        return pa.ListArray.from_arrays(pa.array(np.zeros(rows + 1, np.int32)), values)
+        return pa.ListArray.from_arrays(arrow_array(np.zeros(rows + 1, np.int32)), values)
     return pa.FixedSizeListArray.from_arrays(values, flat.shape[1])
 
 

@@ -61,13 +61,13 @@ import pyarrow.compute as pc
 import pyarrow.types as pt
 
 from segcli.errors import InvalidInputError, UsageError
+from segcli.io.columns import arrow_array
 from segcli.keys.groups import Groups, fixed_binary_rows
 from segcli.keys.values import (
     MISSING,
     UNKNOWN,
     KeyColumn,
     NullKeys,
-    arrow_array,
     as_array,
     check_key_type,
     numpy_of,

@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.types as pt
 
 from segcli.errors import InvalidInputError
+from segcli.io.columns import arrow_array
 
 NullKeys = Literal["drop", "group"]
 
@@ -121,19 +122,6 @@ def _positions(found: pa.Array) -> np.ndarray:
     # The data buffer holds any value under a null: only the valid slots are read.
     positions[numpy_of(found.is_valid())] = numpy_of(found.drop_null())
     return positions
-
-
-def arrow_array(values: np.ndarray) -> pa.Array:
-    """A 1-D bool or numeric NumPy array as Arrow, sharing its memory where the layout allows.
-
-    ``pa.array`` imports pandas (when installed) to check for its types: a fifth of a second
-    of every command's start-up that a NumPy array never needs."""
-    values = np.ascontiguousarray(values)
-    if values.dtype == np.bool_:
-        bits = np.packbits(values, bitorder="little")
-        return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
-    type_ = pa.from_numpy_dtype(values.dtype)
-    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
 
 
 def as_array(column: pa.Array | pa.ChunkedArray) -> pa.Array:
