@@ -21,7 +21,7 @@ from segcli.errors import UsageError
 from segcli.io.chunked import open_chunked
 from segcli.io.formats import input_format
 from segcli.io.npy import Readable
-from segcli.io.read import DATA_ROLE, ArrayInput, Role, _read_one
+from segcli.io.read import DATA_ROLE, ArrayInput, Role, read_one
 from segcli.io.sizes import decoded_bytes
 from segcli.memory import human_bytes
 
@@ -62,7 +62,7 @@ def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
 def run_streamed(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
     """DATA read whole; IDS, the indices and the weights read block by block."""
     assert spec.ids is not None
-    data = _read_one(spec.data, DATA_ROLE, spec.data_column, spec.data_key, spec.stdin, spec.csv)
+    data = read_one(spec.data, DATA_ROLE, spec.data_column, spec.data_key, spec.stdin, spec.csv)
     ids = _open(spec, spec.ids, spec.ids_column, spec.ids_key)
     indices = _open_extra(spec, spec.indices, spec.indices_column)
     weights = _open_extra(spec, spec.weights, spec.weights_column)
@@ -150,8 +150,8 @@ def _read_extra(
     option = f"--{name}-column"
     if path != "-" and input_format(path) == "npz":
         # In an archive the column option names the array.
-        return _read_one(path, Role(option, option), None, column, spec.stdin, spec.csv)
-    return _read_one(path, Role(option, option), column, None, spec.stdin, spec.csv)
+        return read_one(path, Role(option, option), None, column, spec.stdin, spec.csv)
+    return read_one(path, Role(option, option), column, None, spec.stdin, spec.csv)
 
 
 def _labeled(item: ArrayInput) -> sparse.Labeled:

@@ -72,12 +72,12 @@ def read_inputs(
     if ids is None:
         return _read_pair(data, data_column, ids_column, data_key, ids_key, stdin, csv)
     return (
-        _read_one(data, DATA_ROLE, data_column, data_key, stdin, csv),
-        _read_one(ids, IDS_ROLE, ids_column, ids_key, stdin, csv),
+        read_one(data, DATA_ROLE, data_column, data_key, stdin, csv),
+        read_one(ids, IDS_ROLE, ids_column, ids_key, stdin, csv),
     )
 
 
-def _read_one(
+def read_one(
     path: str,
     role: Role,
     column: str | None,
@@ -85,6 +85,8 @@ def _read_one(
     stdin: BinaryIO | None,
     csv: CsvOptions | None = None,
 ) -> ArrayInput:
+    """One input read whole; ``role`` names the options an error suggests (DATA's, the ids',
+    or another input's such as ``--indices``)."""
     if path == "-":
         got = read_stdin(stdin)
         if isinstance(got, np.ndarray):
