@@ -192,6 +192,26 @@ def _typed(name: str) -> bool:
     return source is click.core.ParameterSource.COMMANDLINE
 
 
+def tolerance_options(command: F) -> F:
+    """``--rtol`` and ``--atol``: how close a result must be to the ``--expect`` golden file."""
+    command = click.option(
+        "--atol",
+        type=float,
+        callback=_finite_non_negative,
+        default=1e-8,
+        show_default=True,
+        help="Absolute tolerance for --expect.",
+    )(command)
+    return click.option(
+        "--rtol",
+        type=float,
+        callback=_finite_non_negative,
+        default=1e-5,
+        show_default=True,
+        help="Relative tolerance for --expect.",
+    )(command)
+
+
 def _request(op: str, **options: Any) -> Any:
     """The command's options as a RunRequest. Every option a command does not consume itself
     must be a RunRequest field: an unknown one is a programming error (a TypeError), never
@@ -405,22 +425,7 @@ def _make_op_command(op: str) -> click.Command:
         metavar="NAME",
         help="Column (or .npz array) of the weights, in W or else in the IDS file.",
     )
-    @click.option(
-        "--rtol",
-        type=float,
-        callback=_finite_non_negative,
-        default=1e-5,
-        show_default=True,
-        help="Relative tolerance for --expect.",
-    )
-    @click.option(
-        "--atol",
-        type=float,
-        callback=_finite_non_negative,
-        default=1e-8,
-        show_default=True,
-        help="Absolute tolerance for --expect.",
-    )
+    @tolerance_options
     @translate_errors
     def command(
         quiet: bool,
@@ -537,22 +542,7 @@ for _op in OP_SUMMARIES:
     help="Compare every result column with a golden table (.csv, .tsv, .parquet, .arrow, "
     ".npz with the same columns); exit 4 if one differs.",
 )
-@click.option(
-    "--rtol",
-    type=float,
-    callback=_finite_non_negative,
-    default=1e-5,
-    show_default=True,
-    help="Relative tolerance for --expect.",
-)
-@click.option(
-    "--atol",
-    type=float,
-    callback=_finite_non_negative,
-    default=1e-8,
-    show_default=True,
-    help="Absolute tolerance for --expect.",
-)
+@tolerance_options
 @translate_errors
 def agg(
     quiet: bool,
