@@ -23,6 +23,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from segcli.errors import UsageError
+from segcli.io.columns import arrow_array
 from segcli.io.npy import to_native
 from segcli.io.text import value_strings
 from segcli.io.write import json_values
@@ -84,7 +85,7 @@ def _arrow_table(columns: dict[str, _Array]) -> Any:
                 f"column {name} is complex, which Parquet and Arrow cannot hold: write .npz, "
                 ".csv, .tsv or .json"
             )
-    return pa.table({name: pa.array(to_native(values)) for name, values in columns.items()})
+    return pa.table({name: arrow_array(to_native(values)) for name, values in columns.items()})
 
 
 def render(
