@@ -598,7 +598,7 @@ BUFFER_ARRAYS = [
 
 @pytest.mark.parametrize("array", BUFFER_ARRAYS, ids=lambda a: f"{a.type}-{a.offset}-{len(a)}")
 def test_numpy_of_reads_what_to_numpy_reads(array: pa.Array) -> None:
-    from segcli.keys.values import numpy_of
+    from segcli.io.columns import numpy_of
 
     got = numpy_of(array)
     want = array.to_numpy(zero_copy_only=False)

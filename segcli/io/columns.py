@@ -287,3 +287,16 @@ def arrow_array(values: np.ndarray) -> pa.Array:
         return pa.Array.from_buffers(pa.bool_(), len(values), [None, pa.py_buffer(bits)])
     type_ = pa.from_numpy_dtype(values.dtype)
     return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
+
+
+def numpy_of(array: pa.Array) -> np.ndarray[Any, Any]:
+    """A null-free bool or numeric Arrow array as NumPy, read from its buffers (a view where the
+    layout allows, read-only then); other arrays through ``to_numpy``, which imports pandas."""
+    import pyarrow.types as pt
+
+    if pt.is_boolean(array.type) and not array.null_count and array.buffers()[1] is not None:
+        bits = np.frombuffer(array.buffers()[1], np.uint8)
+        unpacked = np.unpackbits(bits, count=array.offset + len(array), bitorder="little")
+        return unpacked[array.offset :].view(np.bool_)
+    view = _fixed_width_view(array)
+    return view if view is not None else np.asarray(array.to_numpy(zero_copy_only=False))

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from segcli.errors import UsageError
+from segcli.io.columns import arrow_array, numpy_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -148,7 +149,7 @@ def _cells(values: _Array, float_format: str | None) -> pa.Array:
     values = values.astype(values.dtype.newbyteorder("="), copy=False)  # Arrow: native only
     kind = values.dtype.kind
     if kind in "iu":
-        return pc.cast(pa.array(values), pa.string())
+        return pc.cast(arrow_array(values), pa.string())
     if values.dtype in _POSITIONAL_BELOW and float_format is None:
         return _float_cells(values)
     return pa.array(_numpy_cells(values, float_format).tolist(), pa.string())
@@ -166,7 +167,7 @@ def _float_cells(values: _Array) -> pa.Array:
     import pyarrow.compute as pc
 
     values = np.ascontiguousarray(values)
-    cells = pc.cast(pa.array(values), pa.string())
+    cells = pc.cast(arrow_array(values), pa.string())
     with np.errstate(invalid="ignore"):  # NaN payloads: compared, never computed with
         magnitude = np.abs(values.astype(np.float64))
         finite = np.isfinite(magnitude)
@@ -174,7 +175,7 @@ def _float_cells(values: _Array) -> pa.Array:
             (magnitude >= _POSITIONAL_FROM) & (magnitude < _POSITIONAL_BELOW[values.dtype])
         )
         integral = values == np.trunc(values)
-    arrow_scientific = pc.match_substring(cells, "e").to_numpy(zero_copy_only=False)
+    arrow_scientific = numpy_of(pc.match_substring(cells, "e"))
     whole = positional & ~arrow_scientific & integral
     cells = _patch(cells, whole, lambda part: pc.binary_join_element_wise(part, ".0", ""))
     padded = finite & ~positional & arrow_scientific
@@ -189,7 +190,7 @@ def _float_cells(values: _Array) -> pa.Array:
     numpy_only = finite & positional & arrow_scientific
     if numpy_only.any():
         strings = pa.array(value_strings(values[numpy_only]).tolist(), pa.string())
-        cells = pc.replace_with_mask(cells, pa.array(numpy_only), strings)
+        cells = pc.replace_with_mask(cells, arrow_array(numpy_only), strings)
     return cells
 
 
@@ -228,12 +229,11 @@ def _scientific(sign: Any, lead: Any, digits: Any, e: str, exponent: Any) -> pa.
 
 def _patch(cells: pa.Array, mask: _Array, change: Any) -> pa.Array:
     """``cells`` with the cells under ``mask`` replaced by ``change`` of them."""
-    import pyarrow as pa
     import pyarrow.compute as pc
 
     if not mask.any():
         return cells
-    arrow_mask = pa.array(mask)
+    arrow_mask = arrow_array(mask)
     return pc.replace_with_mask(cells, arrow_mask, change(cells.filter(arrow_mask)))
 
 

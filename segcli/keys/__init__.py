@@ -61,7 +61,7 @@ import pyarrow.compute as pc
 import pyarrow.types as pt
 
 from segcli.errors import InvalidInputError, UsageError
-from segcli.io.columns import arrow_array
+from segcli.io.columns import arrow_array, numpy_of
 from segcli.keys.groups import Groups, fixed_binary_rows
 from segcli.keys.values import (
     MISSING,
@@ -70,7 +70,6 @@ from segcli.keys.values import (
     NullKeys,
     as_array,
     check_key_type,
-    numpy_of,
 )
 
 _SLICE_ROWS = 1 << 20  # rows encoded at a time

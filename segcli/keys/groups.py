@@ -8,7 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from segcli.keys.values import ABSENT, MISSING, UNKNOWN, ValueIndex, numpy_of
+from segcli.io.columns import numpy_of
+from segcli.keys.values import ABSENT, MISSING, UNKNOWN, ValueIndex
 
 # --- combining several columns' codes into one id ----------------------------------------------
 

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 import pyarrow.types as pt
 
 from segcli.errors import InvalidInputError
-from segcli.io.columns import arrow_array
+from segcli.io.columns import arrow_array, numpy_of
 
 NullKeys = Literal["drop", "group"]
 
@@ -94,24 +94,6 @@ def cast_values(values: pa.Array, type_: pa.DataType, what: str) -> pa.Array:
 def _canonical_floats(values: pa.Array) -> pa.Array:
     """NaN becomes null (a missing key) and -0.0 becomes 0.0, so floats compare by value."""
     return pc.if_else(pc.is_nan(values), pa.nulls(1, values.type)[0], pc.add(values, 0.0))
-
-
-def numpy_of(array: pa.Array) -> np.ndarray:
-    """A null-free bool or numeric Arrow array as NumPy, read from its buffers (a view where the
-    layout allows, read-only then); other arrays through ``to_numpy``, which imports pandas."""
-    values = array.buffers()[1] if array.null_count == 0 and len(array.buffers()) == 2 else None
-    if values is None or not values.is_cpu:
-        return np.asarray(array.to_numpy(zero_copy_only=False))
-    if pt.is_boolean(array.type):
-        bits = np.frombuffer(values, np.uint8)
-        unpacked = np.unpackbits(bits, count=array.offset + len(array), bitorder="little")
-        return unpacked[array.offset :].view(np.bool_)
-    if not (pt.is_integer(array.type) or pt.is_floating(array.type)):
-        return np.asarray(array.to_numpy(zero_copy_only=False))
-    dtype = np.dtype(array.type.to_pandas_dtype())
-    view = np.frombuffer(values, dtype, count=len(array), offset=array.offset * dtype.itemsize)
-    view.flags.writeable = False
-    return view
 
 
 def _positions(found: pa.Array) -> np.ndarray:
