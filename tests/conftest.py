@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib.util
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from segcli.engines import get_engine
@@ -67,3 +69,13 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
     skipped = terminalreporter.stats.get("skipped", [])
     if skipped:
         terminalreporter.write_line(fold_skip_reasons([_skip_reason(r) for r in skipped]))
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> tuple[Path, Path]:
+    """The worked example's inputs (docs/semantics.md): float32 ``[1, 2, 3, 4]``, ids
+    ``[0, 0, 2, 2]``."""
+    data, ids = tmp_path / "data.npy", tmp_path / "ids.npy"
+    np.save(data, np.array([1, 2, 3, 4], np.float32))
+    np.save(ids, np.array([0, 0, 2, 2], np.int32))
+    return data, ids

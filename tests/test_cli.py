@@ -18,14 +18,6 @@ def run(*args: str, input: bytes | None = None):
     return CliRunner().invoke(cli, [str(a) for a in args], input=input, catch_exceptions=False)
 
 
-@pytest.fixture
-def pair(tmp_path: Path) -> tuple[Path, Path]:
-    data, ids = tmp_path / "data.npy", tmp_path / "ids.npy"
-    np.save(data, np.array([1, 2, 3, 4], np.float32))
-    np.save(ids, np.array([0, 0, 2, 2], np.int32))
-    return data, ids
-
-
 def test_op_writes_npy_with_spec_dtype_and_shape(pair, tmp_path):
     out = tmp_path / "out.npy"
     result = run("mean", *pair, "-n", "4", "-o", out)

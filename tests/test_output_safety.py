@@ -41,14 +41,6 @@ def error_lines(stderr: str) -> list[str]:
     return [line for line in stderr.splitlines() if line.startswith("Error:")]
 
 
-@pytest.fixture
-def pair(tmp_path: Path) -> tuple[Path, Path]:
-    data, ids = tmp_path / "data.npy", tmp_path / "ids.npy"
-    np.save(data, np.array([1, 2, 3, 4], np.float32))
-    np.save(ids, np.array([0, 0, 2, 2], np.int32))
-    return data, ids
-
-
 # ---------------------------------------------------------------------------------------------
 # symlinks
 

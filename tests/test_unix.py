@@ -33,14 +33,6 @@ def stderr_lines(result: subprocess.CompletedProcess[bytes]) -> list[str]:
 
 
 @pytest.fixture
-def pair(tmp_path: Path) -> tuple[Path, Path]:
-    data, ids = tmp_path / "data.npy", tmp_path / "ids.npy"
-    np.save(data, np.array([1, 2, 3, 4], np.float32))
-    np.save(ids, np.array([0, 0, 2, 2], np.int32))
-    return data, ids
-
-
-@pytest.fixture
 def wide_pair(tmp_path: Path) -> tuple[Path, Path]:
     """A result far larger than a pipe's buffer, so a reader that leaves early cuts it off."""
     data, ids = tmp_path / "wide.npy", tmp_path / "wide_ids.npy"
