@@ -10,6 +10,7 @@ of the result and the summary.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -93,6 +94,12 @@ class RunRequest:
     indices_column: str | None = None
     weights: str | None = None
     weights_column: str | None = None
+    #: ``--q`` of quantile (None: not given).
+    q: float | None = None
+    #: ``--skipna``: NaN and null values left out, element by element.
+    skipna: bool = False
+    #: ``--tmp-dir``: the directory of median/quantile/nunique's partition files.
+    tmp_dir: str | None = None
 
     def key_columns(self) -> tuple[str, ...]:
         """The ``--by`` column names; the key options' usage errors (see :func:`_check_by`)."""
@@ -118,6 +125,7 @@ class RunRequest:
         if "-" in (self.data, self.ids):
             stdin = peek.peekable(stdin)
         by = self.key_columns()
+        _check_tmp_dir(self.tmp_dir)
         budget = memory_budget(self)
         return RunSpec(
             op=self.op if self.ddof is None else ops.with_ddof(self.op, self.ddof),
@@ -147,7 +155,21 @@ class RunRequest:
             indices_column=self.indices_column,
             weights=self.weights,
             weights_column=self.weights_column,
+            q=self.q,
+            skipna=self.skipna,
+            tmp_dir=self.tmp_dir,
         )
+
+
+def _check_tmp_dir(path: str | None) -> None:
+    """A --tmp-dir that cannot take files fails before any input is read."""
+    if path is None:
+        return
+    if not os.path.isdir(path):
+        what = "not a directory" if os.path.exists(path) else "no such directory"
+        raise UsageError(f"--tmp-dir {path}: {what}")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"--tmp-dir {path}: not writable")
 
 
 @dataclass
