@@ -21,18 +21,20 @@ Each path gives the bytes of the in-memory one: a segment's answer depends only 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
 import numpy as np
 
-from segcli import ops
-from segcli.errors import InvalidInputError, UsageError
+from segcli import core, ops
+from segcli.errors import EngineUnavailableError, InvalidInputError, UsageError
 from segcli.holistic import SortedHolisticReducer, check_holistic, reduce_holistic
 from segcli.signals import checkpoint, held
 
@@ -103,6 +105,17 @@ class HolisticJob:
             for k, op in enumerate(self.chosen)
         ]
 
+    def reduce_arrays(
+        self, data: np.ndarray, ids: np.ndarray, num_segments: int
+    ) -> list[np.ndarray]:
+        """Each op over validated arrays (``data`` of shape ``ids.shape + inner``): each
+        result ``(num_segments,) + inner``."""
+        inner = data.shape[ids.ndim :]
+        values, kept = kept_rows(
+            data.reshape(ids.size, ops.inner_size(inner)), ids.reshape(-1), num_segments
+        )
+        return [r.reshape((num_segments, *inner)) for r in self.reduce(values, kept, num_segments)]
+
     def _options(self, op: ops.Op, k: int) -> dict[str, Any]:
         return {
             "q": self.q if op.name == "quantile" else None,
@@ -117,6 +130,48 @@ class HolisticJob:
             SortedHolisticReducer(op.name, num_segments, width, dtype, **self._options(op, k))
             for k, op in enumerate(self.chosen)
         ]
+
+
+def reduce_arrays_holistic(
+    data: Any,
+    segment_ids: Any,
+    num_segments: int | None,
+    op: ops.Op,
+    *,
+    sorted: bool,
+    engine: Any,
+    fill: Any,
+    q: float | None,
+    skipna: bool,
+    data_label: str | None,
+    ids_label: str | None,
+) -> core.Reduction:
+    """:func:`segcli.core.reduce_arrays` of a holistic op: the engine validates and counts the
+    rows, :mod:`segcli.holistic` sorts them."""
+    q = check_q((op.name,), q)
+    if getattr(engine, "name", engine) in ("cupy", "dask"):
+        raise EngineUnavailableError(
+            f"engine {getattr(engine, 'name', engine)!r} has no kernel for {op.name} (it sorts "
+            "on the CPU); use engine numpy or numba"
+        )
+    data, ids = np.asarray(data), np.asarray(segment_ids)
+    job = HolisticJob.of(
+        (op.name,), data.dtype, q=q, skipna=skipna, fill=fill, label=data_label or "data"
+    )
+    counted = core.reduce_arrays(
+        data,
+        ids,
+        num_segments,
+        "count",
+        sorted=sorted,
+        engine=engine,
+        data_label=data_label,
+        ids_label=ids_label,
+    )
+    started = time.perf_counter()
+    (result,) = job.reduce_arrays(data, ids, counted.id_report.num_segments)
+    counted.timings["compute"] += time.perf_counter() - started
+    return dataclasses.replace(counted, result=result, op=op)
 
 
 def kept_rows(

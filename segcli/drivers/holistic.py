@@ -29,7 +29,6 @@ from segcli.holistic_runs import (
     SortedRows,
     check_q,
     is_holistic,
-    kept_rows,
     partition_count,
     result_name,
 )
@@ -148,10 +147,7 @@ def _run_in_memory(spec: RunSpec) -> DriverResult:
         ids_label=ids.label,
     )
     sorting = time.perf_counter()
-    n = reduction.id_report.num_segments
-    width = ops.inner_size(inner)
-    values, kept = kept_rows(data.array.reshape(ids.array.size, width), ids.array.reshape(-1), n)
-    results = job.reduce(values, kept, n)
+    results = job.reduce_arrays(data.array, ids.array, reduction.id_report.num_segments)
     timings = {
         "read": read_s,
         "validate": reduction.timings["validate"],
