@@ -148,7 +148,6 @@ def reduce_arrays_holistic(
 ) -> core.Reduction:
     """:func:`segcli.core.reduce_arrays` of a holistic op: the engine validates and counts the
     rows, :mod:`segcli.holistic` sorts them."""
-    q = check_q((op.name,), q)
     if getattr(engine, "name", engine) in ("cupy", "dask"):
         raise EngineUnavailableError(
             f"engine {getattr(engine, 'name', engine)!r} has no kernel for {op.name} (it sorts "
@@ -158,6 +157,7 @@ def reduce_arrays_holistic(
     job = HolisticJob.of(
         (op.name,), data.dtype, q=q, skipna=skipna, fill=fill, label=data_label or "data"
     )
+    job = dataclasses.replace(job, q=check_q((op.name,), q))
     counted = core.reduce_arrays(
         data,
         ids,

@@ -28,7 +28,7 @@ def ops_for(dtype: np.dtype) -> list[str]:
     return [
         name
         for name, op in ops.OPS.items()
-        if np.dtype(dtype).kind in op.data_kinds and op.joint is None
+        if np.dtype(dtype).kind in op.data_kinds and op.joint is None and not op.holistic
     ]
 
 
