@@ -36,6 +36,7 @@ import numpy as np
 from segcli import core, ops
 from segcli.errors import EngineUnavailableError, InvalidInputError, UsageError
 from segcli.holistic import SortedHolisticReducer, check_holistic, reduce_holistic
+from segcli.op_names import Q_OPS
 from segcli.signals import checkpoint, held
 
 #: At most this many partitions (two open files each, while the rows are dealt out).
@@ -64,7 +65,7 @@ def check_q(names: Sequence[str], q: float | None) -> float | None:
 
 def result_name(name: str, q: float | None) -> str:
     """An op's result column in ``agg``: its name, but ``q0.9`` for quantile."""
-    return f"q{float(q)!r}" if name == "quantile" and q is not None else name
+    return f"q{float(q)!r}" if name in Q_OPS and q is not None else name
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ class HolisticJob:
 
     def _options(self, op: ops.Op, k: int) -> dict[str, Any]:
         return {
-            "q": self.q if op.name == "quantile" else None,
+            "q": self.q if op.name in Q_OPS else None,
             "skipna": self.skipna,
             "fill": self.fills[k],
         }

@@ -232,7 +232,7 @@ def test_expect_passes_and_fails(pair, tmp_path):
 @pytest.mark.parametrize(
     ("ops_list", "message"),
     [
-        ("sum,median", "unknown op 'median'"),
+        ("sum,mode", "unknown op 'mode'"),
         ("", "need op names"),
         ("sum,,max", "need op names"),
         ("sum,sum", "'sum' is given twice"),
