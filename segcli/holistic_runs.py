@@ -34,7 +34,7 @@ from typing import IO, Any
 import numpy as np
 
 from segcli import core, ops
-from segcli.errors import EngineUnavailableError, InvalidInputError, UsageError
+from segcli.errors import EngineUnavailableError, UsageError, WriteError
 from segcli.holistic import SortedHolisticReducer, check_holistic, reduce_holistic
 from segcli.op_names import Q_OPS
 from segcli.signals import checkpoint, held
@@ -265,6 +265,16 @@ class Partitions:
                     handle.close()
         self._files = []
 
+    def _flush_files(self) -> None:
+        """Close every partition file, its last buffered bytes written, before it is read."""
+        try:
+            for files in self._files:
+                for handle in files:
+                    handle.close()
+        except OSError as exc:
+            raise self._write_error(exc) from None
+        self._files = []
+
     def _paths(self, part: int) -> tuple[str, str]:
         assert self.directory is not None
         base = os.path.join(self.directory, f"part{part:04d}")
@@ -298,10 +308,14 @@ class Partitions:
             values_file.write(np.ascontiguousarray(values).data)
             ids_file.write(np.ascontiguousarray(ids).data)
         except OSError as exc:
-            raise InvalidInputError(
-                f"--tmp-dir {self._tmp_dir or tempfile.gettempdir()}: cannot write partition "
-                f"files ({exc.strerror or exc})"
-            ) from None
+            raise self._write_error(exc) from None
+
+    def _write_error(self, exc: OSError) -> WriteError:
+        # Exit 5: the run cannot finish, so its output is not written (disk full, say).
+        return WriteError(
+            f"--tmp-dir {self._tmp_dir or tempfile.gettempdir()}: cannot write partition "
+            f"files ({exc.strerror or exc})"
+        )
 
     def finish(self, num_segments: int) -> list[np.ndarray]:
         """Each op's ``(num_segments, width)`` result, one partition at a time."""
@@ -310,7 +324,7 @@ class Partitions:
             np.empty((0, self._width), self._dtype), np.empty(0, np.int64), num_segments
         )
         had_rows = bool(self._files)
-        self._close_files()
+        self._flush_files()
         if not had_rows:
             return results
         for part in range(min(self._parts, num_segments)):

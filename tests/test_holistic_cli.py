@@ -4,6 +4,7 @@ and the usage errors of --q, --tmp-dir and the engines that refuse them."""
 
 from __future__ import annotations
 
+import errno
 import json
 import signal
 import subprocess
@@ -369,3 +370,29 @@ def test_median_through_tmp_dir_keeps_to_the_memory_limit(tmp_path):
     got = np.load(out)
     for segment in (0, 1, 999):
         assert got[segment] == np.median(values[ids == segment])
+
+
+class _FullDisk:
+    """A partition file on a full disk: every write fails, as ENOSPC does."""
+
+    def write(self, data: object) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_full_tmp_dir_is_exit_5_and_leaves_nothing(tmp_path, monkeypatch):
+    from segcli import holistic_runs
+
+    monkeypatch.setattr(holistic_runs, "open", lambda *args: _FullDisk(), raising=False)
+    paths = save(tmp_path, sample("float32", (100,)), np.arange(100) % 3)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    out = tmp_path / "out.npy"
+    result = run("median", *paths, "--chunk-rows", 10, "--tmp-dir", scratch, "-o", out)
+    assert result.exit_code == 5
+    assert error_lines(result) == [
+        f"Error: --tmp-dir {scratch}: cannot write partition files (No space left on device)"
+    ]
+    assert names(scratch) == [] and not out.exists()
