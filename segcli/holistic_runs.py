@@ -39,8 +39,9 @@ from segcli.holistic import SortedHolisticReducer, check_holistic, reduce_holist
 from segcli.op_names import Q_OPS
 from segcli.signals import checkpoint, held
 
-#: At most this many partitions (two open files each, while the rows are dealt out).
-MAX_PARTITIONS = 128
+#: At most this many partitions (two open files each, while the rows are dealt out), and no
+#: more than the open-file limit leaves room for.
+MAX_PARTITIONS = 1024
 #: Bytes of partition file per partition, as a share of the memory budget: finishing one takes
 #: about four times its bytes (the values, int64 ids, the packed sort keys and the picks).
 PARTITION_SHARE = 8
@@ -208,11 +209,25 @@ class SortedRows:
 def partition_count(rows: int, row_bytes: int, memory_limit: int | None) -> int:
     """How many partitions make each small enough to finish within the memory budget (an
     input of unknown length, a stream, gets the most)."""
+    most = _most_partitions()
     if rows < 0:
-        return MAX_PARTITIONS
+        return most
     share = (memory_limit or _DEFAULT_PARTITION_BYTES) // PARTITION_SHARE
     wanted = math.ceil(rows * row_bytes / max(share, 1))
-    return max(1, min(MAX_PARTITIONS, wanted))
+    return max(1, min(most, wanted))
+
+
+def _most_partitions() -> int:
+    """:data:`MAX_PARTITIONS`, or fewer when the open-file limit is low (64 left for the rest)."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 64
+    if soft == resource.RLIM_INFINITY:
+        return MAX_PARTITIONS
+    return max(1, min(MAX_PARTITIONS, (soft - 64) // 2))
 
 
 class Partitions:

@@ -396,3 +396,17 @@ def test_a_full_tmp_dir_is_exit_5_and_leaves_nothing(tmp_path, monkeypatch):
         f"Error: --tmp-dir {scratch}: cannot write partition files (No space left on device)"
     ]
     assert names(scratch) == [] and not out.exists()
+
+
+def test_partitions_fit_the_budget_and_the_open_file_limit(monkeypatch):
+    import resource
+
+    from segcli.holistic_runs import MAX_PARTITIONS, partition_count
+
+    # 6 GB of partition files in 32 MB shares (a 256 MB budget): 179 partitions.
+    assert partition_count(500_000_000, 12, 256 << 20) == 179
+    assert partition_count(1000, 12, 256 << 20) == 1
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (200, 200))
+    assert partition_count(-1, 12, None) == 68  # two files each, 64 descriptors spared
+    monkeypatch.setattr(resource, "getrlimit", lambda which: (10**6, 10**6))
+    assert partition_count(-1, 12, None) == MAX_PARTITIONS  # a stream of unknown length
