@@ -410,3 +410,25 @@ def test_partitions_fit_the_budget_and_the_open_file_limit(monkeypatch):
     assert partition_count(-1, 12, None) == 68  # two files each, 64 descriptors spared
     monkeypatch.setattr(resource, "getrlimit", lambda which: (10**6, 10**6))
     assert partition_count(-1, 12, None) == MAX_PARTITIONS  # a stream of unknown length
+
+
+@pytest.mark.parametrize("chunk_rows", [None, 2])
+@pytest.mark.parametrize("sorted_ids", [False, True])
+def test_skipna_field_reaches_the_sort(tmp_path, chunk_rows, sorted_ids):
+    """The request's skipna (its flag comes with --skipna) leaves NaN out on every path."""
+    from segcli.pipeline import RunRequest, run
+
+    data = np.array([1.0, np.nan, 3.0, np.nan, np.nan], np.float32)
+    paths = save(tmp_path, data, np.array([0, 0, 0, 1, 2]))
+    want = {False: [np.nan, np.nan, np.nan], True: [2.0, 0.0, 0.0]}
+    for skipna, expected in want.items():
+        request = RunRequest(
+            op="median",
+            data=str(paths[0]),
+            ids=str(paths[1]),
+            sorted_ids=sorted_ids,
+            chunk_rows=chunk_rows,
+            skipna=skipna,
+            output=str(tmp_path / "out.npy"),
+        )
+        np.testing.assert_array_equal(run(request).result, np.array(expected, np.float32))
