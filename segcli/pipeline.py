@@ -24,6 +24,7 @@ from segcli.drivers.base import Progress, RunSpec
 from segcli.drivers.choose import carry_out
 from segcli.errors import ExpectationError, UsageError, WriteError
 from segcli.expect import check_expected
+from segcli.holistic_runs import check_q
 from segcli.io import peek
 from segcli.io.formats import input_format
 from segcli.io.keyed import keyed_header, keyed_text_blocks, keys_out_format, stage_keys
@@ -125,6 +126,8 @@ class RunRequest:
         if "-" in (self.data, self.ids):
             stdin = peek.peekable(stdin)
         by = self.key_columns()
+        if self.q is not None and self.op in ops.OPS:  # agg checks its op list itself
+            check_q((self.op,), self.q)
         _check_tmp_dir(self.tmp_dir)
         budget = memory_budget(self)
         return RunSpec(

@@ -432,3 +432,11 @@ def test_skipna_field_reaches_the_sort(tmp_path, chunk_rows, sorted_ids):
             output=str(tmp_path / "out.npy"),
         )
         np.testing.assert_array_equal(run(request).result, np.array(expected, np.float32))
+
+
+def test_a_request_with_q_and_no_quantile_is_a_usage_error(pair):
+    from segcli.errors import UsageError
+    from segcli.pipeline import RunRequest
+
+    with pytest.raises(UsageError, match="--q applies to quantile only, not sum"):
+        RunRequest(op="sum", data=str(pair[0]), ids=str(pair[1]), q=0.5).spec()
