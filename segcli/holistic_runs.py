@@ -37,7 +37,7 @@ from segcli import core, ops
 from segcli.errors import EngineUnavailableError, UsageError, WriteError
 from segcli.holistic import SortedHolisticReducer, check_holistic, reduce_holistic
 from segcli.op_names import Q_OPS
-from segcli.signals import checkpoint, held
+from segcli.signals import held
 
 #: At most this many partitions (two open files each, while the rows are dealt out), and no
 #: more than the open-file limit leaves room for.
@@ -343,7 +343,6 @@ class Partitions:
         if not had_rows:
             return results
         for part in range(min(self._parts, num_segments)):
-            checkpoint("holistic-partition")
             values_path, ids_path = self._paths(part)
             values = np.fromfile(values_path, self._dtype).reshape(-1, self._width)
             ids = np.fromfile(ids_path, np.int64)

@@ -440,3 +440,16 @@ def test_a_request_with_q_and_no_quantile_is_a_usage_error(pair):
 
     with pytest.raises(UsageError, match="--q applies to quantile only, not sum"):
         RunRequest(op="sum", data=str(pair[0]), ids=str(pair[1]), q=0.5).spec()
+
+
+def test_help_lists_the_holistic_ops_with_one_line_each():
+    listed = run("--help").stdout
+    for op, start_of_help in (
+        ("median", "Median of each segment"),
+        ("quantile", "Quantile --q Q of each segment"),
+        ("nunique", "Number of distinct values"),
+    ):
+        lines = [line for line in listed.splitlines() if line.split()[:1] == [op]]
+        assert len(lines) == 1 and start_of_help in lines[0]
+    assert "--tmp-dir DIR" in run("median", "--help").stdout
+    assert "--q Q" in run("quantile", "--help").stdout and "--q Q" in run("agg", "--help").stdout
