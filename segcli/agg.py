@@ -26,6 +26,7 @@ from segcli.errors import (
     UsageError,
     WriteError,
 )
+from segcli.holistic_runs import check_q, result_name
 from segcli.io import agg_write
 from segcli.io.formats import BINARY_FORMATS
 from segcli.multi import split
@@ -103,7 +104,8 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
     columns = data_columns(request)
     if len(columns) > 1 and request.data == "-":
         raise UsageError("several --data-column read DATA once each: give a file, not stdin")
-    names = column_names(op_names, columns)
+    check_q(op_names, request.q)
+    names = column_names(tuple(result_name(op, request.q) for op in op_names), columns)
     agg_write.check_layout(fmt, dict.fromkeys(names, np.empty(0)))
     return fmt
 

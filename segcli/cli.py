@@ -29,7 +29,7 @@ from segcli.errors import (
     UsageError,
     WriteError,
 )
-from segcli.op_names import DDOF_OPS, OP_SUMMARIES
+from segcli.op_names import DDOF_OPS, HOLISTIC_OPS, OP_SUMMARIES, Q_OPS
 
 if TYPE_CHECKING:
     from segcli.io import OutputSet
@@ -484,7 +484,30 @@ def _make_op_command(op: str) -> click.Command:
             help="Delta degrees of freedom: divide by count - D (default 0; 1: sample "
             "variance); a segment of D rows or fewer gives NaN.",
         )(command)
+    if op in Q_OPS:
+        command = q_option(required=True)(command)
+    if op in HOLISTIC_OPS:
+        command = tmp_dir_option(command)
     return click.command(name=op, epilog=EXIT_CODES_HELP)(command)
+
+
+def q_option(*, required: bool) -> Callable[[F], F]:
+    return click.option(
+        "--q",
+        type=float,
+        required=required,
+        metavar="Q",
+        help="The quantile, from 0 to 1 (0.5: the median), by NumPy's linear method.",
+    )
+
+
+def tmp_dir_option(command: F) -> F:
+    return click.option(
+        "--tmp-dir",
+        metavar="DIR",
+        help="Directory for the temporary partition files of median, quantile and nunique "
+        "over unsorted inputs larger than --memory-limit [default: the system's].",
+    )(command)
 
 
 for _op in OP_SUMMARIES:
@@ -542,6 +565,8 @@ for _op in OP_SUMMARIES:
     help="Compare every result column with a golden table (.csv, .tsv, .parquet, .arrow, "
     ".npz with the same columns); exit 4 if one differs.",
 )
+@q_option(required=False)
+@tmp_dir_option
 @tolerance_options
 @translate_errors
 def agg(

@@ -280,9 +280,27 @@ def reduce_arrays(
     fill: Any = None,
     data_label: str | None = None,
     ids_label: str | None = None,
+    q: float | None = None,
+    skipna: bool = False,
 ) -> Reduction:
     """Like :func:`segment_reduce`, returning the result with counts, report and timings."""
     op_def = ops.get_op(op)
+    if op_def.holistic or q is not None:
+        from segcli.holistic_runs import reduce_arrays_holistic
+
+        return reduce_arrays_holistic(
+            data,
+            segment_ids,
+            num_segments,
+            op_def,
+            sorted=sorted,
+            engine=engine,
+            fill=fill,
+            q=q,
+            skipna=skipna,
+            data_label=data_label,
+            ids_label=ids_label,
+        )
     data = np.asarray(data)
     ids = np.asarray(segment_ids)
     started = time.perf_counter()
@@ -326,6 +344,7 @@ def segment_reduce(
     sorted: bool = False,
     engine: str = "auto",
     fill: Any = None,
+    q: float | None = None,
 ) -> np.ndarray:
     """Reduce the rows of ``data`` per segment, with TensorFlow's segment-reduction semantics.
 
@@ -334,11 +353,12 @@ def segment_reduce(
     (``unsorted_segment_*``) negative ids drop their rows and ids ``>= n`` are an error; with
     ``sorted=True`` (``Segment*V2``) ids must be 1-D, non-negative and non-decreasing, and ids
     ``>= n`` drop their rows. ``num_segments`` defaults to the number the ids imply.
-    ``fill`` replaces the op's value for empty segments. Raises :class:`segcli.SegcliError`.
+    ``fill`` replaces the op's value for empty segments. ``q`` is quantile's (0 to 1; median,
+    quantile and nunique sort each segment's values). Raises :class:`segcli.SegcliError`.
 
     >>> segment_reduce([1.0, 2.0, 3.0, 4.0], [0, 0, 2, 2], 4, "sum")
     array([3., 0., 7., 0.])
     """
     return reduce_arrays(
-        data, segment_ids, num_segments, op, sorted=sorted, engine=engine, fill=fill
+        data, segment_ids, num_segments, op, sorted=sorted, engine=engine, fill=fill, q=q
     ).result

@@ -507,12 +507,14 @@ class SortedHolisticReducer:
     Every segment that ends inside a block is finished there; the block's last segment (which
     the next block may continue) is carried over. Memory: one block plus the largest segment.
     :meth:`finish` returns the same bytes as :func:`reduce_holistic` on the whole input.
+    ``num_segments`` None: not known before the end (inferred from the last id); the result
+    grows as ids appear, and :meth:`finish` takes the final count.
     """
 
     def __init__(
         self,
         op: str,
-        num_segments: int,
+        num_segments: int | None,
         inner_size: int,
         dtype: np.dtype[Any],
         *,
@@ -521,14 +523,12 @@ class SortedHolisticReducer:
         fill: Any = None,
     ) -> None:
         self._q = check_holistic(op, np.dtype(dtype), q)
-        _check_num_segments(num_segments)
+        if num_segments is not None:
+            _check_num_segments(num_segments)
         self._op, self._skipna, self._fill = op, skipna, fill
         self._dtype = np.dtype(dtype)
         self._num_segments, self._width = num_segments, inner_size
-        out_dtype = holistic_out_dtype(op, self._dtype)
-        self._out = np.full(
-            (num_segments, inner_size), 0 if fill is None else fill, dtype=out_dtype
-        )
+        self._out = self._empty(0 if num_segments is None else num_segments)
         self._carry_values: list[np.ndarray] = []
         self._carry_ids: list[np.ndarray] = []
         self._last_id = -1
@@ -537,7 +537,8 @@ class SortedHolisticReducer:
     def push(self, values: np.ndarray, ids: np.ndarray) -> None:
         """Take the next block: ``values`` ``(rows, inner_size)``, ``ids`` ``(rows,)``."""
         values = np.asarray(values)
-        ids = _checked_ids(np.asarray(ids), self._num_segments, self._rows_seen)
+        bound = np.iinfo(np.int64).max if self._num_segments is None else self._num_segments
+        ids = _checked_ids(np.asarray(ids), bound, self._rows_seen)
         if values.shape != (len(ids), self._width):
             raise InvalidInputError(
                 f"holistic {self._op}: a block of {len(ids)} ids needs values of shape "
@@ -571,12 +572,30 @@ class SortedHolisticReducer:
         self._carry_ids.append(ids[cut:].copy())
         self._last_id = last
 
-    def finish(self) -> np.ndarray:
-        """The result, ``(num_segments, inner_size)``, after the last block."""
+    def finish(self, num_segments: int | None = None) -> np.ndarray:
+        """The result, ``(num_segments, inner_size)``, after the last block; ``num_segments``
+        is the final count when the constructor was given None."""
         if self._carry_ids:
             self._finish_rows(np.concatenate(self._carry_values), np.concatenate(self._carry_ids))
             self._carry_values, self._carry_ids = [], []
+        if self._num_segments is None:
+            final = len(self._out) if num_segments is None else num_segments
+            self._grow(final)
+            return self._out[:final]
         return self._out
+
+    def _empty(self, num_segments: int) -> np.ndarray:
+        out_dtype = holistic_out_dtype(self._op, self._dtype)
+        fill = 0 if self._fill is None else self._fill
+        return np.full((num_segments, self._width), fill, dtype=out_dtype)
+
+    def _grow(self, num_segments: int) -> None:
+        if num_segments <= len(self._out):
+            return
+        # Doubling: a stream of many short segments grows the result a logarithmic number of times.
+        grown = self._empty(max(num_segments, 2 * len(self._out)))
+        grown[: len(self._out)] = self._out
+        self._out = grown
 
     def _finish_rows(self, values: np.ndarray, ids: np.ndarray) -> None:
         # ids are sorted: each run of one id is one segment, numbered in order.
@@ -594,6 +613,8 @@ class SortedHolisticReducer:
             self._skipna,
             self._fill,
         )
+        if self._num_segments is None:
+            self._grow(int(segments[-1]) + 1)
         self._out[segments] = result
 
 

@@ -5,6 +5,10 @@
 
 #: The ops that take ``--ddof``.
 DDOF_OPS = ("var", "std")
+#: The ops that take ``--q``.
+Q_OPS = ("quantile",)
+#: The holistic ops: a segment's values are needed together (sorted, not folded).
+HOLISTIC_OPS = ("median", "quantile", "nunique")
 
 OP_SUMMARIES: dict[str, str] = {
     "sum": "Sum of the rows in each segment (integers wrap, as TF).",
@@ -23,4 +27,7 @@ OP_SUMMARIES: dict[str, str] = {
     "any": "Whether any value of the segment is non-zero (NaN is); false if empty.",
     "all": "Whether every value of the segment is non-zero (NaN is); true if empty.",
     "logsumexp": "log(sum(exp(x))) per segment, without overflow; -inf for an empty segment.",
+    "median": "Median of each segment (NumPy's; NaN propagates); 0 for an empty segment.",
+    "quantile": "Quantile --q Q of each segment (NumPy's linear method); 0 for an empty segment.",
+    "nunique": "Number of distinct values in each segment (NaN counts once; int64).",
 }

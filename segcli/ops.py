@@ -54,6 +54,12 @@ keeps a sum scaled by a power of two. The NumPy engine implements every joint fo
 (``numpy_engine._JOINT_FOLDS``); the numba engine compiles all but logsumexp's and takes the
 NumPy engine's fold for the rest; the CuPy engine refuses an op it has no kernel for
 (``cupy_fold.has_kernel``).
+
+median, quantile and nunique are *holistic* (:attr:`Op.holistic`): no partial state of theirs
+merges, so they keep no intermediates and no engine folds them. The drivers route them to
+:mod:`segcli.holistic` (one segmented sort in memory, segment by segment over sorted streams,
+through partition files for larger unsorted inputs; see :mod:`segcli.holistic_runs`), folding
+only the row counts (and, in ``agg``, the other ops) with the engine.
 """
 
 from __future__ import annotations
@@ -443,6 +449,9 @@ class Op:
     )
     #: ``--ddof`` of var and std (None: an op that takes none).
     ddof: int | None = None
+    #: A holistic op (median, quantile, nunique): it needs a segment's values together, so no
+    #: engine folds it; the drivers sort with :mod:`segcli.holistic` instead.
+    holistic: bool = False
 
     @property
     def summary(self) -> str:
@@ -544,6 +553,23 @@ def _moments_op(name: str, ddof: int) -> Op:
     )
 
 
+def _not_folded(parts: Mapping[str, np.ndarray], out_dtype: np.dtype[Any], owned: bool) -> Any:
+    raise TypeError("a holistic op is sorted by segcli.holistic, never folded by an engine")
+
+
+def _holistic_op(name: str, dtype_rule: Callable[[np.dtype[Any]], np.dtype[Any]], kinds: str) -> Op:
+    """median, quantile or nunique: an entry without intermediates, which engines never see."""
+    return Op(
+        name,
+        (),
+        finalize=_not_folded,
+        empty=_zero,
+        output_dtype=dtype_rule,
+        data_kinds=kinds,
+        holistic=True,
+    )
+
+
 OPS: dict[str, Op] = {
     op.name: op
     for op in (
@@ -635,6 +661,9 @@ OPS: dict[str, Op] = {
             joint="logsumexp",
             merge=_merge_logsumexp,
         ),
+        _holistic_op("median", _mean_out_dtype, REAL),
+        _holistic_op("quantile", _mean_out_dtype, REAL),
+        _holistic_op("nunique", _int64, WITH_BOOL),
     )
 }
 

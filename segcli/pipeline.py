@@ -10,6 +10,7 @@ of the result and the summary.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ from segcli.drivers.base import Progress, RunSpec
 from segcli.drivers.choose import carry_out
 from segcli.errors import ExpectationError, UsageError, WriteError
 from segcli.expect import check_expected
+from segcli.holistic_runs import check_q
 from segcli.io import peek
 from segcli.io.formats import input_format
 from segcli.io.keyed import keyed_header, keyed_text_blocks, keys_out_format, stage_keys
@@ -93,6 +95,12 @@ class RunRequest:
     indices_column: str | None = None
     weights: str | None = None
     weights_column: str | None = None
+    #: ``--q`` of quantile (None: not given).
+    q: float | None = None
+    #: ``--skipna``: NaN and null values left out, element by element.
+    skipna: bool = False
+    #: ``--tmp-dir``: the directory of median/quantile/nunique's partition files.
+    tmp_dir: str | None = None
 
     def key_columns(self) -> tuple[str, ...]:
         """The ``--by`` column names; the key options' usage errors (see :func:`_check_by`)."""
@@ -118,6 +126,9 @@ class RunRequest:
         if "-" in (self.data, self.ids):
             stdin = peek.peekable(stdin)
         by = self.key_columns()
+        if self.q is not None and self.op in ops.OPS:  # agg checks its op list itself
+            check_q((self.op,), self.q)
+        _check_tmp_dir(self.tmp_dir)
         budget = memory_budget(self)
         return RunSpec(
             op=self.op if self.ddof is None else ops.with_ddof(self.op, self.ddof),
@@ -147,7 +158,21 @@ class RunRequest:
             indices_column=self.indices_column,
             weights=self.weights,
             weights_column=self.weights_column,
+            q=self.q,
+            skipna=self.skipna,
+            tmp_dir=self.tmp_dir,
         )
+
+
+def _check_tmp_dir(path: str | None) -> None:
+    """A --tmp-dir that cannot take files fails before any input is read."""
+    if path is None:
+        return
+    if not os.path.isdir(path):
+        what = "not a directory" if os.path.exists(path) else "no such directory"
+        raise UsageError(f"--tmp-dir {path}: {what}")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise UsageError(f"--tmp-dir {path}: not writable")
 
 
 @dataclass

@@ -27,6 +27,7 @@ def reference_reduce(
     *,
     sorted_ids: bool = False,
     ddof: int = 0,
+    q: float | None = None,
 ) -> np.ndarray:
     data = np.asarray(data)
     ids = np.asarray(ids)
@@ -51,13 +52,19 @@ def reference_reduce(
             if dtype.kind in "fc"
             else np.dtype(np.float32 if dtype.itemsize <= 2 else np.float64)
         )
-    elif op in ("argmin", "argmax"):
+    elif op in ("argmin", "argmax", "nunique"):
         out_dtype = np.dtype(np.int64)
     elif op in ("any", "all"):
         out_dtype = np.dtype(np.bool_)
     else:
         out_dtype = dtype
     out = np.zeros((n, width), dtype=out_dtype)
+    if op in HOLISTIC:
+        for segment, rows_in in enumerate(members):
+            for column in range(width):
+                if rows_in:
+                    out[segment, column] = _holistic(rows[rows_in, column], op, q)
+        return out.reshape((n, *inner))
     for segment, rows_in in enumerate(members):
         for column in range(width):
             values = [rows[r, column].item() for r in rows_in]
@@ -71,7 +78,20 @@ def reference_reduce(
 
 
 #: The ops whose result dtype is mean's.
-MEAN_LIKE = ("mean", "sqrt_n", "var", "std", "logsumexp")
+MEAN_LIKE = ("mean", "sqrt_n", "var", "std", "logsumexp", "median", "quantile")
+#: The ops NumPy itself answers, one segment and one column at a time.
+HOLISTIC = ("median", "quantile", "nunique")
+
+
+def _holistic(values: np.ndarray, op: str, q: float | None) -> Any:
+    with np.errstate(all="ignore"):  # inf - inf is NaN, as in NumPy
+        if op == "nunique":
+            return len(np.unique(values))
+        if op == "median":
+            return np.median(values)
+        if values.dtype.kind == "i":
+            values = values.astype(np.int64)  # NumPy's neighbours' difference would wrap
+        return np.quantile(values, 0.5 if q is None else q)
 
 
 def _one(

@@ -74,6 +74,13 @@ class RunSpec:
     weights_column: str | None = None
     #: ``segcli agg``: the ops folded together in one pass (``op`` is then ignored).
     ops: tuple[str, ...] = ()
+    #: ``--q`` of quantile (None: not given).
+    q: float | None = None
+    #: ``--skipna``: NaN and null values left out, element by element.
+    skipna: bool = False
+    #: ``--tmp-dir``: where holistic ops partition unsorted inputs larger than the budget
+    #: (None: the system's temporary directory).
+    tmp_dir: str | None = None
 
     @property
     def sparse(self) -> bool:

@@ -23,6 +23,7 @@ DRIVERS = {
     "keyed in-memory": "segcli.drivers.keys:run_in_memory",
     "keyed streaming": "segcli.drivers.keys:run_streaming",
     "sparse": "segcli.drivers.sparse:run",
+    "holistic": "segcli.drivers.holistic:run",
 }
 #: Where a driver that finds its inputs cannot stream (before any block is read) hands over.
 _READ_WHOLE_INSTEAD = {"streaming": "in-memory", "keyed streaming": "keyed in-memory"}
@@ -35,6 +36,10 @@ def driver(name: str) -> Driver:
 
 def choose_driver(spec: RunSpec) -> tuple[str, str]:
     """The driver for ``spec`` (a key of :data:`DRIVERS`) and why it was chosen."""
+    from segcli.drivers.holistic import has_holistic
+
+    if has_holistic(spec):
+        return "holistic", "median, quantile and nunique sort each segment's values"
     if spec.sparse:
         return "sparse", "--indices/--weights gather and weight rows of DATA held in memory"
     if _holds_a_scalar(spec):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from queue import Full, Queue
 from typing import Any, Protocol, TypeVar, cast
@@ -125,8 +125,11 @@ def reduce_stream(
     block_rows: int | None = None,
     memory_limit: int | None = None,
     progress: Progress | None = None,
+    on_block: Callable[[np.ndarray, np.ndarray], None] | None = None,
 ) -> tuple[Reduction, StreamPlan]:
-    """Reduce two aligned chunked inputs in one pass with bounded memory."""
+    """Reduce two aligned chunked inputs in one pass with bounded memory. ``on_block`` sees
+    each valid block after the fold, as ``(rows, inner_size)`` values and flat ids (dropped
+    rows included): the holistic ops take the same read."""
     op_def = ops.get_op(op)
     n, ids_shape = check_sources(op_def, data, ids, num_segments, sorted_ids=sorted_ids, fill=fill)
     inner = tuple(data.shape[len(ids.shape) :])
@@ -156,6 +159,8 @@ def reduce_stream(
                 flat_ids,
                 sorted_ids=sorted_ids,
             )
+            if on_block is not None:
+                on_block(data_block.reshape(flat_ids.size, width), flat_ids)
         done += flat_ids.size
         blocks += 1
         if progress is not None:

@@ -131,6 +131,8 @@ _KERNEL_KINDS = ("sum", "prod", "min", "max")
 
 def has_kernel(op: ops.Op) -> bool:
     """Whether the kernels fold ``op`` (each of its intermediates alone, by a known kind)."""
+    if op.holistic:  # sorted on the CPU by segcli.holistic, never folded
+        return False
     return op.joint is None and all(i.fold.kind in _KERNEL_KINDS for i in op.intermediates)
 
 

@@ -1,0 +1,359 @@
+"""The holistic ops (median, quantile, nunique) inside a run: what the drivers hand to
+:mod:`segcli.holistic`.
+
+No engine folds a holistic op (:attr:`segcli.ops.Op.holistic`). A run folds, with its engine,
+only what merges: the row counts (every run reports them), or in ``agg`` the list's other ops;
+the same rows, read once, go to :mod:`segcli.holistic` beside the fold:
+
+- in memory, after validation, to :func:`~segcli.holistic.reduce_holistic` (one segmented sort);
+- over a ``--sorted`` stream, block by block, to a
+  :class:`~segcli.holistic.SortedHolisticReducer` per op (memory: a block plus the largest
+  segment);
+- over an unsorted stream, to partition files in a temporary directory (:class:`Partitions`):
+  the rows of segment ``k`` go to partition ``k % parts``, each partition small enough to
+  finish in memory afterwards. Residue classes, not ranges of ids: they need no ``n`` up front
+  (an inferred ``n`` is known only at the end), and they spread a run of busy neighbouring
+  segments over every partition. The directory goes when the run ends, however it ends.
+
+Each path gives the bytes of the in-memory one: a segment's answer depends only on its values.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import IO, Any
+
+import numpy as np
+
+from segcli import core, ops
+from segcli.errors import EngineUnavailableError, UsageError, WriteError
+from segcli.holistic import SortedHolisticReducer, check_holistic, reduce_holistic
+from segcli.op_names import Q_OPS
+from segcli.signals import held
+
+#: At most this many partitions (two open files each, while the rows are dealt out), and no
+#: more than the open-file limit leaves room for.
+MAX_PARTITIONS = 1024
+#: Bytes of partition file per partition, as a share of the memory budget: finishing one takes
+#: about four times its bytes (the values, int64 ids, the packed sort keys and the picks).
+PARTITION_SHARE = 8
+#: The memory-limit the partitions assume when the run names none.
+_DEFAULT_PARTITION_BYTES = 32 * 1024 * 1024
+
+
+def is_holistic(name: str | ops.Op) -> bool:
+    return ops.get_op(name).holistic
+
+
+def check_q(names: Sequence[str], q: float | None) -> float | None:
+    """``--q``: needed by quantile, refused where no op of ``names`` uses it; in [0, 1]."""
+    if "quantile" not in names:
+        if q is not None:
+            raise UsageError(f"--q applies to quantile only, not {', '.join(names)}")
+        return None
+    if q is None:
+        raise UsageError("quantile needs --q Q (a number from 0 to 1)")
+    return check_holistic("quantile", np.dtype(np.float64), q)
+
+
+def result_name(name: str, q: float | None) -> str:
+    """An op's result column in ``agg``: its name, but ``q0.9`` for quantile."""
+    return f"q{float(q)!r}" if name in Q_OPS and q is not None else name
+
+
+@dataclass(frozen=True)
+class HolisticJob:
+    """The holistic ops of a run and their options, checked for the data's dtype."""
+
+    chosen: tuple[ops.Op, ...]
+    q: float | None = None
+    skipna: bool = False
+    #: Each op's ``--fill`` parsed in its result dtype (None: 0).
+    fills: tuple[Any, ...] = ()
+
+    @classmethod
+    def of(
+        cls,
+        names: Sequence[str],
+        data_dtype: np.dtype[Any],
+        *,
+        q: float | None,
+        skipna: bool,
+        fill: Any,
+        label: str,
+    ) -> HolisticJob:
+        """The job for the holistic ops among ``names``; a dtype an op refuses and a ``fill``
+        its result cannot hold are errors naming the op, before any row is read."""
+        chosen = tuple(ops.get_op(name) for name in names if is_holistic(name))
+        for op in chosen:
+            ops.check_data_dtype(op, np.dtype(data_dtype), label)
+        fills = tuple(
+            None if fill is None else ops.parse_fill(fill, op, data_dtype) for op in chosen
+        )
+        return cls(chosen, q, skipna, fills)
+
+    def reduce(self, values: np.ndarray, ids: np.ndarray, num_segments: int) -> list[np.ndarray]:
+        """Each op over validated rows (ids in ``[0, num_segments)``): ``(n, width)`` each."""
+        return [
+            reduce_holistic(op.name, values, ids, num_segments, **self._options(op, k))
+            for k, op in enumerate(self.chosen)
+        ]
+
+    def reduce_arrays(
+        self, data: np.ndarray, ids: np.ndarray, num_segments: int
+    ) -> list[np.ndarray]:
+        """Each op over validated arrays (``data`` of shape ``ids.shape + inner``): each
+        result ``(num_segments,) + inner``."""
+        inner = data.shape[ids.ndim :]
+        values, kept = kept_rows(
+            data.reshape(ids.size, ops.inner_size(inner)), ids.reshape(-1), num_segments
+        )
+        return [r.reshape((num_segments, *inner)) for r in self.reduce(values, kept, num_segments)]
+
+    def _options(self, op: ops.Op, k: int) -> dict[str, Any]:
+        return {
+            "q": self.q if op.name in Q_OPS else None,
+            "skipna": self.skipna,
+            "fill": self.fills[k],
+        }
+
+    def sorted_reducers(
+        self, num_segments: int | None, width: int, dtype: np.dtype[Any]
+    ) -> list[SortedHolisticReducer]:
+        return [
+            SortedHolisticReducer(op.name, num_segments, width, dtype, **self._options(op, k))
+            for k, op in enumerate(self.chosen)
+        ]
+
+
+def reduce_arrays_holistic(
+    data: Any,
+    segment_ids: Any,
+    num_segments: int | None,
+    op: ops.Op,
+    *,
+    sorted: bool,
+    engine: Any,
+    fill: Any,
+    q: float | None,
+    skipna: bool,
+    data_label: str | None,
+    ids_label: str | None,
+) -> core.Reduction:
+    """:func:`segcli.core.reduce_arrays` of a holistic op: the engine validates and counts the
+    rows, :mod:`segcli.holistic` sorts them."""
+    if getattr(engine, "name", engine) in ("cupy", "dask"):
+        raise EngineUnavailableError(
+            f"engine {getattr(engine, 'name', engine)!r} has no kernel for {op.name} (it sorts "
+            "on the CPU); use engine numpy or numba"
+        )
+    data, ids = np.asarray(data), np.asarray(segment_ids)
+    job = HolisticJob.of(
+        (op.name,), data.dtype, q=q, skipna=skipna, fill=fill, label=data_label or "data"
+    )
+    job = dataclasses.replace(job, q=check_q((op.name,), q))
+    counted = core.reduce_arrays(
+        data,
+        ids,
+        num_segments,
+        "count",
+        sorted=sorted,
+        engine=engine,
+        data_label=data_label,
+        ids_label=ids_label,
+    )
+    started = time.perf_counter()
+    (result,) = job.reduce_arrays(data, ids, counted.id_report.num_segments)
+    counted.timings["compute"] += time.perf_counter() - started
+    return dataclasses.replace(counted, result=result, op=op)
+
+
+def kept_rows(
+    values: np.ndarray, ids: np.ndarray, num_segments: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """The rows a validated run keeps: negative ids and (sorted family) ids >= n dropped."""
+    keep = ids >= 0
+    if num_segments is not None:
+        keep &= ids < num_segments
+    if keep.all():
+        return values, ids
+    return values[keep], ids[keep]
+
+
+class SortedRows:
+    """Blocks of a ``--sorted`` stream, segment by segment, to one reducer per op."""
+
+    def __init__(
+        self, job: HolisticJob, num_segments: int | None, width: int, dtype: np.dtype[Any]
+    ) -> None:
+        self._n = num_segments
+        self._reducers = job.sorted_reducers(num_segments, width, dtype)
+
+    def push(self, values: np.ndarray, ids: np.ndarray) -> None:
+        values, ids = kept_rows(values, ids, self._n)
+        for reducer in self._reducers:
+            reducer.push(values, ids)
+
+    def finish(self, num_segments: int) -> list[np.ndarray]:
+        return [reducer.finish(num_segments) for reducer in self._reducers]
+
+
+def partition_count(rows: int, row_bytes: int, memory_limit: int | None) -> int:
+    """How many partitions make each small enough to finish within the memory budget (an
+    input of unknown length, a stream, gets the most)."""
+    most = _most_partitions()
+    if rows < 0:
+        return most
+    share = (memory_limit or _DEFAULT_PARTITION_BYTES) // PARTITION_SHARE
+    wanted = math.ceil(rows * row_bytes / max(share, 1))
+    return max(1, min(most, wanted))
+
+
+def _most_partitions() -> int:
+    """:data:`MAX_PARTITIONS`, or fewer when the open-file limit is low (64 left for the rest)."""
+    try:
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (ImportError, OSError, ValueError):
+        return 64
+    if soft == resource.RLIM_INFINITY:
+        return MAX_PARTITIONS
+    return max(1, min(MAX_PARTITIONS, (soft - 64) // 2))
+
+
+class Partitions:
+    """Rows of an unsorted stream dealt to partition files by segment (``id % parts``), then
+    each partition finished in memory. A context manager: the directory is removed on exit,
+    after success, an error or a signal."""
+
+    def __init__(
+        self,
+        job: HolisticJob,
+        parts: int,
+        width: int,
+        dtype: np.dtype[Any],
+        *,
+        tmp_dir: str | None,
+        num_segments: int | None,
+    ) -> None:
+        self._job, self._parts, self._width = job, parts, width
+        self._dtype = np.dtype(dtype)
+        self._n = num_segments
+        self._tmp_dir = tmp_dir
+        self.directory: str | None = None
+        self._files: list[tuple[IO[bytes], IO[bytes]]] = []
+
+    def __enter__(self) -> Partitions:
+        try:
+            self.directory = tempfile.mkdtemp(prefix="segcli-partitions-", dir=self._tmp_dir)
+        except OSError as exc:
+            where = self._tmp_dir or tempfile.gettempdir()
+            raise UsageError(
+                f"--tmp-dir {where}: cannot create temporary files ({exc.strerror or exc})"
+            ) from None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close and remove every partition file (a signal waits until they are gone)."""
+        with held():
+            self._close_files()
+            if self.directory is not None:
+                shutil.rmtree(self.directory, ignore_errors=True)
+                self.directory = None
+
+    def _close_files(self) -> None:
+        for files in self._files:
+            for handle in files:
+                with contextlib.suppress(OSError):
+                    handle.close()
+        self._files = []
+
+    def _flush_files(self) -> None:
+        """Close every partition file, its last buffered bytes written, before it is read."""
+        try:
+            for files in self._files:
+                for handle in files:
+                    handle.close()
+        except OSError as exc:
+            raise self._write_error(exc) from None
+        self._files = []
+
+    def _paths(self, part: int) -> tuple[str, str]:
+        assert self.directory is not None
+        base = os.path.join(self.directory, f"part{part:04d}")
+        return base + ".values", base + ".ids"
+
+    def _open(self) -> None:
+        for part in range(self._parts):
+            values_path, ids_path = self._paths(part)
+            self._files.append((open(values_path, "wb"), open(ids_path, "wb")))  # noqa: SIM115
+
+    def push(self, values: np.ndarray, ids: np.ndarray) -> None:
+        """Append a validated block's kept rows to their partitions."""
+        values, ids = kept_rows(values, ids, self._n)
+        if not len(ids):
+            return
+        if not self._files:
+            self._open()
+        ids = ids.astype(np.int64, copy=False)
+        part = ids % self._parts
+        # One stable sort by partition (a radix sort on narrow integers), then a slice each.
+        order = np.argsort(part.astype(np.uint16), kind="stable")  # parts <= MAX_PARTITIONS
+        bounds = np.searchsorted(part[order], np.arange(self._parts + 1))
+        values, ids = values[order], ids[order]
+        for k in np.flatnonzero(np.diff(bounds)):
+            start, stop = bounds[k], bounds[k + 1]
+            self._write(int(k), values[start:stop], ids[start:stop])
+
+    def _write(self, part: int, values: np.ndarray, ids: np.ndarray) -> None:
+        values_file, ids_file = self._files[part]
+        try:
+            values_file.write(np.ascontiguousarray(values).data)
+            ids_file.write(np.ascontiguousarray(ids).data)
+        except OSError as exc:
+            raise self._write_error(exc) from None
+
+    def _write_error(self, exc: OSError) -> WriteError:
+        # Exit 5: the run cannot finish, so its output is not written (disk full, say).
+        return WriteError(
+            f"--tmp-dir {self._tmp_dir or tempfile.gettempdir()}: cannot write partition "
+            f"files ({exc.strerror or exc})"
+        )
+
+    def finish(self, num_segments: int) -> list[np.ndarray]:
+        """Each op's ``(num_segments, width)`` result, one partition at a time."""
+        # Every segment starts as empty (the fill); partitions overwrite theirs.
+        results = self._job.reduce(
+            np.empty((0, self._width), self._dtype), np.empty(0, np.int64), num_segments
+        )
+        had_rows = bool(self._files)
+        self._flush_files()
+        if not had_rows:
+            return results
+        for part in range(min(self._parts, num_segments)):
+            values_path, ids_path = self._paths(part)
+            values = np.fromfile(values_path, self._dtype).reshape(-1, self._width)
+            ids = np.fromfile(ids_path, np.int64)
+            os.remove(values_path)
+            os.remove(ids_path)
+            if not len(ids):
+                continue
+            # Partition ``part`` holds segments part, part + parts, ...: local id = id // parts.
+            local_n = len(range(part, num_segments, self._parts))
+            for result, got in zip(
+                results, self._job.reduce(values, ids // self._parts, local_n), strict=True
+            ):
+                result[part :: self._parts] = got
+        return results
