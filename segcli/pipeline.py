@@ -93,6 +93,8 @@ class RunRequest:
     indices_column: str | None = None
     weights: str | None = None
     weights_column: str | None = None
+    #: ``--skipna``: leave NaN and null values out, element by element.
+    skipna: bool = False
 
     def key_columns(self) -> tuple[str, ...]:
         """The ``--by`` column names; the key options' usage errors (see :func:`_check_by`)."""
@@ -147,6 +149,7 @@ class RunRequest:
             indices_column=self.indices_column,
             weights=self.weights,
             weights_column=self.weights_column,
+            skipna=self.skipna,
         )
 
 

@@ -74,6 +74,8 @@ class RunSpec:
     weights_column: str | None = None
     #: ``segcli agg``: the ops folded together in one pass (``op`` is then ignored).
     ops: tuple[str, ...] = ()
+    #: ``--skipna``: NaN and null values left out, element by element; null ids drop their row.
+    skipna: bool = False
 
     @property
     def sparse(self) -> bool:
@@ -105,11 +107,13 @@ def op_and_fill(
     """The op to fold and the fill to finalize with: the spec's own, or for several ops their
     combined op, which fills each op's empty segments itself."""
     if not spec.ops:
-        return spec.op, spec.fill
+        return (ops.skipna_op(spec.op) if spec.skipna else spec.op), spec.fill
     from segcli.multi import combined_op
 
-    op = combined_op(spec.ops, data_dtype, inner_shape, fill=spec.fill, label=label)
-    return op, None
+    op = combined_op(
+        spec.ops, data_dtype, inner_shape, fill=spec.fill, label=label, skipna=spec.skipna
+    )
+    return (ops.skipna_op(op) if spec.skipna else op), None
 
 
 @dataclass
