@@ -37,6 +37,10 @@ class Reduction:
     engine: str
     engine_reason: str
     timings: dict[str, float] = field(default_factory=dict)
+    #: ``--skipna``: the values left out (NaN or null) among the rows used; None without it.
+    skipped_values: int | None = None
+    #: ``--skipna``: the rows dropped for a null id (the id report counts them as negative).
+    null_ids: int = 0
 
     @property
     def empty_segments(self) -> int:
@@ -64,6 +68,7 @@ class Reduction:
             engine=engine,
             engine_reason=engine_reason,
             timings=timings,
+            skipped_values=None if state.op.skipna_of is None else ops.skipped_values(state),
         )
 
 
@@ -280,10 +285,12 @@ def reduce_arrays(
     fill: Any = None,
     data_label: str | None = None,
     ids_label: str | None = None,
+    skipna: bool = False,
 ) -> Reduction:
     """Like :func:`segment_reduce`, returning the result with counts, report and timings."""
-    op_def = ops.get_op(op)
-    data = np.asarray(data)
+    op_def = ops.skipna_op(op) if skipna else ops.get_op(op)
+    # A masked array (nulls read under --skipna) keeps its mask: the values it hides are missing.
+    data = data if isinstance(data, np.ma.MaskedArray) else np.asarray(data)
     ids = np.asarray(segment_ids)
     started = time.perf_counter()
     inner_shape = tuple(data.shape[ids.ndim :])
@@ -326,6 +333,7 @@ def segment_reduce(
     sorted: bool = False,
     engine: str = "auto",
     fill: Any = None,
+    skipna: bool = False,
 ) -> np.ndarray:
     """Reduce the rows of ``data`` per segment, with TensorFlow's segment-reduction semantics.
 
@@ -334,11 +342,12 @@ def segment_reduce(
     (``unsorted_segment_*``) negative ids drop their rows and ids ``>= n`` are an error; with
     ``sorted=True`` (``Segment*V2``) ids must be 1-D, non-negative and non-decreasing, and ids
     ``>= n`` drop their rows. ``num_segments`` defaults to the number the ids imply.
-    ``fill`` replaces the op's value for empty segments. Raises :class:`segcli.SegcliError`.
+    ``fill`` replaces the op's value for empty segments. ``skipna`` leaves NaN values out,
+    element by element (an element with none present is empty; count counts them). Raises :class:`segcli.SegcliError`.
 
     >>> segment_reduce([1.0, 2.0, 3.0, 4.0], [0, 0, 2, 2], 4, "sum")
     array([3., 0., 7., 0.])
     """
     return reduce_arrays(
-        data, segment_ids, num_segments, op, sorted=sorted, engine=engine, fill=fill
+        data, segment_ids, num_segments, op, sorted=sorted, engine=engine, fill=fill, skipna=skipna
     ).result

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 from segcli import core, io
+from segcli.io.columns import without_null_ids
 from segcli.drivers.base import (
     DriverResult,
     InputFacts,
@@ -42,9 +43,10 @@ def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
     read_s = time.perf_counter() - started
     inner = tuple(data.array.shape[ids.array.ndim :])
     op, fill = op_and_fill(spec, data.array.dtype, inner, data.label)
+    ids_array, null_ids = without_null_ids(ids.array)
     reduction = core.reduce_arrays(
         data.array,
-        ids.array,
+        ids_array,
         spec.num_segments,
         op,
         sorted=spec.sorted_ids,
@@ -54,6 +56,7 @@ def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
         data_label=data.label,
         ids_label=ids.label,
     )
+    reduction.null_ids = null_ids
     timings = {
         "read": read_s,
         "validate": reduction.timings["validate"],

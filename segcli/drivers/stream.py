@@ -13,6 +13,7 @@ larger ids appear (segments not yet seen are empty, so growing loses nothing).
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Generator, Iterator
@@ -35,6 +36,7 @@ from segcli.drivers.base import (
 )
 from segcli.engines import Engine, choose_engine
 from segcli.errors import InvalidInputError, UsageError
+from segcli.io.columns import without_null_ids
 from segcli.io.formats import input_format
 from segcli.io.npy import Readable
 
@@ -142,8 +144,10 @@ def reduce_stream(
     started = time.perf_counter()
     done = 0
     blocks = 0
+    null_ids = 0
     for data_block, ids_block in read_ahead(aligned_blocks(data, ids, plan.block_rows)):
-        flat_ids = ids_block.reshape(-1)
+        flat_ids, nulls = without_null_ids(ids_block.reshape(-1))
+        null_ids += nulls
         block_summary = scanner.feed(flat_ids)
         # Once an id makes the run fail, the rest is only scanned, so that the error counts
         # every offender; ids out of order must never reach a fold that assumes order.
@@ -170,6 +174,7 @@ def reduce_stream(
         fill=fill,
         timings={"validate": 0.0},  # validation is folded into the read loop
     )
+    reduction.null_ids = null_ids
     reduction.timings["compute"] = time.perf_counter() - started
     return reduction, StreamPlan(plan.block_rows, blocks)
 
@@ -232,7 +237,11 @@ def read_ahead(blocks: Generator[_Item, None, None]) -> Iterator[_Item]:
         finally:
             blocks.close()
 
-    reader = threading.Thread(target=produce, name="segcli-read-ahead", daemon=True)
+    # The reader converts in the caller's context (--skipna's nulls_kept, say).
+    context = contextvars.copy_context()
+    reader = threading.Thread(
+        target=context.run, args=(produce,), name="segcli-read-ahead", daemon=True
+    )
     reader.start()
     ended = False  # the reader has handed over its last item and is closing the source
     try:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +26,38 @@ if TYPE_CHECKING:
 INNER_SHAPE_KEY = b"segcli.inner_shape"
 DTYPE_KEY = b"segcli.dtype"
 VALUE_COLUMN = "value"
+
+#: ``--skipna``: a null is a missing value, not an error (see :func:`nulls_kept`).
+_KEEP_NULLS: ContextVar[bool] = ContextVar("segcli_keep_nulls", default=False)
+
+
+@contextmanager
+def nulls_kept(keep: bool = True) -> Iterator[None]:
+    """Within: columns with nulls convert instead of failing, float nulls as NaN and the
+    others as a NumPy masked array (values 0 where masked). Lists themselves must not be
+    null (their length would be unknown); values inside them may."""
+    token = _KEEP_NULLS.set(keep)
+    try:
+        yield
+    finally:
+        _KEEP_NULLS.reset(token)
+
+
+def without_null_ids(ids: Any) -> tuple[np.ndarray[Any, Any], int]:
+    """Ids with their nulls (masked values, see :func:`nulls_kept`) as -1, which drops their
+    rows like a negative id, and how many there were. Unsigned ids widen to a signed dtype
+    that holds them all."""
+    mask = np.ma.getmask(ids)
+    values = np.ma.getdata(ids)
+    if mask is np.ma.nomask:
+        return values, 0
+    nulls = int(np.count_nonzero(mask))
+    if values.dtype.kind == "u":
+        wide = np.dtype(f"i{min(8, 2 * values.dtype.itemsize)}")
+        if values.size and values.dtype.itemsize == 8 and int(values.max()) > np.iinfo(wide).max:
+            wide = np.dtype(np.float64)  # too large for any signed dtype: an error as float ids
+        values = values.astype(wide)
+    return np.where(mask, values.dtype.type(-1), values), nulls
 
 
 @dataclass(frozen=True)
@@ -211,6 +246,8 @@ def _convert(
     """Convert ``array``; each top-level row owns ``per_row`` consecutive elements of it."""
     import pyarrow.types as pt
 
+    if array.null_count and _KEEP_NULLS.get() and not _is_list(array.type):
+        return _with_nulls(array)
     if array.null_count:
         _raise_nulls(array, where, first_row, per_row)
     if pt.is_null(array.type):
@@ -226,6 +263,20 @@ def _convert(
     # flatten() honours the array's slice offset, unlike .values.
     inner = _convert(array.flatten(), where, first_row, per_row * max(width, 1))
     return inner.reshape((len(array), width, *inner.shape[1:]))
+
+
+def _with_nulls(array: pa.Array) -> np.ndarray[Any, Any]:
+    """A column holding nulls under ``--skipna``: NaN for float nulls, else masked."""
+    import pyarrow.compute as pc
+    import pyarrow.types as pt
+
+    plain = _decoded(array)
+    if pt.is_null(plain.type):
+        return np.full(len(plain), np.nan)
+    if pt.is_floating(plain.type):
+        return numpy_of(pc.fill_null(plain, float("nan")))
+    filled = numpy_of(pc.fill_null(plain, False if pt.is_boolean(plain.type) else 0))
+    return np.ma.MaskedArray(filled, mask=numpy_of(pc.is_null(plain)))
 
 
 def _fixed_width_view(array: pa.Array) -> np.ndarray[Any, Any] | None:
