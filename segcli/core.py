@@ -304,7 +304,7 @@ def reduce_arrays(
     if fill is not None:
         ops.parse_fill(fill, op_def, data.dtype)  # a bad --fill fails before the work
     width = ops.inner_size(inner_shape)
-    choice = choose_engine(engine, elements=data.size)
+    choice = choose_engine(engine, elements=data.size, skipna=op_def.skipna_of is not None)
     validated = time.perf_counter()
     state = choice.engine.new_state(op_def, n, inner_shape, data.dtype, sorted_ids=sorted)
     choice.engine.fold(state, data.reshape(ids.size, width), ids.reshape(-1), sorted_ids=sorted)

@@ -136,7 +136,11 @@ def reduce_stream(
     plan = plan_blocks(data, ids, block_rows=block_rows, memory_limit=memory_limit)
     total_rows = max(int(np.prod(ids.shape, dtype=np.int64)), 0)  # 0: not known yet
     # An input of unknown length (a stream) counts as small: auto then keeps to NumPy.
-    choice = choose_engine(engine, elements=max(int(np.prod(data.shape, dtype=np.int64)), 0))
+    choice = choose_engine(
+        engine,
+        elements=max(int(np.prod(data.shape, dtype=np.int64)), 0),
+        skipna=op_def.skipna_of is not None,
+    )
     scanner = validate.IdScanner(ids_shape, n, sorted_ids, ids.label)
     grow = _GrowingState(
         choice.engine, op_def, n if n is not None else 0, inner, data.dtype, sorted_ids

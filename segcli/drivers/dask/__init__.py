@@ -88,7 +88,7 @@ def run(
         from segcli.drivers.dask import keyed
 
         return keyed.run(spec, progress, client=client)
-    op = ops.get_op(spec.op)
+    op = ops.skipna_op(spec.op) if spec.skipna else ops.get_op(spec.op)
     plan = plan_run(spec)
     n = _check_inputs(spec, op, plan)
     job = Job(op, n, spec.sorted_ids, int(np.prod(plan.data.shape, dtype=np.int64)))

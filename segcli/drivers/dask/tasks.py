@@ -17,6 +17,7 @@ from segcli.core import check_output_fits
 from segcli.drivers.dask.plan import Partition
 from segcli.engines import Engine, choose_engine, get_engine
 from segcli.errors import EngineUnavailableError
+from segcli.io.columns import nulls_kept, without_null_ids
 from segcli.io.rows import FileRef, read_parquet_rows, read_rows
 from segcli.validate import IdSummary, merge, summarize
 
@@ -75,8 +76,10 @@ def cpu_engine(elements: int) -> Engine:
 
 def run_partition(part: Partition, job: Job) -> PartResult:
     """Read, validate and fold one partition into the op's partial state."""
-    data, ids = read_partition(part)
-    flat = ids.reshape(-1)
+    skipna = ops.get_op(job.op).skipna_of is not None
+    with nulls_kept(skipna):  # a worker's own context: the client's is not sent
+        data, ids = read_partition(part)
+    flat, _ = without_null_ids(ids.reshape(-1))
     first_row = part.row_offset * _per_row(part.ids)  # of the flattened ids, globally
     id_summary = summarize(flat, first_row, job.num_segments, sorted_ids=job.sorted_ids)
     if flat.size == 0 or id_summary.blocks_fold(sorted_ids=job.sorted_ids):
