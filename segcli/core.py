@@ -343,7 +343,8 @@ def segment_reduce(
     ``sorted=True`` (``Segment*V2``) ids must be 1-D, non-negative and non-decreasing, and ids
     ``>= n`` drop their rows. ``num_segments`` defaults to the number the ids imply.
     ``fill`` replaces the op's value for empty segments. ``skipna`` leaves NaN values out,
-    element by element (an element with none present is empty; count counts them). Raises :class:`segcli.SegcliError`.
+    element by element (an element with none present is empty; count counts them). Raises
+    :class:`segcli.SegcliError`.
 
     >>> segment_reduce([1.0, 2.0, 3.0, 4.0], [0, 0, 2, 2], 4, "sum")
     array([3., 0., 7., 0.])

@@ -111,7 +111,10 @@ def combined_op(
         for op in chosen
     ]
     out_dtype = np.dtype(
-        [(op.name, op.out_dtype(data_dtype), _field_shape(op, inner_shape, skipna)) for op in chosen]
+        [
+            (op.name, op.out_dtype(data_dtype), _field_shape(op, inner_shape, skipna))
+            for op in chosen
+        ]
     )
     intermediates, sources = _union(chosen, data_dtype)
     width = ops.inner_size(inner_shape)

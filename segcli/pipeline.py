@@ -24,6 +24,7 @@ from segcli.drivers.choose import carry_out
 from segcli.errors import ExpectationError, UsageError, WriteError
 from segcli.expect import check_expected
 from segcli.io import peek
+from segcli.io.columns import nulls_kept
 from segcli.io.formats import input_format
 from segcli.io.keyed import keyed_header, keyed_text_blocks, keys_out_format, stage_keys
 from segcli.memory import available_bytes
@@ -452,12 +453,13 @@ def check(
 
     streams = streams or Streams()
     spec = request.spec(streams.stdin)
-    if spec.by:
-        from segcli.drivers.keys import check_by
+    with nulls_kept(spec.skipna):  # --skipna: null values are missing, null ids drop rows
+        if spec.by:
+            from segcli.drivers.keys import check_by
 
-        found = check_by(spec)
-    else:
-        found = check_inputs(spec)
+            found = check_by(spec)
+        else:
+            found = check_inputs(spec)
     for name in also_ops:  # check --op a,b: the data's dtype must suit every op
         ops.check_data_dtype(ops.get_op(name), np.dtype(found.data.dtype), found.data.label)
     failures = _check_failures(found, max_empty=max_empty, no_nan=no_nan, max_dropped=max_dropped)

@@ -220,7 +220,8 @@ def summary_rows(summary: RunSummary) -> list[tuple[str, str]]:
         ("note", f"{role}: {f.note}") for role, f in (("data", s.data), ("ids", s.ids)) if f.note
     ]
     if s.skipped is not None:
-        skipped = f"{s.skipped['values']:,} missing values (NaN or null)"
+        values = s.skipped["values"]
+        skipped = f"{values:,} missing value{'' if values == 1 else 's'} (NaN or null)"
         rows.append(("skipped", f"{skipped}, {_rows(s.skipped['rows'])} with a null id"))
     if rate is not None:
         rows.append(

@@ -185,9 +185,7 @@ def reference_reduce_skipna(
     for segment in range(n):
         for column in range(width):
             kept = [
-                row
-                for row, s in enumerate(flat_ids)
-                if s == segment and not absent[row, column]
+                row for row, s in enumerate(flat_ids) if s == segment and not absent[row, column]
             ]
             values = [rows[r, column].item() for r in kept]
             if op == "count":

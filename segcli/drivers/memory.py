@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 
 from segcli import core, io
-from segcli.io.columns import without_null_ids
 from segcli.drivers.base import (
     DriverResult,
     InputFacts,
@@ -15,6 +14,7 @@ from segcli.drivers.base import (
     input_facts,
     op_and_fill,
 )
+from segcli.io.columns import without_null_ids
 
 
 def read(spec: RunSpec) -> tuple[io.ArrayInput, io.ArrayInput]:

@@ -43,7 +43,9 @@ def missing_values(data: np.ndarray) -> np.ndarray | None:
     return missing
 
 
-def fold_skipping(engine: Engine, state: ops.State, data: Any, ids: np.ndarray, sorted_ids: bool) -> None:
+def fold_skipping(
+    engine: Engine, state: ops.State, data: Any, ids: np.ndarray, sorted_ids: bool
+) -> None:
     """Fold one block of rows (``data`` 2-D, maybe masked) into a ``--skipna`` state."""
     base = state.op.skipna_of
     assert base is not None

@@ -32,8 +32,8 @@ from segcli.drivers.base import DriverResult, Progress, RunSpec
 from segcli.drivers.dask.plan import Partition, Plan, expand, open_dataset, plan_partitions
 from segcli.drivers.dask.tasks import cpu_engine
 from segcli.errors import SegcliError
-from segcli.io.keys import check_key_columns, key_schema, key_table_file, pick_data_column
 from segcli.io.columns import nulls_kept
+from segcli.io.keys import check_key_columns, key_schema, key_table_file, pick_data_column
 from segcli.io.rows import read_key_rows, read_rows
 from segcli.keys import KeyEncoder
 from segcli.keys.values import NullKeys
