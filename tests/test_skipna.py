@@ -295,3 +295,17 @@ def test_cupy_refuses_skipna(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1 and "--skipna" in result.stderr
     assert not out.exists()
+
+
+@pytest.mark.dask
+def test_dask_run_skips_nulls_and_counts_null_ids(table: Path, tmp_path: Path) -> None:
+    pytest.importorskip("distributed")
+    args = ["argmax", str(table), "--data-column", "i", "--ids-column", "id", "--skipna"]
+    outs = []
+    for engine in ("numpy", "dask"):
+        out, summary = tmp_path / f"{engine}.npy", tmp_path / f"{engine}.json"
+        result = run_cli(*args, "--engine", engine, "-o", str(out), "--summary-json", str(summary))
+        assert result.exit_code == 0, result.stderr
+        outs.append(np.load(out))
+        assert json.loads(summary.read_text())["skipped"] == {"values": 2, "rows": 1}
+    np.testing.assert_array_equal(outs[0], outs[1])

@@ -44,6 +44,8 @@ class PartResult:
     #: None when no row was folded (empty, or invalid so the run will fail anyway).
     state: ops.State | None
     engines: frozenset[str] = frozenset()
+    #: ``--skipna``: rows dropped for a null id.
+    null_ids: int = 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -79,11 +81,11 @@ def run_partition(part: Partition, job: Job) -> PartResult:
     skipna = ops.get_op(job.op).skipna_of is not None
     with nulls_kept(skipna):  # a worker's own context: the client's is not sent
         data, ids = read_partition(part)
-    flat, _ = without_null_ids(ids.reshape(-1))
+    flat, null_ids = without_null_ids(ids.reshape(-1))
     first_row = part.row_offset * _per_row(part.ids)  # of the flattened ids, globally
     id_summary = summarize(flat, first_row, job.num_segments, sorted_ids=job.sorted_ids)
     if flat.size == 0 or id_summary.blocks_fold(sorted_ids=job.sorted_ids):
-        return PartResult(id_summary, None)
+        return PartResult(id_summary, None, null_ids=null_ids)
     op = ops.get_op(job.op)
     inner = tuple(data.shape[ids.ndim :])
     size = job.num_segments
@@ -98,7 +100,7 @@ def run_partition(part: Partition, job: Job) -> PartResult:
     engine.fold(
         state, data.reshape(flat.size, ops.inner_size(inner)), flat, sorted_ids=job.sorted_ids
     )
-    return PartResult(id_summary, state.to_host(), frozenset({engine.name}))
+    return PartResult(id_summary, state.to_host(), frozenset({engine.name}), null_ids)
 
 
 def _per_row(ref: FileRef) -> int:
@@ -117,6 +119,7 @@ def combine_results(*parts: PartResult) -> PartResult:
             merge(merged.id_summary, part.id_summary),
             combine_states(merged.state, part.state),
             merged.engines | part.engines,
+            merged.null_ids + part.null_ids,
         )
     return merged
 
