@@ -94,6 +94,24 @@ def test_other_engines_give_numpys_bytes(op: str, engine: str) -> None:
         assert numpy.tobytes() == other.tobytes()
 
 
+@pytest.mark.parametrize("engine", CPU_ENGINES)
+@pytest.mark.parametrize("op", MERGEABLE)
+def test_sorted_family(op: str, engine: str) -> None:
+    """Rows dropped by id for a missing value must not break a sorted run's fold."""
+    ids = np.sort(np.random.default_rng(3).integers(0, 9, 70))
+    for data in (with_nans(np.float64, 70, seed=2), with_nans(np.float32, 70, (2,), seed=2)):
+        got = core.reduce_arrays(data, ids, 8, op, sorted=True, engine=engine, skipna=True)
+        assert_matches(got.result, expected(data, ids, 8, op), op)
+
+
+@pytest.mark.parametrize("op", [op for op in MERGEABLE if ops.OPS[op].accepts_complex])
+def test_complex_nan_is_missing(op: str) -> None:
+    data = with_nans(np.float64, 50, (2,), seed=4) + 1j * with_nans(np.float64, 50, (2,), seed=5)
+    ids = ids_for(50, 5)
+    got = core.reduce_arrays(data, ids, 5, op, skipna=True).result
+    assert_matches(got, expected(data, ids, 5, op), op)
+
+
 def test_sorted_family_and_ddof() -> None:
     data = with_nans(np.float64, 40, (2,))
     ids = np.sort(np.random.default_rng(2).integers(0, 6, 40))
