@@ -327,3 +327,14 @@ def test_dask_run_skips_nulls_and_counts_null_ids(table: Path, tmp_path: Path) -
         outs.append(np.load(out))
         assert json.loads(summary.read_text())["skipped"] == {"values": 2, "rows": 1}
     np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_sparse_runs_refuse_skipna(tmp_path: Path) -> None:
+    np.save(tmp_path / "d.npy", np.array([1.0, np.nan]))
+    np.save(tmp_path / "i.npy", np.array([0, 0]))
+    result = run_main(
+        "sum", str(tmp_path / "d.npy"), str(tmp_path / "i.npy"), "--skipna",
+        "--indices", str(tmp_path / "i.npy"),
+    )  # fmt: skip
+    assert result.exit_code == 2
+    assert result.stderr.count("\n") == 1 and "--skipna" in result.stderr
