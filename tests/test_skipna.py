@@ -338,3 +338,16 @@ def test_sparse_runs_refuse_skipna(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.exit_code == 2
     assert result.stderr.count("\n") == 1 and "--skipna" in result.stderr
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "2"]], ids=["memory", "stream"])
+def test_sorted_ids_refuse_a_null_as_a_negative(
+    table: Path, chunk: list[str], tmp_path: Path
+) -> None:
+    out = tmp_path / "out.npy"
+    args = ["sum", str(table), "--data-column", "f", "--ids-column", "id", "--skipna", "--sorted"]
+    result = run_cli(*args, *chunk, "-o", str(out))
+    assert result.exit_code == 1
+    assert result.stderr.count("\n") == 1
+    assert "segment_ids[3] is null (1 null id); --sorted ids cannot be null" in result.stderr
+    assert not out.exists()

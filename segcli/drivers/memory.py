@@ -43,7 +43,7 @@ def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
     read_s = time.perf_counter() - started
     inner = tuple(data.array.shape[ids.array.ndim :])
     op, fill = op_and_fill(spec, data.array.dtype, inner, data.label)
-    ids_array, null_ids = without_null_ids(ids.array)
+    ids_array, null_ids = without_null_ids(ids.array, sorted_ids=spec.sorted_ids, label=ids.label)
     reduction = core.reduce_arrays(
         data.array,
         ids_array,

@@ -150,7 +150,9 @@ def reduce_stream(
     blocks = 0
     null_ids = 0
     for data_block, ids_block in read_ahead(aligned_blocks(data, ids, plan.block_rows)):
-        flat_ids, nulls = without_null_ids(ids_block.reshape(-1))
+        flat_ids, nulls = without_null_ids(
+            ids_block.reshape(-1), sorted_ids=sorted_ids, label=ids.label, first_row=done
+        )
         null_ids += nulls
         block_summary = scanner.feed(flat_ids)
         # Once an id makes the run fail, the rest is only scanned, so that the error counts

@@ -43,15 +43,25 @@ def nulls_kept(keep: bool = True) -> Iterator[None]:
         _KEEP_NULLS.reset(token)
 
 
-def without_null_ids(ids: Any) -> tuple[np.ndarray[Any, Any], int]:
+def without_null_ids(
+    ids: Any, *, sorted_ids: bool = False, label: str = "ids", first_row: int = 0
+) -> tuple[np.ndarray[Any, Any], int]:
     """Ids with their nulls (masked values, see :func:`nulls_kept`) as -1, which drops their
     rows like a negative id, and how many there were. Unsigned ids widen to a signed dtype
-    that holds them all."""
+    that holds them all. Sorted ids refuse a null, as they refuse a negative id; the error
+    names the first (``first_row`` is the global position of the first id)."""
     mask = np.ma.getmask(ids)
     values = np.ma.getdata(ids)
     if mask is np.ma.nomask:
         return values, 0
     nulls = int(np.count_nonzero(mask))
+    if sorted_ids and nulls:
+        first = first_row + int(np.flatnonzero(mask.reshape(-1))[0])
+        noun = "null id" if nulls == 1 else "null ids"
+        raise InvalidInputError(
+            f"{label}: segment_ids[{first}] is null ({nulls} {noun}); --sorted ids cannot be "
+            "null, as they cannot be negative"
+        )
     if values.dtype.kind == "u":
         wide = np.dtype(f"i{min(8, 2 * values.dtype.itemsize)}")
         if values.size and values.dtype.itemsize == 8 and int(values.max()) > np.iinfo(wide).max:
