@@ -276,17 +276,33 @@ def _convert(
 
 
 def _with_nulls(array: pa.Array) -> np.ndarray[Any, Any]:
-    """A column holding nulls under ``--skipna``: NaN for float nulls, else masked."""
-    import pyarrow.compute as pc
+    """A column holding nulls under ``--skipna``: NaN for float nulls, else masked (0 where
+    null). Read from the buffers: pyarrow's ``fill_null`` imports pandas for its scalar."""
     import pyarrow.types as pt
 
     plain = _decoded(array)
     if pt.is_null(plain.type):
         return np.full(len(plain), np.nan)
+    validity, data = plain.buffers()[:2]
+    null = ~_bits(validity, plain.offset, len(plain))
+    if pt.is_boolean(plain.type):
+        values = _bits(data, plain.offset, len(plain))
+    else:
+        dtype = numpy_dtype(plain.type)
+        view = np.frombuffer(data, dtype, count=len(plain), offset=plain.offset * dtype.itemsize)
+        values = view.copy()
     if pt.is_floating(plain.type):
-        return numpy_of(pc.fill_null(plain, float("nan")))
-    filled = numpy_of(pc.fill_null(plain, False if pt.is_boolean(plain.type) else 0))
-    return np.ma.MaskedArray(filled, mask=numpy_of(pc.is_null(plain)))
+        values[null] = np.nan
+        return values
+    values[null] = 0
+    return np.ma.MaskedArray(values, mask=null)
+
+
+def _bits(buffer: pa.Buffer, offset: int, length: int) -> np.ndarray[Any, Any]:
+    """An Arrow bitmap (validity, or bool values) as a new bool array."""
+    packed = np.frombuffer(buffer, np.uint8)
+    bits = np.unpackbits(packed, count=offset + length, bitorder="little")[offset:]
+    return bits.view(np.bool_)
 
 
 def _fixed_width_view(array: pa.Array) -> np.ndarray[Any, Any] | None:
