@@ -351,3 +351,11 @@ def test_sorted_ids_refuse_a_null_as_a_negative(
     assert result.stderr.count("\n") == 1
     assert "segment_ids[3] is null (1 null id); --sorted ids cannot be null" in result.stderr
     assert not out.exists()
+
+
+def test_auto_passes_the_gpu_over() -> None:
+    from segcli.engines import choose_engine
+
+    choice = choose_engine("auto", elements=10**12, skipna=True)
+    assert choice.engine.name != "cupy"
+    assert "cupy not with --skipna" in choice.reason
