@@ -54,6 +54,11 @@ keeps a sum scaled by a power of two. The NumPy engine implements every joint fo
 (``numpy_engine._JOINT_FOLDS``); the numba engine compiles all but logsumexp's and takes the
 NumPy engine's fold for the rest; the CuPy engine refuses an op it has no kernel for
 (``cupy_fold.has_kernel``).
+
+``--skipna`` needs nothing per op: :func:`skipna_op` derives from any op (a combined ``agg``
+op too) one that keeps :data:`PRESENT`, the present values per element, and finalizes with
+them as the count; :mod:`segcli.engines.skipping` folds it with each fold's identity in place
+of a missing value, or, for joint folds, with the missing rows dropped by id.
 """
 
 from __future__ import annotations
