@@ -47,6 +47,7 @@ def main() -> None:
     pq.write_table(table, HERE / "table.parquet", row_group_size=250)
     write_flights(rng)
     write_bags()
+    write_gaps()
 
 
 def write_flights(rng: np.random.Generator) -> None:
@@ -80,6 +81,14 @@ def write_bags() -> None:
     weight = np.where(token == 0, 0.25, 1.0).astype(np.float32)
     table = pa.table({"bag": bag, "token": token, "weight": weight})
     pq.write_table(table, HERE / "bags.parquet")
+
+
+def write_gaps() -> None:
+    # Three sensors with readings missing (null), and one reading whose sensor is unknown.
+    sensor = pa.array([0, 0, 0, 1, 1, 1, 2, 2, None, 2], pa.int32())
+    temp = [20.5, None, 21.5, 18.0, None, 19.0, None, None, 30.0, 25.0]
+    table = pa.table({"sensor": sensor, "temp": pa.array(temp, pa.float32())})
+    pq.write_table(table, HERE / "gaps.parquet")
 
 
 if __name__ == "__main__":

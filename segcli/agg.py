@@ -106,8 +106,15 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
         raise UsageError("several --data-column read DATA once each: give a file, not stdin")
     check_q(op_names, request.q)
     names = column_names(tuple(result_name(op, request.q) for op in op_names), columns)
+    names += ["rows"] if _rows_column(request, op_names) else []
     agg_write.check_layout(fmt, dict.fromkeys(names, np.empty(0)))
     return fmt
+
+
+def _rows_column(request: RunRequest, op_names: tuple[str, ...]) -> bool:
+    """SPEC: under --skipna the count op counts present values, so a ``rows`` column (rows
+    per segment) takes the place of the trailing count."""
+    return request.skipna and "count" in op_names
 
 
 def column_names(op_names: tuple[str, ...], columns: list[str | None]) -> list[str]:
@@ -158,6 +165,8 @@ def _run(
             name = op if len(columns) == 1 else f"{column}_{op}"
             results[name] = values
     counts = np.asarray(runs[0].reduction.counts)
+    if _rows_column(request, op_names):
+        results["rows"] = counts
     if request.expect:
         check_expected_columns(
             results, counts, request.expect, rtol=request.rtol, atol=request.atol

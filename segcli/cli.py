@@ -167,6 +167,12 @@ def input_options(command: F) -> F:
             help="With --by: a table of the key columns that fixes the output keys and their "
             "order (empty groups included; a key not in it is an error).",
         ),
+        click.option(
+            "--skipna",
+            is_flag=True,
+            help="Leave out NaN and null values, element by element (count counts the present "
+            "ones), and rows whose id is null; the summary says how many.",
+        ),
         click.option("-q", "--quiet", is_flag=True, help="No summary on stderr."),
         click.option(
             "--summary-json",

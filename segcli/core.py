@@ -37,6 +37,10 @@ class Reduction:
     engine: str
     engine_reason: str
     timings: dict[str, float] = field(default_factory=dict)
+    #: ``--skipna``: the values left out (NaN or null) among the rows used; None without it.
+    skipped_values: int | None = None
+    #: ``--skipna``: the rows dropped for a null id (the id report counts them as negative).
+    null_ids: int = 0
 
     @property
     def empty_segments(self) -> int:
@@ -64,6 +68,7 @@ class Reduction:
             engine=engine,
             engine_reason=engine_reason,
             timings=timings,
+            skipped_values=None if state.op.skipna_of is None else ops.skipped_values(state),
         )
 
 
@@ -301,7 +306,10 @@ def reduce_arrays(
             data_label=data_label,
             ids_label=ids_label,
         )
-    data = np.asarray(data)
+    if skipna:
+        op_def = ops.skipna_op(op_def)
+    # A masked array (nulls read under --skipna) keeps its mask: the values it hides are missing.
+    data = data if isinstance(data, np.ma.MaskedArray) else np.asarray(data)
     ids = np.asarray(segment_ids)
     started = time.perf_counter()
     inner_shape = tuple(data.shape[ids.ndim :])
@@ -315,7 +323,7 @@ def reduce_arrays(
     if fill is not None:
         ops.parse_fill(fill, op_def, data.dtype)  # a bad --fill fails before the work
     width = ops.inner_size(inner_shape)
-    choice = choose_engine(engine, elements=data.size)
+    choice = choose_engine(engine, elements=data.size, skipna=op_def.skipna_of is not None)
     validated = time.perf_counter()
     state = choice.engine.new_state(op_def, n, inner_shape, data.dtype, sorted_ids=sorted)
     choice.engine.fold(state, data.reshape(ids.size, width), ids.reshape(-1), sorted_ids=sorted)
@@ -345,6 +353,7 @@ def segment_reduce(
     engine: str = "auto",
     fill: Any = None,
     q: float | None = None,
+    skipna: bool = False,
 ) -> np.ndarray:
     """Reduce the rows of ``data`` per segment, with TensorFlow's segment-reduction semantics.
 
@@ -354,11 +363,21 @@ def segment_reduce(
     ``sorted=True`` (``Segment*V2``) ids must be 1-D, non-negative and non-decreasing, and ids
     ``>= n`` drop their rows. ``num_segments`` defaults to the number the ids imply.
     ``fill`` replaces the op's value for empty segments. ``q`` is quantile's (0 to 1; median,
-    quantile and nunique sort each segment's values). Raises :class:`segcli.SegcliError`.
+    quantile and nunique sort each segment's values). ``skipna`` leaves NaN values out, element
+    by element (an element with none present is empty; count counts them). Raises
+    :class:`segcli.SegcliError`.
 
     >>> segment_reduce([1.0, 2.0, 3.0, 4.0], [0, 0, 2, 2], 4, "sum")
     array([3., 0., 7., 0.])
     """
     return reduce_arrays(
-        data, segment_ids, num_segments, op, sorted=sorted, engine=engine, fill=fill, q=q
+        data,
+        segment_ids,
+        num_segments,
+        op,
+        sorted=sorted,
+        engine=engine,
+        fill=fill,
+        q=q,
+        skipna=skipna,
     ).result

@@ -155,7 +155,9 @@ def reduce_arrays_holistic(
             f"engine {getattr(engine, 'name', engine)!r} has no kernel for {op.name} (it sorts "
             "on the CPU); use engine numpy or numba"
         )
-    data, ids = np.asarray(data), np.asarray(segment_ids)
+    # A masked array (nulls read under --skipna) keeps its mask: its rows are left out.
+    data = data if isinstance(data, np.ma.MaskedArray) else np.asarray(data)
+    ids = np.asarray(segment_ids)
     job = HolisticJob.of(
         (op.name,), data.dtype, q=q, skipna=skipna, fill=fill, label=data_label or "data"
     )
@@ -165,6 +167,7 @@ def reduce_arrays_holistic(
         ids,
         num_segments,
         "count",
+        skipna=skipna,
         sorted=sorted,
         engine=engine,
         data_label=data_label,
@@ -179,10 +182,22 @@ def reduce_arrays_holistic(
 def kept_rows(
     values: np.ndarray, ids: np.ndarray, num_segments: int | None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The rows a validated run keeps: negative ids and (sorted family) ids >= n dropped."""
+    """The rows a validated run keeps: negative ids and (sorted family) ids >= n dropped, and
+    under ``--skipna`` rows whose value is null (a masked array: integer and bool columns;
+    float nulls arrive as NaN, which the sort leaves out itself)."""
     keep = ids >= 0
     if num_segments is not None:
         keep &= ids < num_segments
+    mask = np.ma.getmask(values)
+    if mask is not np.ma.nomask:
+        row_mask = mask.reshape(len(ids), -1)
+        if row_mask.shape[1] > 1 and (row_mask.any(axis=1) != row_mask.all(axis=1)).any():
+            raise UsageError(
+                "--skipna: null values inside a list column of integers or bools cannot be "
+                "left out element by element by median, quantile or nunique; fill them first"
+            )
+        keep &= ~row_mask.any(axis=1)
+        values = np.ma.getdata(values)
     if keep.all():
         return values, ids
     return values[keep], ids[keep]

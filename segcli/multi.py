@@ -75,9 +75,10 @@ def _union(
     return tuple(intermediates), sources
 
 
-def _field_shape(op: ops.Op, inner_shape: tuple[int, ...]) -> tuple[int, ...]:
-    # An op that keeps only the count gives one value per row, like the single-op count.
-    return () if not op.intermediates else inner_shape
+def _field_shape(op: ops.Op, inner_shape: tuple[int, ...], skipna: bool) -> tuple[int, ...]:
+    # An op that keeps only the count gives one value per row, like the single-op count;
+    # under --skipna it counts present values, element by element.
+    return () if not op.intermediates and not skipna else inner_shape
 
 
 def combined_op(
@@ -87,6 +88,7 @@ def combined_op(
     *,
     fill: Any = None,
     label: str = "data",
+    skipna: bool = False,
 ) -> ops.Op:
     """The one op that folds every op of ``names`` for data of ``data_dtype``.
 
@@ -109,7 +111,10 @@ def combined_op(
         for op in chosen
     ]
     out_dtype = np.dtype(
-        [(op.name, op.out_dtype(data_dtype), _field_shape(op, inner_shape)) for op in chosen]
+        [
+            (op.name, op.out_dtype(data_dtype), _field_shape(op, inner_shape, skipna))
+            for op in chosen
+        ]
     )
     intermediates, sources = _union(chosen, data_dtype)
     width = ops.inner_size(inner_shape)

@@ -60,6 +60,10 @@ merges, so they keep no intermediates and no engine folds them. The drivers rout
 :mod:`segcli.holistic` (one segmented sort in memory, segment by segment over sorted streams,
 through partition files for larger unsorted inputs; see :mod:`segcli.holistic_runs`), folding
 only the row counts (and, in ``agg``, the other ops) with the engine.
+``--skipna`` needs nothing per op: :func:`skipna_op` derives from any op (a combined ``agg``
+op too) one that keeps :data:`PRESENT`, the present values per element, and finalizes with
+them as the count; :mod:`segcli.engines.skipping` folds it with each fold's identity in place
+of a missing value, or, for joint folds, with the missing rows dropped by id.
 """
 
 from __future__ import annotations
@@ -275,6 +279,12 @@ def _count_rows(parts: Mapping[str, np.ndarray], out_dtype: np.dtype[Any], owned
     return parts["count"].astype(np.int64, copy=True)
 
 
+def _per_element(count: np.ndarray) -> np.ndarray:
+    """A count against ``(n, inner_size)`` values: per row ``(n,)``, or per element under
+    ``--skipna`` (``(n, inner_size)`` already)."""
+    return count[:, None] if count.ndim == 1 else count
+
+
 def _cast(name: str) -> Finalize:
     """The intermediate itself, cast to the output dtype."""
 
@@ -294,7 +304,7 @@ def _divided(name: str, divisor_of_count: Callable[[np.ndarray], np.ndarray]) ->
         acc = parts[name]
         wide = np.complex128 if acc.dtype.kind == "c" else np.float64
         values = acc.astype(wide, copy=not owned)
-        np.divide(values, divisor[:, None], out=values)
+        np.divide(values, _per_element(divisor), out=values)
         return values.astype(out_dtype, copy=False)
 
     return finalize
@@ -309,7 +319,7 @@ def _variance(ddof: int, root: bool) -> Finalize:
     ``m2 = sum(d^2) - sum(d)^2 / count``, exact enough where a plain sum of squares cancels."""
 
     def finalize(parts: Mapping[str, np.ndarray], out_dtype: np.dtype[Any], owned: bool) -> Any:
-        count = parts["count"].astype(np.float64)[:, None]
+        count = _per_element(parts["count"].astype(np.float64))
         shifted = parts["shifted_sum"]
         m2 = parts["shifted_squares"] - shifted * (shifted / np.maximum(count, 1))
         m2 = np.maximum(m2, 0.0)  # rounding may leave -tiny; NaN stays NaN
@@ -391,9 +401,9 @@ def _merge_moments(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]
     """Chan's merge of shifted sums: ``b``'s sums move to ``a``'s shift (its first row is the
     segment's first); a segment that ``a`` has not seen takes ``b``'s as they are."""
     xp = array_namespace(a["count"])
-    seen_a = (a["count"] > 0)[None, :, None]
-    seen_b = (b["count"] > 0)[None, :, None]
-    n_b = b["count"].astype(np.float64)[None, :, None]
+    seen_a = _per_element(a["count"] > 0)[None]
+    seen_b = _per_element(b["count"] > 0)[None]
+    n_b = _per_element(b["count"].astype(np.float64))[None]
     with np.errstate(invalid="ignore", over="ignore"):
         delta = xp.where(seen_a & seen_b, b["shift"] - a["shift"], 0.0)
         moved_sum = b["shifted_sum"] + n_b * delta
@@ -452,6 +462,9 @@ class Op:
     #: A holistic op (median, quantile, nunique): it needs a segment's values together, so no
     #: engine folds it; the drivers sort with :mod:`segcli.holistic` instead.
     holistic: bool = False
+    #: Under ``--skipna``: the op whose missing values this one leaves out (see
+    #: :func:`skipna_op`); None for the ops of the table.
+    skipna_of: Op | None = field(default=None, repr=False)
 
     @property
     def summary(self) -> str:
@@ -460,6 +473,8 @@ class Op:
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         # Ops are compared by identity; an op sent to another process must come back as the
         # table's own entry (or the same ddof variant), not a copy.
+        if self.skipna_of is not None:
+            return (skipna_op, (self.skipna_of,))
         if self.ddof is not None and self.ddof != 0:
             return (with_ddof, (self.name, self.ddof))
         return (get_op, (self.name,))
@@ -684,6 +699,70 @@ def with_ddof(name: str | Op, ddof: int) -> Op:
     if key not in _DDOF_VARIANTS:
         _DDOF_VARIANTS[key] = _moments_op(op.name, int(ddof))
     return _DDOF_VARIANTS[key]
+
+
+# --- --skipna: missing values left out, element by element ---------------------------------
+
+#: What a ``--skipna`` state keeps beside its op's intermediates: the present (non-NaN,
+#: non-null) values of each segment element. Counts are exact in any order: one lane.
+PRESENT = Intermediate("present", FOLDS["sum"], _int64)
+
+_SKIPNA_VARIANTS: dict[int, tuple[Op, Op]] = {}
+
+
+def skipna_op(name: str | Op) -> Op:
+    """The op that leaves missing values out (the same object each time: ops are compared by
+    identity). It keeps :data:`PRESENT` beside the op's own intermediates and finalizes with
+    the present values as the count, element by element: mean divides by them, count is
+    them, and an element with none is empty. How the engines fold it is
+    :mod:`segcli.engines.skipping`."""
+    op = get_op(name)
+    if op.skipna_of is not None:
+        return op
+    known = _SKIPNA_VARIANTS.get(id(op))
+    if known is not None and known[0] is op:
+        return known[1]
+    variant = dataclasses.replace(
+        op,
+        intermediates=(*op.intermediates, PRESENT),
+        finalize=_finalize_present(op.finalize),
+        merge=None if op.merge is None else _merge_present(op.merge),
+        skipna_of=op,
+    )
+    _SKIPNA_VARIANTS[id(op)] = (op, variant)
+    return variant
+
+
+def _finalize_present(finalize: Finalize) -> Finalize:
+    """The op's finalize with the present values as its count (the rows stay as ``rows``)."""
+
+    def with_present(parts: Mapping[str, np.ndarray], out_dtype: np.dtype[Any], owned: bool) -> Any:
+        own = {**parts, "count": parts["present"], "rows": parts["count"]}
+        return finalize(own, out_dtype, owned)
+
+    return with_present
+
+
+def _merge_present(
+    merge: Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]],
+) -> Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]]:
+    """A joint op's merge, seeing the present values (one lane) as its count."""
+
+    def with_present(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+        merged = merge({**a, "count": a["present"][0]}, {**b, "count": b["present"][0]})
+        merged["count"] = a["count"] + b["count"]
+        merged["present"] = a["present"] + b["present"]
+        return merged
+
+    return with_present
+
+
+def skipped_values(state: State) -> int:
+    """Values a ``--skipna`` state left out among the rows it counted (0 for other ops)."""
+    if state.op.skipna_of is None:
+        return 0
+    present = np.asarray(state.arrays["present"])
+    return int(np.asarray(state.count).sum()) * inner_size(state.inner_shape) - int(present.sum())
 
 
 def get_op(name: str | Op) -> Op:
@@ -1009,6 +1088,8 @@ def finalize(state: State, fill: Any = None) -> np.ndarray:
     parts: dict[str, np.ndarray] = {"count": count}
     for intermediate in op.intermediates:
         parts[intermediate.name] = merged_lanes(state, intermediate)
+    if op.skipna_of is not None:  # an element with no present value is empty
+        empty = (parts["present"] == 0).reshape((state.num_segments, *state.inner_shape))
     # Merged lanes are new arrays; a single lane is the state's own, never written to.
     owned = all(state.arrays[i.name].shape[0] > 1 for i in op.intermediates)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -1019,8 +1100,20 @@ def finalize(state: State, fill: Any = None) -> np.ndarray:
         op.empty_value(out_dtype) if fill is None else parse_fill(fill, op, state.data_dtype)
     )
     if empty.any():
-        result[empty] = fill_value
+        fill_empty(result, empty, fill_value)
     return result
+
+
+def fill_empty(result: np.ndarray, empty: np.ndarray, fill_value: Any) -> None:
+    """``result[empty] = fill_value``; for several ops' fields (``agg``) under ``--skipna``,
+    whose mask is per element, field by field (a per-row field keeps its own)."""
+    if result.dtype.names is None or empty.ndim == 1:
+        result[empty] = fill_value
+        return
+    for name in result.dtype.names:
+        column = result[name]
+        if column.shape == empty.shape and column.size:
+            column[empty] = np.asarray(fill_value[name]).reshape(-1)[0]
 
 
 def check_data_dtype(op: Op, data_dtype: np.dtype[Any], label: str) -> None:

@@ -26,6 +26,7 @@ from segcli.errors import ExpectationError, UsageError, WriteError
 from segcli.expect import check_expected
 from segcli.holistic_runs import check_q
 from segcli.io import peek
+from segcli.io.columns import nulls_kept
 from segcli.io.formats import input_format
 from segcli.io.keyed import keyed_header, keyed_text_blocks, keys_out_format, stage_keys
 from segcli.memory import available_bytes
@@ -123,6 +124,9 @@ class RunRequest:
         _refuse_both_stdin(self)
         if self.fast_atomics and self.engine != "cupy":
             raise UsageError("--fast-atomics applies to --engine cupy only")
+        gathered = (self.indices, self.indices_column, self.weights, self.weights_column)
+        if self.skipna and any(v is not None for v in gathered):
+            raise UsageError("--skipna does not go with --indices or --weights yet")
         if "-" in (self.data, self.ids):
             stdin = peek.peekable(stdin)
         by = self.key_columns()
@@ -474,12 +478,13 @@ def check(
 
     streams = streams or Streams()
     spec = request.spec(streams.stdin)
-    if spec.by:
-        from segcli.drivers.keys import check_by
+    with nulls_kept(spec.skipna):  # --skipna: null values are missing, null ids drop rows
+        if spec.by:
+            from segcli.drivers.keys import check_by
 
-        found = check_by(spec)
-    else:
-        found = check_inputs(spec)
+            found = check_by(spec)
+        else:
+            found = check_inputs(spec)
     for name in also_ops:  # check --op a,b: the data's dtype must suit every op
         ops.check_data_dtype(ops.get_op(name), np.dtype(found.data.dtype), found.data.label)
     failures = _check_failures(found, max_empty=max_empty, no_nan=no_nan, max_dropped=max_dropped)

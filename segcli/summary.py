@@ -60,6 +60,9 @@ class RunSummary:
     #: A ``--by`` run's key facts (columns, types, distinct keys, rows dropped for a missing
     #: key; see :meth:`segcli.keys.facts.KeyFacts.summary`), else None.
     keys: dict[str, Any] | None = None
+    #: ``--skipna``: ``values`` left out (NaN or null) and ``rows`` dropped for a null id;
+    #: None without it.
+    skipped: dict[str, int] | None = None
 
     @property
     def total_seconds(self) -> float:
@@ -85,6 +88,8 @@ def summary_facts(summary: RunSummary) -> dict[str, Any]:
     facts["rows_per_second"] = None if rate is None else round(rate)
     if facts["keys"] is None:
         del facts["keys"]  # only --by runs have keys
+    if facts["skipped"] is None:
+        del facts["skipped"]  # only --skipna runs skip
     return {"schema_version": SCHEMA_VERSION, **facts}
 
 
@@ -131,7 +136,7 @@ def run_summary(
         engine_reason=reduction.engine_reason,
         rows_total=report.rows,
         rows_used=report.rows_used,
-        rows_dropped_negative=report.dropped_negative,
+        rows_dropped_negative=report.dropped_negative - reduction.null_ids,
         rows_dropped_beyond_n=report.dropped_beyond,
         empty_segments=reduction.empty_segments,
         output_path=output_path,
@@ -145,6 +150,9 @@ def run_summary(
         mode=run.mode,
         extra=dict(run.mode_facts),
         keys=None if run.keys is None else run.keys.summary(),
+        skipped=None
+        if reduction.skipped_values is None
+        else {"values": reduction.skipped_values, "rows": reduction.null_ids},
     )
 
 
@@ -211,6 +219,10 @@ def summary_rows(summary: RunSummary) -> list[tuple[str, str]]:
     rows += [
         ("note", f"{role}: {f.note}") for role, f in (("data", s.data), ("ids", s.ids)) if f.note
     ]
+    if s.skipped is not None:
+        values = s.skipped["values"]
+        skipped = f"{values:,} missing value{'' if values == 1 else 's'} (NaN or null)"
+        rows.append(("skipped", f"{skipped}, {_rows(s.skipped['rows'])} with a null id"))
     if rate is not None:
         rows.append(
             ("throughput", f"{rate:,.0f} rows/s, {human_bytes(s.data.bytes / s.work_seconds())}/s")

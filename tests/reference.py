@@ -175,3 +175,45 @@ def _variance(values: list[Any], ddof: int, root: bool) -> float:
     mean = math.fsum(floats) / len(floats)
     var = math.fsum((v - mean) ** 2 for v in floats) / (len(floats) - ddof)
     return math.sqrt(var) if root else var
+
+
+def reference_reduce_skipna(
+    data: np.ndarray,
+    ids: np.ndarray,
+    n: int,
+    op: str,
+    *,
+    missing: np.ndarray | None = None,
+    ddof: int = 0,
+) -> np.ndarray:
+    """SPEC's ``--skipna``: each element of each segment reduced over its present values
+    (not NaN, not flagged in ``missing``) alone, as NumPy's nan-functions do; an element with
+    none gets the op's empty value; count counts present values, element by element."""
+    data = np.asarray(data)
+    ids = np.asarray(ids)
+    inner = data.shape[ids.ndim :]
+    rows = data.reshape(ids.size, -1)
+    width = rows.shape[1]
+    absent = np.zeros(rows.shape, bool) if missing is None else np.asarray(missing)
+    absent = absent.reshape(rows.shape)
+    if data.dtype.kind in "fc":
+        absent = absent | np.isnan(rows)
+    flat_ids = [int(i) for i in ids.reshape(-1)]
+    like = reference_reduce(data[:0], ids[:0], n, op, ddof=ddof)  # dtype and empty values
+    out_dtype = like.dtype
+    out = np.zeros((n, width), dtype=out_dtype)
+    for segment in range(n):
+        for column in range(width):
+            kept = [
+                row for row, s in enumerate(flat_ids) if s == segment and not absent[row, column]
+            ]
+            values = [rows[r, column].item() for r in kept]
+            if op == "count":
+                out[segment, column] = len(values)
+                continue
+            with np.errstate(over="ignore"):
+                value = _one(values, op, data.dtype, out_dtype, ddof)
+            if op in ("argmin", "argmax") and value >= 0:
+                value = kept[value]
+            out[segment, column] = value
+    return out.reshape((n, *inner))

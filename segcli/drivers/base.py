@@ -106,17 +106,24 @@ def engine_of(spec: RunSpec) -> str | Engine:
     return engine
 
 
+def spec_op(spec: RunSpec) -> str | ops.Op:
+    """The op of a single-op spec, leaving missing values out under ``--skipna``."""
+    return ops.skipna_op(spec.op) if spec.skipna else spec.op
+
+
 def op_and_fill(
     spec: RunSpec, data_dtype: np.dtype[Any], inner_shape: tuple[int, ...], label: str
 ) -> tuple[Any, Any]:
     """The op to fold and the fill to finalize with: the spec's own, or for several ops their
     combined op, which fills each op's empty segments itself."""
     if not spec.ops:
-        return spec.op, spec.fill
+        return spec_op(spec), spec.fill
     from segcli.multi import combined_op
 
-    op = combined_op(spec.ops, data_dtype, inner_shape, fill=spec.fill, label=label)
-    return op, None
+    op = combined_op(
+        spec.ops, data_dtype, inner_shape, fill=spec.fill, label=label, skipna=spec.skipna
+    )
+    return (ops.skipna_op(op) if spec.skipna else op), None
 
 
 @dataclass

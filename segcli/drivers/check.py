@@ -26,6 +26,7 @@ from segcli.drivers.stream import (
     rows_of,
 )
 from segcli.errors import NotStreamableError
+from segcli.io.columns import without_null_ids
 
 if TYPE_CHECKING:
     from segcli.keys.facts import KeyFacts
@@ -67,7 +68,7 @@ def check_in_memory(spec: RunSpec) -> CheckResult:
     ops.check_data_dtype(ops.get_op(spec.op), data.array.dtype, data.label)
     reduction = core.reduce_arrays(
         data.array,
-        ids.array,
+        without_null_ids(ids.array, sorted_ids=spec.sorted_ids, label=ids.label)[0],
         spec.num_segments,
         "count",
         sorted=spec.sorted_ids,
@@ -105,7 +106,12 @@ def check_streamed(spec: RunSpec) -> CheckResult:
     for data_block, ids_block in read_ahead(
         aligned_blocks(data.source, ids.source, plan.block_rows)
     ):
-        flat_ids = ids_block.reshape(-1)
+        flat_ids, _ = without_null_ids(
+            ids_block.reshape(-1),
+            sorted_ids=spec.sorted_ids,
+            label=ids.source.label,
+            first_row=scanner.seen,
+        )
         seen = scanner.feed(flat_ids)
         nan.feed(data_block)
         # As in a streamed run: after a failing id, ids are only scanned, to count offenders.

@@ -13,6 +13,7 @@ from typing import cast
 from segcli.drivers.base import Driver, DriverResult, Progress, RunSpec
 from segcli.errors import NotStreamableError
 from segcli.io import peek
+from segcli.io.columns import nulls_kept
 from segcli.io.sizes import decoded_bytes
 
 #: The drivers by name, as ``module:function`` that carries out a spec (loaded when chosen).
@@ -123,9 +124,10 @@ def carry_out(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
     """Run the chosen driver; inputs that turn out not streamable (found before any block is
     read) are read whole instead, when streaming was not required."""
     name, _ = choose_driver(spec)
-    try:
-        return driver(name)(spec, progress)
-    except NotStreamableError:
-        if name not in _READ_WHOLE_INSTEAD or must_stream(spec):
-            raise
-    return driver(_READ_WHOLE_INSTEAD[name])(spec, progress)
+    with nulls_kept(spec.skipna):  # under --skipna a null is a missing value
+        try:
+            return driver(name)(spec, progress)
+        except NotStreamableError:
+            if name not in _READ_WHOLE_INSTEAD or must_stream(spec):
+                raise
+        return driver(_READ_WHOLE_INSTEAD[name])(spec, progress)

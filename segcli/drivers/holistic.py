@@ -32,6 +32,7 @@ from segcli.holistic_runs import (
     partition_count,
     result_name,
 )
+from segcli.io.columns import without_null_ids
 from segcli.signals import checkpoint
 
 
@@ -97,10 +98,12 @@ def _fold_op(
     """What the engine folds, and its fill: agg's other ops, else only the row counts."""
     mergeable = tuple(name for name in op_names(spec) if not is_holistic(name))
     if not spec.ops or not mergeable:
-        return "count", None
+        # Under --skipna the count keeps the present values too: the summary's skipped figure.
+        return (ops.skipna_op("count") if spec.skipna else "count"), None
     from segcli.multi import combined_op
 
-    return combined_op(mergeable, data_dtype, inner, fill=spec.fill, label=label), None
+    op = combined_op(mergeable, data_dtype, inner, fill=spec.fill, label=label, skipna=spec.skipna)
+    return (ops.skipna_op(op) if spec.skipna else op), None
 
 
 def _finished(
@@ -135,9 +138,10 @@ def _run_in_memory(spec: RunSpec) -> DriverResult:
     inner = tuple(data.array.shape[ids.array.ndim :])
     job = _job(spec, data.array.dtype, data.label)
     fold_op, fold_fill = _fold_op(spec, data.array.dtype, inner, data.label)
+    ids_array, null_ids = without_null_ids(ids.array, sorted_ids=spec.sorted_ids, label=ids.label)
     reduction = core.reduce_arrays(
         data.array,
-        ids.array,
+        ids_array,
         spec.num_segments,
         fold_op,
         sorted=spec.sorted_ids,
@@ -147,7 +151,8 @@ def _run_in_memory(spec: RunSpec) -> DriverResult:
         ids_label=ids.label,
     )
     sorting = time.perf_counter()
-    results = job.reduce_arrays(data.array, ids.array, reduction.id_report.num_segments)
+    reduction.null_ids = null_ids
+    results = job.reduce_arrays(data.array, ids_array, reduction.id_report.num_segments)
     timings = {
         "read": read_s,
         "validate": reduction.timings["validate"],

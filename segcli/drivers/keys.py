@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from segcli import core, io
-from segcli.drivers.base import DriverResult, InputFacts, Progress, RunSpec, engine_of, input_facts
+from segcli.drivers.base import (
+    DriverResult,
+    InputFacts,
+    Progress,
+    RunSpec,
+    engine_of,
+    input_facts,
+    spec_op,
+)
 from segcli.io.formats import input_format
 from segcli.io.keys import (
     KeyIdsChunks,
@@ -98,7 +106,7 @@ def run_in_memory(
         data,
         ids,
         _given_n(encoder),
-        spec.op,
+        spec_op(spec),
         engine=engine_of(spec),
         fill=spec.fill,
         data_label=data_label,
@@ -149,7 +157,7 @@ def run_streaming(
         data,
         ids,
         _given_n(encoder),
-        spec.op,
+        spec_op(spec),
         engine=engine_of(spec),
         fill=spec.fill,
         block_rows=spec.block_rows,

@@ -14,6 +14,7 @@ from segcli.drivers.base import (
     input_facts,
     op_and_fill,
 )
+from segcli.io.columns import without_null_ids
 
 
 def read(spec: RunSpec) -> tuple[io.ArrayInput, io.ArrayInput]:
@@ -42,9 +43,10 @@ def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
     read_s = time.perf_counter() - started
     inner = tuple(data.array.shape[ids.array.ndim :])
     op, fill = op_and_fill(spec, data.array.dtype, inner, data.label)
+    ids_array, null_ids = without_null_ids(ids.array, sorted_ids=spec.sorted_ids, label=ids.label)
     reduction = core.reduce_arrays(
         data.array,
-        ids.array,
+        ids_array,
         spec.num_segments,
         op,
         sorted=spec.sorted_ids,
@@ -54,6 +56,7 @@ def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
         data_label=data.label,
         ids_label=ids.label,
     )
+    reduction.null_ids = null_ids
     timings = {
         "read": read_s,
         "validate": reduction.timings["validate"],

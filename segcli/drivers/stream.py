@@ -13,6 +13,7 @@ larger ids appear (segments not yet seen are empty, so growing loses nothing).
 
 from __future__ import annotations
 
+import contextvars
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator
@@ -35,6 +36,7 @@ from segcli.drivers.base import (
 )
 from segcli.engines import Engine, choose_engine
 from segcli.errors import InvalidInputError, UsageError
+from segcli.io.columns import without_null_ids
 from segcli.io.formats import input_format
 from segcli.io.npy import Readable
 
@@ -137,7 +139,11 @@ def reduce_stream(
     plan = plan_blocks(data, ids, block_rows=block_rows, memory_limit=memory_limit)
     total_rows = max(int(np.prod(ids.shape, dtype=np.int64)), 0)  # 0: not known yet
     # An input of unknown length (a stream) counts as small: auto then keeps to NumPy.
-    choice = choose_engine(engine, elements=max(int(np.prod(data.shape, dtype=np.int64)), 0))
+    choice = choose_engine(
+        engine,
+        elements=max(int(np.prod(data.shape, dtype=np.int64)), 0),
+        skipna=op_def.skipna_of is not None,
+    )
     scanner = validate.IdScanner(ids_shape, n, sorted_ids, ids.label)
     grow = _GrowingState(
         choice.engine, op_def, n if n is not None else 0, inner, data.dtype, sorted_ids
@@ -145,8 +151,12 @@ def reduce_stream(
     started = time.perf_counter()
     done = 0
     blocks = 0
+    null_ids = 0
     for data_block, ids_block in read_ahead(aligned_blocks(data, ids, plan.block_rows)):
-        flat_ids = ids_block.reshape(-1)
+        flat_ids, nulls = without_null_ids(
+            ids_block.reshape(-1), sorted_ids=sorted_ids, label=ids.label, first_row=done
+        )
+        null_ids += nulls
         block_summary = scanner.feed(flat_ids)
         # Once an id makes the run fail, the rest is only scanned, so that the error counts
         # every offender; ids out of order must never reach a fold that assumes order.
@@ -175,6 +185,7 @@ def reduce_stream(
         fill=fill,
         timings={"validate": 0.0},  # validation is folded into the read loop
     )
+    reduction.null_ids = null_ids
     reduction.timings["compute"] = time.perf_counter() - started
     return reduction, StreamPlan(plan.block_rows, blocks)
 
@@ -237,7 +248,11 @@ def read_ahead(blocks: Generator[_Item, None, None]) -> Iterator[_Item]:
         finally:
             blocks.close()
 
-    reader = threading.Thread(target=produce, name="segcli-read-ahead", daemon=True)
+    # The reader converts in the caller's context (--skipna's nulls_kept, say).
+    context = contextvars.copy_context()
+    reader = threading.Thread(
+        target=context.run, args=(produce,), name="segcli-read-ahead", daemon=True
+    )
     reader.start()
     ended = False  # the reader has handed over its last item and is closing the source
     try:

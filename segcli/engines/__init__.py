@@ -72,17 +72,26 @@ def id_scanner() -> Engine | None:
     return engine
 
 
-def choose_engine(name: str | Engine, *, elements: int) -> EngineChoice:
+def choose_engine(name: str | Engine, *, elements: int, skipna: bool = False) -> EngineChoice:
     """Resolve ``auto``; an engine asked for by name is used or is an error, never swapped.
 
-    An :class:`Engine` instance (say, one built with options) is used as it is.
+    An :class:`Engine` instance (say, one built with options) is used as it is. ``skipna``:
+    the CuPy engine has no ``--skipna`` path yet; asked for, it is a usage error, and ``auto``
+    passes it over.
     """
+    if skipna and (name == "cupy" or (isinstance(name, Engine) and name.name == "cupy")):
+        raise EngineUnavailableError(
+            "--skipna is not supported by engine 'cupy' yet; use --engine numpy or numba"
+        )
     if isinstance(name, Engine):
         return EngineChoice(name, "asked for")
     if name != "auto":
         return EngineChoice(get_engine(name), "asked for")
     passed_over: list[str] = []  # why each faster engine was not taken, for the summary
     for candidate, entry in _REGISTRY.items():
+        if skipna and candidate == "cupy":
+            passed_over.append("cupy not with --skipna")
+            continue
         threshold = entry.auto_min_elements
         if candidate == "numba" and entry.module in sys.modules:
             threshold = NUMBA_WARM_MIN_ELEMENTS

@@ -75,6 +75,11 @@ class Engine:
         engine's path for its fold kind (:meth:`segcli.ops.State.per_intermediate`), unless
         it is a joint fold (:attr:`segcli.ops.Op.joint`), which the engine folds at once.
         """
+        if state.op.skipna_of is not None:
+            from segcli.engines.skipping import fold_skipping
+
+            fold_skipping(self, state, data, ids, sorted_ids)
+            return
         first_row = state.next_row
         if len(state.op.intermediates) <= 1 or state.op.joint is not None:
             self.fold_block(state, data, ids, sorted_ids=sorted_ids, first_row=first_row)

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +26,48 @@ if TYPE_CHECKING:
 INNER_SHAPE_KEY = b"segcli.inner_shape"
 DTYPE_KEY = b"segcli.dtype"
 VALUE_COLUMN = "value"
+
+#: ``--skipna``: a null is a missing value, not an error (see :func:`nulls_kept`).
+_KEEP_NULLS: ContextVar[bool] = ContextVar("segcli_keep_nulls", default=False)
+
+
+@contextmanager
+def nulls_kept(keep: bool = True) -> Iterator[None]:
+    """Within: columns with nulls convert instead of failing, float nulls as NaN and the
+    others as a NumPy masked array (values 0 where masked). Lists themselves must not be
+    null (their length would be unknown); values inside them may."""
+    token = _KEEP_NULLS.set(keep)
+    try:
+        yield
+    finally:
+        _KEEP_NULLS.reset(token)
+
+
+def without_null_ids(
+    ids: Any, *, sorted_ids: bool = False, label: str = "ids", first_row: int = 0
+) -> tuple[np.ndarray[Any, Any], int]:
+    """Ids with their nulls (masked values, see :func:`nulls_kept`) as -1, which drops their
+    rows like a negative id, and how many there were. Unsigned ids widen to a signed dtype
+    that holds them all. Sorted ids refuse a null, as they refuse a negative id; the error
+    names the first (``first_row`` is the global position of the first id)."""
+    mask = np.ma.getmask(ids)
+    values = np.ma.getdata(ids)
+    if mask is np.ma.nomask:
+        return values, 0
+    nulls = int(np.count_nonzero(mask))
+    if sorted_ids and nulls:
+        first = first_row + int(np.flatnonzero(mask.reshape(-1))[0])
+        noun = "null id" if nulls == 1 else "null ids"
+        raise InvalidInputError(
+            f"{label}: segment_ids[{first}] is null ({nulls} {noun}); --sorted ids cannot be "
+            "null, as they cannot be negative"
+        )
+    if values.dtype.kind == "u":
+        wide = np.dtype(f"i{min(8, 2 * values.dtype.itemsize)}")
+        if values.size and values.dtype.itemsize == 8 and int(values.max()) > np.iinfo(wide).max:
+            wide = np.dtype(np.float64)  # too large for any signed dtype: an error as float ids
+        values = values.astype(wide)
+    return np.where(mask, values.dtype.type(-1), values), nulls
 
 
 @dataclass(frozen=True)
@@ -211,6 +256,8 @@ def _convert(
     """Convert ``array``; each top-level row owns ``per_row`` consecutive elements of it."""
     import pyarrow.types as pt
 
+    if array.null_count and _KEEP_NULLS.get() and not _is_list(array.type):
+        return _with_nulls(array)
     if array.null_count:
         _raise_nulls(array, where, first_row, per_row)
     if pt.is_null(array.type):
@@ -226,6 +273,36 @@ def _convert(
     # flatten() honours the array's slice offset, unlike .values.
     inner = _convert(array.flatten(), where, first_row, per_row * max(width, 1))
     return inner.reshape((len(array), width, *inner.shape[1:]))
+
+
+def _with_nulls(array: pa.Array) -> np.ndarray[Any, Any]:
+    """A column holding nulls under ``--skipna``: NaN for float nulls, else masked (0 where
+    null). Read from the buffers: pyarrow's ``fill_null`` imports pandas for its scalar."""
+    import pyarrow.types as pt
+
+    plain = _decoded(array)
+    if pt.is_null(plain.type):
+        return np.full(len(plain), np.nan)
+    validity, data = plain.buffers()[:2]
+    null = ~_bits(validity, plain.offset, len(plain))
+    if pt.is_boolean(plain.type):
+        values = _bits(data, plain.offset, len(plain))
+    else:
+        dtype = numpy_dtype(plain.type)
+        view = np.frombuffer(data, dtype, count=len(plain), offset=plain.offset * dtype.itemsize)
+        values = view.copy()
+    if pt.is_floating(plain.type):
+        values[null] = np.nan
+        return values
+    values[null] = 0
+    return np.ma.MaskedArray(values, mask=null)
+
+
+def _bits(buffer: pa.Buffer, offset: int, length: int) -> np.ndarray[Any, Any]:
+    """An Arrow bitmap (validity, or bool values) as a new bool array."""
+    packed = np.frombuffer(buffer, np.uint8)
+    bits = np.unpackbits(packed, count=offset + length, bitorder="little")[offset:]
+    return bits.view(np.bool_)
 
 
 def _fixed_width_view(array: pa.Array) -> np.ndarray[Any, Any] | None:

@@ -88,7 +88,7 @@ def run(
         from segcli.drivers.dask import keyed
 
         return keyed.run(spec, progress, client=client)
-    op = ops.get_op(spec.op)
+    op = ops.skipna_op(spec.op) if spec.skipna else ops.get_op(spec.op)
     plan = plan_run(spec)
     n = _check_inputs(spec, op, plan)
     job = Job(op, n, spec.sorted_ids, int(np.prod(plan.data.shape, dtype=np.int64)))
@@ -97,7 +97,7 @@ def run(
     with _cluster(address, client) as (client, where):
         workers = len(client.nthreads())
         connected = time.perf_counter()
-        id_report, state, engines = _map_reduce(client, plan, job, op, progress)
+        id_report, state, engines, null_ids = _map_reduce(client, plan, job, op, progress)
         reduction = Reduction.finish(
             state,
             id_report,
@@ -109,6 +109,7 @@ def run(
             timings={"cluster": connected - started},
         )
         reduction.timings["compute"] = time.perf_counter() - connected
+        reduction.null_ids = null_ids
     return DriverResult(
         reduction,
         _facts(plan.data),
@@ -352,7 +353,7 @@ def _cores() -> int:
 
 def _map_reduce(
     client: Client, plan: Plan, job: Job, op: ops.Op, progress: Progress | None
-) -> tuple[validate.IdReport, ops.State, frozenset[str]]:
+) -> tuple[validate.IdReport, ops.State, frozenset[str], int]:
     """Run the tasks; validate from the merged summary; fetch the merged state of n segments."""
     token = uuid.uuid4().hex[:12]  # task keys unique per run on a shared scheduler
     tasks = {
@@ -383,7 +384,7 @@ def _map_reduce(
     state = merged.state or ops.new_state(
         op, n, _inner(plan), plan.data.dtype, sorted_ids=job.sorted_ids
     )
-    return id_report, state.grown(n), merged.engines
+    return id_report, state.grown(n), merged.engines, merged.null_ids
 
 
 def _combine_tree(

@@ -32,6 +32,7 @@ from segcli.drivers.base import DriverResult, Progress, RunSpec
 from segcli.drivers.dask.plan import Partition, Plan, expand, open_dataset, plan_partitions
 from segcli.drivers.dask.tasks import cpu_engine
 from segcli.errors import SegcliError
+from segcli.io.columns import nulls_kept
 from segcli.io.keys import check_key_columns, key_schema, key_table_file, pick_data_column
 from segcli.io.rows import read_key_rows, read_rows
 from segcli.keys import KeyEncoder
@@ -46,7 +47,8 @@ if TYPE_CHECKING:
 class KeyedJob:
     """What every partition task of one ``--by`` run shares."""
 
-    op: str
+    #: The op itself (a name would lose ``--skipna`` and ``--ddof``).
+    op: str | ops.Op
     by: tuple[str, ...]
     null_keys: str
     #: The ``--keys-from`` key columns (already checked on the client), or None.
@@ -91,7 +93,8 @@ def run_keyed_partition(part: Partition, job: KeyedJob) -> KeyedResult:
 
 def _fold_partition(part: Partition, job: KeyedJob) -> KeyedResult:
     keys = read_key_rows(part.data, job.by, part.start, part.stop)
-    data = read_rows(part.data, part.start, part.stop)
+    with nulls_kept(ops.get_op(job.op).skipna_of is not None):  # the worker's own context
+        data = read_rows(part.data, part.start, part.stop)
     encoder = job.encoder()
     # Errors name a row of the file, as a single-machine run over that file does.
     encoder.rows = part.start
@@ -180,7 +183,7 @@ def run(spec: RunSpec, progress: Progress | None = None, *, client: Any = None) 
     from segcli.drivers.dask import _cluster, _facts
     from segcli.drivers.keys import encoder_for, key_input_facts, put_in_key_order
 
-    op = ops.get_op(spec.op)
+    op = ops.skipna_op(spec.op) if spec.skipna else ops.get_op(spec.op)
     plan, schema = plan_keyed(spec)
     data = plan.data
     check_before_rows(
@@ -198,7 +201,7 @@ def run(spec: RunSpec, progress: Progress | None = None, *, client: Any = None) 
     # before any worker reads a row.
     seed.encode(schema.empty_table(), data.files[0].path)
     job = KeyedJob(
-        op.name,
+        op,
         tuple(spec.by),
         spec.null_keys,
         seed.keys_from,

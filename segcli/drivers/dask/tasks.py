@@ -17,6 +17,7 @@ from segcli.core import check_output_fits
 from segcli.drivers.dask.plan import Partition
 from segcli.engines import Engine, choose_engine, get_engine
 from segcli.errors import EngineUnavailableError
+from segcli.io.columns import nulls_kept, without_null_ids
 from segcli.io.rows import FileRef, read_parquet_rows, read_rows
 from segcli.validate import IdSummary, merge, summarize
 
@@ -43,6 +44,8 @@ class PartResult:
     #: None when no row was folded (empty, or invalid so the run will fail anyway).
     state: ops.State | None
     engines: frozenset[str] = frozenset()
+    #: ``--skipna``: rows dropped for a null id.
+    null_ids: int = 0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,12 +78,14 @@ def cpu_engine(elements: int) -> Engine:
 
 def run_partition(part: Partition, job: Job) -> PartResult:
     """Read, validate and fold one partition into the op's partial state."""
-    data, ids = read_partition(part)
-    flat = ids.reshape(-1)
+    skipna = ops.get_op(job.op).skipna_of is not None
+    with nulls_kept(skipna):  # a worker's own context: the client's is not sent
+        data, ids = read_partition(part)
+    flat, null_ids = without_null_ids(ids.reshape(-1))
     first_row = part.row_offset * _per_row(part.ids)  # of the flattened ids, globally
     id_summary = summarize(flat, first_row, job.num_segments, sorted_ids=job.sorted_ids)
     if flat.size == 0 or id_summary.blocks_fold(sorted_ids=job.sorted_ids):
-        return PartResult(id_summary, None)
+        return PartResult(id_summary, None, null_ids=null_ids)
     op = ops.get_op(job.op)
     inner = tuple(data.shape[ids.ndim :])
     size = job.num_segments
@@ -95,7 +100,7 @@ def run_partition(part: Partition, job: Job) -> PartResult:
     engine.fold(
         state, data.reshape(flat.size, ops.inner_size(inner)), flat, sorted_ids=job.sorted_ids
     )
-    return PartResult(id_summary, state.to_host(), frozenset({engine.name}))
+    return PartResult(id_summary, state.to_host(), frozenset({engine.name}), null_ids)
 
 
 def _per_row(ref: FileRef) -> int:
@@ -114,6 +119,7 @@ def combine_results(*parts: PartResult) -> PartResult:
             merge(merged.id_summary, part.id_summary),
             combine_states(merged.state, part.state),
             merged.engines | part.engines,
+            merged.null_ids + part.null_ids,
         )
     return merged
 
