@@ -188,6 +188,90 @@ class NumpyKernels:
                     a = _combine(combine, a, src_rows[row])
                 dst_rows[target] = a
 
+    def joint(
+        self, fold, value_type, src, order, gathered, starts, segs, count, arrays, width, first_row
+    ) -> None:
+        self.calls.append(f"joint:{fold}:{order is not None}:{gathered}")
+        assert starts.dtype == segs.dtype == count.dtype == np.int64
+        assert order is None or order.dtype == np.int64
+        assert all(a.flags.c_contiguous for a in (src, *arrays)) and len(arrays) == 3
+        assert value_type in cupy_kernels.joint_value_types(fold)
+        values = src.reshape(src.shape[0], width, -1)  # raw16 values: pairs of uint64
+        state = [a.reshape(a.shape[0], width, -1) for a in arrays]
+        step = _JOINT_STEPS[fold]
+        with np.errstate(all="ignore"):
+            for p in range(starts.shape[0] - 1):
+                g = int(segs[p])
+                positions = range(int(starts[p]), int(starts[p + 1]))
+                rows = [int(order[k]) if order is not None else k for k in positions]
+                at = list(positions) if gathered else rows
+                for c in range(width):
+                    run = [(values[k, c], first_row + r) for k, r in zip(at, rows, strict=True)]
+                    step(state, g, c, run, int(count[g]))
+
+
+def _moments_step(state, g, c, run, count) -> None:
+    shift, total, squares = (a[g, c, 0] for a in state)
+    fresh = count == 0
+    for v, _ in run:
+        x = np.float64(v[0])
+        if fresh:
+            shift, fresh = x, False
+        d = x - shift
+        total, squares = total + d, squares + d * d
+    state[0][g, c, 0], state[1][g, c, 0], state[2][g, c, 0] = shift, total, squares
+
+
+def _arg_step(smallest: bool):
+    def step(state, g, c, run, count) -> None:
+        best, at = state[0][g, c, 0], state[1][g, c, 0]
+        for v, row in run:
+            v = v[0]
+            if at < 0:
+                best, at = v, row
+            elif best != best:
+                break
+            elif v != v or (v < best if smallest else v > best):
+                best, at = v, row
+        state[0][g, c, 0], state[1][g, c, 0] = best, at
+
+    return step
+
+
+def _pick_step(latest: bool):
+    def step(state, g, c, run, count) -> None:
+        v, row = run[-1] if latest else run[0]
+        if (row > state[1][g, c, 0]) if latest else (row < state[1][g, c, 0]):
+            state[0][g, c], state[1][g, c, 0] = v, row
+
+    return step
+
+
+def _logsumexp_step(state, g, c, run, count) -> None:
+    top, scale, total = state[0][g, c, 0], int(state[1][g, c, 0]), state[2][g, c, 0]
+    for v, _ in run:
+        x = np.float64(v[0])
+        if top == top and (x != x or x > top):
+            top = x
+        if abs(x) < ops.LARGEST_SCALED:
+            e = np.rint(x / np.log(2.0))
+            m = np.exp(x - e * np.log(2.0))
+            if int(e) > scale:
+                total, scale = np.ldexp(total, max(scale - int(e), -2000)), int(e)
+            total = total + np.ldexp(m, max(int(e) - scale, -2000))
+    state[0][g, c, 0], state[1][g, c, 0], state[2][g, c, 0] = top, scale, total
+
+
+#: The stand-in of each joint fold of ``seg_joint``, from its contract.
+_JOINT_STEPS = {
+    "moments": _moments_step,
+    "argmin": _arg_step(smallest=True),
+    "argmax": _arg_step(smallest=False),
+    "first": _pick_step(latest=False),
+    "last": _pick_step(latest=True),
+    "logsumexp": _logsumexp_step,
+}
+
 
 def cpu_fold(
     op: str,
@@ -460,6 +544,7 @@ def test_asking_for_cupy_without_a_device_is_a_clear_error() -> None:
 # bounds) on the CPU, against the same expectations as the GPU. What it cannot check is the
 # concurrency: real atomics, shared memory across threads and launch configurations.
 CPP_SHIM = r"""
+#include <cmath>
 #include <cstring>
 #define __global__
 #define __device__
@@ -485,7 +570,10 @@ static inline long long __double_as_longlong(double d) {
 #define __syncthreads()
 extern "C" { segcli_u64 smem[1 << 16]; }
 """
-_MACROS = ("U64_MAX", "SIGN_BIT", "IDENTITY", "CONVERT", "HAS_ACC", "SHARED", "ORDERED", "FROM_ACC")
+_MACROS = (
+    *("U64_MAX", "SIGN_BIT", "IDENTITY", "CONVERT", "HAS_ACC", "SHARED", "ORDERED", "FROM_ACC"),
+    *("GATHERED", "LN2", "LARGEST_SCALED"),
+)
 CPP_ID_TYPES = ("long long", "unsigned long long", "int")
 
 
@@ -540,6 +628,26 @@ class CppKernels(NumpyKernels):
             ctypes.c_longlong(width),
         )
 
+    def joint(
+        self, fold, value_type, src, order, gathered, starts, segs, count, arrays, width, first_row
+    ) -> None:
+        self.calls.append(f"joint:{fold}:{order is not None}:{gathered}")
+        source = cupy_kernels.joint_source(fold, value_type, order is not None, gathered)
+        for array in (src, starts, segs, count, order, *arrays):
+            assert array is None or array.flags.c_contiguous
+        pointer = ctypes.c_void_p
+        self._function(source)(
+            pointer(src.ctypes.data),
+            pointer((starts if order is None else order).ctypes.data),
+            pointer(starts.ctypes.data),
+            pointer(segs.ctypes.data),
+            pointer(count.ctypes.data),
+            *(pointer(array.ctypes.data) for array in arrays),
+            ctypes.c_longlong(starts.shape[0] - 1),
+            ctypes.c_longlong(width),
+            ctypes.c_longlong(first_row),
+        )
+
 
 @pytest.fixture(scope="module")
 def cpp_library(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, int]]:
@@ -550,14 +658,14 @@ def cpp_library(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str
     sources = [
         source
         for name, source in cupy_kernels.all_sources().items()
-        if name.startswith("pieces") or any(f",{t}," in name for t in CPP_ID_TYPES)
+        if name.startswith(("pieces", "joint")) or any(f",{t}," in name for t in CPP_ID_TYPES)
     ]
     parts = [CPP_SHIM]
     index: dict[str, int] = {}
     for i, source in enumerate(sources):
         index[source] = i
         body = source
-        for kernel in ("seg_scatter", "seg_fold_pieces"):
+        for kernel in ("seg_scatter", "seg_fold_pieces", "seg_joint"):
             body = body.replace(
                 f'extern "C" __global__ void {kernel}(', f'extern "C" void segcli_k{i}('
             )
