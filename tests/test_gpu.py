@@ -14,6 +14,7 @@ The rest run everywhere:
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import itertools
 import shutil
 import subprocess
@@ -37,17 +38,24 @@ except ModuleNotFoundError:
 FLOATS = ["float16", "float32", "float64"]
 INTS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
 COMPLEX = ["complex64", "complex128"]
+BOOL = ["bool"]
 #: Every op of the table the kernels fold: a new op is taken through the engine by itself
 #: (the others the engine refuses: tests/test_stats.py).
 OPS = [name for name, op in ops.OPS.items() if cupy_fold.has_kernel(op)]
 #: The ops whose float results depend on the order of the fold (they keep lanes).
 ROUNDING_OPS = [name for name in OPS if any(i.fold.rounds for i in ops.OPS[name].intermediates)]
+#: The ops folded by seg_joint, every intermediate at once (see segcli.ops).
+JOINT_OPS = [name for name in OPS if ops.OPS[name].joint is not None]
+#: Ops whose kernel calls CUDA's (or, through the C++ shim, the C library's) ``exp``, which may
+#: round a term one bit away from NumPy's own ``exp``: they agree to the last bit of the
+#: result's dtype, not to the byte.
+EXP_OPS = [name for name in OPS if ops.OPS[name].joint == "logsumexp"]
 
 
 def _cases() -> list[tuple[str, str]]:
     cases = []
-    for op, dtype in itertools.product(OPS, FLOATS + INTS + COMPLEX):
-        if dtype in COMPLEX and not ops.get_op(op).accepts_complex:
+    for op, dtype in itertools.product(OPS, FLOATS + INTS + COMPLEX + BOOL):
+        if np.dtype(dtype).kind not in ops.get_op(op).data_kinds:
             continue
         cases.append((op, dtype))
     return cases
@@ -74,6 +82,8 @@ def make_inputs(
         data = rng.uniform(0.5, 1.5, (rows, width)) * rng.choice([-1, 1], (rows, width))
     elif kind == "c":
         data = rng.uniform(0.5, 1.5, (rows, width)) + 1j * rng.uniform(-0.5, 0.5, (rows, width))
+    elif kind == "b":
+        data = rng.random((rows, width)) < 0.7
     else:
         info = np.iinfo(dtype)
         data = rng.integers(info.min, info.max, (rows, width), dtype=dtype, endpoint=True)
@@ -99,6 +109,24 @@ def assert_same_bytes(got: np.ndarray, want: np.ndarray) -> None:
         assert np.array_equal(nan, np.isnan(w)), "NaN in different places"
         g, w = g[~nan], w[~nan]
     assert g.tobytes() == w.tobytes()
+
+
+def assert_within_an_ulp(got: np.ndarray, want: np.ndarray) -> None:
+    """Float results at most one unit in the last place of their dtype apart (NaN and the
+    infinities in the same places)."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    with np.errstate(invalid="ignore"):  # inf - inf, spacing(inf): NaN, and "same" anyway
+        same = (got == want) | (np.isnan(got) & np.isnan(want))
+        ulp = np.spacing(np.abs(want))
+        assert np.all(same | (np.abs(got - want) <= ulp)), (got[~same], want[~same])
+
+
+def assert_kernel_bytes(got: np.ndarray, want: np.ndarray, op: str) -> None:
+    """:func:`assert_same_bytes`, but for :data:`EXP_OPS` (to the last bit)."""
+    if op in EXP_OPS:
+        assert_within_an_ulp(got, want)
+    else:
+        assert_same_bytes(got, want)
 
 
 def assert_same_result(got: np.ndarray, want: np.ndarray, op: str) -> None:
@@ -370,6 +398,7 @@ def test_each_op_takes_the_path_its_determinism_needs() -> None:
     path = {
         (op.name, dtype.name, fast): cupy_fold.scatter_mode(op, op.acc_dtype(dtype), fast)
         for op in map(ops.get_op, OPS)
+        if op.joint is None
         for dtype in (float32, int32, int64)
         for fast in (False, True)
     }
@@ -381,6 +410,8 @@ def test_each_op_takes_the_path_its_determinism_needs() -> None:
     assert path["sum", "float32", False] is None
     assert path["sum", "float32", True] == "add_float"
     assert path["prod", "int32", True] is None  # no atomic multiply: always ordered
+    assert path["any", "float32", False] == "max" and path["all", "int64", True] == "min"
+    assert all(cupy_fold.scatter_mode(ops.get_op(op), None, True) is None for op in JOINT_OPS)
 
 
 def test_kernels_called_per_path() -> None:
@@ -704,7 +735,7 @@ def test_cuda_sources_on_the_cpu_match_numpy_engine(
         want = numpy_engine_fold(op, data, ids, 7, sorted_ids)
         kernels = CppKernels(*cpp_library, shared)
         got = cpu_fold(op, data, ids, 7, sorted_ids=sorted_ids, kernels=kernels, blocks=2)
-        assert got.tobytes() == want.tobytes()
+        assert_kernel_bytes(got, want, op)
         for options in (
             FoldOptions(tree_reduce=True, piece_rows=4),
             FoldOptions(fast_atomics=True),
@@ -724,6 +755,165 @@ def test_cuda_min_max_keys_on_the_cpu(cpp_library: tuple[Any, dict[str, int]]) -
         got = cpu_fold(op, data, ids, 4, sorted_ids=False, kernels=kernels)
         want = numpy_engine_fold(op, data, ids, 4, False)
         assert got.tobytes() == want.tobytes()
+
+
+# --- CPU: the joint folds and any/all at their edges ---------------------------------------
+
+#: Ops folded by seg_joint or by the non-zero flags (any, all).
+EDGE_OPS = [*JOINT_OPS, "any", "all"]
+EDGE_CASES = [c for c in CASES if c[0] in EDGE_OPS]
+
+
+def _nan_with_payload(dtype: np.dtype) -> Any:
+    """A quiet NaN with a payload and its sign bit set: only a copy keeps these bits."""
+    bits = {2: 0xFE01, 4: 0xFFC0_0123, 8: 0xFFF8_0000_0000_0123}[dtype.itemsize]
+    return np.array(bits, f"u{dtype.itemsize}").view(dtype)
+
+
+def edge_inputs(dtype: str, sorted_ids: bool, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """60 rows of (2, 3) values drawn from a few, so ties are many: NaN (several per segment,
+    one with a payload), +-0, +-inf, extremes of integer types; 9 segments, 7 and 8 empty,
+    dropped ids (negative or >= n)."""
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    if dt.kind in "fc":
+        real = dt if dt.kind == "f" else np.dtype(f"f{dt.itemsize // 2}")
+        pool = np.array([-1.0, 0.0, -0.0, 1.0, 2.0, np.inf, -np.inf, np.nan], real)
+        pool = np.append(pool, _nan_with_payload(real))
+        data = pool[rng.integers(0, pool.size, (60, 2, 3))].astype(dt)
+        if dt.kind == "c":
+            data.imag = pool[rng.integers(0, pool.size, (60, 2, 3))]
+    elif dt.kind == "b":
+        data = rng.random((60, 2, 3)) < 0.8
+    else:
+        info = np.iinfo(dt)
+        pool = np.array(sorted({info.min, 0, 1, info.max}), dt)
+        data = pool[rng.integers(0, pool.size, (60, 2, 3))]
+    ids = rng.integers(-1, 7, 60) if not sorted_ids else np.sort(rng.integers(0, 7, 60))
+    ids[::13] = 9  # >= n: dropped
+    if sorted_ids:
+        ids = np.sort(ids)
+    return data, ids
+
+
+@pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
+@pytest.mark.parametrize(("op", "dtype"), EDGE_CASES)
+def test_joint_and_logical_edges_match_numpy_engine(
+    cpp_library: tuple[Any, dict[str, int]], op: str, dtype: str, sorted_ids: bool
+) -> None:
+    """The CUDA sources (as C++) and their stand-ins, in 1, 4 and 60 blocks (so global row
+    numbers cross blocks): the NumPy engine's bytes, NaN payloads of first/last included."""
+    data, ids = edge_inputs(dtype, sorted_ids)
+    want = numpy_engine_fold(op, data, ids, 9, sorted_ids)
+    for blocks in (1, 4, 60):
+        for kernels in (NumpyKernels(), CppKernels(*cpp_library, None)):
+            got = cpu_fold(op, data, ids, 9, sorted_ids=sorted_ids, kernels=kernels, blocks=blocks)
+            assert_kernel_bytes(got, want, op)
+            if op in ("first", "last"):  # copies: every bit, NaN payloads too
+                assert got.tobytes() == want.tobytes()
+
+
+def test_argmin_argmax_the_first_nan_wins_and_ties_take_the_first_row(
+    cpp_library: tuple[Any, dict[str, int]],
+) -> None:
+    data = np.array([3.0, 1.0, 0.0, -0.0, np.nan, 1.0, np.nan, 5.0, 0.0, -0.0, 7.0, 7.0])
+    ids = np.array([0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 2, 2])
+    for blocks in (1, 5, 12):  # a row's number is global, whichever block holds it
+        kernels = CppKernels(*cpp_library, None)
+        for op, rows in (("argmin", [4, 8, 10, -1]), ("argmax", [4, 8, 10, -1])):
+            got = cpu_fold(
+                op, data[:, None], ids, 4, sorted_ids=True, kernels=kernels, blocks=blocks
+            )
+            assert got[:, 0].tolist() == rows
+        without_nan = cpu_fold(
+            "argmin", data[:4, None], ids[:4], 1, sorted_ids=False, kernels=kernels, blocks=4
+        )
+        assert without_nan[:, 0].tolist() == [2]  # -0.0 ties with 0.0: the earlier row
+
+
+def test_first_last_copy_every_bit(cpp_library: tuple[Any, dict[str, int]]) -> None:
+    real = np.array([_nan_with_payload(np.dtype("f8")), -0.0, np.nan, 1.0])
+    data = (real + 0j).astype(np.complex128)
+    data.imag = real[::-1]
+    ids = np.array([1, 1, 0, 0])
+    for op, rows in (("first", [2, 0]), ("last", [3, 1])):
+        got = cpu_fold(
+            op, data[:, None], ids, 2, sorted_ids=False, kernels=CppKernels(*cpp_library, None)
+        )
+        assert got[:, 0].tobytes() == data[rows].tobytes()
+
+
+def test_var_of_large_offsets_meets_1e_9_against_two_passes(
+    cpp_library: tuple[Any, dict[str, int]],
+) -> None:
+    rng = np.random.default_rng(14)
+    data = 1e9 + rng.random((20_000, 1))
+    ids = rng.integers(0, 5, 20_000)
+    got = cpu_fold(
+        "var", data, ids, 5, sorted_ids=False, kernels=CppKernels(*cpp_library, None), blocks=3
+    )
+    two_pass = np.array([np.var(data[ids == s]) for s in range(5)])
+    np.testing.assert_allclose(got[:, 0], two_pass, rtol=1e-9, atol=0)
+    assert got.tobytes() == numpy_engine_fold("var", data, ids, 5, False).tobytes()
+
+
+def test_logsumexp_bytes_do_not_depend_on_the_blocks(
+    cpp_library: tuple[Any, dict[str, int]],
+) -> None:
+    """Maxima that arrive late move the scaled sums many times; every cut gives the same
+    bytes, and the NumPy engine's to the last bit (its ``exp`` is not the C library's)."""
+    rng = np.random.default_rng(6)
+    data = np.sort(rng.standard_normal(120) * 400)[:, None]
+    data[::9] = -1e300
+    ids = rng.integers(0, 3, 120)
+    runs = {
+        cpu_fold(
+            "logsumexp",
+            data,
+            ids,
+            3,
+            sorted_ids=False,
+            kernels=CppKernels(*cpp_library, None),
+            blocks=blocks,
+        ).tobytes()
+        for blocks in (1, 5, 64, 120)
+    }
+    assert len(runs) == 1
+    got = np.frombuffer(runs.pop(), np.float64)
+    assert_within_an_ulp(got, numpy_engine_fold("logsumexp", data, ids, 3, False)[:, 0])
+    want = [np.logaddexp.reduce(data[ids == s, 0]) for s in range(3)]
+    np.testing.assert_allclose(got, want, rtol=1e-14)
+
+
+@pytest.mark.parametrize("op", JOINT_OPS)
+def test_joint_folds_take_one_path_whatever_the_options(op: str) -> None:
+    """Every joint fold goes through seg_joint in row order, then counts; the options for float
+    sums change nothing."""
+    data, ids = make_inputs("float32", 200, 2, 5, sorted_ids=False, seed=11)
+    want = numpy_engine_fold(op, data, ids, 5, False)
+    for options in (FoldOptions(), FoldOptions(tree_reduce=True), FoldOptions(fast_atomics=True)):
+        kernels = NumpyKernels()
+        got = cpu_fold(op, data, ids, 5, sorted_ids=False, options=options, kernels=kernels)
+        assert got.tobytes() == want.tobytes()
+        gathered = op not in ("first", "last")  # narrow rows, read in segment order
+        assert kernels.calls == [f"joint:{ops.OPS[op].joint}:True:{gathered}", "scatter:count"]
+
+
+@pytest.mark.parametrize("op", EDGE_OPS)
+def test_rows_without_columns_only_count(op: str) -> None:
+    ids = np.array([0, 2, 2, -1])
+    kernels = NumpyKernels()
+    got = cpu_fold(op, np.ones((4, 0)), ids, 3, sorted_ids=False, kernels=kernels)
+    assert got.shape == (3, 0) and kernels.calls == ["scatter:count"]
+
+
+def test_an_op_without_a_kernel_is_refused_before_any_row_moves() -> None:
+    unknown = dataclasses.replace(ops.OPS["var"], joint="median")
+    assert not cupy_fold.has_kernel(unknown)
+    with pytest.raises(EngineUnavailableError, match="no kernel for var yet"):
+        cupy_fold.refuse_without_kernel(unknown)
+    for op in ops.OPS.values():
+        cupy_fold.refuse_without_kernel(op)  # every op of the table has one
 
 
 # --- GPU -------------------------------------------------------------------------------------
@@ -758,7 +948,7 @@ def test_gpu_matches_numpy_engine(gpu: Any, op: str, dtype: str, sorted_ids: boo
         data, ids = make_inputs(dtype, rows, width, n, sorted_ids=sorted_ids, seed=rows)
         want = segcli.segment_reduce(data, ids, n, op, sorted=sorted_ids, engine="numpy")
         got = segcli.segment_reduce(data, ids, n, op, sorted=sorted_ids, engine="cupy")
-        assert_same_bytes(got, want)
+        assert_kernel_bytes(got, want, op)
         assert_same_result(gpu_fold(tree, op, data, ids, n, sorted_ids), want, op)
 
 
@@ -794,7 +984,40 @@ def test_gpu_same_bytes_run_after_run(gpu: Any, op: str) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("op", ["sum", "min", "prod", "count", "mean"])
+@pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
+@pytest.mark.parametrize(("op", "dtype"), EDGE_CASES)
+def test_gpu_joint_and_logical_edges(gpu: Any, op: str, dtype: str, sorted_ids: bool) -> None:
+    """NaN, ties, +-0, infinities, empty segments, inner dimensions; blocks of a few rows (row
+    numbers cross blocks) give the same bytes as one block."""
+    data, ids = edge_inputs(dtype, sorted_ids, seed=1)
+    want = numpy_engine_fold(op, data, ids, 9, sorted_ids)
+    whole = gpu_fold(gpu.ENGINE, op, data, ids, 9, sorted_ids)
+    assert_kernel_bytes(whole, want, op)
+    if op in ("first", "last"):  # copies: every bit, NaN payloads too
+        assert whole.tobytes() == want.tobytes()
+    small = gpu.CupyEngine(block_bytes=64)
+    assert gpu_fold(small, op, data, ids, 9, sorted_ids).tobytes() == whole.tobytes()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", JOINT_OPS)
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "uint64"])
+def test_gpu_joint_bytes_do_not_depend_on_blocks(gpu: Any, op: str, dtype: str) -> None:
+    data, ids = make_inputs(dtype, 20_000, 2, 50, sorted_ids=False, seed=2)
+    want = numpy_engine_fold(op, data, ids, 50, False)
+    runs = set()
+    for block_bytes in (1 << 10, 1 << 14, 1 << 30):
+        got = gpu_fold(gpu.CupyEngine(block_bytes=block_bytes), op, data, ids, 50, False)
+        assert_kernel_bytes(got, want, op)
+        runs.add(got.tobytes())
+    assert len(runs) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "op",
+    ["sum", "min", "prod", "count", "mean", "var", "argmax", "first", "last", "any", "logsumexp"],
+)
 def test_gpu_streaming_blocks_and_device_inputs(gpu: Any, op: str, monkeypatch) -> None:
     """Many small blocks through the pinned pipeline, device-resident inputs, and several folds
     into one state as the streaming driver makes them: the NumPy engine's bytes every time."""
@@ -809,7 +1032,7 @@ def test_gpu_streaming_blocks_and_device_inputs(gpu: Any, op: str, monkeypatch) 
     host = gpu_fold(small, op, data, ids, 999, False)
     device = gpu_fold(small, op, cupy.asarray(data), cupy.asarray(ids), 999, False)
     assert host.tobytes() == device.tobytes()
-    assert_same_bytes(host, numpy_engine_fold(op, data, ids, 999, False))
+    assert_kernel_bytes(host, numpy_engine_fold(op, data, ids, 999, False), op)
     # The streaming driver's way: several folds into one state.
     state = small.new_state(ops.get_op(op), 999, (3,), data.dtype)
     for a in range(0, 200_000, 30_001):

@@ -361,7 +361,7 @@ def fold_block(
         kernels.scatter("count", ids, None, None, state.count, n, width)
         return
     acc = state.acc[0]  # the atomic paths keep one lane
-    if state.op.fold is not None and state.op.fold.kind in _LOGICAL_MODES:
+    if mode is not None and state.op.fold is not None and state.op.fold.kind in _LOGICAL_MODES:
         flags = logical_flags(data, xp)
         keys = xp.ascontiguousarray(acc.astype(np.uint64))
         kernels.scatter(mode, ids, flags, keys, state.count, n, width)
