@@ -499,6 +499,7 @@ extern "C" __global__ void seg_joint(
         const long long g = segs[p];
         const long long out = g * width + c;
         const long long begin = starts[p], stop = starts[p + 1];
+        (void)begin, (void)stop;  // first/last read one end of the run only
         """
             + begin
             + f"""
@@ -507,6 +508,7 @@ extern "C" __global__ void seg_joint(
             const long long local = ORDERED ? order[k] : k;
             const val_t v = src[(GATHERED ? k : local) * width + c];
             const long long row = first_row + local;
+            (void)row;  // moments and logsumexp do not need it
             """
             + step
             + r"""
