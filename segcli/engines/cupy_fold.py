@@ -27,6 +27,14 @@ How one block of rows folds into the state (:func:`fold_block`):
   on the block plan, so the result can differ from the NumPy engine and from a differently
   blocked run by float rounding.
 - ``fast_atomics`` folds float sums with float64 atomics instead: fastest, not deterministic.
+- any and all fold each value's non-zero flag with the min/max atomics (all is the min of the
+  flags, any the max): exact in any order.
+- The joint folds (var, std, argmin, argmax, first, last, logsumexp; see :mod:`segcli.ops`)
+  read one intermediate while folding another, so each segment folds in row order whatever
+  the options (:func:`fold_joint`): the stable sort groups the rows, one thread per (segment,
+  column) walks them with their global row numbers, then the rows are counted. That is the
+  NumPy engine's sequence of operations; only logsumexp's ``exp`` is CUDA's own, which can
+  round a term one bit away from NumPy's.
 """
 
 from __future__ import annotations
