@@ -22,6 +22,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import segcli
 from segcli import ops
@@ -889,6 +892,60 @@ def test_logsumexp_bytes_do_not_depend_on_the_blocks(
     assert_within_an_ulp(got, numpy_engine_fold("logsumexp", data, ids, 3, False)[:, 0])
     want = [np.logaddexp.reduce(data[ids == s, 0]) for s in range(3)]
     np.testing.assert_allclose(got, want, rtol=1e-14)
+
+
+_POOLS = {
+    "f": [-1.0, 0.0, -0.0, 1.0, 2.5, -7.25, 1e3, np.inf, -np.inf, np.nan],
+    "i": [-128, -1, 0, 1, 127],
+    "u": [0, 1, 255],
+}
+
+
+@st.composite
+def joint_cases(draw: st.DrawFn) -> tuple[str, np.ndarray, np.ndarray, int, bool, list[int]]:
+    """An op of EDGE_OPS on rows drawn from a few values (ties, NaN, +-0, infinities), ids
+    with drops (or sorted), and the rows cut into blocks anywhere."""
+    op = draw(st.sampled_from(EDGE_OPS))
+    dtype = np.dtype(draw(st.sampled_from(["float16", "float32", "float64", "int8", "uint64"])))
+    n, rows, width = (
+        draw(st.integers(1, 5)),
+        draw(st.integers(1, 40)),
+        draw(st.sampled_from([1, 3])),
+    )
+    data = draw(hnp.arrays(dtype, (rows, width), elements=st.sampled_from(_POOLS[dtype.kind])))
+    sorted_ids = draw(st.booleans())
+    if sorted_ids:
+        ids = np.sort(draw(hnp.arrays(np.int64, rows, elements=st.integers(0, n + 1))))
+    else:
+        ids = draw(hnp.arrays(np.int64, rows, elements=st.integers(-2, n)))
+    cuts = sorted(draw(st.sets(st.integers(1, rows - 1), max_size=3))) if rows > 1 else []
+    return op, data, ids, n, sorted_ids, cuts
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=joint_cases())
+def test_property_joint_kernels_match_numpy_engine_whatever_the_cuts(
+    cpp_library: tuple[Any, dict[str, int]], case: tuple[Any, ...]
+) -> None:
+    op, data, ids, n, sorted_ids, cuts = case
+    want = numpy_engine_fold(op, data, ids, n, sorted_ids)
+    state = ops.new_state(ops.get_op(op), n, data.shape[1:], data.dtype)
+    kernels = CppKernels(*cpp_library, None)
+    for a, b in itertools.pairwise([0, *cuts, ids.shape[0]]):
+        fold_block(
+            state,
+            data[a:b],
+            ids[a:b],
+            sorted_ids=sorted_ids,
+            kernels=kernels,
+            xp=np,
+            options=DEFAULT_OPTIONS,
+            first_row=a,
+        )
+    got = ops.finalize(state)
+    assert_kernel_bytes(got, want, op)
+    if op in ("first", "last"):
+        assert got.tobytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("op", JOINT_OPS)
