@@ -503,6 +503,8 @@ extern "C" __global__ void seg_joint(
         """
             + begin
             + f"""
+        // As in seg_fold_pieces: several loads in flight, the steps still in position order.
+#pragma unroll 8
         for (long long k = {loop_from}; k < {loop_to}; ++k) {{"""
             + r"""
             const long long local = ORDERED ? order[k] : k;
