@@ -28,7 +28,9 @@ from hypothesis.extra import numpy as hnp
 
 import segcli
 from segcli import ops
+from segcli.core import reduce_arrays
 from segcli.engines import cupy_fold, cupy_kernels, get_engine
+from segcli.engines.base import Engine
 from segcli.engines.cupy_fold import FoldOptions, fold_block, key_decode, key_encode
 from segcli.engines.numpy_engine import ENGINE as NUMPY_ENGINE
 from segcli.errors import EngineUnavailableError
@@ -946,6 +948,68 @@ def test_property_joint_kernels_match_numpy_engine_whatever_the_cuts(
     assert_kernel_bytes(got, want, op)
     if op in ("first", "last"):
         assert got.tobytes() == want.tobytes()
+
+
+class CppEngine(Engine):
+    """The CuPy engine with its CUDA sources run as C++ on host arrays: its fold_block, less
+    the device transfers (:mod:`segcli.engines.cupy_engine`)."""
+
+    name = "cupy-as-cpp"
+
+    def __init__(self, cpp_library: tuple[Any, dict[str, int]]) -> None:
+        self.cpp_library = cpp_library
+
+    def fold_block(self, state, data, ids, *, sorted_ids, first_row) -> None:
+        cupy_fold.refuse_without_kernel(state.op)
+        native = np.dtype(data.dtype).newbyteorder("=")
+        fold_block(
+            state,
+            np.ascontiguousarray(data, dtype=native),
+            np.ascontiguousarray(ids, dtype=np.dtype(ids.dtype).newbyteorder("=")),
+            sorted_ids=sorted_ids,
+            kernels=CppKernels(*self.cpp_library, None),
+            xp=np,
+            options=DEFAULT_OPTIONS,
+            first_row=first_row,
+        )
+
+
+#: (ids shape, inner shape, sorted): 1-D and N-D ids (--sorted takes 1-D only), no inner
+#: dimension, one, two.
+_LAYOUTS = {
+    "1d": ((40,), (), False),
+    "1d-inner": ((40,), (3,), False),
+    "nd-inner": ((8, 5), (2, 3), False),
+    "1d-sorted": ((40,), (), True),
+    "1d-inner-sorted": ((40,), (3,), True),
+}
+
+
+@pytest.mark.parametrize("layout", list(_LAYOUTS))
+@pytest.mark.parametrize(
+    ("op", "dtype"),
+    [
+        (op, dtype)
+        for op in OPS
+        for dtype in ("float16", "float64", "int16", "uint64", "complex64", "bool")
+        if np.dtype(dtype).kind in ops.get_op(op).data_kinds
+    ],
+)
+def test_library_through_the_cuda_sources_matches_numpy_engine(
+    cpp_library: tuple[Any, dict[str, int]], op: str, dtype: str, layout: str
+) -> None:
+    """The whole library call (validation, N-D ids, inner dimensions, counts) with the CuPy
+    engine's fold and kernels: the NumPy engine's result and counts."""
+    ids_shape, inner, sorted_ids = _LAYOUTS[layout]
+    data, _ = edge_inputs(dtype, sorted_ids, seed=len(layout))
+    data = data.reshape(40, -1)[:, : int(np.prod(inner, dtype=int))].reshape(ids_shape + inner)
+    rng = np.random.default_rng(len(layout))
+    ids = rng.integers(0, 7, 40) if sorted_ids else rng.integers(-1, 6, 40)
+    ids = (np.sort(ids) if sorted_ids else ids).reshape(ids_shape)
+    want = reduce_arrays(data, ids, 8, op, sorted=sorted_ids, engine="numpy")
+    got = reduce_arrays(data, ids, 8, op, sorted=sorted_ids, engine=CppEngine(cpp_library))
+    assert got.counts.tobytes() == want.counts.tobytes()
+    assert_kernel_bytes(got.result, want.result, op)
 
 
 @pytest.mark.parametrize("op", JOINT_OPS)
