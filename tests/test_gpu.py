@@ -45,7 +45,7 @@ INTS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"
 COMPLEX = ["complex64", "complex128"]
 BOOL = ["bool"]
 #: Every op of the table the kernels fold: a new op is taken through the engine by itself
-#: (the others the engine refuses: tests/test_stats.py).
+#: (one they do not fold is refused: test_an_op_without_a_kernel_is_refused_before_any_row_moves).
 OPS = [name for name, op in ops.OPS.items() if cupy_fold.has_kernel(op)]
 #: The ops whose float results depend on the order of the fold (they keep lanes).
 ROUNDING_OPS = [name for name in OPS if any(i.fold.rounds for i in ops.OPS[name].intermediates)]
