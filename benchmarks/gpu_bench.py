@@ -11,6 +11,12 @@ with the default (deterministic) engine and with ``fast_atomics``; a device-to-d
 the same bytes gives the memory's ceiling for context. Every result is checked against
 ``cupyx.scatter_add`` / ``scatter_min`` (floats within rounding).
 
+The new mergeable ops (issue 14: var, std, argmin, argmax, first, last, any, all, logsumexp)
+on W1 (float32 rows, int32 ids in [0, 1000)), resident, unsorted and ``--sorted``, each as a
+ratio to ``sum`` on the same engine (the target: at most 2x); each is checked against the
+NumPy engine on a prefix of the rows (the same bytes; logsumexp to the last bit, since
+CUDA's ``exp`` is not NumPy's).
+
 End to end: .npy files of float32 data and int32 ids, read through ``np.load(mmap_mode="r")``
 and folded by the engine's pinned, double-buffered pipeline, against ``cupy.asarray`` of the
 same bytes already in host memory (the target: within 1.25x). ``reduce_arrays`` (which also
@@ -45,9 +51,24 @@ TARGET_TBS = 1.0
 TARGET_E2E = 1.25
 
 SIZES = {
-    "full": {"rows_1d": 500_000_000, "rows_2d": 10_000_000, "rows_e2e": 200_000_000},
-    "quick": {"rows_1d": 20_000_000, "rows_2d": 1_000_000, "rows_e2e": 10_000_000},
+    "full": {
+        "rows_1d": 500_000_000,
+        "rows_2d": 10_000_000,
+        "rows_e2e": 200_000_000,
+        "rows_ops": 100_000_000,
+    },
+    "quick": {
+        "rows_1d": 20_000_000,
+        "rows_2d": 1_000_000,
+        "rows_e2e": 10_000_000,
+        "rows_ops": 10_000_000,
+    },
 }
+#: The ops of issue 14 that fold on the GPU, each timed against sum.
+NEW_OPS = ("var", "std", "argmin", "argmax", "first", "last", "any", "all", "logsumexp")
+TARGET_OP_RATIO = 2.0
+#: Rows of the prefix each new op is checked on against the NumPy engine.
+CHECK_ROWS = 1_000_000
 
 
 def gpu_time(fn: Callable[[], Any], repeats: int) -> tuple[float, Any]:
@@ -84,6 +105,8 @@ def fold_device(engine: Any, op: str, data: Any, ids: Any, n: int, sorted_ids: b
         ops.get_op(op), n, tuple(data.shape[1:]), np.dtype(data.dtype), sorted_ids=sorted_ids
     )
     engine.fold(state, data.reshape(ids.shape[0], -1), ids, sorted_ids=sorted_ids)
+    if len(state.op.intermediates) != 1:
+        return state.count  # a joint fold's state: timed, checked by new_op_rows
     return state.acc if state.acc is not None else state.count
 
 
@@ -159,6 +182,59 @@ def resident_rows(sizes: dict[str, int], repeats: int) -> list[list[str]]:
     ids = rng.integers(0, 10_000, rows, dtype=cupy.int32)
     measure_all(f"{rows:,} x 64 float32, int32 ids in [0, 10000)", data, ids, 10_000, False)
     del data, ids
+    cupy.get_default_memory_pool().free_all_blocks()
+    return table
+
+
+def same_as_numpy_engine(op: str, data: Any, ids: Any, sorted_ids: bool) -> str:
+    """The CuPy engine against the NumPy engine on host copies of a prefix of the rows."""
+    import segcli
+
+    host_data = data[:CHECK_ROWS].get()
+    host_ids = ids[:CHECK_ROWS].get()
+    want = segcli.segment_reduce(host_data, host_ids, 1000, op, sorted=sorted_ids, engine="numpy")
+    got = segcli.segment_reduce(host_data, host_ids, 1000, op, sorted=sorted_ids, engine="cupy")
+    if op == "logsumexp":
+        ok = bool(np.all(np.abs(got - want) <= np.spacing(np.abs(want))))
+    else:
+        ok = got.tobytes() == want.tobytes()
+    return "ok" if ok else "MISMATCH"
+
+
+def new_op_rows(sizes: dict[str, int], repeats: int) -> list[list[str]]:
+    import cupy
+
+    from segcli.engines import cupy_engine
+
+    rows = sizes["rows_ops"]
+    rng = cupy.random.default_rng(1)
+    data = rng.random(rows, dtype=cupy.float32).reshape(rows, 1)
+    unsorted_ids = rng.integers(0, 1000, rows, dtype=cupy.int32)
+    table = []
+    for sorted_ids, ids in ((False, unsorted_ids), (True, cupy.sort(unsorted_ids))):
+        flag = " --sorted" if sorted_ids else ""
+        args = (data, ids, 1000, sorted_ids)
+        sum_s, _ = gpu_time(
+            functools.partial(fold_device, cupy_engine.ENGINE, "sum", *args), repeats
+        )
+        table.append([f"sum{flag}", f"{sum_s * 1e3:.2f}", "1.00", "", ""])
+        print(" | ".join(table[-1]), flush=True)
+        for op in NEW_OPS:
+            seconds, _ = gpu_time(
+                functools.partial(fold_device, cupy_engine.ENGINE, op, *args), repeats
+            )
+            ratio = seconds / sum_s
+            table.append(
+                [
+                    f"{op}{flag}",
+                    f"{seconds * 1e3:.2f}",
+                    f"{ratio:.2f}",
+                    "yes" if ratio <= TARGET_OP_RATIO else "no",
+                    same_as_numpy_engine(op, data, ids, sorted_ids),
+                ]
+            )
+            print(" | ".join(table[-1]), flush=True)
+    del data, unsorted_ids
     cupy.get_default_memory_pool().free_all_blocks()
     return table
 
@@ -266,6 +342,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(head, flush=True)
     resident = resident_rows(sizes, args.repeats)
+    new_ops = new_op_rows(sizes, args.repeats)
     with tempfile.TemporaryDirectory(dir=args.tmp) as folder:
         e2e = end_to_end_rows(sizes, args.repeats, Path(folder))
     report = "\n".join(
@@ -275,6 +352,12 @@ def main(argv: list[str] | None = None) -> int:
                 f"Resident on the device (target >= {TARGET_TBS} TB/s)",
                 ["workload", "ms", "TB/s", "target met", "check"],
                 resident,
+            ),
+            markdown(
+                f"New ops on W1, {sizes['rows_ops']:,} rows, resident "
+                f"(target <= {TARGET_OP_RATIO}x sum)",
+                ["op", "ms", "x sum", "target met", "NumPy engine's bytes"],
+                new_ops,
             ),
             markdown(
                 f"End to end from .npy (target <= {TARGET_E2E}x the copy)",

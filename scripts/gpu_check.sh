@@ -83,9 +83,19 @@ EOF
 step device 30 bash -c 'nvidia-smi; "$0" "$1"' "$PY" "$INFO"
 
 # --- tests and benchmark ------------------------------------------------------------------------
-# Everything that runs on the device: the engine-parametrised suite's cupy cases (conftest marks
-# them gpu) and tests/test_gpu.py's device tests.
-step tests_gpu 200 "$PY" -m pytest -m gpu tests -q -rs -p no:cacheprovider
+# The newest kernels first, so they are checked even when a later step runs out of budget:
+# every seg_joint variant compiles with NVRTC (tests_cpu compiles the other families), then
+# the device tests of the ops of issue 14 (seg_joint's var/std, argmin/argmax, first/last,
+# logsumexp, and any/all): tests/test_gpu.py's edge and block tests and the cupy cases of
+# tests/test_stats.py.
+step nvrtc 90 "$PY" -m pytest -q -rs -p no:cacheprovider \
+    "tests/test_gpu.py::test_every_kernel_source_compiles_with_nvrtc[joint]"
+step tests_new_ops 150 "$PY" -m pytest -m gpu tests/test_gpu.py tests/test_stats.py \
+    -k "joint or test_stats" -q -rs -p no:cacheprovider
+# Every other device test: the engine-parametrised suite's cupy cases (conftest marks them gpu,
+# the new ops among them) and tests/test_gpu.py's device tests.
+step tests_gpu 200 "$PY" -m pytest -m gpu tests --ignore=tests/test_stats.py -k "not joint" \
+    -q -rs -p no:cacheprovider
 step bench 150 "$PY" benchmarks/gpu_bench.py $QUICK --out "$DEST/gpu_bench.md" --tmp "${TMPDIR:-/tmp}"
 # The rest of the suite in this environment (CPU engines; NVRTC compiles every kernel variant).
 step tests_cpu 100 "$PY" -m pytest -m "not gpu" tests -q -rs -p no:cacheprovider
@@ -110,12 +120,16 @@ summary() {  # the pytest summary line of a log, or a note
     echo
     echo "## Tests"
     echo
-    echo "- \`pytest -m gpu tests\` (every cupy case): $(summary "$DEST/tests_gpu.log")"
+    echo "- every seg_joint variant compiles with NVRTC: $(summary "$DEST/nvrtc.log")"
+    echo "- the new ops' edge and block tests, tests/test_stats.py on cupy:" \
+        "$(summary "$DEST/tests_new_ops.log")"
+    echo "- \`pytest -m gpu tests\` (every other cupy case): $(summary "$DEST/tests_gpu.log")"
     echo "- \`pytest -m 'not gpu' tests\`: $(summary "$DEST/tests_cpu.log")"
-    failures=$(grep -hE "^(FAILED|ERROR) " "$DEST/tests_gpu.log" "$DEST/tests_cpu.log" 2>/dev/null)
+    failures=$(grep -hE "^(FAILED|ERROR) " "$DEST"/{nvrtc,tests_new_ops,tests_gpu,tests_cpu}.log \
+        2>/dev/null)
     if [[ -n "$failures" ]]; then
         echo
-        echo "Failures (details in tests_gpu.log and tests_cpu.log):"
+        echo "Failures (details in nvrtc.log, tests_new_ops.log, tests_gpu.log, tests_cpu.log):"
         echo
         echo '```'
         echo "$failures" | sort -u | head -n 60

@@ -14,6 +14,7 @@ The rest run everywhere:
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import itertools
 import shutil
 import subprocess
@@ -21,10 +22,15 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 import segcli
 from segcli import ops
+from segcli.core import reduce_arrays
 from segcli.engines import cupy_fold, cupy_kernels, get_engine
+from segcli.engines.base import Engine
 from segcli.engines.cupy_fold import FoldOptions, fold_block, key_decode, key_encode
 from segcli.engines.numpy_engine import ENGINE as NUMPY_ENGINE
 from segcli.errors import EngineUnavailableError
@@ -37,17 +43,24 @@ except ModuleNotFoundError:
 FLOATS = ["float16", "float32", "float64"]
 INTS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
 COMPLEX = ["complex64", "complex128"]
+BOOL = ["bool"]
 #: Every op of the table the kernels fold: a new op is taken through the engine by itself
-#: (the others the engine refuses: tests/test_stats.py).
+#: (one they do not fold is refused: test_an_op_without_a_kernel_is_refused_before_any_row_moves).
 OPS = [name for name, op in ops.OPS.items() if cupy_fold.has_kernel(op)]
 #: The ops whose float results depend on the order of the fold (they keep lanes).
 ROUNDING_OPS = [name for name in OPS if any(i.fold.rounds for i in ops.OPS[name].intermediates)]
+#: The ops folded by seg_joint, every intermediate at once (see segcli.ops).
+JOINT_OPS = [name for name in OPS if ops.OPS[name].joint is not None]
+#: Ops whose kernel calls CUDA's (or, through the C++ shim, the C library's) ``exp``, which may
+#: round a term one bit away from NumPy's own ``exp``: they agree to the last bit of the
+#: result's dtype, not to the byte.
+EXP_OPS = [name for name in OPS if ops.OPS[name].joint == "logsumexp"]
 
 
 def _cases() -> list[tuple[str, str]]:
     cases = []
-    for op, dtype in itertools.product(OPS, FLOATS + INTS + COMPLEX):
-        if dtype in COMPLEX and not ops.get_op(op).accepts_complex:
+    for op, dtype in itertools.product(OPS, FLOATS + INTS + COMPLEX + BOOL):
+        if np.dtype(dtype).kind not in ops.get_op(op).data_kinds:
             continue
         cases.append((op, dtype))
     return cases
@@ -74,6 +87,8 @@ def make_inputs(
         data = rng.uniform(0.5, 1.5, (rows, width)) * rng.choice([-1, 1], (rows, width))
     elif kind == "c":
         data = rng.uniform(0.5, 1.5, (rows, width)) + 1j * rng.uniform(-0.5, 0.5, (rows, width))
+    elif kind == "b":
+        data = rng.random((rows, width)) < 0.7
     else:
         info = np.iinfo(dtype)
         data = rng.integers(info.min, info.max, (rows, width), dtype=dtype, endpoint=True)
@@ -99,6 +114,24 @@ def assert_same_bytes(got: np.ndarray, want: np.ndarray) -> None:
         assert np.array_equal(nan, np.isnan(w)), "NaN in different places"
         g, w = g[~nan], w[~nan]
     assert g.tobytes() == w.tobytes()
+
+
+def assert_within_an_ulp(got: np.ndarray, want: np.ndarray) -> None:
+    """Float results at most one unit in the last place of their dtype apart (NaN and the
+    infinities in the same places)."""
+    assert got.dtype == want.dtype and got.shape == want.shape
+    with np.errstate(invalid="ignore"):  # inf - inf, spacing(inf): NaN, and "same" anyway
+        same = (got == want) | (np.isnan(got) & np.isnan(want))
+        ulp = np.spacing(np.abs(want))
+        assert np.all(same | (np.abs(got - want) <= ulp)), (got[~same], want[~same])
+
+
+def assert_kernel_bytes(got: np.ndarray, want: np.ndarray, op: str) -> None:
+    """:func:`assert_same_bytes`, but for :data:`EXP_OPS` (to the last bit)."""
+    if op in EXP_OPS:
+        assert_within_an_ulp(got, want)
+    else:
+        assert_same_bytes(got, want)
 
 
 def assert_same_result(got: np.ndarray, want: np.ndarray, op: str) -> None:
@@ -187,6 +220,90 @@ class NumpyKernels:
                 for row in rows:  # strictly in position order
                     a = _combine(combine, a, src_rows[row])
                 dst_rows[target] = a
+
+    def joint(
+        self, fold, value_type, src, order, gathered, starts, segs, count, arrays, width, first_row
+    ) -> None:
+        self.calls.append(f"joint:{fold}:{order is not None}:{gathered}")
+        assert starts.dtype == segs.dtype == count.dtype == np.int64
+        assert order is None or order.dtype == np.int64
+        assert all(a.flags.c_contiguous for a in (src, *arrays)) and len(arrays) == 3
+        assert value_type in cupy_kernels.joint_value_types(fold)
+        values = src.reshape(src.shape[0], width, -1)  # raw16 values: pairs of uint64
+        state = [a.reshape(a.shape[0], width, -1) for a in arrays]
+        step = _JOINT_STEPS[fold]
+        with np.errstate(all="ignore"):
+            for p in range(starts.shape[0] - 1):
+                g = int(segs[p])
+                positions = range(int(starts[p]), int(starts[p + 1]))
+                rows = [int(order[k]) if order is not None else k for k in positions]
+                at = list(positions) if gathered else rows
+                for c in range(width):
+                    run = [(values[k, c], first_row + r) for k, r in zip(at, rows, strict=True)]
+                    step(state, g, c, run, int(count[g]))
+
+
+def _moments_step(state, g, c, run, count) -> None:
+    shift, total, squares = (a[g, c, 0] for a in state)
+    fresh = count == 0
+    for v, _ in run:
+        x = np.float64(v[0])
+        if fresh:
+            shift, fresh = x, False
+        d = x - shift
+        total, squares = total + d, squares + d * d
+    state[0][g, c, 0], state[1][g, c, 0], state[2][g, c, 0] = shift, total, squares
+
+
+def _arg_step(smallest: bool):
+    def step(state, g, c, run, count) -> None:
+        best, at = state[0][g, c, 0], state[1][g, c, 0]
+        for v, row in run:
+            v = v[0]
+            if at < 0:
+                best, at = v, row
+            elif best != best:
+                break
+            elif v != v or (v < best if smallest else v > best):
+                best, at = v, row
+        state[0][g, c, 0], state[1][g, c, 0] = best, at
+
+    return step
+
+
+def _pick_step(latest: bool):
+    def step(state, g, c, run, count) -> None:
+        v, row = run[-1] if latest else run[0]
+        if (row > state[1][g, c, 0]) if latest else (row < state[1][g, c, 0]):
+            state[0][g, c], state[1][g, c, 0] = v, row
+
+    return step
+
+
+def _logsumexp_step(state, g, c, run, count) -> None:
+    top, scale, total = state[0][g, c, 0], int(state[1][g, c, 0]), state[2][g, c, 0]
+    for v, _ in run:
+        x = np.float64(v[0])
+        if top == top and (x != x or x > top):
+            top = x
+        if abs(x) < ops.LARGEST_SCALED:
+            e = np.rint(x / np.log(2.0))
+            m = np.exp(x - e * np.log(2.0))
+            if int(e) > scale:
+                total, scale = np.ldexp(total, max(scale - int(e), -2000)), int(e)
+            total = total + np.ldexp(m, max(int(e) - scale, -2000))
+    state[0][g, c, 0], state[1][g, c, 0], state[2][g, c, 0] = top, scale, total
+
+
+#: The stand-in of each joint fold of ``seg_joint``, from its contract.
+_JOINT_STEPS = {
+    "moments": _moments_step,
+    "argmin": _arg_step(smallest=True),
+    "argmax": _arg_step(smallest=False),
+    "first": _pick_step(latest=False),
+    "last": _pick_step(latest=True),
+    "logsumexp": _logsumexp_step,
+}
 
 
 def cpu_fold(
@@ -286,6 +403,7 @@ def test_each_op_takes_the_path_its_determinism_needs() -> None:
     path = {
         (op.name, dtype.name, fast): cupy_fold.scatter_mode(op, op.acc_dtype(dtype), fast)
         for op in map(ops.get_op, OPS)
+        if op.joint is None
         for dtype in (float32, int32, int64)
         for fast in (False, True)
     }
@@ -297,6 +415,8 @@ def test_each_op_takes_the_path_its_determinism_needs() -> None:
     assert path["sum", "float32", False] is None
     assert path["sum", "float32", True] == "add_float"
     assert path["prod", "int32", True] is None  # no atomic multiply: always ordered
+    assert path["any", "float32", False] == "max" and path["all", "int64", True] == "min"
+    assert all(cupy_fold.scatter_mode(ops.get_op(op), None, True) is None for op in JOINT_OPS)
 
 
 def test_kernels_called_per_path() -> None:
@@ -427,14 +547,20 @@ def test_min_max_nan_propagates_and_inf_only_segment_is_inf() -> None:
 # --- CPU: the kernel sources compile (NVRTC needs no GPU) ------------------------------------
 
 
-def test_every_kernel_source_compiles_with_nvrtc() -> None:
+@pytest.mark.parametrize("family", ["scatter", "pieces", "joint"])
+def test_every_kernel_source_compiles_with_nvrtc(family: str) -> None:
+    """Per kernel family, so that a check can compile one (each variant takes ~0.1 s)."""
     nvrtc = pytest.importorskip("cupy_backends.cuda.libs.nvrtc", reason="needs CuPy's NVRTC")
     try:
         nvrtc.getVersion()
     except Exception as exc:  # the binding without libnvrtc
         pytest.skip(f"NVRTC library not loadable: {exc}")
     failures = []
-    for name, source in cupy_kernels.all_sources().items():
+    sources = cupy_kernels.all_sources()
+    assert {name.partition("[")[0] for name in sources} == {"scatter", "pieces", "joint"}
+    for name, source in sources.items():
+        if not name.startswith(f"{family}["):
+            continue
         program = nvrtc.createProgram(source, "segcli.cu", [], [])
         try:
             nvrtc.compileProgram(program, ["-arch=sm_90", *cupy_kernels.OPTIONS])
@@ -460,6 +586,7 @@ def test_asking_for_cupy_without_a_device_is_a_clear_error() -> None:
 # bounds) on the CPU, against the same expectations as the GPU. What it cannot check is the
 # concurrency: real atomics, shared memory across threads and launch configurations.
 CPP_SHIM = r"""
+#include <cmath>
 #include <cstring>
 #define __global__
 #define __device__
@@ -485,7 +612,10 @@ static inline long long __double_as_longlong(double d) {
 #define __syncthreads()
 extern "C" { segcli_u64 smem[1 << 16]; }
 """
-_MACROS = ("U64_MAX", "SIGN_BIT", "IDENTITY", "CONVERT", "HAS_ACC", "SHARED", "ORDERED", "FROM_ACC")
+_MACROS = (
+    *("U64_MAX", "SIGN_BIT", "IDENTITY", "CONVERT", "HAS_ACC", "SHARED", "ORDERED", "FROM_ACC"),
+    *("GATHERED", "LN2", "LARGEST_SCALED"),
+)
 CPP_ID_TYPES = ("long long", "unsigned long long", "int")
 
 
@@ -540,6 +670,26 @@ class CppKernels(NumpyKernels):
             ctypes.c_longlong(width),
         )
 
+    def joint(
+        self, fold, value_type, src, order, gathered, starts, segs, count, arrays, width, first_row
+    ) -> None:
+        self.calls.append(f"joint:{fold}:{order is not None}:{gathered}")
+        source = cupy_kernels.joint_source(fold, value_type, order is not None, gathered)
+        for array in (src, starts, segs, count, order, *arrays):
+            assert array is None or array.flags.c_contiguous
+        pointer = ctypes.c_void_p
+        self._function(source)(
+            pointer(src.ctypes.data),
+            pointer((starts if order is None else order).ctypes.data),
+            pointer(starts.ctypes.data),
+            pointer(segs.ctypes.data),
+            pointer(count.ctypes.data),
+            *(pointer(array.ctypes.data) for array in arrays),
+            ctypes.c_longlong(starts.shape[0] - 1),
+            ctypes.c_longlong(width),
+            ctypes.c_longlong(first_row),
+        )
+
 
 @pytest.fixture(scope="module")
 def cpp_library(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, int]]:
@@ -550,14 +700,14 @@ def cpp_library(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str
     sources = [
         source
         for name, source in cupy_kernels.all_sources().items()
-        if name.startswith("pieces") or any(f",{t}," in name for t in CPP_ID_TYPES)
+        if name.startswith(("pieces", "joint")) or any(f",{t}," in name for t in CPP_ID_TYPES)
     ]
     parts = [CPP_SHIM]
     index: dict[str, int] = {}
     for i, source in enumerate(sources):
         index[source] = i
         body = source
-        for kernel in ("seg_scatter", "seg_fold_pieces"):
+        for kernel in ("seg_scatter", "seg_fold_pieces", "seg_joint"):
             body = body.replace(
                 f'extern "C" __global__ void {kernel}(', f'extern "C" void segcli_k{i}('
             )
@@ -568,7 +718,7 @@ def cpp_library(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str
     built = subprocess.run(
         [
             compiler,
-            "-O1",
+            "-O0",  # the kernels run on tiny inputs: compiling is the cost
             "-shared",
             "-fPIC",
             "-ffp-contract=off",
@@ -585,9 +735,18 @@ def cpp_library(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str
     return ctypes.CDLL(str(folder / "kernels.so")), index
 
 
-@pytest.mark.parametrize("shared", [None, False], ids=["auto", "global"])
 @pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
-@pytest.mark.parametrize(("op", "dtype"), CASES)
+@pytest.mark.parametrize(
+    ("op", "dtype", "shared"),
+    [
+        (op, dtype, shared)
+        for op, dtype in CASES
+        for shared in (None, False)
+        # Joint folds scatter only counts: their shared and global counts are sum's.
+        if shared is None or op not in JOINT_OPS
+    ],
+    ids=lambda value: {None: "auto", False: "global"}.get(value, value),
+)
 def test_cuda_sources_on_the_cpu_match_numpy_engine(
     cpp_library: tuple[Any, dict[str, int]], op: str, dtype: str, sorted_ids: bool, shared
 ) -> None:
@@ -596,7 +755,7 @@ def test_cuda_sources_on_the_cpu_match_numpy_engine(
         want = numpy_engine_fold(op, data, ids, 7, sorted_ids)
         kernels = CppKernels(*cpp_library, shared)
         got = cpu_fold(op, data, ids, 7, sorted_ids=sorted_ids, kernels=kernels, blocks=2)
-        assert got.tobytes() == want.tobytes()
+        assert_kernel_bytes(got, want, op)
         for options in (
             FoldOptions(tree_reduce=True, piece_rows=4),
             FoldOptions(fast_atomics=True),
@@ -616,6 +775,282 @@ def test_cuda_min_max_keys_on_the_cpu(cpp_library: tuple[Any, dict[str, int]]) -
         got = cpu_fold(op, data, ids, 4, sorted_ids=False, kernels=kernels)
         want = numpy_engine_fold(op, data, ids, 4, False)
         assert got.tobytes() == want.tobytes()
+
+
+# --- CPU: the joint folds and any/all at their edges ---------------------------------------
+
+#: Ops folded by seg_joint or by the non-zero flags (any, all).
+EDGE_OPS = [*JOINT_OPS, "any", "all"]
+EDGE_CASES = [c for c in CASES if c[0] in EDGE_OPS]
+
+
+def _nan_with_payload(dtype: np.dtype) -> Any:
+    """A quiet NaN with a payload and its sign bit set: only a copy keeps these bits."""
+    bits = {2: 0xFE01, 4: 0xFFC0_0123, 8: 0xFFF8_0000_0000_0123}[dtype.itemsize]
+    return np.array(bits, f"u{dtype.itemsize}").view(dtype)
+
+
+def edge_inputs(dtype: str, sorted_ids: bool, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """60 rows of (2, 3) values drawn from a few, so ties are many: NaN (several per segment,
+    one with a payload), +-0, +-inf, extremes of integer types; 9 segments, 7 and 8 empty,
+    dropped ids (negative or >= n)."""
+    rng = np.random.default_rng(seed)
+    dt = np.dtype(dtype)
+    if dt.kind in "fc":
+        real = dt if dt.kind == "f" else np.dtype(f"f{dt.itemsize // 2}")
+        pool = np.array([-1.0, 0.0, -0.0, 1.0, 2.0, np.inf, -np.inf, np.nan], real)
+        pool = np.append(pool, _nan_with_payload(real))
+        data = pool[rng.integers(0, pool.size, (60, 2, 3))].astype(dt)
+        if dt.kind == "c":
+            data.imag = pool[rng.integers(0, pool.size, (60, 2, 3))]
+    elif dt.kind == "b":
+        data = rng.random((60, 2, 3)) < 0.8
+    else:
+        info = np.iinfo(dt)
+        pool = np.array(sorted({info.min, 0, 1, info.max}), dt)
+        data = pool[rng.integers(0, pool.size, (60, 2, 3))]
+    ids = rng.integers(-1, 7, 60) if not sorted_ids else np.sort(rng.integers(0, 7, 60))
+    ids[::13] = 9  # >= n: dropped
+    if sorted_ids:
+        ids = np.sort(ids)
+    return data, ids
+
+
+@pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
+@pytest.mark.parametrize(("op", "dtype"), EDGE_CASES)
+def test_joint_and_logical_edges_match_numpy_engine(
+    cpp_library: tuple[Any, dict[str, int]], op: str, dtype: str, sorted_ids: bool
+) -> None:
+    """The CUDA sources (as C++) and their stand-ins, in 1, 4 and 60 blocks (so global row
+    numbers cross blocks): the NumPy engine's bytes, NaN payloads of first/last included."""
+    data, ids = edge_inputs(dtype, sorted_ids)
+    want = numpy_engine_fold(op, data, ids, 9, sorted_ids)
+    for blocks in (1, 4, 60):
+        for kernels in (NumpyKernels(), CppKernels(*cpp_library, None)):
+            got = cpu_fold(op, data, ids, 9, sorted_ids=sorted_ids, kernels=kernels, blocks=blocks)
+            assert_kernel_bytes(got, want, op)
+            if op in ("first", "last"):  # copies: every bit, NaN payloads too
+                assert got.tobytes() == want.tobytes()
+
+
+def test_argmin_argmax_the_first_nan_wins_and_ties_take_the_first_row(
+    cpp_library: tuple[Any, dict[str, int]],
+) -> None:
+    data = np.array([3.0, 1.0, 0.0, -0.0, np.nan, 1.0, np.nan, 5.0, 0.0, -0.0, 7.0, 7.0])
+    ids = np.array([0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 2, 2])
+    for blocks in (1, 5, 12):  # a row's number is global, whichever block holds it
+        kernels = CppKernels(*cpp_library, None)
+        for op, rows in (("argmin", [4, 8, 10, -1]), ("argmax", [4, 8, 10, -1])):
+            got = cpu_fold(
+                op, data[:, None], ids, 4, sorted_ids=True, kernels=kernels, blocks=blocks
+            )
+            assert got[:, 0].tolist() == rows
+        without_nan = cpu_fold(
+            "argmin", data[:4, None], ids[:4], 1, sorted_ids=False, kernels=kernels, blocks=4
+        )
+        assert without_nan[:, 0].tolist() == [2]  # -0.0 ties with 0.0: the earlier row
+
+
+def test_first_last_copy_every_bit(cpp_library: tuple[Any, dict[str, int]]) -> None:
+    real = np.array([_nan_with_payload(np.dtype("f8")), -0.0, np.nan, 1.0])
+    data = (real + 0j).astype(np.complex128)
+    data.imag = real[::-1]
+    ids = np.array([1, 1, 0, 0])
+    for op, rows in (("first", [2, 0]), ("last", [3, 1])):
+        got = cpu_fold(
+            op, data[:, None], ids, 2, sorted_ids=False, kernels=CppKernels(*cpp_library, None)
+        )
+        assert got[:, 0].tobytes() == data[rows].tobytes()
+
+
+def test_var_of_large_offsets_meets_1e_9_against_two_passes(
+    cpp_library: tuple[Any, dict[str, int]],
+) -> None:
+    rng = np.random.default_rng(14)
+    data = 1e9 + rng.random((20_000, 1))
+    ids = rng.integers(0, 5, 20_000)
+    got = cpu_fold(
+        "var", data, ids, 5, sorted_ids=False, kernels=CppKernels(*cpp_library, None), blocks=3
+    )
+    two_pass = np.array([np.var(data[ids == s]) for s in range(5)])
+    np.testing.assert_allclose(got[:, 0], two_pass, rtol=1e-9, atol=0)
+    assert got.tobytes() == numpy_engine_fold("var", data, ids, 5, False).tobytes()
+
+
+def test_logsumexp_bytes_do_not_depend_on_the_blocks(
+    cpp_library: tuple[Any, dict[str, int]],
+) -> None:
+    """Maxima that arrive late move the scaled sums many times; every cut gives the same
+    bytes, and the NumPy engine's to the last bit (its ``exp`` is not the C library's)."""
+    rng = np.random.default_rng(6)
+    data = np.sort(rng.standard_normal(120) * 400)[:, None]
+    data[::9] = -1e300
+    ids = rng.integers(0, 3, 120)
+    runs = {
+        cpu_fold(
+            "logsumexp",
+            data,
+            ids,
+            3,
+            sorted_ids=False,
+            kernels=CppKernels(*cpp_library, None),
+            blocks=blocks,
+        ).tobytes()
+        for blocks in (1, 5, 64, 120)
+    }
+    assert len(runs) == 1
+    got = np.frombuffer(runs.pop(), np.float64)
+    assert_within_an_ulp(got, numpy_engine_fold("logsumexp", data, ids, 3, False)[:, 0])
+    want = [np.logaddexp.reduce(data[ids == s, 0]) for s in range(3)]
+    np.testing.assert_allclose(got, want, rtol=1e-14)
+
+
+_POOLS = {
+    "f": [-1.0, 0.0, -0.0, 1.0, 2.5, -7.25, 1e3, np.inf, -np.inf, np.nan],
+    "i": [-128, -1, 0, 1, 127],
+    "u": [0, 1, 255],
+}
+
+
+@st.composite
+def joint_cases(draw: st.DrawFn) -> tuple[str, np.ndarray, np.ndarray, int, bool, list[int]]:
+    """An op of EDGE_OPS on rows drawn from a few values (ties, NaN, +-0, infinities), ids
+    with drops (or sorted), and the rows cut into blocks anywhere."""
+    op = draw(st.sampled_from(EDGE_OPS))
+    dtype = np.dtype(draw(st.sampled_from(["float16", "float32", "float64", "int8", "uint64"])))
+    n, rows, width = (
+        draw(st.integers(1, 5)),
+        draw(st.integers(1, 40)),
+        draw(st.sampled_from([1, 3])),
+    )
+    data = draw(hnp.arrays(dtype, (rows, width), elements=st.sampled_from(_POOLS[dtype.kind])))
+    sorted_ids = draw(st.booleans())
+    if sorted_ids:
+        ids = np.sort(draw(hnp.arrays(np.int64, rows, elements=st.integers(0, n + 1))))
+    else:
+        ids = draw(hnp.arrays(np.int64, rows, elements=st.integers(-2, n)))
+    cuts = sorted(draw(st.sets(st.integers(1, rows - 1), max_size=3))) if rows > 1 else []
+    return op, data, ids, n, sorted_ids, cuts
+
+
+@settings(max_examples=150, deadline=None)
+@given(case=joint_cases())
+def test_property_joint_kernels_match_numpy_engine_whatever_the_cuts(
+    cpp_library: tuple[Any, dict[str, int]], case: tuple[Any, ...]
+) -> None:
+    op, data, ids, n, sorted_ids, cuts = case
+    want = numpy_engine_fold(op, data, ids, n, sorted_ids)
+    state = ops.new_state(ops.get_op(op), n, data.shape[1:], data.dtype)
+    kernels = CppKernels(*cpp_library, None)
+    for a, b in itertools.pairwise([0, *cuts, ids.shape[0]]):
+        fold_block(
+            state,
+            data[a:b],
+            ids[a:b],
+            sorted_ids=sorted_ids,
+            kernels=kernels,
+            xp=np,
+            options=DEFAULT_OPTIONS,
+            first_row=a,
+        )
+    got = ops.finalize(state)
+    assert_kernel_bytes(got, want, op)
+    if op in ("first", "last"):
+        assert got.tobytes() == want.tobytes()
+
+
+class CppEngine(Engine):
+    """The CuPy engine with its CUDA sources run as C++ on host arrays: its fold_block, less
+    the device transfers (:mod:`segcli.engines.cupy_engine`)."""
+
+    name = "cupy-as-cpp"
+
+    def __init__(self, cpp_library: tuple[Any, dict[str, int]]) -> None:
+        self.cpp_library = cpp_library
+
+    def fold_block(self, state, data, ids, *, sorted_ids, first_row) -> None:
+        cupy_fold.refuse_without_kernel(state.op)
+        native = np.dtype(data.dtype).newbyteorder("=")
+        fold_block(
+            state,
+            np.ascontiguousarray(data, dtype=native),
+            np.ascontiguousarray(ids, dtype=np.dtype(ids.dtype).newbyteorder("=")),
+            sorted_ids=sorted_ids,
+            kernels=CppKernels(*self.cpp_library, None),
+            xp=np,
+            options=DEFAULT_OPTIONS,
+            first_row=first_row,
+        )
+
+
+#: (ids shape, inner shape, sorted): 1-D and N-D ids (--sorted takes 1-D only), no inner
+#: dimension, one, two.
+_LAYOUTS = {
+    "1d": ((40,), (), False),
+    "1d-inner": ((40,), (3,), False),
+    "nd-inner": ((8, 5), (2, 3), False),
+    "1d-sorted": ((40,), (), True),
+    "1d-inner-sorted": ((40,), (3,), True),
+}
+
+
+@pytest.mark.parametrize("layout", list(_LAYOUTS))
+@pytest.mark.parametrize(
+    ("op", "dtype"),
+    [
+        (op, dtype)
+        for op in OPS
+        for dtype in ("float16", "float64", "int16", "uint64", "complex64", "bool")
+        if np.dtype(dtype).kind in ops.get_op(op).data_kinds
+    ],
+)
+def test_library_through_the_cuda_sources_matches_numpy_engine(
+    cpp_library: tuple[Any, dict[str, int]], op: str, dtype: str, layout: str
+) -> None:
+    """The whole library call (validation, N-D ids, inner dimensions, counts) with the CuPy
+    engine's fold and kernels: the NumPy engine's result and counts."""
+    ids_shape, inner, sorted_ids = _LAYOUTS[layout]
+    data, _ = edge_inputs(dtype, sorted_ids, seed=len(layout))
+    data = data.reshape(40, -1)[:, : int(np.prod(inner, dtype=int))].reshape(ids_shape + inner)
+    rng = np.random.default_rng(len(layout))
+    ids = rng.integers(0, 7, 40) if sorted_ids else rng.integers(-1, 6, 40)
+    ids = (np.sort(ids) if sorted_ids else ids).reshape(ids_shape)
+    want = reduce_arrays(data, ids, 8, op, sorted=sorted_ids, engine="numpy")
+    got = reduce_arrays(data, ids, 8, op, sorted=sorted_ids, engine=CppEngine(cpp_library))
+    assert got.counts.tobytes() == want.counts.tobytes()
+    assert_kernel_bytes(got.result, want.result, op)
+
+
+@pytest.mark.parametrize("op", JOINT_OPS)
+def test_joint_folds_take_one_path_whatever_the_options(op: str) -> None:
+    """Every joint fold goes through seg_joint in row order, then counts; the options for float
+    sums change nothing."""
+    data, ids = make_inputs("float32", 200, 2, 5, sorted_ids=False, seed=11)
+    want = numpy_engine_fold(op, data, ids, 5, False)
+    for options in (FoldOptions(), FoldOptions(tree_reduce=True), FoldOptions(fast_atomics=True)):
+        kernels = NumpyKernels()
+        got = cpu_fold(op, data, ids, 5, sorted_ids=False, options=options, kernels=kernels)
+        assert got.tobytes() == want.tobytes()
+        gathered = op not in ("first", "last")  # narrow rows, read in segment order
+        assert kernels.calls == [f"joint:{ops.OPS[op].joint}:True:{gathered}", "scatter:count"]
+
+
+@pytest.mark.parametrize("op", EDGE_OPS)
+def test_rows_without_columns_only_count(op: str) -> None:
+    ids = np.array([0, 2, 2, -1])
+    kernels = NumpyKernels()
+    got = cpu_fold(op, np.ones((4, 0)), ids, 3, sorted_ids=False, kernels=kernels)
+    assert got.shape == (3, 0) and kernels.calls == ["scatter:count"]
+
+
+def test_an_op_without_a_kernel_is_refused_before_any_row_moves() -> None:
+    unknown = dataclasses.replace(ops.OPS["var"], joint="median")
+    assert not cupy_fold.has_kernel(unknown)
+    with pytest.raises(EngineUnavailableError, match="no kernel for var yet"):
+        cupy_fold.refuse_without_kernel(unknown)
+    for op in ops.OPS.values():
+        if not op.holistic:  # the sorting ops run on the CPU (segcli.holistic)
+            cupy_fold.refuse_without_kernel(op)  # every mergeable op of the table has one
 
 
 # --- GPU -------------------------------------------------------------------------------------
@@ -650,7 +1085,7 @@ def test_gpu_matches_numpy_engine(gpu: Any, op: str, dtype: str, sorted_ids: boo
         data, ids = make_inputs(dtype, rows, width, n, sorted_ids=sorted_ids, seed=rows)
         want = segcli.segment_reduce(data, ids, n, op, sorted=sorted_ids, engine="numpy")
         got = segcli.segment_reduce(data, ids, n, op, sorted=sorted_ids, engine="cupy")
-        assert_same_bytes(got, want)
+        assert_kernel_bytes(got, want, op)
         assert_same_result(gpu_fold(tree, op, data, ids, n, sorted_ids), want, op)
 
 
@@ -686,7 +1121,40 @@ def test_gpu_same_bytes_run_after_run(gpu: Any, op: str) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("op", ["sum", "min", "prod", "count", "mean"])
+@pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
+@pytest.mark.parametrize(("op", "dtype"), EDGE_CASES)
+def test_gpu_joint_and_logical_edges(gpu: Any, op: str, dtype: str, sorted_ids: bool) -> None:
+    """NaN, ties, +-0, infinities, empty segments, inner dimensions; blocks of a few rows (row
+    numbers cross blocks) give the same bytes as one block."""
+    data, ids = edge_inputs(dtype, sorted_ids, seed=1)
+    want = numpy_engine_fold(op, data, ids, 9, sorted_ids)
+    whole = gpu_fold(gpu.ENGINE, op, data, ids, 9, sorted_ids)
+    assert_kernel_bytes(whole, want, op)
+    if op in ("first", "last"):  # copies: every bit, NaN payloads too
+        assert whole.tobytes() == want.tobytes()
+    small = gpu.CupyEngine(block_bytes=64)
+    assert gpu_fold(small, op, data, ids, 9, sorted_ids).tobytes() == whole.tobytes()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", JOINT_OPS)
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int32", "uint64"])
+def test_gpu_joint_bytes_do_not_depend_on_blocks(gpu: Any, op: str, dtype: str) -> None:
+    data, ids = make_inputs(dtype, 20_000, 2, 50, sorted_ids=False, seed=2)
+    want = numpy_engine_fold(op, data, ids, 50, False)
+    runs = set()
+    for block_bytes in (1 << 10, 1 << 14, 1 << 30):
+        got = gpu_fold(gpu.CupyEngine(block_bytes=block_bytes), op, data, ids, 50, False)
+        assert_kernel_bytes(got, want, op)
+        runs.add(got.tobytes())
+    assert len(runs) == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "op",
+    ["sum", "min", "prod", "count", "mean", "var", "argmax", "first", "last", "any", "logsumexp"],
+)
 def test_gpu_streaming_blocks_and_device_inputs(gpu: Any, op: str, monkeypatch) -> None:
     """Many small blocks through the pinned pipeline, device-resident inputs, and several folds
     into one state as the streaming driver makes them: the NumPy engine's bytes every time."""
@@ -701,7 +1169,7 @@ def test_gpu_streaming_blocks_and_device_inputs(gpu: Any, op: str, monkeypatch) 
     host = gpu_fold(small, op, data, ids, 999, False)
     device = gpu_fold(small, op, cupy.asarray(data), cupy.asarray(ids), 999, False)
     assert host.tobytes() == device.tobytes()
-    assert_same_bytes(host, numpy_engine_fold(op, data, ids, 999, False))
+    assert_kernel_bytes(host, numpy_engine_fold(op, data, ids, 999, False), op)
     # The streaming driver's way: several folds into one state.
     state = small.new_state(ops.get_op(op), 999, (3,), data.dtype)
     for a in range(0, 200_000, 30_001):

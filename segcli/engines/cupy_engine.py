@@ -14,7 +14,10 @@ are deterministic, are in :mod:`segcli.engines.cupy_fold`; the kernels in
 
 By default every op gives the NumPy engine's bytes: order-independent ops exactly, and float
 sums and products by folding each segment (each lane of it, see :mod:`segcli.ops`) strictly in
-row order (parallel across segments, lanes and columns only). NaN payloads aside: CUDA
+row order (parallel across segments, lanes and columns only). The joint folds (var, std,
+argmin, argmax, first, last, logsumexp) always fold each segment in row order, whatever the
+options; logsumexp's ``exp`` is CUDA's, which may differ from NumPy's in the last bit of a
+term, so its results agree to rounding, not to the byte. NaN payloads aside: CUDA
 arithmetic returns its canonical NaN, and min/max return NumPy's ``np.nan``, where x86 may keep
 an operand's payload or sign.
 
@@ -148,6 +151,41 @@ class CudaKernels:
                 dst,
                 np.int64(pieces),
                 np.int64(width),
+            ),
+        )
+
+    def joint(
+        self,
+        fold: str,
+        value_type: str,
+        src: Any,
+        order: Any,
+        gathered: bool,
+        starts: Any,
+        segs: Any,
+        count: Any,
+        arrays: tuple[Any, ...],
+        width: int,
+        first_row: int,
+    ) -> None:
+        pieces = int(starts.shape[0]) - 1
+        total = pieces * width
+        if total == 0:
+            return
+        source = K.joint_source(fold, value_type, order is not None, gathered)
+        _kernel(source, "seg_joint")(
+            (_grid(total, 1 << 20),),
+            (K.THREADS,),
+            (
+                src,
+                starts if order is None else order,  # unread when not ordered
+                starts,
+                segs,
+                count,
+                *arrays,
+                np.int64(pieces),
+                np.int64(width),
+                np.int64(first_row),
             ),
         )
 
@@ -339,7 +377,7 @@ class CupyEngine(Engine):
         data_dtype, ids_dtype = np.dtype(data.dtype), np.dtype(ids.dtype)
         row_bytes = int(data.shape[1]) * data_dtype.itemsize + ids_dtype.itemsize
         plan = plan_blocks(rows, row_bytes, self.block_bytes)
-        if state.acc is None or data.shape[1] == 0:
+        if not state.op.intermediates or data.shape[1] == 0:
             # Counting needs only the ids: no data crosses the bus.
             data = cupy.empty((rows, 0), _native(data_dtype))
         resident = isinstance(data, cupy.ndarray) or isinstance(ids, cupy.ndarray)

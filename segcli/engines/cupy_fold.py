@@ -27,6 +27,14 @@ How one block of rows folds into the state (:func:`fold_block`):
   on the block plan, so the result can differ from the NumPy engine and from a differently
   blocked run by float rounding.
 - ``fast_atomics`` folds float sums with float64 atomics instead: fastest, not deterministic.
+- any and all fold each value's non-zero flag with the min/max atomics (all is the min of the
+  flags, any the max): exact in any order.
+- The joint folds (var, std, argmin, argmax, first, last, logsumexp; see :mod:`segcli.ops`)
+  read one intermediate while folding another, so each segment folds in row order whatever
+  the options (:func:`fold_joint`): the stable sort groups the rows, one thread per (segment,
+  column) walks them with their global row numbers, then the rows are counted. That is the
+  NumPy engine's sequence of operations; only logsumexp's ``exp`` is CUDA's own, which can
+  round a term one bit away from NumPy's.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from segcli import ops
+from segcli.engines.cupy_kernels import JOINT_FOLDS, RAW_TYPES, c_type
 from segcli.errors import EngineUnavailableError
 
 #: The fold plan's block: rows of data + ids per block. The plan depends only on the input's
@@ -70,7 +79,7 @@ class FoldOptions:
 
 
 class Kernels(Protocol):
-    """The two device kernels (see :mod:`segcli.engines.cupy_kernels` for their contracts)."""
+    """The three device kernels (see :mod:`segcli.engines.cupy_kernels` for their contracts)."""
 
     def scatter(
         self, mode: str, ids: Any, vals: Any, slots: Any, count: Any, n: int, width: int
@@ -87,6 +96,21 @@ class Kernels(Protocol):
         dst: Any,
         width: int,
         from_acc: bool,
+    ) -> None: ...
+
+    def joint(
+        self,
+        fold: str,
+        value_type: str,
+        src: Any,
+        order: Any,
+        gathered: bool,
+        starts: Any,
+        segs: Any,
+        count: Any,
+        arrays: tuple[Any, ...],
+        width: int,
+        first_row: int,
     ) -> None: ...
 
 
@@ -110,11 +134,15 @@ def scatter_mode(op: ops.Op, acc_dtype: np.dtype[Any] | None, fast_atomics: bool
     With :data:`_COMBINES`, the engine's primitive table: chosen by the fold kind of the op's
     intermediate, never by the op.
     """
+    if op.joint is not None:
+        return None
     fold = op.fold
     if fold is None:
         return "count"
     if fold.kind in ("min", "max"):
         return fold.kind
+    if fold.kind in ("any", "all"):
+        return _LOGICAL_MODES[fold.kind]
     if fold.kind == "sum" and acc_dtype is not None:
         if acc_dtype.kind in "iu":
             return "add_int"  # wraps modulo 2**64: exact in any order
@@ -125,15 +153,21 @@ def scatter_mode(op: ops.Op, acc_dtype: np.dtype[Any] | None, fast_atomics: bool
 
 #: The ordered fold's ``combine`` template argument for each order-dependent fold kind.
 _COMBINES = {"sum": "add", "prod": "mul"}
+#: any and all are the max and the min of the values' non-zero flags (0 or 1): the min/max
+#: scatter folds them exactly, in any order.
+_LOGICAL_MODES = {"any": "max", "all": "min"}
 #: The fold kinds the kernels fold (scatter modes or the ordered fold).
-_KERNEL_KINDS = ("sum", "prod", "min", "max")
+_KERNEL_KINDS = ("sum", "prod", "min", "max", "any", "all")
 
 
 def has_kernel(op: ops.Op) -> bool:
-    """Whether the kernels fold ``op`` (each of its intermediates alone, by a known kind)."""
+    """Whether the kernels fold ``op``: each of its intermediates alone, by a known kind, or
+    all of them at once by a joint fold ``seg_joint`` implements."""
     if op.holistic:  # sorted on the CPU by segcli.holistic, never folded
         return False
-    return op.joint is None and all(i.fold.kind in _KERNEL_KINDS for i in op.intermediates)
+    if op.joint is not None:
+        return op.joint in JOINT_FOLDS
+    return all(i.fold.kind in _KERNEL_KINDS for i in op.intermediates)
 
 
 def refuse_without_kernel(op: ops.Op) -> None:
@@ -154,6 +188,23 @@ def kernel_values(data: Any, xp: Any) -> Any:
     if data.dtype.kind == "c":
         return data.view(np.float32 if data.dtype == np.complex64 else np.float64)
     return data
+
+
+def logical_flags(data: Any, xp: Any) -> Any:
+    """Each value's non-zero flag as uint8 (NaN is non-zero; a complex value is non-zero when
+    either part is), what any and all fold."""
+    if data.dtype == np.bool_:
+        return xp.ascontiguousarray(data).view(np.uint8)
+    return xp.ascontiguousarray(data != 0).view(np.uint8)
+
+
+def raw_values(data: Any, xp: Any) -> tuple[Any, str]:
+    """The block's values as raw bits of their item size (first/last copy them, never compute),
+    with the kernels' C type for them."""
+    itemsize = data.dtype.itemsize
+    data = xp.ascontiguousarray(data)
+    unit = np.dtype(f"u{min(itemsize, 8)}")
+    return data.view(unit), RAW_TYPES[itemsize]
 
 
 def _as_pairs(acc: Any) -> Any:
@@ -305,6 +356,14 @@ def fold_block(
     if rows == 0 or n == 0:
         return
     width = int(data.shape[1])
+    if state.op.joint is not None:
+        if width:
+            fold_joint(
+                state, data, ids, sorted_ids=sorted_ids, kernels=kernels, xp=xp, first_row=first_row
+            )
+        # After the joint fold, which reads the counts before this block.
+        kernels.scatter("count", ids, None, None, state.count, n, width)
+        return
     mode = scatter_mode(
         state.op, None if state.acc is None else state.acc.dtype, options.fast_atomics
     )
@@ -312,6 +371,12 @@ def fold_block(
         kernels.scatter("count", ids, None, None, state.count, n, width)
         return
     acc = state.acc[0]  # the atomic paths keep one lane
+    if mode is not None and state.op.fold is not None and state.op.fold.kind in _LOGICAL_MODES:
+        flags = logical_flags(data, xp)
+        keys = xp.ascontiguousarray(acc.astype(np.uint64))
+        kernels.scatter(mode, ids, flags, keys, state.count, n, width)
+        acc[...] = keys != 0
+        return
     vals = kernel_values(data, xp)
     if mode in ("min", "max"):
         keys = key_encode(acc, mode == "min", xp)
@@ -359,3 +424,81 @@ def fold_block(
         kernel_width = dst.shape[1]
     piece_rows = options.piece_rows if options.tree_reduce else 0
     fold_ordered(kernels, xp, combine, acc_kind, vals, order, segs, dst, kernel_width, piece_rows)
+
+
+# --- the joint folds -------------------------------------------------------------------------
+
+
+def fold_joint(
+    state: ops.State,
+    data: Any,
+    ids: Any,
+    *,
+    sorted_ids: bool,
+    kernels: Kernels,
+    xp: Any,
+    first_row: int,
+) -> None:
+    """A joint fold (:attr:`ops.Op.joint`) of one block, without the count (the caller counts
+    after it: ``moments`` reads the counts before the block).
+
+    Every op's row order decides here (a shift is the segment's first value, argmin's tie goes
+    to the first row, a scaled sum rounds in row order), so each segment's rows fold in row
+    order, one thread per (segment, column), after the stable sort that groups them: the
+    NumPy engine's steps, whatever the options (tree_reduce and fast_atomics change only
+    float sums and products).
+    """
+    fold = state.op.joint
+    assert fold is not None
+    n, width = state.num_segments, int(data.shape[1])
+    order, segs = sort_rows(ids, n, sorted_ids, xp)
+    if segs.shape[0] == 0:
+        return
+    if fold in ("first", "last"):
+        vals, value_type = raw_values(data, xp)  # one position per segment: no gather
+    else:
+        vals = kernel_values(data, xp)
+        value_type = c_type(vals.dtype)
+    gathered = order is not None and fold not in ("first", "last")
+    gathered = gathered and vals.shape[1] * vals.dtype.itemsize < _GATHER_ROW_BYTES
+    if gathered:
+        vals = vals[order]  # as in fold_block: narrow rows read contiguously, same bits
+    starts, _ = piece_starts(segs, 0, xp)
+    bounds = xp.concatenate((starts, xp.asarray([segs.shape[0]], dtype=np.int64)))
+    names = [i.name for i in state.op.intermediates]
+    arrays = [state.arrays[name][0] for name in names]  # one lane, (n, width), contiguous
+    kernel_arrays = [
+        _joint_view(name, array, vals) for name, array in zip(names, arrays, strict=True)
+    ]
+    kernels.joint(
+        fold,
+        value_type,
+        vals,
+        order,
+        gathered,
+        bounds,
+        segs[starts],
+        state.count,
+        (*kernel_arrays, kernel_arrays[-1])[:3],  # two-intermediate folds leave a2 unread
+        width,
+        first_row,
+    )
+    for name, array, seen in zip(names, arrays, kernel_arrays, strict=True):
+        if _widened(name, array, vals):
+            array[...] = seen.astype(array.dtype)  # float16's best, back from float32: exact
+
+
+def _joint_view(name: str, array: Any, vals: Any) -> Any:
+    """An intermediate as the kernel reads it: first/last's value as raw bits (a view, written
+    in place), argmin/argmax's in the kernel's value type (a float32 copy of float16), the
+    others as they are."""
+    if name == "picked":
+        return array.view(vals.dtype)
+    if _widened(name, array, vals):
+        return array.astype(vals.dtype)
+    return array
+
+
+def _widened(name: str, array: Any, vals: Any) -> bool:
+    """argmin/argmax's best value of float16 data, which the kernel holds as float32."""
+    return name in ("arg_min", "arg_max") and array.dtype != vals.dtype

@@ -4,7 +4,7 @@ Each kernel is generated for the C types of one call (id type, value type, accum
 the sources stay free of templates and every generated variant can be compiled ahead of a run
 with NVRTC alone (``all_sources``), even on a machine without a GPU.
 
-Two kernels do all the work:
+Three kernels do all the work:
 
 ``seg_scatter``
     Order-independent folds with integer atomics: the row count, integer sums (two's complement
@@ -18,12 +18,20 @@ Two kernels do all the work:
     consecutive positions of one segment, strictly in position order. Run in levels by
     :func:`segcli.engines.cupy_fold.fold_ordered`.
 
+``seg_joint``
+    The joint folds of :mod:`segcli.ops` (var/std's shifted sums, argmin/argmax, first/last,
+    logsumexp's scaled sum): one thread per (segment, column) walks the segment's rows of the
+    block in row order, reading and writing every intermediate of the op at once, the same
+    steps as the NumPy engine's fold. No atomics, so the bytes do not depend on the hardware's
+    order; the rows' global numbers decide argmin/argmax ties and first/last.
+
 Every kernel is compiled with ``--fmad=false``: a contracted multiply-add (complex products)
 would round differently from NumPy's separate multiply and add.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -339,4 +347,179 @@ def all_sources() -> dict[str, str]:
                         sources[name] = fold_pieces_source(
                             combine, acc, value_type, ordered, from_acc
                         )
+    for fold in JOINT_FOLDS:
+        for value_type in joint_value_types(fold):
+            for ordered, gathered in ((False, False), (True, False), (True, True)):
+                name = f"joint[{fold},{value_type},{ordered},{gathered}]"
+                sources[name] = joint_source(fold, value_type, ordered, gathered)
     return sources
+
+
+# --- seg_joint -------------------------------------------------------------------------------
+
+#: C types of the raw values first/last copy, by item size: a copy keeps every bit (NaN
+#: payloads, -0.0), and complex128 moves as one 16-byte pair.
+RAW_TYPES: dict[int, str] = {
+    1: "unsigned char",
+    2: "unsigned short",
+    4: "unsigned int",
+    8: "unsigned long long",
+    16: "raw16",
+}
+
+#: ``(a0, a1, a2)`` C types of each joint fold's intermediates (in the op's order), the
+#: positions it reads (``all``, ``first`` or ``last`` of the segment's run), and its C code:
+#: ``begin`` loads the state of element ``out``, ``step`` folds value ``v`` of global row
+#: ``row``, ``end`` stores the state. ``val_t`` is the value type.
+_JOINT: dict[str, tuple[tuple[str, str, str], str, str, str, str]] = {
+    # var/std: sums of values shifted by the segment's first value (count 0 before: fresh).
+    "moments": (
+        ("double", "double", "double"),
+        "all",
+        "double shift = a0[out], sum = a1[out], squares = a2[out]; bool fresh = count[g] == 0;",
+        "const double x = (double)v;"
+        " if (fresh) { shift = x; fresh = false; }"
+        " const double d = x - shift; sum += d; squares += d * d;",
+        "a0[out] = shift; a1[out] = sum; a2[out] = squares;",
+    ),
+    # argmin/argmax: the first row of a strictly better value; the first NaN wins and stays.
+    "argmin": (
+        ("val_t", "long long", "long long"),
+        "all",
+        "val_t best = a0[out]; long long at = a1[out];",
+        "if (at < 0) { best = v; at = row; }"
+        " else if (best != best) break;"
+        " else if (v != v || v < best) { best = v; at = row; }",
+        "a0[out] = best; a1[out] = at;",
+    ),
+    "argmax": (
+        ("val_t", "long long", "long long"),
+        "all",
+        "val_t best = a0[out]; long long at = a1[out];",
+        "if (at < 0) { best = v; at = row; }"
+        " else if (best != best) break;"
+        " else if (v != v || v > best) { best = v; at = row; }",
+        "a0[out] = best; a1[out] = at;",
+    ),
+    # first/last: the value of the smallest (largest) row; a run's rows ascend, so only its
+    # first (last) position can win.
+    "first": (
+        ("val_t", "long long", "long long"),
+        "first",
+        "val_t picked = a0[out]; long long at = a1[out];",
+        "if (row < at) { picked = v; at = row; }",
+        "a0[out] = picked; a1[out] = at;",
+    ),
+    "last": (
+        ("val_t", "long long", "long long"),
+        "last",
+        "val_t picked = a0[out]; long long at = a1[out];",
+        "if (row > at) { picked = v; at = row; }",
+        "a0[out] = picked; a1[out] = at;",
+    ),
+    # logsumexp: the max (NaN sticks), and sum(exp(x)) as sum * 2**scale, each exp(x) taken
+    # as m * 2**e with e = rint(x / ln 2); moving the sum to a larger scale is exact.
+    "logsumexp": (
+        ("double", "long long", "double"),
+        "all",
+        "double top = a0[out]; long long scale = a1[out]; double sum = a2[out];",
+        "const double x = (double)v;"
+        " if (top == top && (x != x || x > top)) top = x;"
+        " if (fabs(x) < LARGEST_SCALED) {"
+        " const double e = rint(x / LN2);"
+        " const double m = exp(x - e * LN2);"
+        " const long long at = (long long)e;"
+        " if (at > scale) { sum = ldexp(sum, shift_of(scale - at)); scale = at; }"
+        " sum += ldexp(m, shift_of(at - scale)); }",
+        "a0[out] = top; a1[out] = scale; a2[out] = sum;",
+    ),
+}
+
+#: The joint folds ``seg_joint`` implements (:attr:`segcli.ops.Op.joint` names).
+JOINT_FOLDS = tuple(_JOINT)
+
+#: The positions a joint fold reads, as the first and the end of its loop over a run.
+_RANGES = {"all": ("begin", "stop"), "first": ("begin", "begin + 1"), "last": ("stop - 1", "stop")}
+
+
+def joint_value_types(fold: str) -> tuple[str, ...]:
+    """The value types ``seg_joint`` reads for ``fold``: raw bits for first/last, numbers (after
+    float16 is widened) for the others."""
+    if fold in ("first", "last"):
+        return tuple(RAW_TYPES.values())
+    return tuple(sorted(set(C_TYPES.values())))
+
+
+def joint_source(fold: str, value_type: str, ordered: bool, gathered: bool) -> str:
+    """``seg_joint``: thread (p, c) folds column c of the run of positions
+    ``starts[p] .. starts[p+1]-1``, all of segment ``segs[p]``, in position order, into element
+    ``segs[p] * width + c`` of the intermediates ``a0``, ``a1``, ``a2`` (``n * width`` each;
+    ``a2`` unused by two-intermediate folds).
+
+    Position k is block row ``order[k]`` when ``ordered`` (the stable sort's permutation), else
+    row k; its global row is ``first_row`` plus that. Its value is row ``order[k]`` of ``src``
+    (``rows * width`` values of ``value_type``), or row k when ``gathered`` (``src`` already in
+    position order). ``count`` is each segment's row count before this block (moments: a
+    segment with none takes its first value as the shift). Each segment has one run, so no two
+    threads touch one element.
+    """
+    if fold not in _JOINT or value_type not in set(C_TYPES.values()) | set(RAW_TYPES.values()):
+        raise ValueError(f"no joint fold {fold} of {value_type}")
+    if gathered and not ordered:
+        raise ValueError("gathered values need the order they were gathered in")
+    (a0, a1, a2), reads, begin, step, end = _JOINT[fold]
+    loop_from, loop_to = _RANGES[reads]
+    return "\n".join(
+        [
+            _COMMON,
+            "struct raw16 { unsigned long long lo, hi; };",
+            f"typedef {value_type} val_t;",
+            f"typedef {a0} a0_t;",
+            f"typedef {a1} a1_t;",
+            f"typedef {a2} a2_t;",
+            f"#define ORDERED {1 if ordered else 0}",
+            f"#define GATHERED {1 if gathered else 0}",
+            f"#define LN2 {math.log(2)!r}",
+            f"#define LARGEST_SCALED {float(1 << 59)!r}",
+            # ops.rescaled's clamp: shifts below -2000 flush every sum to zero anyway.
+            "__device__ __forceinline__ int shift_of(long long s) "
+            "{ return s < -2000 ? -2000 : (int)s; }",
+            r"""
+extern "C" __global__ void seg_joint(
+    const val_t* __restrict__ src, const long long* __restrict__ order,
+    const long long* __restrict__ starts, const long long* __restrict__ segs,
+    const long long* __restrict__ count, a0_t* a0, a1_t* a1, a2_t* a2,
+    long long pieces, long long width, long long first_row)
+{
+    const long long total = pieces * width;
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += stride) {
+        const long long p = t / width;
+        const long long c = t - p * width;
+        const long long g = segs[p];
+        const long long out = g * width + c;
+        const long long begin = starts[p], stop = starts[p + 1];
+        (void)begin, (void)stop;  // first/last read one end of the run only
+        """
+            + begin
+            + f"""
+        // As in seg_fold_pieces: several loads in flight, the steps still in position order.
+#pragma unroll 8
+        for (long long k = {loop_from}; k < {loop_to}; ++k) {{"""
+            + r"""
+            const long long local = ORDERED ? order[k] : k;
+            const val_t v = src[(GATHERED ? k : local) * width + c];
+            const long long row = first_row + local;
+            (void)row;  // moments and logsumexp do not need it
+            """
+            + step
+            + r"""
+        }
+        """
+            + end
+            + r"""
+    }
+}
+""",
+        ]
+    )
