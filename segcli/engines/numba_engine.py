@@ -80,7 +80,7 @@ def _has_kernel(fold: ops.Fold | None) -> bool:
 
 def _fold_joint(state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int) -> bool:
     """The compiled joint and logical folds (:mod:`segcli.engines.numba_stats`), one thread in
-    row order; False where none applies (logsumexp, float16, and the ops of the kernels)."""
+    row order; False where none applies (float16, and the ops of the kernels)."""
     op = state.op
     primitive = op.joint or (op.fold.kind if op.fold is not None else None)
     if primitive not in _STATS_KERNELS or data.dtype == np.float16:
@@ -102,13 +102,44 @@ def _fold_joint(state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: 
     elif primitive == "moments":
         sums, squares = flat["shifted_sum"], flat["shifted_squares"]
         numba_stats.fold_moments(data, ids, flat["shift"], sums, squares, count)
+    elif primitive == "logsumexp":
+        _fold_logsumexp(data, ids, flat, count)
     else:
         numba_stats.fold_logical(data, ids, flat[primitive], count, primitive == "all")
     return True
 
 
 #: The primitives :func:`_fold_joint` compiles (joint folds and logical folds).
-_STATS_KERNELS = ("argmin", "argmax", "first", "last", "moments", "any", "all")
+_STATS_KERNELS = ("argmin", "argmax", "first", "last", "moments", "any", "all", "logsumexp")
+#: Values per chunk of logsumexp's ``exp`` pass: its float64 buffer stays in a core's cache,
+#: so that the fold after it reads only the data and ids from memory.
+_EXP_CHUNK_ELEMENTS = 1 << 16
+
+
+def _fold_logsumexp(
+    data: np.ndarray, ids: np.ndarray, flat: dict[str, np.ndarray], count: np.ndarray
+) -> None:
+    """logsumexp a chunk at a time: a kernel prepares each value's ``exp`` argument, NumPy
+    takes the ``exp`` (the NumPy engine's own, so the same bits), and a kernel folds the rows
+    in order."""
+    from segcli.engines import numba_stats
+
+    step = max(1, _EXP_CHUNK_ELEMENTS // max(1, data.shape[1]))
+    size = min(ids.shape[0], step) * data.shape[1]
+    reduced, exponent = np.empty(size), np.empty(size, np.int64)
+    for a in range(0, ids.shape[0], step):
+        rows = np.ascontiguousarray(data[a : a + step])
+        mantissa, exponents = reduced[: rows.size], exponent[: rows.size]
+        numba_stats.logsumexp_arguments(
+            rows.reshape(-1), mantissa, exponents, ops.LARGEST_SCALED, ops.LOWEST_SCALE
+        )
+        np.exp(mantissa, out=mantissa)
+        state = (flat["lse_max"], flat["lse_scale"], flat["lse_sum"], count, ops.LOWEST_SCALE)
+        chunk_ids = ids[a : a + step]
+        if rows.shape[1] == 1:
+            numba_stats.fold_logsumexp_column(rows[:, 0], chunk_ids, mantissa, exponents, *state)
+        else:
+            numba_stats.fold_logsumexp(rows, chunk_ids, mantissa, exponents, *state)
 
 
 _pool: ThreadPoolExecutor | None = None
@@ -450,8 +481,6 @@ class NumbaEngine(Engine):
         if _fold_joint(state, data, ids, first_row):
             return
         if state.op.joint is not None or not _has_kernel(state.op.fold):
-            # No compiled kernel for this primitive (yet): the NumPy engine's fold, which
-            # gives the same bytes.
             # No compiled kernel for this primitive (yet): the NumPy engine's fold, which
             # gives the same bytes.
             NUMPY_ENGINE.fold_block(state, data, ids, sorted_ids=sorted_ids, first_row=first_row)
