@@ -119,27 +119,45 @@ _EXP_CHUNK_ELEMENTS = 1 << 16
 def _fold_logsumexp(
     data: np.ndarray, ids: np.ndarray, flat: dict[str, np.ndarray], count: np.ndarray
 ) -> None:
-    """logsumexp a chunk at a time: a kernel prepares each value's ``exp`` argument, NumPy
-    takes the ``exp`` (the NumPy engine's own, so the same bits), and a kernel folds the rows
-    in order."""
+    """logsumexp a chunk at a time: a kernel prepares each value's ``exp`` argument and
+    exponent, NumPy takes the ``exp`` (the NumPy engine's own, so the same bits), and a kernel
+    folds the rows in order. With two threads one prepares the next chunk while the other
+    folds this one (two buffers, taken in turn)."""
     from segcli.engines import numba_stats
 
     step = max(1, _EXP_CHUNK_ELEMENTS // max(1, data.shape[1]))
+    starts = range(0, ids.shape[0], step)
     size = min(ids.shape[0], step) * data.shape[1]
-    reduced, exponent = np.empty(size), np.empty(size, np.int64)
-    for a in range(0, ids.shape[0], step):
-        rows = np.ascontiguousarray(data[a : a + step])
-        mantissa, exponents = reduced[: rows.size], exponent[: rows.size]
+    buffers = [(np.empty(size), np.empty(size, np.int64)) for _ in range(2)]
+    state = (flat["lse_max"], flat["lse_scale"], flat["lse_sum"], count, ops.LOWEST_SCALE)
+
+    def prepare(k: int) -> None:
+        rows = np.ascontiguousarray(data[starts[k] : starts[k] + step]).reshape(-1)
+        reduced, exponent = (buffer[: rows.size] for buffer in buffers[k % 2])
         numba_stats.logsumexp_arguments(
-            rows.reshape(-1), mantissa, exponents, ops.LARGEST_SCALED, ops.LOWEST_SCALE
+            rows, reduced, exponent, ops.LARGEST_SCALED, ops.LOWEST_SCALE
         )
-        np.exp(mantissa, out=mantissa)
-        state = (flat["lse_max"], flat["lse_scale"], flat["lse_sum"], count, ops.LOWEST_SCALE)
-        chunk_ids = ids[a : a + step]
+        np.exp(reduced, out=reduced)
+
+    def fold(k: int) -> None:
+        rows = np.ascontiguousarray(data[starts[k] : starts[k] + step])
+        mantissa, exponent = (buffer[: rows.size] for buffer in buffers[k % 2])
+        chunk_ids = ids[starts[k] : starts[k] + step]
         if rows.shape[1] == 1:
-            numba_stats.fold_logsumexp_column(rows[:, 0], chunk_ids, mantissa, exponents, *state)
+            numba_stats.fold_logsumexp_column(rows[:, 0], chunk_ids, mantissa, exponent, *state)
         else:
-            numba_stats.fold_logsumexp(rows, chunk_ids, mantissa, exponents, *state)
+            numba_stats.fold_logsumexp(rows, chunk_ids, mantissa, exponent, *state)
+
+    together = _parts_for(data.size) > 1
+    if starts:
+        prepare(0)
+    for k in range(len(starts)):
+        if together and k + 1 < len(starts):
+            _run([partial(fold, k), partial(prepare, k + 1)])
+        else:
+            fold(k)
+            if k + 1 < len(starts):
+                prepare(k + 1)
 
 
 _pool: ThreadPoolExecutor | None = None
