@@ -594,16 +594,6 @@ def _pick(
     arrays["picked"][elements] = block.data[positions].reshape(-1)
 
 
-# The chunk folds: a chunk of rows at a time, with each value's global row and whether its
-# segment was fresh before the chunk (logsumexp).
-
-#: ``fold(arrays, flat, values, rows, fresh)``: ``arrays`` maps each intermediate to its flat
-#: ``(n * inner_size,)`` view; ``flat`` the element of each value, ``values`` the data's own
-#: dtype, ``rows`` each value's global row number (ascending), ``fresh`` whether its segment
-#: had no row before this chunk.
-ChunkFold = Callable[[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
-
-
 def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Equal, or both NaN."""
     if a.dtype.kind != "f":
@@ -611,47 +601,60 @@ def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.asarray((a == b) | (np.isnan(a) & np.isnan(b)))
 
 
-def _fold_logsumexp(
-    arrays: dict[str, np.ndarray],
-    flat: np.ndarray,
-    values: np.ndarray,
-    rows: np.ndarray,
-    fresh: np.ndarray,
-) -> None:
+def _fold_logsumexp(block: _JointBlock) -> None:
     """``exp(x) = m * 2**e`` with ``e = rint(x / ln 2)``, each from ``x`` alone; the sum keeps
     ``m * 2**(e - scale)`` at the largest ``e`` so far. Moving a sum to a larger scale is a
-    power of two, exact, so the bytes do not depend on where the chunks were cut."""
-    x = values.astype(np.float64, copy=False)
+    power of two, exact, so the bytes do not depend on where the blocks were cut.
+
+    Two passes: the first finds each element's largest scaled value (``e`` never decreases
+    with ``x``, so its ``e`` is the block's scale) and the max of every value; the second adds
+    each scaled value at that scale, in row order. Values left out of the scaled sum (not
+    finite, or of magnitude ``ops.LARGEST_SCALED`` or more) reach only the max.
+    """
+    state, width = block.state, block.width
+    if width == 0:
+        _count_block(block)
+        return
+    arrays = flat_intermediates(state)
+    top, scale, sums = arrays["lse_max"], arrays["lse_scale"], arrays["lse_sum"]
+    largest = np.full(top.size, -np.inf)
     with np.errstate(invalid="ignore"):
-        np.maximum.at(arrays["lse_max"], flat, x)
-    scaled = np.isfinite(x) & (np.abs(x) < ops.LARGEST_SCALED)
-    x = np.where(scaled, x, 0.0)
-    exponent = np.rint(x / math.log(2))
-    mantissa = np.where(scaled, np.exp(x - exponent * math.log(2)), 0.0)
-    exponent_int = np.where(scaled, exponent, ops.LOWEST_SCALE).astype(np.int64)
-    scale, sums = arrays["lse_scale"], arrays["lse_sum"]
-    before, sums_before = scale[flat], sums[flat]
-    np.maximum.at(scale, flat, exponent_int)
-    after = scale[flat]
-    moved = before != after
-    sums[flat[moved]] = ops.rescaled(sums_before[moved], before[moved] - after[moved])
-    np.add.at(sums, flat, ops.rescaled(mantissa, exponent_int - after))
-
-
-def _by_chunks(fold: ChunkFold) -> JointFold:
-    """A chunk fold as a joint fold."""
-
-    def joint(block: _JointBlock) -> None:
-        state, width = block.state, block.width
-        arrays = flat_intermediates(state)
         for chunk in block.chunks():
-            if width and chunk.index.size:
-                fresh = np.repeat(state.count[chunk.index] == 0, width)
-                rows = np.repeat(block.first_row + chunk.positions(), width)
-                fold(arrays, block.elements(chunk.index), chunk.values.reshape(-1), rows, fresh)
+            x, flat, scaled = _scaled_values(block, chunk)
+            if scaled is not None:
+                # In row order into the max itself: of several NaNs the first stays.
+                np.maximum.at(top, flat[~scaled], x[~scaled])
+                x, flat = x[scaled], flat[scaled]
+            np.maximum.at(largest, flat, x)
             _count_into(state.count, chunk.index)
+        # The finite values' max cannot depend on their order (but for the sign of a zero,
+        # which the result never shows): the scaled ones join it at once.
+        np.maximum(top, largest, out=top)
+    reached = np.flatnonzero(largest > -np.inf)
+    final = scale.copy()
+    final[reached] = np.maximum(scale[reached], np.rint(largest[reached] / math.log(2)))
+    moved = final != scale
+    sums[moved] = ops.rescaled(sums[moved], scale[moved] - final[moved])
+    scale[...] = final
+    for chunk in block.chunks():
+        x, flat, scaled = _scaled_values(block, chunk)
+        if scaled is not None:
+            x, flat = x[scaled], flat[scaled]
+        exponent = np.rint(x / math.log(2))
+        mantissa = np.exp(x - exponent * math.log(2))
+        np.add.at(sums, flat, ops.rescaled(mantissa, exponent.astype(np.int64) - scale[flat]))
 
-    return joint
+
+def _scaled_values(
+    block: _JointBlock, chunk: _Chunk
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """A chunk's values in float64, their elements, and which of them the scaled sum takes
+    (None: all)."""
+    x = chunk.values.reshape(-1).astype(np.float64, copy=False)
+    flat = block.elements(chunk.index)
+    if _finite(x) and (not x.size or max(-x.min(), x.max()) < ops.LARGEST_SCALED):
+        return x, flat, None
+    return x, flat, np.isfinite(x) & (np.abs(x) < ops.LARGEST_SCALED)
 
 
 _JOINT_FOLDS: dict[str, JointFold] = {
@@ -660,7 +663,7 @@ _JOINT_FOLDS: dict[str, JointFold] = {
     "argmax": _fold_arg,
     "first": _fold_first,
     "last": _fold_last,
-    "logsumexp": _by_chunks(_fold_logsumexp),
+    "logsumexp": _fold_logsumexp,
 }
 
 
