@@ -79,34 +79,65 @@ def _has_kernel(fold: ops.Fold | None) -> bool:
 
 
 def _fold_joint(state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int) -> bool:
-    """The compiled joint and logical folds (:mod:`segcli.engines.numba_stats`), one thread in
-    row order; False where none applies (float16, and the ops of the kernels)."""
+    """The compiled joint and logical folds (:mod:`segcli.engines.numba_stats`), in row order;
+    False where none applies (float16, and the ops of the kernels).
+
+    The order-free ones (all but var/std's sums and logsumexp's) fold a slice of the rows per
+    thread into private states, merged in row order by the op's own merge.
+    """
     op = state.op
     primitive = op.joint or (op.fold.kind if op.fold is not None else None)
     if primitive not in _STATS_KERNELS or data.dtype == np.float16:
         return False
-    from segcli.engines import numba_stats
-
     _announce_compilation()
     data, ids = _native(data), _native(ids)
+    if primitive == "logsumexp":
+        _fold_logsumexp(data, ids, flat_intermediates(state), state.count)
+        return True
+    slices = _splits(ids.shape[0], 1 if primitive == "moments" else _parts_for(data.size))
+    states = [state] + [
+        ops.new_state(op, state.num_segments, state.inner_shape, state.data_dtype)
+        for _ in slices[1:]
+    ]
+    _run(
+        [
+            partial(_fold_stats, primitive, part, data[a:b], ids[a:b], first_row + a)
+            for (a, b), part in zip(slices, states, strict=True)
+        ]
+    )
+    merged = state
+    for part in states[1:]:
+        merged = ops.combine(merged, part)
+    if merged is not state:
+        for name, array in state.arrays.items():
+            array[...] = merged.arrays[name]
+    return True
+
+
+def _fold_stats(
+    primitive: str, state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int
+) -> None:
+    """One compiled fold of :mod:`segcli.engines.numba_stats` on the calling thread."""
+    from segcli.engines import numba_stats
+
     flat = flat_intermediates(state)
     count = state.count
     if primitive in ("argmin", "argmax"):
-        (extreme, _) = (i.name for i in op.intermediates)
+        extreme = state.op.intermediates[0].name
         smallest = primitive == "argmin"
         numba_stats.fold_arg(data, ids, flat[extreme], flat["arg_row"], count, first_row, smallest)
     elif primitive in ("first", "last"):
-        (_, row) = (i.name for i in op.intermediates)
+        row = state.op.intermediates[1].name
         latest = primitive == "last"
         numba_stats.fold_pick(data, ids, flat["picked"], flat[row], count, first_row, latest)
     elif primitive == "moments":
         sums, squares = flat["shifted_sum"], flat["shifted_squares"]
-        numba_stats.fold_moments(data, ids, flat["shift"], sums, squares, count)
-    elif primitive == "logsumexp":
-        _fold_logsumexp(data, ids, flat, count)
+        if data.shape[1] == 1:
+            numba_stats.fold_moments_column(data[:, 0], ids, flat["shift"], sums, squares, count)
+        else:
+            numba_stats.fold_moments(data, ids, flat["shift"], sums, squares, count)
     else:
         numba_stats.fold_logical(data, ids, flat[primitive], count, primitive == "all")
-    return True
 
 
 #: The primitives :func:`_fold_joint` compiles (joint folds and logical folds).

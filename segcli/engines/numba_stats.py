@@ -85,6 +85,23 @@ def fold_moments(data, ids, shift, shifted_sum, squares, count):  # type: ignore
 
 
 @njit(**_JIT)
+def fold_moments_column(column, ids, shift, shifted_sum, squares, count):  # type: ignore[no-untyped-def]
+    """:func:`fold_moments` for 1-D data, without the inner loop (measured 1.5x faster)."""
+    n = count.shape[0]
+    for r in range(column.shape[0]):
+        g = ids[r]
+        if np.uint64(g) >= np.uint64(n):
+            continue
+        x = np.float64(column[r])
+        if count[g] == 0:
+            shift[g] = x
+        count[g] += 1
+        d = x - shift[g]
+        shifted_sum[g] += d
+        squares[g] += d * d
+
+
+@njit(**_JIT)
 def fold_logical(data, ids, acc, count, every):  # type: ignore[no-untyped-def]
     """any (a non-zero value; NaN is one) or all (``every``: no zero value)."""
     n = count.shape[0]
