@@ -122,22 +122,26 @@ def _fold_stats(
 
     flat = flat_intermediates(state)
     count = state.count
+    column = data[:, 0] if data.shape[1] == 1 else None
     if primitive in ("argmin", "argmax"):
         extreme = state.op.intermediates[0].name
-        smallest = primitive == "argmin"
-        numba_stats.fold_arg(data, ids, flat[extreme], flat["arg_row"], count, first_row, smallest)
+        fold = numba_stats.fold_arg if column is None else numba_stats.fold_arg_column
+        values = data if column is None else column
+        fold(values, ids, flat[extreme], flat["arg_row"], count, first_row, primitive == "argmin")
     elif primitive in ("first", "last"):
         row = state.op.intermediates[1].name
-        latest = primitive == "last"
-        numba_stats.fold_pick(data, ids, flat["picked"], flat[row], count, first_row, latest)
+        fold = numba_stats.fold_pick if column is None else numba_stats.fold_pick_column
+        values = data if column is None else column
+        fold(values, ids, flat["picked"], flat[row], count, first_row, primitive == "last")
     elif primitive == "moments":
         sums, squares = flat["shifted_sum"], flat["shifted_squares"]
-        if data.shape[1] == 1:
-            numba_stats.fold_moments_column(data[:, 0], ids, flat["shift"], sums, squares, count)
-        else:
+        if column is None:
             numba_stats.fold_moments(data, ids, flat["shift"], sums, squares, count)
+        else:
+            numba_stats.fold_moments_column(column, ids, flat["shift"], sums, squares, count)
     else:
-        numba_stats.fold_logical(data, ids, flat[primitive], count, primitive == "all")
+        fold = numba_stats.fold_logical if column is None else numba_stats.fold_logical_column
+        fold(data if column is None else column, ids, flat[primitive], count, primitive == "all")
 
 
 #: The primitives :func:`_fold_joint` compiles (joint folds and logical folds).

@@ -203,3 +203,52 @@ def fold_logsumexp_column(  # type: ignore[no-untyped-def]
             sums[g] += mantissa[r] * _POWERS[s - e]
         else:
             sums[g] += math.ldexp(mantissa[r], max(e - s, -2000))
+
+
+# 1-D data without the inner loop over the width: measured 1.5x to 2x faster.
+
+
+@njit(**_JIT)
+def fold_arg_column(column, ids, best, row, count, first_row, smallest):  # type: ignore[no-untyped-def]
+    """:func:`fold_arg` for 1-D data."""
+    n = count.shape[0]
+    for r in range(column.shape[0]):
+        g = ids[r]
+        if np.uint64(g) >= np.uint64(n):
+            continue
+        count[g] += 1
+        v = column[r]
+        cur = best[g]
+        if row[g] < 0 or (cur == cur and (v != v or (v < cur if smallest else v > cur))):
+            best[g] = v
+            row[g] = first_row + r
+
+
+@njit(**_JIT)
+def fold_pick_column(column, ids, picked, row, count, first_row, latest):  # type: ignore[no-untyped-def]
+    """:func:`fold_pick` for 1-D data."""
+    n = count.shape[0]
+    unset = np.iinfo(np.int64).max
+    for r in range(column.shape[0]):
+        g = ids[r]
+        if np.uint64(g) >= np.uint64(n):
+            continue
+        count[g] += 1
+        if latest or row[g] == unset:
+            picked[g] = column[r]
+            row[g] = first_row + r
+
+
+@njit(**_JIT)
+def fold_logical_column(column, ids, acc, count, every):  # type: ignore[no-untyped-def]
+    """:func:`fold_logical` for 1-D data."""
+    n = count.shape[0]
+    for r in range(column.shape[0]):
+        g = ids[r]
+        if np.uint64(g) >= np.uint64(n):
+            continue
+        count[g] += 1
+        if every:
+            acc[g] = acc[g] and column[r] != 0
+        else:
+            acc[g] = acc[g] or column[r] != 0
