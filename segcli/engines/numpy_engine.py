@@ -357,11 +357,13 @@ class _JointBlock:
         """The block a chunk at a time (last chunk first with ``reverse``)."""
         step = max(1, _CHUNK_ELEMENTS // max(1, self.width))
         starts = range(0, self.ids.size, step)
+        # One pass over the block's ids says whether any chunk has rows to drop.
+        drops = self.ids.size > 0 and int(_unsigned(self.ids).max()) >= self.state.num_segments
         for start in reversed(starts) if reverse else starts:
             stop = min(self.ids.size, start + step)
             chunk_ids = self.ids[start:stop]
-            keep = _kept_rows(chunk_ids, self.state.num_segments)
-            index = chunk_ids.astype(np.intp)
+            keep = _kept_rows(chunk_ids, self.state.num_segments) if drops else None
+            index = chunk_ids.astype(np.intp, copy=False)  # read only: int64 ids as they are
             values = _canonical(self.data[start:stop])
             if keep is not None:
                 index, values = index[keep], values[keep]
@@ -402,6 +404,7 @@ def _fold_moments(block: _JointBlock) -> None:
     terms_buffer = np.empty(0, np.complex128)
     unseen = int(np.count_nonzero(state.count == 0))
     finite_shifts = bool(np.isfinite(shift).all())
+    finite_values = _finite(block.data)
     for chunk in block.chunks():
         flat = block.elements(chunk.index)
         x = chunk.values.reshape(-1).astype(np.float64, copy=False)
@@ -415,7 +418,7 @@ def _fold_moments(block: _JointBlock) -> None:
         with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, as NumPy's var
             np.subtract(x, shift[flat], out=terms.real)
             np.multiply(terms.real, terms.real, out=terms.imag)
-            if _no_nan(terms.real, finite_shifts and _finite(chunk.values)):
+            if _no_nan(terms.real, finite_shifts and finite_values):
                 np.add.at(pairs, flat, terms)
             else:
                 # A complex add.at adds the imaginary parts the other way round: of two NaNs
@@ -618,9 +621,10 @@ def _fold_logsumexp(block: _JointBlock) -> None:
     arrays = flat_intermediates(state)
     top, scale, sums = arrays["lse_max"], arrays["lse_scale"], arrays["lse_sum"]
     largest = np.full(top.size, -np.inf)
+    every_scaled = _all_scaled(block.data)
     with np.errstate(invalid="ignore"):
         for chunk in block.chunks():
-            x, flat, scaled = _scaled_values(block, chunk)
+            x, flat, scaled = _scaled_values(block, chunk, every_scaled)
             if scaled is not None:
                 # In row order into the max itself: of several NaNs the first stays.
                 np.maximum.at(top, flat[~scaled], x[~scaled])
@@ -637,22 +641,43 @@ def _fold_logsumexp(block: _JointBlock) -> None:
     sums[moved] = ops.rescaled(sums[moved], scale[moved] - final[moved])
     scale[...] = final
     for chunk in block.chunks():
-        x, flat, scaled = _scaled_values(block, chunk)
+        x, flat, scaled = _scaled_values(block, chunk, every_scaled)
         if scaled is not None:
             x, flat = x[scaled], flat[scaled]
         exponent = np.rint(x / math.log(2))
         mantissa = np.exp(x - exponent * math.log(2))
-        np.add.at(sums, flat, ops.rescaled(mantissa, exponent.astype(np.int64) - scale[flat]))
+        np.add.at(sums, flat, _scaled_down(mantissa, scale[flat] - exponent.astype(np.int64)))
+
+
+#: ``2.0 ** -d`` for ``d`` in ``[0, 1022]``: every such power is a normal float64.
+_POWERS = np.ldexp(1.0, -np.arange(1023))
+
+
+def _scaled_down(values: np.ndarray, shifts: np.ndarray) -> np.ndarray:
+    """``values * 2**-shifts`` (shifts >= 0), as ``ops.rescaled`` gives it: a product with a
+    normal power of two is one rounding of the exact value, as ``ldexp``, and cheaper."""
+    if not shifts.size or shifts.max() < _POWERS.size:
+        return np.asarray(values * _POWERS.take(shifts))
+    return np.asarray(ops.rescaled(values, -shifts))
+
+
+def _all_scaled(data: np.ndarray) -> bool:
+    """Whether every value of a block joins logsumexp's scaled sum (finite, and of magnitude
+    below ``ops.LARGEST_SCALED``): two reductions, then no chunk needs a mask."""
+    if not data.size or (data.dtype.kind in "iu" and data.dtype.itemsize < 8):
+        return True
+    low, high = float(data.min()), float(data.max())
+    return math.isfinite(low) and math.isfinite(high) and max(-low, high) < ops.LARGEST_SCALED
 
 
 def _scaled_values(
-    block: _JointBlock, chunk: _Chunk
+    block: _JointBlock, chunk: _Chunk, every_scaled: bool
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """A chunk's values in float64, their elements, and which of them the scaled sum takes
     (None: all)."""
     x = chunk.values.reshape(-1).astype(np.float64, copy=False)
     flat = block.elements(chunk.index)
-    if _finite(x) and (not x.size or max(-x.min(), x.max()) < ops.LARGEST_SCALED):
+    if every_scaled:
         return x, flat, None
     return x, flat, np.isfinite(x) & (np.abs(x) < ops.LARGEST_SCALED)
 
