@@ -94,7 +94,9 @@ def _fold_joint(state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: 
     if primitive == "logsumexp":
         _fold_logsumexp(data, ids, flat_intermediates(state), state.count)
         return True
-    slices = _splits(ids.shape[0], 1 if primitive == "moments" else _parts_for(data.size))
+    # A private state costs its size twice (made, merged): worth it for many rows per element.
+    shared = primitive == "moments" or state.count.size * data.shape[1] * 4 > data.size
+    slices = _splits(ids.shape[0], 1 if shared else _parts_for(data.size))
     states = [state] + [
         ops.new_state(op, state.num_segments, state.inner_shape, state.data_dtype)
         for _ in slices[1:]
