@@ -407,7 +407,9 @@ def _fold_moments(block: _JointBlock) -> None:
     finite_values = _finite(block.data)
     for chunk in block.chunks():
         flat = block.elements(chunk.index)
-        x = chunk.values.reshape(-1).astype(np.float64, copy=False)
+        # Left in the data's dtype: the subtraction below widens it to float64 as astype
+        # would, without a copy.
+        x = chunk.values.reshape(-1)
         if unseen:
             fresh = _set_shifts(shift, state.count[chunk.index] == 0, flat, x, width)
             unseen -= fresh.size // width
@@ -416,7 +418,7 @@ def _fold_moments(block: _JointBlock) -> None:
             terms_buffer = np.empty(x.size, np.complex128)
         terms = terms_buffer[: x.size]
         with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, as NumPy's var
-            np.subtract(x, shift[flat], out=terms.real)
+            np.subtract(x, shift.take(flat), out=terms.real)
             np.multiply(terms.real, terms.real, out=terms.imag)
             if _no_nan(terms.real, finite_shifts and finite_values):
                 np.add.at(pairs, flat, terms)
