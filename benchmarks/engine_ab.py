@@ -1,7 +1,7 @@
 """The NumPy engine against an older copy of itself, in one process, calls alternating.
 
-    git show REV:segcli/engines/numpy_engine.py > /tmp/old_numpy_engine.py
-    python benchmarks/engine_ab.py /tmp/old_numpy_engine.py [--rows N] [--ops a,b] [--repeat R]
+    git show REV:segcli/engines/numpy_engine.py > old_numpy_engine.py
+    python benchmarks/engine_ab.py old_numpy_engine.py [--rows N] [--ops a,b] [--repeat R]
 
 On a shared machine, figures from runs minutes apart differ by 20% to 40%; two engines whose
 calls alternate see the same machine. The workload is W1 (float32, 1,000 segments, unsorted
