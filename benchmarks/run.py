@@ -890,11 +890,15 @@ def main(argv: list[str] | None = None) -> int:
 COMPANIONS = {
     "STREAM_RESULTS.md": "Streaming (`python benchmarks/stream_bench.py`)",
     "DASK_RESULTS.md": "Dask (`python benchmarks/dask_bench.py`)",
+    "STATS_RESULTS.md": (
+        "The new ops and agg (`python benchmarks/stats_bench.py`, `benchmarks/agg_bench.py`)"
+    ),
 }
 
 
 def companion_sections() -> str:
-    """The latest streaming and Dask results, copied in so RESULTS.md holds every figure."""
+    """The latest streaming, Dask and statistics results, copied in so RESULTS.md holds every
+    figure."""
     sections = []
     for name, title in COMPANIONS.items():
         path = ROOT / "benchmarks" / name

@@ -13,6 +13,10 @@ on a 2-core machine (see ``benchmarks/``):
   state; else one thread folds the values while another counts);
 - sorted ids: the rows split at a run boundary, so each thread owns a range of segments; each
   run folds in a register, eight long runs side by side (W3), short ones one after another.
+- the joint and logical folds (:mod:`segcli.engines.numba_stats`): argmin, argmax, first,
+  last, any and all cannot depend on the order either, and fold like min (private states,
+  merged by the op's own merge); var/std's shifted sums fold on one thread in row order;
+  logsumexp's fold too, while a second thread prepares the next chunk's ``exp`` (NumPy's own).
 
 Complex sums fold as pairs of float columns (the same additions); complex products go to the
 NumPy engine; float16 is widened to float32 a chunk at a time (exact). The engine also offers
@@ -79,36 +83,122 @@ def _has_kernel(fold: ops.Fold | None) -> bool:
 
 
 def _fold_joint(state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int) -> bool:
-    """The compiled joint and logical folds (:mod:`segcli.engines.numba_stats`), one thread in
-    row order; False where none applies (logsumexp, float16, and the ops of the kernels)."""
+    """The compiled joint and logical folds (:mod:`segcli.engines.numba_stats`), in row order;
+    False where none applies (float16, and the ops of the kernels).
+
+    The order-free ones (all but var/std's sums and logsumexp's) fold a slice of the rows per
+    thread into private states, merged in row order by the op's own merge.
+    """
     op = state.op
     primitive = op.joint or (op.fold.kind if op.fold is not None else None)
     if primitive not in _STATS_KERNELS or data.dtype == np.float16:
         return False
-    from segcli.engines import numba_stats
-
     _announce_compilation()
     data, ids = _native(data), _native(ids)
-    flat = flat_intermediates(state)
-    count = state.count
-    if primitive in ("argmin", "argmax"):
-        (extreme, _) = (i.name for i in op.intermediates)
-        smallest = primitive == "argmin"
-        numba_stats.fold_arg(data, ids, flat[extreme], flat["arg_row"], count, first_row, smallest)
-    elif primitive in ("first", "last"):
-        (_, row) = (i.name for i in op.intermediates)
-        latest = primitive == "last"
-        numba_stats.fold_pick(data, ids, flat["picked"], flat[row], count, first_row, latest)
-    elif primitive == "moments":
-        sums, squares = flat["shifted_sum"], flat["shifted_squares"]
-        numba_stats.fold_moments(data, ids, flat["shift"], sums, squares, count)
-    else:
-        numba_stats.fold_logical(data, ids, flat[primitive], count, primitive == "all")
+    if primitive == "logsumexp":
+        _fold_logsumexp(data, ids, flat_intermediates(state), state.count)
+        return True
+    # A private state costs its size twice (made, merged): worth it for many rows per element.
+    shared = primitive == "moments" or state.count.size * data.shape[1] * 4 > data.size
+    slices = _splits(ids.shape[0], 1 if shared else _parts_for(data.size))
+    states = [state] + [
+        ops.new_state(op, state.num_segments, state.inner_shape, state.data_dtype)
+        for _ in slices[1:]
+    ]
+    _run(
+        [
+            partial(_fold_stats, primitive, part, data[a:b], ids[a:b], first_row + a)
+            for (a, b), part in zip(slices, states, strict=True)
+        ]
+    )
+    merged = state
+    for part in states[1:]:
+        merged = ops.combine(merged, part)
+    if merged is not state:
+        for name, array in state.arrays.items():
+            array[...] = merged.arrays[name]
     return True
 
 
+def _fold_stats(
+    primitive: str, state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int
+) -> None:
+    """One compiled fold of :mod:`segcli.engines.numba_stats` on the calling thread."""
+    from segcli.engines import numba_stats
+
+    flat = flat_intermediates(state)
+    count = state.count
+    column = data[:, 0] if data.shape[1] == 1 else None
+    if primitive in ("argmin", "argmax"):
+        extreme = state.op.intermediates[0].name
+        fold = numba_stats.fold_arg if column is None else numba_stats.fold_arg_column
+        values = data if column is None else column
+        fold(values, ids, flat[extreme], flat["arg_row"], count, first_row, primitive == "argmin")
+    elif primitive in ("first", "last"):
+        row = state.op.intermediates[1].name
+        fold = numba_stats.fold_pick if column is None else numba_stats.fold_pick_column
+        values = data if column is None else column
+        fold(values, ids, flat["picked"], flat[row], count, first_row, primitive == "last")
+    elif primitive == "moments":
+        sums, squares = flat["shifted_sum"], flat["shifted_squares"]
+        if column is None:
+            numba_stats.fold_moments(data, ids, flat["shift"], sums, squares, count)
+        else:
+            numba_stats.fold_moments_column(column, ids, flat["shift"], sums, squares, count)
+    else:
+        fold = numba_stats.fold_logical if column is None else numba_stats.fold_logical_column
+        fold(data if column is None else column, ids, flat[primitive], count, primitive == "all")
+
+
 #: The primitives :func:`_fold_joint` compiles (joint folds and logical folds).
-_STATS_KERNELS = ("argmin", "argmax", "first", "last", "moments", "any", "all")
+_STATS_KERNELS = ("argmin", "argmax", "first", "last", "moments", "any", "all", "logsumexp")
+#: Values per chunk of logsumexp's ``exp`` pass: its float64 buffer stays in a core's cache,
+#: so that the fold after it reads only the data and ids from memory.
+_EXP_CHUNK_ELEMENTS = 1 << 16
+
+
+def _fold_logsumexp(
+    data: np.ndarray, ids: np.ndarray, flat: dict[str, np.ndarray], count: np.ndarray
+) -> None:
+    """logsumexp a chunk at a time: a kernel prepares each value's ``exp`` argument and
+    exponent, NumPy takes the ``exp`` (the NumPy engine's own, so the same bits), and a kernel
+    folds the rows in order. With two threads one prepares the next chunk while the other
+    folds this one (two buffers, taken in turn)."""
+    from segcli.engines import numba_stats
+
+    step = max(1, _EXP_CHUNK_ELEMENTS // max(1, data.shape[1]))
+    starts = range(0, ids.shape[0], step)
+    size = min(ids.shape[0], step) * data.shape[1]
+    buffers = [(np.empty(size), np.empty(size, np.int64)) for _ in range(2)]
+    state = (flat["lse_max"], flat["lse_scale"], flat["lse_sum"], count, ops.LOWEST_SCALE)
+
+    def prepare(k: int) -> None:
+        rows = np.ascontiguousarray(data[starts[k] : starts[k] + step]).reshape(-1)
+        reduced, exponent = (buffer[: rows.size] for buffer in buffers[k % 2])
+        numba_stats.logsumexp_arguments(
+            rows, reduced, exponent, ops.LARGEST_SCALED, ops.LOWEST_SCALE
+        )
+        np.exp(reduced, out=reduced)
+
+    def fold(k: int) -> None:
+        rows = np.ascontiguousarray(data[starts[k] : starts[k] + step])
+        mantissa, exponent = (buffer[: rows.size] for buffer in buffers[k % 2])
+        chunk_ids = ids[starts[k] : starts[k] + step]
+        if rows.shape[1] == 1:
+            numba_stats.fold_logsumexp_column(rows[:, 0], chunk_ids, mantissa, exponent, *state)
+        else:
+            numba_stats.fold_logsumexp(rows, chunk_ids, mantissa, exponent, *state)
+
+    together = _parts_for(data.size) > 1
+    if starts:
+        prepare(0)
+    for k in range(len(starts)):
+        if together and k + 1 < len(starts):
+            _run([partial(fold, k), partial(prepare, k + 1)])
+        else:
+            fold(k)
+            if k + 1 < len(starts):
+                prepare(k + 1)
 
 
 _pool: ThreadPoolExecutor | None = None
@@ -450,8 +540,6 @@ class NumbaEngine(Engine):
         if _fold_joint(state, data, ids, first_row):
             return
         if state.op.joint is not None or not _has_kernel(state.op.fold):
-            # No compiled kernel for this primitive (yet): the NumPy engine's fold, which
-            # gives the same bytes.
             # No compiled kernel for this primitive (yet): the NumPy engine's fold, which
             # gives the same bytes.
             NUMPY_ENGINE.fold_block(state, data, ids, sorted_ids=sorted_ids, first_row=first_row)

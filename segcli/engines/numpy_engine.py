@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
@@ -75,6 +76,21 @@ def _exact_under_reordering(state: ops.State) -> bool:
     return fold is not None and not fold.order_matters(acc.dtype)
 
 
+def _canonical(array: np.ndarray) -> np.ndarray:
+    """The array viewed with NumPy's own descriptor of its dtype.
+
+    ``ufunc.at`` takes its fast path only when the arrays' descriptors are the very objects its
+    loop resolved; an equal dtype built another way (``newbyteorder("=")``, as the streaming
+    readers build theirs) sent a streamed float32 min through the slow path, 27x slower.
+    """
+    dtype = array.dtype
+    if dtype.kind in "biufc" and dtype.isnative:
+        own = np.dtype(dtype.type)
+        if own is not dtype:
+            return array.view(own)
+    return array
+
+
 def _run_starts(ids: np.ndarray) -> np.ndarray:
     """Where each run of equal (sorted) ids starts."""
     return np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
@@ -131,6 +147,8 @@ class NumpyEngine(Engine):
         """
         if state.op.fold is None or data.shape[1] == 0:
             _ChunkFolder(state, data, ids, drops).count_only(lanes)
+        elif state.op.fold.kind in _LOGICAL:
+            _LogicalFolder(state, data, ids, drops).fold(lanes)
         elif _packs_count(state, data):
             _PackedSumFolder(state, data, ids, drops).fold(lanes)
         else:
@@ -236,6 +254,35 @@ class _PackedSumFolder(_ChunkFolder):
         state.count += pairs.imag.sum(axis=0).astype(np.int64)
 
 
+#: Logical folds: the value each one's first flipping element sets, and what flips it.
+_LOGICAL = {"any": True, "all": False}
+
+
+class _LogicalFolder(_ChunkFolder):
+    """any/all: an element's flag flips at its first non-zero (any) or zero (all) value, and
+    stays; the order cannot matter, so the flipping elements are set at once, no ``ufunc.at``
+    (``logical_or.at`` measured 4x slower than a float ``add.at``). NaN is non-zero."""
+
+    def fold(self, lanes: list[tuple[int, int, int]]) -> None:
+        state = self.state
+        assert state.op.fold is not None
+        flipped = _LOGICAL[state.op.fold.kind]
+        flags = state.acc[0].reshape(-1)
+        width = self.data.shape[1]
+        columns = np.arange(width, dtype=np.intp)
+        for rows, _, index, keep in self.chunks(lanes):
+            values = self.data[rows]
+            if keep is not None:
+                values = values[keep]
+                index = index[keep]
+            _count_into(state.count, index)
+            flips = values != 0 if flipped else values == 0
+            if width == 1:
+                flags[index[flips[:, 0]]] = flipped
+            else:
+                flags[(index[:, None] * width + columns)[flips]] = flipped
+
+
 def _count_into(count: np.ndarray, index: np.ndarray) -> None:
     """Add each segment's rows in ``index`` (intp, within ``[0, len(count))``) to ``count``."""
     if count.shape[0] <= 4 * index.shape[0]:
@@ -246,6 +293,7 @@ def _count_into(count: np.ndarray, index: np.ndarray) -> None:
 
 def _fold_in_order(ufunc: np.ufunc, acc: np.ndarray, values: np.ndarray, index: np.ndarray) -> None:
     """``ufunc.at`` in row order into ``acc`` (2-D); ``values`` have the accumulator's dtype."""
+    acc, values = _canonical(acc), _canonical(values)
     # NaN compares and integer products wrap by design; neither deserves a warning.
     with np.errstate(invalid="ignore", over="ignore"):
         if values.shape[1] == 1:
@@ -268,32 +316,287 @@ def _fold_rows(ufunc: np.ufunc, acc: np.ndarray, values: np.ndarray, ids: np.nda
 
 # --- joint folds: every intermediate of the op at once, in row order, one lane --------------
 
-#: ``fold(arrays, flat, values, rows, fresh)``: ``arrays`` maps each intermediate to its flat
-#: ``(n * inner_size,)`` view; ``flat`` the element of each value, ``values`` the data's own
-#: dtype, ``rows`` each value's global row number (ascending), ``fresh`` whether its segment
-#: had no row before this chunk.
-JointFold = Callable[[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
+
+@dataclass
+class _Chunk:
+    """Some consecutive rows of a block, those to drop left out."""
+
+    #: The block-local position of the chunk's first row.
+    start: int
+    #: The ids of the kept rows, as intp.
+    index: np.ndarray
+    #: Which of the chunk's rows are kept (None: all).
+    keep: np.ndarray | None
+    #: The kept rows, 2-D ``(rows, inner_size)``.
+    values: np.ndarray
+
+    def positions(self) -> np.ndarray:
+        """The block-local position of each kept row (int64)."""
+        rows = np.arange(self.start, self.start + self.size_before_keep, dtype=np.int64)
+        return rows if self.keep is None else rows[self.keep]
+
+    @property
+    def size_before_keep(self) -> int:
+        return self.index.size if self.keep is None else self.keep.size
 
 
-def _fold_moments(
-    arrays: dict[str, np.ndarray],
-    flat: np.ndarray,
-    values: np.ndarray,
-    rows: np.ndarray,
-    fresh: np.ndarray,
-) -> None:
+@dataclass
+class _JointBlock:
+    """A block of rows for a joint fold: its state, rows and first global row."""
+
+    state: ops.State
+    data: np.ndarray
+    ids: np.ndarray
+    first_row: int
+
+    @property
+    def width(self) -> int:
+        return int(self.data.shape[1])
+
+    def chunks(self, *, reverse: bool = False) -> Iterator[_Chunk]:
+        """The block a chunk at a time (last chunk first with ``reverse``)."""
+        step = max(1, _CHUNK_ELEMENTS // max(1, self.width))
+        starts = range(0, self.ids.size, step)
+        # One pass over the block's ids says whether any chunk has rows to drop.
+        drops = self.ids.size > 0 and int(_unsigned(self.ids).max()) >= self.state.num_segments
+        for start in reversed(starts) if reverse else starts:
+            stop = min(self.ids.size, start + step)
+            chunk_ids = self.ids[start:stop]
+            keep = _kept_rows(chunk_ids, self.state.num_segments) if drops else None
+            index = chunk_ids.astype(np.intp, copy=False)  # read only: int64 ids as they are
+            values = _canonical(self.data[start:stop])
+            if keep is not None:
+                index, values = index[keep], values[keep]
+            yield _Chunk(start, index, keep, values)
+
+    def elements(self, index: np.ndarray) -> np.ndarray:
+        """The flat state element of each value of rows with ids ``index``."""
+        width = self.width
+        if width == 1:
+            return index
+        return (index[:, None] * width + np.arange(width, dtype=np.intp)).reshape(-1)
+
+
+#: ``fold(block)``: folds every row of the block into its state, counts included.
+JointFold = Callable[[_JointBlock], None]
+
+
+def _count_block(block: _JointBlock) -> None:
+    for chunk in block.chunks():
+        _count_into(block.state.count, chunk.index)
+
+
+def _fold_moments(block: _JointBlock) -> None:
     """Sums of values shifted by the segment's first value (in row order, so the shift does not
-    depend on how rows were cut into blocks)."""
-    x = values.astype(np.float64, copy=False)
+    depend on how rows were cut into blocks).
+
+    Both sums fold in one ``np.add.at`` as the parts of a complex128 (two independent float64
+    additions each: the bits of two separate folds), each value ``d + 1j * d * d``.
+    """
+    state, width = block.state, block.width
+    if width == 0:
+        _count_block(block)
+        return
+    arrays = flat_intermediates(state)
     shift = arrays["shift"]
-    if fresh.any():
-        # np.unique gives each element's first occurrence: the earliest row of the chunk.
-        elements, first = np.unique(flat[fresh], return_index=True)
-        shift[elements] = x[fresh][first]
-    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, as NumPy's var
-        shifted = x - shift[flat]
-        np.add.at(arrays["shifted_sum"], flat, shifted)
-        np.add.at(arrays["shifted_squares"], flat, shifted * shifted)
+    pairs = np.empty(shift.size, np.complex128)
+    pairs.real, pairs.imag = arrays["shifted_sum"], arrays["shifted_squares"]
+    terms_buffer = np.empty(0, np.complex128)
+    unseen = int(np.count_nonzero(state.count == 0))
+    finite_shifts = bool(np.isfinite(shift).all())
+    finite_values = _finite(block.data)
+    for chunk in block.chunks():
+        flat = block.elements(chunk.index)
+        # Left in the data's dtype: the subtraction below widens it to float64 as astype
+        # would, without a copy.
+        x = chunk.values.reshape(-1)
+        if unseen:
+            fresh = _set_shifts(shift, state.count[chunk.index] == 0, flat, x, width)
+            unseen -= fresh.size // width
+            finite_shifts = finite_shifts and bool(np.isfinite(shift[fresh]).all())
+        if terms_buffer.size < x.size:
+            terms_buffer = np.empty(x.size, np.complex128)
+        terms = terms_buffer[: x.size]
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, as NumPy's var
+            np.subtract(x, shift.take(flat), out=terms.real)
+            np.multiply(terms.real, terms.real, out=terms.imag)
+            if _no_nan(terms.real, finite_shifts and finite_values):
+                np.add.at(pairs, flat, terms)
+            else:
+                # A complex add.at adds the imaginary parts the other way round: of two NaNs
+                # the sum would keep the value's sign, where a float fold keeps the sum's.
+                np.add.at(pairs.real, flat, terms.real)
+                np.add.at(pairs.imag, flat, terms.imag)
+        _count_into(state.count, chunk.index)
+    arrays["shifted_sum"][...] = pairs.real
+    arrays["shifted_squares"][...] = pairs.imag
+
+
+def _first_occurrences(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct values of ``keys`` (each in ``[0, size)``), ascending, and the position
+    of each one's first occurrence.
+
+    Where ``size`` is small beside the keys, a ``minimum.at`` of the positions into a scratch
+    of ``size``: the first chunk of a 64K-row block spent as long in ``np.unique``'s sort as
+    in the rest of its fold.
+    """
+    if size > 4 * keys.size:
+        distinct, first = np.unique(keys, return_index=True)
+        return distinct, first
+    scratch = np.full(size, keys.size, np.intp)
+    np.minimum.at(scratch, keys, np.arange(keys.size, dtype=np.intp))
+    distinct = np.flatnonzero(scratch < keys.size)
+    return distinct, scratch[distinct]
+
+
+def _set_shifts(
+    shift: np.ndarray, fresh_rows: np.ndarray, flat: np.ndarray, x: np.ndarray, width: int
+) -> np.ndarray:
+    """Each fresh segment's shift: its earliest row's values. Returns the elements set."""
+    if not fresh_rows.any():
+        return np.empty(0, np.intp)
+    fresh = np.repeat(fresh_rows, width)
+    elements, first = _first_occurrences(flat[fresh], shift.size)
+    shift[elements] = x[fresh][first]
+    return elements
+
+
+def _no_nan(shifted: np.ndarray, finite: bool) -> bool:
+    """Whether no shifted value is NaN: sure when values and shifts are finite."""
+    return finite or not shifted.size or not np.isnan(shifted.min())
+
+
+def _finite(values: np.ndarray) -> bool:
+    """Whether every value is finite (two reductions: cheaper than a mask)."""
+    if values.dtype.kind != "f" or not values.size:
+        return True
+    return bool(np.isfinite(values.min()) and np.isfinite(values.max()))
+
+
+def _fold_arg(block: _JointBlock) -> None:
+    """argmin/argmax in two passes over the block: each element's extreme by ``ufunc.at``
+    (order-free: NaN propagates, so it wins), then the first row holding it (NaN holds NaN);
+    the block's (extreme, row) then merges into the state by the op's own merge (an earlier
+    row wins a tie)."""
+    state, width = block.state, block.width
+    extreme = state.op.intermediates[0]
+    arrays = flat_intermediates(state)
+    kept = arrays[extreme.name]
+    best = np.full(kept.size, extreme.fold.identity(kept.dtype), kept.dtype)
+    counted = np.zeros_like(state.count)
+    with np.errstate(invalid="ignore"):
+        for chunk in block.chunks():
+            if width and chunk.index.size:
+                extreme.fold.merge.at(best, block.elements(chunk.index), chunk.values.reshape(-1))
+            _count_into(counted, chunk.index)
+    rows = np.full(kept.size, np.iinfo(np.int64).max, np.int64)
+    reached = np.repeat(counted > 0, width)
+    if reached.any():
+        smallest = extreme.fold.merge is np.minimum
+        _first_rows_of(block, best, reached, smallest, rows)
+    rows[rows == np.iinfo(np.int64).max] = -1
+    mine = {"count": state.count, extreme.name: kept, "arg_row": arrays["arg_row"]}
+    assert state.op.merge is not None
+    merged = state.op.merge(mine, {"count": counted, extreme.name: best, "arg_row": rows})
+    kept[...] = merged[extreme.name]
+    arrays["arg_row"][...] = merged["arg_row"]
+    state.count += counted
+
+
+def _first_rows_of(
+    block: _JointBlock, best: np.ndarray, reached: np.ndarray, smallest: bool, rows: np.ndarray
+) -> None:
+    """The first global row of each element's extreme ``best`` into ``rows``.
+
+    Only values at or beyond the least extreme of the elements' extremes can be one: one
+    comparison finds those candidates (a few rows per segment for random data), and only
+    they are looked up by id.
+    """
+    width, num_segments = block.width, block.state.num_segments
+    extremes = best[reached]
+    nan = extremes.dtype.kind == "f" and bool(np.isnan(extremes).any())
+    if nan:
+        extremes = extremes[~np.isnan(extremes)]
+    if extremes.size:
+        limit = extremes.max() if smallest else extremes.min()
+    else:  # every extreme is NaN: only NaN values are candidates
+        limit = extremes.dtype.type(-np.inf if smallest else np.inf)
+    step = max(1, _CHUNK_ELEMENTS // width)
+    for start in range(0, block.ids.size, step):
+        values = _canonical(block.data[start : start + step]).reshape(-1)
+        with np.errstate(invalid="ignore"):
+            near = values <= limit if smallest else values >= limit
+        if nan:
+            near |= np.isnan(values)
+        candidates = np.flatnonzero(near)
+        if not candidates.size:
+            continue
+        local = candidates // width
+        ids = block.ids[start + local]
+        kept = np.flatnonzero(_unsigned(ids) < num_segments)
+        flat = ids[kept].astype(np.intp) * width + candidates[kept] % width
+        found = values[candidates[kept]]
+        hit = np.flatnonzero(_same(found, best[flat]) if nan else found == best[flat])
+        np.minimum.at(rows, flat[hit], block.first_row + start + local[kept[hit]])
+
+
+def _unsigned(ids: np.ndarray) -> np.ndarray:
+    """Signed ids as their unsigned view, where a negative id is huge."""
+    return ids.view(ids.dtype.str.replace("i", "u")) if ids.dtype.kind == "i" else ids
+
+
+def _fold_first(block: _JointBlock) -> None:
+    """first: only a segment no row has reached yet takes a row, its earliest in the block."""
+    state, width = block.state, block.width
+    arrays = flat_intermediates(state)
+    unseen = int(np.count_nonzero(state.count == 0)) if width else 0
+    for chunk in block.chunks():
+        if unseen:
+            fresh = state.count[chunk.index] == 0
+            if fresh.any():
+                segments, first = _first_occurrences(chunk.index[fresh], state.num_segments)
+                _pick(block, arrays, "first_row", segments, chunk.positions()[fresh][first])
+                unseen -= segments.size
+        _count_into(state.count, chunk.index)
+
+
+def _fold_last(block: _JointBlock) -> None:
+    """last: every segment of the block takes its latest row there, found walking the chunks
+    from the end until each segment of the block has been met."""
+    state, width = block.state, block.width
+    counted = np.zeros_like(state.count)
+    for chunk in block.chunks():
+        _count_into(counted, chunk.index)
+    state.count += counted
+    left = int(np.count_nonzero(counted)) if width else 0
+    if not left:
+        return
+    arrays = flat_intermediates(state)
+    met = np.zeros(state.num_segments, np.bool_)
+    for chunk in block.chunks(reverse=True):
+        new = ~met[chunk.index]
+        if new.any():
+            latest_first = chunk.index[new][::-1]
+            segments, at = _first_occurrences(latest_first, state.num_segments)
+            _pick(block, arrays, "last_row", segments, chunk.positions()[new][::-1][at])
+            met[segments] = True
+            left -= segments.size
+            if not left:
+                return
+
+
+def _pick(
+    block: _JointBlock,
+    arrays: dict[str, np.ndarray],
+    row_name: str,
+    segments: np.ndarray,
+    positions: np.ndarray,
+) -> None:
+    """Segments take the values and row numbers of the block-local rows ``positions``."""
+    width = block.width
+    elements = block.elements(segments)
+    arrays[row_name][elements] = np.repeat(block.first_row + positions, width)
+    arrays["picked"][elements] = block.data[positions].reshape(-1)
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -303,83 +606,85 @@ def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.asarray((a == b) | (np.isnan(a) & np.isnan(b)))
 
 
-def _arg_fold(extreme: str, ufunc: np.ufunc) -> JointFold:
-    """argmin/argmax: ``ufunc.at`` keeps the extreme (NaN propagates, so it wins); where it
-    moved, the row is the smallest of the chunk's rows holding the new extreme."""
-
-    def fold(
-        arrays: dict[str, np.ndarray],
-        flat: np.ndarray,
-        values: np.ndarray,
-        rows: np.ndarray,
-        fresh: np.ndarray,
-    ) -> None:
-        best, row = arrays[extreme], arrays["arg_row"]
-        before = best[flat]
-        with np.errstate(invalid="ignore"):
-            ufunc.at(best, flat, values)
-        after = best[flat]
-        # A fresh element moves even when its value equals the identity (+inf for argmin).
-        moved = ~_same(before, after) | (row[flat] < 0)
-        if moved.any():
-            row[flat[moved]] = np.iinfo(np.int64).max
-            hit = moved & _same(values, after)
-            np.minimum.at(row, flat[hit], rows[hit])
-
-    return fold
-
-
-def _pick_fold(row_name: str, ufunc: np.ufunc) -> JointFold:
-    """first/last: ``ufunc.at`` on the row numbers, then the value of the row that won."""
-
-    def fold(
-        arrays: dict[str, np.ndarray],
-        flat: np.ndarray,
-        values: np.ndarray,
-        rows: np.ndarray,
-        fresh: np.ndarray,
-    ) -> None:
-        row = arrays[row_name]
-        ufunc.at(row, flat, rows)
-        won = rows == row[flat]  # one row per element: rows differ
-        arrays["picked"][flat[won]] = values[won]
-
-    return fold
-
-
-def _fold_logsumexp(
-    arrays: dict[str, np.ndarray],
-    flat: np.ndarray,
-    values: np.ndarray,
-    rows: np.ndarray,
-    fresh: np.ndarray,
-) -> None:
+def _fold_logsumexp(block: _JointBlock) -> None:
     """``exp(x) = m * 2**e`` with ``e = rint(x / ln 2)``, each from ``x`` alone; the sum keeps
     ``m * 2**(e - scale)`` at the largest ``e`` so far. Moving a sum to a larger scale is a
-    power of two, exact, so the bytes do not depend on where the chunks were cut."""
-    x = values.astype(np.float64, copy=False)
+    power of two, exact, so the bytes do not depend on where the blocks were cut.
+
+    Two passes: the first finds each element's largest scaled value (``e`` never decreases
+    with ``x``, so its ``e`` is the block's scale) and the max of every value; the second adds
+    each scaled value at that scale, in row order. Values left out of the scaled sum (not
+    finite, or of magnitude ``ops.LARGEST_SCALED`` or more) reach only the max.
+    """
+    state, width = block.state, block.width
+    if width == 0:
+        _count_block(block)
+        return
+    arrays = flat_intermediates(state)
+    top, scale, sums = arrays["lse_max"], arrays["lse_scale"], arrays["lse_sum"]
+    largest = np.full(top.size, -np.inf)
+    every_scaled = _all_scaled(block.data)
     with np.errstate(invalid="ignore"):
-        np.maximum.at(arrays["lse_max"], flat, x)
-    scaled = np.isfinite(x) & (np.abs(x) < ops.LARGEST_SCALED)
-    x = np.where(scaled, x, 0.0)
-    exponent = np.rint(x / math.log(2))
-    mantissa = np.where(scaled, np.exp(x - exponent * math.log(2)), 0.0)
-    exponent_int = np.where(scaled, exponent, ops.LOWEST_SCALE).astype(np.int64)
-    scale, sums = arrays["lse_scale"], arrays["lse_sum"]
-    before, sums_before = scale[flat], sums[flat]
-    np.maximum.at(scale, flat, exponent_int)
-    after = scale[flat]
-    moved = before != after
-    sums[flat[moved]] = ops.rescaled(sums_before[moved], before[moved] - after[moved])
-    np.add.at(sums, flat, ops.rescaled(mantissa, exponent_int - after))
+        for chunk in block.chunks():
+            x, flat, scaled = _scaled_values(block, chunk, every_scaled)
+            if scaled is not None:
+                # In row order into the max itself: of several NaNs the first stays.
+                np.maximum.at(top, flat[~scaled], x[~scaled])
+                x, flat = x[scaled], flat[scaled]
+            np.maximum.at(largest, flat, x)
+            _count_into(state.count, chunk.index)
+        # The finite values' max cannot depend on their order (but for the sign of a zero,
+        # which the result never shows): the scaled ones join it at once.
+        np.maximum(top, largest, out=top)
+    reached = np.flatnonzero(largest > -np.inf)
+    final = scale.copy()
+    final[reached] = np.maximum(scale[reached], np.rint(largest[reached] / math.log(2)))
+    moved = final != scale
+    sums[moved] = ops.rescaled(sums[moved], scale[moved] - final[moved])
+    scale[...] = final
+    # Exponents are float64 values (rint's), so the scales are too, exactly; two of them
+    # within 2000 of each other subtract exactly, and farther ones only need to stay below
+    # -2000, where ops.rescaled stops.
+    scales = scale.astype(np.float64)
+    for chunk in block.chunks():
+        x, flat, scaled = _scaled_values(block, chunk, every_scaled)
+        if scaled is not None:
+            x, flat = x[scaled], flat[scaled]
+        exponent = np.rint(x / math.log(2))
+        mantissa = np.exp(x - exponent * math.log(2))
+        shifts = np.maximum(exponent - scales.take(flat), -2000.0)
+        # ops.rescaled's own ldexp and int32 shifts (its SIMD loop: int64 ones measured 15x
+        # slower), without its int64 steps.
+        np.add.at(sums, flat, np.ldexp(mantissa, shifts.astype(np.int32)))
+
+
+def _all_scaled(data: np.ndarray) -> bool:
+    """Whether every value of a block joins logsumexp's scaled sum (finite, and of magnitude
+    below ``ops.LARGEST_SCALED``): two reductions, then no chunk needs a mask."""
+    if not data.size or (data.dtype.kind in "iu" and data.dtype.itemsize < 8):
+        return True
+    low, high = float(data.min()), float(data.max())
+    return math.isfinite(low) and math.isfinite(high) and max(-low, high) < ops.LARGEST_SCALED
+
+
+def _scaled_values(
+    block: _JointBlock, chunk: _Chunk, every_scaled: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """A chunk's values in float64, their elements, and which of them the scaled sum takes
+    (None: all)."""
+    x = chunk.values.reshape(-1).astype(np.float64, copy=False)
+    flat = block.elements(chunk.index)
+    if every_scaled:
+        return x, flat, None
+    return x, flat, np.isfinite(x) & (np.abs(x) < ops.LARGEST_SCALED)
 
 
 _JOINT_FOLDS: dict[str, JointFold] = {
     "moments": _fold_moments,
-    "argmin": _arg_fold("arg_min", np.minimum),
-    "argmax": _arg_fold("arg_max", np.maximum),
-    "first": _pick_fold("first_row", np.minimum),
-    "last": _pick_fold("last_row", np.maximum),
+    "argmin": _fold_arg,
+    "argmax": _fold_arg,
+    "first": _fold_first,
+    "last": _fold_last,
     "logsumexp": _fold_logsumexp,
 }
 
@@ -392,32 +697,14 @@ def flat_intermediates(state: ops.State) -> dict[str, np.ndarray]:
         view = array[0].reshape(-1)
         if view.size and not np.shares_memory(view, array):  # a copy would lose the writes
             raise ValueError(f"{intermediate.name} is not contiguous")
-        views[intermediate.name] = view
+        views[intermediate.name] = _canonical(view)
     return views
 
 
 def _fold_joint(state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int) -> None:
-    """A joint fold, a chunk of rows at a time in row order (sorted ids or not: one lane)."""
+    """A joint fold, in row order (sorted ids or not: one lane)."""
     assert state.op.joint is not None
-    fold = _JOINT_FOLDS[state.op.joint]
-    width = data.shape[1]
-    arrays = flat_intermediates(state)
-    columns = np.arange(width, dtype=np.intp)
-    step = max(1, _CHUNK_ELEMENTS // max(1, width))
-    for start in range(0, ids.size, step):
-        stop = min(ids.size, start + step)
-        chunk_ids = ids[start:stop]
-        keep = _kept_rows(chunk_ids, state.num_segments)
-        index = chunk_ids.astype(np.intp)
-        rows = np.arange(first_row + start, first_row + stop, dtype=np.int64)
-        values = data[start:stop]
-        if keep is not None:
-            index, rows, values = index[keep], rows[keep], values[keep]
-        if width and index.size:
-            fresh = np.repeat(state.count[index] == 0, width)
-            flat = (index[:, None] * width + columns).reshape(-1)
-            fold(arrays, flat, values.reshape(-1), np.repeat(rows, width), fresh)
-        _count_into(state.count, index)
+    _JOINT_FOLDS[state.op.joint](_JointBlock(state, data, ids, first_row))
 
 
 ENGINE = NumpyEngine()

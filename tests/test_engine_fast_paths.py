@@ -1,0 +1,160 @@
+"""The NumPy engine's fast paths: what they rely on, and that they give the reference's bytes.
+
+Speed itself is measured in ``benchmarks/``, never asserted here; these tests pin the
+conditions the fast paths need and compare them with the plain ``ufunc.at`` folds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import segcli
+from segcli import ops
+from segcli.engines import numpy_engine
+from tests.reference import reference_reduce
+
+#: An equal float32 dtype that is not NumPy's own descriptor object, as the streaming readers
+#: build theirs (``header.dtype.newbyteorder("=")``).
+ODD_FLOAT32 = np.dtype("<f4").newbyteorder("=")
+
+
+def test_the_odd_dtype_is_a_distinct_descriptor() -> None:
+    assert np.dtype(np.float32) == ODD_FLOAT32
+    assert ODD_FLOAT32 is not np.dtype(np.float32)
+
+
+def test_canonical_views_with_numpys_own_descriptor() -> None:
+    array = np.zeros(4, ODD_FLOAT32)
+    view = numpy_engine._canonical(array)
+    assert view.dtype is np.dtype(np.float32)
+    view[1] = 5
+    assert array[1] == 5  # a view: the fold's writes land in the state
+
+
+def test_states_of_odd_descriptors_fold_through_own_ones() -> None:
+    """A streamed float32 block's state (odd descriptors) folds as any other, and the joint
+    folds see NumPy's own descriptors."""
+    state = ops.new_state(ops.OPS["min"], 3, (), ODD_FLOAT32)
+    assert state.acc.dtype is not np.dtype(np.float32)
+    data = np.array([[3.0], [1.0], [2.0], [-1.0]], ODD_FLOAT32)
+    numpy_engine.ENGINE.fold(state, data, np.array([0, 1, 1, 2]), sorted_ids=False)
+    np.testing.assert_array_equal(ops.finalize(state), [3.0, 1.0, -1.0])
+    views = numpy_engine.flat_intermediates(ops.new_state(ops.OPS["argmin"], 3, (), ODD_FLOAT32))
+    assert all(view.dtype is np.dtype(view.dtype.type) for view in views.values())
+
+
+def _numba_available() -> bool:
+    try:
+        import numba  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_numba = pytest.mark.skipif(not _numba_available(), reason="numba is not installed")
+
+
+def _reference_bytes(data: np.ndarray, ids: np.ndarray, n: int, op: str) -> bytes:
+    return bytes(segcli.segment_reduce(data, ids, n, op, engine="numpy").tobytes())
+
+
+@needs_numba
+def test_numba_folds_logsumexp_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """logsumexp has compiled kernels (it took the NumPy engine's fold before), with the
+    NumPy engine's bytes, also over values far apart and values left out of the scaled sum."""
+    from segcli.engines import numba_engine
+
+    rng = np.random.default_rng(2)
+    data = rng.choice([0.0, -1.0, 700.0, -745.0, -1000.0, 2.0**59, np.inf, -np.inf], 3000)
+    data[::7] = rng.standard_normal(data[::7].size) * 30
+    ids = rng.integers(-1, 9, 3000)
+    want = _reference_bytes(data, ids, 9, "logsumexp")
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the NumPy engine's fold ran")
+
+    monkeypatch.setattr(numpy_engine.ENGINE, "fold_block", refuse)
+    monkeypatch.setattr(numba_engine, "_EXP_CHUNK_ELEMENTS", 256)  # many chunks, both buffers
+    monkeypatch.setattr(numba_engine, "THREADS", 2)
+    monkeypatch.setattr(numba_engine, "PARALLEL_MIN_ELEMENTS", 1)
+    got = segcli.segment_reduce(data, ids, 9, "logsumexp", engine="numba")
+    assert got.tobytes() == want
+
+
+def test_any_and_all_set_flags_without_ufunc_at(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = np.random.default_rng(3)
+    data = rng.choice([0.0, 1.0, np.nan], (500, 2))
+    ids = rng.integers(-1, 6, 500)
+    want = {op: _reference_bytes(data, ids, 6, op) for op in ("any", "all")}
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("ufunc.at folded a logical op")
+
+    monkeypatch.setattr(numpy_engine, "_fold_in_order", refuse)
+    for op in ("any", "all"):
+        got = segcli.segment_reduce(data, ids, 6, op, engine="numpy")
+        assert got.tobytes() == want[op]
+        np.testing.assert_array_equal(got, reference_reduce(data, ids, 6, op))
+
+
+def test_first_and_last_stop_once_every_segment_is_met(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three segments over 100 chunks: the picks are looked up in the first (last) chunks
+    only, not once per chunk."""
+    monkeypatch.setattr(numpy_engine, "_CHUNK_ELEMENTS", 100)
+    calls = []
+    first_occurrences = numpy_engine._first_occurrences
+
+    def counted(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+        calls.append(keys.size)
+        return first_occurrences(keys, size)
+
+    monkeypatch.setattr(numpy_engine, "_first_occurrences", counted)
+    data = np.arange(10_000, dtype=np.float32)
+    ids = np.arange(10_000) % 3
+    for op in ("first", "last"):
+        calls.clear()
+        got = segcli.segment_reduce(data, ids, 3, op, engine="numpy")
+        np.testing.assert_array_equal(got, reference_reduce(data, ids, 3, op))
+        assert len(calls) == 1, op
+
+
+def test_argmin_looks_up_only_the_candidate_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second pass compares each value with the least extreme of the extremes and looks
+    up the ids of the few rows at or beyond it, not of every row."""
+    looked_up = []
+    minimum_at = np.minimum.at
+
+    class Spy:
+        @staticmethod
+        def at(target: np.ndarray, index: np.ndarray, values: np.ndarray) -> None:
+            if target.dtype == np.int64:
+                looked_up.append(index.size)
+            minimum_at(target, index, values)
+
+    rng = np.random.default_rng(4)
+    data = rng.standard_normal(20_000).astype(np.float32)
+    ids = rng.integers(0, 10, 20_000)
+    want = reference_reduce(data, ids, 10, "argmin")
+    monkeypatch.setattr(np, "minimum", Spy)  # the engine's second pass calls np.minimum.at
+    try:
+        got = segcli.segment_reduce(data, ids, 10, "argmin", engine="numpy")
+    finally:
+        monkeypatch.undo()
+    np.testing.assert_array_equal(got, want)
+    assert sum(looked_up) <= 100
+
+
+def test_shifted_sums_keep_a_float_folds_nan() -> None:
+    """Of two NaNs the float fold keeps the sum's (its first operand); a complex ``add.at``
+    keeps the value's in the imaginary part, so chunks with NaN fold the two sums apart."""
+    negative_nan = -np.abs(np.float64(np.nan))
+    data = np.array([[1.0], [np.nan], [negative_nan], [2.0]])
+    ids = np.zeros(4, np.int64)
+    state = ops.new_state(ops.OPS["var"], 1, (), data.dtype)
+    numpy_engine.ENGINE.fold(state, data, ids, sorted_ids=False)
+    shifted = data[:, 0] - data[0, 0]
+    squares = np.zeros(1)
+    np.add.at(squares, ids, shifted * shifted)  # the float fold, in row order
+    assert state.arrays["shifted_squares"].tobytes() == squares.tobytes()
+    assert np.signbit(squares[0]) != np.signbit(shifted[2] * shifted[2])  # the case that differs
