@@ -51,9 +51,9 @@ together, in row order in one lane, and :attr:`Op.merge` merges. var and std kee
 values shifted by the segment's first value; argmin, argmax, first and last keep a value and
 its global row number, so the row order, not the arrival order, decides a merge; logsumexp
 keeps a sum scaled by a power of two. The NumPy engine implements every joint fold
-(``numpy_engine._JOINT_FOLDS``); the numba engine compiles all but logsumexp's and takes the
-NumPy engine's fold for the rest; the CuPy engine refuses an op it has no kernel for
-(``cupy_fold.has_kernel``).
+(``numpy_engine._JOINT_FOLDS``); the numba engine compiles each (logsumexp's around NumPy's
+own ``exp``, so the bytes match); the CuPy engine (``cupy_fold.has_kernel``) has a kernel for
+each and refuses an op it has none for.
 
 median, quantile and nunique are *holistic* (:attr:`Op.holistic`): no partial state of theirs
 merges, so they keep no intermediates and no engine folds them. The drivers route them to
