@@ -293,7 +293,7 @@ class KeyEncoder:
         if known is not None:
             # Every cell of the grid is a group already (a later block of few keys): no need
             # to find which cells the rows use.
-            return np.take(known, flat, out=out, mode="clip")  # type: ignore[no-any-return]
+            return np.take(known, flat, out=out, mode="clip")
         present = _cells_used(flat, math.prod(sizes))
         slots = []
         rest = present
