@@ -7,7 +7,9 @@ The structure mirrors :mod:`segcli.drivers.stream`, with partitions instead of b
 2. map: one task per partition reads its own rows, summarises its ids and folds its rows into
    the op's partial state (:mod:`segcli.drivers.dask.tasks`);
 3. combine: partial results merge in a tree on the workers, earlier partitions first, so the
-   order (and so the bytes of a float sum) is the same run after run;
+   order is the same run after run; where the bits of a fold depend on its order (a float
+   sum), partitions fold in a chain instead, each continuing the state of those before, which
+   gives the single machine's bytes (:mod:`segcli.drivers.dask.tasks`);
 4. the client fetches the merged id summary, validates (:mod:`segcli.validate`: the
    same counts and first offender as a one-pass scan, named by file and row), and only then
    fetches the state, O(n x inner), and finalizes it.
@@ -53,7 +55,10 @@ from segcli.drivers.dask.tasks import (
     Job,
     PartResult,
     combine_results,
+    fold_rows,
     id_summary_of,
+    order_matters,
+    read_partition_rows,
     run_partition,
 )
 from segcli.errors import ClusterError, EngineUnavailableError, SegcliError, UsageError
@@ -355,13 +360,21 @@ def _map_reduce(
 ) -> tuple[validate.IdReport, ops.State, frozenset[str]]:
     """Run the tasks; validate from the merged summary; fetch the merged state of n segments."""
     token = uuid.uuid4().hex[:12]  # task keys unique per run on a shared scheduler
+    chained = order_matters(op, plan.data.dtype)
     tasks = {
         client.submit(
-            run_partition, part, job, key=f"segcli-partition-{token}-{part.index}", retries=RETRIES
+            read_partition_rows if chained else run_partition,
+            part,
+            job,
+            key=f"segcli-partition-{token}-{part.index}",
+            retries=RETRIES,
         ): part
         for part in plan.partitions
     }
-    root = _combine_tree(client, list(tasks), token)
+    if chained:
+        root = _fold_chain(client, list(tasks), token, fold_rows, job)
+    else:
+        root = _combine_tree(client, list(tasks), token)
     ids_future = client.submit(id_summary_of, root, key=f"segcli-ids-{token}", retries=RETRIES)
     try:
         _follow(client, tasks, plan.ids_per_row, plan.ids_per_row * plan.ids.shape[0], progress)
@@ -407,6 +420,17 @@ def _combine_tree(
         ]
         level += 1
     return futures[0]
+
+
+def _fold_chain(client: Client, futures: list[Future], token: str, fold: Any, job: Any) -> Future:
+    """Fold the partitions' rows one after another, each task continuing the state of the
+    ones before: the single machine's order of every fold (see :mod:`.tasks`)."""
+    before = None
+    for i, future in enumerate(futures):
+        before = client.submit(
+            fold, before, future, job, key=f"segcli-fold-{token}-{i}", retries=RETRIES
+        )
+    return before
 
 
 def _follow(
