@@ -213,6 +213,27 @@ def test_streamed_parquet_reads_data_and_keys_in_one_pass(
     assert [columns for columns in reads if "a" in columns] == [["v", "a", "b"]]
 
 
+@pytest.mark.parametrize("streaming", [[], ["--chunk-rows", "5"]])
+def test_parquet_key_reads_do_not_pre_buffer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, streaming: list[str]
+) -> None:
+    # Pre-buffering holds about the file's size in fresh buffers (and costs more system time
+    # than decoding): the reads of rows for --by go page by page.
+    path = write_table(tmp_path / "t.parquet", values_table({"a": KEY_KINDS["string"]}))
+    opened: list[dict[str, Any]] = []
+    init = pq.ParquetFile.__init__
+
+    def spy(self: pq.ParquetFile, *args: Any, **kwargs: Any) -> None:
+        opened.append(kwargs)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "__init__", spy)
+    ok("mean", path, "--by", "a", "-q", *streaming)
+    reading = [kwargs for kwargs in opened if "read_dictionary" in kwargs]
+    assert reading
+    assert all(kwargs.get("pre_buffer") is False for kwargs in reading)
+
+
 def test_text_on_stdout_has_a_header_and_key_fields(tmp_path: Path) -> None:
     table = pa.table(
         {
