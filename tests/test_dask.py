@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -962,3 +963,42 @@ def test_scattered_states_keep_the_identity_elsewhere() -> None:
     moved = scattered(state, np.array([3, 0]), 4)
     np.testing.assert_array_equal(moved.count, [2, 0, 0, 1])
     np.testing.assert_array_equal(ops.finalize(moved, fill=-1.0), [2.0, -1.0, -1.0, 1.0])
+
+
+def test_fold_chain_reads_at_most_a_few_partitions_ahead_of_its_folds() -> None:
+    """A read waits for the fold READ_AHEAD_PER_WORKER partitions a worker before it, so rows
+    read but not folded stay bounded however fast the reads go."""
+
+    @dataclass(eq=False)  # hashable, as futures are
+    class Submitted:
+        function: Any
+        args: tuple[Any, ...]
+        key: str
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.submitted: list[Submitted] = []
+
+        def nthreads(self) -> dict[str, int]:
+            return {"a": 1, "b": 1}
+
+        def submit(self, function: Any, *args: Any, key: str, **_: Any) -> Submitted:
+            self.submitted.append(Submitted(function, args, key))
+            return self.submitted[-1]
+
+    client = Recorder()
+    parts: Any = tuple(SimpleNamespace(index=k) for k in range(10))
+    read, fold = distributed_tasks.read_partition_rows, distributed_tasks.fold_rows
+    tasks, root = seg_dask._fold_chain(client, parts, "t", read, fold, None)
+    ahead = 2 * seg_dask.READ_AHEAD_PER_WORKER
+    reads = [s for s in client.submitted if s.function is distributed_tasks.read_partition_rows]
+    folds = [s for s in client.submitted if s.function is distributed_tasks.fold_rows]
+    assert list(tasks) == reads and root is folds[-1]
+    for k, (read, fold) in enumerate(zip(reads, folds, strict=True)):
+        assert fold.args[:2] == (folds[k - 1] if k else None, read)
+        waits = read.args[2:]
+        if k < ahead:
+            assert waits == ()
+        else:
+            (token,) = waits
+            assert token.args == (folds[k - ahead],)

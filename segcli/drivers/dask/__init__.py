@@ -360,20 +360,21 @@ def _map_reduce(
 ) -> tuple[validate.IdReport, ops.State, frozenset[str]]:
     """Run the tasks; validate from the merged summary; fetch the merged state of n segments."""
     token = uuid.uuid4().hex[:12]  # task keys unique per run on a shared scheduler
-    chained = order_matters(op, plan.data.dtype)
-    tasks = {
-        client.submit(
-            read_partition_rows if chained else run_partition,
-            part,
-            job,
-            key=f"segcli-partition-{token}-{part.index}",
-            retries=RETRIES,
-        ): part
-        for part in plan.partitions
-    }
-    if chained:
-        root = _fold_chain(client, list(tasks), token, fold_rows, job)
+    if order_matters(op, plan.data.dtype):
+        tasks, root = _fold_chain(
+            client, plan.partitions, token, read_partition_rows, fold_rows, job
+        )
     else:
+        tasks = {
+            client.submit(
+                run_partition,
+                part,
+                job,
+                key=f"segcli-partition-{token}-{part.index}",
+                retries=RETRIES,
+            ): part
+            for part in plan.partitions
+        }
         root = _combine_tree(client, list(tasks), token)
     ids_future = client.submit(id_summary_of, root, key=f"segcli-ids-{token}", retries=RETRIES)
     try:
@@ -422,15 +423,47 @@ def _combine_tree(
     return futures[0]
 
 
-def _fold_chain(client: Client, futures: list[Future], token: str, fold: Any, job: Any) -> Future:
-    """Fold the partitions' rows one after another, each task continuing the state of the
-    ones before: the single machine's order of every fold (see :mod:`.tasks`)."""
-    before = None
-    for i, future in enumerate(futures):
-        before = client.submit(
-            fold, before, future, job, key=f"segcli-fold-{token}-{i}", retries=RETRIES
+#: Partitions read ahead of the fold chain, per worker: their rows wait in workers' memory.
+READ_AHEAD_PER_WORKER = 2
+
+
+def _fold_chain(
+    client: Client,
+    partitions: tuple[Partition, ...],
+    token: str,
+    read: Any,
+    fold: Any,
+    job: Any,
+) -> tuple[dict[Future, Partition], Future]:
+    """Read the partitions in parallel and fold their rows one after another, each fold task
+    continuing the state of the ones before: the single machine's order of every fold (see
+    :mod:`.tasks`). Returns the read tasks and the last fold.
+
+    A read waits for the fold a few partitions before it, so that rows read but not folded
+    stay within ``READ_AHEAD_PER_WORKER`` partitions a worker, however fast the reads go."""
+    ahead = READ_AHEAD_PER_WORKER * max(1, len(client.nthreads()))
+    tasks: dict[Future, Partition] = {}
+    folds: list[Future] = []
+    for k, part in enumerate(partitions):
+        # The fold ``ahead`` links back, as a token of no size (not its state).
+        after = (
+            []
+            if k < ahead
+            else [client.submit(_nothing, folds[k - ahead], key=f"segcli-after-{token}-{k}")]
         )
-    return before
+        rows = client.submit(
+            read, part, job, *after, key=f"segcli-partition-{token}-{part.index}", retries=RETRIES
+        )
+        tasks[rows] = part
+        before = folds[-1] if folds else None
+        folds.append(
+            client.submit(fold, before, rows, job, key=f"segcli-fold-{token}-{k}", retries=RETRIES)
+        )
+    return tasks, folds[-1]
+
+
+def _nothing(*_: Any) -> None:
+    return None
 
 
 def _follow(

@@ -109,9 +109,9 @@ class KeyedRows:
     error: SegcliError | None = None
 
 
-def read_keyed_partition(part: Partition, job: KeyedJob) -> KeyedRows:
+def read_keyed_partition(part: Partition, job: KeyedJob, *after: None) -> KeyedRows:
     """Read and encode one partition, for :func:`fold_keyed`; an input error comes back in
-    the result."""
+    the result. ``after``: tasks to wait for (see ``_fold_chain``), not used."""
     try:
         data, ids, encoder, key_bytes = _encoded_partition(part, job)
     except SegcliError as exc:
@@ -327,20 +327,21 @@ def _map_reduce(client: Any, plan: Plan, job: KeyedJob, progress: Progress | Non
     from segcli.drivers.dask import RETRIES, _combine_tree, _fold_chain, _follow, _outcome
 
     token = uuid.uuid4().hex[:12]  # task keys unique per run on a shared scheduler
-    chained = order_matters(job.op, plan.data.dtype)
-    tasks = {
-        client.submit(
-            read_keyed_partition if chained else run_keyed_partition,
-            part,
-            job,
-            key=f"segcli-keyed-{token}-{part.index}",
-            retries=RETRIES,
-        ): part
-        for part in plan.partitions
-    }
-    if chained:
-        root = _fold_chain(client, list(tasks), token, fold_keyed, job)
+    if order_matters(job.op, plan.data.dtype):
+        tasks, root = _fold_chain(
+            client, plan.partitions, token, read_keyed_partition, fold_keyed, job
+        )
     else:
+        tasks = {
+            client.submit(
+                run_keyed_partition,
+                part,
+                job,
+                key=f"segcli-keyed-{token}-{part.index}",
+                retries=RETRIES,
+            ): part
+            for part in plan.partitions
+        }
         root = _combine_tree(client, list(tasks), token, combine_keyed)
     try:
         _follow(client, tasks, 1, plan.data.shape[0], progress)

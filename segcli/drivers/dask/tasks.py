@@ -129,8 +129,9 @@ class PartRows:
     inner: tuple[int, ...]
 
 
-def read_partition_rows(part: Partition, job: Job) -> PartRows:
-    """Read and validate one partition, for :func:`fold_rows`."""
+def read_partition_rows(part: Partition, job: Job, *after: None) -> PartRows:
+    """Read and validate one partition, for :func:`fold_rows`. ``after``: tasks to wait for
+    (the fold chain bounds how far reads run ahead of it), not used."""
     data, ids = read_partition(part)
     flat = ids.reshape(-1)
     first_row = part.row_offset * _per_row(part.ids)
