@@ -1,12 +1,18 @@
 """``segcli --by`` end to end against polars and duckdb: the same Parquet file, fresh processes.
 
-    python benchmarks/by_bench.py [--rows 30000000] [--rounds 3] [--distinct 1000000]
+    python benchmarks/by_bench.py [--rows 30000000] [--rounds 3] [--distinct 1000000] [--skipna]
 
 1. Low cardinality: N rows with two string keys (20 carriers x 3 origins) and a float64 value;
    the mean per (carrier, origin) written as Parquet, by segcli (in memory), polars and duckdb,
    each a whole ``python`` process; rounds interleave the tools; the median is printed.
 2. The same segcli run streamed with ``--memory-limit 256MB``: its peak resident memory.
 3. High cardinality: one string key of ``--distinct`` values over the same number of rows.
+
+``--skipna``: the issue's workload: about 2% of the values are null and segcli runs with
+``--skipna`` (polars' ``mean`` and duckdb's ``avg`` skip nulls by themselves).
+
+The children run without ``PYTHONDONTWRITEBYTECODE``: the warm-up run compiles segcli's
+modules once, as installing compiles the peers' (an editable install compiles nothing).
 
 Nothing is asserted; figures belong in ``BY_RESULTS.md`` with the day they were measured.
 """
@@ -37,14 +43,15 @@ runpy.run_module("segcli", run_name="__main__")
 """
 
 
-def write_table(path: str, rows: int, keys: dict[str, np.ndarray]) -> None:
+def write_table(path: str, rows: int, keys: dict[str, np.ndarray], nulls: bool) -> None:
     rng = np.random.default_rng(0)
     columns = {name: pa.array(values) for name, values in keys.items()}
-    columns["arr_delay"] = pa.array(rng.normal(5.0, 20.0, rows))
+    mask = rng.random(rows) < 0.02 if nulls else None
+    columns["arr_delay"] = pa.array(rng.normal(5.0, 20.0, rows), mask=mask)
     pq.write_table(pa.table(columns), path, row_group_size=1 << 20)
 
 
-def tools(path: str, by: list[str], out: str) -> dict[str, list[str]]:
+def tools(path: str, by: list[str], out: str, skipna: bool) -> dict[str, list[str]]:
     keys = ", ".join(by)
     polars = (
         "import polars as pl, sys; "
@@ -57,6 +64,7 @@ def tools(path: str, by: list[str], out: str) -> dict[str, list[str]]:
         f"TO '{out}.duckdb.parquet' (FORMAT parquet)\")"
     )
     segcli = ["-m", "segcli", "mean", path, "--data-column", "arr_delay", "--by", ",".join(by)]
+    segcli += ["--skipna"] if skipna else []
     return {
         "segcli": [sys.executable, *segcli, "-q", "-o", out + ".segcli.parquet"],
         "polars": [sys.executable, "-c", polars],
@@ -64,9 +72,13 @@ def tools(path: str, by: list[str], out: str) -> dict[str, list[str]]:
     }
 
 
+#: The children's environment: bytecode written and reused (see the module text).
+CHILD_ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
+
+
 def timed(argv: list[str]) -> float:
     started = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, check=False)
+    done = subprocess.run(argv, capture_output=True, check=False, env=CHILD_ENV)
     if done.returncode != 0:
         raise SystemExit(f"{argv[:4]} failed: {done.stderr.decode()[-400:]}")
     return time.perf_counter() - started
@@ -87,11 +99,12 @@ def compare(title: str, commands: dict[str, list[str]], rounds: int) -> None:
         print(f"| {name} | {value:.2f} | {value / fastest_peer:.2f} |")
 
 
-def streamed_peak(path: str, by: list[str], out: str) -> tuple[float, float]:
+def streamed_peak(path: str, by: list[str], out: str, skipna: bool) -> tuple[float, float]:
     argv = [sys.executable, "-c", _PEAK, "mean", path, "--data-column", "arr_delay"]
     argv += ["--by", ",".join(by), "--memory-limit", "256MB", "-q", "-o", out + ".s.parquet"]
+    argv += ["--skipna"] if skipna else []
     started = time.perf_counter()
-    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, env=CHILD_ENV)
     if done.returncode != 0:
         raise SystemExit(done.stderr[-400:])
     return time.perf_counter() - started, int(done.stderr.splitlines()[-1]) / 1024
@@ -102,6 +115,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=30_000_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--distinct", type=int, default=1_000_000)
+    parser.add_argument("--skipna", action="store_true", help="null values, segcli --skipna")
     args = parser.parse_args()
     rng = np.random.default_rng(1)
     carriers = np.array([f"C{i:02d}" for i in range(20)])
@@ -115,18 +129,24 @@ def main() -> None:
                 "carrier": carriers[rng.integers(0, 20, args.rows)],
                 "origin": origins[rng.integers(0, 3, args.rows)],
             },
+            args.skipna,
         )
         print(f"{args.rows:,} rows; {os.path.getsize(low) / 2**20:.0f} MiB of Parquet")
         by = ["carrier", "origin"]
-        compare("mean by carrier, origin (60 groups)", tools(low, by, f"{folder}/o"), args.rounds)
-        seconds, peak = streamed_peak(low, by, f"{folder}/o")
+        compare(
+            "mean by carrier, origin (60 groups)",
+            tools(low, by, f"{folder}/o", args.skipna),
+            args.rounds,
+        )
+        seconds, peak = streamed_peak(low, by, f"{folder}/o", args.skipna)
         print(f"\nstreamed with --memory-limit 256MB: {seconds:.2f} s, peak RSS {peak:.0f} MiB")
         high = f"{folder}/high.parquet"
         names = np.array([f"user-{i:07d}" for i in range(args.distinct)])
-        write_table(high, args.rows, {"user": names[rng.integers(0, args.distinct, args.rows)]})
+        users = {"user": names[rng.integers(0, args.distinct, args.rows)]}
+        write_table(high, args.rows, users, args.skipna)
         compare(
             f"mean by user ({args.distinct:,} distinct strings)",
-            tools(high, ["user"], f"{folder}/h"),
+            tools(high, ["user"], f"{folder}/h", args.skipna),
             args.rounds,
         )
 

@@ -194,6 +194,46 @@ def test_streaming_gives_the_in_memory_bytes(tmp_path: Path, fmt: str, null_keys
     assert all(item == outputs[0] for item in outputs[1:])
 
 
+def test_streamed_parquet_reads_data_and_keys_in_one_pass(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each row group is decoded once for the data column and the key columns together.
+    table = values_table({"a": KEY_KINDS["dictionary"], "b": KEY_KINDS["string"]})
+    path = write_table(tmp_path / "t.parquet", table)
+    whole = ok("mean", path, "--by", "a,b", "-q").stdout
+    reads: list[list[str]] = []
+    iter_batches = pq.ParquetFile.iter_batches
+
+    def spy(self: pq.ParquetFile, *args: Any, **kwargs: Any) -> Any:
+        reads.append(list(kwargs.get("columns") or []))
+        return iter_batches(self, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", spy)
+    assert ok("mean", path, "--by", "a,b", "-q", "--chunk-rows", "5").stdout == whole
+    assert [columns for columns in reads if "a" in columns] == [["v", "a", "b"]]
+
+
+@pytest.mark.parametrize("streaming", [[], ["--chunk-rows", "5"]])
+def test_parquet_key_reads_do_not_pre_buffer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, streaming: list[str]
+) -> None:
+    # Pre-buffering holds about the file's size in fresh buffers (and costs more system time
+    # than decoding): the reads of rows for --by go page by page.
+    path = write_table(tmp_path / "t.parquet", values_table({"a": KEY_KINDS["string"]}))
+    opened: list[dict[str, Any]] = []
+    init = pq.ParquetFile.__init__
+
+    def spy(self: pq.ParquetFile, *args: Any, **kwargs: Any) -> None:
+        opened.append(kwargs)
+        init(self, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "__init__", spy)
+    ok("mean", path, "--by", "a", "-q", *streaming)
+    reading = [kwargs for kwargs in opened if "read_dictionary" in kwargs]
+    assert reading
+    assert all(kwargs.get("pre_buffer") is False for kwargs in reading)
+
+
 def test_text_on_stdout_has_a_header_and_key_fields(tmp_path: Path) -> None:
     table = pa.table(
         {

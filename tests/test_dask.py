@@ -16,6 +16,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -166,11 +167,12 @@ def assert_same(got: core.Reduction, expected: core.Reduction) -> None:
     assert got.result.shape == expected.result.shape
     assert got.id_report == expected.id_report
     np.testing.assert_array_equal(got.counts, expected.counts)
-    exact = got.result.dtype.kind in "iu" or got.op.name in ("min", "max", "count")
-    if exact:
-        np.testing.assert_array_equal(got.result, expected.result)
-    else:  # the combine tree adds partial sums in another order
-        np.testing.assert_allclose(got.result, expected.result, rtol=1e-6, atol=1e-12)
+    # The same bytes: float sums fold in a chain of partitions, in the single machine's order.
+    assert np.array_equal(_bytes_of(got.result), _bytes_of(expected.result))
+
+
+def _bytes_of(array: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -343,6 +345,34 @@ def test_results_are_deterministic(client: Any, parquet_dataset: Dataset) -> Non
         for _ in range(2)
     ]
     assert runs[0].tobytes() == runs[1].tobytes()
+
+
+@pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
+@pytest.mark.parametrize("op", ["sum", "mean", "sqrt_n", "prod", "var", "std", "logsumexp"])
+def test_order_dependent_folds_give_the_single_machine_bytes(
+    client: Any, parquet_dataset: Dataset, op: str, sorted_ids: bool
+) -> None:
+    """Float folds whose bits depend on their order, over partitions cut inside files too."""
+    ids_column = "sseg" if sorted_ids else "seg"
+    for column in ("x", "v"):
+        reduction = run(
+            client,
+            op=op,
+            data=str(parquet_dataset.root),
+            data_column=column,
+            ids_column=ids_column,
+            sorted_ids=sorted_ids,
+            chunk_rows=23,
+        )[0]
+        expected = core.reduce_arrays(
+            parquet_dataset.arrays[column],
+            parquet_dataset.arrays[ids_column],
+            None,
+            op,
+            sorted=sorted_ids,
+            engine="numpy",
+        )
+        assert_same(reduction, expected)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -865,24 +895,24 @@ def test_by_on_arrow_files_gives_the_single_machine_bytes(
     assert (tmp_path / "dask.arrow").read_bytes() == (tmp_path / "one.arrow").read_bytes()
 
 
-def test_by_float_sums_are_close_and_deterministic(
-    address: str, keyed_dataset: Path, tmp_path: Path
+@pytest.mark.parametrize("chunk_rows", [None, 9])
+@pytest.mark.parametrize("op", ["sum", "mean", "sqrt_n", "prod", "var", "std", "logsumexp"])
+def test_by_float_folds_give_the_single_machine_bytes(
+    address: str, keyed_dataset: Path, tmp_path: Path, op: str, chunk_rows: int | None
 ) -> None:
-    """Partitions' partial sums are added in partition order: the same bits run after run,
-    and within rounding of the single-machine sum (which adds row by row)."""
+    """Folds whose bits depend on their order fold the partitions in a chain, continuing the
+    groups and state of the ones before: the single machine's bytes, run after run."""
     import pyarrow.ipc as ipc
 
-    args = ["sum", "--data-column", "x", "--by", "city"]
+    args = [op, "--data-column", "x", "--by", "city,k2", "--null-keys", "group"]
     assert keyed_run(keyed_dataset, tmp_path / "one.arrow", *args).exit_code == 0
-    for name in ("a.arrow", "b.arrow"):
-        done = keyed_run(
-            keyed_dataset, tmp_path / name, *args, "--chunk-rows", "9", address=address
-        )
-        assert done.exit_code == 0, done.stderr
-    assert (tmp_path / "a.arrow").read_bytes() == (tmp_path / "b.arrow").read_bytes()
-    got, want = (ipc.open_file(tmp_path / n).read_all() for n in ("a.arrow", "one.arrow"))
-    assert got.select(["city", "count"]).equals(want.select(["city", "count"]))
-    np.testing.assert_allclose(got["value"].to_numpy(), want["value"].to_numpy(), rtol=1e-9)
+    rows = [] if chunk_rows is None else ["--chunk-rows", str(chunk_rows)]
+    done = keyed_run(keyed_dataset, tmp_path / "dask.arrow", *args, *rows, address=address)
+    assert done.exit_code == 0, done.stderr
+    got, want = (ipc.open_file(tmp_path / n).read_all() for n in ("dask.arrow", "one.arrow"))
+    values = [t["value"].to_numpy().view(np.uint8) for t in (got, want)]
+    assert np.array_equal(*values)
+    assert (tmp_path / "dask.arrow").read_bytes() == (tmp_path / "one.arrow").read_bytes()
 
 
 def test_by_keys_from_keeps_its_order_and_empty_groups(
@@ -933,3 +963,42 @@ def test_scattered_states_keep_the_identity_elsewhere() -> None:
     moved = scattered(state, np.array([3, 0]), 4)
     np.testing.assert_array_equal(moved.count, [2, 0, 0, 1])
     np.testing.assert_array_equal(ops.finalize(moved, fill=-1.0), [2.0, -1.0, -1.0, 1.0])
+
+
+def test_fold_chain_reads_at_most_a_few_partitions_ahead_of_its_folds() -> None:
+    """A read waits for the fold READ_AHEAD_PER_WORKER partitions a worker before it, so rows
+    read but not folded stay bounded however fast the reads go."""
+
+    @dataclass(eq=False)  # hashable, as futures are
+    class Submitted:
+        function: Any
+        args: tuple[Any, ...]
+        key: str
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.submitted: list[Submitted] = []
+
+        def nthreads(self) -> dict[str, int]:
+            return {"a": 1, "b": 1}
+
+        def submit(self, function: Any, *args: Any, key: str, **_: Any) -> Submitted:
+            self.submitted.append(Submitted(function, args, key))
+            return self.submitted[-1]
+
+    client = Recorder()
+    parts: Any = tuple(SimpleNamespace(index=k) for k in range(10))
+    read, fold = distributed_tasks.read_partition_rows, distributed_tasks.fold_rows
+    tasks, root = seg_dask._fold_chain(client, parts, "t", read, fold, None)
+    ahead = 2 * seg_dask.READ_AHEAD_PER_WORKER
+    reads = [s for s in client.submitted if s.function is distributed_tasks.read_partition_rows]
+    folds = [s for s in client.submitted if s.function is distributed_tasks.fold_rows]
+    assert list(tasks) == reads and root is folds[-1]
+    for k, (read, fold) in enumerate(zip(reads, folds, strict=True)):
+        assert fold.args[:2] == (folds[k - 1] if k else None, read)
+        waits = read.args[2:]
+        if k < ahead:
+            assert waits == ()
+        else:
+            (token,) = waits
+            assert token.args == (folds[k - ahead],)

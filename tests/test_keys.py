@@ -656,3 +656,55 @@ def test_blocks_sharing_a_large_dictionary_code_it_once(null_keys: str) -> None:
     assert row_keys(shared, shared_ids) == row_keys(plain, plain_ids)
     assert shared.missing_rows == plain.missing_rows
     assert shared.finish().keys.column(0).to_pylist() == plain.finish().keys.column(0).to_pylist()
+
+
+def key_tuples(encoder: KeyEncoder, ids: np.ndarray) -> list[Any]:
+    """Each row's key tuple (None for a dropped row), whatever the encoder numbered its group."""
+    keys = encoder.finish()
+    row_of_group = np.argsort(keys.order)
+    rows = list(zip(*(column.to_pylist() for column in keys.keys.columns), strict=True))
+    return [None if i == MISSING else rows[row_of_group[i]] for i in ids]
+
+
+@pytest.mark.parametrize("null_keys", ["drop", "group"])
+@pytest.mark.parametrize("keys_from", [False, True])
+def test_later_blocks_of_known_keys_skip_finding_the_cells_used(
+    monkeypatch: pytest.MonkeyPatch, null_keys: str, keys_from: bool
+) -> None:
+    # Once every cell of a block's grid of dictionary slots is a group, the block needs no
+    # pass over its rows to find the cells they use; a new combination (c, y) still does.
+    columns = {
+        "a": ["a", "a", "b", "b", None, None, "b", "a", None, "a", "c", "a"],
+        "b": ["x", "y", "x", "y", "x", "y", "y", "x", "y", "y", "y", "x"],
+    }
+    blocks = [
+        pa.table(
+            {
+                name: pa.array(values[start:stop]).dictionary_encode()
+                for name, values in columns.items()
+            }
+        )
+        for start, stop in [(0, 6), (6, 10), (10, 12)]
+    ]
+    options: dict[str, Any] = {"null_keys": null_keys}
+    if keys_from:
+        pairs = [(a, b) for a in ("c", "b", "a", None) for b in ("y", "x")]
+        options["keys_from"] = pa.table({"a": [a for a, _ in pairs], "b": [b for _, b in pairs]})
+    encoder = KeyEncoder(["a", "b"], **options)
+    ids = [encoder.encode(blocks[0])]
+    finding: list[int] = []
+    cells_used = segcli.keys._cells_used
+
+    def spy(flat: np.ndarray, cells: int) -> np.ndarray:
+        finding.append(cells)
+        return cells_used(flat, cells)
+
+    monkeypatch.setattr(segcli.keys, "_cells_used", spy)
+    ids.append(encoder.encode(blocks[1]))
+    assert not finding
+    ids.append(encoder.encode(blocks[2]))
+    # keys_from knows (c, y) from the start; the per-row path finds no cells at all.
+    assert bool(finding) == (not keys_from and segcli.keys._grid_pays([3, 3], 2))
+    reference = KeyEncoder(["a", "b"], **options)
+    want = reference.encode(pa.table(columns))
+    assert key_tuples(encoder, np.concatenate(ids)) == key_tuples(reference, want)

@@ -29,6 +29,8 @@ from segcli.drivers.base import (
 from segcli.io.formats import input_format
 from segcli.io.keys import (
     KeyIdsChunks,
+    ParquetPass,
+    PassColumn,
     check_key_columns,
     key_table_file,
     pick_data_column,
@@ -146,12 +148,18 @@ def run_streaming(
     spec: RunSpec, progress: Progress | None = None, watch: Watch | None = None
 ) -> DriverResult:
     """Stream the data column and the key columns in aligned blocks, encoding as they come."""
-    from segcli.drivers.stream import reduce_stream, rows_of
+    from segcli.drivers.stream import read_ahead, reduce_stream, rows_of
 
     table, column = _open(spec)
     encoder = encoder_for(spec)
-    source = io.open_chunked(spec.data, column=column, role="data", csv=spec.csv)
-    ids = KeyIdsChunks(table, spec.by, encoder)
+    source: io.ChunkSource
+    if table.fmt == "parquet":
+        shared = ParquetPass(table, column, spec.by, prefetch=read_ahead)
+        source = PassColumn(table, column, shared)
+        ids = KeyIdsChunks(table, spec.by, encoder, shared)
+    else:
+        source = io.open_chunked(spec.data, column=column, role="data", csv=spec.csv)
+        ids = KeyIdsChunks(table, spec.by, encoder)
     data: Any = source if watch is None else _Watched(source, watch)
     reduction, plan = reduce_stream(
         data,

@@ -9,14 +9,15 @@ pyarrow is imported inside the functions, as in the rest of :mod:`segcli.io`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections import deque
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from segcli.errors import ReadError, UsageError
-from segcli.io.chunked import UNKNOWN_ROWS, _check_rows
+from segcli.io.chunked import UNKNOWN_ROWS, TableChunks, _check_rows
 from segcli.io.formats import input_format
 from segcli.io.tables import CSV_HEAD_BYTES, CsvOptions, TableFile, open_table
 
@@ -104,7 +105,8 @@ def _read_parquet(
         schema = pa.schema([declared.field(name) for name in by])
         source = table.parquet_source()
         coded = dictionary_columns(pq.ParquetFile(source), schema)
-        parquet = pq.ParquetFile(source, read_dictionary=coded)
+        # No pre-buffering: see ParquetPass._read.
+        parquet = pq.ParquetFile(source, read_dictionary=coded, pre_buffer=False)
         return parquet.read(columns=names), schema
 
 
@@ -199,17 +201,108 @@ def key_schema(table: TableFile, by: Sequence[str]) -> pa.Schema:
     return pa.schema([schema.field(name) for name in by])
 
 
+#: Wraps an iterator of batches (the streaming driver reads them ahead on a thread).
+Prefetch = Callable[[Generator["pa.RecordBatch", None, None]], Iterator["pa.RecordBatch"]]
+
+
+class ParquetPass:
+    """One read of a Parquet file's data column and key columns, shared by the two sources
+    a streamed ``--by`` run reads in step (:class:`PassColumn` and :class:`KeyIdsChunks`).
+
+    Each row group is opened and decoded once, the key columns in their dictionary encoding
+    where that pays (:func:`dictionary_columns`), instead of once per source. A batch read
+    for one source waits in the other's queue until it takes it: in step, about one batch.
+    ``prefetch`` wraps the batches as they are read (the driver decodes them on a thread of
+    their own, so that decoding overlaps encoding and folding)."""
+
+    def __init__(
+        self, table: TableFile, column: str, by: Sequence[str], prefetch: Prefetch | None = None
+    ) -> None:
+        self._table = table
+        self.column = column
+        self.by = list(by)
+        self._prefetch = prefetch
+        self._batches: Iterator[pa.RecordBatch] | None = None
+        self._rows = 0
+        self._queues: dict[str, deque[Any]] = {"data": deque(), "keys": deque()}
+
+    def data(self, rows: int) -> Iterator[pa.Array]:
+        """The data column, batch by batch."""
+        return self._take("data", rows)
+
+    def keys(self, rows: int) -> Iterator[pa.RecordBatch]:
+        """The key columns, batch by batch."""
+        return self._take("keys", rows)
+
+    def _take(self, which: str, rows: int) -> Iterator[Any]:
+        queue = self._queues[which]
+        while queue or self._pull(rows):
+            yield queue.popleft()
+
+    def _pull(self, rows: int) -> bool:
+        if self._batches is None:
+            self._rows = rows
+            self._batches = self._read(rows)
+            if self._prefetch is not None:
+                self._batches = self._prefetch(self._batches)
+        elif rows != self._rows:
+            raise ValueError(f"both sources read {self._rows} rows a batch, not {rows}")
+        batch = next(self._batches, None)
+        if batch is None:
+            return False
+        self._queues["data"].append(batch.column(self.column))
+        self._queues["keys"].append(batch.select(self.by))
+        return True
+
+    def _read(self, rows: int) -> Generator[pa.RecordBatch, None, None]:
+        import pyarrow.parquet as pq
+
+        schema = key_schema(self._table, self.by)
+        source = self._table.parquet_source()
+        coded = dictionary_columns(pq.ParquetFile(source), schema)
+        # Pre-buffering reads every row group's column chunks ahead into fresh buffers: about
+        # the file's size in resident memory, and more system time than decoding takes.
+        parquet = pq.ParquetFile(source, read_dictionary=coded, pre_buffer=False)
+        # A key column that is the data column too is read once, under both roles.
+        names = list(dict.fromkeys([self.column, *self.by]))
+        yield from parquet.iter_batches(batch_size=rows, columns=names)
+
+
+class PassColumn(TableChunks):
+    """The data column of a :class:`ParquetPass`: a ChunkSource like :class:`TableChunks`
+    (the same checks and conversion), whose batches come from the shared read."""
+
+    def __init__(self, table: TableFile, column: str, shared: ParquetPass) -> None:
+        super().__init__(table, column)  # reads the first row on its own, for the dtype
+        self._shared = shared
+
+    def _batches(self, rows: int) -> Iterator[pa.Array]:
+        shared = getattr(self, "_shared", None)
+        if shared is None:  # the constructor's look at the first row
+            yield from super()._batches(rows)
+            return
+        yield from shared.data(rows)
+
+
 class KeyIdsChunks:
     """Group ids of a table's key columns, block by block: a ChunkSource of int64 ids.
 
     The first call of :meth:`chunks` encodes an empty block, so that a table without rows
     still fixes the key types; the encoder holds the groups once every block was read.
+    ``shared``: the key columns come from that read of the file (and its data column).
     """
 
-    def __init__(self, table: TableFile, by: Sequence[str], encoder: KeyEncoder) -> None:
+    def __init__(
+        self,
+        table: TableFile,
+        by: Sequence[str],
+        encoder: KeyEncoder,
+        shared: ParquetPass | None = None,
+    ) -> None:
         self._table = table
         self._by = list(by)
         self.encoder = encoder
+        self._shared = shared
         self.schema = key_schema(table, by)
         self.label = f"{table.label}:{','.join(self._by)}"
         self.dtype: np.dtype[Any] = np.dtype(np.int64)
@@ -237,12 +330,14 @@ class KeyIdsChunks:
         return UNKNOWN_ROWS
 
     def _batches(self, rows: int) -> Iterator[pa.RecordBatch]:
-        if self._table.fmt == "parquet":
+        if self._shared is not None:
+            yield from self._shared.keys(rows)
+        elif self._table.fmt == "parquet":
             import pyarrow.parquet as pq
 
             source = self._table.parquet_source()
             coded = dictionary_columns(pq.ParquetFile(source), self.schema)
-            parquet = pq.ParquetFile(source, read_dictionary=coded)
+            parquet = pq.ParquetFile(source, read_dictionary=coded, pre_buffer=False)
             yield from parquet.iter_batches(batch_size=rows, columns=self._by)
         elif self._table.fmt == "arrow":
             for batch in _ipc_batches(self._table):

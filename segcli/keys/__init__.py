@@ -288,13 +288,13 @@ class KeyEncoder:
         """Ids through the grid of the block's dictionary slots: each combination present is
         looked up once, then one gather gives every row its id."""
         sizes = [len(table) for table, _ in coded]
-        flat = coded[0][1]
-        if len(coded) > 1:
-            flat = flat.astype(np.intp)
-            for size, (_, rows) in zip(sizes[1:], coded[1:], strict=True):
-                flat *= size
-                flat += rows
-        present = np.flatnonzero(np.bincount(flat, minlength=math.prod(sizes)))
+        flat = _grid_slots(coded, sizes)
+        known = self._known_grid(coded, columns)
+        if known is not None:
+            # Every cell of the grid is a group already (a later block of few keys): no need
+            # to find which cells the rows use.
+            return np.take(known, flat, out=out, mode="clip")
+        present = _cells_used(flat, math.prod(sizes))
         slots = []
         rest = present
         for size in reversed(sizes[1:]):
@@ -307,6 +307,20 @@ class KeyEncoder:
         # Every slot is in range; "clip" spares the copy that take makes of out to check it.
         ids: np.ndarray = np.take(grid, flat, out=out, mode="clip")
         return ids
+
+    def _known_grid(
+        self, coded: list[tuple[np.ndarray, np.ndarray]], columns: list[KeyColumn]
+    ) -> np.ndarray | None:
+        """The id of every cell of the grid of dictionary slots, if each is a group already
+        (or a missing key); None if some cell is not."""
+        if not len(self._groups):
+            return None
+        tables = [table for table, _ in coded]
+        cells = [grid.reshape(-1) for grid in np.meshgrid(*tables, indexing="ij")]
+        if any(bool((c == UNKNOWN).any()) for c in cells):
+            return None
+        ids = self._groups.ids(cells, [len(c.index) for c in columns], add=False)
+        return None if bool((ids == UNKNOWN).any()) else ids
 
     def _code_ids(
         self, codes: list[np.ndarray], columns: list[KeyColumn], *, add: bool
@@ -331,6 +345,25 @@ class KeyEncoder:
             f"{where}row {self.rows + row} has key {_key_text(block, row, self.by)}, "
             f"which is not in {self.keys_from_label}"
         )
+
+
+def _grid_slots(coded: list[tuple[np.ndarray, np.ndarray]], sizes: list[int]) -> np.ndarray:
+    """Each row's cell in the grid of dictionary slots (row-major over the key columns)."""
+    flat = coded[0][1]
+    if len(coded) == 1:
+        return flat
+    # 4-byte cells where the grid allows: half the memory traffic of 8-byte ones.
+    cell = np.int32 if math.prod(sizes) < 2**31 else np.intp
+    flat = flat.astype(cell)
+    for size, (_, rows) in zip(sizes[1:], coded[1:], strict=True):
+        flat *= cell(size)
+        flat += rows.astype(cell, copy=False)
+    return flat
+
+
+def _cells_used(flat: np.ndarray, cells: int) -> np.ndarray:
+    """The cells of the grid some row falls in, ascending."""
+    return np.flatnonzero(np.bincount(flat, minlength=cells))
 
 
 def _grid_pays(sizes: list[int], rows: int) -> bool:

@@ -7,7 +7,9 @@ The structure mirrors :mod:`segcli.drivers.stream`, with partitions instead of b
 2. map: one task per partition reads its own rows, summarises its ids and folds its rows into
    the op's partial state (:mod:`segcli.drivers.dask.tasks`);
 3. combine: partial results merge in a tree on the workers, earlier partitions first, so the
-   order (and so the bytes of a float sum) is the same run after run;
+   order is the same run after run; where the bits of a fold depend on its order (a float
+   sum), partitions fold in a chain instead, each continuing the state of those before, which
+   gives the single machine's bytes (:mod:`segcli.drivers.dask.tasks`);
 4. the client fetches the merged id summary, validates (:mod:`segcli.validate`: the
    same counts and first offender as a one-pass scan, named by file and row), and only then
    fetches the state, O(n x inner), and finalizes it.
@@ -53,7 +55,10 @@ from segcli.drivers.dask.tasks import (
     Job,
     PartResult,
     combine_results,
+    fold_rows,
     id_summary_of,
+    order_matters,
+    read_partition_rows,
     run_partition,
 )
 from segcli.errors import ClusterError, EngineUnavailableError, SegcliError, UsageError
@@ -356,13 +361,22 @@ def _map_reduce(
 ) -> tuple[validate.IdReport, ops.State, frozenset[str], int]:
     """Run the tasks; validate from the merged summary; fetch the merged state of n segments."""
     token = uuid.uuid4().hex[:12]  # task keys unique per run on a shared scheduler
-    tasks = {
-        client.submit(
-            run_partition, part, job, key=f"segcli-partition-{token}-{part.index}", retries=RETRIES
-        ): part
-        for part in plan.partitions
-    }
-    root = _combine_tree(client, list(tasks), token)
+    if order_matters(op, plan.data.dtype):
+        tasks, root = _fold_chain(
+            client, plan.partitions, token, read_partition_rows, fold_rows, job
+        )
+    else:
+        tasks = {
+            client.submit(
+                run_partition,
+                part,
+                job,
+                key=f"segcli-partition-{token}-{part.index}",
+                retries=RETRIES,
+            ): part
+            for part in plan.partitions
+        }
+        root = _combine_tree(client, list(tasks), token)
     ids_future = client.submit(id_summary_of, root, key=f"segcli-ids-{token}", retries=RETRIES)
     try:
         _follow(client, tasks, plan.ids_per_row, plan.ids_per_row * plan.ids.shape[0], progress)
@@ -408,6 +422,49 @@ def _combine_tree(
         ]
         level += 1
     return futures[0]
+
+
+#: Partitions read ahead of the fold chain, per worker: their rows wait in workers' memory.
+READ_AHEAD_PER_WORKER = 2
+
+
+def _fold_chain(
+    client: Client,
+    partitions: tuple[Partition, ...],
+    token: str,
+    read: Any,
+    fold: Any,
+    job: Any,
+) -> tuple[dict[Future, Partition], Future]:
+    """Read the partitions in parallel and fold their rows one after another, each fold task
+    continuing the state of the ones before: the single machine's order of every fold (see
+    :mod:`.tasks`). Returns the read tasks and the last fold.
+
+    A read waits for the fold a few partitions before it, so that rows read but not folded
+    stay within ``READ_AHEAD_PER_WORKER`` partitions a worker, however fast the reads go."""
+    ahead = READ_AHEAD_PER_WORKER * max(1, len(client.nthreads()))
+    tasks: dict[Future, Partition] = {}
+    folds: list[Future] = []
+    for k, part in enumerate(partitions):
+        # The fold ``ahead`` links back, as a token of no size (not its state).
+        after = (
+            []
+            if k < ahead
+            else [client.submit(_nothing, folds[k - ahead], key=f"segcli-after-{token}-{k}")]
+        )
+        rows = client.submit(
+            read, part, job, *after, key=f"segcli-partition-{token}-{part.index}", retries=RETRIES
+        )
+        tasks[rows] = part
+        before = folds[-1] if folds else None
+        folds.append(
+            client.submit(fold, before, rows, job, key=f"segcli-fold-{token}-{k}", retries=RETRIES)
+        )
+    return tasks, folds[-1]
+
+
+def _nothing(*_: Any) -> None:
+    return None
 
 
 def _follow(

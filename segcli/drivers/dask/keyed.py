@@ -8,6 +8,12 @@ neighbours in partition order: the later encoder's groups are taken into the ear
 axis is scattered into the merged numbering (the remap is injective) and the two states
 combine. Rows keep their global row numbers, so lanes match the single-machine run's.
 
+Where the bits of a fold depend on its order (a float sum; see :mod:`.tasks`), partitions
+fold in a chain instead: partition tasks read and encode in parallel
+(:func:`read_keyed_partition`), and each fold task takes the partition's groups into the
+encoder of the partitions before it and folds its rows on to their state
+(:func:`fold_keyed`), in the single machine's order, so with its bytes.
+
 With ``--keys-from`` every partition encodes against the same table, so ids are positions in
 it and no remap is needed. An input error of a partition (an unknown key, a file that changed)
 travels in its result instead of failing the task, so that the client reports the error of the
@@ -30,7 +36,7 @@ from segcli import ops
 from segcli.core import Reduction, check_before_rows, check_output_fits
 from segcli.drivers.base import DriverResult, Progress, RunSpec
 from segcli.drivers.dask.plan import Partition, Plan, expand, open_dataset, plan_partitions
-from segcli.drivers.dask.tasks import cpu_engine
+from segcli.drivers.dask.tasks import cpu_engine, order_matters
 from segcli.errors import SegcliError
 from segcli.io.columns import nulls_kept
 from segcli.io.keys import check_key_columns, key_schema, key_table_file, pick_data_column
@@ -91,7 +97,75 @@ def run_keyed_partition(part: Partition, job: KeyedJob) -> KeyedResult:
         return KeyedResult(None, None, error=exc)
 
 
-def _fold_partition(part: Partition, job: KeyedJob) -> KeyedResult:
+@dataclass
+class KeyedRows:
+    """A partition read and encoded, its rows not folded yet (see :func:`fold_keyed`)."""
+
+    encoder: KeyEncoder | None
+    #: ``(rows, inner_size)`` data and the rows' ids in ``encoder``.
+    data: np.ndarray | None
+    ids: np.ndarray | None
+    inner: tuple[int, ...] = ()
+    row_offset: int = 0
+    key_bytes: int = 0
+    error: SegcliError | None = None
+
+
+def read_keyed_partition(part: Partition, job: KeyedJob, *after: None) -> KeyedRows:
+    """Read and encode one partition, for :func:`fold_keyed`; an input error comes back in
+    the result. ``after``: tasks to wait for (see ``_fold_chain``), not used."""
+    try:
+        data, ids, encoder, key_bytes = _encoded_partition(part, job)
+    except SegcliError as exc:
+        return KeyedRows(None, None, None, error=exc)
+    inner = tuple(data.shape[1:])
+    rows = data.reshape(len(ids), ops.inner_size(inner))
+    return KeyedRows(encoder, rows, ids, inner, part.row_offset, key_bytes)
+
+
+def fold_keyed(before: KeyedResult | None, part: KeyedRows, job: KeyedJob) -> KeyedResult:
+    """The partitions before (merged, or None for the first) with ``part`` folded on, in row
+    order: the next link of the chain. The first error instead, if any."""
+    if before is not None and before.error is not None:
+        return before
+    if part.error is not None:
+        return KeyedResult(None, None, error=part.error)
+    try:
+        return _folded_on(before, part, job)
+    except SegcliError as exc:
+        return KeyedResult(None, None, error=exc)
+
+
+def _folded_on(before: KeyedResult | None, part: KeyedRows, job: KeyedJob) -> KeyedResult:
+    assert part.encoder is not None and part.data is not None and part.ids is not None
+    # The result before is another task's (kept for a retry): taken in by copy.
+    encoder = job.encoder() if before is None else copy.deepcopy(before.encoder)
+    assert encoder is not None
+    remap = encoder.merge(part.encoder)
+    ids = part.ids
+    if len(remap):  # else every row's key is missing (-1), which stays
+        ids = np.where(ids >= 0, remap[np.maximum(ids, 0)], ids)
+    op = ops.get_op(job.op)
+    size = encoder.n_groups
+    check_output_fits(op, size, part.inner, part.data.dtype, sorted_ids=False)
+    engine = cpu_engine(job.elements)
+    if before is None or before.state is None:
+        state = engine.new_state(op, size, part.inner, part.data.dtype, sorted_ids=False)
+        key_bytes, engines = part.key_bytes, frozenset({engine.name})
+    else:
+        state = before.state.grown(size).transferred(np.array)
+        key_bytes = before.key_bytes + part.key_bytes
+        engines = before.engines | {engine.name}
+    state.next_row = part.row_offset  # lanes follow global row numbers
+    if len(ids):
+        engine.fold(state, part.data, ids, sorted_ids=False)
+    return KeyedResult(encoder, state.to_host(), key_bytes, engines)
+
+
+def _encoded_partition(
+    part: Partition, job: KeyedJob
+) -> tuple[np.ndarray, np.ndarray, KeyEncoder, int]:
+    """The partition's data rows, its rows' ids in its own encoder, and its key bytes."""
     keys = read_key_rows(part.data, job.by, part.start, part.stop)
     with nulls_kept(ops.get_op(job.op).skipna_of is not None):  # the worker's own context
         data = read_rows(part.data, part.start, part.stop)
@@ -100,6 +174,11 @@ def _fold_partition(part: Partition, job: KeyedJob) -> KeyedResult:
     encoder.rows = part.start
     ids = encoder.encode(keys, part.data.path)  # a zero-row block still fixes the key types
     encoder.rows -= part.start
+    return data, ids, encoder, keys.nbytes
+
+
+def _fold_partition(part: Partition, job: KeyedJob) -> KeyedResult:
+    data, ids, encoder, key_bytes = _encoded_partition(part, job)
     op = ops.get_op(job.op)
     inner = tuple(data.shape[1:])
     check_output_fits(op, encoder.n_groups, inner, data.dtype, sorted_ids=False)
@@ -108,7 +187,7 @@ def _fold_partition(part: Partition, job: KeyedJob) -> KeyedResult:
     state.next_row = part.row_offset  # lanes follow global row numbers
     if len(ids):
         engine.fold(state, data.reshape(len(ids), ops.inner_size(inner)), ids, sorted_ids=False)
-    return KeyedResult(encoder, state.to_host(), keys.nbytes, frozenset({engine.name}))
+    return KeyedResult(encoder, state.to_host(), key_bytes, frozenset({engine.name}))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -248,20 +327,25 @@ def run(spec: RunSpec, progress: Progress | None = None, *, client: Any = None) 
 
 def _map_reduce(client: Any, plan: Plan, job: KeyedJob, progress: Progress | None) -> KeyedResult:
     """Run the partition tasks and the combine tree; the merged result (or the first error)."""
-    from segcli.drivers.dask import RETRIES, _combine_tree, _follow, _outcome
+    from segcli.drivers.dask import RETRIES, _combine_tree, _fold_chain, _follow, _outcome
 
     token = uuid.uuid4().hex[:12]  # task keys unique per run on a shared scheduler
-    tasks = {
-        client.submit(
-            run_keyed_partition,
-            part,
-            job,
-            key=f"segcli-keyed-{token}-{part.index}",
-            retries=RETRIES,
-        ): part
-        for part in plan.partitions
-    }
-    root = _combine_tree(client, list(tasks), token, combine_keyed)
+    if order_matters(job.op, plan.data.dtype):
+        tasks, root = _fold_chain(
+            client, plan.partitions, token, read_keyed_partition, fold_keyed, job
+        )
+    else:
+        tasks = {
+            client.submit(
+                run_keyed_partition,
+                part,
+                job,
+                key=f"segcli-keyed-{token}-{part.index}",
+                retries=RETRIES,
+            ): part
+            for part in plan.partitions
+        }
+        root = _combine_tree(client, list(tasks), token, combine_keyed)
     try:
         _follow(client, tasks, 1, plan.data.shape[0], progress)
         return cast(KeyedResult, _outcome(root, "combining the partitions"))

@@ -1,5 +1,12 @@
 """What Dask workers run: read one partition, validate it, fold it; merge partial results.
 
+Where the bits of a fold depend on its order (float sums and products, var's shifted sums,
+logsumexp's sum; :func:`order_matters`), partial results that merge would round otherwise
+than the single machine, which folds each lane row after row. Such runs fold in a chain
+instead: partition tasks read and validate in parallel (:func:`read_partition_rows`), and
+each fold task continues the state of the partitions before it (:func:`fold_rows`), so every
+lane sees its rows in the single machine's order and the result has its bytes.
+
 Nothing here imports Dask: these are plain functions of picklable values, so they can be tested
 without a cluster and run on any worker that has segcli installed. A worker reads its rows
 itself (:mod:`segcli.io.rows`: ``.npy`` at a byte offset, Parquet by row group), so no data
@@ -9,6 +16,7 @@ passes through the client.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -105,6 +113,64 @@ def run_partition(part: Partition, job: Job) -> PartResult:
 
 def _per_row(ref: FileRef) -> int:
     return int(np.prod(ref.shape[1:], dtype=np.int64))
+
+
+def order_matters(op: str | ops.Op, data_dtype: np.dtype[Any]) -> bool:
+    """Whether folding ``op`` over ``data_dtype`` in another order could change its bits."""
+    op = ops.get_op(op)
+    return any(i.fold.order_matters(i.acc_dtype(np.dtype(data_dtype))) for i in op.intermediates)
+
+
+@dataclass
+class PartRows:
+    """A partition read and validated, its rows not folded yet (see :func:`fold_rows`)."""
+
+    id_summary: IdSummary
+    #: ``(rows, inner_size)`` data and flat ids; None when the rows cannot fold (as above).
+    data: np.ndarray | None
+    ids: np.ndarray | None
+    #: Global row number of the first flat id.
+    first_row: int
+    inner: tuple[int, ...]
+
+
+def read_partition_rows(part: Partition, job: Job, *after: None) -> PartRows:
+    """Read and validate one partition, for :func:`fold_rows`. ``after``: tasks to wait for
+    (the fold chain bounds how far reads run ahead of it), not used."""
+    data, ids = read_partition(part)
+    flat = ids.reshape(-1)
+    first_row = part.row_offset * _per_row(part.ids)
+    id_summary = summarize(flat, first_row, job.num_segments, sorted_ids=job.sorted_ids)
+    inner = tuple(data.shape[ids.ndim :])
+    if flat.size == 0 or id_summary.blocks_fold(sorted_ids=job.sorted_ids):
+        return PartRows(id_summary, None, None, first_row, inner)
+    rows = data.reshape(flat.size, ops.inner_size(inner))
+    return PartRows(id_summary, rows, flat, first_row, inner)
+
+
+def fold_rows(before: PartResult | None, rows: PartRows, job: Job) -> PartResult:
+    """The partitions before (merged, or None for the first) with ``rows`` folded on, in
+    row order: the next link of the chain."""
+    summary = rows.id_summary if before is None else merge(before.id_summary, rows.id_summary)
+    state = None if before is None else before.state
+    engines = frozenset() if before is None else before.engines
+    if rows.data is None or rows.ids is None:
+        return PartResult(summary, state, engines)
+    op = ops.get_op(job.op)
+    size = job.num_segments
+    if size is None:
+        assert rows.id_summary.max_id is not None
+        size = max(rows.id_summary.max_id + 1, 0 if state is None else state.num_segments)
+        check_output_fits(op, size, rows.inner, rows.data.dtype, sorted_ids=job.sorted_ids)
+    engine = cpu_engine(job.elements)
+    if state is None:
+        state = engine.new_state(op, size, rows.inner, rows.data.dtype, sorted_ids=job.sorted_ids)
+    else:
+        # The state before is another task's result (kept for a retry): fold into a copy.
+        state = state.grown(size).transferred(np.array)
+    state.next_row = rows.first_row
+    engine.fold(state, rows.data, rows.ids, sorted_ids=job.sorted_ids)
+    return PartResult(summary, state.to_host(), engines | {engine.name})
 
 
 # ---------------------------------------------------------------------------------------------
