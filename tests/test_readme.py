@@ -36,7 +36,7 @@ COMMANDS = console_commands()
 
 def test_readme_has_the_two_setup_commands():
     assert "    pip install . && segcli sum sample_data/data.npy sample_data/ids.npy -n 4" in README
-    assert "    pip install '.[test]' && pytest" in README
+    assert "    pip install '.[test]' && pytest -n auto" in README
 
 
 @pytest.fixture(scope="module")
