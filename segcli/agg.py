@@ -28,7 +28,7 @@ from segcli.errors import (
 )
 from segcli.io import agg_write
 from segcli.io.formats import BINARY_FORMATS
-from segcli.multi import split
+from segcli.multi import split, with_ddof
 from segcli.pipeline import RunRequest, Streams
 from segcli.signals import checkpoint
 from segcli.summary import RunSummary, result_range, run_summary, summary_facts, summary_rows
@@ -100,6 +100,7 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
     )
     if request.float_format is not None:
         io.check_text_output(None if fmt == "text" else fmt, request.float_format)
+    with_ddof(op_names, request.ddof)
     columns = data_columns(request)
     if len(columns) > 1 and request.data == "-":
         raise UsageError("several --data-column read DATA once each: give a file, not stdin")
@@ -146,8 +147,9 @@ def _run(
     results: dict[str, np.ndarray] = {}
     runs: list[DriverResult] = []
     for column in columns:
+        one_column = dataclasses.replace(request, data_column=column, ddof=None)
         spec = dataclasses.replace(
-            dataclasses.replace(request, data_column=column).spec(streams.stdin), ops=op_names
+            one_column.spec(streams.stdin), ops=with_ddof(op_names, request.ddof)
         )
         streams.stdin = spec.stdin
         done = carry_out(spec, progress)

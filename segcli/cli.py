@@ -542,6 +542,12 @@ for _op in OP_SUMMARIES:
     help="Compare every result column with a golden table (.csv, .tsv, .parquet, .arrow, "
     ".npz with the same columns); exit 4 if one differs.",
 )
+@click.option(
+    "--ddof",
+    type=int,
+    metavar="D",
+    help="var and std: divide by count - D (default 0; 1: sample variance).",
+)
 @tolerance_options
 @translate_errors
 def agg(

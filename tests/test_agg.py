@@ -24,21 +24,8 @@ def run(*args: object, input: bytes | None = None):
 
 
 def ops_for(dtype: np.dtype) -> list[str]:
-    """Every op of the table that agg combines and that takes data of ``dtype``."""
-    return [
-        name
-        for name, op in ops.OPS.items()
-        if np.dtype(dtype).kind in op.data_kinds and op.joint is None
-    ]
-
-
-@pytest.mark.parametrize("name", [name for name, op in ops.OPS.items() if op.joint is not None])
-def test_ops_whose_intermediates_fold_together_are_refused(tmp_path, pair, name):
-    out = tmp_path / "out.npz"
-    result = run("agg", *pair, "--op", f"sum,{name}", "-o", out, "-q")
-    assert result.exit_code == 2
-    assert error_lines(result) == 1 and f"run 'segcli {name}' on its own" in result.stderr
-    assert not out.exists()
+    """Every op of the table that takes data of ``dtype``."""
+    return [name for name, op in ops.OPS.items() if np.dtype(dtype).kind in op.data_kinds]
 
 
 @pytest.fixture
@@ -116,6 +103,52 @@ def test_every_engine_folds_the_combined_state_like_the_single_ops(tmp_path, eng
             single = tmp_path / f"{name}.npy"
             assert run(name, data, ids, "-o", single, *args).exit_code == 0
             assert got[name].tobytes() == np.load(single).tobytes(), name
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 4])
+def test_joint_ops_with_ddof_give_the_single_op_bytes(tmp_path, chunk):
+    rng = np.random.default_rng(9)
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, (1e6 + rng.random(size=(33, 2))).astype(np.float64))
+    np.save(ids, rng.integers(-1, 6, size=33))
+    chunking = [] if chunk is None else ["--chunk-rows", chunk]
+    names = ["var", "first", "std", "argmax", "sum", "logsumexp", "last", "argmin", "count"]
+    out = tmp_path / "all.npz"
+    args = ("-q", *chunking)
+    result = run("agg", data, ids, "--op", ",".join(names), "--ddof", 1, "-o", out, *args)
+    assert result.exit_code == 0, result.stderr
+    with np.load(out) as got:
+        for name in names:
+            single = tmp_path / f"{name}.npy"
+            ddof = ["--ddof", 1] if name in ("var", "std") else []
+            assert run(name, data, ids, "-o", single, *ddof, *args).exit_code == 0
+            assert got[name].tobytes() == np.load(single).tobytes(), name
+
+
+def test_ddof_without_var_or_std_is_a_usage_error(pair, tmp_path):
+    out = tmp_path / "out.csv"
+    result = run("agg", *pair, "--op", "sum,max", "--ddof", "1", "-o", out)
+    assert result.exit_code == 2
+    assert "--ddof applies to var and std only" in result.stderr and error_lines(result) == 1
+    assert not out.exists()
+
+
+def test_joint_ops_keep_their_intermediates_once():
+    op = combined_op(("var", "std", "mean", "argmin", "sum"), np.dtype(np.float32), ())
+    names = [i.name for i in op.intermediates]
+    assert names.count("moments.shift") == 1 and names.count("sum") == 1
+    assert [part.op.name for part in op.parts] == ["agg", "var", "argmin"]
+    # one lane each for the joint ones: they fold in row order
+    state = ops.new_state(op, 3, (), np.dtype(np.float32))
+    assert state.arrays["moments.shifted_sum"].shape[0] == 1
+    assert state.arrays["sum"].shape[0] == ops.LANES
+
+
+def test_combined_ops_come_back_from_pickling_as_themselves():
+    import pickle
+
+    op = combined_op(("std", "first"), np.dtype(np.float64), (2,), fill="3")
+    assert pickle.loads(pickle.dumps(op)) is op
 
 
 def test_shared_intermediates_are_kept_once():
