@@ -28,6 +28,7 @@ from segcli.errors import (
 )
 from segcli.io import agg_write
 from segcli.io.formats import BINARY_FORMATS
+from segcli.io.keyed import stage_keys
 from segcli.multi import split, with_ddof
 from segcli.pipeline import RunRequest, Streams
 from segcli.signals import checkpoint
@@ -85,8 +86,6 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
     """Usage errors of options agg does not take, before any input is read; the output
     format ("text" for lines on stdout)."""
     refused = (
-        ("--engine dask", request.engine == "dask"),
-        ("--by", request.by is not None),
         ("--indices", request.indices is not None or request.indices_column is not None),
         ("--weights", request.weights is not None or request.weights_column is not None),
     )
@@ -101,6 +100,7 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
     if request.float_format is not None:
         io.check_text_output(None if fmt == "text" else fmt, request.float_format)
     with_ddof(op_names, request.ddof)
+    request.key_columns()
     columns = data_columns(request)
     if len(columns) > 1 and request.data == "-":
         raise UsageError("several --data-column read DATA once each: give a file, not stdin")
@@ -158,6 +158,7 @@ def _run(
             name = op if len(columns) == 1 else f"{column}_{op}"
             results[name] = values
     counts = np.asarray(runs[0].reduction.counts)
+    keys = runs[0].keys
     if request.expect:
         check_expected_columns(
             results, counts, request.expect, rtol=request.rtol, atol=request.atol
@@ -171,8 +172,11 @@ def _run(
         counted="count" in op_names,
         float_format=request.float_format,
         to_stream=request.output == "-",
+        keys=None if keys is None else keys.table,
     )
     _write(body, request, fmt, outputs, streams)
+    if request.keys_out is not None and keys is not None:
+        stage_keys(keys.table, request.keys_out, outputs)
     return _outcome(runs[0], results, counts, request, fmt, time.perf_counter() - started)
 
 

@@ -518,7 +518,20 @@ for _op in OP_SUMMARIES:
     type=click.Choice(ENGINES),
     default="auto",
     show_default=True,
-    help="Compute engine (dask is not taken by agg yet).",
+    help="Compute engine; 'auto' picks the fastest one that pays off.",
+)
+@click.option(
+    "--scheduler",
+    metavar="ADDRESS",
+    envvar="DASK_SCHEDULER_ADDRESS",
+    help="Dask scheduler for --engine dask [env: DASK_SCHEDULER_ADDRESS; default: a local "
+    "cluster].",
+)
+@click.option(
+    "--keys-out",
+    metavar="PATH",
+    help="With --by and .npz output: write the key table (row i for result row i) to PATH "
+    "(.parquet, .arrow, .csv or .tsv).",
 )
 @click.option(
     "--float-format",
@@ -570,6 +583,7 @@ def agg(
           --op mean,min,max,count
       segcli agg data.npy ids.npy --op sum,mean -o out.parquet
       segcli agg table.csv --data-column a,b --ids-column id --op max -o out.npz
+      segcli agg flights.parquet --data-column arr_delay --by carrier --op mean,std,argmax
     """
     from segcli import agg as agg_module
     from segcli import pipeline
@@ -579,6 +593,8 @@ def agg(
     op_names = parse_ops(op_list)
     if options["output"] is None and options["output_format"]:
         raise UsageError("--format needs -o/--output (use -o - for stdout)")
+    if options["engine"] != "dask" and _typed("scheduler"):
+        raise UsageError("--scheduler applies to --engine dask only; add --engine dask")
     with _summary_on_failure("agg", summary_json), _run_outputs(summary_json) as outputs:
         request = _request("agg", **options)
         agg_module.check_request(request, op_names)

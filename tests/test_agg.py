@@ -282,7 +282,7 @@ def test_bad_op_lists_are_usage_errors(pair, tmp_path, ops_list, message):
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--engine", "dask"], "--engine dask"),
+        (["--indices", "idx.npy"], "--indices"),
         (["--fill", "0.5", "--op", "count,sum"], "cannot be stored in the int64 result of count"),
     ],
 )
@@ -362,3 +362,133 @@ def test_sorted_ids_give_the_single_op_bytes(tmp_path):
             single = tmp_path / f"{name}.npy"
             assert run(name, data, ids, "-o", single, *sorted_args).exit_code == 0
             assert got[name].tobytes() == np.load(single).tobytes(), name
+
+
+@pytest.fixture
+def keyed(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(13)
+    path = tmp_path / "keyed.parquet"
+    carriers = np.array(["UA", "AA", "DL", None], dtype=object)[rng.integers(0, 4, 80)]
+    pq.write_table(
+        pa.table(
+            {
+                "carrier": pa.array(carriers.tolist(), pa.string()),
+                "delay": pa.array(rng.normal(scale=20, size=80), pa.float64()),
+                "seats": pa.array(rng.integers(50, 300, 80), pa.int32()),
+            }
+        ),
+        path,
+        row_group_size=16,
+    )
+    return path
+
+
+JOINT_AND_PLAIN = "mean,std,argmax,first,min,count,logsumexp"
+
+
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_by_gives_each_single_op_by_result(keyed, tmp_path, chunk):
+    chunking = [] if chunk is None else ["--chunk-rows", chunk]
+    by = ("--data-column", "delay", "--by", "carrier", "-q", *chunking)
+    out, keys = tmp_path / "all.npz", tmp_path / "keys.csv"
+    result = run("agg", keyed, *by, "--op", JOINT_AND_PLAIN, "-o", out, "--keys-out", keys)
+    assert result.exit_code == 0, result.stderr
+    assert keys.read_text().splitlines() == ["carrier", "AA", "DL", "UA"]  # sorted, null dropped
+    with np.load(out) as got:
+        for name in JOINT_AND_PLAIN.split(","):
+            single = tmp_path / f"{name}.npy"
+            args = ("-o", single, "--keys-out", tmp_path / f"{name}.csv")
+            assert run(name, keyed, *by, *args).exit_code == 0
+            assert got[name].tobytes() == np.load(single).tobytes(), name
+
+
+def test_by_tables_start_with_the_key_columns(keyed, tmp_path):
+    out = tmp_path / "out.parquet"
+    args = ("--data-column", "delay", "--by", "carrier", "--op", "mean,var", "-q")
+    assert run("agg", keyed, *args, "-o", out).exit_code == 0
+    table = pq.read_table(out)
+    assert table.column_names == ["carrier", "mean", "var", "count"]
+    assert table.schema.field("carrier").type == pa.string()
+    text = run("agg", keyed, *args).stdout.splitlines()
+    assert text[0] == "carrier\tmean\tvar\tcount"
+    assert [line.split("\t")[0] for line in text[1:]] == ["AA", "DL", "UA"]
+    doc = json.loads(run("agg", keyed, *args, "-o", "-", "--format", "json").stdout)
+    assert list(doc) == ["keys", "mean", "var", "count"]
+    assert doc["keys"] == {"carrier": ["AA", "DL", "UA"]}
+
+
+def test_by_npz_without_keys_out_is_a_usage_error(keyed, tmp_path):
+    out = tmp_path / "out.npz"
+    args = ("--data-column", "delay", "--by", "carrier", "--op", "mean,std", "-o", out)
+    result = run("agg", keyed, *args)
+    assert result.exit_code == 2
+    assert "--keys-out" in result.stderr and error_lines(result) == 1
+    assert not out.exists()
+
+
+def test_by_with_several_columns_names_column_op(keyed, tmp_path):
+    out = tmp_path / "out.csv"
+    args = ("--data-column", "delay,seats", "--by", "carrier", "--op", "max,last", "-q")
+    assert run("agg", keyed, *args, "-o", out).exit_code == 0
+    lines = out.read_text().splitlines()
+    assert lines[0] == "carrier,delay_max,delay_last,seats_max,seats_last,count"
+    assert [line.split(",")[0] for line in lines[1:]] == ["AA", "DL", "UA"]
+
+
+def test_expect_compares_by_results(keyed, tmp_path):
+    golden = tmp_path / "golden.parquet"
+    args = ("--data-column", "delay", "--by", "carrier", "--op", "std,argmin", "-q")
+    assert run("agg", keyed, *args, "-o", golden).exit_code == 0
+    passed = run("agg", keyed, *args, "--expect", golden, "--chunk-rows", 5)
+    assert passed.exit_code == 0, passed.stderr
+    table = pq.read_table(golden)
+    table = table.set_column(2, "argmin", pa.array([0, 0, 0], pa.int64()))
+    pq.write_table(table, golden)
+    failed = run("agg", keyed, *args, "--expect", golden)
+    assert failed.exit_code == 4 and "column argmin" in failed.stderr
+    assert error_lines(failed) == 1
+
+
+@pytest.fixture(scope="module")
+def scheduler():
+    """A local cluster of two worker processes (ops travel to them pickled)."""
+    import logging
+
+    pytest.importorskip("distributed")
+    from segcli.drivers import dask as seg_dask
+
+    cluster = seg_dask.local_cluster(2, silence_logs=logging.CRITICAL)
+    yield str(cluster.scheduler_address)
+    cluster.close()
+
+
+@pytest.mark.dask
+@pytest.mark.parametrize("grouping", ["ids", "by"])
+def test_dask_gives_the_single_op_dask_bytes(scheduler, keyed, tmp_path, grouping):
+    if grouping == "by":
+        inputs = (keyed, "--data-column", "delay", "--by", "carrier")
+    else:
+        data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+        rng = np.random.default_rng(17)
+        np.save(data, (1e3 + rng.normal(size=(90, 2))).astype(np.float32))
+        np.save(ids, rng.integers(-1, 8, size=90))
+        inputs = (data, ids)
+    dask = ("--engine", "dask", "--scheduler", scheduler, "--chunk-rows", 20, "-q")
+    names = "sum,var,std,argmin,first,last,logsumexp,count"
+    out = tmp_path / "all.npz"
+    keys = ("--keys-out", tmp_path / "keys.csv") if grouping == "by" else ()
+    result = run("agg", *inputs, "--op", names, "--ddof", 1, *dask, "-o", out, *keys)
+    assert result.exit_code == 0, result.stderr
+    with np.load(out) as got:
+        for name in names.split(","):
+            ddof = ["--ddof", 1] if name in ("var", "std") else []
+            single = tmp_path / f"{name}.npy"
+            keys = ("--keys-out", tmp_path / f"{name}.csv") if grouping == "by" else ()
+            assert run(name, *inputs, *dask, *ddof, "-o", single, *keys).exit_code == 0
+            assert got[name].tobytes() == np.load(single).tobytes(), name
+        # --ddof reaches the workers (a --by job once sent the op's name alone, so ddof 0);
+        # Dask merges var partitions in another order: 1e-12 is its documented tolerance
+        here = tmp_path / "here.npy"
+        keys = ("--keys-out", tmp_path / "here.csv") if grouping == "by" else ()
+        assert run("var", *inputs, "--ddof", 1, "-q", "-o", here, *keys).exit_code == 0
+        np.testing.assert_allclose(got["var"], np.load(here), rtol=1e-12)

@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from segcli import core, io
-from segcli.drivers.base import DriverResult, InputFacts, Progress, RunSpec, engine_of, input_facts
+from segcli.drivers.base import (
+    DriverResult,
+    InputFacts,
+    Progress,
+    RunSpec,
+    engine_of,
+    input_facts,
+    op_and_fill,
+)
 from segcli.io.formats import input_format
 from segcli.io.keys import (
     KeyIdsChunks,
@@ -94,13 +102,14 @@ def run_in_memory(
     read_s = time.perf_counter() - started
     data_label = f"{table.label}:{column}"
     ids_label = f"{table.label}:{','.join(spec.by)}"
+    op, fill = op_and_fill(spec, data.dtype, tuple(data.shape[1:]), data_label)
     reduction = core.reduce_arrays(
         data,
         ids,
         _given_n(encoder),
-        spec.op,
+        op,
         engine=engine_of(spec),
-        fill=spec.fill,
+        fill=fill,
         data_label=data_label,
         ids_label=ids_label,
     )
@@ -145,13 +154,14 @@ def run_streaming(
     source = io.open_chunked(spec.data, column=column, role="data", csv=spec.csv)
     ids = KeyIdsChunks(table, spec.by, encoder)
     data: Any = source if watch is None else _Watched(source, watch)
+    op, fill = op_and_fill(spec, source.dtype, tuple(source.shape[1:]), source.label)
     reduction, plan = reduce_stream(
         data,
         ids,
         _given_n(encoder),
-        spec.op,
+        op,
         engine=engine_of(spec),
-        fill=spec.fill,
+        fill=fill,
         block_rows=spec.block_rows,
         memory_limit=spec.memory_budget,
         progress=progress,

@@ -28,7 +28,7 @@ import numpy as np
 
 from segcli import ops
 from segcli.core import Reduction, check_before_rows, check_output_fits
-from segcli.drivers.base import DriverResult, Progress, RunSpec
+from segcli.drivers.base import DriverResult, Progress, RunSpec, op_and_fill
 from segcli.drivers.dask.plan import Partition, Plan, expand, open_dataset, plan_partitions
 from segcli.drivers.dask.tasks import cpu_engine
 from segcli.errors import SegcliError
@@ -36,6 +36,7 @@ from segcli.io.keys import check_key_columns, key_schema, key_table_file, pick_d
 from segcli.io.rows import read_key_rows, read_rows
 from segcli.keys import KeyEncoder
 from segcli.keys.values import NullKeys
+from segcli.multi import fold_rows
 from segcli.validate import IdReport
 
 if TYPE_CHECKING:
@@ -46,7 +47,8 @@ if TYPE_CHECKING:
 class KeyedJob:
     """What every partition task of one ``--by`` run shares."""
 
-    op: str
+    #: An op name, or an op of the table with its options (var's --ddof, agg's ops).
+    op: str | ops.Op
     by: tuple[str, ...]
     null_keys: str
     #: The ``--keys-from`` key columns (already checked on the client), or None.
@@ -104,7 +106,8 @@ def _fold_partition(part: Partition, job: KeyedJob) -> KeyedResult:
     state = engine.new_state(op, encoder.n_groups, inner, data.dtype, sorted_ids=False)
     state.next_row = part.row_offset  # lanes follow global row numbers
     if len(ids):
-        engine.fold(state, data.reshape(len(ids), ops.inner_size(inner)), ids, sorted_ids=False)
+        rows = data.reshape(len(ids), ops.inner_size(inner))
+        fold_rows(engine, state, rows, ids, sorted_ids=False)
     return KeyedResult(encoder, state.to_host(), keys.nbytes, frozenset({engine.name}))
 
 
@@ -180,16 +183,17 @@ def run(spec: RunSpec, progress: Progress | None = None, *, client: Any = None) 
     from segcli.drivers.dask import _cluster, _facts
     from segcli.drivers.keys import encoder_for, key_input_facts, put_in_key_order
 
-    op = ops.get_op(spec.op)
     plan, schema = plan_keyed(spec)
     data = plan.data
+    chosen, fill = op_and_fill(spec, data.dtype, tuple(data.shape[1:]), data.label)
+    op = ops.get_op(chosen)
     check_before_rows(
         op,
         (data.shape, data.dtype),
         ((data.shape[0],), np.dtype(np.int64)),
         None,
         sorted_ids=False,
-        fill=spec.fill,
+        fill=fill,
         data_label=data.label,
         ids_label=_ids_label(spec),
     )
@@ -198,7 +202,7 @@ def run(spec: RunSpec, progress: Progress | None = None, *, client: Any = None) 
     # before any worker reads a row.
     seed.encode(schema.empty_table(), data.files[0].path)
     job = KeyedJob(
-        op.name,
+        op,
         tuple(spec.by),
         spec.null_keys,
         seed.keys_from,
@@ -226,7 +230,7 @@ def run(spec: RunSpec, progress: Progress | None = None, *, client: Any = None) 
             sorted_ids=False,
             engine="dask",
             engine_reason=f"{where}; partitions on {engines}",
-            fill=spec.fill,
+            fill=fill,
             timings={"cluster": connected - started},
         )
         reduction.timings["compute"] = time.perf_counter() - connected

@@ -18,6 +18,7 @@ from segcli.drivers.dask.plan import Partition
 from segcli.engines import Engine, choose_engine, get_engine
 from segcli.errors import EngineUnavailableError
 from segcli.io.rows import FileRef, read_parquet_rows, read_rows
+from segcli.multi import fold_rows
 from segcli.validate import IdSummary, merge, summarize
 
 #: Engines that fold in this process's memory; a GPU engine per worker is out of scope here.
@@ -92,9 +93,8 @@ def run_partition(part: Partition, job: Job) -> PartResult:
     engine = cpu_engine(job.elements)
     state = engine.new_state(op, size, inner, data.dtype, sorted_ids=job.sorted_ids)
     state.next_row = first_row  # lanes follow global row numbers
-    engine.fold(
-        state, data.reshape(flat.size, ops.inner_size(inner)), flat, sorted_ids=job.sorted_ids
-    )
+    rows = data.reshape(flat.size, ops.inner_size(inner))
+    fold_rows(engine, state, rows, flat, sorted_ids=job.sorted_ids)
     return PartResult(id_summary, state.to_host(), frozenset({engine.name}))
 
 
