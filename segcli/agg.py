@@ -1,9 +1,9 @@
 """``segcli agg``: several ops, and several data columns, in one run.
 
-Each data column is read once and every op folded in the same pass (see :mod:`segcli.multi`);
-several data columns are one pass each. The results are written side by side (see
-:mod:`segcli.io.agg_write`), compared with ``--expect`` column by column, and summarised with
-one range per result column.
+Every op is folded in the same pass (see :mod:`segcli.multi`); several data columns of one
+table are read together, once, with the ids (see :mod:`segcli.drivers.columns`). The results
+are written side by side (see :mod:`segcli.io.agg_write`; a ``--by`` run's key columns first),
+compared with ``--expect`` column by column, and summarised with one range per result column.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 from segcli import core, io
 from segcli.drivers.base import DriverResult, Progress
 from segcli.drivers.choose import carry_out
+from segcli.drivers.columns import run as several_columns
 from segcli.errors import (
     ExpectationError,
     InvalidInputError,
@@ -102,8 +103,8 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
     with_ddof(op_names, request.ddof)
     request.key_columns()
     columns = data_columns(request)
-    if len(columns) > 1 and request.data == "-":
-        raise UsageError("several --data-column read DATA once each: give a file, not stdin")
+    if len(columns) > 1 and request.data == "-" and request.engine == "dask":
+        raise UsageError("several --data-column on Dask read DATA once each: give files")
     names = column_names(op_names, columns)
     agg_write.check_layout(fmt, dict.fromkeys(names, np.empty(0)))
     return fmt
@@ -144,16 +145,17 @@ def _run(
     checkpoint("reduce")
     fmt = check_request(request, op_names)
     columns = data_columns(request)
+    spec = dataclasses.replace(
+        dataclasses.replace(request, data_column=columns[0], ddof=None).spec(streams.stdin),
+        ops=with_ddof(op_names, request.ddof),
+    )
+    streams.stdin = spec.stdin
+    if len(columns) == 1:
+        runs = [carry_out(spec, progress)]
+    else:
+        runs = several_columns(spec, [str(c) for c in columns], progress)
     results: dict[str, np.ndarray] = {}
-    runs: list[DriverResult] = []
-    for column in columns:
-        one_column = dataclasses.replace(request, data_column=column, ddof=None)
-        spec = dataclasses.replace(
-            one_column.spec(streams.stdin), ops=with_ddof(op_names, request.ddof)
-        )
-        streams.stdin = spec.stdin
-        done = carry_out(spec, progress)
-        runs.append(done)
+    for column, done in zip(columns, runs, strict=True):
         for op, values in split(done.reduction.result).items():
             name = op if len(columns) == 1 else f"{column}_{op}"
             results[name] = values
@@ -177,7 +179,7 @@ def _run(
     _write(body, request, fmt, outputs, streams)
     if request.keys_out is not None and keys is not None:
         stage_keys(keys.table, request.keys_out, outputs)
-    return _outcome(runs[0], results, counts, request, fmt, time.perf_counter() - started)
+    return _outcome(runs, results, counts, request, fmt, time.perf_counter() - started)
 
 
 def _write(
@@ -204,13 +206,19 @@ def _write(
 
 
 def _outcome(
-    first: DriverResult,
+    runs: list[DriverResult],
     results: dict[str, np.ndarray],
     counts: np.ndarray,
     request: RunRequest,
     fmt: str,
     write_s: float,
 ) -> AggOutcome:
+    # One step's seconds over every column's run (a shared read counts once: its own run).
+    timings: dict[str, float] = {}
+    for done in runs:
+        for step, seconds in done.timings.items():
+            timings[step] = timings.get(step, 0.0) + seconds
+    first = dataclasses.replace(runs[0], timings=timings)
     one = next(iter(results.values()))
     shown = dataclasses.replace(first.reduction, result=one)
     summary = run_summary(

@@ -341,13 +341,6 @@ def test_stdin_streams_like_a_file(pair):
     assert from_stdin.stdout == from_file.stdout
 
 
-def test_several_columns_from_stdin_are_a_usage_error(table):
-    args = ("agg", "-", "--data-column", "a,b", "--ids-column", "id", "--op", "sum")
-    result = run(*args, input=table.read_bytes())
-    assert result.exit_code == 2
-    assert "not stdin" in result.stderr
-
-
 def test_sorted_ids_give_the_single_op_bytes(tmp_path):
     rng = np.random.default_rng(11)
     data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
@@ -492,3 +485,153 @@ def test_dask_gives_the_single_op_dask_bytes(scheduler, keyed, tmp_path, groupin
         keys = ("--keys-out", tmp_path / "here.csv") if grouping == "by" else ()
         assert run("var", *inputs, "--ddof", 1, "-q", "-o", here, *keys).exit_code == 0
         np.testing.assert_allclose(got["var"], np.load(here), rtol=1e-12)
+
+
+SEVERAL = ("--data-column", "a,b,v", "--ids-column", "id")
+SEVERAL_OPS = "sum,std,argmin,first,max,count"
+
+
+@pytest.fixture
+def wide(tmp_path: Path) -> dict[str, Path]:
+    """One table in each format: float64 a, int32 b, float32 pairs v, ids with drops."""
+    import pyarrow.csv as pacsv
+
+    rng = np.random.default_rng(21)
+    rows = 45
+    columns = {
+        "a": pa.array(rng.normal(size=rows)),
+        "b": pa.array(rng.integers(-50, 50, rows), pa.int32()),
+        "v": pa.array(
+            rng.normal(size=(rows, 2)).astype(np.float32).tolist(), pa.list_(pa.float32(), 2)
+        ),
+        "id": pa.array(rng.integers(-1, 6, rows)),
+    }
+    table = pa.table(columns)
+    paths = {"parquet": tmp_path / "wide.parquet", "arrow": tmp_path / "wide.arrow"}
+    pq.write_table(table, paths["parquet"], row_group_size=8)
+    with pa.ipc.new_file(str(paths["arrow"]), table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=10):
+            writer.write_batch(batch)
+    paths["csv"] = tmp_path / "wide.csv"
+    pacsv.write_csv(table.drop_columns(["v"]), paths["csv"])
+    return paths
+
+
+def npz_arrays(path: Path) -> dict[str, bytes]:
+    with np.load(path) as got:
+        return {name: got[name].tobytes() for name in got.files}
+
+
+def test_several_columns_give_each_columns_single_op_bytes(wide, tmp_path):
+    out = tmp_path / "all.npz"
+    result = run("agg", wide["parquet"], *SEVERAL, "--op", SEVERAL_OPS, "-o", out, "-q")
+    assert result.exit_code == 0, result.stderr
+    got = npz_arrays(out)
+    for column in ("a", "b", "v"):
+        for name in SEVERAL_OPS.split(","):
+            single = tmp_path / "single.npy"
+            args = (wide["parquet"], "--data-column", column, "--ids-column", "id", "-q")
+            assert run(name, *args, "-o", single).exit_code == 0
+            assert got[f"{column}_{name}"] == np.load(single).tobytes(), (column, name)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow", "csv"])
+@pytest.mark.parametrize("chunk", [1, 4, 9])
+def test_several_columns_stream_with_the_in_memory_bytes(wide, tmp_path, fmt, chunk):
+    columns = ("--data-column", "a,b", "--ids-column", "id") if fmt == "csv" else SEVERAL
+    whole, streamed = tmp_path / "whole.npz", tmp_path / "streamed.npz"
+    args = (wide[fmt], *columns, "--op", SEVERAL_OPS, "-q")
+    assert run("agg", *args, "-o", whole).exit_code == 0
+    result = run("agg", *args, "-o", streamed, "--chunk-rows", chunk)
+    assert result.exit_code == 0, result.stderr
+    assert npz_arrays(streamed) == npz_arrays(whole)
+
+
+@pytest.mark.parametrize("chunk", [None, 5])
+def test_several_columns_read_the_table_once(wide, tmp_path, monkeypatch, chunk):
+    from segcli.io import column_set, tables
+
+    reads: list[str] = []
+    for owner, name in ((tables.TableFile, "read"), (column_set.TableBatches, "_open")):
+        original = getattr(owner, name)
+
+        def counted(self, *args, _original=original, _name=name, **kwargs):
+            reads.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted)
+    chunking = [] if chunk is None else ["--chunk-rows", chunk]
+    out = tmp_path / "out.csv"
+    result = run("agg", wide["parquet"], *SEVERAL, "--op", "mean,var", "-o", out, *chunking)
+    assert result.exit_code == 0, result.stderr
+    assert reads == (["read"] if chunk is None else ["_open"])
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
+def test_several_columns_from_a_pipe_that_can_be_read_once(wide, tmp_path):
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    payload = wide["parquet"].read_bytes()
+
+    def feed() -> None:
+        with open(fifo, "wb") as pipe:
+            pipe.write(payload)
+
+    threading.Thread(target=feed, daemon=True).start()
+    args = (*SEVERAL, "--op", "sum,argmax", "-q")
+    from_pipe = run("agg", fifo, *args)
+    assert from_pipe.exit_code == 0, from_pipe.stderr
+    assert from_pipe.stdout == run("agg", wide["parquet"], *args).stdout
+
+
+@pytest.mark.parametrize("kind", ["arrow stream", "parquet"])
+def test_several_columns_from_stdin(wide, kind):
+    args = (*SEVERAL, "--op", "min,last,count", "-q")
+    if kind == "parquet":  # read whole
+        payload = wide["parquet"].read_bytes()
+    else:  # streamed: one pass of the stream for every column and the ids
+        table = pq.read_table(wide["parquet"])
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            for batch in table.to_batches(max_chunksize=7):
+                writer.write_batch(batch)
+        payload = sink.getvalue().to_pybytes()
+    from_stdin = run("agg", "-", *args, input=payload)
+    assert from_stdin.exit_code == 0, from_stdin.stderr
+    assert from_stdin.stdout == run("agg", wide["parquet"], *args).stdout
+
+
+@pytest.mark.parametrize("chunk", [None, 2])
+@pytest.mark.parametrize(
+    ("columns", "message", "code"),
+    [
+        ("a,s", "column 's' has type string, not a numeric type", 1),
+        ("a,n", "column 'n' has 1 null (first at row 2)", 1),
+        ("a,zz", "no column 'zz'", 2),
+    ],
+)
+def test_several_columns_name_the_bad_one(tmp_path, chunk, columns, message, code):
+    path = tmp_path / "t.parquet"
+    table = {
+        "a": [1.0, 2.0, 3.0, 4.0],
+        "n": [1.0, 2.0, None, 4.0],
+        "s": ["w", "x", "y", "z"],
+        "id": [0, 1, 1, 0],
+    }
+    pq.write_table(pa.table(table), path)
+    out = tmp_path / "out.csv"
+    chunking = [] if chunk is None else ["--chunk-rows", chunk]
+    args = ("--data-column", columns, "--ids-column", "id", "--op", "sum", *chunking)
+    result = run("agg", path, *args, "-o", out)
+    assert result.exit_code == code
+    assert message in result.stderr and error_lines(result) == 1
+    assert not out.exists()
+
+
+def test_several_columns_of_an_array_file_are_a_usage_error(pair, tmp_path):
+    result = run("agg", *pair, "--data-column", "a,b", "--op", "sum")
+    assert result.exit_code == 2
+    assert "--data-column applies only to table files" in result.stderr
