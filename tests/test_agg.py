@@ -635,3 +635,30 @@ def test_several_columns_of_an_array_file_are_a_usage_error(pair, tmp_path):
     result = run("agg", *pair, "--data-column", "a,b", "--op", "sum")
     assert result.exit_code == 2
     assert "--data-column applies only to table files" in result.stderr
+
+
+def test_check_takes_joint_ops_in_its_list(tmp_path):
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.ones(3, np.complex64))
+    np.save(ids, np.zeros(3, np.int64))
+    assert run("check", data, ids, "--op", "sum,first,last", "-q").exit_code == 0
+    refused = run("check", data, ids, "--op", "sum,var,argmax", "-q")
+    assert refused.exit_code == 1 and "not supported by var" in refused.stderr
+    assert error_lines(refused) == 1
+
+
+def test_expect_compares_several_columns_streamed(wide, tmp_path):
+    golden = tmp_path / "golden.npz"
+    args = (wide["parquet"], *SEVERAL, "--op", "var,argmax,logsumexp", "-q")
+    assert run("agg", *args, "-o", golden).exit_code == 0
+    out = tmp_path / "out.csv"
+    passed = run("agg", *args, "--expect", golden, "--chunk-rows", 4, "-o", out)
+    assert passed.exit_code == 0, passed.stderr
+    with np.load(golden) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    arrays["b_argmax"] = arrays["b_argmax"] + 1
+    np.savez(golden, **arrays)
+    out.unlink()
+    failed = run("agg", *args, "--expect", golden, "--chunk-rows", 4, "-o", out)
+    assert failed.exit_code == 4 and "column b_argmax" in failed.stderr
+    assert error_lines(failed) == 1 and not out.exists()
