@@ -662,3 +662,33 @@ def test_expect_compares_several_columns_streamed(wide, tmp_path):
     failed = run("agg", *args, "--expect", golden, "--chunk-rows", 4, "-o", out)
     assert failed.exit_code == 4 and "column b_argmax" in failed.stderr
     assert error_lines(failed) == 1 and not out.exists()
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 6])
+def test_by_with_several_columns_reads_them_with_the_keys_once(keyed, tmp_path, monkeypatch, chunk):
+    calls: list[str] = []
+    for name in ("read", "iter_batches"):
+        original = getattr(pq.ParquetFile, name)
+
+        def counted(self, *args, _original=original, _name=name, **kwargs):
+            calls.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(pq.ParquetFile, name, counted)
+    chunking = [] if chunk is None else ["--chunk-rows", chunk]
+    args = ("--data-column", "delay,seats", "--by", "carrier", "--op", "std,argmin,last", "-q")
+    out = tmp_path / "out.npz"
+    keys = ("--keys-out", tmp_path / "keys.csv")
+    result = run("agg", keyed, *args, "-o", out, *keys, *chunking)
+    assert result.exit_code == 0, result.stderr
+    # In memory one read of every column; streamed one stream of the data columns beside the
+    # key columns' own, as a one-column run streams its data and keys.
+    assert calls == (["read"] if chunk is None else ["iter_batches", "iter_batches"])
+    monkeypatch.undo()
+    got = npz_arrays(out)
+    for column in ("delay", "seats"):
+        for name in ("std", "argmin", "last"):
+            single = tmp_path / "single.npy"
+            one = ("--data-column", column, "--by", "carrier", "-q", "-o", single)
+            assert run(name, keyed, *one, "--keys-out", tmp_path / "k.csv").exit_code == 0
+            assert got[f"{column}_{name}"] == np.load(single).tobytes(), (column, name)

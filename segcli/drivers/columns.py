@@ -6,8 +6,10 @@ combined op (:func:`segcli.drivers.base.op_and_fill`) is folded from the same re
 column, with the same engine paths as a one-column run, so that each column's result has the
 bytes of that run. The result is one :class:`DriverResult` per column, in order.
 
-Dask partitions read their own rows, column by column: a Dask run carries out one run per
-column (:func:`run`), as do ``--by`` runs.
+``--by`` runs read the data columns and the key columns together (in memory), or the data
+columns as one stream beside the key columns' (streamed, as a one-column run reads its data
+and its keys); the keys are encoded once. Dask partitions read their own rows, column by
+column: a Dask run carries out one run per column (:func:`run`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,14 @@ import numpy as np
 
 from segcli import core, io, ops, validate
 from segcli.core import Reduction
-from segcli.drivers.base import DriverResult, Progress, RunSpec, engine_of, op_and_fill
+from segcli.drivers.base import (
+    DriverResult,
+    Progress,
+    RunSpec,
+    engine_of,
+    input_facts,
+    op_and_fill,
+)
 from segcli.drivers.choose import carry_out, should_stream
 from segcli.drivers.memory import facts
 from segcli.drivers.stream import (
@@ -37,6 +46,13 @@ from segcli.engines import choose_engine
 from segcli.errors import InvalidInputError, UsageError
 from segcli.io.column_set import TableBatches, read_columns
 from segcli.io.formats import input_format, is_pipe
+from segcli.io.keys import (
+    KeyIdsChunks,
+    check_key_columns,
+    key_table_file,
+    pick_data_column,
+    read_columns_and_keys,
+)
 from segcli.io.npy import Readable
 from segcli.io.read import IDS_ROLE, read_one, read_stdin, refuse_option
 from segcli.io.sizes import decoded_bytes
@@ -46,10 +62,13 @@ from segcli.multi import fold_rows
 
 def run(spec: RunSpec, columns: list[str], progress: Progress | None = None) -> list[DriverResult]:
     """Reduce each of DATA's ``columns`` by ``spec``'s ops (``spec.data_column`` is not used)."""
-    if spec.engine == "dask" or spec.by:
+    if spec.engine == "dask":
         return [carry_out(dataclasses.replace(spec, data_column=c), progress) for c in columns]
+    streams = _streams(spec, columns)
+    if spec.by:
+        return _run_keyed(spec, columns, progress, streams=streams)
     _refuse_arrays(spec)
-    if _streams(spec, columns):
+    if streams:
         return _run_streaming(spec, columns, progress)
     return _run_in_memory(spec, columns)
 
@@ -68,7 +87,9 @@ def _streams(spec: RunSpec, columns: list[str]) -> bool:
         # A pipe is read into memory whole (it cannot seek); probing its metadata would read
         # it a first time.
         return False
-    in_table = [*columns] + ([spec.ids_column] if spec.ids is None and spec.ids_column else [])
+    in_table = [*columns, *spec.by]
+    if spec.ids is None and spec.ids_column:
+        in_table.append(spec.ids_column)
     sizes = [decoded_bytes(spec.data, in_table)]
     if spec.ids is not None:
         sizes.append(decoded_bytes(spec.ids, [n for n in (spec.ids_column, spec.ids_key) if n]))
@@ -144,6 +165,85 @@ def _run_in_memory(spec: RunSpec, columns: list[str]) -> list[DriverResult]:
         read_s = 0.0  # one read for every column
         done.append(DriverResult(reduction, facts(column), facts(ids), "in-memory", {}, timings))
     return done
+
+
+# ---------------------------------------------------------------------------------------------
+# Grouped by key columns
+
+
+def _run_keyed(
+    spec: RunSpec, columns: list[str], progress: Progress | None, *, streams: bool
+) -> list[DriverResult]:
+    from segcli.drivers.keys import encoder_for, key_input_facts, put_in_key_order
+
+    started = time.perf_counter()
+    table = key_table_file(spec.data, spec.csv)
+    check_key_columns(table, spec.by)
+    names = [pick_data_column(table, column, spec.by) for column in columns]
+    encoder = encoder_for(spec)
+    # --keys-from fixes n up front; otherwise n is the number of groups, found as ids come.
+    given_n = encoder.n_groups if encoder.keys_from is not None else None
+    labels = [f"{table.label}:{name}" for name in names]
+    if streams:
+        ids = KeyIdsChunks(table, spec.by, encoder)
+        sources = TableBatches(table, names).sources
+        keyed = dataclasses.replace(spec, num_segments=given_n)
+        reductions, blocks = reduce_columns(sources, ids, keyed, progress=progress)
+        rows = rows_of(reductions[0].id_report, ids)
+        keys_facts = key_input_facts(spec.data, ids.label, ids.schema, rows, ids.bytes_read)
+        data_facts = [
+            input_facts(
+                spec.data, s.label, table.fmt, (rows, *s.shape[1:]), s.dtype, table.note(name)
+            )
+            for s, name in zip(sources, names, strict=True)
+        ]
+        mode, mode_facts = "streaming", {"chunks": blocks}
+        timings = [{"read+compute": r.timings["compute"]} for r in reductions]
+    else:
+        arrays, keys = read_columns_and_keys(table, names, spec.by)
+        # The declared types first: the key table has them whichever encoding they came in.
+        encoder.declare(keys.schema, table.label)
+        flat_ids = encoder.encode(keys.table, table.label)
+        read_s = time.perf_counter() - started
+        ids_label = f"{table.label}:{','.join(spec.by)}"
+        reductions = []
+        for array, label in zip(arrays, labels, strict=True):
+            op, fill = op_and_fill(spec, array.dtype, tuple(array.shape[1:]), label)
+            reductions.append(
+                core.reduce_arrays(
+                    array,
+                    flat_ids,
+                    given_n,
+                    op,
+                    engine=engine_of(spec),
+                    fill=fill,
+                    data_label=label,
+                    ids_label=ids_label,
+                )
+            )
+        rows = keys.table.num_rows
+        keys_facts = key_input_facts(spec.data, ids_label, keys.schema, rows, keys.nbytes)
+        data_facts = [
+            input_facts(spec.data, label, table.fmt, a.shape, a.dtype, table.note(name))
+            for a, label, name in zip(arrays, labels, names, strict=True)
+        ]
+        mode, mode_facts = "in-memory", {}
+        timings = []
+        for reduction in reductions:
+            timings.append({"read": read_s, **reduction.timings})
+            read_s = 0.0  # one read for every column
+    return [
+        DriverResult(
+            reduction,
+            data,
+            keys_facts,
+            mode,
+            dict(mode_facts),
+            steps,
+            put_in_key_order(reduction, encoder, spec),
+        )
+        for reduction, data, steps in zip(reductions, data_facts, timings, strict=True)
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
