@@ -70,7 +70,7 @@ class _Source:
     names: dict[str, str]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Part:
     """What one call of the engine folds: the intermediates that fold alone (as one op of
     them), or one joint op's, under the op's own names."""
@@ -80,7 +80,8 @@ class Part:
     names: dict[str, str]
 
 
-@dataclass(frozen=True)
+# Compared and hashed as the table's ops are (by identity in effect): its parts hold dicts.
+@dataclass(frozen=True, eq=False)
 class CombinedOp(ops.Op):
     """The op of several ops; :attr:`parts` is empty when every intermediate folds alone (then
     an engine folds the state in one call, as any op)."""
@@ -291,10 +292,10 @@ def fold_rows(
     if not parts:
         engine.fold(state, data, ids, sorted_ids=sorted_ids)
         return
-    before = state.count.copy()
+    before = state.count.copy() if len(parts) > 1 else None
     for k, part in enumerate(parts):
         arrays = _own_arrays(part, state.arrays)
-        if k:
+        if before is not None and k:
             arrays["count"] = before.copy()
         view = ops.State(part.op, state.data_dtype, state.inner_shape, arrays, state.next_row)
         engine.fold(view, data, ids, sorted_ids=sorted_ids)

@@ -149,6 +149,7 @@ def test_combined_ops_come_back_from_pickling_as_themselves():
 
     op = combined_op(("std", "first"), np.dtype(np.float64), (2,), fill="3")
     assert pickle.loads(pickle.dumps(op)) is op
+    assert {op: 1}[op] == 1  # hashable, as the table's ops are
 
 
 def test_shared_intermediates_are_kept_once():
