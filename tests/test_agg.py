@@ -693,3 +693,19 @@ def test_by_with_several_columns_reads_them_with_the_keys_once(keyed, tmp_path, 
             one = ("--data-column", column, "--by", "carrier", "-q", "-o", single)
             assert run(name, keyed, *one, "--keys-out", tmp_path / "k.csv").exit_code == 0
             assert got[f"{column}_{name}"] == np.load(single).tobytes(), (column, name)
+
+
+@pytest.mark.dask
+def test_dask_with_several_columns_gives_each_columns_dask_bytes(scheduler, wide, tmp_path):
+    dask = ("--engine", "dask", "--scheduler", scheduler, "--chunk-rows", 10, "-q")
+    args = ("--ids-column", "id", "--op", "sum,std,argmax", *dask)
+    out = tmp_path / "all.npz"
+    result = run("agg", wide["parquet"], "--data-column", "a,b", *args, "-o", out)
+    assert result.exit_code == 0, result.stderr
+    got = npz_arrays(out)
+    for column in ("a", "b"):
+        one = tmp_path / f"{column}.npz"
+        assert run("agg", wide["parquet"], "--data-column", column, *args, "-o", one).exit_code == 0
+        for name, values in npz_arrays(one).items():
+            if name != "counts":
+                assert got[f"{column}_{name}"] == values, (column, name)
