@@ -284,6 +284,7 @@ def test_bad_op_lists_are_usage_errors(pair, tmp_path, ops_list, message):
     ("extra", "message"),
     [
         (["--indices", "idx.npy"], "--indices"),
+        (["--scheduler", "tcp://127.0.0.1:9"], "--scheduler applies to --engine dask only"),
         (["--fill", "0.5", "--op", "count,sum"], "cannot be stored in the int64 result of count"),
     ],
 )
@@ -709,3 +710,11 @@ def test_dask_with_several_columns_gives_each_columns_dask_bytes(scheduler, wide
         for name, values in npz_arrays(one).items():
             if name != "counts":
                 assert got[f"{column}_{name}"] == values, (column, name)
+
+
+def test_several_columns_from_stdin_on_dask_are_a_usage_error(wide, tmp_path):
+    args = ("agg", "-", *SEVERAL, "--op", "sum", "--engine", "dask", "-o", tmp_path / "o.csv")
+    result = run(*args, input=wide["parquet"].read_bytes())
+    assert result.exit_code == 2
+    assert "several --data-column on Dask" in result.stderr and error_lines(result) == 1
+    assert not (tmp_path / "o.csv").exists()
