@@ -67,16 +67,16 @@ def run(spec: RunSpec, columns: list[str], progress: Progress | None = None) -> 
     streams = _streams(spec, columns)
     if spec.by:
         return _run_keyed(spec, columns, progress, streams=streams)
-    _refuse_arrays(spec)
+    _refuse_arrays(spec, columns)
     if streams:
         return _run_streaming(spec, columns, progress)
     return _run_in_memory(spec, columns)
 
 
-def _refuse_arrays(spec: RunSpec) -> None:
+def _refuse_arrays(spec: RunSpec, columns: list[str]) -> None:
     """Several data columns need a table: .npy and .npz hold arrays."""
     if spec.data != "-" and input_format(spec.data) in ("npy", "npz"):
-        refuse_option("--data-column", ",", spec.data)
+        refuse_option("--data-column", ",".join(columns), spec.data)
 
 
 def _streams(spec: RunSpec, columns: list[str]) -> bool:
