@@ -573,9 +573,10 @@ def agg(
 ) -> None:
     """Several ops, over one or several data columns, in one pass: one row per segment.
 
-    Columns: segment, then <op> per op (<column>_<op> with several --data-column), inner
-    dimensions flattened to <name>_<i>, then count (unless count is one of the ops). .npz
-    holds one array per result column and counts; .npy takes one result column only.
+    Columns: segment (with --by: the key columns), then <op> per op (<column>_<op> with
+    several --data-column, read together in one read of the table), inner dimensions
+    flattened to <name>_<i>, then count (unless count is one of the ops). .npz holds one
+    array per result column and counts; .npy takes one result column only.
 
     \b
     Examples:
