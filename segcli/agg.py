@@ -1,9 +1,9 @@
 """``segcli agg``: several ops, and several data columns, in one run.
 
-Each data column is read once and every op folded in the same pass (see :mod:`segcli.multi`);
-several data columns are one pass each. The results are written side by side (see
-:mod:`segcli.io.agg_write`), compared with ``--expect`` column by column, and summarised with
-one range per result column.
+Every op is folded in the same pass (see :mod:`segcli.multi`); several data columns of one
+table are read together, once, with the ids (see :mod:`segcli.drivers.columns`). The results
+are written side by side (see :mod:`segcli.io.agg_write`; a ``--by`` run's key columns first),
+compared with ``--expect`` column by column, and summarised with one range per result column.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 from segcli import core, io
 from segcli.drivers.base import DriverResult, Progress
 from segcli.drivers.choose import carry_out
+from segcli.drivers.columns import run as several_columns
 from segcli.errors import (
     ExpectationError,
     InvalidInputError,
@@ -29,7 +30,8 @@ from segcli.errors import (
 from segcli.holistic_runs import check_q, result_name
 from segcli.io import agg_write
 from segcli.io.formats import BINARY_FORMATS
-from segcli.multi import split
+from segcli.io.keyed import stage_keys
+from segcli.multi import split, with_ddof
 from segcli.pipeline import RunRequest, Streams
 from segcli.signals import checkpoint
 from segcli.summary import RunSummary, result_range, run_summary, summary_facts, summary_rows
@@ -86,8 +88,6 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
     """Usage errors of options agg does not take, before any input is read; the output
     format ("text" for lines on stdout)."""
     refused = (
-        ("--engine dask", request.engine == "dask"),
-        ("--by", request.by is not None),
         ("--indices", request.indices is not None or request.indices_column is not None),
         ("--weights", request.weights is not None or request.weights_column is not None),
     )
@@ -101,9 +101,11 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
     )
     if request.float_format is not None:
         io.check_text_output(None if fmt == "text" else fmt, request.float_format)
+    with_ddof(op_names, request.ddof)
+    request.key_columns()
     columns = data_columns(request)
-    if len(columns) > 1 and request.data == "-":
-        raise UsageError("several --data-column read DATA once each: give a file, not stdin")
+    if len(columns) > 1 and request.data == "-" and request.engine == "dask":
+        raise UsageError("several --data-column on Dask read DATA once each: give files")
     check_q(op_names, request.q)
     names = column_names(tuple(result_name(op, request.q) for op in op_names), columns)
     names += ["rows"] if _rows_column(request, op_names) else []
@@ -152,21 +154,24 @@ def _run(
     checkpoint("reduce")
     fmt = check_request(request, op_names)
     columns = data_columns(request)
+    spec = dataclasses.replace(
+        dataclasses.replace(request, data_column=columns[0], ddof=None).spec(streams.stdin),
+        ops=with_ddof(op_names, request.ddof),
+    )
+    streams.stdin = spec.stdin
+    if len(columns) == 1:
+        runs = [carry_out(spec, progress)]
+    else:
+        runs = several_columns(spec, [str(c) for c in columns], progress)
     results: dict[str, np.ndarray] = {}
-    runs: list[DriverResult] = []
-    for column in columns:
-        spec = dataclasses.replace(
-            dataclasses.replace(request, data_column=column).spec(streams.stdin), ops=op_names
-        )
-        streams.stdin = spec.stdin
-        done = carry_out(spec, progress)
-        runs.append(done)
+    for column, done in zip(columns, runs, strict=True):
         for op, values in split(done.reduction.result).items():
             name = op if len(columns) == 1 else f"{column}_{op}"
             results[name] = values
     counts = np.asarray(runs[0].reduction.counts)
     if _rows_column(request, op_names):
         results["rows"] = counts
+    keys = runs[0].keys
     if request.expect:
         check_expected_columns(
             results, counts, request.expect, rtol=request.rtol, atol=request.atol
@@ -180,9 +185,12 @@ def _run(
         counted="count" in op_names,
         float_format=request.float_format,
         to_stream=request.output == "-",
+        keys=None if keys is None else keys.table,
     )
     _write(body, request, fmt, outputs, streams)
-    return _outcome(runs[0], results, counts, request, fmt, time.perf_counter() - started)
+    if request.keys_out is not None and keys is not None:
+        stage_keys(keys.table, request.keys_out, outputs)
+    return _outcome(runs, results, counts, request, fmt, time.perf_counter() - started)
 
 
 def _write(
@@ -209,13 +217,19 @@ def _write(
 
 
 def _outcome(
-    first: DriverResult,
+    runs: list[DriverResult],
     results: dict[str, np.ndarray],
     counts: np.ndarray,
     request: RunRequest,
     fmt: str,
     write_s: float,
 ) -> AggOutcome:
+    # One step's seconds over every column's run (a shared read counts once: its own run).
+    timings: dict[str, float] = {}
+    for done in runs:
+        for step, seconds in done.timings.items():
+            timings[step] = timings.get(step, 0.0) + seconds
+    first = dataclasses.replace(runs[0], timings=timings)
     one = next(iter(results.values()))
     shown = dataclasses.replace(first.reduction, result=one)
     summary = run_summary(

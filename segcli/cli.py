@@ -547,7 +547,20 @@ for _op in OP_SUMMARIES:
     type=click.Choice(ENGINES),
     default="auto",
     show_default=True,
-    help="Compute engine (dask is not taken by agg yet).",
+    help="Compute engine; 'auto' picks the fastest one that pays off.",
+)
+@click.option(
+    "--scheduler",
+    metavar="ADDRESS",
+    envvar="DASK_SCHEDULER_ADDRESS",
+    help="Dask scheduler for --engine dask [env: DASK_SCHEDULER_ADDRESS; default: a local "
+    "cluster].",
+)
+@click.option(
+    "--keys-out",
+    metavar="PATH",
+    help="With --by and .npz output: write the key table (row i for result row i) to PATH "
+    "(.parquet, .arrow, .csv or .tsv).",
 )
 @click.option(
     "--float-format",
@@ -573,6 +586,12 @@ for _op in OP_SUMMARIES:
 )
 @q_option(required=False)
 @tmp_dir_option
+@click.option(
+    "--ddof",
+    type=int,
+    metavar="D",
+    help="var and std: divide by count - D (default 0; 1: sample variance).",
+)
 @tolerance_options
 @translate_errors
 def agg(
@@ -585,9 +604,10 @@ def agg(
 ) -> None:
     """Several ops, over one or several data columns, in one pass: one row per segment.
 
-    Columns: segment, then <op> per op (<column>_<op> with several --data-column), inner
-    dimensions flattened to <name>_<i>, then count (unless count is one of the ops). .npz
-    holds one array per result column and counts; .npy takes one result column only.
+    Columns: segment (with --by: the key columns), then <op> per op (<column>_<op> with
+    several --data-column, read together in one read of the table), inner dimensions
+    flattened to <name>_<i>, then count (unless count is one of the ops). .npz holds one
+    array per result column and counts; .npy takes one result column only.
 
     \b
     Examples:
@@ -595,6 +615,7 @@ def agg(
           --op mean,min,max,count
       segcli agg data.npy ids.npy --op sum,mean -o out.parquet
       segcli agg table.csv --data-column a,b --ids-column id --op max -o out.npz
+      segcli agg flights.parquet --data-column arr_delay --by carrier --op mean,std,argmax
     """
     from segcli import agg as agg_module
     from segcli import pipeline
@@ -604,6 +625,8 @@ def agg(
     op_names = parse_ops(op_list)
     if options["output"] is None and options["output_format"]:
         raise UsageError("--format needs -o/--output (use -o - for stdout)")
+    if options["engine"] != "dask" and _typed("scheduler"):
+        raise UsageError("--scheduler applies to --engine dask only; add --engine dask")
     with _summary_on_failure("agg", summary_json), _run_outputs(summary_json) as outputs:
         request = _request("agg", **options)
         agg_module.check_request(request, op_names)

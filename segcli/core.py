@@ -19,6 +19,7 @@ from segcli import ops, validate
 from segcli.engines import Engine, choose_engine
 from segcli.errors import InvalidInputError
 from segcli.memory import available_bytes, human_bytes, writer_bytes
+from segcli.multi import fold_rows
 
 #: The output format this run will write (the pipeline sets it), so that the "does it fit"
 #: check counts the writer's memory; None for a library call, which writes nothing.
@@ -326,7 +327,8 @@ def reduce_arrays(
     choice = choose_engine(engine, elements=data.size, skipna=op_def.skipna_of is not None)
     validated = time.perf_counter()
     state = choice.engine.new_state(op_def, n, inner_shape, data.dtype, sorted_ids=sorted)
-    choice.engine.fold(state, data.reshape(ids.size, width), ids.reshape(-1), sorted_ids=sorted)
+    data, flat_ids = data.reshape(ids.size, width), ids.reshape(-1)
+    fold_rows(choice.engine, state, data, flat_ids, sorted_ids=sorted)
     host = state.to_host()
     if report is None:
         report = report_from_counts(host.count, ids, n, inferred=inferred, label=ids_label)

@@ -24,21 +24,12 @@ def run(*args: object, input: bytes | None = None):
 
 
 def ops_for(dtype: np.dtype) -> list[str]:
-    """Every op of the table that agg combines and that takes data of ``dtype``."""
+    """Every op of the table that agg folds and that takes data of ``dtype``."""
     return [
         name
         for name, op in ops.OPS.items()
-        if np.dtype(dtype).kind in op.data_kinds and op.joint is None and not op.holistic
+        if np.dtype(dtype).kind in op.data_kinds and not op.holistic
     ]
-
-
-@pytest.mark.parametrize("name", [name for name, op in ops.OPS.items() if op.joint is not None])
-def test_ops_whose_intermediates_fold_together_are_refused(tmp_path, pair, name):
-    out = tmp_path / "out.npz"
-    result = run("agg", *pair, "--op", f"sum,{name}", "-o", out, "-q")
-    assert result.exit_code == 2
-    assert error_lines(result) == 1 and f"run 'segcli {name}' on its own" in result.stderr
-    assert not out.exists()
 
 
 @pytest.fixture
@@ -116,6 +107,53 @@ def test_every_engine_folds_the_combined_state_like_the_single_ops(tmp_path, eng
             single = tmp_path / f"{name}.npy"
             assert run(name, data, ids, "-o", single, *args).exit_code == 0
             assert got[name].tobytes() == np.load(single).tobytes(), name
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 4])
+def test_joint_ops_with_ddof_give_the_single_op_bytes(tmp_path, chunk):
+    rng = np.random.default_rng(9)
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, (1e6 + rng.random(size=(33, 2))).astype(np.float64))
+    np.save(ids, rng.integers(-1, 6, size=33))
+    chunking = [] if chunk is None else ["--chunk-rows", chunk]
+    names = ["var", "first", "std", "argmax", "sum", "logsumexp", "last", "argmin", "count"]
+    out = tmp_path / "all.npz"
+    args = ("-q", *chunking)
+    result = run("agg", data, ids, "--op", ",".join(names), "--ddof", 1, "-o", out, *args)
+    assert result.exit_code == 0, result.stderr
+    with np.load(out) as got:
+        for name in names:
+            single = tmp_path / f"{name}.npy"
+            ddof = ["--ddof", 1] if name in ("var", "std") else []
+            assert run(name, data, ids, "-o", single, *ddof, *args).exit_code == 0
+            assert got[name].tobytes() == np.load(single).tobytes(), name
+
+
+def test_ddof_without_var_or_std_is_a_usage_error(pair, tmp_path):
+    out = tmp_path / "out.csv"
+    result = run("agg", *pair, "--op", "sum,max", "--ddof", "1", "-o", out)
+    assert result.exit_code == 2
+    assert "--ddof applies to var and std only" in result.stderr and error_lines(result) == 1
+    assert not out.exists()
+
+
+def test_joint_ops_keep_their_intermediates_once():
+    op = combined_op(("var", "std", "mean", "argmin", "sum"), np.dtype(np.float32), ())
+    names = [i.name for i in op.intermediates]
+    assert names.count("moments.shift") == 1 and names.count("sum") == 1
+    assert [part.op.name for part in op.parts] == ["agg", "var", "argmin"]
+    # one lane each for the joint ones: they fold in row order
+    state = ops.new_state(op, 3, (), np.dtype(np.float32))
+    assert state.arrays["moments.shifted_sum"].shape[0] == 1
+    assert state.arrays["sum"].shape[0] == ops.LANES
+
+
+def test_combined_ops_come_back_from_pickling_as_themselves():
+    import pickle
+
+    op = combined_op(("std", "first"), np.dtype(np.float64), (2,), fill="3")
+    assert pickle.loads(pickle.dumps(op)) is op
+    assert {op: 1}[op] == 1  # hashable, as the table's ops are
 
 
 def test_shared_intermediates_are_kept_once():
@@ -249,7 +287,8 @@ def test_bad_op_lists_are_usage_errors(pair, tmp_path, ops_list, message):
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--engine", "dask"], "--engine dask"),
+        (["--indices", "idx.npy"], "--indices"),
+        (["--scheduler", "tcp://127.0.0.1:9"], "--scheduler applies to --engine dask only"),
         (["--fill", "0.5", "--op", "count,sum"], "cannot be stored in the int64 result of count"),
     ],
 )
@@ -308,13 +347,6 @@ def test_stdin_streams_like_a_file(pair):
     assert from_stdin.stdout == from_file.stdout
 
 
-def test_several_columns_from_stdin_are_a_usage_error(table):
-    args = ("agg", "-", "--data-column", "a,b", "--ids-column", "id", "--op", "sum")
-    result = run(*args, input=table.read_bytes())
-    assert result.exit_code == 2
-    assert "not stdin" in result.stderr
-
-
 def test_sorted_ids_give_the_single_op_bytes(tmp_path):
     rng = np.random.default_rng(11)
     data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
@@ -329,3 +361,364 @@ def test_sorted_ids_give_the_single_op_bytes(tmp_path):
             single = tmp_path / f"{name}.npy"
             assert run(name, data, ids, "-o", single, *sorted_args).exit_code == 0
             assert got[name].tobytes() == np.load(single).tobytes(), name
+
+
+@pytest.fixture
+def keyed(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(13)
+    path = tmp_path / "keyed.parquet"
+    carriers = np.array(["UA", "AA", "DL", None], dtype=object)[rng.integers(0, 4, 80)]
+    pq.write_table(
+        pa.table(
+            {
+                "carrier": pa.array(carriers.tolist(), pa.string()),
+                "delay": pa.array(rng.normal(scale=20, size=80), pa.float64()),
+                "seats": pa.array(rng.integers(50, 300, 80), pa.int32()),
+            }
+        ),
+        path,
+        row_group_size=16,
+    )
+    return path
+
+
+JOINT_AND_PLAIN = "mean,std,argmax,first,min,count,logsumexp"
+
+
+@pytest.mark.parametrize("chunk", [None, 7])
+def test_by_gives_each_single_op_by_result(keyed, tmp_path, chunk):
+    chunking = [] if chunk is None else ["--chunk-rows", chunk]
+    by = ("--data-column", "delay", "--by", "carrier", "-q", *chunking)
+    out, keys = tmp_path / "all.npz", tmp_path / "keys.csv"
+    result = run("agg", keyed, *by, "--op", JOINT_AND_PLAIN, "-o", out, "--keys-out", keys)
+    assert result.exit_code == 0, result.stderr
+    assert keys.read_text().splitlines() == ["carrier", "AA", "DL", "UA"]  # sorted, null dropped
+    with np.load(out) as got:
+        for name in JOINT_AND_PLAIN.split(","):
+            single = tmp_path / f"{name}.npy"
+            args = ("-o", single, "--keys-out", tmp_path / f"{name}.csv")
+            assert run(name, keyed, *by, *args).exit_code == 0
+            assert got[name].tobytes() == np.load(single).tobytes(), name
+
+
+def test_by_tables_start_with_the_key_columns(keyed, tmp_path):
+    out = tmp_path / "out.parquet"
+    args = ("--data-column", "delay", "--by", "carrier", "--op", "mean,var", "-q")
+    assert run("agg", keyed, *args, "-o", out).exit_code == 0
+    table = pq.read_table(out)
+    assert table.column_names == ["carrier", "mean", "var", "count"]
+    assert table.schema.field("carrier").type == pa.string()
+    text = run("agg", keyed, *args).stdout.splitlines()
+    assert text[0] == "carrier\tmean\tvar\tcount"
+    assert [line.split("\t")[0] for line in text[1:]] == ["AA", "DL", "UA"]
+    doc = json.loads(run("agg", keyed, *args, "-o", "-", "--format", "json").stdout)
+    assert list(doc) == ["keys", "mean", "var", "count"]
+    assert doc["keys"] == {"carrier": ["AA", "DL", "UA"]}
+
+
+def test_by_npz_without_keys_out_is_a_usage_error(keyed, tmp_path):
+    out = tmp_path / "out.npz"
+    args = ("--data-column", "delay", "--by", "carrier", "--op", "mean,std", "-o", out)
+    result = run("agg", keyed, *args)
+    assert result.exit_code == 2
+    assert "--keys-out" in result.stderr and error_lines(result) == 1
+    assert not out.exists()
+
+
+def test_by_with_several_columns_names_column_op(keyed, tmp_path):
+    out = tmp_path / "out.csv"
+    args = ("--data-column", "delay,seats", "--by", "carrier", "--op", "max,last", "-q")
+    assert run("agg", keyed, *args, "-o", out).exit_code == 0
+    lines = out.read_text().splitlines()
+    assert lines[0] == "carrier,delay_max,delay_last,seats_max,seats_last,count"
+    assert [line.split(",")[0] for line in lines[1:]] == ["AA", "DL", "UA"]
+
+
+def test_expect_compares_by_results(keyed, tmp_path):
+    golden = tmp_path / "golden.parquet"
+    args = ("--data-column", "delay", "--by", "carrier", "--op", "std,argmin", "-q")
+    assert run("agg", keyed, *args, "-o", golden).exit_code == 0
+    passed = run("agg", keyed, *args, "--expect", golden, "--chunk-rows", 5)
+    assert passed.exit_code == 0, passed.stderr
+    table = pq.read_table(golden)
+    table = table.set_column(2, "argmin", pa.array([0, 0, 0], pa.int64()))
+    pq.write_table(table, golden)
+    failed = run("agg", keyed, *args, "--expect", golden)
+    assert failed.exit_code == 4 and "column argmin" in failed.stderr
+    assert error_lines(failed) == 1
+
+
+@pytest.fixture(scope="module")
+def scheduler():
+    """A local cluster of two worker processes (ops travel to them pickled)."""
+    import logging
+
+    pytest.importorskip("distributed")
+    from segcli.drivers import dask as seg_dask
+
+    cluster = seg_dask.local_cluster(2, silence_logs=logging.CRITICAL)
+    yield str(cluster.scheduler_address)
+    cluster.close()
+
+
+@pytest.mark.dask
+@pytest.mark.parametrize("grouping", ["ids", "by"])
+def test_dask_gives_the_single_op_dask_bytes(scheduler, keyed, tmp_path, grouping):
+    if grouping == "by":
+        inputs = (keyed, "--data-column", "delay", "--by", "carrier")
+    else:
+        data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+        rng = np.random.default_rng(17)
+        np.save(data, (1e3 + rng.normal(size=(90, 2))).astype(np.float32))
+        np.save(ids, rng.integers(-1, 8, size=90))
+        inputs = (data, ids)
+    dask = ("--engine", "dask", "--scheduler", scheduler, "--chunk-rows", 20, "-q")
+    names = "sum,var,std,argmin,first,last,logsumexp,count"
+    out = tmp_path / "all.npz"
+    keys = ("--keys-out", tmp_path / "keys.csv") if grouping == "by" else ()
+    result = run("agg", *inputs, "--op", names, "--ddof", 1, *dask, "-o", out, *keys)
+    assert result.exit_code == 0, result.stderr
+    with np.load(out) as got:
+        for name in names.split(","):
+            ddof = ["--ddof", 1] if name in ("var", "std") else []
+            single = tmp_path / f"{name}.npy"
+            keys = ("--keys-out", tmp_path / f"{name}.csv") if grouping == "by" else ()
+            assert run(name, *inputs, *dask, *ddof, "-o", single, *keys).exit_code == 0
+            assert got[name].tobytes() == np.load(single).tobytes(), name
+        # --ddof reaches the workers (a --by job once sent the op's name alone, so ddof 0);
+        # Dask merges var partitions in another order: 1e-12 is its documented tolerance
+        here = tmp_path / "here.npy"
+        keys = ("--keys-out", tmp_path / "here.csv") if grouping == "by" else ()
+        assert run("var", *inputs, "--ddof", 1, "-q", "-o", here, *keys).exit_code == 0
+        np.testing.assert_allclose(got["var"], np.load(here), rtol=1e-12)
+
+
+SEVERAL = ("--data-column", "a,b,v", "--ids-column", "id")
+SEVERAL_OPS = "sum,std,argmin,first,max,count"
+
+
+@pytest.fixture
+def wide(tmp_path: Path) -> dict[str, Path]:
+    """One table in each format: float64 a, int32 b, float32 pairs v, ids with drops."""
+    import pyarrow.csv as pacsv
+
+    rng = np.random.default_rng(21)
+    rows = 45
+    columns = {
+        "a": pa.array(rng.normal(size=rows)),
+        "b": pa.array(rng.integers(-50, 50, rows), pa.int32()),
+        "v": pa.array(
+            rng.normal(size=(rows, 2)).astype(np.float32).tolist(), pa.list_(pa.float32(), 2)
+        ),
+        "id": pa.array(rng.integers(-1, 6, rows)),
+    }
+    table = pa.table(columns)
+    paths = {"parquet": tmp_path / "wide.parquet", "arrow": tmp_path / "wide.arrow"}
+    pq.write_table(table, paths["parquet"], row_group_size=8)
+    with pa.ipc.new_file(str(paths["arrow"]), table.schema) as writer:
+        for batch in table.to_batches(max_chunksize=10):
+            writer.write_batch(batch)
+    paths["csv"] = tmp_path / "wide.csv"
+    pacsv.write_csv(table.drop_columns(["v"]), paths["csv"])
+    return paths
+
+
+def npz_arrays(path: Path) -> dict[str, bytes]:
+    with np.load(path) as got:
+        return {name: got[name].tobytes() for name in got.files}
+
+
+def test_several_columns_give_each_columns_single_op_bytes(wide, tmp_path):
+    out = tmp_path / "all.npz"
+    result = run("agg", wide["parquet"], *SEVERAL, "--op", SEVERAL_OPS, "-o", out, "-q")
+    assert result.exit_code == 0, result.stderr
+    got = npz_arrays(out)
+    for column in ("a", "b", "v"):
+        for name in SEVERAL_OPS.split(","):
+            single = tmp_path / "single.npy"
+            args = (wide["parquet"], "--data-column", column, "--ids-column", "id", "-q")
+            assert run(name, *args, "-o", single).exit_code == 0
+            assert got[f"{column}_{name}"] == np.load(single).tobytes(), (column, name)
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "arrow", "csv"])
+@pytest.mark.parametrize("chunk", [1, 4, 9])
+def test_several_columns_stream_with_the_in_memory_bytes(wide, tmp_path, fmt, chunk):
+    columns = ("--data-column", "a,b", "--ids-column", "id") if fmt == "csv" else SEVERAL
+    whole, streamed = tmp_path / "whole.npz", tmp_path / "streamed.npz"
+    args = (wide[fmt], *columns, "--op", SEVERAL_OPS, "-q")
+    assert run("agg", *args, "-o", whole).exit_code == 0
+    result = run("agg", *args, "-o", streamed, "--chunk-rows", chunk)
+    assert result.exit_code == 0, result.stderr
+    assert npz_arrays(streamed) == npz_arrays(whole)
+
+
+@pytest.mark.parametrize("chunk", [None, 5])
+def test_several_columns_read_the_table_once(wide, tmp_path, monkeypatch, chunk):
+    from segcli.io import column_set, tables
+
+    reads: list[str] = []
+    for owner, name in ((tables.TableFile, "read"), (column_set.TableBatches, "_open")):
+        original = getattr(owner, name)
+
+        def counted(self, *args, _original=original, _name=name, **kwargs):
+            reads.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(owner, name, counted)
+    chunking = [] if chunk is None else ["--chunk-rows", chunk]
+    out = tmp_path / "out.csv"
+    result = run("agg", wide["parquet"], *SEVERAL, "--op", "mean,var", "-o", out, *chunking)
+    assert result.exit_code == 0, result.stderr
+    assert reads == (["read"] if chunk is None else ["_open"])
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
+def test_several_columns_from_a_pipe_that_can_be_read_once(wide, tmp_path):
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    payload = wide["parquet"].read_bytes()
+
+    def feed() -> None:
+        with open(fifo, "wb") as pipe:
+            pipe.write(payload)
+
+    threading.Thread(target=feed, daemon=True).start()
+    args = (*SEVERAL, "--op", "sum,argmax", "-q")
+    from_pipe = run("agg", fifo, *args)
+    assert from_pipe.exit_code == 0, from_pipe.stderr
+    assert from_pipe.stdout == run("agg", wide["parquet"], *args).stdout
+
+
+@pytest.mark.parametrize("kind", ["arrow stream", "parquet"])
+def test_several_columns_from_stdin(wide, kind):
+    args = (*SEVERAL, "--op", "min,last,count", "-q")
+    if kind == "parquet":  # read whole
+        payload = wide["parquet"].read_bytes()
+    else:  # streamed: one pass of the stream for every column and the ids
+        table = pq.read_table(wide["parquet"])
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            for batch in table.to_batches(max_chunksize=7):
+                writer.write_batch(batch)
+        payload = sink.getvalue().to_pybytes()
+    from_stdin = run("agg", "-", *args, input=payload)
+    assert from_stdin.exit_code == 0, from_stdin.stderr
+    assert from_stdin.stdout == run("agg", wide["parquet"], *args).stdout
+
+
+@pytest.mark.parametrize("chunk", [None, 2])
+@pytest.mark.parametrize(
+    ("columns", "message", "code"),
+    [
+        ("a,s", "column 's' has type string, not a numeric type", 1),
+        ("a,n", "column 'n' has 1 null (first at row 2)", 1),
+        ("a,zz", "no column 'zz'", 2),
+    ],
+)
+def test_several_columns_name_the_bad_one(tmp_path, chunk, columns, message, code):
+    path = tmp_path / "t.parquet"
+    table = {
+        "a": [1.0, 2.0, 3.0, 4.0],
+        "n": [1.0, 2.0, None, 4.0],
+        "s": ["w", "x", "y", "z"],
+        "id": [0, 1, 1, 0],
+    }
+    pq.write_table(pa.table(table), path)
+    out = tmp_path / "out.csv"
+    chunking = [] if chunk is None else ["--chunk-rows", chunk]
+    args = ("--data-column", columns, "--ids-column", "id", "--op", "sum", *chunking)
+    result = run("agg", path, *args, "-o", out)
+    assert result.exit_code == code
+    assert message in result.stderr and error_lines(result) == 1
+    assert not out.exists()
+
+
+def test_several_columns_of_an_array_file_are_a_usage_error(pair, tmp_path):
+    result = run("agg", *pair, "--data-column", "a,b", "--op", "sum")
+    assert result.exit_code == 2
+    assert "--data-column applies only to table files" in result.stderr
+
+
+def test_check_takes_joint_ops_in_its_list(tmp_path):
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.ones(3, np.complex64))
+    np.save(ids, np.zeros(3, np.int64))
+    assert run("check", data, ids, "--op", "sum,first,last", "-q").exit_code == 0
+    refused = run("check", data, ids, "--op", "sum,var,argmax", "-q")
+    assert refused.exit_code == 1 and "not supported by var" in refused.stderr
+    assert error_lines(refused) == 1
+
+
+def test_expect_compares_several_columns_streamed(wide, tmp_path):
+    golden = tmp_path / "golden.npz"
+    args = (wide["parquet"], *SEVERAL, "--op", "var,argmax,logsumexp", "-q")
+    assert run("agg", *args, "-o", golden).exit_code == 0
+    out = tmp_path / "out.csv"
+    passed = run("agg", *args, "--expect", golden, "--chunk-rows", 4, "-o", out)
+    assert passed.exit_code == 0, passed.stderr
+    with np.load(golden) as archive:
+        arrays = {name: archive[name] for name in archive.files}
+    arrays["b_argmax"] = arrays["b_argmax"] + 1
+    np.savez(golden, **arrays)
+    out.unlink()
+    failed = run("agg", *args, "--expect", golden, "--chunk-rows", 4, "-o", out)
+    assert failed.exit_code == 4 and "column b_argmax" in failed.stderr
+    assert error_lines(failed) == 1 and not out.exists()
+
+
+@pytest.mark.parametrize("chunk", [None, 1, 6])
+def test_by_with_several_columns_reads_them_with_the_keys_once(keyed, tmp_path, monkeypatch, chunk):
+    calls: list[str] = []
+    for name in ("read", "iter_batches"):
+        original = getattr(pq.ParquetFile, name)
+
+        def counted(self, *args, _original=original, _name=name, **kwargs):
+            calls.append(_name)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(pq.ParquetFile, name, counted)
+    chunking = [] if chunk is None else ["--chunk-rows", chunk]
+    args = ("--data-column", "delay,seats", "--by", "carrier", "--op", "std,argmin,last", "-q")
+    out = tmp_path / "out.npz"
+    keys = ("--keys-out", tmp_path / "keys.csv")
+    result = run("agg", keyed, *args, "-o", out, *keys, *chunking)
+    assert result.exit_code == 0, result.stderr
+    # In memory one read of every column; streamed one stream of the data columns beside the
+    # key columns' own, as a one-column run streams its data and keys.
+    assert calls == (["read"] if chunk is None else ["iter_batches", "iter_batches"])
+    monkeypatch.undo()
+    got = npz_arrays(out)
+    for column in ("delay", "seats"):
+        for name in ("std", "argmin", "last"):
+            single = tmp_path / "single.npy"
+            one = ("--data-column", column, "--by", "carrier", "-q", "-o", single)
+            assert run(name, keyed, *one, "--keys-out", tmp_path / "k.csv").exit_code == 0
+            assert got[f"{column}_{name}"] == np.load(single).tobytes(), (column, name)
+
+
+@pytest.mark.dask
+def test_dask_with_several_columns_gives_each_columns_dask_bytes(scheduler, wide, tmp_path):
+    dask = ("--engine", "dask", "--scheduler", scheduler, "--chunk-rows", 10, "-q")
+    args = ("--ids-column", "id", "--op", "sum,std,argmax", *dask)
+    out = tmp_path / "all.npz"
+    result = run("agg", wide["parquet"], "--data-column", "a,b", *args, "-o", out)
+    assert result.exit_code == 0, result.stderr
+    got = npz_arrays(out)
+    for column in ("a", "b"):
+        one = tmp_path / f"{column}.npz"
+        assert run("agg", wide["parquet"], "--data-column", column, *args, "-o", one).exit_code == 0
+        for name, values in npz_arrays(one).items():
+            if name != "counts":
+                assert got[f"{column}_{name}"] == values, (column, name)
+
+
+def test_several_columns_from_stdin_on_dask_are_a_usage_error(wide, tmp_path):
+    args = ("agg", "-", *SEVERAL, "--op", "sum", "--engine", "dask", "-o", tmp_path / "o.csv")
+    result = run(*args, input=wide["parquet"].read_bytes())
+    assert result.exit_code == 2
+    assert "several --data-column on Dask" in result.stderr and error_lines(result) == 1
+    assert not (tmp_path / "o.csv").exists()

@@ -72,8 +72,9 @@ class RunSpec:
     #: ``--weights``: one weight per id (sum, mean and sqrt_n), like ``indices``.
     weights: str | None = None
     weights_column: str | None = None
-    #: ``segcli agg``: the ops folded together in one pass (``op`` is then ignored).
-    ops: tuple[str, ...] = ()
+    #: ``segcli agg``: the ops folded together in one pass (``op`` is then ignored); names, or
+    #: ops of the table with their options (``ops.with_ddof``).
+    ops: tuple[str | ops.Op, ...] = ()
     #: ``--q`` of quantile (None: not given).
     q: float | None = None
     #: ``--skipna``: NaN and null values left out, element by element.

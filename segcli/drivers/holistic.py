@@ -38,7 +38,7 @@ from segcli.signals import checkpoint
 
 def op_names(spec: RunSpec) -> tuple[str, ...]:
     """The ops of the run: agg's list, or the one op."""
-    return spec.ops or (ops.get_op(spec.op).name,)
+    return tuple(ops.get_op(op).name for op in spec.ops) or (ops.get_op(spec.op).name,)
 
 
 def has_holistic(spec: RunSpec) -> bool:
@@ -96,7 +96,8 @@ def _fold_op(
     spec: RunSpec, data_dtype: np.dtype[Any], inner: tuple[int, ...], label: str
 ) -> tuple[str | ops.Op, Any]:
     """What the engine folds, and its fill: agg's other ops, else only the row counts."""
-    mergeable = tuple(name for name in op_names(spec) if not is_holistic(name))
+    # agg's entries as given: var and std carry their --ddof.
+    mergeable = tuple(op for op in spec.ops if not is_holistic(op))
     if not spec.ops or not mergeable:
         # Under --skipna the count keeps the present values too: the summary's skipped figure.
         return (ops.skipna_op("count") if spec.skipna else "count"), None

@@ -24,7 +24,7 @@ from segcli.drivers.base import (
     RunSpec,
     engine_of,
     input_facts,
-    spec_op,
+    op_and_fill,
 )
 from segcli.io.formats import input_format
 from segcli.io.keys import (
@@ -104,13 +104,14 @@ def run_in_memory(
     read_s = time.perf_counter() - started
     data_label = f"{table.label}:{column}"
     ids_label = f"{table.label}:{','.join(spec.by)}"
+    op, fill = op_and_fill(spec, data.dtype, tuple(data.shape[1:]), data_label)
     reduction = core.reduce_arrays(
         data,
         ids,
         _given_n(encoder),
-        spec_op(spec),
+        op,
         engine=engine_of(spec),
-        fill=spec.fill,
+        fill=fill,
         data_label=data_label,
         ids_label=ids_label,
     )
@@ -161,13 +162,14 @@ def run_streaming(
         source = io.open_chunked(spec.data, column=column, role="data", csv=spec.csv)
         ids = KeyIdsChunks(table, spec.by, encoder)
     data: Any = source if watch is None else _Watched(source, watch)
+    op, fill = op_and_fill(spec, source.dtype, tuple(source.shape[1:]), source.label)
     reduction, plan = reduce_stream(
         data,
         ids,
         _given_n(encoder),
-        spec_op(spec),
+        op,
         engine=engine_of(spec),
-        fill=spec.fill,
+        fill=fill,
         block_rows=spec.block_rows,
         memory_limit=spec.memory_budget,
         progress=progress,

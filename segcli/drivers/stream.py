@@ -39,6 +39,7 @@ from segcli.errors import InvalidInputError, UsageError
 from segcli.io.columns import without_null_ids
 from segcli.io.formats import input_format
 from segcli.io.npy import Readable
+from segcli.multi import fold_rows
 
 _Item = TypeVar("_Item")
 
@@ -163,7 +164,8 @@ def reduce_stream(
         if not scanner.failed:
             if n is None and block_summary.max_id is not None:
                 grow.ensure(block_summary.max_id + 1)
-            choice.engine.fold(
+            fold_rows(
+                choice.engine,
                 grow.state,
                 data_block.reshape(flat_ids.size, width),
                 flat_ids,

@@ -11,6 +11,10 @@ Layouts:
   inner dimensions as nested lists.
 - ``npz``: one array per result column, named as the columns are, plus ``counts``.
 - ``npy``: one result column only (see :func:`check_layout`).
+
+A ``--by`` run's key columns (their own names and Arrow types; as text, the fields of
+:mod:`segcli.io.keyed`) take the place of ``segment``; in JSON they are ``"keys": {name:
+[...]}``. ``.npy``/``.npz`` hold no keys (``--keys-out`` writes them apart).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from __future__ import annotations
 import io
 import json
 from collections.abc import Iterator
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy as np
 
@@ -27,6 +31,9 @@ from segcli.io.columns import arrow_array
 from segcli.io.npy import to_native
 from segcli.io.text import value_strings
 from segcli.io.write import json_values
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 _Array = np.ndarray[Any, Any]
 SEPARATORS = {"csv": ",", "tsv": "\t", "text": "\t"}
@@ -66,17 +73,28 @@ def _text_of(values: _Array, float_format: str | None) -> list[str]:
 
 
 def text_lines(
-    columns: dict[str, _Array], sep: str, *, header: bool, float_format: str | None = None
+    columns: dict[str, _Array],
+    sep: str,
+    *,
+    header: bool,
+    float_format: str | None = None,
+    keys: pa.Table | None = None,
 ) -> Iterator[str]:
-    """The lines of a text table, each with its newline."""
-    if header:
-        yield sep.join(columns) + "\n"
+    """The lines of a text table, each with its newline; ``keys`` come first when given."""
+    names = list(columns)
     texts = [_text_of(values, float_format) for values in columns.values()]
+    if keys is not None:
+        from segcli.io.keyed import key_fields
+
+        names = [*keys.column_names, *names]
+        texts = [key_fields(keys, sep), *texts]
+    if header:
+        yield sep.join(names) + "\n"
     for row in zip(*texts, strict=True):
         yield sep.join(row) + "\n"
 
 
-def _arrow_table(columns: dict[str, _Array]) -> Any:
+def _arrow_table(columns: dict[str, _Array], keys: pa.Table | None = None) -> Any:
     import pyarrow as pa
 
     for name, values in columns.items():
@@ -85,7 +103,11 @@ def _arrow_table(columns: dict[str, _Array]) -> Any:
                 f"column {name} is complex, which Parquet and Arrow cannot hold: write .npz, "
                 ".csv, .tsv or .json"
             )
-    return pa.table({name: arrow_array(to_native(values)) for name, values in columns.items()})
+    arrays = [arrow_array(to_native(values)) for values in columns.values()]
+    if keys is None:
+        return pa.table(dict(zip(columns, arrays, strict=True)))
+    # from_arrays allows a key column named like a result column ("count"): a dict would not.
+    return pa.Table.from_arrays([*keys.columns, *arrays], names=[*keys.column_names, *columns])
 
 
 def render(
@@ -97,9 +119,11 @@ def render(
     counted: bool = False,
     float_format: str | None = None,
     to_stream: bool = False,
+    keys: pa.Table | None = None,
 ) -> bytes:
     """The bytes of the output in ``fmt``; ``counted``: an op counts, so no ``count`` column
-    is added; ``to_stream``: Arrow as an IPC stream."""
+    is added; ``to_stream``: Arrow as an IPC stream; ``keys``: a ``--by`` run's key table (row
+    i for result row i)."""
     out = io.BytesIO()
     if fmt == "npy":
         (only,) = results.values()
@@ -110,20 +134,34 @@ def render(
         np.savez(out, **arrays)  # type: ignore[arg-type]
     elif fmt == "json":
         doc: dict[str, Any] = {"segment": list(range(counts.shape[0]))}
+        if keys is not None:
+            from segcli.io.keyed import json_keys
+
+            doc = {"keys": json_keys(keys)}
         for name, values in results.items():
             doc[name] = _nested(values)
         if not counted:
             doc["count"] = np.asarray(counts).tolist()
         out.write((json.dumps(doc) + "\n").encode())
     elif fmt in ("parquet", "arrow"):
-        table = _arrow_table(flat_columns(results, counts, counted=counted))
+        table = _arrow_table(_result_columns(results, counts, counted, keys), keys)
         _write_arrow_table(table, fmt, out, to_stream)
     else:
-        columns = flat_columns(results, counts, counted=counted)
+        columns = _result_columns(results, counts, counted, keys)
         sep = SEPARATORS[fmt]
-        for line in text_lines(columns, sep, header=header, float_format=float_format):
+        lines = text_lines(columns, sep, header=header, float_format=float_format, keys=keys)
+        for line in lines:
             out.write(line.encode())
     return out.getvalue()
+
+
+def _result_columns(
+    results: dict[str, _Array], counts: _Array, counted: bool, keys: pa.Table | None
+) -> dict[str, _Array]:
+    columns = flat_columns(results, counts, counted=counted)
+    if keys is not None:
+        del columns["segment"]  # the key columns name the rows
+    return columns
 
 
 def _nested(values: _Array) -> list[Any]:

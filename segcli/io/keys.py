@@ -77,19 +77,30 @@ def read_data_and_keys(
 ) -> tuple[np.ndarray, KeysRead]:
     """The data column as NumPy (checked as any data column) and the key columns, in one read
     of the file."""
+    [data], keys = read_columns_and_keys(table, [column], by)
+    return data, keys
+
+
+def read_columns_and_keys(
+    table: TableFile, columns: Sequence[str], by: Sequence[str]
+) -> tuple[list[np.ndarray], KeysRead]:
+    """Data ``columns`` as NumPy and the key columns, in one read of the file."""
     from segcli.io.columns import ColumnRef, column_to_numpy, value_layout
 
-    names = list(dict.fromkeys([column, *by]))
+    names = list(dict.fromkeys([*columns, *by]))
     if table.fmt == "parquet":
         read, schema = _read_parquet(table, names, by)
     else:
         read = table.read(names)
         schema = read.select(list(by)).schema
-    data = column_to_numpy(
-        read.column(column),
-        ColumnRef(table.label, column),
-        layout=value_layout(read.schema, column, table.label),
-    )
+    data = [
+        column_to_numpy(
+            read.column(column),
+            ColumnRef(table.label, column),
+            layout=value_layout(read.schema, column, table.label),
+        )
+        for column in columns
+    ]
     keys = read.select(list(by))
     return data, KeysRead(keys, schema, _declared_nbytes(keys, schema))
 

@@ -41,7 +41,14 @@ import numpy as np
 
 from segcli import ops, validate
 from segcli.core import Reduction, check_before_rows, check_output_fits
-from segcli.drivers.base import DriverResult, InputFacts, Progress, RunSpec, input_facts
+from segcli.drivers.base import (
+    DriverResult,
+    InputFacts,
+    Progress,
+    RunSpec,
+    input_facts,
+    op_and_fill,
+)
 from segcli.drivers.dask.plan import (
     Dataset,
     Partition,
@@ -93,9 +100,10 @@ def run(
         from segcli.drivers.dask import keyed
 
         return keyed.run(spec, progress, client=client)
-    op = ops.skipna_op(spec.op) if spec.skipna else ops.get_op(spec.op)
     plan = plan_run(spec)
-    n = _check_inputs(spec, op, plan)
+    chosen, fill = op_and_fill(spec, plan.data.dtype, _inner(plan), plan.data.label)
+    op = ops.get_op(chosen)
+    n = _check_inputs(spec, op, plan, fill)
     job = Job(op, n, spec.sorted_ids, int(np.prod(plan.data.shape, dtype=np.int64)))
     address = spec.scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
     started = time.perf_counter()
@@ -109,7 +117,7 @@ def run(
             sorted_ids=spec.sorted_ids,
             engine="dask",
             engine_reason=f"{where}; partitions on {', '.join(sorted(engines)) or 'no engine'}",
-            fill=spec.fill,
+            fill=fill,
             # Starting (or reaching) the cluster is paid once per run; "compute" is the work.
             timings={"cluster": connected - started},
         )
@@ -175,7 +183,7 @@ def _check_one_source(spec: RunSpec, first: str) -> None:
         raise UsageError(f"{spec.data}: DATA and IDS from one {what} need {missing}")
 
 
-def _check_inputs(spec: RunSpec, op: ops.Op, plan: Plan) -> int | None:
+def _check_inputs(spec: RunSpec, op: ops.Op, plan: Plan, fill: Any) -> int | None:
     """Every check of docs/semantics.md that metadata answers, before any worker reads a row."""
     data, ids = plan.data, plan.ids
     return check_before_rows(
@@ -184,7 +192,7 @@ def _check_inputs(spec: RunSpec, op: ops.Op, plan: Plan) -> int | None:
         (ids.shape, ids.dtype),
         spec.num_segments,
         sorted_ids=spec.sorted_ids,
-        fill=spec.fill,
+        fill=fill,
         data_label=data.label,
         ids_label=ids.label,
     )

@@ -34,7 +34,7 @@ import numpy as np
 
 from segcli import ops
 from segcli.core import Reduction, check_before_rows, check_output_fits
-from segcli.drivers.base import DriverResult, Progress, RunSpec
+from segcli.drivers.base import DriverResult, Progress, RunSpec, op_and_fill
 from segcli.drivers.dask.plan import Partition, Plan, expand, open_dataset, plan_partitions
 from segcli.drivers.dask.tasks import cpu_engine, order_matters
 from segcli.errors import SegcliError
@@ -43,6 +43,7 @@ from segcli.io.keys import check_key_columns, key_schema, key_table_file, pick_d
 from segcli.io.rows import read_key_rows, read_rows
 from segcli.keys import KeyEncoder
 from segcli.keys.values import NullKeys
+from segcli.multi import fold_rows as fold_block
 from segcli.validate import IdReport
 
 if TYPE_CHECKING:
@@ -53,7 +54,7 @@ if TYPE_CHECKING:
 class KeyedJob:
     """What every partition task of one ``--by`` run shares."""
 
-    #: The op itself (a name would lose ``--skipna`` and ``--ddof``).
+    #: An op name, or an op of the table with its options (var's --ddof, agg's ops).
     op: str | ops.Op
     by: tuple[str, ...]
     null_keys: str
@@ -158,7 +159,7 @@ def _folded_on(before: KeyedResult | None, part: KeyedRows, job: KeyedJob) -> Ke
         engines = before.engines | {engine.name}
     state.next_row = part.row_offset  # lanes follow global row numbers
     if len(ids):
-        engine.fold(state, part.data, ids, sorted_ids=False)
+        fold_block(engine, state, part.data, ids, sorted_ids=False)
     return KeyedResult(encoder, state.to_host(), key_bytes, engines)
 
 
@@ -186,7 +187,8 @@ def _fold_partition(part: Partition, job: KeyedJob) -> KeyedResult:
     state = engine.new_state(op, encoder.n_groups, inner, data.dtype, sorted_ids=False)
     state.next_row = part.row_offset  # lanes follow global row numbers
     if len(ids):
-        engine.fold(state, data.reshape(len(ids), ops.inner_size(inner)), ids, sorted_ids=False)
+        rows = data.reshape(len(ids), ops.inner_size(inner))
+        fold_block(engine, state, rows, ids, sorted_ids=False)
     return KeyedResult(encoder, state.to_host(), key_bytes, frozenset({engine.name}))
 
 
@@ -262,16 +264,17 @@ def run(spec: RunSpec, progress: Progress | None = None, *, client: Any = None) 
     from segcli.drivers.dask import _cluster, _facts
     from segcli.drivers.keys import encoder_for, key_input_facts, put_in_key_order
 
-    op = ops.skipna_op(spec.op) if spec.skipna else ops.get_op(spec.op)
     plan, schema = plan_keyed(spec)
     data = plan.data
+    chosen, fill = op_and_fill(spec, data.dtype, tuple(data.shape[1:]), data.label)
+    op = ops.get_op(chosen)
     check_before_rows(
         op,
         (data.shape, data.dtype),
         ((data.shape[0],), np.dtype(np.int64)),
         None,
         sorted_ids=False,
-        fill=spec.fill,
+        fill=fill,
         data_label=data.label,
         ids_label=_ids_label(spec),
     )
@@ -308,7 +311,7 @@ def run(spec: RunSpec, progress: Progress | None = None, *, client: Any = None) 
             sorted_ids=False,
             engine="dask",
             engine_reason=f"{where}; partitions on {engines}",
-            fill=spec.fill,
+            fill=fill,
             timings={"cluster": connected - started},
         )
         reduction.timings["compute"] = time.perf_counter() - connected

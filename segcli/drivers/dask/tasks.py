@@ -27,6 +27,7 @@ from segcli.engines import Engine, choose_engine, get_engine
 from segcli.errors import EngineUnavailableError
 from segcli.io.columns import nulls_kept, without_null_ids
 from segcli.io.rows import FileRef, read_parquet_rows, read_rows
+from segcli.multi import fold_rows as fold_block
 from segcli.validate import IdSummary, merge, summarize
 
 #: Engines that fold in this process's memory; a GPU engine per worker is out of scope here.
@@ -105,9 +106,8 @@ def run_partition(part: Partition, job: Job) -> PartResult:
     engine = cpu_engine(job.elements)
     state = engine.new_state(op, size, inner, data.dtype, sorted_ids=job.sorted_ids)
     state.next_row = first_row  # lanes follow global row numbers
-    engine.fold(
-        state, data.reshape(flat.size, ops.inner_size(inner)), flat, sorted_ids=job.sorted_ids
-    )
+    rows = data.reshape(flat.size, ops.inner_size(inner))
+    fold_block(engine, state, rows, flat, sorted_ids=job.sorted_ids)
     return PartResult(id_summary, state.to_host(), frozenset({engine.name}), null_ids)
 
 
@@ -132,20 +132,24 @@ class PartRows:
     #: Global row number of the first flat id.
     first_row: int
     inner: tuple[int, ...]
+    #: ``--skipna``: rows dropped for a null id.
+    null_ids: int = 0
 
 
 def read_partition_rows(part: Partition, job: Job, *after: None) -> PartRows:
     """Read and validate one partition, for :func:`fold_rows`. ``after``: tasks to wait for
     (the fold chain bounds how far reads run ahead of it), not used."""
-    data, ids = read_partition(part)
-    flat = ids.reshape(-1)
+    skipna = ops.get_op(job.op).skipna_of is not None
+    with nulls_kept(skipna):  # a worker's own context: the client's is not sent
+        data, ids = read_partition(part)
+    flat, null_ids = without_null_ids(ids.reshape(-1))
     first_row = part.row_offset * _per_row(part.ids)
     id_summary = summarize(flat, first_row, job.num_segments, sorted_ids=job.sorted_ids)
     inner = tuple(data.shape[ids.ndim :])
     if flat.size == 0 or id_summary.blocks_fold(sorted_ids=job.sorted_ids):
-        return PartRows(id_summary, None, None, first_row, inner)
+        return PartRows(id_summary, None, None, first_row, inner, null_ids)
     rows = data.reshape(flat.size, ops.inner_size(inner))
-    return PartRows(id_summary, rows, flat, first_row, inner)
+    return PartRows(id_summary, rows, flat, first_row, inner, null_ids)
 
 
 def fold_rows(before: PartResult | None, rows: PartRows, job: Job) -> PartResult:
@@ -154,8 +158,9 @@ def fold_rows(before: PartResult | None, rows: PartRows, job: Job) -> PartResult
     summary = rows.id_summary if before is None else merge(before.id_summary, rows.id_summary)
     state = None if before is None else before.state
     engines = frozenset() if before is None else before.engines
+    null_ids = rows.null_ids + (0 if before is None else before.null_ids)
     if rows.data is None or rows.ids is None:
-        return PartResult(summary, state, engines)
+        return PartResult(summary, state, engines, null_ids)
     op = ops.get_op(job.op)
     size = job.num_segments
     if size is None:
@@ -169,8 +174,8 @@ def fold_rows(before: PartResult | None, rows: PartRows, job: Job) -> PartResult
         # The state before is another task's result (kept for a retry): fold into a copy.
         state = state.grown(size).transferred(np.array)
     state.next_row = rows.first_row
-    engine.fold(state, rows.data, rows.ids, sorted_ids=job.sorted_ids)
-    return PartResult(summary, state.to_host(), engines | {engine.name})
+    fold_block(engine, state, rows.data, rows.ids, sorted_ids=job.sorted_ids)
+    return PartResult(summary, state.to_host(), engines | {engine.name}, null_ids)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,185 @@
+"""Several columns of one table read together, in one read of the file (``segcli agg
+--data-column a,b``): whole (:func:`read_columns`), or as row blocks in step
+(:class:`TableBatches`).
+
+A streamed table is one stream of record batches holding every column the run needs (the data
+columns and, from the same table, the ids); each column is a
+:class:`~segcli.io.chunked.ChunkSource` that takes its arrays from those batches. A batch is
+kept for each column until that column takes it, so a caller that reads the columns' blocks in
+step holds about one batch at a time. Blocks are converted, checked and re-blocked exactly as
+the one-column readers of :mod:`segcli.io.chunked` do, so that they hold the same rows.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from segcli.errors import ReadError
+from segcli.io.chunked import (
+    _CSV_CONVERSION,
+    UNKNOWN_ROWS,
+    ChunkSource,
+    _reblock,
+    _same_inner_shape,
+)
+from segcli.io.columns import ColumnRef, check_type, column_to_numpy, value_layout
+from segcli.io.read import ArrayInput
+from segcli.io.tables import CSV_HEAD_BYTES, TableFile
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+_Array = np.ndarray[Any, Any]
+
+#: Rows per Parquet batch, and bytes of text per CSV block: the shared stream's own batching
+#: (each column re-blocks to the rows a run asks for).
+_PARQUET_BATCH_ROWS = 1 << 16
+_CSV_BLOCK_BYTES = 1 << 18
+
+
+def read_columns(table: TableFile, path: str, names: list[str]) -> list[ArrayInput]:
+    """``names`` of ``table`` (read from ``path``, ``-`` for stdin) in one read; a name given
+    twice is read once."""
+    unique = list(dict.fromkeys(names))
+    arrays = dict(zip(unique, table.arrays(unique), strict=True))
+    return [
+        ArrayInput(arrays[name], f"{table.label}:{name}", path, table.fmt, table.note(name))
+        for name in names
+    ]
+
+
+class TableBatches:
+    """The record batches of a Parquet, Arrow IPC or CSV/TSV file holding ``names``, read
+    once; :attr:`sources` has one ChunkSource per name, in order (a name may come twice)."""
+
+    def __init__(self, table: TableFile, names: list[str]) -> None:
+        self._table = table
+        self._columns = list(dict.fromkeys(names))
+        schema = table.schema()
+        with table.errors():
+            self._types = self._column_types(schema)
+        for name in self._columns:
+            check_type(self._types[name], ColumnRef(table.label, name))
+        self._queues: list[tuple[str, list[pa.Array]]] = [(name, []) for name in names]
+        self._batches: Iterator[Any] | None = None
+        with table.errors():
+            rows = self._count_rows()
+            self._pull()  # the first batch fixes each column's inner shape and dtype
+        self.sources: list[ChunkSource] = [
+            _BatchColumn(self, name, queue, schema, rows) for name, queue in self._queues
+        ]
+
+    def _column_types(self, schema: pa.Schema) -> dict[str, pa.DataType]:
+        if self._table.fmt in ("csv", "tsv"):
+            # Inferred from the first block of text and then kept, as a one-column stream does.
+            head = self._table.csv_head(self._columns, CSV_HEAD_BYTES)
+            return {name: head.schema.field(name).type for name in self._columns}
+        return {name: schema.field(name).type for name in self._columns}
+
+    def _count_rows(self) -> int:
+        fmt = self._table.fmt
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            return int(pq.ParquetFile(self._table.parquet_source()).metadata.num_rows)
+        if fmt == "arrow":
+            import pyarrow.ipc as ipc
+
+            reader = self._table.ipc_reader()
+            if isinstance(reader, ipc.RecordBatchFileReader):
+                # Memory-mapped: a batch's length is in its header, no column data is read.
+                return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+        return UNKNOWN_ROWS
+
+    def _open(self) -> Iterator[Any]:
+        fmt = self._table.fmt
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            parquet = pq.ParquetFile(self._table.parquet_source())
+            return iter(parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, columns=self._columns))
+        if fmt == "arrow":
+            import pyarrow.ipc as ipc
+
+            reader = self._table.ipc_reader()
+            if isinstance(reader, ipc.RecordBatchFileReader):
+                return (reader.get_batch(i) for i in range(reader.num_record_batches))
+            return iter(reader)
+        return iter(self._table.csv_batches(self._columns, _CSV_BLOCK_BYTES, types=self._types))
+
+    def _pull(self) -> bool:
+        """Read the next batch into every column's queue; False at the end of the file."""
+        if self._batches is None:
+            self._batches = self._open()
+        with self._type_kept():
+            batch = next(self._batches, None)
+        if batch is None:
+            return False
+        for name, queue in self._queues:
+            queue.append(batch.column(name))
+        return True
+
+    def arrays(self, queue: list[pa.Array]) -> Iterator[pa.Array]:
+        while queue or self._pull():
+            yield queue.pop(0)
+
+    @contextlib.contextmanager
+    def _type_kept(self) -> Iterator[None]:
+        """A CSV value past the first block that does not fit its column's type: say so."""
+        try:
+            yield
+        except ValueError as exc:
+            found = _CSV_CONVERSION.search(str(exc))
+            if found is None:
+                raise
+            raise ReadError(
+                f"{self._table.label}: holds {found[1]} after its first rows, in a column those "
+                "rows made another type; a streamed CSV keeps that type (write the early values "
+                "in the wider type, or read the file whole: no --chunk-rows and a "
+                "--memory-limit above its size)"
+            ) from exc
+
+
+class _BatchColumn:
+    """One column of a :class:`TableBatches`, as a ChunkSource."""
+
+    def __init__(
+        self,
+        owner: TableBatches,
+        name: str,
+        queue: list[pa.Array],
+        schema: pa.Schema,
+        rows: int,
+    ) -> None:
+        import pyarrow as pa
+
+        table = owner._table
+        self._owner, self._queue = owner, queue
+        self._where = ColumnRef(table.label, name)
+        self._layout = (
+            None if table.fmt in ("csv", "tsv") else value_layout(schema, name, table.label)
+        )
+        self.label = self._where.label
+        self.note = table.note(name)
+        first = queue[0].slice(0, 1) if queue else pa.array([], type=owner._types[name])
+        sample = column_to_numpy(first, self._where, layout=self._layout)
+        self.shape: tuple[int, ...] = (rows, *sample.shape[1:])
+        self.dtype: np.dtype[Any] = sample.dtype
+
+    def chunks(self, rows: int) -> Iterator[_Array]:
+        """Blocks of exactly ``rows`` rows but the last, checked for nulls and inner shape."""
+        if rows < 1:
+            raise ValueError(f"rows must be at least 1, got {rows}")
+        with self._owner._table.errors():
+            yield from _same_inner_shape(
+                _reblock(self._owner.arrays(self._queue), rows),
+                self._where,
+                self.shape,
+                lambda piece, start: column_to_numpy(
+                    piece, self._where, first_row=start, layout=self._layout
+                ),
+            )
