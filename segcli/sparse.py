@@ -315,6 +315,91 @@ class SparseFold:
         )
 
 
+class FusedFold:
+    """The numba engine's fused gather-and-reduce (:mod:`segcli.engines.numba_sparse`)
+    behind :class:`SparseFold`'s methods: the same bytes, without the float64 state."""
+
+    def __init__(
+        self,
+        op: ops.Op,
+        num_segments: int,
+        data: np.ndarray,
+        *,
+        weighted: bool,
+        inner_shape: tuple[int, ...],
+    ) -> None:
+        from segcli.engines.numba_sparse import BagFold
+
+        self.op, self.weighted, self.inner_shape = op, weighted, inner_shape
+        self.data_dtype = data.dtype
+        self.out_dtype = _weighted_out_dtype(data.dtype) if weighted else op.out_dtype(data.dtype)
+        table = data.reshape(data.shape[0], ops.inner_size(inner_shape))
+        self.bags = BagFold(table, op.name, num_segments, self.out_dtype, weighted=weighted)
+
+    def grow(self, num_segments: int) -> None:
+        check_output_fits(self.op, num_segments, self.inner_shape, self.data_dtype)
+        self.bags.grow(num_segments)
+
+    def fold(self, ids: np.ndarray, indices: np.ndarray | None, weights: np.ndarray | None) -> None:
+        assert indices is not None
+        self.bags.fold(ids, indices, weights)
+
+    def finish(
+        self, report: validate.IdReport, choice: EngineChoice, fill: Any, started: float
+    ) -> Reduction:
+        n = report.num_segments
+        fill_op = ops.get_op("sum") if self.weighted else self.op
+        fill_dtype = self.out_dtype if self.weighted else self.data_dtype
+        fill_value = None if fill is None else ops.parse_fill(fill, fill_op, fill_dtype)
+        result, counts = self.bags.result(n, fill_value)
+        return Reduction(
+            result=result.reshape((n, *self.inner_shape)),
+            counts=counts,
+            op=self.op,
+            sorted_ids=True,
+            id_report=report,
+            engine=choice.engine.name,
+            engine_reason=choice.reason,
+            timings={"validate": 0.0, "compute": time.perf_counter() - started},
+        )
+
+
+def fuses(
+    engine: Engine,
+    op: ops.Op,
+    data_dtype: np.dtype[Any],
+    inner_shape: tuple[int, ...],
+    weights_dtype: np.dtype[Any] | None,
+) -> bool:
+    """Whether a gather runs :class:`FusedFold`: on the numba engine, for sum, mean and
+    sqrt_n of float32/float64 data (weighted: of integer data too) with non-empty rows."""
+    if engine.name != "numba" or op.name not in WEIGHTED_OPS or ops.inner_size(inner_shape) == 0:
+        return False
+    floats = data_dtype.kind == "f" and data_dtype.itemsize in (4, 8)
+    if weights_dtype is None:
+        return floats
+    weights_ok = weights_dtype.kind in "iu" or weights_dtype in (np.float32, np.float64)
+    return weights_ok and (floats or data_dtype.kind in "iu")
+
+
+def _gather_folds(
+    choice: EngineChoice,
+    op: ops.Op,
+    num_segments: int,
+    data: np.ndarray,
+    weights_dtype: np.dtype[Any] | None,
+    inner_shape: tuple[int, ...],
+) -> SparseFold | FusedFold:
+    """The fold of a gather (sorted ids): fused where :func:`fuses`, else blocked."""
+    weighted = weights_dtype is not None
+    if fuses(choice.engine, op, data.dtype, inner_shape, weights_dtype):
+        return FusedFold(op, num_segments, data, weighted=weighted, inner_shape=inner_shape)
+    return SparseFold(
+        choice.engine, op, num_segments, data, weighted=weighted, sorted_ids=True,
+        inner_shape=inner_shape,
+    )  # fmt: skip
+
+
 def _weighted_result(
     hosts: dict[str, ops.State], combiner: Combiner, data_dtype: np.dtype[Any], fill: Any
 ) -> np.ndarray:
@@ -390,11 +475,18 @@ def sparse_reduce(
     width = ops.inner_size(inner_shape)
     choice = choose_engine(engine, elements=int(flat_ids.size) * width)
     validated = time.perf_counter()
-    folds = SparseFold(
-        choice.engine, op_def, n, array, weighted=flat_w is not None, sorted_ids=fold_sorted,
-        inner_shape=inner_shape,
-    )  # fmt: skip
+    folds: SparseFold | FusedFold
+    if indices is not None:
+        w_dtype = None if flat_w is None else flat_w.dtype
+        folds = _gather_folds(choice, op_def, n, array, w_dtype, inner_shape)
+    else:
+        folds = SparseFold(
+            choice.engine, op_def, n, array, weighted=flat_w is not None, sorted_ids=fold_sorted,
+            inner_shape=inner_shape,
+        )  # fmt: skip
     step = block_rows_for(width, block_rows)
+    if isinstance(folds, FusedFold) and block_rows is None:
+        step = max(1, int(flat_ids.size))  # the fused fold holds no block-sized state
     for start in range(0, int(flat_ids.size), step):
         block = slice(start, start + step)
         folds.fold(
@@ -464,10 +556,8 @@ def reduce_streamed(
     width = ops.inner_size(inner_shape)
     choice = choose_engine(engine, elements=max(ids.shape[0], 0) * width)
     validated = time.perf_counter()
-    folds = SparseFold(
-        choice.engine, op_def, n or 0, array, weighted=weights is not None, sorted_ids=True,
-        inner_shape=inner_shape,
-    )  # fmt: skip
+    w_dtype = None if weights is None else weights.dtype
+    folds = _gather_folds(choice, op_def, n or 0, array, w_dtype, inner_shape)
     checker = SparseChecker(n, int(array.shape[0]), ids.label, indices.label)
     step = block_rows_for(width, block_rows)
     sources = [ids, indices] + ([] if weights is None else [weights])
