@@ -330,16 +330,77 @@ def test_numba_fused_gather_keeps_no_float64_state(tmp_path):
     assert measured.peak_bytes - baseline.peak_bytes < output + inputs + output // 2
 
 
-def test_tensorflow_agrees_where_installed(case):
-    tf = pytest.importorskip("tensorflow")
+def _tensorflow() -> Any:
+    """TensorFlow, quiet, or a clean skip where it is not installed (it is an optional check,
+    never a dependency)."""
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    return pytest.importorskip("tensorflow")
+
+
+TF_SPARSE = {"sum": "segment_sum", "mean": "segment_mean", "sqrt_n": "segment_sqrt_n"}
+
+
+@pytest.mark.parametrize("op", TF_SPARSE)
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+@pytest.mark.parametrize("n", [None, 6, 9])
+@pytest.mark.parametrize("engine_name", ["numpy", "numba"])
+def test_tensorflow_agrees_where_installed(case, op, dtype, n, engine_name):
+    """tf.sparse.segment_{sum,mean,sqrt_n}, with and without num_segments (empty and trailing
+    segments give 0; n defaults to the last id + 1). TF's mean and sqrt_n refuse integer data;
+    segcli's integer sum keeps the dtype, as TF's does."""
+    tf = _tensorflow()
     data, ids, indices = case
-    for op, tf_op in (
-        ("sum", tf.sparse.segment_sum),
-        ("mean", tf.sparse.segment_mean),
-        ("sqrt_n", tf.sparse.segment_sqrt_n),
-    ):
-        expected = tf_op(data, indices, ids, num_segments=8).numpy()
-        np.testing.assert_allclose(_sparse(data, ids, 8, op, indices).result, expected, rtol=1e-6)
+    data = (data * 10).astype(dtype)
+    if dtype == "int32" and op != "sum":
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            getattr(tf.sparse, TF_SPARSE[op])(data, indices, ids, num_segments=n)
+        return
+    expected = getattr(tf.sparse, TF_SPARSE[op])(data, indices, ids, num_segments=n).numpy()
+    got = _sparse(data, ids, n, op, indices, engine=engine_name).result
+    assert (got.dtype, got.shape) == (expected.dtype, expected.shape)
+    np.testing.assert_allclose(got, expected, rtol=1e-6 if dtype == "float32" else 1e-12)
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "sqrt_n"])
+@pytest.mark.parametrize("engine_name", ["numpy", "numba"])
+def test_tensorflow_embedding_lookup_sparse_agrees_where_installed(case, op, engine_name):
+    """embedding_lookup_sparse's combiners (sqrtn is segcli's sqrt_n): bag 0's weights cancel
+    and bag 2's are all zero (TF's div_no_nan gives 0), bag 1 and 4 are empty."""
+    tf = _tensorflow()
+    data, ids, indices = case
+    w = np.array([1.0, -2.0, 1.0, 0.0, 0.0, 0.5, 2.0, 1.0, 3.0, 1.0, 1.0, 1.0], np.float32)
+    positions = np.concatenate([np.arange(np.count_nonzero(ids == s)) for s in np.unique(ids)])
+    where = np.stack([ids, positions], axis=1)
+    shape = [int(ids[-1]) + 1, int(positions.max()) + 1]
+    sp_ids = tf.sparse.SparseTensor(where, indices, shape)
+    sp_weights = tf.sparse.SparseTensor(where, w, shape)
+    combiner = "sqrtn" if op == "sqrt_n" else op
+    expected = tf.nn.embedding_lookup_sparse(data, sp_ids, sp_weights, combiner=combiner).numpy()
+    got = _sparse(data, ids, None, op, indices, weights=w, engine=engine_name).result
+    assert (got.dtype, got.shape) == (expected.dtype, expected.shape)
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("ids", "indices", "n", "tf_message"),
+    [
+        ([0, 2, 1], [0, 1, 2], None, "segment ids are not increasing"),
+        ([-1, 0, 0], [0, 1, 2], None, "Segment id -1 out of range"),
+        ([0, 0, 5], [0, 1, 2], 3, "segment ids must be < num_segments"),
+        ([0, 0, 1], [0, 7, 2], None, "indices[1] == 7 out of range [0, 3)"),
+        ([0, 0, 1], [0, -1, 2], None, "indices[1] == -1 out of range [0, 3)"),
+        ([0, 0, 1], [0, 1], None, "segment_ids and indices should have same size"),
+    ],
+)
+def test_tensorflow_refuses_what_segcli_refuses_where_installed(ids, indices, n, tf_message):
+    tf = _tensorflow()
+    data = np.ones((3, 2), np.float32)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(tf_message)):
+        tf.sparse.segment_sum(data, indices, ids, num_segments=n)
+    with pytest.raises(InvalidInputError):
+        _sparse(data, ids, n, "sum", indices)
 
 
 # --- errors ----------------------------------------------------------------------------------
