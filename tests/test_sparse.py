@@ -330,6 +330,30 @@ def test_numba_fused_gather_keeps_no_float64_state(tmp_path):
     assert measured.peak_bytes - baseline.peak_bytes < output + inputs + output // 2
 
 
+def test_numba_streamed_gather_grows_its_output_in_place(tmp_path):
+    """410k bags found block by block (n not given): the output grows as ids arrive. Grown
+    by copying into a doubled array, the old output sat beside the new one (2x the output);
+    resized in place by quarters it stays under 1.5x (plus the summary's NaN mask)."""
+    rng = np.random.default_rng(2)
+    bags, width = 410_000, 64
+    np.save(tmp_path / "table.npy", rng.random((1000, width), dtype=np.float32))
+    np.save(tmp_path / "bags.npy", np.arange(bags))
+    np.save(tmp_path / "idx.npy", rng.integers(0, 1000, bags))
+    np.save(tmp_path / "one.npy", np.zeros(1, np.int64))
+    common = ["--chunk-rows", "50000", "--engine", "numba", "-q", "-o", tmp_path / "out.npy"]
+    one = tmp_path / "one.npy"
+    for _ in range(2):  # the first may compile the kernels (and hold the compiler's memory)
+        baseline = run_measured("mean", tmp_path / "table.npy", one, "--indices", one, *common)
+    measured = run_measured(
+        "mean", tmp_path / "table.npy", tmp_path / "bags.npy", "--indices", tmp_path / "idx.npy",
+        *common,
+    )  # fmt: skip
+    assert baseline.returncode == 0 and measured.returncode == 0, measured.stderr
+    output = bags * width * 4
+    assert measured.peak_bytes - baseline.peak_bytes < 1.75 * output
+    assert np.load(tmp_path / "out.npy").shape == (bags, width)
+
+
 def _tensorflow() -> Any:
     """TensorFlow, quiet, or a clean skip where it is not installed (it is an optional check,
     never a dependency)."""

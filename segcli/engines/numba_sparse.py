@@ -188,16 +188,20 @@ class BagFold:
         self.open = _OpenBag(width)
 
     def grow(self, num_segments: int) -> None:
-        """At least ``num_segments`` bags (doubling: amortised O(n)); new ones are empty."""
+        """At least ``num_segments`` bags, new ones empty; by a quarter at least, so growth
+        costs amortised O(n).
+
+        Resized in place (``realloc`` moves a large block's pages without copying them; a
+        copy held the old output beside the new one), by a quarter, not doubled: NumPy zeroes
+        the added rows, so all of them are resident. Nothing else refers to the arrays while
+        bags are folded.
+        """
         current = self.counts.shape[0]
         if num_segments <= current:
             return
-        grown = max(num_segments, 2 * current)
-        out = np.zeros((grown, self.out.shape[1]), self.out.dtype)
-        out[:current] = self.out
-        counts = np.zeros(grown, np.int64)
-        counts[:current] = self.counts
-        self.out, self.counts = out, counts
+        grown = max(num_segments, current + current // 4)
+        self.out.resize((grown, self.out.shape[1]), refcheck=False)  # new rows are zeros
+        self.counts.resize(grown, refcheck=False)
 
     def fold(self, ids: np.ndarray, indices: np.ndarray, weights: np.ndarray | None) -> None:
         """The next rows: every bag closed in them written, the last one left open."""
