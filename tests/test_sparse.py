@@ -282,6 +282,17 @@ def test_numba_fuses_the_gather_with_the_numpy_bytes(
     assert (got.result[40:] == 7).all()
 
 
+@pytest.mark.parametrize("op", ["sum", "mean", "sqrt_n"])
+def test_numba_fused_gather_of_one_dimensional_data(fused_case, op):
+    data, ids, indices, w = fused_case
+    flat = np.ascontiguousarray(data[:, 0, 0]).astype(np.float32)
+    for weights in (None, w):
+        want = _sparse(flat, ids, None, op, indices, weights, engine="numpy").result
+        got = _sparse(flat, ids, None, op, indices, weights, engine="numba").result
+        assert got.shape == (40,)
+        assert got.tobytes() == want.tobytes()
+
+
 def test_numba_fused_gather_gives_the_same_bytes_on_any_number_of_threads(fused_case, monkeypatch):
     from segcli.engines import numba_engine
 
