@@ -199,10 +199,15 @@ class SparseChecker:
                 f"{self.indices_label}: indices[{rule.position}] = {rule.value} is out of range "
                 f"[0, {self.data_rows}) ({rule.count} {many} out of range)"
             )
-        if self.num_segments is not None:
-            return validate.IdReport(self.num_segments, False, self.seen, 0, 0)
-        inferred = 0 if self.last is None else int(self.last) + 1
-        return validate.IdReport(inferred, True, self.seen, 0, 0)
+        return clean_report(self.num_segments, self.seen, self.last)
+
+
+def clean_report(num_segments: int | None, rows: int, last: Any) -> validate.IdReport:
+    """The report of ids that broke no rule: n given, else the last id + 1 (0 for none)."""
+    if num_segments is not None:
+        return validate.IdReport(num_segments, False, rows, 0, 0)
+    inferred = 0 if last is None else int(last) + 1
+    return validate.IdReport(inferred, True, rows, 0, 0)
 
 
 def _weighted_out_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
@@ -453,8 +458,13 @@ def sparse_reduce(
     array = np.asarray(data.array)
     ops.check_data_dtype(op_def, array.dtype, data.label)
     flat_ids = np.asarray(ids.array).reshape(-1)
+    choice = None
     if indices is not None:
-        report, inner_shape = _check_gather(array, ids, num_segments, indices)
+        # Chosen first: the numba engine checks a gather in one pass of its own.
+        elements = int(flat_ids.size) * ops.inner_size(tuple(array.shape[1:]))
+        choice = choose_engine(engine, elements=elements)
+        scan = choice.engine.name == "numba"
+        report, inner_shape = _check_gather(array, ids, num_segments, indices, scan)
         per, fold_sorted = "indices", True
     else:
         report = validate_inputs(
@@ -473,7 +483,8 @@ def sparse_reduce(
     check_output_fits(op_def, n, inner_shape, fold_dtype, sorted_ids=fold_sorted)
     check_fill(fill, op_def, array.dtype, weights is not None)
     width = ops.inner_size(inner_shape)
-    choice = choose_engine(engine, elements=int(flat_ids.size) * width)
+    if choice is None:
+        choice = choose_engine(engine, elements=int(flat_ids.size) * width)
     validated = time.perf_counter()
     folds: SparseFold | FusedFold
     if indices is not None:
@@ -500,9 +511,10 @@ def sparse_reduce(
 
 
 def _check_gather(
-    data: np.ndarray, ids: Labeled, num_segments: int | None, indices: Labeled
+    data: np.ndarray, ids: Labeled, num_segments: int | None, indices: Labeled, scan: bool
 ) -> tuple[validate.IdReport, tuple[int, ...]]:
-    """Every rule of a gather held in memory: the ids' report and the inner shape."""
+    """Every rule of a gather held in memory: the ids' report and the inner shape. ``scan``:
+    the numba engine's one-pass check first (the NumPy checker only names what it finds)."""
     if data.ndim == 0:
         raise InvalidInputError("--indices needs rows to gather from DATA, got a 0-D array")
     validate.check_ids_dtype(ids.array.dtype, ids.label, ids.array)
@@ -510,9 +522,18 @@ def _check_gather(
     n = validate.check_num_segments(num_segments)
     check_indices_meta(indices.array.dtype, indices.array.shape, indices.label)
     check_lengths(indices.array.size, ids.array.size, indices.label, ids.label)
+    if scan and _clean_gather(ids.array, indices.array, n, int(data.shape[0])):
+        last = ids.array[-1] if ids.array.size else None
+        return clean_report(n, int(ids.array.size), last), tuple(data.shape[1:])
     checker = SparseChecker(n, int(data.shape[0]), ids.label, indices.label)
     checker.feed(ids.array, indices.array)
     return checker.finish(), tuple(data.shape[1:])
+
+
+def _clean_gather(ids: np.ndarray, indices: np.ndarray, n: int | None, data_rows: int) -> bool:
+    from segcli.engines.numba_sparse import gather_is_clean
+
+    return gather_is_clean(ids, indices, n, data_rows)
 
 
 def reduce_streamed(

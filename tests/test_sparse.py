@@ -449,16 +449,48 @@ def test_tensorflow_refuses_what_segcli_refuses_where_installed(ids, indices, n,
         ([0, 3, 5], 3, "ids: segment_ids[1] = 3 is out of range [0, 3) (2 ids out of range)"),
     ],
 )
-def test_bad_ids_name_the_first_offender(ids, n, message):
+def test_bad_ids_name_the_first_offender(ids, n, message, engine):
     with pytest.raises(InvalidInputError, match=re.escape(message)):
-        _sparse(np.ones((3, 2)), ids, n, "sum", [0, 1, 2])
+        _sparse(np.ones((3, 2)), ids, n, "sum", [0, 1, 2], engine=engine)
 
 
-def test_index_out_of_range_names_first_and_count():
+def test_index_out_of_range_names_first_and_count(engine):
     with pytest.raises(InvalidInputError) as raised:
-        _sparse(np.ones((3, 2)), [0, 0, 1, 1], None, "sum", [1, 3, -1, 7])
+        _sparse(np.ones((3, 2)), [0, 0, 1, 1], None, "sum", [1, 3, -1, 7], engine=engine)
     expected = "idx: indices[1] = 3 is out of range [0, 3) (3 indices out of range)"
     assert str(raised.value) == expected
+
+
+@pytest.mark.parametrize(
+    ("ids", "indices", "n"),
+    [
+        ([0, 1, 1, 2, 2, 3], [0, 1, 2, 3, 4, 5], None),  # clean
+        ([0, 1, 1, 2, 2, 3], [0, 1, 2, 3, 4, 5], 4),  # clean
+        ([-1, 1, 1, 2, 2, 3], [0, 1, 2, 3, 4, 5], None),
+        ([0, 1, 2, 1, 2, 3], [0, 1, 2, 3, 4, 5], None),  # a decrease where the threads split
+        ([0, 1, 1, 2, 2, 3], [0, 1, 2, 3, 4, 5], 3),
+        ([0, 1, 1, 2, 2, 3], [0, 1, 2, 6, 4, 5], None),
+        ([0, 1, 1, 2, 2, 3], [0, 1, 2, -3, 4, 5], None),
+        (np.array([0, 1, 1, 2, 2, 2**64 - 1], np.uint64), [0, 1, 2, 3, 4, 5], None),
+        ([0, 1, 1, 2, 2, 3], np.array([0, 1, 2, 3, 4, 2**63], np.uint64), None),
+    ],
+)
+def test_numba_gather_scan_passes_only_clean_inputs(monkeypatch, ids, indices, n):
+    """The numba engine's one-pass check, on one thread and on two (split after row 3): it
+    calls clean what the NumPy checker lets through, except values beyond int64, which it
+    leaves to that checker."""
+    from segcli.engines import numba_engine
+    from segcli.engines.numba_sparse import gather_is_clean
+    from segcli.sparse import SparseChecker
+
+    ids, indices = np.asarray(ids), np.asarray(indices)
+    checker = SparseChecker(n, 6, "ids", "idx")
+    checker.feed(ids, indices)
+    monkeypatch.setattr(numba_engine, "PARALLEL_MIN_ELEMENTS", 1)
+    for threads in (1, 2):
+        monkeypatch.setattr(numba_engine, "THREADS", threads)
+        fits = max(int(ids.max()), int(indices.max())) < 2**63
+        assert gather_is_clean(ids, indices, n, 6) is (fits and not checker.failed)
 
 
 def test_float_indices_are_refused_not_truncated():

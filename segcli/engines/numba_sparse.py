@@ -15,6 +15,7 @@ stays open (:class:`BagFold` keeps its buffer) until a later id or the end close
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -141,6 +142,37 @@ def close_bag(out, counts, acc, bag, sums, weighted, mode):  # type: ignore[no-u
     if bag[0] >= 0:
         _write(out, counts, bag[0], acc, bag[1], sums[0], sums[1], weighted, mode)
         bag[0], bag[1] = -1, 0
+
+
+@njit(**_JIT)
+def _rows_are_clean(ids, indices, num_segments, data_rows, a, b):  # type: ignore[no-untyped-def]
+    """Whether rows ``a`` to ``b`` break no rule: ids non-decreasing from the one before ``a``
+    (from 0 at row 0, so none is negative) and below ``num_segments`` (-1: none given),
+    indices in ``[0, data_rows)``. A value beyond int64 reads as negative: refused too."""
+    previous = np.int64(ids[a - 1]) if a > 0 else np.int64(0)
+    for i in range(a, b):
+        s = np.int64(ids[i])
+        x = np.int64(indices[i])
+        if s < previous or (num_segments >= 0 and s >= num_segments) or x < 0 or x >= data_rows:
+            return False
+        previous = s
+    return True
+
+
+def gather_is_clean(
+    ids: np.ndarray, indices: np.ndarray, num_segments: int | None, data_rows: int
+) -> bool:
+    """One pass (a slice per thread) over a gather's ids and indices: True when no rule is
+    broken. Five NumPy passes and their masks took a fifth of a fused gather's time; a broken
+    rule is left to the NumPy checker, which names it."""
+    _install()
+    ids, indices = engine._native(ids), engine._native(indices)
+    n = -1 if num_segments is None else num_segments
+    parts = engine._splits(ids.shape[0], engine._parts_for(ids.shape[0]))
+    checks: list[Callable[[], Any]] = [
+        partial(_rows_are_clean, ids, indices, n, data_rows, a, b) for a, b in parts
+    ]
+    return all(engine._run(checks))
 
 
 _installed = False
