@@ -147,6 +147,28 @@ def test_block_size_does_not_change_the_bytes(case):
         assert got.result.tobytes() == whole.tobytes()
 
 
+def test_numpy_engine_folds_each_gathered_block_into_its_bags_only(monkeypatch):
+    """Each block of 10 rows holds 5 bags of 1,000: the NumPy engine folds into those 5
+    (some of its folds cost O(n) a call, which made a million bags 6x slower)."""
+    from segcli.engines.numpy_engine import ENGINE
+
+    seen: list[int] = []
+    fold_block = ENGINE.fold_block
+
+    def spy(state, data, ids, **options):
+        seen.append(state.num_segments)
+        fold_block(state, data, ids, **options)
+
+    monkeypatch.setattr(ENGINE, "fold_block", spy)
+    rng = np.random.default_rng(3)
+    data = rng.normal(size=(50, 4))
+    ids, indices = np.repeat(np.arange(1000), 2), rng.integers(0, 50, 2000)
+    w = rng.normal(size=2000)
+    got = _sparse(data, ids, None, "mean", indices, w, engine="numpy", block_rows=10).result
+    assert max(seen) == 5
+    np.testing.assert_allclose(got, weighted_loop(data, ids, indices, w, 1000, "mean"))
+
+
 class CupyOrchestrationOnCpu(Engine):
     """The CuPy engine's fold on NumPy arrays, with NumPy stand-ins for its CUDA kernels (as
     tests/test_gpu.py checks it on machines without a GPU)."""
