@@ -290,6 +290,19 @@ NOTES = [
     "(2x more) and the output; it is the reference engine, not the fast one.",
     "- torch has no sqrt_n mode and takes weights in sum mode only. Weighted TF is "
     "`embedding_lookup_sparse`, whose unique-and-regather costs most of its time and memory.",
+    "",
+    "TensorFlow 2.21's behaviour where SPEC is silent (checked by `tests/test_sparse.py` "
+    "where TF is installed):",
+    '- Errors name less than segcli\'s: "segment ids are not increasing" (no position), '
+    '"segment ids must be < num_segments", "Bad: indices[1] == 7 out of range [0, 4)" (first '
+    "offender, no count), \"Segment id -1 out of range [0, 1), possibly because 'segment_ids' "
+    'input is not sorted", and a negative num_segments reads "segment ids must be >= 0".',
+    "- Empty and trailing segments give 0; empty ids give shape (0, inner) without "
+    "num_segments and zeros with it; `embedding_lookup_sparse` has last id + 1 rows, whatever"
+    " the sparse tensor's dense shape (segcli's default n).",
+    "- `segment_sum` takes integer data and keeps its dtype (segcli agrees); `segment_mean` "
+    "and `segment_sqrt_n` refuse it (segcli gives SPEC's float result); complex data is "
+    "refused (segcli sums it); int16 and uint8 ids pass through its Python wrapper.",
 ]
 
 
