@@ -5,7 +5,9 @@ weighted sum / mean / sqrt_n of ``tf.nn.embedding_lookup_sparse``. The gathered 
 held whole: they are gathered and folded block by block through the engine's normal fold, so
 memory grows with the block, not with ``len(indices) x inner``. Weighted runs fold
 ``w * x`` (in float64, complex128 for complex data) as a sum, and the divisors ``sum(w)`` and
-``sum(w^2)`` as two more float64 sums, then divide with TF's ``div_no_nan``.
+``sum(w^2)`` as two more float64 sums, then divide with TF's ``div_no_nan``. On the numba
+engine a gather's sum, mean and sqrt_n skip those states: :class:`FusedFold` folds each bag
+into a row buffer and writes it, divided, into the output (the same bytes).
 
 The sparse family's ids are 1-D, non-negative and non-decreasing (TF's rule); unlike
 ``--sorted``, an id >= n is an error, as in TF's ``...WithNumSegments``.
