@@ -103,15 +103,15 @@ def _json_number(value: float | None) -> float | str | None:
 def result_range(result: np.ndarray) -> tuple[int, float | None, float | None]:
     """NaN count and the range of the non-NaN values (real part for complex)."""
     values = result.real if result.dtype.kind == "c" else result
-    if values.dtype.kind == "f":
-        nan = np.isnan(values)
-        nan_count = int(np.count_nonzero(nan))
-        values = values[~nan]
-    else:
-        nan_count = 0
-    if values.size == 0:
+    nan_count = int(np.count_nonzero(np.isnan(values))) if values.dtype.kind == "f" else 0
+    if values.size == nan_count:
         return nan_count, None, None
-    return nan_count, float(values.min()), float(values.max())
+    # fmin/fmax pass NaN over without a copy of the other values (a whole result's bytes).
+    return (
+        nan_count,
+        float(np.fmin.reduce(values, axis=None)),
+        float(np.fmax.reduce(values, axis=None)),
+    )
 
 
 def run_summary(

@@ -147,6 +147,28 @@ def test_block_size_does_not_change_the_bytes(case):
         assert got.result.tobytes() == whole.tobytes()
 
 
+def test_numpy_engine_folds_each_gathered_block_into_its_bags_only(monkeypatch):
+    """Each block of 10 rows holds 5 bags of 1,000: the NumPy engine folds into those 5
+    (some of its folds cost O(n) a call, which made a million bags 6x slower)."""
+    from segcli.engines.numpy_engine import ENGINE
+
+    seen: list[int] = []
+    fold_block = ENGINE.fold_block
+
+    def spy(state, data, ids, **options):
+        seen.append(state.num_segments)
+        fold_block(state, data, ids, **options)
+
+    monkeypatch.setattr(ENGINE, "fold_block", spy)
+    rng = np.random.default_rng(3)
+    data = rng.normal(size=(50, 4))
+    ids, indices = np.repeat(np.arange(1000), 2), rng.integers(0, 50, 2000)
+    w = rng.normal(size=2000)
+    got = _sparse(data, ids, None, "mean", indices, w, engine="numpy", block_rows=10).result
+    assert max(seen) == 5
+    np.testing.assert_allclose(got, weighted_loop(data, ids, indices, w, 1000, "mean"))
+
+
 class CupyOrchestrationOnCpu(Engine):
     """The CuPy engine's fold on NumPy arrays, with NumPy stand-ins for its CUDA kernels (as
     tests/test_gpu.py checks it on machines without a GPU)."""
@@ -234,16 +256,208 @@ def test_weights_shaped_like_the_ids():
     np.testing.assert_allclose(got, expected)
 
 
-def test_tensorflow_agrees_where_installed(case):
-    tf = pytest.importorskip("tensorflow")
+# --- the numba engine's fused gather ----------------------------------------------------------
+
+
+def _no_blocked_fold(*args: Any, **kwargs: Any) -> None:
+    raise AssertionError("the blocked fold (a float64 n x inner state) was used")
+
+
+@pytest.fixture
+def fused_case() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """40 bags (a long one, gaps, a trailing run) over a table with a NaN and -0.0 rows, and
+    weights that cancel in one bag (sum(w) = 0) and are all zero in another."""
+    rng = np.random.default_rng(7)
+    data = rng.normal(size=(30, 3, 2))
+    data[4] = np.nan
+    data[5] = -0.0
+    ids = np.sort(np.concatenate([rng.integers(0, 40, 150), np.full(60, 17), [0, 0, 1, 1]]))
+    indices = rng.integers(0, 30, ids.size)
+    indices[:2], indices[2:4] = 5, 5  # bags 0 and 1 only -0.0 rows: sums of -0.0 give +0.0
+    weights = rng.normal(size=ids.size)
+    weights[:2] = [1.5, -1.5]
+    weights[2:4] = 0.0
+    return data, ids, indices, weights
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "sqrt_n"])
+@pytest.mark.parametrize(
+    ("dtype", "weights"),
+    [("float32", None), ("float64", None), ("float32", "float64"), ("float64", "int32"),
+     ("int16", "float32"), ("uint8", "int64")],
+)  # fmt: skip
+@pytest.mark.parametrize("block_rows", [None, 1, 3, 64])
+def test_numba_fuses_the_gather_with_the_numpy_bytes(
+    fused_case, monkeypatch, op, dtype, weights, block_rows
+):
+    data, ids, indices, w = fused_case
+    if dtype[0] in "iu":
+        data = np.nan_to_num(data * 10).astype(dtype)
+    data = data.astype(dtype)
+    w = None if weights is None else (w * 3).astype(weights)
+    want = _sparse(data, ids, 45, op, indices, w, engine="numpy", fill="7")
+    monkeypatch.setattr("segcli.sparse.SparseFold", _no_blocked_fold)
+    got = _sparse(data, ids, 45, op, indices, w, engine="numba", fill="7", block_rows=block_rows)
+    assert (got.result.dtype, got.result.shape) == (want.result.dtype, want.result.shape)
+    assert got.result.tobytes() == want.result.tobytes()
+    assert got.counts.tobytes() == want.counts.tobytes()
+    assert (got.result[40:] == 7).all()
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "sqrt_n"])
+def test_numba_fused_gather_of_one_dimensional_data(fused_case, op):
+    data, ids, indices, w = fused_case
+    flat = np.ascontiguousarray(data[:, 0, 0]).astype(np.float32)
+    for weights in (None, w):
+        want = _sparse(flat, ids, None, op, indices, weights, engine="numpy").result
+        got = _sparse(flat, ids, None, op, indices, weights, engine="numba").result
+        assert got.shape == (40,)
+        assert got.tobytes() == want.tobytes()
+
+
+def test_numba_fused_gather_gives_the_same_bytes_on_any_number_of_threads(fused_case, monkeypatch):
+    from segcli.engines import numba_engine
+
+    data, ids, indices, w = fused_case
+    want = _sparse(data, ids, None, "mean", indices, w, engine="numpy").result
+    monkeypatch.setattr(numba_engine, "PARALLEL_MIN_ELEMENTS", 1)
+    for threads in (2, 3, 7):
+        monkeypatch.setattr(numba_engine, "THREADS", threads)
+        for rows in (None, 50):
+            got = _sparse(data, ids, None, "mean", indices, w, engine="numba", block_rows=rows)
+            assert got.result.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("op", ["sum", "sqrt_n"])
+def test_numba_streamed_gather_matches_the_numpy_engine_in_memory(files, tmp_path, op):
+    """Bags cross block boundaries (5 rows a block) and n grows as ids arrive."""
+    outs = []
+    for extra in (["--engine", "numpy"], ["--engine", "numba", "--chunk-rows", "5"]):
+        out = tmp_path / f"out{len(extra)}.npy"
+        args = ["--indices", files["idx"], "--weights", files["w"], *extra, "-o", out]
+        result = run(op, files["data"], files["ids"], *args, "--summary-json", "-")
+        assert result.exit_code == 0, result.stderr
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
+
+
+def test_numba_fused_gather_keeps_no_float64_state(tmp_path):
+    """200k bags x 64 float32: the blocked fold held a float64 sum (2x the output) and a
+    float64 quotient (2x more); the fused fold holds the output alone."""
+    rng = np.random.default_rng(1)
+    bags, width = 200_000, 64
+    np.save(tmp_path / "table.npy", rng.random((1000, width), dtype=np.float32))
+    np.save(tmp_path / "bags.npy", np.repeat(np.arange(bags), 2))
+    np.save(tmp_path / "idx.npy", rng.integers(0, 1000, 2 * bags))
+    np.save(tmp_path / "one.npy", np.zeros(1, np.int64))
+    common = ["--engine", "numba", "-q", "-o", tmp_path / "out.npy"]
+    one = tmp_path / "one.npy"
+    baseline = run_measured("mean", tmp_path / "table.npy", one, "--indices", one, *common)
+    measured = run_measured(
+        "mean", tmp_path / "table.npy", tmp_path / "bags.npy", "--indices", tmp_path / "idx.npy",
+        *common,
+    )  # fmt: skip
+    assert baseline.returncode == 0 and measured.returncode == 0, measured.stderr
+    output = bags * width * 4
+    inputs = 2 * (2 * bags * 8)
+    assert measured.peak_bytes - baseline.peak_bytes < output + inputs + output // 2
+
+
+def test_numba_streamed_gather_grows_its_output_in_place(tmp_path):
+    """410k bags found block by block (n not given): the output grows as ids arrive. Grown
+    by copying into a doubled array, the old output sat beside the new one (2x the output);
+    resized in place by quarters it stays under 1.5x (plus the summary's NaN mask)."""
+    rng = np.random.default_rng(2)
+    bags, width = 410_000, 64
+    np.save(tmp_path / "table.npy", rng.random((1000, width), dtype=np.float32))
+    np.save(tmp_path / "bags.npy", np.arange(bags))
+    np.save(tmp_path / "idx.npy", rng.integers(0, 1000, bags))
+    np.save(tmp_path / "one.npy", np.zeros(1, np.int64))
+    common = ["--chunk-rows", "50000", "--engine", "numba", "-q", "-o", tmp_path / "out.npy"]
+    one = tmp_path / "one.npy"
+    for _ in range(2):  # the first may compile the kernels (and hold the compiler's memory)
+        baseline = run_measured("mean", tmp_path / "table.npy", one, "--indices", one, *common)
+    measured = run_measured(
+        "mean", tmp_path / "table.npy", tmp_path / "bags.npy", "--indices", tmp_path / "idx.npy",
+        *common,
+    )  # fmt: skip
+    assert baseline.returncode == 0 and measured.returncode == 0, measured.stderr
+    output = bags * width * 4
+    assert measured.peak_bytes - baseline.peak_bytes < 1.75 * output
+    assert np.load(tmp_path / "out.npy").shape == (bags, width)
+
+
+def _tensorflow() -> Any:
+    """TensorFlow, quiet, or a clean skip where it is not installed (it is an optional check,
+    never a dependency)."""
+    import os
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    return pytest.importorskip("tensorflow")
+
+
+TF_SPARSE = {"sum": "segment_sum", "mean": "segment_mean", "sqrt_n": "segment_sqrt_n"}
+
+
+@pytest.mark.parametrize("op", TF_SPARSE)
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32"])
+@pytest.mark.parametrize("n", [None, 6, 9])
+@pytest.mark.parametrize("engine_name", ["numpy", "numba"])
+def test_tensorflow_agrees_where_installed(case, op, dtype, n, engine_name):
+    """tf.sparse.segment_{sum,mean,sqrt_n}, with and without num_segments (empty and trailing
+    segments give 0; n defaults to the last id + 1). TF's mean and sqrt_n refuse integer data;
+    segcli's integer sum keeps the dtype, as TF's does."""
+    tf = _tensorflow()
     data, ids, indices = case
-    for op, tf_op in (
-        ("sum", tf.sparse.segment_sum),
-        ("mean", tf.sparse.segment_mean),
-        ("sqrt_n", tf.sparse.segment_sqrt_n),
-    ):
-        expected = tf_op(data, indices, ids, num_segments=8).numpy()
-        np.testing.assert_allclose(_sparse(data, ids, 8, op, indices).result, expected, rtol=1e-6)
+    data = (data * 10).astype(dtype)
+    if dtype == "int32" and op != "sum":
+        with pytest.raises(tf.errors.InvalidArgumentError):
+            getattr(tf.sparse, TF_SPARSE[op])(data, indices, ids, num_segments=n)
+        return
+    expected = getattr(tf.sparse, TF_SPARSE[op])(data, indices, ids, num_segments=n).numpy()
+    got = _sparse(data, ids, n, op, indices, engine=engine_name).result
+    assert (got.dtype, got.shape) == (expected.dtype, expected.shape)
+    np.testing.assert_allclose(got, expected, rtol=1e-6 if dtype == "float32" else 1e-12)
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "sqrt_n"])
+@pytest.mark.parametrize("engine_name", ["numpy", "numba"])
+def test_tensorflow_embedding_lookup_sparse_agrees_where_installed(case, op, engine_name):
+    """embedding_lookup_sparse's combiners (sqrtn is segcli's sqrt_n): bag 0's weights cancel
+    and bag 2's are all zero (TF's div_no_nan gives 0), bag 1 and 4 are empty."""
+    tf = _tensorflow()
+    data, ids, indices = case
+    w = np.array([1.0, -2.0, 1.0, 0.0, 0.0, 0.5, 2.0, 1.0, 3.0, 1.0, 1.0, 1.0], np.float32)
+    positions = np.concatenate([np.arange(np.count_nonzero(ids == s)) for s in np.unique(ids)])
+    where = np.stack([ids, positions], axis=1)
+    shape = [int(ids[-1]) + 1, int(positions.max()) + 1]
+    sp_ids = tf.sparse.SparseTensor(where, indices, shape)
+    sp_weights = tf.sparse.SparseTensor(where, w, shape)
+    combiner = "sqrtn" if op == "sqrt_n" else op
+    expected = tf.nn.embedding_lookup_sparse(data, sp_ids, sp_weights, combiner=combiner).numpy()
+    got = _sparse(data, ids, None, op, indices, weights=w, engine=engine_name).result
+    assert (got.dtype, got.shape) == (expected.dtype, expected.shape)
+    np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("ids", "indices", "n", "tf_message"),
+    [
+        ([0, 2, 1], [0, 1, 2], None, "segment ids are not increasing"),
+        ([-1, 0, 0], [0, 1, 2], None, "Segment id -1 out of range"),
+        ([0, 0, 5], [0, 1, 2], 3, "segment ids must be < num_segments"),
+        ([0, 0, 1], [0, 7, 2], None, "indices[1] == 7 out of range [0, 3)"),
+        ([0, 0, 1], [0, -1, 2], None, "indices[1] == -1 out of range [0, 3)"),
+        ([0, 0, 1], [0, 1], None, "segment_ids and indices should have same size"),
+    ],
+)
+def test_tensorflow_refuses_what_segcli_refuses_where_installed(ids, indices, n, tf_message):
+    tf = _tensorflow()
+    data = np.ones((3, 2), np.float32)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=re.escape(tf_message)):
+        tf.sparse.segment_sum(data, indices, ids, num_segments=n)
+    with pytest.raises(InvalidInputError):
+        _sparse(data, ids, n, "sum", indices)
 
 
 # --- errors ----------------------------------------------------------------------------------
@@ -257,16 +471,48 @@ def test_tensorflow_agrees_where_installed(case):
         ([0, 3, 5], 3, "ids: segment_ids[1] = 3 is out of range [0, 3) (2 ids out of range)"),
     ],
 )
-def test_bad_ids_name_the_first_offender(ids, n, message):
+def test_bad_ids_name_the_first_offender(ids, n, message, engine):
     with pytest.raises(InvalidInputError, match=re.escape(message)):
-        _sparse(np.ones((3, 2)), ids, n, "sum", [0, 1, 2])
+        _sparse(np.ones((3, 2)), ids, n, "sum", [0, 1, 2], engine=engine)
 
 
-def test_index_out_of_range_names_first_and_count():
+def test_index_out_of_range_names_first_and_count(engine):
     with pytest.raises(InvalidInputError) as raised:
-        _sparse(np.ones((3, 2)), [0, 0, 1, 1], None, "sum", [1, 3, -1, 7])
+        _sparse(np.ones((3, 2)), [0, 0, 1, 1], None, "sum", [1, 3, -1, 7], engine=engine)
     expected = "idx: indices[1] = 3 is out of range [0, 3) (3 indices out of range)"
     assert str(raised.value) == expected
+
+
+@pytest.mark.parametrize(
+    ("ids", "indices", "n"),
+    [
+        ([0, 1, 1, 2, 2, 3], [0, 1, 2, 3, 4, 5], None),  # clean
+        ([0, 1, 1, 2, 2, 3], [0, 1, 2, 3, 4, 5], 4),  # clean
+        ([-1, 1, 1, 2, 2, 3], [0, 1, 2, 3, 4, 5], None),
+        ([0, 1, 2, 1, 2, 3], [0, 1, 2, 3, 4, 5], None),  # a decrease where the threads split
+        ([0, 1, 1, 2, 2, 3], [0, 1, 2, 3, 4, 5], 3),
+        ([0, 1, 1, 2, 2, 3], [0, 1, 2, 6, 4, 5], None),
+        ([0, 1, 1, 2, 2, 3], [0, 1, 2, -3, 4, 5], None),
+        (np.array([0, 1, 1, 2, 2, 2**64 - 1], np.uint64), [0, 1, 2, 3, 4, 5], None),
+        ([0, 1, 1, 2, 2, 3], np.array([0, 1, 2, 3, 4, 2**63], np.uint64), None),
+    ],
+)
+def test_numba_gather_scan_passes_only_clean_inputs(monkeypatch, ids, indices, n):
+    """The numba engine's one-pass check, on one thread and on two (split after row 3): it
+    calls clean what the NumPy checker lets through, except values beyond int64, which it
+    leaves to that checker."""
+    from segcli.engines import numba_engine
+    from segcli.engines.numba_sparse import gather_is_clean
+    from segcli.sparse import SparseChecker
+
+    ids, indices = np.asarray(ids), np.asarray(indices)
+    checker = SparseChecker(n, 6, "ids", "idx")
+    checker.feed(ids, indices)
+    monkeypatch.setattr(numba_engine, "PARALLEL_MIN_ELEMENTS", 1)
+    for threads in (1, 2):
+        monkeypatch.setattr(numba_engine, "THREADS", threads)
+        fits = max(int(ids.max()), int(indices.max())) < 2**63
+        assert gather_is_clean(ids, indices, n, 6) is (fits and not checker.failed)
 
 
 def test_float_indices_are_refused_not_truncated():

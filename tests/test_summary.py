@@ -98,3 +98,13 @@ def test_auto_engine_reason_says_why_numpy_ran_on_a_large_input(monkeypatch):
     assert choice.reason == "auto: 50,000,000 elements; cupy not available, numba from 100,000,000"
     small = engines.choose_engine("auto", elements=4).reason
     assert small == "auto: 4 elements; cupy from 50,000,000, numba from 100,000,000"
+
+
+def test_result_range_skips_nan_and_copies_no_values():
+    from segcli.summary import result_range
+
+    assert result_range(np.array([[np.nan, 2.0], [-1.5, np.nan]], np.float32)) == (2, -1.5, 2.0)
+    assert result_range(np.full(3, np.nan)) == (3, None, None)
+    assert result_range(np.array([3, -4], np.int8)) == (0, -4.0, 3.0)
+    assert result_range(np.array([1 + 2j, np.nan, -3j])) == (1, 0.0, 1.0)
+    assert result_range(np.zeros((0, 2))) == (0, None, None)
