@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import time
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from segcli import ops, validate
 from segcli.engines import Engine, choose_engine
-from segcli.errors import InvalidInputError
+from segcli.errors import EngineUnavailableError, InvalidInputError
 from segcli.memory import available_bytes, human_bytes, writer_bytes
 from segcli.multi import fold_rows
 
@@ -292,9 +292,7 @@ def reduce_arrays(
     """Like :func:`segment_reduce`, returning the result with counts, report and timings."""
     op_def = ops.get_op(op)
     if op_def.holistic or q is not None:
-        from segcli.holistic_runs import reduce_arrays_holistic
-
-        return reduce_arrays_holistic(
+        return _reduce_holistic(
             data,
             segment_ids,
             num_segments,
@@ -343,6 +341,53 @@ def reduce_arrays(
     )
     reduction.timings["compute"] = time.perf_counter() - validated
     return reduction
+
+
+def _reduce_holistic(
+    data: Any,
+    segment_ids: Any,
+    num_segments: int | None,
+    op: ops.Op,
+    *,
+    sorted: bool,
+    engine: Any,
+    fill: Any,
+    q: float | None,
+    skipna: bool,
+    data_label: str | None,
+    ids_label: str | None,
+) -> Reduction:
+    """:func:`reduce_arrays` of a holistic op: the engine validates and counts the rows,
+    :mod:`segcli.holistic` sorts them."""
+    from segcli.holistic_runs import HolisticJob, check_q
+
+    if getattr(engine, "name", engine) in ("cupy", "dask"):
+        raise EngineUnavailableError(
+            f"engine {getattr(engine, 'name', engine)!r} has no kernel for {op.name} (it sorts "
+            "on the CPU); use engine numpy or numba"
+        )
+    # A masked array (nulls read under --skipna) keeps its mask: its rows are left out.
+    data = data if isinstance(data, np.ma.MaskedArray) else np.asarray(data)
+    ids = np.asarray(segment_ids)
+    job = HolisticJob.of(
+        (op.name,), data.dtype, q=q, skipna=skipna, fill=fill, label=data_label or "data"
+    )
+    job = replace(job, q=check_q((op.name,), q))
+    counted = reduce_arrays(
+        data,
+        ids,
+        num_segments,
+        "count",
+        skipna=skipna,
+        sorted=sorted,
+        engine=engine,
+        data_label=data_label,
+        ids_label=ids_label,
+    )
+    started = time.perf_counter()
+    (result,) = job.reduce_arrays(data, ids, counted.id_report.num_segments)
+    counted.timings["compute"] += time.perf_counter() - started
+    return replace(counted, result=result, op=op)
 
 
 def segment_reduce(

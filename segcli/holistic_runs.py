@@ -21,20 +21,18 @@ Each path gives the bytes of the in-memory one: a segment's answer depends only 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import os
 import shutil
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import IO, Any
 
 import numpy as np
 
-from segcli import core, ops
-from segcli.errors import EngineUnavailableError, UsageError, WriteError
+from segcli import ops
+from segcli.errors import UsageError, WriteError
 from segcli.holistic import SortedHolisticReducer, check_holistic, reduce_holistic
 from segcli.op_names import Q_OPS
 from segcli.signals import held
@@ -132,51 +130,6 @@ class HolisticJob:
             SortedHolisticReducer(op.name, num_segments, width, dtype, **self._options(op, k))
             for k, op in enumerate(self.chosen)
         ]
-
-
-def reduce_arrays_holistic(
-    data: Any,
-    segment_ids: Any,
-    num_segments: int | None,
-    op: ops.Op,
-    *,
-    sorted: bool,
-    engine: Any,
-    fill: Any,
-    q: float | None,
-    skipna: bool,
-    data_label: str | None,
-    ids_label: str | None,
-) -> core.Reduction:
-    """:func:`segcli.core.reduce_arrays` of a holistic op: the engine validates and counts the
-    rows, :mod:`segcli.holistic` sorts them."""
-    if getattr(engine, "name", engine) in ("cupy", "dask"):
-        raise EngineUnavailableError(
-            f"engine {getattr(engine, 'name', engine)!r} has no kernel for {op.name} (it sorts "
-            "on the CPU); use engine numpy or numba"
-        )
-    # A masked array (nulls read under --skipna) keeps its mask: its rows are left out.
-    data = data if isinstance(data, np.ma.MaskedArray) else np.asarray(data)
-    ids = np.asarray(segment_ids)
-    job = HolisticJob.of(
-        (op.name,), data.dtype, q=q, skipna=skipna, fill=fill, label=data_label or "data"
-    )
-    job = dataclasses.replace(job, q=check_q((op.name,), q))
-    counted = core.reduce_arrays(
-        data,
-        ids,
-        num_segments,
-        "count",
-        skipna=skipna,
-        sorted=sorted,
-        engine=engine,
-        data_label=data_label,
-        ids_label=ids_label,
-    )
-    started = time.perf_counter()
-    (result,) = job.reduce_arrays(data, ids, counted.id_report.num_segments)
-    counted.timings["compute"] += time.perf_counter() - started
-    return dataclasses.replace(counted, result=result, op=op)
 
 
 def kept_rows(

@@ -112,6 +112,16 @@ def spec_op(spec: RunSpec) -> str | ops.Op:
     return ops.skipna_op(spec.op) if spec.skipna else spec.op
 
 
+def op_names(spec: RunSpec) -> tuple[str, ...]:
+    """The ops of the run: agg's list, or the one op."""
+    return tuple(ops.get_op(op).name for op in spec.ops) or (ops.get_op(spec.op).name,)
+
+
+def has_holistic(spec: RunSpec) -> bool:
+    """Whether the run has a sorting op (median, quantile, nunique): its driver is their own."""
+    return any(ops.get_op(name).holistic for name in op_names(spec))
+
+
 def op_and_fill(
     spec: RunSpec, data_dtype: np.dtype[Any], inner_shape: tuple[int, ...], label: str
 ) -> tuple[Any, Any]:

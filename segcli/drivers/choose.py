@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib
 from typing import cast
 
-from segcli.drivers.base import Driver, DriverResult, Progress, RunSpec
+from segcli.drivers.base import Driver, DriverResult, Progress, RunSpec, has_holistic
 from segcli.errors import NotStreamableError
 from segcli.io import peek
 from segcli.io.columns import nulls_kept
@@ -37,8 +37,6 @@ def driver(name: str) -> Driver:
 
 def choose_driver(spec: RunSpec) -> tuple[str, str]:
     """The driver for ``spec`` (a key of :data:`DRIVERS`) and why it was chosen."""
-    from segcli.drivers.holistic import has_holistic
-
     if has_holistic(spec):
         return "holistic", "median, quantile and nunique sort each segment's values"
     if spec.sparse:

@@ -28,11 +28,11 @@ from segcli.drivers.base import (
     Progress,
     RunSpec,
     engine_of,
+    has_holistic,
     input_facts,
     op_and_fill,
 )
 from segcli.drivers.choose import carry_out, should_stream
-from segcli.drivers.holistic import has_holistic
 from segcli.drivers.memory import facts
 from segcli.drivers.stream import (
     DEFAULT_BLOCK_BYTES,

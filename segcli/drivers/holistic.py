@@ -18,7 +18,7 @@ import numpy as np
 
 from segcli import core, ops
 from segcli.drivers import memory
-from segcli.drivers.base import DriverResult, Progress, RunSpec, engine_of
+from segcli.drivers.base import DriverResult, Progress, RunSpec, engine_of, op_names
 from segcli.drivers.choose import must_stream, should_stream
 from segcli.drivers.stream import open_inputs, reduce_stream, rows_of
 from segcli.engines import Engine
@@ -34,15 +34,6 @@ from segcli.holistic_runs import (
 )
 from segcli.io.columns import without_null_ids
 from segcli.signals import checkpoint
-
-
-def op_names(spec: RunSpec) -> tuple[str, ...]:
-    """The ops of the run: agg's list, or the one op."""
-    return tuple(ops.get_op(op).name for op in spec.ops) or (ops.get_op(spec.op).name,)
-
-
-def has_holistic(spec: RunSpec) -> bool:
-    return any(is_holistic(name) for name in op_names(spec))
 
 
 def refuse(spec: RunSpec) -> None:

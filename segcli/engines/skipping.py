@@ -21,14 +21,33 @@ the same rows whatever the blocks.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from segcli import ops
 
-if TYPE_CHECKING:
-    from segcli.engines.base import Engine
+
+class Engine(Protocol):
+    """What skipping needs of an engine (:class:`segcli.engines.base.Engine`, which calls
+    this module: named here by its methods, so that neither module imports the other)."""
+
+    @property
+    def xp(self) -> Any: ...
+
+    def fold(
+        self, state: ops.State, data: np.ndarray, ids: np.ndarray, *, sorted_ids: bool
+    ) -> None: ...
+
+    def fold_block(
+        self,
+        state: ops.State,
+        data: np.ndarray,
+        ids: np.ndarray,
+        *,
+        sorted_ids: bool,
+        first_row: int,
+    ) -> None: ...
 
 
 def missing_values(data: np.ndarray) -> np.ndarray | None:
