@@ -5,6 +5,12 @@ validating the ids as every run does; the same rows go to :mod:`segcli.holistic_
 holistic ops. In memory when the inputs fit the memory budget; a ``--sorted`` stream segment by
 segment wherever other runs would stream; an unsorted input only when it must stream (larger
 than the budget, stdin, ``--chunk-rows``), through partition files under ``--tmp-dir``.
+
+``--by`` runs encode their keys as the keyed driver does (:mod:`segcli.drivers.keys`); the
+dense key ids take the place of IDS on both paths, and the result is put in key order at the
+end. ``--indices`` runs check the sparse family's rules and count each bag with
+:mod:`segcli.sparse`, then sort ``DATA[indices]`` per bag: whole, or block by block through the
+sorted-stream reducers where the sparse driver streams its ids and indices.
 """
 
 from __future__ import annotations
