@@ -571,10 +571,13 @@ def reduce_streamed(
     fill: Any = None,
     block_rows: int | None = None,
     progress: Callable[[int, int], None] | None = None,
+    on_block: Callable[[np.ndarray, np.ndarray], None] | None = None,
 ) -> tuple[Reduction, int]:
     """A gather from ``data`` (in memory) by ids, indices and weights read block by block:
     the same checks, the same fold and the same bytes as :func:`sparse_reduce`; also returns
-    the number of blocks. n, when not given, grows with the ids seen."""
+    the number of blocks. n, when not given, grows with the ids seen. ``on_block`` sees each
+    block's ids and indices after the fold, while no rule is broken (the sorting ops gather
+    the same blocks)."""
     op_def = ops.get_op(op)
     check_weighted_op(op_def.name, weights is not None)
     started = time.perf_counter()
@@ -615,6 +618,8 @@ def reduce_streamed(
         if n is None and block_ids.size:
             folds.grow(int(block_ids[-1]) + 1)
         folds.fold(block_ids, block_indices, parts[2] if weights is not None else None)
+        if on_block is not None:
+            on_block(block_ids, block_indices)
         if progress is not None and ids.shape[0] != UNKNOWN_ROWS:
             progress(checker.seen, ids.shape[0])
     report = checker.finish()

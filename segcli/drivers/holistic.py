@@ -5,6 +5,12 @@ validating the ids as every run does; the same rows go to :mod:`segcli.holistic_
 holistic ops. In memory when the inputs fit the memory budget; a ``--sorted`` stream segment by
 segment wherever other runs would stream; an unsorted input only when it must stream (larger
 than the budget, stdin, ``--chunk-rows``), through partition files under ``--tmp-dir``.
+
+``--by`` runs encode their keys as the keyed driver does (:mod:`segcli.drivers.keys`); the
+dense key ids take the place of IDS on both paths, and the result is put in key order at the
+end. ``--indices`` runs check the sparse family's rules and count each bag with
+:mod:`segcli.sparse`, then sort ``DATA[indices]`` per bag: whole, or block by block through the
+sorted-stream reducers where the sparse driver streams its ids and indices.
 """
 
 from __future__ import annotations
@@ -12,15 +18,22 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from segcli import core, ops
+from segcli import core, ops, sparse
 from segcli.drivers import memory
-from segcli.drivers.base import DriverResult, Progress, RunSpec, engine_of, op_names
+from segcli.drivers.base import (
+    DriverResult,
+    Progress,
+    RunSpec,
+    engine_of,
+    input_facts,
+    op_names,
+)
 from segcli.drivers.choose import must_stream, should_stream
-from segcli.drivers.stream import open_inputs, reduce_stream, rows_of
+from segcli.drivers.stream import StreamPlan, open_inputs, read_ahead, reduce_stream, rows_of
 from segcli.engines import Engine
 from segcli.errors import EngineUnavailableError, NotStreamableError, UsageError
 from segcli.holistic_runs import (
@@ -32,8 +45,13 @@ from segcli.holistic_runs import (
     partition_count,
     result_name,
 )
+from segcli.io.chunked import ChunkSource, open_chunked
 from segcli.io.columns import without_null_ids
 from segcli.signals import checkpoint
+
+if TYPE_CHECKING:
+    from segcli.io.tables import TableFile
+    from segcli.keys import KeyEncoder
 
 
 def refuse(spec: RunSpec) -> None:
@@ -52,15 +70,18 @@ def refuse(spec: RunSpec) -> None:
             f"engine 'cupy' has no kernel for {first} (it sorts on the CPU); use --engine "
             "numpy or numba"
         )
-    if spec.by:
-        raise UsageError(f"--by does not take {first} yet; give the segment ids as IDS")
     if spec.sparse:
-        raise UsageError(f"--indices and --weights do not take {first} yet")
+        from segcli.drivers import sparse as sparse_driver
+
+        # --weights with them, --by, stdin and DATA over the budget: as for every other op.
+        sparse_driver.refuse_unsupported(dataclasses.replace(spec, op=first))
     check_q(names, spec.q)
 
 
 def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
     refuse(spec)
+    if spec.sparse:
+        return _run_gathered(spec, progress)
     if _streams(spec):
         try:
             return _run_streaming(spec, progress)
@@ -124,51 +145,92 @@ def _finished(
 
 
 def _run_in_memory(spec: RunSpec) -> DriverResult:
+    if spec.by:
+        return _run_keyed_in_memory(spec)
     started = time.perf_counter()
     data, ids = memory.read(spec)
     read_s = time.perf_counter() - started
-    inner = tuple(data.array.shape[ids.array.ndim :])
-    job = _job(spec, data.array.dtype, data.label)
-    fold_op, fold_fill = _fold_op(spec, data.array.dtype, inner, data.label)
     ids_array, null_ids = without_null_ids(ids.array, sorted_ids=spec.sorted_ids, label=ids.label)
+    finished, timings = _sort_in_memory(
+        spec, data.array, ids_array, spec.num_segments, data.label, ids.label
+    )
+    finished.null_ids = null_ids
+    timings = {"read": read_s, **timings}
+    return DriverResult(finished, memory.facts(data), memory.facts(ids), "in-memory", {}, timings)
+
+
+def _sort_in_memory(
+    spec: RunSpec,
+    data: np.ndarray,
+    ids: np.ndarray,
+    num_segments: int | None,
+    data_label: str,
+    ids_label: str,
+) -> tuple[core.Reduction, dict[str, float]]:
+    """Fold what merges and sort each segment, over arrays held whole: the run's reduction
+    and its validate and compute seconds."""
+    inner = tuple(data.shape[ids.ndim :])
+    job = _job(spec, data.dtype, data_label)
+    fold_op, fold_fill = _fold_op(spec, data.dtype, inner, data_label)
     reduction = core.reduce_arrays(
-        data.array,
-        ids_array,
-        spec.num_segments,
+        data,
+        ids,
+        num_segments,
         fold_op,
         sorted=spec.sorted_ids,
         engine=engine_of(spec),
         fill=fold_fill,
-        data_label=data.label,
-        ids_label=ids.label,
+        data_label=data_label,
+        ids_label=ids_label,
     )
     sorting = time.perf_counter()
-    reduction.null_ids = null_ids
-    results = job.reduce_arrays(data.array, ids_array, reduction.id_report.num_segments)
+    results = job.reduce_arrays(data, ids, reduction.id_report.num_segments)
     timings = {
-        "read": read_s,
         "validate": reduction.timings["validate"],
         "compute": reduction.timings["compute"] + time.perf_counter() - sorting,
     }
-    finished = _finished(spec, reduction, job, results, inner)
-    return DriverResult(finished, memory.facts(data), memory.facts(ids), "in-memory", {}, timings)
+    return _finished(spec, reduction, job, results, inner), timings
 
 
 def _run_streaming(spec: RunSpec, progress: Progress | None) -> DriverResult:
+    if spec.by:
+        return _run_keyed_streaming(spec, progress)
     started = time.perf_counter()
     data, ids = open_inputs(spec)
-    source = data.source
-    inner = tuple(source.shape[len(ids.source.shape) :])
+    finished, plan, mode_facts = _sort_stream(
+        spec, data.source, ids.source, spec.num_segments, progress
+    )
+    rows_read = rows_of(finished.id_report, ids.source)
+    return DriverResult(
+        finished,
+        data.facts(rows_read),
+        ids.facts(rows_read),
+        "streaming",
+        {"chunks": plan.blocks, **mode_facts},
+        {"read+compute": time.perf_counter() - started},
+    )
+
+
+def _sort_stream(
+    spec: RunSpec,
+    source: ChunkSource,
+    ids: ChunkSource,
+    num_segments: int | None,
+    progress: Progress | None,
+) -> tuple[core.Reduction, StreamPlan, dict[str, Any]]:
+    """Fold what merges block by block; the same blocks go segment by segment to the sorting
+    ops (``--sorted``) or to partition files. The run's reduction, plan and mode facts."""
+    inner = tuple(source.shape[len(ids.shape) :])
     width = ops.inner_size(inner)
     job = _job(spec, source.dtype, source.label)
     fold_op, fold_fill = _fold_op(spec, source.dtype, inner, source.label)
     sink: SortedRows | Partitions
     mode_facts: dict[str, Any] = {}
     if spec.sorted_ids:
-        sink = SortedRows(job, spec.num_segments, width, source.dtype)
+        sink = SortedRows(job, num_segments, width, source.dtype)
         context: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     else:
-        rows = -1 if ids.source.shape[0] < 0 else int(np.prod(ids.source.shape, dtype=np.int64))
+        rows = -1 if ids.shape[0] < 0 else int(np.prod(ids.shape, dtype=np.int64))
         parts = partition_count(rows, width * source.dtype.itemsize + 8, spec.memory_budget)
         sink = context = Partitions(
             job,
@@ -176,14 +238,14 @@ def _run_streaming(spec: RunSpec, progress: Progress | None) -> DriverResult:
             width,
             source.dtype,
             tmp_dir=spec.tmp_dir,
-            num_segments=spec.num_segments,
+            num_segments=num_segments,
         )
         mode_facts["partitions"] = parts
     with context:
         reduction, plan = reduce_stream(
             source,
-            ids.source,
-            spec.num_segments,
+            ids,
+            num_segments,
             fold_op,
             sorted_ids=spec.sorted_ids,
             engine=engine_of(spec),
@@ -195,13 +257,166 @@ def _run_streaming(spec: RunSpec, progress: Progress | None) -> DriverResult:
         )
         checkpoint("holistic-finish")
         results = sink.finish(reduction.id_report.num_segments)
-    rows_read = rows_of(reduction.id_report, ids.source)
-    finished = _finished(spec, reduction, job, results, inner)
+    return _finished(spec, reduction, job, results, inner), plan, mode_facts
+
+
+# ---------------------------------------------------------------------------------------------
+# Grouped by key columns (--by): the keyed driver's dense key ids take the place of IDS
+
+
+def _given_n(encoder: KeyEncoder) -> int | None:
+    # --keys-from fixes n up front; otherwise n is the number of groups, found as ids come.
+    return encoder.n_groups if encoder.keys_from is not None else None
+
+
+def _key_table(spec: RunSpec) -> tuple[TableFile, str]:
+    from segcli.io.keys import check_key_columns, key_table_file, pick_data_column
+
+    table = key_table_file(spec.data, spec.csv)
+    check_key_columns(table, spec.by)
+    return table, pick_data_column(table, spec.data_column, spec.by)
+
+
+def _run_keyed_in_memory(spec: RunSpec) -> DriverResult:
+    from segcli.drivers.keys import encoder_for, key_input_facts, put_in_key_order
+    from segcli.io.keys import read_data_and_keys
+
+    started = time.perf_counter()
+    table, column = _key_table(spec)
+    encoder = encoder_for(spec)
+    data, keys = read_data_and_keys(table, column, spec.by)
+    # The declared types first: the key table has them whichever encoding the columns came in.
+    encoder.declare(keys.schema, table.label)
+    ids = encoder.encode(keys.table, table.label)
+    read_s = time.perf_counter() - started
+    data_label = f"{table.label}:{column}"
+    ids_label = f"{table.label}:{','.join(spec.by)}"
+    finished, timings = _sort_in_memory(spec, data, ids, _given_n(encoder), data_label, ids_label)
+    key_facts = put_in_key_order(finished, encoder, spec)
     return DriverResult(
         finished,
-        data.facts(rows_read),
-        ids.facts(rows_read),
+        input_facts(spec.data, data_label, table.fmt, data.shape, data.dtype, table.note(column)),
+        key_input_facts(spec.data, ids_label, keys.schema, keys.table.num_rows, keys.nbytes),
+        "in-memory",
+        {},
+        {"read": read_s, **timings},
+        key_facts,
+    )
+
+
+def _run_keyed_streaming(spec: RunSpec, progress: Progress | None) -> DriverResult:
+    from segcli.drivers.keys import encoder_for, key_input_facts, put_in_key_order
+    from segcli.io.keys import KeyIdsChunks, ParquetPass, PassColumn
+
+    started = time.perf_counter()
+    table, column = _key_table(spec)
+    encoder = encoder_for(spec)
+    source: ChunkSource
+    if table.fmt == "parquet":
+        shared = ParquetPass(table, column, spec.by, prefetch=read_ahead)
+        source = PassColumn(table, column, shared)
+        ids = KeyIdsChunks(table, spec.by, encoder, shared)
+    else:
+        source = open_chunked(spec.data, column=column, role="data", csv=spec.csv)
+        ids = KeyIdsChunks(table, spec.by, encoder)
+    finished, plan, mode_facts = _sort_stream(spec, source, ids, _given_n(encoder), progress)
+    key_facts = put_in_key_order(finished, encoder, spec)
+    rows = rows_of(finished.id_report, ids)
+    note = getattr(source, "note", None)
+    return DriverResult(
+        finished,
+        input_facts(
+            spec.data, source.label, table.fmt, (rows, *source.shape[1:]), source.dtype, note
+        ),
+        key_input_facts(spec.data, ids.label, ids.schema, rows, ids.bytes_read),
         "streaming",
         {"chunks": plan.blocks, **mode_facts},
+        {"read+compute": time.perf_counter() - started},
+        key_facts,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Gathered (--indices): DATA[indices] sorted per segment; the ids are non-decreasing
+
+
+def _run_gathered(spec: RunSpec, progress: Progress | None) -> DriverResult:
+    """In memory, or where the sparse driver streams its ids and indices (DATA is held whole
+    either way), block by block through the sorted-stream reducers."""
+    from segcli.drivers import sparse as sparse_driver
+
+    if spec.ids is not None and should_stream(spec):
+        return _run_gathered_streaming(spec, progress)
+    started = time.perf_counter()
+    data, ids, indices = sparse_driver.read_gather(spec)
+    read_s = time.perf_counter() - started
+    array = np.asarray(data.array)
+    job = _job(spec, array.dtype, data.label)
+    # The sparse family's rules and the row counts, as every --indices run checks them.
+    counted = sparse.sparse_reduce(
+        sparse.Labeled(array, data.label),
+        sparse.Labeled(ids.array, ids.label),
+        spec.num_segments,
+        "count",
+        indices=sparse.Labeled(indices.array, indices.label),
+        engine=engine_of(spec),
+        block_rows=spec.block_rows,
+    )
+    sorting = time.perf_counter()
+    inner = tuple(array.shape[1:])
+    results = job.reduce_arrays(
+        array[indices.array], ids.array.reshape(-1), counted.id_report.num_segments
+    )
+    timings = {
+        "read": read_s,
+        "validate": counted.timings["validate"],
+        "compute": counted.timings["compute"] + time.perf_counter() - sorting,
+    }
+    finished = _finished(spec, counted, job, results, inner)
+    return DriverResult(
+        finished,
+        memory.facts(data),
+        memory.facts(ids),
+        "in-memory",
+        {"gathered": "in memory"},
+        timings,
+    )
+
+
+def _run_gathered_streaming(spec: RunSpec, progress: Progress | None) -> DriverResult:
+    from segcli.drivers import sparse as sparse_driver
+
+    started = time.perf_counter()
+    data, ids, indices = sparse_driver.open_gather(spec)
+    array = np.asarray(data.array)
+    job = _job(spec, array.dtype, data.label)
+    inner = tuple(array.shape[1:])
+    width = ops.inner_size(inner)
+    sink = SortedRows(job, spec.num_segments, width, array.dtype)
+
+    def gather(block_ids: np.ndarray, block_indices: np.ndarray) -> None:
+        sink.push(array[block_indices].reshape(len(block_ids), width), block_ids)
+
+    counted, blocks = sparse.reduce_streamed(
+        sparse.Labeled(array, data.label),
+        ids.source,
+        indices.source,
+        None,
+        spec.num_segments,
+        "count",
+        engine=engine_of(spec),
+        block_rows=spec.block_rows,
+        progress=progress,
+        on_block=gather,
+    )
+    checkpoint("holistic-finish")
+    results = sink.finish(counted.id_report.num_segments)
+    finished = _finished(spec, counted, job, results, inner)
+    return DriverResult(
+        finished,
+        memory.facts(data),
+        ids.facts(counted.id_report.rows),
+        "streaming",
+        {"chunks": blocks},
         {"read+compute": time.perf_counter() - started},
     )

@@ -89,6 +89,24 @@ def run_streamed(spec: RunSpec, progress: Progress | None = None) -> DriverResul
     )
 
 
+def read_gather(spec: RunSpec) -> tuple[ArrayInput, ArrayInput, ArrayInput]:
+    """DATA, IDS and ``--indices`` read whole (the sorting ops gather, then sort)."""
+    data, ids = read(spec)
+    indices = _read_extra(spec, spec.indices, spec.indices_column, "indices")
+    assert indices is not None
+    return data, ids, indices
+
+
+def open_gather(spec: RunSpec) -> tuple[ArrayInput, StreamInput, StreamInput]:
+    """DATA read whole; IDS and ``--indices`` opened to read block by block."""
+    assert spec.ids is not None
+    data = read_one(spec.data, DATA_ROLE, spec.data_column, spec.data_key, spec.stdin, spec.csv)
+    ids = _open(spec, spec.ids, spec.ids_column, spec.ids_key)
+    indices = _open_extra(spec, spec.indices, spec.indices_column)
+    assert indices is not None
+    return data, ids, indices
+
+
 def _open(spec: RunSpec, path: str, column: str | None, key: str | None) -> StreamInput:
     fmt = "npy" if path == "-" else input_format(path)
     stdin = cast(Readable | None, spec.stdin)
