@@ -220,22 +220,30 @@ class CsvChunks:
                 lambda piece, start: column_to_numpy(piece, self._where, first_row=start),
             )
 
-    @contextlib.contextmanager
-    def _type_kept(self) -> Iterator[None]:
-        """A value past the first block that does not fit the column's type: say so, and how
-        to get the widened column a whole read gives."""
-        try:
-            yield
-        except ValueError as exc:
-            found = _CSV_CONVERSION.search(str(exc))
-            if found is None:
-                raise
-            raise ReadError(
-                f"{self._where.file}: column '{self._where.column}' holds {found[1]} after its "
-                f"first rows, which made it {self._type}; a streamed CSV keeps that type (write "
-                "the early values in the wider type, or read the file whole: no --chunk-rows "
-                "and a --memory-limit above its size)"
-            ) from exc
+    def _type_kept(self) -> contextlib.AbstractContextManager[None]:
+        return csv_type_kept(f"{self._where.file}: column '{self._where.column}'", self._type)
+
+
+@contextlib.contextmanager
+def csv_type_kept(where: str, column_type: Any = None) -> Iterator[None]:
+    """A value past a streamed CSV's first block that does not fit the type its first rows
+    gave the column: say so, and how to get the widened column a whole read gives."""
+    try:
+        yield
+    except ValueError as exc:
+        found = _CSV_CONVERSION.search(str(exc))
+        if found is None:
+            raise
+        made = (
+            ", in a column those rows made another type"
+            if column_type is None
+            else f", which made it {column_type}"
+        )
+        raise ReadError(
+            f"{where} holds {found[1]} after its first rows{made}; a streamed CSV keeps that "
+            "type (write the early values in the wider type, or read the file whole: no "
+            "--chunk-rows and a --memory-limit above its size)"
+        ) from exc
 
 
 class TableChunks:

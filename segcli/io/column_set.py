@@ -18,13 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from segcli.errors import ReadError
 from segcli.io.chunked import (
-    _CSV_CONVERSION,
     UNKNOWN_ROWS,
     ChunkSource,
     _reblock,
     _same_inner_shape,
+    csv_type_kept,
 )
 from segcli.io.columns import ColumnRef, check_type, column_to_numpy, value_layout
 from segcli.io.read import ArrayInput
@@ -127,21 +126,8 @@ class TableBatches:
         while queue or self._pull():
             yield queue.pop(0)
 
-    @contextlib.contextmanager
-    def _type_kept(self) -> Iterator[None]:
-        """A CSV value past the first block that does not fit its column's type: say so."""
-        try:
-            yield
-        except ValueError as exc:
-            found = _CSV_CONVERSION.search(str(exc))
-            if found is None:
-                raise
-            raise ReadError(
-                f"{self._table.label}: holds {found[1]} after its first rows, in a column those "
-                "rows made another type; a streamed CSV keeps that type (write the early values "
-                "in the wider type, or read the file whole: no --chunk-rows and a "
-                "--memory-limit above its size)"
-            ) from exc
+    def _type_kept(self) -> contextlib.AbstractContextManager[None]:
+        return csv_type_kept(f"{self._table.label}:")
 
 
 class _BatchColumn:
