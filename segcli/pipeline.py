@@ -124,9 +124,8 @@ class RunRequest:
         _refuse_both_stdin(self)
         if self.fast_atomics and self.engine != "cupy":
             raise UsageError("--fast-atomics applies to --engine cupy only")
-        gathered = (self.indices, self.indices_column, self.weights, self.weights_column)
-        if self.skipna and any(v is not None for v in gathered):
-            raise UsageError("--skipna does not go with --indices or --weights yet")
+        if self.skipna and (self.weights is not None or self.weights_column is not None):
+            raise UsageError("--skipna does not go with --weights yet")
         if "-" in (self.data, self.ids):
             stdin = peek.peekable(stdin)
         by = self.key_columns()

@@ -61,6 +61,24 @@ class Labeled:
     label: str
 
 
+def refuse_nulls(array: Any, label: str, first_row: int = 0) -> None:
+    """Ids, indices and weights have no missing value to leave out (a null read under
+    ``--skipna`` is a masked entry): a null among them is an error naming the first."""
+    mask = np.ma.getmask(array)
+    if mask is np.ma.nomask or not mask.any():
+        return
+    first = first_row + int(np.flatnonzero(np.ravel(mask))[0])
+    raise InvalidInputError(
+        f"{label}: null at position {first}: --skipna leaves out missing data values, but "
+        "ids, indices and weights must all be present"
+    )
+
+
+def _kept_mask(data: Any) -> np.ndarray:
+    """DATA as an array, keeping the mask of nulls read under ``--skipna`` (missing values)."""
+    return data if isinstance(data, np.ma.MaskedArray) else np.asarray(data)
+
+
 def check_weighted_op(op: str | ops.Op, weighted: bool) -> None:
     """Other ops than sum, mean and sqrt_n with ``--weights``: a usage error."""
     name = ops.get_op(op).name
@@ -403,6 +421,8 @@ def fuses(
     sqrt_n of float32/float64 data (weighted: of integer data too) with non-empty rows."""
     if engine.name != "numba" or op.name not in WEIGHTED_OPS or ops.inner_size(inner_shape) == 0:
         return False
+    if op.skipna_of is not None:  # the fused kernel has no missing values to leave out
+        return False
     floats = data_dtype.kind == "f" and data_dtype.itemsize in (4, 8)
     if weights_dtype is None:
         return floats
@@ -478,8 +498,11 @@ def sparse_reduce(
     op_def = ops.get_op(op)
     check_weighted_op(op_def.name, weights is not None)
     started = time.perf_counter()
-    array = np.asarray(data.array)
+    array = _kept_mask(data.array)
     ops.check_data_dtype(op_def, array.dtype, data.label)
+    for extra in (ids, indices, weights):
+        if extra is not None:
+            refuse_nulls(extra.array, extra.label)
     flat_ids = np.asarray(ids.array).reshape(-1)
     choice = None
     if indices is not None:
@@ -581,7 +604,7 @@ def reduce_streamed(
     op_def = ops.get_op(op)
     check_weighted_op(op_def.name, weights is not None)
     started = time.perf_counter()
-    array = np.asarray(data.array)
+    array = _kept_mask(data.array)
     ops.check_data_dtype(op_def, array.dtype, data.label)
     if array.ndim == 0:
         raise InvalidInputError("--indices needs rows to gather from DATA, got a 0-D array")
@@ -610,6 +633,8 @@ def reduce_streamed(
     sources = [ids, indices] + ([] if weights is None else [weights])
     blocks = 0
     for parts in _aligned_blocks(sources, step):
+        for part, source in zip(parts, sources, strict=True):
+            refuse_nulls(part, source.label, checker.seen)
         block_ids, block_indices = parts[0], parts[1]
         checker.feed(block_ids, block_indices)
         blocks += 1

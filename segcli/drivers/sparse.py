@@ -13,7 +13,7 @@ import time
 from typing import cast
 
 from segcli import sparse
-from segcli.drivers.base import DriverResult, Progress, RunSpec, engine_of
+from segcli.drivers.base import DriverResult, Progress, RunSpec, engine_of, spec_op
 from segcli.drivers.choose import should_stream
 from segcli.drivers.memory import facts, read
 from segcli.drivers.stream import StreamInput
@@ -42,7 +42,7 @@ def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
         _labeled(data),
         _labeled(ids),
         spec.num_segments,
-        spec.op,
+        spec_op(spec),
         indices=None if indices is None else _labeled(indices),
         weights=None if weights is None else _labeled(weights),
         sorted_ids=spec.sorted_ids,
@@ -73,7 +73,7 @@ def run_streamed(spec: RunSpec, progress: Progress | None = None) -> DriverResul
         indices.source,
         None if weights is None else weights.source,
         spec.num_segments,
-        spec.op,
+        spec_op(spec),
         engine=engine_of(spec),
         fill=spec.fill,
         block_rows=spec.block_rows,
