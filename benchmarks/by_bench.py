@@ -113,7 +113,7 @@ def compare(title: str, commands: dict[str, list[str]], rounds: int) -> None:
             f"| {name} | {wall[name]:.2f} | {wall[name] / fastest_wall:.2f} "
             f"| {cpu[name]:.2f} | {cpu[name] / fastest_cpu:.2f} |"
         )
-    print(f"load average after: {os.getloadavg()[0]:.1f}")
+    print(f"load average after: {os.getloadavg()[0]:.1f}", flush=True)
 
 
 def streamed_peak(path: str, by: list[str], out: str, skipna: bool) -> tuple[float, float]:
@@ -161,7 +161,7 @@ def main() -> None:
 
 def low_part(path: str, keys: dict[str, np.ndarray], args: argparse.Namespace, folder: str) -> None:
     write_table(path, args.rows, keys, args.skipna)
-    print(f"{args.rows:,} rows; {os.path.getsize(path) / 2**20:.0f} MiB of Parquet")
+    print(f"{args.rows:,} rows; {os.path.getsize(path) / 2**20:.0f} MiB of Parquet", flush=True)
     by = ["carrier", "origin"]
     compare(
         "mean by carrier, origin (60 groups)",
@@ -169,7 +169,10 @@ def low_part(path: str, keys: dict[str, np.ndarray], args: argparse.Namespace, f
         args.rounds,
     )
     seconds, peak = streamed_peak(path, by, f"{folder}/o", args.skipna)
-    print(f"\nstreamed with --memory-limit 256MB: {seconds:.2f} s, peak RSS {peak:.0f} MiB")
+    print(
+        f"\nstreamed with --memory-limit 256MB: {seconds:.2f} s, peak RSS {peak:.0f} MiB",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":
