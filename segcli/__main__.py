@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import MutableMapping
 
 
 def main() -> None:
@@ -27,7 +28,7 @@ def main() -> None:
     cli_main()
 
 
-def single_threaded_blas(environ: dict[str, str] | os._Environ[str]) -> None:
+def single_threaded_blas(environ: MutableMapping[str, str]) -> None:
     """One OpenBLAS thread unless the user asked for more: segcli does no linear algebra, and
     NumPy's OpenBLAS starts a thread per core as it loads (some 50 ms of every run on two cores,
     more on many). Set before NumPy is imported, in the command's process only: library users
