@@ -1,12 +1,17 @@
 """``segcli --by`` end to end against polars and duckdb: the same Parquet file, fresh processes.
 
     python benchmarks/by_bench.py [--rows 30000000] [--rounds 3] [--distinct 1000000] [--skipna]
+                                  [--part low|high|both]
 
 1. Low cardinality: N rows with two string keys (20 carriers x 3 origins) and a float64 value;
    the mean per (carrier, origin) written as Parquet, by segcli (in memory), polars and duckdb,
    each a whole ``python`` process; rounds interleave the tools; the median is printed.
 2. The same segcli run streamed with ``--memory-limit 256MB``: its peak resident memory.
 3. High cardinality: one string key of ``--distinct`` values over the same number of rows.
+
+``--part``: only 1 and 2 (``low``) or only 3 (``high``), to keep each run short. Each figure is
+the median wall time; the CPU time (user + system) of the same runs follows it, as the fairer
+measure on a machine other jobs share.
 
 ``--skipna``: the issue's workload: about 2% of the values are null and segcli runs with
 ``--skipna`` (polars' ``mean`` and duckdb's ``avg`` skip nulls by themselves).
@@ -21,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -76,27 +82,38 @@ def tools(path: str, by: list[str], out: str, skipna: bool) -> dict[str, list[st
 CHILD_ENV = {name: value for name, value in os.environ.items() if name != "PYTHONDONTWRITEBYTECODE"}
 
 
-def timed(argv: list[str]) -> float:
+def timed(argv: list[str]) -> tuple[float, float]:
+    """Wall and CPU (user + system) seconds of one child process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, check=False, env=CHILD_ENV)
     if done.returncode != 0:
         raise SystemExit(f"{argv[:4]} failed: {done.stderr.decode()[-400:]}")
-    return time.perf_counter() - started
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return wall, cpu
 
 
 def compare(title: str, commands: dict[str, list[str]], rounds: int) -> None:
     for argv in commands.values():
         timed(argv)  # warm: files in the page cache, kernels compiled
-    times: dict[str, list[float]] = {name: [] for name in commands}
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
     for _ in range(rounds):
         for name, argv in commands.items():
             times[name].append(timed(argv))
-    medians = {name: statistics.median(values) for name, values in times.items()}
-    fastest_peer = min(medians["polars"], medians["duckdb"])
+    wall = {name: statistics.median(w for w, _ in values) for name, values in times.items()}
+    cpu = {name: statistics.median(c for _, c in values) for name, values in times.items()}
+    fastest_wall = min(wall["polars"], wall["duckdb"])
+    fastest_cpu = min(cpu["polars"], cpu["duckdb"])
     print(f"\n{title}: median of {rounds} interleaved rounds, seconds")
-    print("| tool | seconds | / faster of polars and duckdb |\n|---|---:|---:|")
-    for name, value in medians.items():
-        print(f"| {name} | {value:.2f} | {value / fastest_peer:.2f} |")
+    print("| tool | wall | / faster peer | CPU | / least peer CPU |\n|---|---:|---:|---:|---:|")
+    for name in commands:
+        print(
+            f"| {name} | {wall[name]:.2f} | {wall[name] / fastest_wall:.2f} "
+            f"| {cpu[name]:.2f} | {cpu[name] / fastest_cpu:.2f} |"
+        )
+    print(f"load average after: {os.getloadavg()[0]:.1f}", flush=True)
 
 
 def streamed_peak(path: str, by: list[str], out: str, skipna: bool) -> tuple[float, float]:
@@ -116,39 +133,46 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--distinct", type=int, default=1_000_000)
     parser.add_argument("--skipna", action="store_true", help="null values, segcli --skipna")
+    parser.add_argument("--part", choices=("low", "high", "both"), default="both")
     args = parser.parse_args()
     rng = np.random.default_rng(1)
     carriers = np.array([f"C{i:02d}" for i in range(20)])
     origins = np.array(["JFK", "LAX", "ORD"])
+    # Drawn whatever the part, so that the high-cardinality file is the same in every run.
+    low_keys = {
+        "carrier": carriers[rng.integers(0, 20, args.rows)],
+        "origin": origins[rng.integers(0, 3, args.rows)],
+    }
     with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as folder:
-        low = f"{folder}/flights.parquet"
-        write_table(
-            low,
-            args.rows,
-            {
-                "carrier": carriers[rng.integers(0, 20, args.rows)],
-                "origin": origins[rng.integers(0, 3, args.rows)],
-            },
-            args.skipna,
-        )
-        print(f"{args.rows:,} rows; {os.path.getsize(low) / 2**20:.0f} MiB of Parquet")
-        by = ["carrier", "origin"]
-        compare(
-            "mean by carrier, origin (60 groups)",
-            tools(low, by, f"{folder}/o", args.skipna),
-            args.rounds,
-        )
-        seconds, peak = streamed_peak(low, by, f"{folder}/o", args.skipna)
-        print(f"\nstreamed with --memory-limit 256MB: {seconds:.2f} s, peak RSS {peak:.0f} MiB")
-        high = f"{folder}/high.parquet"
-        names = np.array([f"user-{i:07d}" for i in range(args.distinct)])
-        users = {"user": names[rng.integers(0, args.distinct, args.rows)]}
-        write_table(high, args.rows, users, args.skipna)
-        compare(
-            f"mean by user ({args.distinct:,} distinct strings)",
-            tools(high, ["user"], f"{folder}/h", args.skipna),
-            args.rounds,
-        )
+        if args.part != "high":
+            low_part(f"{folder}/flights.parquet", low_keys, args, folder)
+        del low_keys
+        if args.part != "low":
+            high = f"{folder}/high.parquet"
+            names = np.array([f"user-{i:07d}" for i in range(args.distinct)])
+            users = {"user": names[rng.integers(0, args.distinct, args.rows)]}
+            write_table(high, args.rows, users, args.skipna)
+            compare(
+                f"mean by user ({args.distinct:,} distinct strings)",
+                tools(high, ["user"], f"{folder}/h", args.skipna),
+                args.rounds,
+            )
+
+
+def low_part(path: str, keys: dict[str, np.ndarray], args: argparse.Namespace, folder: str) -> None:
+    write_table(path, args.rows, keys, args.skipna)
+    print(f"{args.rows:,} rows; {os.path.getsize(path) / 2**20:.0f} MiB of Parquet", flush=True)
+    by = ["carrier", "origin"]
+    compare(
+        "mean by carrier, origin (60 groups)",
+        tools(path, by, f"{folder}/o", args.skipna),
+        args.rounds,
+    )
+    seconds, peak = streamed_peak(path, by, f"{folder}/o", args.skipna)
+    print(
+        f"\nstreamed with --memory-limit 256MB: {seconds:.2f} s, peak RSS {peak:.0f} MiB",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

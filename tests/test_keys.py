@@ -708,3 +708,41 @@ def test_later_blocks_of_known_keys_skip_finding_the_cells_used(
     reference = KeyEncoder(["a", "b"], **options)
     want = reference.encode(pa.table(columns))
     assert key_tuples(encoder, np.concatenate(ids)) == key_tuples(reference, want)
+
+
+@pytest.mark.parametrize("slice_rows", [4, 1 << 20])
+def test_grid_ids_are_writable_int64_on_every_path(
+    monkeypatch: pytest.MonkeyPatch, slice_rows: int
+) -> None:
+    # The gather of the grid gives ids through pyarrow's take (or into the caller's array when a
+    # block is encoded in slices): the folds get int64 ids they may write, row for row right.
+    monkeypatch.setattr(segcli.keys, "_SLICE_ROWS", slice_rows)
+    columns = {"a": ["x", "y", None, "x", "z", "y"] * 2, "b": ["p", "q", "p", "q", "p", "p"] * 2}
+    table = pa.table(
+        {name: pa.array(values).dictionary_encode() for name, values in columns.items()}
+    )
+    encoder = KeyEncoder(["a", "b"])
+    ids = [encoder.encode(table.slice(0, 6)), encoder.encode(table.slice(6))]  # new, then known
+    for block_ids in ids:
+        assert block_ids.dtype == np.int64
+        assert block_ids.flags.writeable
+    reference = KeyEncoder(["a", "b"])
+    want = reference.encode(pa.table(columns))
+    assert key_tuples(encoder, np.concatenate(ids)) == key_tuples(reference, want)
+    assert np.concatenate(ids)[2] == MISSING
+
+
+def test_declared_bytes_of_a_dictionary_column_ignore_the_index_under_a_null() -> None:
+    # Arrow leaves the index of a null row undefined (here 99, past the dictionary): the
+    # gather of lengths must not read it, and the bytes are those of the plain column.
+    from segcli.io.keys import _declared_nbytes
+
+    validity = pa.py_buffer(np.packbits([1, 0, 1], bitorder="little"))
+    indices = pa.Array.from_buffers(
+        pa.int32(), 3, [validity, pa.py_buffer(np.array([0, 99, 1], np.int32))], null_count=1
+    )
+    column = pa.DictionaryArray.from_arrays(indices, pa.array(["ab", "cde"]))
+    keys = pa.table({"k": column})
+    schema = pa.schema([pa.field("k", pa.string())])
+    # offsets (4 bytes a row), one byte of validity, the 5 bytes of text
+    assert _declared_nbytes(keys, schema) == 3 * 4 + 1 + 5

@@ -181,8 +181,11 @@ def _text_nbytes(column: pa.ChunkedArray, type_: pa.DataType) -> int:
     total = offsets * len(column)
     for chunk in column.chunks:
         total += (len(chunk) + 7) // 8 if chunk.null_count else 0
-        lengths = pc.binary_length(chunk.dictionary).cast("int64")
-        total += int(pc.sum(lengths.take(chunk.indices)).as_py() or 0)
+        # The lengths in their own width (sum widens them): half the bytes of int64 to gather.
+        # A null row's index may be anything, so only a null-free chunk's gather is unchecked.
+        lengths = pc.binary_length(chunk.dictionary)
+        gathered = pc.take(lengths, chunk.indices, boundscheck=bool(chunk.null_count))
+        total += int(pc.sum(gathered).as_py() or 0)
     return total
 
 

@@ -293,7 +293,7 @@ class KeyEncoder:
         if known is not None:
             # Every cell of the grid is a group already (a later block of few keys): no need
             # to find which cells the rows use.
-            return np.take(known, flat, out=out, mode="clip")
+            return _gather(known, flat, out)
         present = _cells_used(flat, math.prod(sizes))
         slots = []
         rest = present
@@ -304,9 +304,7 @@ class KeyEncoder:
         grid_codes = [table[slot] for (table, _), slot in zip(coded, slots[::-1], strict=True)]
         grid = np.empty(math.prod(sizes), np.int64)
         grid[present] = self._code_ids(grid_codes, columns, add=add)
-        # Every slot is in range; "clip" spares the copy that take makes of out to check it.
-        ids: np.ndarray = np.take(grid, flat, out=out, mode="clip")
-        return ids
+        return _gather(grid, flat, out)
 
     def _known_grid(
         self, coded: list[tuple[np.ndarray, np.ndarray]], columns: list[KeyColumn]
@@ -359,6 +357,22 @@ def _grid_slots(coded: list[tuple[np.ndarray, np.ndarray]], sizes: list[int]) ->
         flat *= cell(size)
         flat += rows.astype(cell, copy=False)
     return flat
+
+
+def _gather(table: np.ndarray, slots: np.ndarray, out: np.ndarray | None) -> np.ndarray:
+    """``table[slots]``, every slot in range; copied into ``out`` when one is given.
+
+    pyarrow's unchecked take measured 3 to 6 times faster than NumPy's take into a fresh
+    array (its allocator hands back memory still in cache), and a copy of its result into
+    ``out`` costs less than NumPy's take into it: this gather was the encoder's largest cost.
+    Its result is a buffer nobody else holds, so the view is writable."""
+    taken = pc.take(arrow_array(table), arrow_array(slots), boundscheck=False)
+    data = taken.buffers()[1]
+    ids = np.frombuffer(data, table.dtype, count=len(taken)) if data is not None else table[:0]
+    if out is None:
+        return ids
+    out[...] = ids
+    return out
 
 
 def _cells_used(flat: np.ndarray, cells: int) -> np.ndarray:

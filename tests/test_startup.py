@@ -1,0 +1,64 @@
+"""What a ``segcli`` process loads before it reads a row: start-up is a real part of a short run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+#: Runs the console script's entry point, then reports (at exit) what the process ended with.
+_REPORT = """
+import atexit, json, os, sys
+def report():
+    print(json.dumps({"blas": os.environ.get("OPENBLAS_NUM_THREADS"),
+                      "modules": sorted(sys.modules)}), file=sys.stderr)
+atexit.register(report)
+sys.argv = ["segcli", *sys.argv[1:]]
+from segcli.__main__ import main
+main()
+"""
+
+
+def _run(args: list[str], **env: str) -> tuple[int, dict[str, Any]]:
+    environ = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    environ.update(env)
+    done = subprocess.run(
+        [sys.executable, "-c", _REPORT, *args], capture_output=True, text=True, env=environ
+    )
+    return done.returncode, json.loads(done.stderr.splitlines()[-1])
+
+
+@pytest.fixture
+def flights(tmp_path: Path) -> Path:
+    path = tmp_path / "flights.parquet"
+    table = pa.table(
+        {"carrier": ["AA", "UA", "AA"], "origin": ["JFK", "JFK", "LAX"], "delay": [1.0, None, 3.0]}
+    )
+    pq.write_table(table, path)
+    return path
+
+
+def _by_run(path: Path) -> list[str]:
+    out = str(path.with_name("out.parquet"))
+    by = ["--by", "carrier,origin", "--skipna", "-q", "-o", out]
+    return ["mean", str(path), "--data-column", "delay", *by]
+
+
+def test_the_command_runs_numpy_with_one_blas_thread(flights: Path) -> None:
+    code, seen = _run(_by_run(flights))
+    assert code == 0
+    assert seen["blas"] == "1"
+    assert "numpy" in seen["modules"]  # numpy did load, after the setting
+
+
+def test_a_users_blas_threads_are_kept(flights: Path) -> None:
+    code, seen = _run(_by_run(flights), OPENBLAS_NUM_THREADS="3")
+    assert code == 0
+    assert seen["blas"] == "3"
