@@ -347,11 +347,11 @@ def test_agg_reads_the_data_once(tmp_path, pair, monkeypatch):
 # --- memory ------------------------------------------------------------------------------------
 
 
-PEAK_ROWS = 25_000_000  # 400 MB of input: float64 values and int64 ids
+PEAK_ROWS = 12_500_000  # 200 MB of input: float64 values and int64 ids
 
 
 def test_median_through_tmp_dir_keeps_to_the_memory_limit(tmp_path):
-    """Read whole, this input peaks above 1.4 GB; partitioned with a 64 MB budget, at the
+    """Read whole, this input peaks above 700 MB; partitioned with a 64 MB budget, at the
     interpreter plus a few 8 MB blocks and one partition's sort."""
     rows = np.arange(PEAK_ROWS, dtype=np.int64)
     np.save(tmp_path / "ids.npy", rows * 7919 % 1000)
