@@ -615,3 +615,19 @@ def test_numeric_columns_convert_as_to_numpy_does(column: Any) -> None:
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)
     assert not got.flags.writeable or got.dtype == np.bool_
+
+
+def test_the_budget_counts_what_reading_whole_holds_beyond_the_columns(tmp_path: Path) -> None:
+    """Read whole, a --by run also holds the keys' encoding and an id per row: a table whose
+    columns alone fit the budget, but not with those, streams."""
+    rows = 40_000
+    keys = [f"key-{i:07d}" for i in range(rows)]  # every key distinct: the dictionary is large
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"k": keys, "v": np.arange(rows, dtype=np.float64)}), path)
+    columns = rows * (8 + 11 + 4)  # values, key text and offsets, as decoded
+    summary = tmp_path / "s.json"
+    args = ["sum", path, "--by", "k", "-o", tmp_path / "o.parquet", "-q"]
+    ok(*args, "--memory-limit", str(int(columns * 1.5)), "--summary-json", summary)
+    assert json.loads(summary.read_text())["mode"] == "streaming"
+    ok(*args, "--memory-limit", str(columns * 5), "--summary-json", summary)
+    assert json.loads(summary.read_text())["mode"] == "in-memory"
