@@ -345,23 +345,30 @@ def _wide_table(rng: np.random.Generator, width: int, dtype: str) -> np.ndarray:
 
 
 @pytest.mark.parametrize("op", ["sum", "mean", "sqrt_n"])
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize(
+    ("dtype", "weights"),
+    [("float32", None), ("float64", None), ("float32", "float32"), ("float64", "int32"),
+     ("int16", "float64")],
+)  # fmt: skip
 @pytest.mark.parametrize("width", [8, 13, 64, 75, 136])
 def test_numba_register_fold_of_wide_rows_gives_the_numpy_bytes(
-    wide_case, monkeypatch, op, dtype, width
+    wide_case, monkeypatch, op, dtype, weights, width
 ):
     """Rows of 8 columns or more fold in registers (64 and 8 at a time, then one by one)."""
     from segcli.engines import numba_engine
 
     ids, indices, rng = wide_case
-    data = _wide_table(rng, width, dtype)
-    want = _sparse(data, ids, 32, op, indices, engine="numpy").result
+    data = _wide_table(rng, width, "float64" if dtype == "int16" else dtype)
+    if dtype == "int16":
+        data = np.clip(np.nan_to_num(data), -3e4, 3e4).astype(dtype)
+    w = None if weights is None else (rng.normal(size=ids.size) * 5).astype(weights)
+    want = _sparse(data, ids, 32, op, indices, w, engine="numpy").result
     monkeypatch.setattr("segcli.sparse.SparseFold", _no_blocked_fold)
     monkeypatch.setattr(numba_engine, "PARALLEL_MIN_ELEMENTS", 1)
     for threads, rows in ((1, None), (1, 7), (3, None), (3, 40)):
         monkeypatch.setattr(numba_engine, "THREADS", threads)
         for picks in (indices, indices.astype(np.int32), indices.astype(np.uint16)):
-            got = _sparse(data, ids, 32, op, picks, engine="numba", block_rows=rows).result
+            got = _sparse(data, ids, 32, op, picks, w, engine="numba", block_rows=rows).result
             assert got.tobytes() == want.tobytes()
 
 
@@ -372,9 +379,9 @@ def test_numba_fused_gather_of_strided_rows_gives_the_numpy_bytes(wide_case, lay
     wide = _wide_table(rng, 80, "float32")
     data = np.asfortranarray(wide[:, :40]) if layout == "fortran" else wide[:, ::2]
     assert not data.flags.c_contiguous
-    for op in ("sum", "mean"):
-        want = _sparse(data, ids, None, op, indices, engine="numpy").result
-        got = _sparse(data, ids, None, op, indices, engine="numba").result
+    for op, w in (("sum", None), ("mean", None), ("mean", rng.normal(size=ids.size))):
+        want = _sparse(data, ids, None, op, indices, w, engine="numpy").result
+        got = _sparse(data, ids, None, op, indices, w, engine="numba").result
         assert got.tobytes() == want.tobytes()
 
 

@@ -81,26 +81,28 @@ def _prefetch_row(table, row, row_bytes):  # type: ignore[no-untyped-def]
     _prefetch(table, np.int64(row), np.int64(row_bytes - 1))  # type: ignore[call-arg]
 
 
-def _lanes(vectors: int) -> Any:
+def _lanes(vectors: int, weighted: bool) -> Any:
     """An intrinsic that folds ``8 * vectors`` columns of a run of gathered rows in registers.
 
-    ``_fold(acc, table, indices, start, stop, column, limit)`` adds ``table[indices[k],
-    column:column + 8 * vectors]`` for ``k`` from ``start`` to ``stop``, in row order, into
-    ``acc[column:...]`` (float64): one add of each converted value per row, as
-    :func:`_add` does, so the bytes are the same. The sums stay in vector registers through
+    ``_fold(acc, table, indices, weights, start, stop, column, limit)`` adds ``table[indices[k],
+    column:column + 8 * vectors]`` (times ``weights[k]`` if ``weighted``) for ``k`` from
+    ``start`` to ``stop``, in row order, into ``acc[column:...]`` (float64): one product and
+    one add of each converted value per row, as :func:`_add` and :func:`_add_weighted` do, so
+    the bytes are the same. The sums stay in vector registers through
     the run (LLVM could not keep ``acc`` there: it might alias the table) and the row loop
     carries no alias checks. Each row prefetches row ``k + PREFETCH_ROWS`` while that is
     below ``limit`` (0: none). The table's rows must be contiguous.
     """
 
     @intrinsic
-    def _fold(typingctx, acc, table, indices, start, stop, column, limit):  # type: ignore[no-untyped-def]
+    def _fold(typingctx, acc, table, indices, weights, start, stop, column, limit):  # type: ignore[no-untyped-def]
         def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            acc_type, table_type, indices_type = signature.args[:3]
+            acc_type, table_type, indices_type, weights_type = signature.args[:4]
             sums_array = context.make_array(acc_type)(context, builder, args[0])
             rows_array = context.make_array(table_type)(context, builder, args[1])
             picks_array = context.make_array(indices_type)(context, builder, args[2])
-            start, stop, column, limit = args[3:]
+            weights_array = context.make_array(weights_type)(context, builder, args[3])
+            start, stop, column, limit = args[4:]
             i64 = ir.IntType(64)
             element = context.get_data_type(table_type.dtype)
             itemsize = context.get_abi_sizeof(element)
@@ -139,18 +141,23 @@ def _lanes(vectors: int) -> Any:
                         offset = builder.select(below, i64(line), last_byte)
                         _emit_prefetch(builder, builder.add(row_at, offset))
                     _emit_prefetch(builder, builder.add(row_at, last_byte))
+                if weighted:
+                    weight = _weight(context, builder, weights_array, weights_type, k)
+                    weight = _splat(builder, weight, wide)
                 values_at = builder.add(columns_at, row_of(k))
                 values = builder.inttoptr(values_at, narrow.as_pointer())
                 for v, total in enumerate(sums):
                     value = builder.load(builder.gep(values, [i64(v)]), align=itemsize)
                     converted = _widen(builder, value, table_type.dtype, wide)
+                    if weighted:
+                        converted = builder.fmul(converted, weight)
                     builder.store(builder.fadd(builder.load(total), converted), total)
             for total, slot in zip(sums, slots, strict=True):
                 builder.store(builder.load(total), slot, align=8)
             return context.get_dummy_value()
 
         index = types.int64
-        return types.void(acc, table, indices, index, index, index, index), codegen
+        return types.void(acc, table, indices, weights, index, index, index, index), codegen
 
     return _fold
 
@@ -164,8 +171,25 @@ def _widen(builder: ir.IRBuilder, value: ir.Value, dtype: Any, wide: ir.Type) ->
     return builder.uitofp(value, wide)
 
 
-_fold_wide = _lanes(WIDE_LANES // 8)
-_fold_narrow = _lanes(NARROW_LANES // 8)
+def _splat(builder: ir.IRBuilder, value: ir.Value, vector: ir.VectorType) -> ir.Value:
+    """``value`` in every lane of ``vector``."""
+    lanes = ir.Constant(vector, ir.Undefined)
+    for lane in range(vector.count):
+        lanes = builder.insert_element(lanes, value, ir.IntType(32)(lane))
+    return lanes
+
+
+def _weight(context: Any, builder: ir.IRBuilder, array: Any, array_type: Any, k: ir.Value) -> Any:
+    """``weights[k]`` as float64."""
+    stride = builder.extract_value(array.strides, 0)
+    at = builder.add(builder.ptrtoint(array.data, stride.type), builder.mul(k, stride))
+    pointer = builder.inttoptr(at, context.get_data_type(array_type.dtype).as_pointer())
+    return context.cast(builder, builder.load(pointer), array_type.dtype, types.float64)
+
+
+_fold_wide, _fold_wide_weighted = _lanes(WIDE_LANES // 8, False), _lanes(WIDE_LANES // 8, True)
+_fold_narrow = _lanes(NARROW_LANES // 8, False)
+_fold_narrow_weighted = _lanes(NARROW_LANES // 8, True)
 
 
 @njit(**_JIT)
@@ -203,7 +227,7 @@ def fold_bags(  # type: ignore[no-untyped-def]
     acc = carry.copy()
     current, rows = bag[0], bag[1]
     wsum, wsq = sums[0], sums[1]
-    in_registers = not weighted and _rows_are_dense(table)
+    in_registers = _rows_are_dense(table)
     i = a
     while i < b:
         s = np.int64(ids[i])
@@ -216,7 +240,12 @@ def fold_bags(  # type: ignore[no-untyped-def]
             current, rows, wsum, wsq = s, 0, 0.0, 0.0
             acc[:] = 0.0
         if in_registers:
-            _fold_run(acc, table, indices, i, end, b)
+            _fold_run(acc, table, indices, weights, weighted, i, end, b)
+            if weighted:
+                for k in range(i, end):
+                    w = np.float64(weights[k])
+                    wsum += w
+                    wsq += w * w
         else:
             wsum, wsq = _fold_rows(acc, table, indices, weights, weighted, i, end, b, wsum, wsq)
         rows += end - i
@@ -233,7 +262,7 @@ def _rows_are_dense(table):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True)
-def _fold_run(acc, table, indices, i, end, b):  # type: ignore[no-untyped-def]
+def _fold_run(acc, table, indices, weights, weighted, i, end, b):  # type: ignore[no-untyped-def]
     """One bag's rows ``i`` to ``end`` (of ``b``) into ``acc``, a column chunk at a time, in
     pieces of :data:`RUN_ROWS` rows; the first chunk prefetches the rows ahead."""
     width = acc.shape[0]
@@ -242,22 +271,31 @@ def _fold_run(acc, table, indices, i, end, b):  # type: ignore[no-untyped-def]
         limit = b
         column = 0
         while column + WIDE_LANES <= width:
-            _fold_wide(acc, table, indices, piece, stop, column, limit)
+            if weighted:
+                _fold_wide_weighted(acc, table, indices, weights, piece, stop, column, limit)
+            else:
+                _fold_wide(acc, table, indices, weights, piece, stop, column, limit)
             column, limit = column + WIDE_LANES, 0
         while column + NARROW_LANES <= width:
-            _fold_narrow(acc, table, indices, piece, stop, column, limit)
+            if weighted:
+                _fold_narrow_weighted(acc, table, indices, weights, piece, stop, column, limit)
+            else:
+                _fold_narrow(acc, table, indices, weights, piece, stop, column, limit)
             column, limit = column + NARROW_LANES, 0
         for j in range(column, width):
             total = acc[j]
             for k in range(piece, stop):
-                total += table[indices[k], j]
+                if weighted:
+                    total += np.float64(table[indices[k], j]) * np.float64(weights[k])
+                else:
+                    total += table[indices[k], j]
             acc[j] = total
 
 
 @njit(cache=True, nogil=True)
 def _fold_rows(acc, table, indices, weights, weighted, i, end, b, wsum, wsq):  # type: ignore[no-untyped-def]
-    """One bag's rows ``i`` to ``end`` (of ``b``) into ``acc``, a row at a time (weighted, or
-    rows too narrow or strided for :func:`_fold_run`); its weight sums go on."""
+    """One bag's rows ``i`` to ``end`` (of ``b``) into ``acc``, a row at a time (rows too
+    narrow or strided for :func:`_fold_run`); its weight sums go on."""
     ahead = acc.shape[0] * table.itemsize
     for k in range(i, end):
         if k + PREFETCH_ROWS < b:
