@@ -36,9 +36,10 @@ _JIT: dict[str, Any] = {"cache": True, "nogil": True}
 #: cannot guess them (16 ahead measured 1.8x faster than none at half the issue's workload;
 #: 8 to 32 alike).
 PREFETCH_ROWS = 16
-#: Bytes of a row prefetched: its first cache lines and its last byte (a large table's rows
+#: Bytes of a row prefetched: its lines up to this and its last byte (a large table's rows
 #: start 16 bytes into a line, so a 256-byte row spans five); the hardware follows a wider row.
-PREFETCH_BYTES = 256
+#: 512 against 256: float64 rows of 64 folded 8% faster, float32 ones alike.
+PREFETCH_BYTES = 512
 #: Columns one pass of :func:`_lanes` holds in registers: 8 vectors of 8 float64, the
 #: whole row of the issue's 64-wide table, read once a row (16 or 32 a pass measured alike).
 WIDE_LANES = 64
@@ -146,9 +147,9 @@ def _lanes(vectors: int, weighted: bool) -> Any:
                 with builder.if_then(builder.icmp_signed("<", ahead, limit)):
                     row_at = builder.add(table_at, row_of(ahead))
                     for line in range(0, PREFETCH_BYTES, 64):
-                        below = builder.icmp_signed("<", i64(line), last_byte)
-                        offset = builder.select(below, i64(line), last_byte)
-                        _emit_prefetch(builder, builder.add(row_at, offset))
+                        # A branch the predictor learns (every row has the same width).
+                        with builder.if_then(builder.icmp_signed("<", i64(line), last_byte)):
+                            _emit_prefetch(builder, builder.add(row_at, i64(line)))
                     _emit_prefetch(builder, builder.add(row_at, last_byte))
                 if weighted:
                     weight = _weight(context, builder, weights_array, weights_type, k)
