@@ -328,6 +328,63 @@ def test_numba_fused_gather_gives_the_same_bytes_on_any_number_of_threads(fused_
             assert got.result.tobytes() == want.tobytes()
 
 
+@pytest.fixture
+def wide_case() -> tuple[np.ndarray, np.ndarray, np.random.Generator]:
+    """Bags of 1 row to more than ``RUN_ROWS`` (the register fold's pieces) over 50 table rows,
+    ids up to 29 of n = 32 (trailing empty bags)."""
+    rng = np.random.default_rng(11)
+    ids = np.sort(np.concatenate([rng.integers(0, 30, 300), np.full(150, 12), [29]]))
+    return ids, rng.integers(0, 50, ids.size), rng
+
+
+def _wide_table(rng: np.random.Generator, width: int, dtype: str) -> np.ndarray:
+    """Values of many magnitudes (their float64 sums round in the last bits), NaN and -0.0."""
+    data = rng.normal(size=(50, width)) * 10.0 ** rng.integers(-3, 8, (50, width))
+    data[3], data[4] = np.nan, -0.0
+    return data.astype(dtype)
+
+
+@pytest.mark.parametrize("op", ["sum", "mean", "sqrt_n"])
+@pytest.mark.parametrize(
+    ("dtype", "weights"),
+    [("float32", None), ("float64", None), ("float32", "float32"), ("float64", "int32"),
+     ("int16", "float64")],
+)  # fmt: skip
+@pytest.mark.parametrize("width", [8, 13, 64, 75, 136])
+def test_numba_register_fold_of_wide_rows_gives_the_numpy_bytes(
+    wide_case, monkeypatch, op, dtype, weights, width
+):
+    """Rows of 8 columns or more fold in registers (64 and 8 at a time, then one by one)."""
+    from segcli.engines import numba_engine
+
+    ids, indices, rng = wide_case
+    data = _wide_table(rng, width, "float64" if dtype == "int16" else dtype)
+    if dtype == "int16":
+        data = np.clip(np.nan_to_num(data), -3e4, 3e4).astype(dtype)
+    w = None if weights is None else (rng.normal(size=ids.size) * 5).astype(weights)
+    want = _sparse(data, ids, 32, op, indices, w, engine="numpy").result
+    monkeypatch.setattr("segcli.sparse.SparseFold", _no_blocked_fold)
+    monkeypatch.setattr(numba_engine, "PARALLEL_MIN_ELEMENTS", 1)
+    for threads, rows in ((1, None), (1, 7), (3, None), (3, 40)):
+        monkeypatch.setattr(numba_engine, "THREADS", threads)
+        for picks in (indices, indices.astype(np.int32), indices.astype(np.uint16)):
+            got = _sparse(data, ids, 32, op, picks, w, engine="numba", block_rows=rows).result
+            assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("layout", ["fortran", "every other column"])
+def test_numba_fused_gather_of_strided_rows_gives_the_numpy_bytes(wide_case, layout):
+    """Rows whose values are not contiguous fold a row at a time, with the same bytes."""
+    ids, indices, rng = wide_case
+    wide = _wide_table(rng, 80, "float32")
+    data = np.asfortranarray(wide[:, :40]) if layout == "fortran" else wide[:, ::2]
+    assert not data.flags.c_contiguous
+    for op, w in (("sum", None), ("mean", None), ("mean", rng.normal(size=ids.size))):
+        want = _sparse(data, ids, None, op, indices, w, engine="numpy").result
+        got = _sparse(data, ids, None, op, indices, w, engine="numba").result
+        assert got.tobytes() == want.tobytes()
+
+
 @pytest.mark.parametrize("op", ["sum", "sqrt_n"])
 def test_numba_streamed_gather_matches_the_numpy_engine_in_memory(files, tmp_path, op):
     """Bags cross block boundaries (5 rows a block) and n grows as ids arrive."""
