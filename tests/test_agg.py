@@ -593,6 +593,36 @@ def test_several_columns_from_a_pipe_that_can_be_read_once(wide, tmp_path):
     assert from_pipe.stdout == run("agg", wide["parquet"], *args).stdout
 
 
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
+def test_a_pipe_without_a_suffix_is_read_once_by_a_single_op(wide, tmp_path):
+    """The does-it-fit check must not open the pipe itself: it took the sniffed bytes' place,
+    and then waited for a writer that had gone (the run hung)."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    payload = wide["parquet"].read_bytes()
+
+    def feed() -> None:
+        with open(fifo, "wb") as pipe:
+            pipe.write(payload)
+
+    threading.Thread(target=feed, daemon=True).start()
+    column = SEVERAL[1].split(",")[0]
+    args = ["sum", "--data-column", column, "--ids-column", "id", "-q"]
+    ran = subprocess.run(
+        [sys.executable, "-m", "segcli", args[0], str(fifo), *args[1:]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == run(args[0], wide["parquet"], *args[1:]).stdout
+
+
 @pytest.mark.parametrize("kind", ["arrow stream", "parquet"])
 def test_several_columns_from_stdin(wide, kind):
     args = (*SEVERAL, "--op", "min,last,count", "-q")

@@ -12,7 +12,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from segcli.errors import SegcliError
-from segcli.io.formats import _COMPRESSED_SUFFIXES, input_format
+from segcli.io.formats import _COMPRESSED_SUFFIXES, input_format, is_pipe
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -38,7 +38,10 @@ _PARQUET_WIDTHS = {
 def decoded_bytes(path: str, names: Collection[str] = ()) -> int | None:
     """Bytes ``path`` takes in memory once read: ``names`` (npz keys or table columns) if
     given, else everything in it. None if the file cannot be inspected: its reader will say
-    why when the run opens it."""
+    why when the run opens it, or a pipe: it can be read only once, by the run (a reader
+    opening it here would take its bytes, or wait for a writer that has gone)."""
+    if is_pipe(path):
+        return None
     try:
         fmt = input_format(path)
         if fmt == "npz":
