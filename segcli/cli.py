@@ -198,6 +198,30 @@ def _typed(name: str) -> bool:
     return source is click.core.ParameterSource.COMMANDLINE
 
 
+#: Options the op commands and agg declare alike.
+engine_option = click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default="auto",
+    show_default=True,
+    help="Compute engine; 'auto' picks the fastest one that pays off.",
+)
+scheduler_option = click.option(
+    "--scheduler",
+    metavar="ADDRESS",
+    envvar="DASK_SCHEDULER_ADDRESS",
+    help="Dask scheduler for --engine dask, refused with any other engine "
+    "[env: DASK_SCHEDULER_ADDRESS; default: a local cluster].",
+)
+ddof_option = click.option(
+    "--ddof",
+    type=int,
+    metavar="D",
+    help="var and std: delta degrees of freedom, divide by count - D (default 0; 1: sample "
+    "variance); a segment of D rows or fewer gives NaN.",
+)
+
+
 def tolerance_options(command: F) -> F:
     """``--rtol`` and ``--atol``: how close a result must be to the ``--expect`` golden file."""
     command = click.option(
@@ -364,13 +388,7 @@ def _make_op_command(op: str) -> click.Command:
         type=click.Choice(FORMATS),
         help="Output format (default: from the suffix of --output; npy for '-').",
     )
-    @click.option(
-        "--engine",
-        type=click.Choice(ENGINES),
-        default="auto",
-        show_default=True,
-        help="Compute engine; 'auto' picks the fastest one that pays off.",
-    )
+    @engine_option
     @click.option(
         "--fast-atomics",
         is_flag=True,
@@ -384,14 +402,7 @@ def _make_op_command(op: str) -> click.Command:
         "[default: the shortest text that reads back exactly].",
     )
     @click.option("--no-progress", is_flag=True, help="No progress bar on long runs.")
-    @click.option(
-        "--scheduler",
-        metavar="ADDRESS",
-        envvar="DASK_SCHEDULER_ADDRESS",
-        help="Dask scheduler for --engine dask, refused with any other engine "
-        "[env: DASK_SCHEDULER_ADDRESS; "
-        "default: a local cluster].",
-    )
+    @scheduler_option
     @click.option(
         "--fill",
         metavar="VALUE",
@@ -483,13 +494,7 @@ def _make_op_command(op: str) -> click.Command:
       segcli {op} data.npy ids.npy -q | sort -k2 -g | tail -3     # the 3 largest
     """
     if op in DDOF_OPS:
-        command = click.option(
-            "--ddof",
-            type=int,
-            metavar="D",
-            help="Delta degrees of freedom: divide by count - D (default 0; 1: sample "
-            "variance); a segment of D rows or fewer gives NaN.",
-        )(command)
+        command = ddof_option(command)
     if op in Q_OPS:
         command = q_option(required=True)(command)
     if op in HOLISTIC_OPS:
@@ -542,20 +547,8 @@ for _op in OP_SUMMARIES:
     type=click.Choice(FORMATS),
     help="Output format (default: from the suffix of --output).",
 )
-@click.option(
-    "--engine",
-    type=click.Choice(ENGINES),
-    default="auto",
-    show_default=True,
-    help="Compute engine; 'auto' picks the fastest one that pays off.",
-)
-@click.option(
-    "--scheduler",
-    metavar="ADDRESS",
-    envvar="DASK_SCHEDULER_ADDRESS",
-    help="Dask scheduler for --engine dask [env: DASK_SCHEDULER_ADDRESS; default: a local "
-    "cluster].",
-)
+@engine_option
+@scheduler_option
 @click.option(
     "--keys-out",
     metavar="PATH",
@@ -586,12 +579,7 @@ for _op in OP_SUMMARIES:
 )
 @q_option(required=False)
 @tmp_dir_option
-@click.option(
-    "--ddof",
-    type=int,
-    metavar="D",
-    help="var and std: divide by count - D (default 0; 1: sample variance).",
-)
+@ddof_option
 @tolerance_options
 @translate_errors
 def agg(
