@@ -50,8 +50,7 @@ from segcli.io.columns import without_null_ids
 from segcli.signals import checkpoint
 
 if TYPE_CHECKING:
-    from segcli.io.tables import TableFile
-    from segcli.keys import KeyEncoder
+    pass
 
 
 def refuse(spec: RunSpec) -> None:
@@ -264,25 +263,18 @@ def _sort_stream(
 # Grouped by key columns (--by): the keyed driver's dense key ids take the place of IDS
 
 
-def _given_n(encoder: KeyEncoder) -> int | None:
-    # --keys-from fixes n up front; otherwise n is the number of groups, found as ids come.
-    return encoder.n_groups if encoder.keys_from is not None else None
-
-
-def _key_table(spec: RunSpec) -> tuple[TableFile, str]:
-    from segcli.io.keys import check_key_columns, key_table_file, pick_data_column
-
-    table = key_table_file(spec.data, spec.csv)
-    check_key_columns(table, spec.by)
-    return table, pick_data_column(table, spec.data_column, spec.by)
-
-
 def _run_keyed_in_memory(spec: RunSpec) -> DriverResult:
-    from segcli.drivers.keys import encoder_for, key_input_facts, put_in_key_order
+    from segcli.drivers.keys import (
+        encoder_for,
+        given_n,
+        key_input_facts,
+        open_key_table,
+        put_in_key_order,
+    )
     from segcli.io.keys import read_data_and_keys
 
     started = time.perf_counter()
-    table, column = _key_table(spec)
+    table, column = open_key_table(spec)
     encoder = encoder_for(spec)
     data, keys = read_data_and_keys(table, column, spec.by)
     # The declared types first: the key table has them whichever encoding the columns came in.
@@ -291,7 +283,7 @@ def _run_keyed_in_memory(spec: RunSpec) -> DriverResult:
     read_s = time.perf_counter() - started
     data_label = f"{table.label}:{column}"
     ids_label = f"{table.label}:{','.join(spec.by)}"
-    finished, timings = _sort_in_memory(spec, data, ids, _given_n(encoder), data_label, ids_label)
+    finished, timings = _sort_in_memory(spec, data, ids, given_n(encoder), data_label, ids_label)
     key_facts = put_in_key_order(finished, encoder, spec)
     return DriverResult(
         finished,
@@ -305,11 +297,17 @@ def _run_keyed_in_memory(spec: RunSpec) -> DriverResult:
 
 
 def _run_keyed_streaming(spec: RunSpec, progress: Progress | None) -> DriverResult:
-    from segcli.drivers.keys import encoder_for, key_input_facts, put_in_key_order
+    from segcli.drivers.keys import (
+        encoder_for,
+        given_n,
+        key_input_facts,
+        open_key_table,
+        put_in_key_order,
+    )
     from segcli.io.keys import KeyIdsChunks, ParquetPass, PassColumn
 
     started = time.perf_counter()
-    table, column = _key_table(spec)
+    table, column = open_key_table(spec)
     encoder = encoder_for(spec)
     source: ChunkSource
     if table.fmt == "parquet":
@@ -319,7 +317,7 @@ def _run_keyed_streaming(spec: RunSpec, progress: Progress | None) -> DriverResu
     else:
         source = open_chunked(spec.data, column=column, role="data", csv=spec.csv)
         ids = KeyIdsChunks(table, spec.by, encoder)
-    finished, plan, mode_facts = _sort_stream(spec, source, ids, _given_n(encoder), progress)
+    finished, plan, mode_facts = _sort_stream(spec, source, ids, given_n(encoder), progress)
     key_facts = put_in_key_order(finished, encoder, spec)
     rows = rows_of(finished.id_report, ids)
     note = getattr(source, "note", None)

@@ -64,12 +64,13 @@ def encoder_for(spec: RunSpec) -> KeyEncoder:
     )
 
 
-def _given_n(encoder: KeyEncoder) -> int | None:
+def given_n(encoder: KeyEncoder) -> int | None:
     # --keys-from fixes n up front; otherwise n is the number of groups, found as ids come.
     return encoder.n_groups if encoder.keys_from is not None else None
 
 
-def _open(spec: RunSpec) -> tuple[TableFile, str]:
+def open_key_table(spec: RunSpec) -> tuple[TableFile, str]:
+    """DATA's table with its key columns checked, and the data column to reduce."""
     table = key_table_file(spec.data, spec.csv)
     check_key_columns(table, spec.by)
     return table, pick_data_column(table, spec.data_column, spec.by)
@@ -93,7 +94,7 @@ def run_in_memory(
 ) -> DriverResult:
     """Read the data column and the key columns whole, encode the keys, reduce."""
     started = time.perf_counter()
-    table, column = _open(spec)
+    table, column = open_key_table(spec)
     encoder = encoder_for(spec)
     data, keys = read_data_and_keys(table, column, spec.by)
     # The declared types first: the key table has them whichever encoding the columns came in.
@@ -108,7 +109,7 @@ def run_in_memory(
     reduction = core.reduce_arrays(
         data,
         ids,
-        _given_n(encoder),
+        given_n(encoder),
         op,
         engine=engine_of(spec),
         fill=fill,
@@ -151,7 +152,7 @@ def run_streaming(
     """Stream the data column and the key columns in aligned blocks, encoding as they come."""
     from segcli.drivers.stream import read_ahead, reduce_stream, rows_of
 
-    table, column = _open(spec)
+    table, column = open_key_table(spec)
     encoder = encoder_for(spec)
     source: io.ChunkSource
     if table.fmt == "parquet":
@@ -166,7 +167,7 @@ def run_streaming(
     reduction, plan = reduce_stream(
         data,
         ids,
-        _given_n(encoder),
+        given_n(encoder),
         op,
         engine=engine_of(spec),
         fill=fill,
