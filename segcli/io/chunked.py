@@ -287,7 +287,7 @@ class TableChunks:
         if self._table.fmt == "parquet":
             import pyarrow.parquet as pq
 
-            parquet = pq.ParquetFile(self._table.source)
+            parquet = pq.ParquetFile(self._table.source, pre_buffer=False)
             for batch in parquet.iter_batches(batch_size=rows, columns=[name]):
                 yield batch.column(0)
             return

@@ -99,7 +99,7 @@ class TableBatches:
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
-            parquet = pq.ParquetFile(self._table.parquet_source())
+            parquet = pq.ParquetFile(self._table.parquet_source(), pre_buffer=False)
             return iter(parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, columns=self._columns))
         if fmt == "arrow":
             import pyarrow.ipc as ipc

@@ -110,7 +110,7 @@ def read_parquet_rows(
 
     groups, skip = _covering_groups(file.row_groups, start, stop)
     with library_errors(file.path, "not a valid Parquet file"):
-        table = pq.ParquetFile(file.path).read_row_groups(
+        table = pq.ParquetFile(file.path, pre_buffer=False).read_row_groups(
             groups,
             columns=list(dict.fromkeys(ref.column for ref in columns)),
             use_threads=False,
@@ -145,7 +145,7 @@ def read_key_rows(ref: FileRef, by: Sequence[str], start: int, stop: int) -> pa.
 
         groups, skip = _covering_groups(ref.row_groups, start, stop)
         with library_errors(ref.path, "not a valid Parquet file"):
-            table = pq.ParquetFile(ref.path).read_row_groups(
+            table = pq.ParquetFile(ref.path, pre_buffer=False).read_row_groups(
                 groups, columns=list(by), use_threads=False
             )
     else:

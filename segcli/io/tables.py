@@ -103,7 +103,7 @@ class TableFile:
             if self.fmt == "parquet":
                 import pyarrow.parquet as pq
 
-                return pq.ParquetFile(self.parquet_source()).read(columns=columns)
+                return pq.ParquetFile(self.parquet_source(), pre_buffer=False).read(columns=columns)
             if self.fmt == "arrow":
                 return self.ipc_reader().read_all().select(columns)
             import pyarrow.csv as pcsv
