@@ -27,7 +27,7 @@ from segcli.errors import (
     UsageError,
     WriteError,
 )
-from segcli.holistic_runs import check_q, result_name
+from segcli.holistic_runs import check_q, is_holistic, result_name
 from segcli.io import agg_write
 from segcli.io.formats import BINARY_FORMATS
 from segcli.io.keyed import stage_keys
@@ -87,9 +87,10 @@ def data_columns(request: RunRequest) -> list[str | None]:
 def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
     """Usage errors of options agg does not take, before any input is read; the output
     format ("text" for lines on stdout)."""
+    gathers = request.indices is not None or request.indices_column is not None
     refused = (
-        ("--indices", request.indices is not None or request.indices_column is not None),
         ("--weights", request.weights is not None or request.weights_column is not None),
+        ("--indices with median, quantile or nunique", gathers and any(map(is_holistic, op_names))),
     )
     for option, given in refused:
         if given:

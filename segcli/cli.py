@@ -222,6 +222,21 @@ ddof_option = click.option(
 )
 
 
+def indices_options(command: F) -> F:
+    """``--indices`` and ``--indices-column``: TF's sparse family, for the op commands and agg."""
+    command = click.option(
+        "--indices-column",
+        metavar="NAME",
+        help="Column (or .npz array) of the indices, in IDX or else in the IDS file.",
+    )(command)
+    return click.option(
+        "--indices",
+        metavar="IDX",
+        help="TF's sparse family: reduce DATA[IDX[i]] by ids[i] (ids 1-D, sorted; one "
+        "index per id). .npy, or a table/.npz with --indices-column.",
+    )(command)
+
+
 def tolerance_options(command: F) -> F:
     """``--rtol`` and ``--atol``: how close a result must be to the ``--expect`` golden file."""
     command = click.option(
@@ -420,17 +435,7 @@ def _make_op_command(op: str) -> click.Command:
         help="With --by and .npy/.npz output: write the key table (row i for result row i) "
         "to PATH (.parquet, .arrow, .csv or .tsv).",
     )
-    @click.option(
-        "--indices",
-        metavar="IDX",
-        help="TF's sparse family: reduce DATA[IDX[i]] by ids[i] (ids 1-D, sorted; one "
-        "index per id). .npy, or a table/.npz with --indices-column.",
-    )
-    @click.option(
-        "--indices-column",
-        metavar="NAME",
-        help="Column (or .npz array) of the indices, in IDX or else in the IDS file.",
-    )
+    @indices_options
     @click.option(
         "--weights",
         metavar="W",
@@ -580,6 +585,7 @@ for _op in OP_SUMMARIES:
 @q_option(required=False)
 @tmp_dir_option
 @ddof_option
+@indices_options
 @tolerance_options
 @translate_errors
 def agg(

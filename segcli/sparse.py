@@ -29,6 +29,7 @@ from segcli.core import Reduction, check_output_fits, validate_inputs
 from segcli.engines import Engine, EngineChoice, choose_engine
 from segcli.errors import InvalidInputError, UsageError
 from segcli.io.chunked import UNKNOWN_ROWS, ChunkSource
+from segcli.multi import fold_rows
 
 
 @dataclass(frozen=True)
@@ -304,7 +305,8 @@ class SparseFold:
             rows = self.data2d[start : start + ids.size]
         fold = self.engine.fold
         if weights is None:
-            fold(states["values"], rows, ids, sorted_ids=self.sorted_ids)
+            # agg's combined op folds part by part (segcli.multi); any other op in one call.
+            fold_rows(self.engine, states["values"], rows, ids, sorted_ids=self.sorted_ids)
         else:
             w = weights.astype(np.float64)
             product = rows.astype(_product_dtype(self.data_dtype)) * w[:, None]
@@ -496,7 +498,7 @@ def sparse_reduce(
     the module doc. Without ``indices`` the weights apply to the plain unsorted / sorted family
     (its id rules)."""
     op_def = ops.get_op(op)
-    check_weighted_op(op_def.name, weights is not None)
+    check_weighted_op(op_def, weights is not None)
     started = time.perf_counter()
     array = _kept_mask(data.array)
     ops.check_data_dtype(op_def, array.dtype, data.label)
@@ -602,7 +604,7 @@ def reduce_streamed(
     block's ids and indices after the fold, while no rule is broken (the sorting ops gather
     the same blocks)."""
     op_def = ops.get_op(op)
-    check_weighted_op(op_def.name, weights is not None)
+    check_weighted_op(op_def, weights is not None)
     started = time.perf_counter()
     array = _kept_mask(data.array)
     ops.check_data_dtype(op_def, array.dtype, data.label)

@@ -287,7 +287,7 @@ def test_bad_op_lists_are_usage_errors(pair, tmp_path, ops_list, message):
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--indices", "idx.npy"], "--indices"),
+        (["--indices", "idx.npy", "--op", "sum,median"], "--indices with median"),
         (["--scheduler", "tcp://127.0.0.1:9"], "--scheduler applies to --engine dask only"),
         (["--fill", "0.5", "--op", "count,sum"], "cannot be stored in the int64 result of count"),
     ],
@@ -752,3 +752,40 @@ def test_several_columns_from_stdin_on_dask_are_a_usage_error(wide, tmp_path):
     assert result.exit_code == 2
     assert "several --data-column on Dask" in result.stderr and error_lines(result) == 1
     assert not (tmp_path / "o.csv").exists()
+
+
+GATHER_OPS = ("sum", "mean", "std", "argmax", "first", "count", "sqrt_n", "max")
+
+
+@pytest.mark.parametrize("skipna", [False, True], ids=["plain", "skipna"])
+@pytest.mark.parametrize(
+    "extra", [(), ("--engine", "numba"), ("--chunk-rows", "13")], ids=["numpy", "numba", "stream"]
+)
+def test_gathered_rows_give_each_single_ops_bytes(tmp_path, extra, skipna):
+    """agg --indices folds every op over the gathered rows at once (the fused numba gather of
+    a single sum or mean gives the same bytes)."""
+    rng = np.random.default_rng(5)
+    data = rng.normal(size=(30, 2))
+    data[rng.random(data.shape) < 0.2] = np.nan
+    np.save(tmp_path / "d.npy", data)
+    np.save(tmp_path / "s.npy", np.sort(rng.integers(0, 8, 200)))
+    np.save(tmp_path / "i.npy", rng.integers(0, 30, 200))
+    common = [tmp_path / "d.npy", tmp_path / "s.npy", "--indices", tmp_path / "i.npy", "-n", 10]
+    common += [*extra, *(["--skipna"] if skipna else []), "-q"]
+    result = run("agg", *common, "--op", ",".join(GATHER_OPS), "-o", tmp_path / "a.npz")
+    assert result.exit_code == 0, result.stderr
+    columns = np.load(tmp_path / "a.npz")
+    for op in GATHER_OPS:
+        single = run(op, *common, "-o", tmp_path / "one.npy")
+        assert single.exit_code == 0, single.stderr
+        assert np.load(tmp_path / "one.npy").tobytes() == columns[op].tobytes(), op
+
+
+def test_gathered_rows_refuse_the_sorting_ops(tmp_path):
+    np.save(tmp_path / "d.npy", np.arange(4.0))
+    np.save(tmp_path / "s.npy", np.array([0, 0, 1, 1]))
+    args = [tmp_path / "d.npy", tmp_path / "s.npy", "--indices", tmp_path / "s.npy"]
+    result = run("agg", *args, "--op", "sum,median", "-o", tmp_path / "a.npz")
+    assert result.exit_code == 2
+    assert error_lines(result) == 1 and "median" in result.stderr
+    assert not (tmp_path / "a.npz").exists()

@@ -10,10 +10,10 @@ all of DATA.
 from __future__ import annotations
 
 import time
-from typing import cast
+from typing import Any, cast
 
 from segcli import sparse
-from segcli.drivers.base import DriverResult, Progress, RunSpec, engine_of, spec_op
+from segcli.drivers.base import DriverResult, Progress, RunSpec, engine_of, op_and_fill
 from segcli.drivers.choose import should_stream
 from segcli.drivers.memory import facts, read
 from segcli.drivers.stream import StreamInput
@@ -38,16 +38,17 @@ def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
     indices = _read_extra(spec, spec.indices, spec.indices_column, "indices")
     weights = _read_extra(spec, spec.weights, spec.weights_column, "weights")
     read_s = time.perf_counter() - started
+    op, fill = _op_and_fill(spec, data, gathered=indices is not None, ids_ndim=ids.array.ndim)
     reduction = sparse.sparse_reduce(
         _labeled(data),
         _labeled(ids),
         spec.num_segments,
-        spec_op(spec),
+        op,
         indices=None if indices is None else _labeled(indices),
         weights=None if weights is None else _labeled(weights),
         sorted_ids=spec.sorted_ids,
         engine=engine_of(spec),
-        fill=spec.fill,
+        fill=fill,
         block_rows=spec.block_rows,
     )
     timings = {
@@ -67,15 +68,16 @@ def run_streamed(spec: RunSpec, progress: Progress | None = None) -> DriverResul
     indices = _open_extra(spec, spec.indices, spec.indices_column)
     weights = _open_extra(spec, spec.weights, spec.weights_column)
     assert indices is not None
+    op, fill = _op_and_fill(spec, data, gathered=True, ids_ndim=1)
     reduction, blocks = sparse.reduce_streamed(
         _labeled(data),
         ids.source,
         indices.source,
         None if weights is None else weights.source,
         spec.num_segments,
-        spec_op(spec),
+        op,
         engine=engine_of(spec),
-        fill=spec.fill,
+        fill=fill,
         block_rows=spec.block_rows,
         progress=progress,
     )
@@ -87,6 +89,16 @@ def run_streamed(spec: RunSpec, progress: Progress | None = None) -> DriverResul
         {"chunks": blocks},
         {"read+compute": reduction.timings["compute"]},
     )
+
+
+def _op_and_fill(
+    spec: RunSpec, data: ArrayInput, *, gathered: bool, ids_ndim: int
+) -> tuple[Any, Any]:
+    """The op to fold (agg's combined op, or the spec's own) and its fill: a gathered row is a
+    row of DATA, else the ids' shape leads DATA's."""
+    array = data.array
+    inner = tuple(array.shape[1:] if gathered else array.shape[ids_ndim:])
+    return op_and_fill(spec, array.dtype, inner, data.label)
 
 
 def read_gather(spec: RunSpec) -> tuple[ArrayInput, ArrayInput, ArrayInput]:
@@ -127,7 +139,9 @@ def _open_extra(spec: RunSpec, path: str | None, column: str | None) -> StreamIn
 
 def refuse_unsupported(spec: RunSpec) -> None:
     """Usage errors (exit 2) of runs this driver cannot carry out, before any row is read."""
-    sparse.check_weighted_op(spec.op, spec.weights is not None or spec.weights_column is not None)
+    if not spec.ops:  # agg refuses --weights itself
+        weighted = spec.weights is not None or spec.weights_column is not None
+        sparse.check_weighted_op(spec.op, weighted)
     if spec.engine == "dask":
         raise UsageError(
             "--indices/--weights cannot run on --engine dask: every partition would need all "
