@@ -245,22 +245,14 @@ def _build(
         return out_dtype
 
     data_kinds = "".join(k for k in ops.ANY_NUMBER if all(k in op.data_kinds for op in chosen))
-    if not joint_parts:
-        return CombinedOp(
-            AGG,
-            intermediates,
-            finalize=finalize,
-            empty=empty,
-            output_dtype=output_dtype,
-            data_kinds=data_kinds,
-            recipe=recipe,
-        )
-    joint_names = {name for part in joint_parts for name in part.names.values()}
-    alone = tuple(i for i in intermediates if i.name not in joint_names)
-    parts = joint_parts
-    if alone:
-        plain = ops.Op(AGG, alone, finalize=finalize, empty=empty, output_dtype=output_dtype)
-        parts = (Part(plain, {i.name: i.name for i in alone}), *joint_parts)
+    parts: tuple[Part, ...] = ()
+    if joint_parts:
+        joint_names = {name for part in joint_parts for name in part.names.values()}
+        alone = tuple(i for i in intermediates if i.name not in joint_names)
+        parts = joint_parts
+        if alone:
+            plain = ops.Op(AGG, alone, finalize=finalize, empty=empty, output_dtype=output_dtype)
+            parts = (Part(plain, {i.name: i.name for i in alone}), *joint_parts)
     return CombinedOp(
         AGG,
         intermediates,
@@ -268,7 +260,7 @@ def _build(
         empty=empty,
         output_dtype=output_dtype,
         data_kinds=data_kinds,
-        merge=_merge_parts(parts),
+        merge=_merge_parts(parts) if parts else None,
         parts=parts,
         recipe=recipe,
     )

@@ -125,9 +125,7 @@ def _count_present(
     value per row is a count of the rows not dropped; several, a sum of ones and zeros."""
     present = state.arrays["present"]
     if rows:
-        counted = ops.State(ops.OPS["count"], state.data_dtype, (), {"count": state.count})
-        engine.fold(counted, values, ids, sorted_ids=sorted_ids)
-        state.count = counted.count
+        _count_rows(engine, state, values, ids, sorted_ids)
     if values.shape[1] == 1:
         kept = ops.State(ops.OPS["count"], state.data_dtype, (), {"count": present[0, :, 0]})
         engine.fold(kept, values, _dropping_missing(ids, missing), sorted_ids=False)
@@ -164,6 +162,13 @@ def _fold_one_column(
     present[0, :, 0] = folded.count
     for intermediate in base.intermediates:  # the engine may have moved the arrays
         state.arrays[intermediate.name] = folded.arrays[intermediate.name]
+    _count_rows(engine, state, values, ids, sorted_ids)
+
+
+def _count_rows(
+    engine: Engine, state: ops.State, values: np.ndarray, ids: np.ndarray, sorted_ids: bool
+) -> None:
+    """The block's rows into the state's row ``count`` (every row, present or not)."""
     counted = ops.State(ops.OPS["count"], state.data_dtype, (), {"count": state.count})
     counted.next_row = state.next_row
     engine.fold(counted, values, ids, sorted_ids=sorted_ids)
