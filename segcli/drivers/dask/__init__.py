@@ -369,22 +369,15 @@ def _map_reduce(
 ) -> tuple[validate.IdReport, ops.State, frozenset[str], int]:
     """Run the tasks; validate from the merged summary; fetch the merged state of n segments."""
     token = uuid.uuid4().hex[:12]  # task keys unique per run on a shared scheduler
-    if order_matters(op, plan.data.dtype):
-        tasks, root = _fold_chain(
-            client, plan.partitions, token, read_partition_rows, fold_rows, job
-        )
-    else:
-        tasks = {
-            client.submit(
-                run_partition,
-                part,
-                job,
-                key=f"segcli-partition-{token}-{part.index}",
-                retries=RETRIES,
-            ): part
-            for part in plan.partitions
-        }
-        root = _combine_tree(client, list(tasks), token)
+    tasks, root = submit_partitions(
+        client,
+        plan,
+        job,
+        token,
+        chained=order_matters(op, plan.data.dtype),
+        each=(run_partition, combine_results),
+        chain=(read_partition_rows, fold_rows),
+    )
     ids_future = client.submit(id_summary_of, root, key=f"segcli-ids-{token}", retries=RETRIES)
     try:
         _follow(client, tasks, plan.ids_per_row, plan.ids_per_row * plan.ids.shape[0], progress)
@@ -407,6 +400,33 @@ def _map_reduce(
         op, n, _inner(plan), plan.data.dtype, sorted_ids=job.sorted_ids
     )
     return id_report, state.grown(n), merged.engines, merged.null_ids
+
+
+def submit_partitions(
+    client: Client,
+    plan: Plan,
+    job: Any,
+    token: str,
+    *,
+    chained: bool,
+    each: tuple[Any, Any],
+    chain: tuple[Any, Any],
+) -> tuple[dict[Future, Partition], Future]:
+    """The partition tasks (each future with its partition) and the future of their merged
+    result. ``chained``: a fold whose bits depend on its order, so the partitions fold one
+    after another (``chain``: read, fold on); else each partition is folded by a task of its
+    own and the states merge in a tree (``each``: fold one, combine)."""
+    if chained:
+        read, fold_on = chain
+        return _fold_chain(client, plan.partitions, token, read, fold_on, job)
+    run_one, combine = each
+    tasks = {
+        client.submit(
+            run_one, part, job, key=f"segcli-partition-{token}-{part.index}", retries=RETRIES
+        ): part
+        for part in plan.partitions
+    }
+    return tasks, _combine_tree(client, list(tasks), token, combine)
 
 
 def _combine_tree(

@@ -330,25 +330,18 @@ def run(spec: RunSpec, progress: Progress | None = None, *, client: Any = None) 
 
 def _map_reduce(client: Any, plan: Plan, job: KeyedJob, progress: Progress | None) -> KeyedResult:
     """Run the partition tasks and the combine tree; the merged result (or the first error)."""
-    from segcli.drivers.dask import RETRIES, _combine_tree, _fold_chain, _follow, _outcome
+    from segcli.drivers.dask import _follow, _outcome, submit_partitions
 
     token = uuid.uuid4().hex[:12]  # task keys unique per run on a shared scheduler
-    if order_matters(job.op, plan.data.dtype):
-        tasks, root = _fold_chain(
-            client, plan.partitions, token, read_keyed_partition, fold_keyed, job
-        )
-    else:
-        tasks = {
-            client.submit(
-                run_keyed_partition,
-                part,
-                job,
-                key=f"segcli-keyed-{token}-{part.index}",
-                retries=RETRIES,
-            ): part
-            for part in plan.partitions
-        }
-        root = _combine_tree(client, list(tasks), token, combine_keyed)
+    tasks, root = submit_partitions(
+        client,
+        plan,
+        job,
+        token,
+        chained=order_matters(job.op, plan.data.dtype),
+        each=(run_keyed_partition, combine_keyed),
+        chain=(read_keyed_partition, fold_keyed),
+    )
     try:
         _follow(client, tasks, 1, plan.data.shape[0], progress)
         return cast(KeyedResult, _outcome(root, "combining the partitions"))
