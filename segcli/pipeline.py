@@ -24,7 +24,6 @@ from segcli.drivers.base import Progress, RunSpec
 from segcli.drivers.choose import carry_out
 from segcli.errors import ExpectationError, UsageError, WriteError
 from segcli.expect import check_expected
-from segcli.holistic_runs import check_q
 from segcli.io import peek
 from segcli.io.columns import nulls_kept
 from segcli.io.formats import input_format
@@ -130,6 +129,8 @@ class RunRequest:
             stdin = peek.peekable(stdin)
         by = self.key_columns()
         if self.q is not None and self.op in ops.OPS:  # agg checks its op list itself
+            from segcli.holistic_runs import check_q  # the sorting ops' module: only for --q
+
             check_q((self.op,), self.q)
         _check_tmp_dir(self.tmp_dir)
         budget = memory_budget(self)
