@@ -24,6 +24,7 @@ import numpy as np
 
 from segcli import core, ops, sparse
 from segcli.drivers import memory
+from segcli.drivers import sparse as sparse_driver
 from segcli.drivers.base import (
     DriverResult,
     Progress,
@@ -33,6 +34,13 @@ from segcli.drivers.base import (
     op_names,
 )
 from segcli.drivers.choose import must_stream, should_stream
+from segcli.drivers.keys import (
+    encoder_for,
+    given_n,
+    key_input_facts,
+    open_key_table,
+    put_in_key_order,
+)
 from segcli.drivers.stream import StreamPlan, open_inputs, read_ahead, reduce_stream, rows_of
 from segcli.engines import Engine
 from segcli.errors import EngineUnavailableError, NotStreamableError, UsageError
@@ -47,6 +55,8 @@ from segcli.holistic_runs import (
 )
 from segcli.io.chunked import ChunkSource, open_chunked
 from segcli.io.columns import without_null_ids
+from segcli.io.keys import KeyIdsChunks, ParquetPass, PassColumn, read_data_and_keys
+from segcli.multi import combined_op
 from segcli.signals import checkpoint
 
 if TYPE_CHECKING:
@@ -70,8 +80,6 @@ def refuse(spec: RunSpec) -> None:
             "numpy or numba"
         )
     if spec.sparse:
-        from segcli.drivers import sparse as sparse_driver
-
         # --weights with them, --by, stdin and DATA over the budget: as for every other op.
         sparse_driver.refuse_unsupported(dataclasses.replace(spec, op=first))
     check_q(names, spec.q)
@@ -112,8 +120,6 @@ def _fold_op(
     if not spec.ops or not mergeable:
         # Under --skipna the count keeps the present values too: the summary's skipped figure.
         return (ops.skipna_op("count") if spec.skipna else "count"), None
-    from segcli.multi import combined_op
-
     op = combined_op(mergeable, data_dtype, inner, fill=spec.fill, label=label, skipna=spec.skipna)
     return (ops.skipna_op(op) if spec.skipna else op), None
 
@@ -264,15 +270,6 @@ def _sort_stream(
 
 
 def _run_keyed_in_memory(spec: RunSpec) -> DriverResult:
-    from segcli.drivers.keys import (
-        encoder_for,
-        given_n,
-        key_input_facts,
-        open_key_table,
-        put_in_key_order,
-    )
-    from segcli.io.keys import read_data_and_keys
-
     started = time.perf_counter()
     table, column = open_key_table(spec)
     encoder = encoder_for(spec)
@@ -297,15 +294,6 @@ def _run_keyed_in_memory(spec: RunSpec) -> DriverResult:
 
 
 def _run_keyed_streaming(spec: RunSpec, progress: Progress | None) -> DriverResult:
-    from segcli.drivers.keys import (
-        encoder_for,
-        given_n,
-        key_input_facts,
-        open_key_table,
-        put_in_key_order,
-    )
-    from segcli.io.keys import KeyIdsChunks, ParquetPass, PassColumn
-
     started = time.perf_counter()
     table, column = open_key_table(spec)
     encoder = encoder_for(spec)
@@ -341,8 +329,6 @@ def _run_keyed_streaming(spec: RunSpec, progress: Progress | None) -> DriverResu
 def _run_gathered(spec: RunSpec, progress: Progress | None) -> DriverResult:
     """In memory, or where the sparse driver streams its ids and indices (DATA is held whole
     either way), block by block through the sorted-stream reducers."""
-    from segcli.drivers import sparse as sparse_driver
-
     if spec.ids is not None and should_stream(spec):
         return _run_gathered_streaming(spec, progress)
     started = time.perf_counter()
@@ -382,8 +368,6 @@ def _run_gathered(spec: RunSpec, progress: Progress | None) -> DriverResult:
 
 
 def _run_gathered_streaming(spec: RunSpec, progress: Progress | None) -> DriverResult:
-    from segcli.drivers import sparse as sparse_driver
-
     started = time.perf_counter()
     data, ids, indices = sparse_driver.open_gather(spec)
     array = np.asarray(data.array)
