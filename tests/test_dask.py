@@ -771,6 +771,28 @@ def test_cli_starts_a_local_cluster_without_an_address(
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected)
 
 
+def test_bad_input_on_a_local_cluster_is_one_line(tmp_path: Path) -> None:
+    """The workers are other processes writing to the same terminal: a task that meets bad
+    input must not also log its traceback there (a whole process, as the user runs it)."""
+    import subprocess
+
+    table = pa.table({"x": pa.array([1.0, None, 3.0]), "seg": pa.array([0, 0, 1])})
+    pq.write_table(table, tmp_path / "t.parquet")
+    env = {k: v for k, v in os.environ.items() if k != "DASK_SCHEDULER_ADDRESS"}
+    ran = subprocess.run(
+        [sys.executable, "-m", "segcli", "sum", "t.parquet", "--data-column", "x"]
+        + ["--ids-column", "seg", "--engine", "dask", "-o", "out.npy"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ran.returncode == 1
+    assert ran.stderr == "Error: t.parquet: column 'x' has 1 null (first at row 1)\n"
+    assert not (tmp_path / "out.npy").exists()
+
+
 @pytest.mark.usefixtures("short_lanes")
 def test_partitions_deal_rows_to_lanes_by_global_row(tmp_path: Path) -> None:
     """A partition's float sums fold each row into the lane of its global row number."""

@@ -342,7 +342,9 @@ def local_cluster(n_workers: int | None = None, **options: Any) -> Any:
         "host": "127.0.0.1",
         "dashboard_address": "127.0.0.1:0",
         "scheduler_kwargs": {"dashboard": False},
-        "silence_logs": logging.ERROR,
+        # A task that meets bad input fails with a SegcliError the client reports in one line;
+        # the workers must not also log it with a traceback (at ERROR) on the same terminal.
+        "silence_logs": logging.CRITICAL,
         **options,
     }
     try:
