@@ -771,6 +771,9 @@ def test_cli_starts_a_local_cluster_without_an_address(
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), expected)
 
 
+DASK_ARGS = ("--ids-column", "seg", "--engine", "dask", "-o", "out.npy")
+
+
 def test_bad_input_on_a_local_cluster_is_one_line(tmp_path: Path) -> None:
     """The workers are other processes writing to the same terminal: a task that meets bad
     input must not also log its traceback there (a whole process, as the user runs it)."""
@@ -780,8 +783,7 @@ def test_bad_input_on_a_local_cluster_is_one_line(tmp_path: Path) -> None:
     pq.write_table(table, tmp_path / "t.parquet")
     env = {k: v for k, v in os.environ.items() if k != "DASK_SCHEDULER_ADDRESS"}
     ran = subprocess.run(
-        [sys.executable, "-m", "segcli", "sum", "t.parquet", "--data-column", "x"]
-        + ["--ids-column", "seg", "--engine", "dask", "-o", "out.npy"],
+        [sys.executable, "-m", "segcli", "sum", "t.parquet", "--data-column", "x", *DASK_ARGS],
         cwd=tmp_path,
         env=env,
         capture_output=True,

@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from segcli import core, io, ops
 from segcli.cli import cli
 from segcli.drivers.stream import reduce_stream
+from segcli.errors import InvalidInputError
 from tests.conftest import ENGINES
 from tests.entry import run_main
 from tests.reference import reference_reduce_skipna
@@ -422,6 +423,24 @@ def test_sorted_ids_refuse_a_null_as_a_negative(
     assert result.stderr.count("\n") == 1
     assert "segment_ids[3] is null (1 null id); --sorted ids cannot be null" in result.stderr
     assert not out.exists()
+
+
+def test_dask_partitions_refuse_a_sorted_null_id_as_one_machine_does(table: Path) -> None:
+    pytest.importorskip("distributed")
+    from segcli.drivers import dask as seg_dask
+    from segcli.drivers.base import RunSpec
+    from segcli.drivers.dask import tasks
+
+    spec = RunSpec(op="sum", data=str(table), data_column="f", ids_column="id", sorted_ids=True)
+    (part,) = seg_dask.plan_run(spec).partitions
+    job = tasks.Job(ops.skipna_op("sum"), None, sorted_ids=True, elements=6)
+    for task in (tasks.run_partition, tasks.read_partition_rows):
+        with pytest.raises(InvalidInputError) as raised:
+            task(part, job)
+        assert str(raised.value) == (
+            f"{table}:id: segment_ids[3] is null (1 null id); --sorted ids cannot be null, "
+            "as they cannot be negative"
+        )
 
 
 def test_auto_passes_the_gpu_over(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -90,7 +90,7 @@ def run_partition(part: Partition, job: Job) -> PartResult:
     skipna = ops.get_op(job.op).skipna_of is not None
     with nulls_kept(skipna):  # a worker's own context: the client's is not sent
         data, ids = read_partition(part)
-    flat, null_ids = without_null_ids(ids.reshape(-1))
+    flat, null_ids = _ids_without_nulls(part, ids, job)
     first_row = part.row_offset * _per_row(part.ids)  # of the flattened ids, globally
     id_summary = summarize(flat, first_row, job.num_segments, sorted_ids=job.sorted_ids)
     if flat.size == 0 or id_summary.blocks_fold(sorted_ids=job.sorted_ids):
@@ -109,6 +109,17 @@ def run_partition(part: Partition, job: Job) -> PartResult:
     rows = data.reshape(flat.size, ops.inner_size(inner))
     fold_block(engine, state, rows, flat, sorted_ids=job.sorted_ids)
     return PartResult(id_summary, state.to_host(), frozenset({engine.name}), null_ids)
+
+
+def _ids_without_nulls(part: Partition, ids: np.ndarray, job: Job) -> tuple[np.ndarray, int]:
+    """The partition's flat ids with nulls dropped as on one machine: ``--sorted`` refuses a
+    null, named by its row in its own file."""
+    return without_null_ids(
+        ids.reshape(-1),
+        sorted_ids=job.sorted_ids,
+        label=part.ids.label,
+        first_row=part.start * _per_row(part.ids),
+    )
 
 
 def _per_row(ref: FileRef) -> int:
@@ -142,7 +153,7 @@ def read_partition_rows(part: Partition, job: Job, *after: None) -> PartRows:
     skipna = ops.get_op(job.op).skipna_of is not None
     with nulls_kept(skipna):  # a worker's own context: the client's is not sent
         data, ids = read_partition(part)
-    flat, null_ids = without_null_ids(ids.reshape(-1))
+    flat, null_ids = _ids_without_nulls(part, ids, job)
     first_row = part.row_offset * _per_row(part.ids)
     id_summary = summarize(flat, first_row, job.num_segments, sorted_ids=job.sorted_ids)
     inner = tuple(data.shape[ids.ndim :])
