@@ -42,7 +42,7 @@ from segcli.engines import numba_cache
 from segcli.engines import numba_kernels as kernels
 from segcli.engines.base import Engine
 from segcli.engines.numpy_engine import ENGINE as NUMPY_ENGINE
-from segcli.engines.numpy_engine import flat_intermediates
+from segcli.engines.numpy_engine import all_plain, flat_intermediates
 
 #: Threads the folds may use: the cores this process may run on.
 THREADS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
@@ -160,34 +160,46 @@ _EXP_CHUNK_ELEMENTS = 1 << 16
 def _fold_logsumexp(
     data: np.ndarray, ids: np.ndarray, flat: dict[str, np.ndarray], count: np.ndarray
 ) -> None:
-    """logsumexp a chunk at a time: a kernel prepares each value's ``exp`` argument and
-    exponent, NumPy takes the ``exp`` (the NumPy engine's own, so the same bits), and a kernel
-    folds the rows in order. With two threads one prepares the next chunk while the other
-    folds this one (two buffers, taken in turn)."""
+    """logsumexp a chunk at a time: a chunk of plain values (``numpy_engine.all_plain``) takes
+    NumPy's ``exp`` of each value as it is; any other chunk, a kernel first prepares each
+    value's ``exp`` argument and exponent. NumPy's ``exp`` is the NumPy engine's own, so the
+    bits are the same; a kernel then folds the rows in order. With two threads one prepares
+    the next chunk while the other folds this one (two buffers, taken in turn)."""
     from segcli.engines import numba_stats
 
     step = max(1, _EXP_CHUNK_ELEMENTS // max(1, data.shape[1]))
     starts = range(0, ids.shape[0], step)
     size = min(ids.shape[0], step) * data.shape[1]
     buffers = [(np.empty(size), np.empty(size, np.int64)) for _ in range(2)]
+    plain = [False, False]
     state = (flat["lse_max"], flat["lse_scale"], flat["lse_sum"], count, ops.LOWEST_SCALE)
 
     def prepare(k: int) -> None:
         rows = np.ascontiguousarray(data[starts[k] : starts[k] + step]).reshape(-1)
         reduced, exponent = (buffer[: rows.size] for buffer in buffers[k % 2])
-        numba_stats.logsumexp_arguments(
-            rows, reduced, exponent, ops.LARGEST_SCALED, ops.LOWEST_SCALE
-        )
+        plain[k % 2] = all_plain(rows)
+        if plain[k % 2]:
+            np.copyto(reduced, rows, casting="unsafe")
+        else:
+            numba_stats.logsumexp_arguments(
+                rows, reduced, exponent, ops.LARGEST_SCALED, ops.PLAIN_EXP, ops.LOWEST_SCALE
+            )
         np.exp(reduced, out=reduced)
 
     def fold(k: int) -> None:
         rows = np.ascontiguousarray(data[starts[k] : starts[k] + step])
-        mantissa, exponent = (buffer[: rows.size] for buffer in buffers[k % 2])
+        terms, exponent = (buffer[: rows.size] for buffer in buffers[k % 2])
         chunk_ids = ids[starts[k] : starts[k] + step]
-        if rows.shape[1] == 1:
-            numba_stats.fold_logsumexp_column(rows[:, 0], chunk_ids, mantissa, exponent, *state)
+        column = rows.shape[1] == 1
+        if plain[k % 2]:
+            fold_plain = (
+                numba_stats.fold_plain_exps_column if column else numba_stats.fold_plain_exps
+            )
+            fold_plain(chunk_ids, terms, *state[1:4], rows.shape[1])
+        elif column:
+            numba_stats.fold_logsumexp_column(rows[:, 0], chunk_ids, terms, exponent, *state)
         else:
-            numba_stats.fold_logsumexp(rows, chunk_ids, mantissa, exponent, *state)
+            numba_stats.fold_logsumexp(rows, chunk_ids, terms, exponent, *state)
 
     together = _parts_for(data.size) > 1
     if starts:
