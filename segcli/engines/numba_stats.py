@@ -126,6 +126,19 @@ _POWERS = np.ldexp(1.0, -np.arange(1023))
 
 
 @njit(**_JIT)
+def widened_if_plain(values, out, plain):  # type: ignore[no-untyped-def]
+    """``values`` into ``out`` as float64; whether every one is plain (magnitude below
+    ``plain``; NaN is not). One pass for the copy and the test (two NumPy passes before the
+    copy measured as long as the copy)."""
+    every = True
+    for i in range(values.shape[0]):
+        x = np.float64(values[i])
+        out[i] = x
+        every &= abs(x) < plain
+    return every
+
+
+@njit(**_JIT)
 def logsumexp_arguments(values, reduced, exponent, largest, plain, lowest):  # type: ignore[no-untyped-def]
     """Each value's exponent ``e`` (``ops.scale_of``) and ``exp`` argument ``x - e * ln 2``
     (NumPy takes the ``exp`` next), by the NumPy engine's operations one by one: a plain value
