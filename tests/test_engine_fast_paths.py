@@ -12,6 +12,7 @@ import pytest
 import segcli
 from segcli import ops
 from segcli.engines import numpy_engine
+from segcli.engines.base import Engine
 from tests.reference import reference_reduce
 
 #: An equal float32 dtype that is not NumPy's own descriptor object, as the streaming readers
@@ -186,10 +187,11 @@ def _across_the_plain_limit(width: int = 1) -> tuple[np.ndarray, np.ndarray]:
     return data, ids
 
 
-def _fold_in_blocks(engine: object, data: np.ndarray, ids: np.ndarray, size: int) -> bytes:
+def _fold_in_blocks(engine: Engine, data: np.ndarray, ids: np.ndarray, size: int) -> bytes:
     state = ops.new_state(ops.OPS["logsumexp"], 6, data.shape[1:], data.dtype)
     for start in range(0, ids.size, size):
-        engine.fold(state, data[start : start + size], ids[start : start + size], sorted_ids=False)  # type: ignore[attr-defined]
+        block = slice(start, start + size)
+        engine.fold(state, data[block], ids[block], sorted_ids=False)
     return bytes(ops.finalize(state).tobytes())
 
 
