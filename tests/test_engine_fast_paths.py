@@ -178,12 +178,13 @@ def _across_the_plain_limit(width: int = 1) -> tuple[np.ndarray, np.ndarray]:
         [-np.inf, -(2.0**60)],  # left out only: the max is the answer
     ]
     rng = np.random.default_rng(12)
-    ids = rng.integers(-1, len(kinds), 64)
+    ids = rng.integers(-1, len(kinds), 80)
     data = np.zeros((ids.size, width))
     for s, values in enumerate(kinds):
         rows = np.flatnonzero(ids == s)
         data[rows] = rng.choice(values, (rows.size, width))
-    data[ids == -1] = 1e6  # dropped rows, never folded
+    data[:24] = rng.choice(kinds[0], (24, width))  # a plain start: every state at scale 0
+    data[24:][ids[24:] == -1] = 1e6  # dropped rows, never folded
     return data, ids
 
 
@@ -243,3 +244,26 @@ def test_numba_logsumexp_across_the_plain_limit(
         monkeypatch.setattr(numba_engine, "_EXP_CHUNK_ELEMENTS", chunk)
         for size in (1, 3, 7, ids.size):
             assert _fold_in_blocks(numba_engine.ENGINE, data, ids, size) == want, (chunk, size)
+
+
+def test_logsumexp_a_segment_off_scale_0_keeps_the_others_in_one_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a value past the limit, only its segment's rows of a plain block take two passes."""
+    rng = np.random.default_rng(6)
+    data = rng.standard_normal((3000, 1))
+    data[0] = 1000.0
+    ids = rng.integers(-1, 5, 3000)
+    ids[0] = 3
+    want = _fold_in_blocks(numpy_engine.ENGINE, data, ids, ids.size)
+    seen: list[np.ndarray] = []
+    two_passes = numpy_engine._fold_scaled
+
+    def spy(block: numpy_engine._JointBlock, arrays: dict[str, np.ndarray]) -> None:
+        seen.append(block.ids)
+        two_passes(block, arrays)
+
+    monkeypatch.setattr(numpy_engine, "_fold_scaled", spy)
+    assert _fold_in_blocks(numpy_engine.ENGINE, data, ids, 1000) == want
+    assert len(seen) == 3 and seen[0].size == 1000  # the first block holds the 1000.0
+    assert all((later == 3).all() and later.size for later in seen[1:])

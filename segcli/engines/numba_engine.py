@@ -174,7 +174,9 @@ def _fold_logsumexp(
     buffers = [(np.empty(size), np.empty(size, np.int64)) for _ in range(2)]
     plain = [False, False]
     state = (flat["lse_max"], flat["lse_scale"], flat["lse_sum"], count, ops.LOWEST_SCALE)
-    pairs = _PlainPairs(flat["lse_scale"], flat["lse_sum"], count) if data.shape[1] == 1 else None
+    # The pairs cost the state's size twice (made, written back): not for a few rows.
+    paired = data.shape[1] == 1 and count.size <= 4 * ids.shape[0]
+    pairs = _PlainPairs(flat["lse_scale"], flat["lse_sum"], count) if paired else None
 
     def prepare(k: int) -> None:
         rows = np.ascontiguousarray(data[starts[k] : starts[k] + step]).reshape(-1)
@@ -195,7 +197,9 @@ def _fold_logsumexp(
         if pairs is not None:
             pairs.close()
         if plain[k % 2]:
-            numba_stats.fold_plain_exps(chunk_ids, terms, *state[1:4], rows.shape[1])
+            column = numba_stats.fold_plain_exps_column if rows.shape[1] == 1 else None
+            fold_plain = column or numba_stats.fold_plain_exps
+            fold_plain(chunk_ids, terms, *state[1:4], rows.shape[1])
         elif rows.shape[1] == 1:
             numba_stats.fold_logsumexp_column(rows[:, 0], chunk_ids, terms, exponent, *state)
         else:

@@ -613,18 +613,26 @@ def _fold_logsumexp(block: _JointBlock) -> None:
     first stays). Moving a sum to a larger scale is a power of two, exact, so the bytes do not
     depend on where the blocks were cut.
 
-    A block of plain values (magnitude below ``ops.PLAIN_EXP``) into a state at scale 0 or
-    empty adds ``exp(x)`` itself in one pass; any other block takes two (:func:`_fold_scaled`).
+    A block of plain values (magnitude below ``ops.PLAIN_EXP``) adds ``exp(x)`` itself in one
+    pass to the segments at scale 0 or with no scaled value yet; the rows of other segments,
+    and any block with a value that is not plain, take two passes (:func:`_fold_scaled`).
     """
     state, width = block.state, block.width
     if width == 0:
         _count_block(block)
         return
     arrays = flat_intermediates(state)
-    if all_plain(block.data) and _plain_scales(arrays["lse_scale"]):
-        _fold_plain(block, arrays)
-    else:
+    if not all_plain(block.data):
         _fold_scaled(block, arrays)
+        return
+    off_scale_0 = _segments_off_scale_0(arrays["lse_scale"], width)
+    if off_scale_0 is None:
+        _fold_plain(block, arrays)
+        return
+    # Disjoint segments, each still in row order (the sub-blocks' first_row is unused here).
+    rows = _rows_of_segments(block, off_scale_0)
+    _fold_plain(_JointBlock(state, block.data[~rows], block.ids[~rows], block.first_row), arrays)
+    _fold_scaled(_JointBlock(state, block.data[rows], block.ids[rows], block.first_row), arrays)
 
 
 def _fold_plain(block: _JointBlock, arrays: dict[str, np.ndarray]) -> None:
@@ -633,7 +641,8 @@ def _fold_plain(block: _JointBlock, arrays: dict[str, np.ndarray]) -> None:
     reached for the first time takes scale 0 (its sum was 0, so nothing moves)."""
     state, width = block.state, block.width
     scale, sums = arrays["lse_scale"], arrays["lse_sum"]
-    packed = width == 1
+    # The pairs cost the state's size twice (made, written back): not for a few rows.
+    packed = width == 1 and sums.size <= 4 * block.ids.size
     counted = np.zeros_like(state.count)
     step = max(1, _CHUNK_ELEMENTS // width)
     x = np.empty(min(block.ids.size, step) * width)
@@ -668,10 +677,22 @@ def all_plain(data: np.ndarray) -> bool:
     return low > -ops.PLAIN_EXP and high < ops.PLAIN_EXP
 
 
-def _plain_scales(scale: np.ndarray) -> bool:
-    """Whether every element is at scale 0 or has no scaled value yet, so that a plain value's
-    term ``exp(x)`` adds as it is."""
-    return bool(np.all((scale == 0) | (scale == ops.LOWEST_SCALE)))
+def _segments_off_scale_0(scale: np.ndarray, width: int) -> np.ndarray | None:
+    """The segments with an element at a scale other than 0 that has a scaled value (where a
+    plain value's term ``exp(x)`` cannot add as it is); None when there are none."""
+    off = (scale != 0) & (scale != ops.LOWEST_SCALE)
+    if not off.any():
+        return None
+    return np.asarray(off.reshape(-1, width).any(axis=1))
+
+
+def _rows_of_segments(block: _JointBlock, segments: np.ndarray) -> np.ndarray:
+    """Which rows of the block have an id in ``segments`` (a mask over ids; dropped rows:
+    no)."""
+    inside = _unsigned(block.ids) < segments.size
+    rows = np.zeros(block.ids.size, np.bool_)
+    rows[inside] = segments[block.ids[inside]]
+    return rows
 
 
 def _fold_scaled(block: _JointBlock, arrays: dict[str, np.ndarray]) -> None:
