@@ -217,7 +217,7 @@ def test_logsumexp_plain_blocks_take_one_pass_with_the_two_pass_bytes(
     data = (rng.standard_normal((5000, width)) * 200).clip(-639, 639)
     ids = rng.integers(-1, 6, 5000)
     with monkeypatch.context() as forced:
-        forced.setattr(numpy_engine, "all_plain", lambda data: False)
+        forced.setattr(numpy_engine, "_all_plain", lambda data: False)
         two_passes = _fold_in_blocks(numpy_engine.ENGINE, data, ids, 1000)
 
     def refuse(*args: object) -> None:

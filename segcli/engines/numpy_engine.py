@@ -622,7 +622,7 @@ def _fold_logsumexp(block: _JointBlock) -> None:
         _count_block(block)
         return
     arrays = flat_intermediates(state)
-    if not all_plain(block.data):
+    if not _all_plain(block.data):
         _fold_scaled(block, arrays)
         return
     off_scale_0 = _segments_off_scale_0(arrays["lse_scale"], width)
@@ -668,7 +668,7 @@ def _fold_plain(block: _JointBlock, arrays: dict[str, np.ndarray]) -> None:
     scale[np.repeat(counted > 0, width)] = 0
 
 
-def all_plain(data: np.ndarray) -> bool:
+def _all_plain(data: np.ndarray) -> bool:
     """Whether every value of a block is plain (magnitude below ``ops.PLAIN_EXP``; NaN is not):
     two reductions."""
     if not data.size or (data.dtype.kind in "iu" and data.dtype.itemsize == 1):
