@@ -164,8 +164,8 @@ JOINT_FOLDS: dict[str, Fold] = {
         Fold("picked", np.add, _sum_identity, rounds=False),
         Fold("first_row", np.minimum, _after_every_row, rounds=False),
         Fold("last_row", np.maximum, _no_row, rounds=False),
-        # logsumexp: the max (for +inf and NaN), and sum(exp(x)) as sum * 2**scale, where the
-        # scale is the largest of the values' binary exponents so far.
+        # logsumexp: the max of the values left out of the sum (NaN, +-inf, huge), and
+        # sum(exp(x)) as sum * 2**scale, the scale the largest of the values' scale_of so far.
         Fold("lse_max", np.maximum, _max_identity, rounds=False),
         Fold("lse_scale", np.maximum, _lowest_scale, rounds=False),
         Fold("lse_sum", np.add, _sum_identity, rounds=True),
@@ -330,17 +330,32 @@ def _variance(ddof: int, root: bool) -> Finalize:
 
 
 def _logsumexp(parts: Mapping[str, np.ndarray], out_dtype: np.dtype[Any], owned: bool) -> Any:
-    """``log(sum) + scale * ln 2``; a max of +-inf, NaN or of magnitude 2**59 or more (where
-    adding log(count) <= 44 cannot change a float64) is the answer itself."""
-    top = parts["lse_max"]
+    """``log(sum) + scale * ln 2``. ``lse_max`` holds the values the sum leaves out: NaN, +inf
+    or a value of 2**59 or more among them (where adding log(count) <= 44 cannot change a
+    float64) is the answer itself, and so is their max where the sum took no value."""
+    top, sums = parts["lse_max"], parts["lse_sum"]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        values = np.log(parts["lse_sum"]) + parts["lse_scale"] * math.log(2)
-    values = np.where(np.isnan(top) | (np.abs(top) >= LARGEST_SCALED), top, values)
+        values = np.log(sums) + parts["lse_scale"] * math.log(2)
+        left_out = np.isnan(top) | (top >= LARGEST_SCALED) | ~(sums > 0)
+    values = np.where(left_out, top, values)
     return values.astype(out_dtype)
 
 
 #: Values from here on skip logsumexp's scaled sum (see :func:`_logsumexp`).
 LARGEST_SCALED = float(1 << 59)
+
+#: Values of magnitude below this join logsumexp's sum as ``exp(x)`` itself, at scale 0 (see
+#: :func:`scale_of`): ``exp(x)`` is then a normal float64 (``exp(-640) > 2**-924``), and 2**63
+#: terms below ``exp(640) < 2**924`` cannot overflow a float64 sum.
+PLAIN_EXP = 640.0
+
+
+def scale_of(x: Any, xp: Any = np) -> Any:
+    """Each scaled value's exponent ``e``, its term being ``exp(x - e * ln 2) * 2**e``: 0 for
+    ``|x| < PLAIN_EXP`` (the term is ``exp(x)``, one ``exp``), else ``rint(x / ln 2)``, so that
+    the term's ``exp`` cannot overflow or underflow. ``e`` never decreases with ``x`` and is
+    decided by ``x`` alone, never by the block it comes in."""
+    return xp.where(xp.abs(x) < PLAIN_EXP, 0.0, xp.rint(x / math.log(2)))
 
 
 def _merge_logsumexp(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:

@@ -12,6 +12,7 @@ import pytest
 import segcli
 from segcli import ops
 from segcli.engines import numpy_engine
+from segcli.engines.base import Engine
 from tests.reference import reference_reduce
 
 #: An equal float32 dtype that is not NumPy's own descriptor object, as the streaming readers
@@ -158,3 +159,111 @@ def test_shifted_sums_keep_a_float_folds_nan() -> None:
     np.add.at(squares, ids, shifted * shifted)  # the float fold, in row order
     assert state.arrays["shifted_squares"].tobytes() == squares.tobytes()
     assert np.signbit(squares[0]) != np.signbit(shifted[2] * shifted[2])  # the case that differs
+
+
+# --- logsumexp: plain values (|x| < ops.PLAIN_EXP) as exp(x) at scale 0 ------------------------
+
+
+def _across_the_plain_limit(width: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Rows whose segments mix plain values with values just past the limit on either side,
+    far past it, and left out of the sum; some segments hold one kind only."""
+    limit = ops.PLAIN_EXP
+    near = [np.nextafter(limit, 0), limit, -limit, np.nextafter(-limit, 0)]
+    kinds = [
+        [0.5, -2.0, 3.25, 639.0],  # plain only
+        [1.0, -1.0, *near, 700.0, 1000.0],  # plain and past the limit, up
+        [-700.0, -1000.0, -limit],  # past the limit, down only
+        [-1000.0, -1.0, 2.0, 800.0],  # a scale below 0, then 0, then above
+        [*near, -745.5, np.nan, np.inf, -np.inf, 2.0**60],  # and values left out
+        [-np.inf, -(2.0**60)],  # left out only: the max is the answer
+    ]
+    rng = np.random.default_rng(12)
+    ids = rng.integers(-1, len(kinds), 80)
+    data = np.zeros((ids.size, width))
+    for s, values in enumerate(kinds):
+        rows = np.flatnonzero(ids == s)
+        data[rows] = rng.choice(values, (rows.size, width))
+    data[:24] = rng.choice(kinds[0], (24, width))  # a plain start: every state at scale 0
+    data[24:][ids[24:] == -1] = 1e6  # dropped rows, never folded
+    return data, ids
+
+
+def _fold_in_blocks(engine: Engine, data: np.ndarray, ids: np.ndarray, size: int) -> bytes:
+    state = ops.new_state(ops.OPS["logsumexp"], 6, data.shape[1:], data.dtype)
+    for start in range(0, ids.size, size):
+        block = slice(start, start + size)
+        engine.fold(state, data[block], ids[block], sorted_ids=False)
+    return bytes(ops.finalize(state).tobytes())
+
+
+@pytest.mark.parametrize("width", [1, 2])
+def test_logsumexp_bytes_across_the_plain_limit_whatever_the_blocks(width: int) -> None:
+    data, ids = _across_the_plain_limit(width)
+    want = _fold_in_blocks(numpy_engine.ENGINE, data, ids, ids.size)
+    for size in range(1, ids.size):
+        assert _fold_in_blocks(numpy_engine.ENGINE, data, ids, size) == want, size
+    got = np.frombuffer(want).reshape(6, width)
+    reference = reference_reduce(data, ids, 6, "logsumexp")
+    np.testing.assert_allclose(got, reference, rtol=1e-14)
+
+
+@pytest.mark.parametrize("width", [1, 2])
+def test_logsumexp_plain_blocks_take_one_pass_with_the_two_pass_bytes(
+    monkeypatch: pytest.MonkeyPatch, width: int
+) -> None:
+    """A block of plain values into a state at scale 0 adds exp(x) in one pass: the very
+    terms the two passes add, in the same order."""
+    rng = np.random.default_rng(4)
+    data = (rng.standard_normal((5000, width)) * 200).clip(-639, 639)
+    ids = rng.integers(-1, 6, 5000)
+    with monkeypatch.context() as forced:
+        forced.setattr(numpy_engine, "_all_plain", lambda data: False)
+        two_passes = _fold_in_blocks(numpy_engine.ENGINE, data, ids, 1000)
+
+    def refuse(*args: object) -> None:
+        raise AssertionError("a plain block took two passes")
+
+    monkeypatch.setattr(numpy_engine, "_fold_scaled", refuse)
+    assert _fold_in_blocks(numpy_engine.ENGINE, data, ids, 1000) == two_passes
+
+
+@needs_numba
+@pytest.mark.parametrize("width", [1, 2])
+def test_numba_logsumexp_across_the_plain_limit(
+    monkeypatch: pytest.MonkeyPatch, width: int
+) -> None:
+    """Plain chunks and others, folded on two threads, in blocks of every size: the NumPy
+    engine's bytes."""
+    from segcli.engines import numba_engine
+
+    data, ids = _across_the_plain_limit(width)
+    want = _fold_in_blocks(numpy_engine.ENGINE, data, ids, ids.size)
+    monkeypatch.setattr(numba_engine, "THREADS", 2)
+    monkeypatch.setattr(numba_engine, "PARALLEL_MIN_ELEMENTS", 1)
+    for chunk in (1, 4, 16):
+        monkeypatch.setattr(numba_engine, "_EXP_CHUNK_ELEMENTS", chunk)
+        for size in (1, 3, 7, ids.size):
+            assert _fold_in_blocks(numba_engine.ENGINE, data, ids, size) == want, (chunk, size)
+
+
+def test_logsumexp_a_segment_off_scale_0_keeps_the_others_in_one_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """After a value past the limit, only its segment's rows of a plain block take two passes."""
+    rng = np.random.default_rng(6)
+    data = rng.standard_normal((3000, 1))
+    data[0] = 1000.0
+    ids = rng.integers(-1, 5, 3000)
+    ids[0] = 3
+    want = _fold_in_blocks(numpy_engine.ENGINE, data, ids, ids.size)
+    seen: list[np.ndarray] = []
+    two_passes = numpy_engine._fold_scaled
+
+    def spy(block: numpy_engine._JointBlock, arrays: dict[str, np.ndarray]) -> None:
+        seen.append(block.ids)
+        two_passes(block, arrays)
+
+    monkeypatch.setattr(numpy_engine, "_fold_scaled", spy)
+    assert _fold_in_blocks(numpy_engine.ENGINE, data, ids, 1000) == want
+    assert len(seen) == 3 and seen[0].size == 1000  # the first block holds the 1000.0
+    assert all((later == 3).all() and later.size for later in seen[1:])

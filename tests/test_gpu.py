@@ -284,14 +284,15 @@ def _logsumexp_step(state, g, c, run, count) -> None:
     top, scale, total = state[0][g, c, 0], int(state[1][g, c, 0]), state[2][g, c, 0]
     for v, _ in run:
         x = np.float64(v[0])
-        if top == top and (x != x or x > top):
-            top = x
-        if abs(x) < ops.LARGEST_SCALED:
-            e = np.rint(x / np.log(2.0))
-            m = np.exp(x - e * np.log(2.0))
-            if int(e) > scale:
-                total, scale = np.ldexp(total, max(scale - int(e), -2000)), int(e)
-            total = total + np.ldexp(m, max(int(e) - scale, -2000))
+        if not abs(x) < ops.LARGEST_SCALED:
+            if top == top and (x != x or x > top):
+                top = x
+            continue
+        e = ops.scale_of(x)
+        m = np.exp(x - e * np.log(2.0))
+        if int(e) > scale:
+            total, scale = np.ldexp(total, max(scale - int(e), -2000)), int(e)
+        total = total + np.ldexp(m, max(int(e) - scale, -2000))
     state[0][g, c, 0], state[1][g, c, 0], state[2][g, c, 0] = top, scale, total
 
 
@@ -614,7 +615,7 @@ extern "C" { segcli_u64 smem[1 << 16]; }
 """
 _MACROS = (
     *("U64_MAX", "SIGN_BIT", "IDENTITY", "CONVERT", "HAS_ACC", "SHARED", "ORDERED", "FROM_ACC"),
-    *("GATHERED", "LN2", "LARGEST_SCALED"),
+    *("GATHERED", "LN2", "LARGEST_SCALED", "PLAIN_EXP"),
 )
 CPP_ID_TYPES = ("long long", "unsigned long long", "int")
 

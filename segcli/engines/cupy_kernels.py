@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from segcli.ops import LARGEST_SCALED, PLAIN_EXP
+
 #: NVRTC options for every kernel.
 OPTIONS = ("--fmad=false",)
 
@@ -417,16 +419,18 @@ _JOINT: dict[str, tuple[tuple[str, str, str], str, str, str, str]] = {
         "if (row > at) { picked = v; at = row; }",
         "a0[out] = picked; a1[out] = at;",
     ),
-    # logsumexp: the max (NaN sticks), and sum(exp(x)) as sum * 2**scale, each exp(x) taken
-    # as m * 2**e with e = rint(x / ln 2); moving the sum to a larger scale is exact.
+    # logsumexp: the max of the values left out of the sum (NaN sticks), and sum(exp(x)) as
+    # sum * 2**scale, each exp(x) taken as m * 2**e with e = ops.scale_of(x) (0 for a plain
+    # value, whose m is exp(x) itself); moving the sum to a larger scale is exact.
     "logsumexp": (
         ("double", "long long", "double"),
         "all",
         "double top = a0[out]; long long scale = a1[out]; double sum = a2[out];",
         "const double x = (double)v;"
-        " if (top == top && (x != x || x > top)) top = x;"
-        " if (fabs(x) < LARGEST_SCALED) {"
-        " const double e = rint(x / LN2);"
+        " if (!(fabs(x) < LARGEST_SCALED)) {"
+        " if (top == top && (x != x || x > top)) top = x; }"
+        " else {"
+        " const double e = fabs(x) < PLAIN_EXP ? 0.0 : rint(x / LN2);"
         " const double m = exp(x - e * LN2);"
         " const long long at = (long long)e;"
         " if (at > scale) { sum = ldexp(sum, shift_of(scale - at)); scale = at; }"
@@ -480,7 +484,8 @@ def joint_source(fold: str, value_type: str, ordered: bool, gathered: bool) -> s
             f"#define ORDERED {1 if ordered else 0}",
             f"#define GATHERED {1 if gathered else 0}",
             f"#define LN2 {math.log(2)!r}",
-            f"#define LARGEST_SCALED {float(1 << 59)!r}",
+            f"#define LARGEST_SCALED {LARGEST_SCALED!r}",
+            f"#define PLAIN_EXP {PLAIN_EXP!r}",
             # ops.rescaled's clamp: shifts below -2000 flush every sum to zero anyway.
             "__device__ __forceinline__ int shift_of(long long s) "
             "{ return s < -2000 ? -2000 : (int)s; }",

@@ -607,20 +607,99 @@ def _same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 def _fold_logsumexp(block: _JointBlock) -> None:
-    """``exp(x) = m * 2**e`` with ``e = rint(x / ln 2)``, each from ``x`` alone; the sum keeps
-    ``m * 2**(e - scale)`` at the largest ``e`` so far. Moving a sum to a larger scale is a
-    power of two, exact, so the bytes do not depend on where the blocks were cut.
+    """logsumexp's sum ``sum(exp(x))`` as ``sum * 2**scale``, the scale the largest of the
+    values' ``ops.scale_of`` so far; values left out of the sum (not finite, or of magnitude
+    ``ops.LARGEST_SCALED`` or more) reach only ``lse_max``, in row order (of several NaNs the
+    first stays). Moving a sum to a larger scale is a power of two, exact, so the bytes do not
+    depend on where the blocks were cut.
 
-    Two passes: the first finds each element's largest scaled value (``e`` never decreases
-    with ``x``, so its ``e`` is the block's scale) and the max of every value; the second adds
-    each scaled value at that scale, in row order. Values left out of the scaled sum (not
-    finite, or of magnitude ``ops.LARGEST_SCALED`` or more) reach only the max.
+    A block of plain values (magnitude below ``ops.PLAIN_EXP``) adds ``exp(x)`` itself in one
+    pass to the segments at scale 0 or with no scaled value yet; the rows of other segments,
+    and any block with a value that is not plain, take two passes (:func:`_fold_scaled`).
     """
     state, width = block.state, block.width
     if width == 0:
         _count_block(block)
         return
     arrays = flat_intermediates(state)
+    if not _all_plain(block.data):
+        _fold_scaled(block, arrays)
+        return
+    off_scale_0 = _segments_off_scale_0(arrays["lse_scale"], width)
+    if off_scale_0 is None:
+        _fold_plain(block, arrays)
+        return
+    # Disjoint segments, each still in row order (the sub-blocks' first_row is unused here).
+    rows = _rows_of_segments(block, off_scale_0)
+    _fold_plain(_JointBlock(state, block.data[~rows], block.ids[~rows], block.first_row), arrays)
+    _fold_scaled(_JointBlock(state, block.data[rows], block.ids[rows], block.first_row), arrays)
+
+
+def _fold_plain(block: _JointBlock, arrays: dict[str, np.ndarray]) -> None:
+    """One pass: ``exp(x)`` added at scale 0 in row order; 1-D rows count in the imaginary
+    part of the same complex128 ``add.at`` (as :class:`_PackedSumFolder` does), and a segment
+    reached for the first time takes scale 0 (its sum was 0, so nothing moves)."""
+    state, width = block.state, block.width
+    scale, sums = arrays["lse_scale"], arrays["lse_sum"]
+    # The pairs cost the state's size twice (made, written back): not for a few rows.
+    packed = width == 1 and sums.size <= 4 * block.ids.size
+    counted = np.zeros_like(state.count)
+    step = max(1, _CHUNK_ELEMENTS // width)
+    x = np.empty(min(block.ids.size, step) * width)
+    if packed:
+        pairs = np.empty(sums.size, np.complex128)
+        pairs.real, pairs.imag = sums, 0.0
+        terms = np.empty(x.size, np.complex128)
+        terms.imag = 1.0  # the chunks below write only the real parts
+    for chunk in block.chunks():
+        values = x[: chunk.values.size]
+        np.copyto(values, chunk.values.reshape(-1), casting="unsafe")
+        if packed:
+            np.exp(values, out=terms.real[: values.size])
+            np.add.at(pairs, chunk.index, terms[: values.size])
+        else:
+            np.exp(values, out=values)
+            np.add.at(sums, block.elements(chunk.index), values)
+            _count_into(counted, chunk.index)
+    if packed:
+        sums[...] = pairs.real
+        counted = pairs.imag.astype(np.int64)
+    state.count += counted
+    scale[np.repeat(counted > 0, width)] = 0
+
+
+def _all_plain(data: np.ndarray) -> bool:
+    """Whether every value of a block is plain (magnitude below ``ops.PLAIN_EXP``; NaN is not):
+    two reductions."""
+    if not data.size or (data.dtype.kind in "iu" and data.dtype.itemsize == 1):
+        return True
+    low, high = float(data.min()), float(data.max())
+    return low > -ops.PLAIN_EXP and high < ops.PLAIN_EXP
+
+
+def _segments_off_scale_0(scale: np.ndarray, width: int) -> np.ndarray | None:
+    """The segments with an element at a scale other than 0 that has a scaled value (where a
+    plain value's term ``exp(x)`` cannot add as it is); None when there are none."""
+    off = (scale != 0) & (scale != ops.LOWEST_SCALE)
+    if not off.any():
+        return None
+    return np.asarray(off.reshape(-1, width).any(axis=1))
+
+
+def _rows_of_segments(block: _JointBlock, segments: np.ndarray) -> np.ndarray:
+    """Which rows of the block have an id in ``segments`` (a mask over ids; dropped rows:
+    no)."""
+    inside = _unsigned(block.ids) < segments.size
+    rows = np.zeros(block.ids.size, np.bool_)
+    rows[inside] = segments[block.ids[inside]]
+    return rows
+
+
+def _fold_scaled(block: _JointBlock, arrays: dict[str, np.ndarray]) -> None:
+    """Two passes: the first finds each element's largest scaled value (``ops.scale_of`` never
+    decreases with ``x``, so its scale is the block's) and the max of the values left out; the
+    second adds each term ``exp(x - e * ln 2) * 2**(e - scale)`` at that scale, in row order."""
+    state = block.state
     top, scale, sums = arrays["lse_max"], arrays["lse_scale"], arrays["lse_sum"]
     largest = np.full(top.size, -np.inf)
     every_scaled = _all_scaled(block.data)
@@ -633,12 +712,9 @@ def _fold_logsumexp(block: _JointBlock) -> None:
                 x, flat = x[scaled], flat[scaled]
             np.maximum.at(largest, flat, x)
             _count_into(state.count, chunk.index)
-        # The finite values' max cannot depend on their order (but for the sign of a zero,
-        # which the result never shows): the scaled ones join it at once.
-        np.maximum(top, largest, out=top)
     reached = np.flatnonzero(largest > -np.inf)
     final = scale.copy()
-    final[reached] = np.maximum(scale[reached], np.rint(largest[reached] / math.log(2)))
+    final[reached] = np.maximum(scale[reached], ops.scale_of(largest[reached]))
     moved = final != scale
     sums[moved] = ops.rescaled(sums[moved], scale[moved] - final[moved])
     scale[...] = final
@@ -650,7 +726,7 @@ def _fold_logsumexp(block: _JointBlock) -> None:
         x, flat, scaled = _scaled_values(block, chunk, every_scaled)
         if scaled is not None:
             x, flat = x[scaled], flat[scaled]
-        exponent = np.rint(x / math.log(2))
+        exponent = ops.scale_of(x)
         mantissa = np.exp(x - exponent * math.log(2))
         shifts = np.maximum(exponent - scales.take(flat), -2000.0)
         # ops.rescaled's own ldexp and int32 shifts (its SIMD loop: int64 ones measured 15x
