@@ -133,7 +133,9 @@ def _union(
                 own = {i.name: f"{op.joint}.{i.name}" for i in op.intermediates}
                 joint_parts[key] = Part(op, own)
                 intermediates.extend(
-                    ops.Intermediate(own[i.name], _alone_fold(i.fold), i.acc_dtype)
+                    ops.Intermediate(
+                        own[i.name], _alone_fold(i.fold), i.acc_dtype, dealt=op.joint_lanes
+                    )
                     for i in op.intermediates
                 )
             sources.append(_Source(op, dict(joint_parts[key].names)))

@@ -82,7 +82,9 @@ def _has_kernel(fold: ops.Fold | None) -> bool:
     return fold is None or fold.kind in _KERNEL_KINDS
 
 
-def _fold_joint(state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int) -> bool:
+def _fold_joint(
+    state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int, sorted_ids: bool
+) -> bool:
     """The compiled joint and logical folds (:mod:`segcli.engines.numba_stats`), in row order;
     False where none applies (float16, and the ops of the kernels).
 
@@ -98,8 +100,11 @@ def _fold_joint(state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: 
     if primitive == "logsumexp":
         _fold_logsumexp(data, ids, flat_intermediates(state), state.count)
         return True
+    if primitive == "moments":
+        _fold_moments(state, data, ids, first_row, sorted_ids)
+        return True
     # A private state costs its size twice (made, merged): worth it for many rows per element.
-    shared = primitive == "moments" or state.count.size * data.shape[1] * 4 > data.size
+    shared = state.count.size * data.shape[1] * 4 > data.size
     slices = _splits(ids.shape[0], 1 if shared else _parts_for(data.size))
     states = [state] + [
         ops.new_state(op, state.num_segments, state.inner_shape, state.data_dtype)
@@ -139,15 +144,46 @@ def _fold_stats(
         fold = numba_stats.fold_pick if column is None else numba_stats.fold_pick_column
         values = data if column is None else column
         fold(values, ids, flat["picked"], flat[row], count, first_row, primitive == "last")
-    elif primitive == "moments":
-        sums, squares = flat["shifted_sum"], flat["shifted_squares"]
-        if column is None:
-            numba_stats.fold_moments(data, ids, flat["shift"], sums, squares, count)
-        else:
-            numba_stats.fold_moments_column(column, ids, flat["shift"], sums, squares, count)
     else:
         fold = numba_stats.fold_logical if column is None else numba_stats.fold_logical_column
         fold(data if column is None else column, ids, flat[primitive], count, primitive == "all")
+
+
+def _fold_moments(
+    state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int, sorted_ids: bool
+) -> None:
+    """var/std's shifted sums: one thread per lane with rows in this block, each folding its
+    lane's rows in row order (sorted ids: every row into lane 0, on this thread)."""
+    from segcli.engines import numba_stats
+
+    lanes = 1 if sorted_ids else state.lanes
+    names = ("shift", "shifted_sum", "shifted_squares", "shifted_count")
+    arrays = [_lanes_flat(state.arrays[name]) for name in names]
+    head = min(ids.shape[0], lanes * ops.LANE_ROWS)
+    present = sorted({lane for _, _, lane in ops.lane_pieces(first_row, head, lanes)})
+    if len(present) < 2 or _parts_for(data.size) == 1:
+        present = [-1]
+    counts = [state.count] + [np.zeros_like(state.count) for _ in present[1:]]
+    column = data.shape[1] == 1
+    fold = numba_stats.fold_moments_column if column else numba_stats.fold_moments
+    values = data[:, 0] if column else data
+    _run(
+        [
+            partial(fold, values, ids, *arrays, count, first_row, ops.LANE_ROWS, lanes, lane)
+            for lane, count in zip(present, counts, strict=True)
+        ]
+    )
+    for count in counts[1:]:
+        state.count += count
+
+
+def _lanes_flat(array: np.ndarray) -> np.ndarray:
+    """An intermediate ``(lanes, n, width)`` as a ``(lanes, n * width)`` view, written in
+    place."""
+    view = array.reshape(array.shape[0], -1)
+    if view.size and not np.shares_memory(view, array):  # a copy would lose the writes
+        raise ValueError("an intermediate is not contiguous")
+    return view
 
 
 #: The primitives :func:`_fold_joint` compiles (joint folds and logical folds).
@@ -537,7 +573,7 @@ class NumbaEngine(Engine):
     ) -> None:
         if ids.shape[0] == 0 or state.num_segments == 0:
             return
-        if _fold_joint(state, data, ids, first_row):
+        if _fold_joint(state, data, ids, first_row, sorted_ids):
             return
         if state.op.joint is not None or not _has_kernel(state.op.fold):
             # No compiled kernel for this primitive (yet): the NumPy engine's fold, which
