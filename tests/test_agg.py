@@ -142,10 +142,15 @@ def test_joint_ops_keep_their_intermediates_once():
     names = [i.name for i in op.intermediates]
     assert names.count("moments.shift") == 1 and names.count("sum") == 1
     assert [part.op.name for part in op.parts] == ["agg", "var", "argmin"]
-    # one lane each for the joint ones: they fold in row order
+    # argmin's fold keeps one lane, in row order; var's keeps lanes like the float sums
     state = ops.new_state(op, 3, (), np.dtype(np.float32))
-    assert state.arrays["moments.shifted_sum"].shape[0] == 1
+    assert state.arrays["argmin.arg_row"].shape[0] == 1
+    assert state.arrays["moments.shifted_sum"].shape[0] == ops.LANES
+    assert state.arrays["moments.shifted_count"].shape[0] == ops.LANES
     assert state.arrays["sum"].shape[0] == ops.LANES
+    # sorted ids keep one lane for all of them
+    state = ops.new_state(op, 3, (), np.dtype(np.float32), sorted_ids=True)
+    assert {array.shape[0] for array in state.arrays.values() if array.ndim == 3} == {1}
 
 
 def test_combined_ops_come_back_from_pickling_as_themselves():
