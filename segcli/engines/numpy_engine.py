@@ -462,7 +462,7 @@ def _fold_moments_lane(block: _JointBlock, lane: int, pieces: list[tuple[int, in
         _count_into(rows, chunk.index)
     arrays["shifted_sum"][...] = pairs.real
     arrays["shifted_squares"][...] = pairs.imag
-    added = rows - before
+    added: np.ndarray = rows - before
     counted += np.repeat(added, width)
     return added
 
