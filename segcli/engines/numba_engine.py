@@ -157,12 +157,14 @@ def _fold_moments(
     from segcli.engines import numba_stats
 
     lanes = 1 if sorted_ids else state.lanes
-    names = ("shift", "shifted_sum", "shifted_squares", "shifted_count")
-    arrays = [_lanes_flat(state.arrays[name]) for name in names]
+    arrays = [_lanes_flat(state.arrays[name]) for name in _MOMENTS]
     head = min(ids.shape[0], lanes * ops.LANE_ROWS)
     present = sorted({lane for _, _, lane in ops.lane_pieces(first_row, head, lanes)})
     if len(present) < 2 or _parts_for(data.size) == 1:
         present = [-1]
+    if data.shape[1] == 1 and state.num_segments * 32 <= _CACHE_BYTES:
+        _fold_moments_packed(state, data[:, 0], ids, arrays, first_row, lanes, present)
+        return
     counts = [state.count] + [np.zeros_like(state.count) for _ in present[1:]]
     column = data.shape[1] == 1
     fold = numba_stats.fold_moments_column if column else numba_stats.fold_moments
@@ -175,6 +177,47 @@ def _fold_moments(
     )
     for count in counts[1:]:
         state.count += count
+
+
+#: var/std's intermediates, in the order the moments kernels take them.
+_MOMENTS = ("shift", "shifted_sum", "shifted_squares", "shifted_count")
+
+
+def _fold_moments_packed(
+    state: ops.State,
+    column: np.ndarray,
+    ids: np.ndarray,
+    arrays: list[np.ndarray],
+    first_row: int,
+    lanes: int,
+    present: list[int],
+) -> None:
+    """1-D rows into a small state: each lane's four intermediates packed side by side per
+    segment (the lanes apart, so two threads never share a cache line), folded, unpacked."""
+    from segcli.engines import numba_stats
+
+    packed = _apart((arrays[0].shape[0], state.num_segments, 4))
+    for k, array in enumerate(arrays):
+        packed[..., k] = array
+    _run(
+        [
+            partial(
+                numba_stats.fold_moments_packed,
+                column,
+                ids,
+                packed,
+                first_row,
+                ops.LANE_ROWS,
+                lanes,
+                lane,
+            )
+            for lane in present
+        ]
+    )
+    rows = packed[..., 3].astype(np.int64)
+    state.count += (rows - arrays[3]).sum(axis=0)
+    for k, array in enumerate(arrays):
+        array[...] = rows if k == 3 else packed[..., k]
 
 
 def _lanes_flat(array: np.ndarray) -> np.ndarray:
