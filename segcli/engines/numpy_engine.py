@@ -451,7 +451,7 @@ def _fold_moments_lane(block: _JointBlock, lane: int, pieces: list[tuple[int, in
         terms = terms_buffer[: x.size]
         with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, as NumPy's var
             np.subtract(x, shift.take(flat), out=terms.real)
-            np.multiply(terms.real, terms.real, out=terms.imag)
+            np.square(terms.real, out=terms.imag)  # x * x's bits; measured 1.2x faster
             if _no_nan(terms.real, finite_shifts and finite_values):
                 np.add.at(pairs, flat, terms)
             else:
