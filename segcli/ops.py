@@ -47,10 +47,14 @@ an op's intermediates one at a time (:meth:`State.per_intermediate`, through
 ``Engine.fold``), each by its kind (``tests/test_op_table.py`` adds a ``range`` op that way).
 A fold that reads another intermediate as it goes is the one new primitive each engine needs:
 a *joint* fold (:attr:`Op.joint`), whose intermediates (:data:`JOINT_FOLDS`) the engine folds
-together, in row order in one lane, and :attr:`Op.merge` merges. var and std keep sums of
-values shifted by the segment's first value; argmin, argmax, first and last keep a value and
-its global row number, so the row order, not the arrival order, decides a merge; logsumexp
-keeps a sum scaled by a power of two. The NumPy engine implements every joint fold
+together, in row order in one lane, and :attr:`Op.merge` merges. A joint op may opt in to
+lanes (:attr:`Op.joint_lanes`): its rows are then dealt to the lanes as the float sums' are,
+each lane folded in row order, and :func:`finalize` merges the lanes in lane order with the
+op's merge. var and std do: per lane, sums of values shifted by the segment's first value in
+that lane, and the values counted there, merged by Chan's rule (a lane with no rows merges as
+the identity). argmin, argmax, first and last keep a value and its global row number, so the
+row order, not the arrival order, decides a merge; logsumexp keeps a sum scaled by a power of
+two (both in one lane). The NumPy engine implements every joint fold
 (``numpy_engine._JOINT_FOLDS``); the numba engine compiles each (logsumexp's around NumPy's
 own ``exp``, so the bytes match); the CuPy engine (``cupy_fold.has_kernel``) has a kernel for
 each and refuses an op it has none for.
@@ -147,8 +151,8 @@ FOLDS: dict[str, Fold] = {
 }
 
 #: The intermediates of joint folds (see :attr:`Op.joint`): an engine folds them together,
-#: in row order in one lane (whether they round or not), and :attr:`Op.merge` merges them;
-#: their ``merge`` ufunc is used by no one.
+#: in row order in one lane (in lanes for an op with :attr:`Op.joint_lanes`), whether they
+#: round or not, and :attr:`Op.merge` merges them; their ``merge`` ufunc is used by no one.
 JOINT_FOLDS: dict[str, Fold] = {
     fold.kind: fold
     for fold in (

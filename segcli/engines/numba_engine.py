@@ -15,8 +15,9 @@ on a 2-core machine (see ``benchmarks/``):
   run folds in a register, eight long runs side by side (W3), short ones one after another.
 - the joint and logical folds (:mod:`segcli.engines.numba_stats`): argmin, argmax, first,
   last, any and all cannot depend on the order either, and fold like min (private states,
-  merged by the op's own merge); var/std's shifted sums fold on one thread in row order;
-  logsumexp's fold too, while a second thread prepares the next chunk's ``exp`` (NumPy's own).
+  merged by the op's own merge); var/std's shifted sums keep lanes like float sums, one
+  thread per lane (a small state of 1-D rows packed per segment); logsumexp folds on one
+  thread in row order, while a second thread prepares the next chunk's ``exp`` (NumPy's own).
 
 Complex sums fold as pairs of float columns (the same additions); complex products go to the
 NumPy engine; float16 is widened to float32 a chunk at a time (exact). The engine also offers

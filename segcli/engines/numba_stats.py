@@ -1,9 +1,10 @@
 """Compiled joint folds of the numba engine: argmin/argmax, first/last, var/std (shifted sums)
 and any/all (imported only by :mod:`segcli.engines.numba_engine`).
 
-Each kernel walks a block's rows once, in row order, on the calling thread: the same steps in
-the same order as the NumPy engine's ``ufunc.at`` folds (see :mod:`segcli.engines.numpy_engine`),
-so the results are the same bytes whatever the block split. Ids are compared as
+Each kernel walks a block's rows once, in row order, on the calling thread (the moments
+kernels: the rows of one lane, or of each lane in turn): the same steps in the same order as
+the NumPy engine's ``ufunc.at`` folds (see :mod:`segcli.engines.numpy_engine`), so the results
+are the same bytes whatever the block split or thread. Ids are compared as
 ``np.uint64(id) < n``, as in :mod:`segcli.engines.numba_kernels`: one test skips the rows to
 drop on either side. logsumexp's ``exp`` must be NumPy's own to keep the bytes: its kernels
 prepare each value's argument of ``exp`` and fold the results, and NumPy takes the ``exp``

@@ -315,7 +315,7 @@ def _fold_rows(ufunc: np.ufunc, acc: np.ndarray, values: np.ndarray, ids: np.nda
         ufunc.at(flat_acc, flat_index, values[start : start + step].reshape(-1))
 
 
-# --- joint folds: every intermediate of the op at once, in row order, one lane --------------
+# --- joint folds: every intermediate of the op at once, in row order (per lane) ------------
 
 
 @dataclass
