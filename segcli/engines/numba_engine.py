@@ -197,16 +197,20 @@ def _fold_moments_packed(
     segment (the lanes apart, so two threads never share a cache line), folded, unpacked."""
     from segcli.engines import numba_stats
 
-    packed = _apart((arrays[0].shape[0], state.num_segments, 4))
+    n = state.num_segments
+    packed = _apart((arrays[0].shape[0], n, 4))
     for k, array in enumerate(arrays):
         packed[..., k] = array
+    whole = packed.base  # C-contiguous, lanes apart: the kernel's own layout
+    assert whole is not None and whole.flags.c_contiguous
     _run(
         [
             partial(
                 numba_stats.fold_moments_packed,
                 column,
                 ids,
-                packed,
+                whole,
+                n,
                 first_row,
                 ops.LANE_ROWS,
                 lanes,

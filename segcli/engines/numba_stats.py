@@ -136,32 +136,36 @@ def fold_moments_column(  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
-def fold_moments_packed(column, ids, packed, first_row, lane_rows, lanes, lane):  # type: ignore[no-untyped-def]
-    """:func:`fold_moments_column` into a packed state: ``packed[k, g]`` holds lane ``k``'s
-    shift, shifted sum, sum of squares and rows of segment ``g`` side by side (the rows in
-    float64: exact to 2**53), so a row touches one cache line instead of five arrays
-    (measured 1.7x faster). The same additions in the same order: the same bits."""
-    n = packed.shape[1]
+def _moments_run(column, ids, acc, n):  # type: ignore[no-untyped-def]
+    """One lane's rows into its packed ``(n, 4)`` state (C-contiguous: a loop over such a
+    slice measured 1.3x faster than one indexing the lanes' array)."""
+    for r in range(ids.shape[0]):
+        g = ids[r]
+        if np.uint64(g) >= np.uint64(n):
+            continue
+        x = np.float64(column[r])
+        seen = acc[g, 3]
+        if seen == 0.0:
+            acc[g, 0] = x
+        d = x - acc[g, 0]
+        acc[g, 1] += d
+        acc[g, 2] += d * d
+        acc[g, 3] = seen + 1.0
+
+
+@njit(**_JIT)
+def fold_moments_packed(column, ids, packed, n, first_row, lane_rows, lanes, lane):  # type: ignore[no-untyped-def]
+    """:func:`fold_moments_column` into a packed state: ``packed[k, g]`` (C-contiguous, ``g``
+    below ``n``; rows past it pad the lanes apart) holds lane ``k``'s shift, shifted sum, sum
+    of squares and rows of segment ``g`` side by side (the rows in float64: exact to 2**53),
+    so a row touches one cache line instead of five arrays. The same additions in the same
+    order: the same bits."""
     rows = column.shape[0]
     p = 0
     while p < rows:
         end, k = lane_piece(first_row, p, rows, lane_rows, lanes)
-        if lane >= 0 and k != lane:
-            p = end
-            continue
-        acc = packed[k]
-        for r in range(p, end):
-            g = ids[r]
-            if np.uint64(g) >= np.uint64(n):
-                continue
-            x = np.float64(column[r])
-            seen = acc[g, 3]
-            if seen == 0.0:
-                acc[g, 0] = x
-            d = x - acc[g, 0]
-            acc[g, 1] += d
-            acc[g, 2] += d * d
-            acc[g, 3] = seen + 1.0
+        if lane < 0 or k == lane:
+            _moments_run(column[p:end], ids[p:end], packed[k], n)
         p = end
 
 
