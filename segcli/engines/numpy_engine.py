@@ -386,6 +386,11 @@ class _JointBlock:
         chunk needs a mask."""
         return self.ids.size > 0 and int(_unsigned(self.ids).max()) >= self.state.num_segments
 
+    @cached_property
+    def finite(self) -> bool:
+        """Whether every value of the block is finite (once per block, not per lane)."""
+        return _finite(self.data)
+
     def elements(self, index: np.ndarray) -> np.ndarray:
         """The flat state element of each value of rows with ids ``index``."""
         width = self.width
@@ -435,7 +440,7 @@ def _fold_moments_lane(block: _JointBlock, lane: int, pieces: list[tuple[int, in
     terms_buffer = np.empty(0, np.complex128)
     unseen = int(np.count_nonzero(rows == 0))
     finite_shifts = bool(np.isfinite(shift).all())
-    finite_values = _finite(block.data)
+    finite_values = block.finite
     chunks = (chunk for piece in pieces for chunk in block.chunks(rows=piece))
     for chunk in chunks:
         flat = block.elements(chunk.index)
