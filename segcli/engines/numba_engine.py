@@ -157,6 +157,9 @@ def _fold_moments(
     lane's rows in row order (sorted ids: every row into lane 0, on this thread)."""
     from segcli.engines import numba_stats
 
+    if data.shape[1] == 0:  # rows without values: counted only
+        kernels.count_ids(ids, state.count)
+        return
     lanes = 1 if sorted_ids else state.lanes
     arrays = [_lanes_flat(state.arrays[name]) for name in _MOMENTS]
     head = min(ids.shape[0], lanes * ops.LANE_ROWS)
@@ -166,18 +169,18 @@ def _fold_moments(
     if data.shape[1] == 1 and state.num_segments * 32 <= _CACHE_BYTES:
         _fold_moments_packed(state, data[:, 0], ids, arrays, first_row, lanes, present)
         return
-    counts = [state.count] + [np.zeros_like(state.count) for _ in present[1:]]
+    # The rows each lane counts: its first column's (--skipna folds one column at a time).
+    before = arrays[3][:, :: data.shape[1]].copy()
     column = data.shape[1] == 1
     fold = numba_stats.fold_moments_column if column else numba_stats.fold_moments
     values = data[:, 0] if column else data
     _run(
         [
-            partial(fold, values, ids, *arrays, count, first_row, ops.LANE_ROWS, lanes, lane)
-            for lane, count in zip(present, counts, strict=True)
+            partial(fold, values, ids, *arrays, first_row, ops.LANE_ROWS, lanes, lane)
+            for lane in present
         ]
     )
-    for count in counts[1:]:
-        state.count += count
+    state.count += (arrays[3][:, :: data.shape[1]] - before).sum(axis=0)
 
 
 #: var/std's intermediates, in the order the moments kernels take them.

@@ -68,15 +68,15 @@ def fold_pick(data, ids, picked, row, count, first_row, latest):  # type: ignore
 
 @njit(**_JIT)
 def fold_moments(  # type: ignore[no-untyped-def]
-    data, ids, shift, shifted_sum, squares, counted, count, first_row, lane_rows, lanes, lane
+    data, ids, shift, shifted_sum, squares, counted, first_row, lane_rows, lanes, lane
 ):
     """Per lane, sums of the values shifted by the lane's first value of the segment, in
     float64 (``shift``, ``shifted_sum``, ``squares`` and ``counted``, the lane's values per
-    element, are ``(lanes, n * width)``; ``count`` the rows this call counts). Rows go to
-    their lane as ``segcli.ops`` deals them (``lanes`` 1: all to lane 0); ``lane`` >= 0 folds
-    that lane's rows only (one thread per lane), -1 every lane's."""
-    n = count.shape[0]
+    element, are ``(lanes, n * width)``; the caller takes the rows from ``counted``). Rows go
+    to their lane as ``segcli.ops`` deals them (``lanes`` 1: all to lane 0); ``lane`` >= 0
+    folds that lane's rows only (one thread per lane), -1 every lane's."""
     width = data.shape[1]
+    n = counted.shape[1] // width if width else 0
     rows = data.shape[0]
     p = 0
     while p < rows:
@@ -88,7 +88,6 @@ def fold_moments(  # type: ignore[no-untyped-def]
             g = ids[r]
             if np.uint64(g) >= np.uint64(n):
                 continue
-            count[g] += 1
             for j in range(width):
                 e = g * width + j
                 x = np.float64(data[r, j])
@@ -102,36 +101,36 @@ def fold_moments(  # type: ignore[no-untyped-def]
 
 
 @njit(**_JIT)
+def _moments_column_run(column, ids, shift, shifted_sum, squares, counted):  # type: ignore[no-untyped-def]
+    """One lane's rows of 1-D data into its own (C-contiguous) intermediates."""
+    n = counted.shape[0]
+    for r in range(column.shape[0]):
+        g = ids[r]
+        if np.uint64(g) >= np.uint64(n):
+            continue
+        x = np.float64(column[r])
+        if counted[g] == 0:
+            shift[g] = x
+        counted[g] += 1
+        d = x - shift[g]
+        shifted_sum[g] += d
+        squares[g] += d * d
+
+
+@njit(**_JIT)
 def fold_moments_column(  # type: ignore[no-untyped-def]
-    column, ids, shift, shifted_sum, squares, counted, count, first_row, lane_rows, lanes, lane
+    column, ids, shift, shifted_sum, squares, counted, first_row, lane_rows, lanes, lane
 ):
-    """:func:`fold_moments` for 1-D data, without the inner loop (measured 1.5x faster)."""
-    n = count.shape[0]
+    """:func:`fold_moments` for 1-D data, a lane's run at a time through its own slices
+    (measured 1.5x faster than the inner loop over the width)."""
     rows = column.shape[0]
     p = 0
     while p < rows:
         end, k = lane_piece(first_row, p, rows, lane_rows, lanes)
-        if lane >= 0 and k != lane:
-            p = end
-            continue
-        lane_shift, lane_sum, lane_squares, lane_counted = (
-            shift[k],
-            shifted_sum[k],
-            squares[k],
-            counted[k],
-        )
-        for r in range(p, end):
-            g = ids[r]
-            if np.uint64(g) >= np.uint64(n):
-                continue
-            x = np.float64(column[r])
-            if lane_counted[g] == 0:
-                lane_shift[g] = x
-            lane_counted[g] += 1
-            count[g] += 1
-            d = x - lane_shift[g]
-            lane_sum[g] += d
-            lane_squares[g] += d * d
+        if lane < 0 or k == lane:
+            _moments_column_run(
+                column[p:end], ids[p:end], shift[k], shifted_sum[k], squares[k], counted[k]
+            )
         p = end
 
 
