@@ -112,7 +112,8 @@ def _rebuilt(
 
 def _alone_fold(fold: ops.Fold) -> ops.Fold:
     # A joint fold keeps one lane, in row order (see ops.fold_lanes): in the combined state,
-    # whose op is not joint, a fold that does not round gets one lane too.
+    # whose op is not joint, a fold that does not round gets one lane too (unless the joint op
+    # keeps lanes: its intermediates are dealt, see _union).
     return dataclasses.replace(fold, rounds=False)
 
 

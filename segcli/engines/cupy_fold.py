@@ -477,7 +477,7 @@ def fold_joint(
     bounds = xp.concatenate((starts, xp.asarray([segs.shape[0]], dtype=np.int64)))
     names = [i.name for i in state.op.intermediates if i.name != _LANE_COUNT]
     # Every lane as (lanes * n, width) rows, contiguous; sorted ids fold into lane 0's rows.
-    arrays = [state.arrays[name].reshape(-1, width) for name in names]
+    arrays = [_lanes_as_rows(state.arrays[name], width) for name in names]
     kernel_arrays = [
         _joint_view(name, array, vals) for name, array in zip(names, arrays, strict=True)
     ]
@@ -502,11 +502,19 @@ def fold_joint(
     if _LANE_COUNT in state.arrays:
         added = xp.zeros_like(counted)
         kernels.scatter("count", ids, None, None, added, segments, width)
-        lane_counts = state.arrays[_LANE_COUNT].reshape(-1, width)
+        lane_counts = _lanes_as_rows(state.arrays[_LANE_COUNT], width)
         lane_counts[: added.shape[0]] += added[:, None]
     for name, array, seen in zip(names, arrays, kernel_arrays, strict=True):
         if _widened(name, array, vals):
             array[...] = seen.astype(array.dtype)  # float16's best, back from float32: exact
+
+
+def _lanes_as_rows(array: Any, width: int) -> Any:
+    """An intermediate ``(lanes, n, width)`` as ``(lanes * n, width)`` rows, a view the
+    kernels write in place (a reshaped copy would lose the writes)."""
+    if not array.flags.c_contiguous:
+        raise ValueError("an intermediate is not contiguous")
+    return array.reshape(-1, width)
 
 
 #: var/std's rows per lane, which the kernel reads (as ``count``) but folds in no pass of its
