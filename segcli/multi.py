@@ -112,7 +112,8 @@ def _rebuilt(
 
 def _alone_fold(fold: ops.Fold) -> ops.Fold:
     # A joint fold keeps one lane, in row order (see ops.fold_lanes): in the combined state,
-    # whose op is not joint, a fold that does not round gets one lane too.
+    # whose op is not joint, a fold that does not round gets one lane too (unless the joint op
+    # keeps lanes: its intermediates are dealt, see _union).
     return dataclasses.replace(fold, rounds=False)
 
 
@@ -133,7 +134,9 @@ def _union(
                 own = {i.name: f"{op.joint}.{i.name}" for i in op.intermediates}
                 joint_parts[key] = Part(op, own)
                 intermediates.extend(
-                    ops.Intermediate(own[i.name], _alone_fold(i.fold), i.acc_dtype)
+                    ops.Intermediate(
+                        own[i.name], _alone_fold(i.fold), i.acc_dtype, dealt=op.joint_lanes
+                    )
                     for i in op.intermediates
                 )
             sources.append(_Source(op, dict(joint_parts[key].names)))

@@ -47,10 +47,14 @@ an op's intermediates one at a time (:meth:`State.per_intermediate`, through
 ``Engine.fold``), each by its kind (``tests/test_op_table.py`` adds a ``range`` op that way).
 A fold that reads another intermediate as it goes is the one new primitive each engine needs:
 a *joint* fold (:attr:`Op.joint`), whose intermediates (:data:`JOINT_FOLDS`) the engine folds
-together, in row order in one lane, and :attr:`Op.merge` merges. var and std keep sums of
-values shifted by the segment's first value; argmin, argmax, first and last keep a value and
-its global row number, so the row order, not the arrival order, decides a merge; logsumexp
-keeps a sum scaled by a power of two. The NumPy engine implements every joint fold
+together, in row order in one lane, and :attr:`Op.merge` merges. A joint op may opt in to
+lanes (:attr:`Op.joint_lanes`): its rows are then dealt to the lanes as the float sums' are,
+each lane folded in row order, and :func:`finalize` merges the lanes in lane order with the
+op's merge. var and std do: per lane, sums of values shifted by the segment's first value in
+that lane, and the values counted there, merged by Chan's rule (a lane with no rows merges as
+the identity). argmin, argmax, first and last keep a value and its global row number, so the
+row order, not the arrival order, decides a merge; logsumexp keeps a sum scaled by a power of
+two (both in one lane). The NumPy engine implements every joint fold
 (``numpy_engine._JOINT_FOLDS``); the numba engine compiles each (logsumexp's around NumPy's
 own ``exp``, so the bytes match); the CuPy engine (``cupy_fold.has_kernel``) has a kernel for
 each and refuses an op it has none for.
@@ -147,15 +151,17 @@ FOLDS: dict[str, Fold] = {
 }
 
 #: The intermediates of joint folds (see :attr:`Op.joint`): an engine folds them together,
-#: in row order in one lane (whether they round or not), and :attr:`Op.merge` merges them;
-#: their ``merge`` ufunc is used by no one.
+#: in row order in one lane (in lanes for an op with :attr:`Op.joint_lanes`), whether they
+#: round or not, and :attr:`Op.merge` merges them; their ``merge`` ufunc is used by no one.
 JOINT_FOLDS: dict[str, Fold] = {
     fold.kind: fold
     for fold in (
-        # var/std: the segment's first value (its shift), and sums of the shifted values.
+        # var/std: per lane, the segment's first value there (its shift), the sums of the
+        # shifted values and the values counted (which Chan's merge weighs the shifts by).
         Fold("shift", np.add, _sum_identity, rounds=False),
         Fold("shifted_sum", np.add, _sum_identity, rounds=True),
         Fold("shifted_squares", np.add, _sum_identity, rounds=True),
+        Fold("shifted_count", np.add, _sum_identity, rounds=False),
         # argmin/argmax: the extreme so far and the first row holding it (-1: none yet).
         Fold("arg_min", np.minimum, _min_identity, rounds=False),
         Fold("arg_max", np.maximum, _max_identity, rounds=False),
@@ -414,11 +420,14 @@ def _merge_pick(row: str, later_wins: bool) -> Callable[..., dict[str, Any]]:
 
 def _merge_moments(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
     """Chan's merge of shifted sums: ``b``'s sums move to ``a``'s shift (its first row is the
-    segment's first); a segment that ``a`` has not seen takes ``b``'s as they are."""
+    segment's first); an element that ``a`` has not seen takes ``b``'s as they are, and one
+    that ``b`` has not seen (an empty lane: its shift unset) keeps ``a``'s exactly.
+
+    Each side's own ``shifted_count`` weighs it (lanes share the state's row count)."""
     xp = array_namespace(a["count"])
-    seen_a = _per_element(a["count"] > 0)[None]
-    seen_b = _per_element(b["count"] > 0)[None]
-    n_b = _per_element(b["count"].astype(np.float64))[None]
+    seen_a = a["shifted_count"] > 0
+    seen_b = b["shifted_count"] > 0
+    n_b = b["shifted_count"].astype(np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         delta = xp.where(seen_a & seen_b, b["shift"] - a["shift"], 0.0)
         moved_sum = b["shifted_sum"] + n_b * delta
@@ -430,6 +439,7 @@ def _merge_moments(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]
         "shifted_squares": xp.where(
             seen_a, a["shifted_squares"] + moved_squares, b["shifted_squares"]
         ),
+        "shifted_count": a["shifted_count"] + b["shifted_count"],
     }
 
 
@@ -444,6 +454,9 @@ class Intermediate:
     fold: Fold
     #: The accumulator dtype for data of a given dtype.
     acc_dtype: Callable[[np.dtype[Any]], np.dtype[Any]]
+    #: Kept in lanes over unsorted ids whatever its fold: a joint op's with
+    #: :attr:`Op.joint_lanes`, once it sits in another op's state (``agg``'s combined op).
+    dealt: bool = False
 
 
 #: Data dtype kinds: real numbers, complex too, and bool too (any, all, count).
@@ -472,6 +485,11 @@ class Op:
     merge: Callable[[Mapping[str, Any], Mapping[str, Any]], dict[str, Any]] | None = field(
         default=None, repr=False
     )
+    #: A joint op whose fold keeps :data:`LANES` lanes over unsorted ids, like float sums
+    #: (rows dealt by global row number, each lane in row order; its intermediates of
+    #: :data:`JOINT_FOLDS` get the lanes), merged in lane order by :attr:`merge` at the end.
+    #: False: one lane, every row in row order.
+    joint_lanes: bool = False
     #: ``--ddof`` of var and std (None: an op that takes none).
     ddof: int | None = None
     #: A holistic op (median, quantile, nunique): it needs a segment's values together, so no
@@ -536,6 +554,7 @@ _MOMENTS = (
     _keeps("shift", _float64),
     _keeps("shifted_sum", _float64),
     _keeps("shifted_squares", _float64),
+    _keeps("shifted_count", _int64),
 )
 
 
@@ -579,6 +598,7 @@ def _moments_op(name: str, ddof: int) -> Op:
         data_kinds=REAL,
         joint="moments",
         merge=_merge_moments,
+        joint_lanes=True,
         ddof=ddof,
     )
 
@@ -806,6 +826,19 @@ def fold_lanes(
     return 1
 
 
+def intermediate_lanes(
+    op: Op, intermediate: Intermediate, acc_dtype: np.dtype[Any], *, sorted_ids: bool
+) -> int:
+    """How many lanes ``op`` keeps of ``intermediate``: a joint op's own intermediates keep
+    :data:`LANES` over unsorted ids where it opts in (:attr:`Op.joint_lanes`), else one;
+    the others as :func:`fold_lanes` says."""
+    if sorted_ids:
+        return 1
+    if intermediate.dealt or (op.joint_lanes and intermediate.fold.kind in JOINT_FOLDS):
+        return LANES
+    return fold_lanes(intermediate.fold, acc_dtype, sorted_ids=False, joint=op.joint is not None)
+
+
 def lane_pieces(first_row: int, rows: int, lanes: int) -> list[tuple[int, int, int]]:
     """``(start, stop, lane)`` for the runs of a block of ``rows`` rows starting at global row
     ``first_row``: block-local ranges, in row order, each within one lane."""
@@ -954,9 +987,7 @@ def state_bytes(
     per_segment = 8 + op.out_dtype(data_dtype).itemsize * inner_size(inner_shape)
     for intermediate in op.intermediates:
         acc_dtype = intermediate.acc_dtype(np.dtype(data_dtype))
-        lanes = fold_lanes(
-            intermediate.fold, acc_dtype, sorted_ids=sorted_ids, joint=op.joint is not None
-        )
+        lanes = intermediate_lanes(op, intermediate, acc_dtype, sorted_ids=sorted_ids)
         per_segment += lanes * acc_dtype.itemsize * inner_size(inner_shape)
     return num_segments * per_segment
 
@@ -978,9 +1009,7 @@ def new_state(
     for intermediate in op.intermediates:
         acc_dtype = intermediate.acc_dtype(np.dtype(data_dtype))
         if lanes is None:
-            kept = fold_lanes(
-                intermediate.fold, acc_dtype, sorted_ids=sorted_ids, joint=op.joint is not None
-            )
+            kept = intermediate_lanes(op, intermediate, acc_dtype, sorted_ids=sorted_ids)
         else:
             kept = lanes
         shape = (kept, num_segments, inner_size(inner_shape))
@@ -1101,8 +1130,7 @@ def finalize(state: State, fill: Any = None) -> np.ndarray:
     count = np.asarray(state.count)
     empty = count == 0
     parts: dict[str, np.ndarray] = {"count": count}
-    for intermediate in op.intermediates:
-        parts[intermediate.name] = merged_lanes(state, intermediate)
+    parts.update(_merged_intermediates(state))
     if op.skipna_of is not None:  # an element with no present value is empty
         empty = (parts["present"] == 0).reshape((state.num_segments, *state.inner_shape))
     # Merged lanes are new arrays; a single lane is the state's own, never written to.
@@ -1117,6 +1145,36 @@ def finalize(state: State, fill: Any = None) -> np.ndarray:
     if empty.any():
         fill_empty(result, empty, fill_value)
     return result
+
+
+def _merged_intermediates(state: State) -> dict[str, np.ndarray]:
+    """Each intermediate with its lanes merged in lane order, ``(n, inner_size)``: by its
+    fold's merge, or, where a joint op keeps lanes (:attr:`Op.joint_lanes`), by the op's own
+    merge, lane after lane (an intermediate of one lane meets its identity there)."""
+    op = state.op
+    laned = op.joint_lanes or any(i.dealt for i in op.intermediates)
+    if op.merge is None or not laned or state.lanes == 1:
+        return {i.name: merged_lanes(state, i) for i in op.intermediates}
+    merged = _lane_arrays(state, 0)
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, as a row-order fold gives
+        for lane in range(1, state.lanes):
+            merged = op.merge(merged, _lane_arrays(state, lane))
+    return {i.name: np.asarray(merged[i.name])[0] for i in op.intermediates}
+
+
+def _lane_arrays(state: State, lane: int) -> dict[str, Any]:
+    """Lane ``lane`` of a host state as the arrays of a state of its own (one lane each); the
+    rows are all counted in lane 0's."""
+    count = np.asarray(state.count)
+    arrays: dict[str, Any] = {"count": count if lane == 0 else np.zeros_like(count)}
+    for intermediate in state.op.intermediates:
+        array = np.asarray(state.arrays[intermediate.name])
+        if array.shape[0] > 1 or lane == 0:
+            arrays[intermediate.name] = array[lane : lane + 1]
+        else:
+            identity = intermediate.fold.identity(array.dtype)
+            arrays[intermediate.name] = np.full_like(array, identity)
+    return arrays
 
 
 def fill_empty(result: np.ndarray, empty: np.ndarray, fill_value: Any) -> None:

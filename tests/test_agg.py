@@ -109,6 +109,32 @@ def test_every_engine_folds_the_combined_state_like_the_single_ops(tmp_path, eng
             assert got[name].tobytes() == np.load(single).tobytes(), name
 
 
+@pytest.mark.usefixtures("short_lanes")
+@pytest.mark.parametrize("skipna", [False, True], ids=["nan", "skipna"])
+@pytest.mark.parametrize("chunk", [None, 3])
+def test_var_std_beside_other_ops_keep_the_single_op_lanes(tmp_path, engine, chunk, skipna):
+    """var/std's lanes (dealt every 5 rows here) sit beside the float sums' in the combined
+    state and merge alike: the single ops' bytes, in memory and streamed, NaN left in or out."""
+    rng = np.random.default_rng(8)
+    values = 1e4 + rng.normal(size=(60, 2)) * rng.choice([1e-3, 1.0, 1e3], (60, 1))
+    values[rng.choice(60, 6, replace=False), rng.integers(0, 2, 6)] = np.nan
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, values)
+    np.save(ids, rng.integers(-1, 5, size=60))
+    names = ["sum", "var", "mean", "std", "argmin", "min"]
+    args = ["--engine", engine, "-q"]
+    args += [] if chunk is None else ["--chunk-rows", chunk]
+    args += ["--skipna"] if skipna else []
+    out = tmp_path / "all.npz"
+    result = run("agg", data, ids, "--op", ",".join(names), "-o", out, *args)
+    assert result.exit_code == 0, result.stderr
+    with np.load(out) as got:
+        for name in names:
+            single = tmp_path / f"{name}.npy"
+            assert run(name, data, ids, "-o", single, *args).exit_code == 0
+            assert got[name].tobytes() == np.load(single).tobytes(), name
+
+
 @pytest.mark.parametrize("chunk", [None, 1, 4])
 def test_joint_ops_with_ddof_give_the_single_op_bytes(tmp_path, chunk):
     rng = np.random.default_rng(9)
@@ -142,10 +168,15 @@ def test_joint_ops_keep_their_intermediates_once():
     names = [i.name for i in op.intermediates]
     assert names.count("moments.shift") == 1 and names.count("sum") == 1
     assert [part.op.name for part in op.parts] == ["agg", "var", "argmin"]
-    # one lane each for the joint ones: they fold in row order
+    # argmin's fold keeps one lane, in row order; var's keeps lanes like the float sums
     state = ops.new_state(op, 3, (), np.dtype(np.float32))
-    assert state.arrays["moments.shifted_sum"].shape[0] == 1
+    assert state.arrays["argmin.arg_row"].shape[0] == 1
+    assert state.arrays["moments.shifted_sum"].shape[0] == ops.LANES
+    assert state.arrays["moments.shifted_count"].shape[0] == ops.LANES
     assert state.arrays["sum"].shape[0] == ops.LANES
+    # sorted ids keep one lane for all of them
+    state = ops.new_state(op, 3, (), np.dtype(np.float32), sorted_ids=True)
+    assert {array.shape[0] for array in state.arrays.values() if array.ndim == 3} == {1}
 
 
 def test_combined_ops_come_back_from_pickling_as_themselves():

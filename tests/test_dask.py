@@ -796,8 +796,10 @@ def test_bad_input_on_a_local_cluster_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("short_lanes")
-def test_partitions_deal_rows_to_lanes_by_global_row(tmp_path: Path) -> None:
-    """A partition's float sums fold each row into the lane of its global row number."""
+@pytest.mark.parametrize("op", ["sum", "var"])
+def test_partitions_deal_rows_to_lanes_by_global_row(tmp_path: Path, op: str) -> None:
+    """A partition's float sums (and var's shifted sums) fold each row into the lane of its
+    global row number."""
     rng = np.random.default_rng(11)
     data = rng.normal(size=(37,)) * rng.choice([1e-6, 1.0, 1e6], 37)
     ids = rng.integers(0, 4, 37)
@@ -806,16 +808,17 @@ def test_partitions_deal_rows_to_lanes_by_global_row(tmp_path: Path) -> None:
         np.save(tmp_path / f"d-{k}.npy", data[a:b])
         np.save(tmp_path / f"i-{k}.npy", ids[a:b])
     plan = seg_dask.plan_run(
-        spec(op="sum", data=str(tmp_path / "d-*.npy"), ids=str(tmp_path / "i-*.npy"))
+        spec(op=op, data=str(tmp_path / "d-*.npy"), ids=str(tmp_path / "i-*.npy"))
     )
-    job = distributed_tasks.Job("sum", 4, sorted_ids=False, elements=data.size)
+    job = distributed_tasks.Job(op, 4, sorted_ids=False, elements=data.size)
     engine = get_engine("numpy")
     for part, (a, b) in zip(plan.partitions, itertools.pairwise(cuts), strict=True):
         got = distributed_tasks.run_partition(part, job).state
         assert got is not None and got.lanes == 2
-        want = ops.new_state(ops.get_op("sum"), 4, (), data.dtype, first_row=a)
+        want = ops.new_state(ops.get_op(op), 4, (), data.dtype, first_row=a)
         engine.fold(want, data[a:b].reshape(-1, 1), ids[a:b], sorted_ids=False)
-        assert got.acc.tobytes() == want.acc.tobytes(), (a, b)
+        for name, array in want.arrays.items():
+            assert got.arrays[name].tobytes() == array.tobytes(), (a, b, name)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -371,6 +371,34 @@ def test_numba_lanes_on_threads_and_blocks_give_numpy_bytes(
         assert fold_in_blocks("numba", data, ids, 6, op, cuts, sorted_ids=sorted_ids) == want
 
 
+@needs_numba
+@pytest.mark.usefixtures("numba_parallel", "short_lanes")
+@pytest.mark.parametrize("packed", [True, False], ids=["small-state", "large-state"])
+@pytest.mark.parametrize("inner", [(), (3,), (0,)], ids=["1-D", "2-D", "no-columns"])
+@pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
+def test_numba_var_lanes_give_numpy_bytes_on_each_path(
+    monkeypatch: pytest.MonkeyPatch, packed: bool, inner: tuple[int, ...], sorted_ids: bool
+) -> None:
+    """var's kernels, packed (a state that fits the cache) or one array per intermediate, on
+    threads per lane and across blocks: the NumPy engine's bytes, NaN and inf included."""
+    from segcli.engines import numba_engine
+
+    if not packed:
+        monkeypatch.setattr(numba_engine, "_CACHE_BYTES", 0)
+    rng = np.random.default_rng(12)
+    data = 1e5 + rng.standard_normal((400, *inner)) * rng.choice([1e-3, 1.0, 1e3], 400).reshape(
+        (400,) + (1,) * len(inner)
+    )
+    if data.size:
+        data.reshape(-1)[rng.choice(data.size, 4, replace=False)] = [np.nan, np.inf, -np.inf, 0]
+    ids = make_ids(rng, (400,), 7, sorted_ids)
+    for op in ("var", "std"):
+        want = fold_in_blocks("numpy", data, ids, 7, op, [], sorted_ids=sorted_ids)
+        for cuts in ([], [3, 4, 199, 300], list(range(7, 400, 7))):
+            got = fold_in_blocks("numba", data, ids, 7, op, cuts, sorted_ids=sorted_ids)
+            assert got == want, (op, cuts)
+
+
 def test_lanes_only_where_the_order_matters() -> None:
     f32, i32 = np.dtype(np.float32), np.dtype(np.int32)
     lanes = {
@@ -383,6 +411,10 @@ def test_lanes_only_where_the_order_matters() -> None:
     assert lanes["mean", "float32"] == lanes["sqrt_n", "float32"] == 2
     assert lanes["min", "float32"] == lanes["max", "float32"] == 1
     assert lanes["sum", "int32"] == lanes["mean", "int32"] == lanes["count", "float32"] == 1
+    # var/std opt in to lanes for their joint fold (any data dtype); argmin keeps row order
+    assert lanes["var", "float32"] == lanes["std", "int32"] == 2
+    assert lanes["argmin", "float32"] == lanes["logsumexp", "float32"] == 1
+    assert ops.new_state(ops.get_op("var"), 3, (), f32, sorted_ids=True).lanes == 1
     sorted_sum = ops.new_state(ops.get_op("sum"), 3, (), f32, sorted_ids=True)
     assert sorted_sum.lanes == 1  # sorted ids fold in row order: no second lane to allocate
     assert ops.state_bytes(ops.get_op("sum"), 10, (), f32, sorted_ids=True) < ops.state_bytes(

@@ -1024,8 +1024,8 @@ def test_library_through_the_cuda_sources_matches_numpy_engine(
 
 @pytest.mark.parametrize("op", JOINT_OPS)
 def test_joint_folds_take_one_path_whatever_the_options(op: str) -> None:
-    """Every joint fold goes through seg_joint in row order, then counts; the options for float
-    sums change nothing."""
+    """Every joint fold goes through seg_joint in row order, then counts (var/std count each
+    lane's rows too); the options for float sums change nothing."""
     data, ids = make_inputs("float32", 200, 2, 5, sorted_ids=False, seed=11)
     want = numpy_engine_fold(op, data, ids, 5, False)
     for options in (FoldOptions(), FoldOptions(tree_reduce=True), FoldOptions(fast_atomics=True)):
@@ -1033,7 +1033,8 @@ def test_joint_folds_take_one_path_whatever_the_options(op: str) -> None:
         got = cpu_fold(op, data, ids, 5, sorted_ids=False, options=options, kernels=kernels)
         assert got.tobytes() == want.tobytes()
         gathered = op not in ("first", "last")  # narrow rows, read in segment order
-        assert kernels.calls == [f"joint:{ops.OPS[op].joint}:True:{gathered}", "scatter:count"]
+        counts = ["scatter:count"] * (2 if ops.OPS[op].joint_lanes else 1)
+        assert kernels.calls == [f"joint:{ops.OPS[op].joint}:True:{gathered}", *counts]
 
 
 @pytest.mark.parametrize("op", EDGE_OPS)

@@ -12,7 +12,7 @@ import pytest
 
 import segcli
 from segcli import ops
-from segcli.engines import cupy_fold
+from segcli.engines import cupy_fold, get_engine
 from segcli.errors import UsageError
 from tests.entry import run_main
 
@@ -66,6 +66,60 @@ def test_var_bytes_do_not_depend_on_blocks_lanes_or_engines(engine: str) -> None
     ids = rng.integers(-1, 7, 5_000)
     want = reduce(data, ids, 7, "var", engine="numpy")
     assert reduce(data, ids, 7, "var", engine=engine).tobytes() == want.tobytes()
+
+
+def lane_rule_var(data: np.ndarray, ids: np.ndarray, n: int, lane_rows: int) -> np.ndarray:
+    """The documented rule, written out: row r folds into lane (r // lane_rows) % 2 in row
+    order (per lane: the segment's first value there as its shift, the shifted sums and the
+    count), lane 1 merges into lane 0 by Chan's rule, and var is m2 / count, in float64."""
+    lanes = [{"shift": [0.0] * n, "s": [0.0] * n, "q": [0.0] * n, "c": [0] * n} for _ in "ab"]
+    for row, (value, g) in enumerate(zip(data.tolist(), ids.tolist(), strict=True)):
+        if 0 <= g < n:
+            lane = lanes[(row // lane_rows) % 2]
+            if lane["c"][g] == 0:
+                lane["shift"][g] = value
+            d = value - lane["shift"][g]
+            lane["s"][g], lane["q"][g] = lane["s"][g] + d, lane["q"][g] + d * d
+            lane["c"][g] += 1
+    a, b = lanes
+    result = []
+    for g in range(n):
+        s, q, c = a["s"][g], a["q"][g], a["c"][g] + b["c"][g]
+        if a["c"][g] and b["c"][g]:
+            delta, n_b = b["shift"][g] - a["shift"][g], float(b["c"][g])
+            s = s + (b["s"][g] + n_b * delta)
+            q = q + (b["q"][g] + 2.0 * delta * b["s"][g] + n_b * delta * delta)
+        elif b["c"][g]:  # lane 0 saw none of the segment's rows: lane 1's sums as they are
+            s, q = b["s"][g], b["q"][g]
+        m2 = max(q - s * (s / max(c, 1)), 0.0)
+        result.append(m2 / max(c, 1) if c else 0.0)
+    return np.array(result)
+
+
+@pytest.mark.usefixtures("short_lanes")
+@pytest.mark.parametrize("op", ["var", "std"])
+def test_var_std_follow_the_lane_rule_whatever_the_blocks(engine: str, op: str) -> None:
+    """var/std keep two lanes like the float sums (rows dealt 5 at a time here): each engine
+    gives the written-out rule's bytes, folded whole or in blocks that cut the lanes' runs
+    mid-way; a segment all in one lane merges the other, empty one exactly (no NaN)."""
+    rng = np.random.default_rng(21)
+    data = 1e6 + rng.standard_normal(300) * rng.choice([1e-3, 1.0, 1e3], 300)
+    ids = rng.integers(-1, 4, 300)
+    ids[:5], ids[5:] = 4, np.where(ids[5:] == 4, 0, ids[5:])  # segment 4: lane 0's rows only
+    want = lane_rule_var(data, ids, 6, 5)
+    one_lane = lane_rule_var(data, ids, 6, len(data))  # every row in lane 0, in row order
+    assert want[4] == one_lane[4] and want[5] == 0.0
+    assert want.tobytes() != one_lane.tobytes()  # the case tells the lane rule apart
+    np.testing.assert_allclose(want[:4], [np.var(data[ids == g]) for g in range(4)], rtol=1e-9)
+    if op == "std":
+        want = np.sqrt(want)
+    impl = get_engine(engine)
+    for cuts in ([], [3, 4, 7, 131, 299], list(range(7, 300, 7)), list(range(1, 300))):
+        state = impl.new_state(ops.get_op(op), 6, (), data.dtype)
+        for start, stop in zip([0, *cuts], [*cuts, 300], strict=True):
+            impl.fold(state, data[start:stop, None], ids[start:stop], sorted_ids=False)
+        got = ops.finalize(state.to_host())
+        assert got.tobytes() == want.tobytes(), cuts
 
 
 def test_count_at_most_ddof_gives_nan_and_empty_gives_the_fill(engine: str) -> None:

@@ -32,7 +32,9 @@ How one block of rows folds into the state (:func:`fold_block`):
 - The joint folds (var, std, argmin, argmax, first, last, logsumexp; see :mod:`segcli.ops`)
   read one intermediate while folding another, so each segment folds in row order whatever
   the options (:func:`fold_joint`): the stable sort groups the rows, one thread per (segment,
-  column) walks them with their global row numbers, then the rows are counted. That is the
+  column) walks them with their global row numbers, then the rows are counted. var/std keep
+  lanes (:attr:`segcli.ops.Op.joint_lanes`): lane k of segment g is grouped as the virtual
+  segment ``k * n + g``, as the ordered float sums do, and each lane's rows counted. That is the
   NumPy engine's sequence of operations; only logsumexp's ``exp`` is CUDA's own, which can
   round a term one bit away from NumPy's.
 """
@@ -451,7 +453,15 @@ def fold_joint(
     fold = state.op.joint
     assert fold is not None
     n, width = state.num_segments, int(data.shape[1])
-    order, segs = sort_rows(ids, n, sorted_ids, xp)
+    lanes = 1 if sorted_ids else state.lanes
+    segments = n
+    if lanes > 1:
+        # Lane k of segment g is the virtual segment k * n + g, as in fold_block's ordered
+        # path: grouping by it folds each lane's rows in row order.
+        lane_of = ops.row_lanes(first_row, int(ids.shape[0]), lanes, xp)
+        segments = lanes * n
+        ids = xp.where(valid_rows(ids, n, xp), ids.astype(np.int64) + lane_of * n, segments)
+    order, segs = sort_rows(ids, segments, sorted_ids, xp)
     if segs.shape[0] == 0:
         return
     if fold in ("first", "last"):
@@ -465,11 +475,17 @@ def fold_joint(
         vals = vals[order]  # as in fold_block: narrow rows read contiguously, same bits
     starts, _ = piece_starts(segs, 0, xp)
     bounds = xp.concatenate((starts, xp.asarray([segs.shape[0]], dtype=np.int64)))
-    names = [i.name for i in state.op.intermediates]
-    arrays = [state.arrays[name][0] for name in names]  # one lane, (n, width), contiguous
+    names = [i.name for i in state.op.intermediates if i.name != _LANE_COUNT]
+    # Every lane as (lanes * n, width) rows, contiguous; sorted ids fold into lane 0's rows.
+    arrays = [_lanes_as_rows(state.arrays[name], width) for name in names]
     kernel_arrays = [
         _joint_view(name, array, vals) for name, array in zip(names, arrays, strict=True)
     ]
+    counted = state.count
+    if _LANE_COUNT in state.arrays:
+        # Each lane's own rows before this block: a lane with none takes its first value as
+        # the shift. Columns are counted alike (--skipna folds one column at a time).
+        counted = xp.ascontiguousarray(state.arrays[_LANE_COUNT].reshape(-1, width)[:, 0])
     kernels.joint(
         fold,
         value_type,
@@ -478,14 +494,32 @@ def fold_joint(
         gathered,
         bounds,
         segs[starts],
-        state.count,
+        counted,
         (*kernel_arrays, kernel_arrays[-1])[:3],  # two-intermediate folds leave a2 unread
         width,
         first_row,
     )
+    if _LANE_COUNT in state.arrays:
+        added = xp.zeros_like(counted)
+        kernels.scatter("count", ids, None, None, added, segments, width)
+        lane_counts = _lanes_as_rows(state.arrays[_LANE_COUNT], width)
+        lane_counts[: added.shape[0]] += added[:, None]
     for name, array, seen in zip(names, arrays, kernel_arrays, strict=True):
         if _widened(name, array, vals):
             array[...] = seen.astype(array.dtype)  # float16's best, back from float32: exact
+
+
+def _lanes_as_rows(array: Any, width: int) -> Any:
+    """An intermediate ``(lanes, n, width)`` as ``(lanes * n, width)`` rows, a view the
+    kernels write in place (a reshaped copy would lose the writes)."""
+    if not array.flags.c_contiguous:
+        raise ValueError("an intermediate is not contiguous")
+    return array.reshape(-1, width)
+
+
+#: var/std's rows per lane, which the kernel reads (as ``count``) but folds in no pass of its
+#: own: an atomic count after it.
+_LANE_COUNT = "shifted_count"
 
 
 def _joint_view(name: str, array: Any, vals: Any) -> Any:

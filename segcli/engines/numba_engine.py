@@ -15,8 +15,9 @@ on a 2-core machine (see ``benchmarks/``):
   run folds in a register, eight long runs side by side (W3), short ones one after another.
 - the joint and logical folds (:mod:`segcli.engines.numba_stats`): argmin, argmax, first,
   last, any and all cannot depend on the order either, and fold like min (private states,
-  merged by the op's own merge); var/std's shifted sums fold on one thread in row order;
-  logsumexp's fold too, while a second thread prepares the next chunk's ``exp`` (NumPy's own).
+  merged by the op's own merge); var/std's shifted sums keep lanes like float sums, one
+  thread per lane (a small state of 1-D rows packed per segment); logsumexp folds on one
+  thread in row order, while a second thread prepares the next chunk's ``exp`` (NumPy's own).
 
 Complex sums fold as pairs of float columns (the same additions); complex products go to the
 NumPy engine; float16 is widened to float32 a chunk at a time (exact). The engine also offers
@@ -82,7 +83,9 @@ def _has_kernel(fold: ops.Fold | None) -> bool:
     return fold is None or fold.kind in _KERNEL_KINDS
 
 
-def _fold_joint(state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int) -> bool:
+def _fold_joint(
+    state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int, sorted_ids: bool
+) -> bool:
     """The compiled joint and logical folds (:mod:`segcli.engines.numba_stats`), in row order;
     False where none applies (float16, and the ops of the kernels).
 
@@ -98,8 +101,11 @@ def _fold_joint(state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: 
     if primitive == "logsumexp":
         _fold_logsumexp(data, ids, flat_intermediates(state), state.count)
         return True
+    if primitive == "moments":
+        _fold_moments(state, data, ids, first_row, sorted_ids)
+        return True
     # A private state costs its size twice (made, merged): worth it for many rows per element.
-    shared = primitive == "moments" or state.count.size * data.shape[1] * 4 > data.size
+    shared = state.count.size * data.shape[1] * 4 > data.size
     slices = _splits(ids.shape[0], 1 if shared else _parts_for(data.size))
     states = [state] + [
         ops.new_state(op, state.num_segments, state.inner_shape, state.data_dtype)
@@ -139,15 +145,96 @@ def _fold_stats(
         fold = numba_stats.fold_pick if column is None else numba_stats.fold_pick_column
         values = data if column is None else column
         fold(values, ids, flat["picked"], flat[row], count, first_row, primitive == "last")
-    elif primitive == "moments":
-        sums, squares = flat["shifted_sum"], flat["shifted_squares"]
-        if column is None:
-            numba_stats.fold_moments(data, ids, flat["shift"], sums, squares, count)
-        else:
-            numba_stats.fold_moments_column(column, ids, flat["shift"], sums, squares, count)
     else:
         fold = numba_stats.fold_logical if column is None else numba_stats.fold_logical_column
         fold(data if column is None else column, ids, flat[primitive], count, primitive == "all")
+
+
+def _fold_moments(
+    state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int, sorted_ids: bool
+) -> None:
+    """var/std's shifted sums: one thread per lane with rows in this block, each folding its
+    lane's rows in row order (sorted ids: every row into lane 0, on this thread)."""
+    from segcli.engines import numba_stats
+
+    if data.shape[1] == 0:  # rows without values: counted only
+        kernels.count_ids(ids, state.count)
+        return
+    lanes = 1 if sorted_ids else state.lanes
+    arrays = [_lanes_flat(state.arrays[name]) for name in _MOMENTS]
+    head = min(ids.shape[0], lanes * ops.LANE_ROWS)
+    present = sorted({lane for _, _, lane in ops.lane_pieces(first_row, head, lanes)})
+    if len(present) < 2 or _parts_for(data.size) == 1:
+        present = [-1]
+    if data.shape[1] == 1 and state.num_segments * 32 <= _CACHE_BYTES:
+        _fold_moments_packed(state, data[:, 0], ids, arrays, first_row, lanes, present)
+        return
+    # The rows each lane counts: its first column's (--skipna folds one column at a time).
+    before = arrays[3][:, :: data.shape[1]].copy()
+    column = data.shape[1] == 1
+    fold = numba_stats.fold_moments_column if column else numba_stats.fold_moments
+    values = data[:, 0] if column else data
+    _run(
+        [
+            partial(fold, values, ids, *arrays, first_row, ops.LANE_ROWS, lanes, lane)
+            for lane in present
+        ]
+    )
+    state.count += (arrays[3][:, :: data.shape[1]] - before).sum(axis=0)
+
+
+#: var/std's intermediates, in the order the moments kernels take them.
+_MOMENTS = ("shift", "shifted_sum", "shifted_squares", "shifted_count")
+
+
+def _fold_moments_packed(
+    state: ops.State,
+    column: np.ndarray,
+    ids: np.ndarray,
+    arrays: list[np.ndarray],
+    first_row: int,
+    lanes: int,
+    present: list[int],
+) -> None:
+    """1-D rows into a small state: each lane's four intermediates packed side by side per
+    segment (the lanes apart, so two threads never share a cache line), folded, unpacked."""
+    from segcli.engines import numba_stats
+
+    n = state.num_segments
+    packed = _apart((arrays[0].shape[0], n, 4))
+    for k, array in enumerate(arrays):
+        packed[..., k] = array
+    whole = packed.base  # C-contiguous, lanes apart: the kernel's own layout
+    assert whole is not None and whole.flags.c_contiguous
+    _run(
+        [
+            partial(
+                numba_stats.fold_moments_packed,
+                column,
+                ids,
+                whole,
+                n,
+                first_row,
+                ops.LANE_ROWS,
+                lanes,
+                lane,
+            )
+            for lane in present
+        ]
+    )
+    rows = packed[..., 3].astype(np.int64)
+    state.count += (rows - arrays[3]).sum(axis=0)
+    for k, array in enumerate(arrays):
+        array[...] = rows if k == 3 else packed[..., k]
+
+
+def _lanes_flat(array: np.ndarray) -> np.ndarray:
+    """An intermediate ``(lanes, n, width)`` as a ``(lanes, n * width)`` view, written in
+    place."""
+    view = array.reshape(array.shape[0], -1)
+    if view.size and not np.shares_memory(view, array):  # a copy would lose the writes
+        raise ValueError("an intermediate is not contiguous")
+    return view
 
 
 #: The primitives :func:`_fold_joint` compiles (joint folds and logical folds).
@@ -590,7 +677,7 @@ class NumbaEngine(Engine):
     ) -> None:
         if ids.shape[0] == 0 or state.num_segments == 0:
             return
-        if _fold_joint(state, data, ids, first_row):
+        if _fold_joint(state, data, ids, first_row, sorted_ids):
             return
         if state.op.joint is not None or not _has_kernel(state.op.fold):
             # No compiled kernel for this primitive (yet): the NumPy engine's fold, which

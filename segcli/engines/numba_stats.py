@@ -1,9 +1,10 @@
 """Compiled joint folds of the numba engine: argmin/argmax, first/last, var/std (shifted sums)
 and any/all (imported only by :mod:`segcli.engines.numba_engine`).
 
-Each kernel walks a block's rows once, in row order, on the calling thread: the same steps in
-the same order as the NumPy engine's ``ufunc.at`` folds (see :mod:`segcli.engines.numpy_engine`),
-so the results are the same bytes whatever the block split. Ids are compared as
+Each kernel walks a block's rows once, in row order, on the calling thread (the moments
+kernels: the rows of one lane, or of each lane in turn): the same steps in the same order as
+the NumPy engine's ``ufunc.at`` folds (see :mod:`segcli.engines.numpy_engine`), so the results
+are the same bytes whatever the block split or thread. Ids are compared as
 ``np.uint64(id) < n``, as in :mod:`segcli.engines.numba_kernels`: one test skips the rows to
 drop on either side. logsumexp's ``exp`` must be NumPy's own to keep the bytes: its kernels
 prepare each value's argument of ``exp`` and fold the results, and NumPy takes the ``exp``
@@ -17,6 +18,8 @@ from typing import Any
 
 import numpy as np
 from numba import njit
+
+from segcli.engines.numba_kernels import lane_piece
 
 _JIT: dict[str, Any] = {"cache": True, "nogil": True}
 
@@ -64,41 +67,105 @@ def fold_pick(data, ids, picked, row, count, first_row, latest):  # type: ignore
 
 
 @njit(**_JIT)
-def fold_moments(data, ids, shift, shifted_sum, squares, count):  # type: ignore[no-untyped-def]
-    """Sums of the values shifted by the segment's first value, in float64."""
-    n = count.shape[0]
+def fold_moments(  # type: ignore[no-untyped-def]
+    data, ids, shift, shifted_sum, squares, counted, first_row, lane_rows, lanes, lane
+):
+    """Per lane, sums of the values shifted by the lane's first value of the segment, in
+    float64 (``shift``, ``shifted_sum``, ``squares`` and ``counted``, the lane's values per
+    element, are ``(lanes, n * width)``; the caller takes the rows from ``counted``). Rows go
+    to their lane as ``segcli.ops`` deals them (``lanes`` 1: all to lane 0); ``lane`` >= 0
+    folds that lane's rows only (one thread per lane), -1 every lane's."""
     width = data.shape[1]
-    for r in range(data.shape[0]):
-        g = ids[r]
-        if np.uint64(g) >= np.uint64(n):
+    n = counted.shape[1] // width if width else 0
+    rows = data.shape[0]
+    p = 0
+    while p < rows:
+        end, k = lane_piece(first_row, p, rows, lane_rows, lanes)
+        if lane >= 0 and k != lane:
+            p = end
             continue
-        fresh = count[g] == 0
-        count[g] += 1
-        for j in range(width):
-            k = g * width + j
-            x = np.float64(data[r, j])
-            if fresh:
-                shift[k] = x
-            d = x - shift[k]
-            shifted_sum[k] += d
-            squares[k] += d * d
+        for r in range(p, end):
+            g = ids[r]
+            if np.uint64(g) >= np.uint64(n):
+                continue
+            for j in range(width):
+                e = g * width + j
+                x = np.float64(data[r, j])
+                if counted[k, e] == 0:
+                    shift[k, e] = x
+                counted[k, e] += 1
+                d = x - shift[k, e]
+                shifted_sum[k, e] += d
+                squares[k, e] += d * d
+        p = end
 
 
 @njit(**_JIT)
-def fold_moments_column(column, ids, shift, shifted_sum, squares, count):  # type: ignore[no-untyped-def]
-    """:func:`fold_moments` for 1-D data, without the inner loop (measured 1.5x faster)."""
-    n = count.shape[0]
+def _moments_column_run(column, ids, shift, shifted_sum, squares, counted):  # type: ignore[no-untyped-def]
+    """One lane's rows of 1-D data into its own (C-contiguous) intermediates."""
+    n = counted.shape[0]
     for r in range(column.shape[0]):
         g = ids[r]
         if np.uint64(g) >= np.uint64(n):
             continue
         x = np.float64(column[r])
-        if count[g] == 0:
+        if counted[g] == 0:
             shift[g] = x
-        count[g] += 1
+        counted[g] += 1
         d = x - shift[g]
         shifted_sum[g] += d
         squares[g] += d * d
+
+
+@njit(**_JIT)
+def fold_moments_column(  # type: ignore[no-untyped-def]
+    column, ids, shift, shifted_sum, squares, counted, first_row, lane_rows, lanes, lane
+):
+    """:func:`fold_moments` for 1-D data, a lane's run at a time through its own slices
+    (measured 1.5x faster than the inner loop over the width)."""
+    rows = column.shape[0]
+    p = 0
+    while p < rows:
+        end, k = lane_piece(first_row, p, rows, lane_rows, lanes)
+        if lane < 0 or k == lane:
+            _moments_column_run(
+                column[p:end], ids[p:end], shift[k], shifted_sum[k], squares[k], counted[k]
+            )
+        p = end
+
+
+@njit(**_JIT)
+def _moments_run(column, ids, acc, n):  # type: ignore[no-untyped-def]
+    """One lane's rows into its packed ``(n, 4)`` state (C-contiguous: a loop over such a
+    slice measured 1.3x faster than one indexing the lanes' array)."""
+    for r in range(ids.shape[0]):
+        g = ids[r]
+        if np.uint64(g) >= np.uint64(n):
+            continue
+        x = np.float64(column[r])
+        seen = acc[g, 3]
+        if seen == 0.0:
+            acc[g, 0] = x
+        d = x - acc[g, 0]
+        acc[g, 1] += d
+        acc[g, 2] += d * d
+        acc[g, 3] = seen + 1.0
+
+
+@njit(**_JIT)
+def fold_moments_packed(column, ids, packed, n, first_row, lane_rows, lanes, lane):  # type: ignore[no-untyped-def]
+    """:func:`fold_moments_column` into a packed state: ``packed[k, g]`` (C-contiguous, ``g``
+    below ``n``; rows past it pad the lanes apart) holds lane ``k``'s shift, shifted sum, sum
+    of squares and rows of segment ``g`` side by side (the rows in float64: exact to 2**53),
+    so a row touches one cache line instead of five arrays. The same additions in the same
+    order: the same bits."""
+    rows = column.shape[0]
+    p = 0
+    while p < rows:
+        end, k = lane_piece(first_row, p, rows, lane_rows, lanes)
+        if lane < 0 or k == lane:
+            _moments_run(column[p:end], ids[p:end], packed[k], n)
+        p = end
 
 
 @njit(**_JIT)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import ClassVar
 
 import numpy as np
@@ -111,7 +112,7 @@ class NumpyEngine(Engine):
         if ids.size == 0:
             return
         if state.op.joint is not None:
-            _fold_joint(state, data, ids, first_row)
+            _fold_joint(state, data, ids, first_row, sorted_ids)
             return
         if not sorted_ids:
             lanes = ops.lane_pieces(first_row, ids.size, state.lanes)
@@ -314,7 +315,7 @@ def _fold_rows(ufunc: np.ufunc, acc: np.ndarray, values: np.ndarray, ids: np.nda
         ufunc.at(flat_acc, flat_index, values[start : start + step].reshape(-1))
 
 
-# --- joint folds: every intermediate of the op at once, in row order, one lane --------------
+# --- joint folds: every intermediate of the op at once, in row order (per lane) ------------
 
 
 @dataclass
@@ -348,26 +349,47 @@ class _JointBlock:
     data: np.ndarray
     ids: np.ndarray
     first_row: int
+    #: Sorted ids fold every row into lane 0 (see segcli.ops).
+    sorted_ids: bool = False
 
     @property
     def width(self) -> int:
         return int(self.data.shape[1])
 
-    def chunks(self, *, reverse: bool = False) -> Iterator[_Chunk]:
-        """The block a chunk at a time (last chunk first with ``reverse``)."""
+    def lane_pieces(self) -> list[tuple[int, int, int]]:
+        """``(start, stop, lane)`` of the block's runs of rows, each within one lane of the
+        state (:attr:`segcli.ops.Op.joint_lanes`); one piece into lane 0 for one lane."""
+        lanes = 1 if self.sorted_ids else self.state.lanes
+        return ops.lane_pieces(self.first_row, int(self.ids.size), lanes)
+
+    def chunks(
+        self, *, reverse: bool = False, rows: tuple[int, int] | None = None
+    ) -> Iterator[_Chunk]:
+        """The block (or its ``rows``, a range) a chunk at a time (last chunk first with
+        ``reverse``)."""
         step = max(1, _CHUNK_ELEMENTS // max(1, self.width))
-        starts = range(0, self.ids.size, step)
-        # One pass over the block's ids says whether any chunk has rows to drop.
-        drops = self.ids.size > 0 and int(_unsigned(self.ids).max()) >= self.state.num_segments
+        low, high = (0, self.ids.size) if rows is None else rows
+        starts = range(low, high, step)
         for start in reversed(starts) if reverse else starts:
-            stop = min(self.ids.size, start + step)
+            stop = min(high, start + step)
             chunk_ids = self.ids[start:stop]
-            keep = _kept_rows(chunk_ids, self.state.num_segments) if drops else None
+            keep = _kept_rows(chunk_ids, self.state.num_segments) if self.drops else None
             index = chunk_ids.astype(np.intp, copy=False)  # read only: int64 ids as they are
             values = _canonical(self.data[start:stop])
             if keep is not None:
                 index, values = index[keep], values[keep]
             yield _Chunk(start, index, keep, values)
+
+    @cached_property
+    def drops(self) -> bool:
+        """Whether any row is to be dropped: one pass over the block's ids says whether any
+        chunk needs a mask."""
+        return self.ids.size > 0 and int(_unsigned(self.ids).max()) >= self.state.num_segments
+
+    @cached_property
+    def finite(self) -> bool:
+        """Whether every value of the block is finite (once per block, not per lane)."""
+        return _finite(self.data)
 
     def elements(self, index: np.ndarray) -> np.ndarray:
         """The flat state element of each value of rows with ids ``index``."""
@@ -387,31 +409,46 @@ def _count_block(block: _JointBlock) -> None:
 
 
 def _fold_moments(block: _JointBlock) -> None:
-    """Sums of values shifted by the segment's first value (in row order, so the shift does not
-    depend on how rows were cut into blocks).
+    """Per lane, sums of values shifted by the lane's first value of the segment (in row
+    order within the lane, so neither the shift nor the sums depend on how rows were cut into
+    blocks), and the rows it counted; lanes fold one after the other."""
+    state = block.state
+    if block.width == 0:
+        _count_block(block)
+        return
+    pieces = block.lane_pieces()
+    for lane in sorted({lane for _, _, lane in pieces}):
+        rows = [(a, b) for a, b, k in pieces if k == lane]
+        state.count += _fold_moments_lane(block, lane, rows)
+
+
+def _fold_moments_lane(block: _JointBlock, lane: int, pieces: list[tuple[int, int]]) -> np.ndarray:
+    """One lane's rows (``pieces``, block-local ranges in row order) into its shifted sums;
+    returns the rows it counted per segment.
 
     Both sums fold in one ``np.add.at`` as the parts of a complex128 (two independent float64
     additions each: the bits of two separate folds), each value ``d + 1j * d * d``.
     """
     state, width = block.state, block.width
-    if width == 0:
-        _count_block(block)
-        return
-    arrays = flat_intermediates(state)
-    shift = arrays["shift"]
+    arrays = flat_intermediates(state, lane)
+    shift, counted = arrays["shift"], arrays["shifted_count"]
+    # Columns are counted alike (--skipna folds one column at a time): column 0 tells.
+    before = counted[::width].copy()
+    rows = before.copy()
     pairs = np.empty(shift.size, np.complex128)
     pairs.real, pairs.imag = arrays["shifted_sum"], arrays["shifted_squares"]
     terms_buffer = np.empty(0, np.complex128)
-    unseen = int(np.count_nonzero(state.count == 0))
+    unseen = int(np.count_nonzero(rows == 0))
     finite_shifts = bool(np.isfinite(shift).all())
-    finite_values = _finite(block.data)
-    for chunk in block.chunks():
+    finite_values = block.finite
+    chunks = (chunk for piece in pieces for chunk in block.chunks(rows=piece))
+    for chunk in chunks:
         flat = block.elements(chunk.index)
         # Left in the data's dtype: the subtraction below widens it to float64 as astype
         # would, without a copy.
         x = chunk.values.reshape(-1)
         if unseen:
-            fresh = _set_shifts(shift, state.count[chunk.index] == 0, flat, x, width)
+            fresh = _set_shifts(shift, rows[chunk.index] == 0, flat, x, width)
             unseen -= fresh.size // width
             finite_shifts = finite_shifts and bool(np.isfinite(shift[fresh]).all())
         if terms_buffer.size < x.size:
@@ -419,7 +456,7 @@ def _fold_moments(block: _JointBlock) -> None:
         terms = terms_buffer[: x.size]
         with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, as NumPy's var
             np.subtract(x, shift.take(flat), out=terms.real)
-            np.multiply(terms.real, terms.real, out=terms.imag)
+            np.square(terms.real, out=terms.imag)  # x * x's bits; measured 1.2x faster
             if _no_nan(terms.real, finite_shifts and finite_values):
                 np.add.at(pairs, flat, terms)
             else:
@@ -427,9 +464,12 @@ def _fold_moments(block: _JointBlock) -> None:
                 # the sum would keep the value's sign, where a float fold keeps the sum's.
                 np.add.at(pairs.real, flat, terms.real)
                 np.add.at(pairs.imag, flat, terms.imag)
-        _count_into(state.count, chunk.index)
+        _count_into(rows, chunk.index)
     arrays["shifted_sum"][...] = pairs.real
     arrays["shifted_squares"][...] = pairs.imag
+    added: np.ndarray = rows - before
+    counted += np.repeat(added, width)
+    return added
 
 
 def _first_occurrences(keys: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -765,22 +805,25 @@ _JOINT_FOLDS: dict[str, JointFold] = {
 }
 
 
-def flat_intermediates(state: ops.State) -> dict[str, np.ndarray]:
-    """Each intermediate's one lane as a flat ``(n * inner_size,)`` view, written in place."""
+def flat_intermediates(state: ops.State, lane: int = 0) -> dict[str, np.ndarray]:
+    """Each intermediate's lane ``lane`` as a flat ``(n * inner_size,)`` view, written in
+    place."""
     views = {}
     for intermediate in state.op.intermediates:
         array = state.arrays[intermediate.name]
-        view = array[0].reshape(-1)
+        view = array[lane].reshape(-1)
         if view.size and not np.shares_memory(view, array):  # a copy would lose the writes
             raise ValueError(f"{intermediate.name} is not contiguous")
         views[intermediate.name] = _canonical(view)
     return views
 
 
-def _fold_joint(state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int) -> None:
-    """A joint fold, in row order (sorted ids or not: one lane)."""
+def _fold_joint(
+    state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int, sorted_ids: bool = False
+) -> None:
+    """A joint fold, in row order (within each lane, for an op that keeps lanes)."""
     assert state.op.joint is not None
-    _JOINT_FOLDS[state.op.joint](_JointBlock(state, data, ids, first_row))
+    _JOINT_FOLDS[state.op.joint](_JointBlock(state, data, ids, first_row, sorted_ids))
 
 
 ENGINE = NumpyEngine()
