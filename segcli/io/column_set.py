@@ -100,16 +100,18 @@ class TableBatches:
         ]
 
     def _first_rows(self) -> dict[str, pa.Array]:
-        """Each column's first rows (none in an empty table). A Parquet file's come from a read
-        of their own, so that the shared stream opens at the first block, in batches of the
-        block's rows (a block joined from smaller batches is one more copy, and 16 batches per
-        block cost as much CPU as decoding it); the other formats' batches are the file's."""
-        if self._table.fmt == "parquet":
-            import pyarrow.parquet as pq
+        """Each column's first rows where its type leaves its inner shape open (a list's first
+        row has the length of every row); none for a Parquet file of plain columns, whose
+        types say it all. That file's shared stream then opens at the first block, in batches
+        of the block's rows (a block joined from smaller batches is one more copy, and 16
+        batches per block cost as much CPU as decoding it)."""
+        import pyarrow.types as pt
 
-            parquet = pq.ParquetFile(self._table.parquet_source(), pre_buffer=False)
-            batch = next(iter(parquet.iter_batches(batch_size=1, columns=self._columns)), None)
-            return {} if batch is None else {name: batch.column(name) for name in self._columns}
+        lists = (pt.is_list, pt.is_large_list, pt.is_fixed_size_list)
+        if self._table.fmt == "parquet" and not any(
+            is_list(type_) for type_ in self._types.values() for is_list in lists
+        ):
+            return {}
         self._pull()
         return {name: queue[0] for name, queue in self._queues if queue}
 
