@@ -201,8 +201,9 @@ class _BatchColumn:
         )
         self.label = self._where.label
         self.note = table.note(name)
+        # pa.nulls, not pa.array([]): the latter imports pandas (0.2 s) to look at a list.
         first = (
-            pa.array([], type=owner._types[name]) if first_rows is None else first_rows.slice(0, 1)
+            pa.nulls(0, type=owner._types[name]) if first_rows is None else first_rows.slice(0, 1)
         )
         sample = column_to_numpy(first, self._where, layout=self._layout)
         self.shape: tuple[int, ...] = (rows, *sample.shape[1:])
