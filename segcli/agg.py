@@ -16,10 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from segcli import core, io
+from segcli import core, io, ops
 from segcli.drivers.base import DriverResult, Progress
 from segcli.drivers.choose import carry_out
-from segcli.drivers.columns import run as several_columns
 from segcli.errors import (
     ExpectationError,
     InvalidInputError,
@@ -27,11 +26,11 @@ from segcli.errors import (
     UsageError,
     WriteError,
 )
-from segcli.holistic_runs import check_q, is_holistic, result_name
 from segcli.io import agg_write
 from segcli.io.formats import BINARY_FORMATS
 from segcli.io.keyed import stage_keys
 from segcli.multi import split, with_ddof
+from segcli.op_names import Q_OPS
 from segcli.pipeline import RunRequest, Streams
 from segcli.signals import checkpoint
 from segcli.summary import RunSummary, result_range, run_summary, summary_facts, summary_rows
@@ -88,9 +87,10 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
     """Usage errors of options agg does not take, before any input is read; the output
     format ("text" for lines on stdout)."""
     gathers = request.indices is not None or request.indices_column is not None
+    holistic = any(ops.get_op(name).holistic for name in op_names)
     refused = (
         ("--weights", request.weights is not None or request.weights_column is not None),
-        ("--indices with median, quantile or nunique", gathers and any(map(is_holistic, op_names))),
+        ("--indices with median, quantile or nunique", gathers and holistic),
     )
     for option, given in refused:
         if given:
@@ -107,11 +107,21 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
     columns = data_columns(request)
     if len(columns) > 1 and request.data == "-" and request.engine == "dask":
         raise UsageError("several --data-column on Dask read DATA once each: give files")
-    check_q(op_names, request.q)
-    names = column_names(tuple(result_name(op, request.q) for op in op_names), columns)
+    names = column_names(_result_names(op_names, request.q), columns)
     names += ["rows"] if _rows_column(request, op_names) else []
     agg_write.check_layout(fmt, dict.fromkeys(names, np.empty(0)))
     return fmt
+
+
+def _result_names(op_names: tuple[str, ...], q: float | None) -> tuple[str, ...]:
+    """Each op's result column name, ``--q`` checked. The sorting ops' module loads only for
+    ``--q`` or quantile (some 20 ms of every run's start-up)."""
+    if q is None and not any(name in Q_OPS for name in op_names):
+        return op_names
+    from segcli.holistic_runs import check_q, result_name
+
+    check_q(op_names, q)
+    return tuple(result_name(op, q) for op in op_names)
 
 
 def _rows_column(request: RunRequest, op_names: tuple[str, ...]) -> bool:
@@ -163,6 +173,8 @@ def _run(
     if len(columns) == 1:
         runs = [carry_out(spec, progress)]
     else:
+        from segcli.drivers.columns import run as several_columns
+
         runs = several_columns(spec, [str(c) for c in columns], progress)
     results: dict[str, np.ndarray] = {}
     for column, done in zip(columns, runs, strict=True):

@@ -62,3 +62,30 @@ def test_a_users_blas_threads_are_kept(flights: Path) -> None:
     code, seen = _run(_by_run(flights), OPENBLAS_NUM_THREADS="3")
     assert code == 0
     assert seen["blas"] == "3"
+
+
+def test_agg_of_mergeable_ops_loads_neither_the_sorting_ops_nor_the_keys(tmp_path: Path) -> None:
+    """Modules a plain ``agg`` does not use stay unloaded (each costs start-up)."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": [0, 1, 1], "v": [1.0, 2.0, 3.0]}), path)
+    out = str(tmp_path / "out.npz")
+    args = ["agg", str(path), "--data-column", "v", "--ids-column", "id", "--op", "sum,mean"]
+    code, seen = _run([*args, "-q", "-o", out])
+    assert code == 0
+    unused = {"segcli.holistic", "segcli.holistic_runs", "segcli.io.keys", "segcli.drivers.columns"}
+    assert unused.isdisjoint(seen["modules"])
+    code, seen = _run([*args[:-1], "sum,quantile", "--q", "0.5", "-q", "-o", out])
+    assert code == 0 and "segcli.holistic_runs" in seen["modules"]  # quantile needs it
+
+
+@pytest.mark.parametrize("columns", ["v", "v,w"])
+def test_a_streamed_parquet_run_does_not_load_pandas(tmp_path: Path, columns: str) -> None:
+    """pyarrow loads pandas (0.2 s) to build an array from a list: the streamed table reader
+    makes its empty arrays without one."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": [0, 1, 1], "v": [1.0, 2.0, 3.0], "w": [1, 2, 3]}), path)
+    out = str(tmp_path / "out.npz")
+    args = ["agg", str(path), "--data-column", columns, "--ids-column", "id", "--op", "sum,max"]
+    code, seen = _run([*args, "--chunk-rows", "2", "-q", "-o", out])
+    assert code == 0
+    assert "pandas" not in seen["modules"]

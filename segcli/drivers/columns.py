@@ -48,13 +48,6 @@ from segcli.errors import InvalidInputError, UsageError
 from segcli.io.column_set import TableBatches, read_columns
 from segcli.io.columns import nulls_kept, without_null_ids
 from segcli.io.formats import input_format, is_pipe
-from segcli.io.keys import (
-    KeyIdsChunks,
-    check_key_columns,
-    key_table_file,
-    pick_data_column,
-    read_columns_and_keys,
-)
 from segcli.io.npy import Readable
 from segcli.io.read import IDS_ROLE, read_one, read_stdin, refuse_option
 from segcli.io.sizes import decoded_bytes
@@ -186,6 +179,13 @@ def _run_keyed(
     spec: RunSpec, columns: list[str], progress: Progress | None, *, streams: bool
 ) -> list[DriverResult]:
     from segcli.drivers.keys import encoder_for, key_input_facts, put_in_key_order
+    from segcli.io.keys import (
+        KeyIdsChunks,
+        check_key_columns,
+        key_table_file,
+        pick_data_column,
+        read_columns_and_keys,
+    )
 
     started = time.perf_counter()
     table = key_table_file(spec.data, spec.csv)

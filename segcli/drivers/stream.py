@@ -338,6 +338,20 @@ def open_inputs(spec: RunSpec) -> tuple[StreamInput, StreamInput]:
         assert stdin is not None
         data, ids = io.open_arrow_stream_columns(stdin, [spec.data_column, spec.ids_column])
         return StreamInput("-", data, "arrow"), StreamInput("-", ids, "arrow")
+    if spec.ids is None:
+        from segcli.io.column_set import open_data_and_ids
+
+        both = open_data_and_ids(
+            data_path,
+            spec.data_column,
+            spec.ids_column,
+            data_key=spec.data_key,
+            ids_key=spec.ids_key,
+        )
+        if both is not None:
+            return StreamInput(data_path, both[0], "parquet"), StreamInput(
+                data_path, both[1], "parquet"
+            )
     opened = []
     for path, column, key, role in (
         (data_path, spec.data_column, spec.data_key, "data"),

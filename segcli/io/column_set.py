@@ -26,16 +26,18 @@ from segcli.io.chunked import (
     csv_type_kept,
 )
 from segcli.io.columns import ColumnRef, check_type, column_to_numpy, value_layout
-from segcli.io.read import ArrayInput
-from segcli.io.tables import CSV_HEAD_BYTES, TableFile
+from segcli.io.formats import input_format, is_pipe
+from segcli.io.read import DATA_ROLE, IDS_ROLE, ArrayInput, refuse_option
+from segcli.io.tables import CSV_HEAD_BYTES, TableFile, open_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
 _Array = np.ndarray[Any, Any]
 
-#: Rows per Parquet batch, and bytes of text per CSV block: the shared stream's own batching
-#: (each column re-blocks to the rows a run asks for).
+#: Rows per Parquet batch until a column asks for its blocks (then the block's rows), and bytes
+#: of text per CSV block: the shared stream's own batching (each column re-blocks to the rows
+#: a run asks for).
 _PARQUET_BATCH_ROWS = 1 << 16
 _CSV_BLOCK_BYTES = 1 << 18
 
@@ -49,6 +51,28 @@ def read_columns(table: TableFile, path: str, names: list[str]) -> list[ArrayInp
         ArrayInput(arrays[name], f"{table.label}:{name}", path, table.fmt, table.note(name))
         for name in names
     ]
+
+
+def open_data_and_ids(
+    path: str,
+    data_column: str | None,
+    ids_column: str | None,
+    *,
+    data_key: str | None = None,
+    ids_key: str | None = None,
+) -> list[ChunkSource] | None:
+    """DATA and IDS as two columns of one Parquet file streamed together (one read of each
+    row group, the two columns decoded side by side, in batches of the run's blocks), or None
+    for any other input: the one-column readers of :mod:`segcli.io.chunked` take those."""
+    if path == "-" or is_pipe(path) or input_format(path) != "parquet":
+        return None
+    table = open_table(path, "parquet")
+    # The options are checked as the one-column readers check them: DATA's first.
+    refuse_option(DATA_ROLE.key_option, data_key, path)
+    data = table.pick(data_column, DATA_ROLE.column_option)
+    refuse_option(IDS_ROLE.key_option, ids_key, path)
+    ids = table.pick(ids_column, IDS_ROLE.column_option)
+    return TableBatches(table, [data, ids]).sources
 
 
 class TableBatches:
@@ -65,12 +89,36 @@ class TableBatches:
             check_type(self._types[name], ColumnRef(table.label, name))
         self._queues: list[tuple[str, list[pa.Array]]] = [(name, []) for name in names]
         self._batches: Iterator[Any] | None = None
+        self._batch_rows = _PARQUET_BATCH_ROWS
         with table.errors():
             rows = self._count_rows()
-            self._pull()  # the first batch fixes each column's inner shape and dtype
+            first = self._first_rows()  # they fix each column's inner shape and dtype
         self.sources: list[ChunkSource] = [
-            _BatchColumn(self, name, queue, schema, rows) for name, queue in self._queues
+            _BatchColumn(self, name, queue, schema, rows, first.get(name))
+            for name, queue in self._queues
         ]
+
+    def _first_rows(self) -> dict[str, pa.Array]:
+        """Each column's first rows where its type leaves its inner shape open (a list's first
+        row has the length of every row); none for a Parquet file of plain columns, whose
+        types say it all. That file's shared stream then opens at the first block, in batches
+        of the block's rows (a block joined from smaller batches is one more copy, and 16
+        batches per block cost as much CPU as decoding it)."""
+        import pyarrow.types as pt
+
+        lists = (pt.is_list, pt.is_large_list, pt.is_fixed_size_list)
+        if self._table.fmt == "parquet" and not any(
+            is_list(type_) for type_ in self._types.values() for is_list in lists
+        ):
+            return {}
+        self._pull()
+        return {name: queue[0] for name, queue in self._queues if queue}
+
+    def asked_rows(self, rows: int) -> None:
+        """A column asks for blocks of ``rows``: a Parquet stream not open yet reads batches of
+        that size."""
+        if self._batches is None:
+            self._batch_rows = rows
 
     def _column_types(self, schema: pa.Schema) -> dict[str, pa.DataType]:
         if self._table.fmt in ("csv", "tsv"):
@@ -100,7 +148,7 @@ class TableBatches:
             import pyarrow.parquet as pq
 
             parquet = pq.ParquetFile(self._table.parquet_source(), pre_buffer=False)
-            return iter(parquet.iter_batches(batch_size=_PARQUET_BATCH_ROWS, columns=self._columns))
+            return iter(parquet.iter_batches(batch_size=self._batch_rows, columns=self._columns))
         if fmt == "arrow":
             import pyarrow.ipc as ipc
 
@@ -140,6 +188,7 @@ class _BatchColumn:
         queue: list[pa.Array],
         schema: pa.Schema,
         rows: int,
+        first_rows: pa.Array | None,
     ) -> None:
         import pyarrow as pa
 
@@ -151,7 +200,10 @@ class _BatchColumn:
         )
         self.label = self._where.label
         self.note = table.note(name)
-        first = queue[0].slice(0, 1) if queue else pa.array([], type=owner._types[name])
+        # pa.nulls, not pa.array([]): the latter imports pandas (0.2 s) to look at a list.
+        first = (
+            pa.nulls(0, type=owner._types[name]) if first_rows is None else first_rows.slice(0, 1)
+        )
         sample = column_to_numpy(first, self._where, layout=self._layout)
         self.shape: tuple[int, ...] = (rows, *sample.shape[1:])
         self.dtype: np.dtype[Any] = sample.dtype
@@ -160,6 +212,7 @@ class _BatchColumn:
         """Blocks of exactly ``rows`` rows but the last, checked for nulls and inner shape."""
         if rows < 1:
             raise ValueError(f"rows must be at least 1, got {rows}")
+        self._owner.asked_rows(rows)
         with self._owner._table.errors():
             yield from _same_inner_shape(
                 _reblock(self._owner.arrays(self._queue), rows),
