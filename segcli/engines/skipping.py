@@ -49,6 +49,10 @@ class Engine(Protocol):
         first_row: int,
     ) -> None: ...
 
+    # Optional, looked up by name: ``fold_sum_skipping_nan(state, data, ids, *, sorted_ids)``
+    # folds a float sum of one value per row leaving NaN out, returns the present values per
+    # segment, or None where it does not apply (see _summed_without_nan).
+
 
 def missing_values(data: np.ndarray) -> np.ndarray | None:
     """The mask of missing values of a block (NaN, or masked), or None when none is."""
@@ -71,6 +75,9 @@ def fold_skipping(
     assert base is not None
     first_row = state.next_row
     values = np.ma.getdata(data)
+    if _summed_without_nan(engine, state, base, data, ids, sorted_ids):
+        state.next_row = first_row + int(ids.shape[0])
+        return
     missing = missing_values(data)
     if base.joint is None and values.shape[1] == 1 and base.intermediates:
         # The rows this block adds are the segments' present values but its missing ones.
@@ -89,6 +96,33 @@ def fold_skipping(
         _fold_columns(engine, state, base, values, ids, missing)
         _count_present(engine, state, values, ids, missing, sorted_ids, rows=True)
     state.next_row = first_row + int(ids.shape[0])
+
+
+def _summed_without_nan(
+    engine: Engine, state: ops.State, base: ops.Op, data: Any, ids: np.ndarray, sorted_ids: bool
+) -> bool:
+    """A float sum of one value per row (sum, mean, sqrt_n), where NaN is the only missing
+    value (no mask) and the engine leaves NaN out in its own fold (the NumPy engine's packed
+    sum and count): no mask of the block, no substitute block, no second count. Whether it
+    folded."""
+    fold = getattr(engine, "fold_sum_skipping_nan", None)
+    if (
+        fold is None
+        or base.joint is not None
+        or len(base.intermediates) != 1
+        or base.intermediates[0].fold.kind != "sum"
+        or np.ma.getmask(data) is not np.ma.nomask
+    ):
+        return False
+    folded = _base_state(state, base, state.count)
+    present = fold(folded, data, ids, sorted_ids=sorted_ids)
+    if present is None:
+        return False
+    (intermediate,) = base.intermediates
+    state.arrays[intermediate.name] = folded.arrays[intermediate.name]
+    state.count = folded.count
+    state.arrays["present"][0, :, 0] += present
+    return True
 
 
 def _uncount(count: np.ndarray, ids: np.ndarray) -> None:
