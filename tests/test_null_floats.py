@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -91,3 +92,43 @@ def test_reading_nulls_imports_no_pandas() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+#: Runs segcli, then prints on stderr which of two slow imports it loaded.
+LOADED = (
+    "import atexit, runpy, sys\n"
+    "atexit.register(lambda: print('pandas' in sys.modules, 'numpy.ma' in sys.modules,"
+    " file=sys.stderr))\n"
+    "sys.argv = ['segcli', *sys.argv[1:]]\n"
+    "runpy.run_module('segcli', run_name='__main__')\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("chunk", "loaded"),
+    # In memory, core.reduce_arrays looks for a masked array, which loads numpy.ma.
+    [([], "False True"), (["--chunk-rows", "2"], "False False")],
+    ids=["memory", "stream"],
+)
+@pytest.mark.parametrize("suffix", ["csv", "tsv", "parquet"])
+def test_a_skipna_by_run_loads_neither_pandas_nor_numpy_ma(
+    chunk: list[str], loaded: str, suffix: str, tmp_path: Any
+) -> None:
+    import pyarrow.parquet as pq
+
+    table = pa.table(
+        {
+            "k": pa.array(["a", "b", "a", 'b"', "a"]),
+            "x": pa.array([1.0, None, 2.0, 4.0, None], pa.float64()),
+        }
+    )
+    pq.write_table(table, tmp_path / "t.parquet")
+    out = tmp_path / f"out.{suffix}"
+    argv = ["mean", str(tmp_path / "t.parquet"), "--by", "k", "--skipna", "-q", *chunk]
+    done = subprocess.run(
+        [sys.executable, "-c", LOADED, *argv, "-o", str(out)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == loaded
+    if suffix == "csv":
+        assert out.read_text().splitlines()[1:] == ["a,1.5,3", "b,0.0,1", '"b""",4.0,1']

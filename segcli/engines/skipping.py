@@ -74,10 +74,10 @@ def fold_skipping(
     base = state.op.skipna_of
     assert base is not None
     first_row = state.next_row
-    values = np.ma.getdata(data)
     if _summed_without_nan(engine, state, base, data, ids, sorted_ids):
         state.next_row = first_row + int(ids.shape[0])
         return
+    values = np.ma.getdata(data)
     missing = missing_values(data)
     if base.joint is None and values.shape[1] == 1 and base.intermediates:
         # The rows this block adds are the segments' present values but its missing ones.
@@ -111,7 +111,7 @@ def _summed_without_nan(
         or base.joint is not None
         or len(base.intermediates) != 1
         or base.intermediates[0].fold.kind != "sum"
-        or np.ma.getmask(data) is not np.ma.nomask
+        or type(data) is not np.ndarray  # a masked block (numpy.ma is not loaded otherwise)
     ):
         return False
     folded = _base_state(state, base, state.count)
