@@ -94,3 +94,30 @@ def test_a_masked_block_keeps_the_general_path(monkeypatch: pytest.MonkeyPatch) 
     assert calls == []
     assert np.asarray(state.arrays["sum"]).sum() == 3.0
     assert np.asarray(state.arrays["present"]).tolist() == [[[2]]]
+
+
+@pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
+@pytest.mark.parametrize("block", [50_000, 999])
+@pytest.mark.parametrize("masked", [False, True], ids=["nan", "masked-ints"])
+def test_count_counts_rows_and_present_values(sorted_ids: bool, block: int, masked: bool) -> None:
+    rows, n = 50_000, 5
+    rng = np.random.default_rng(2)
+    ids = rng.integers(-1, n + 1, rows)
+    if sorted_ids:
+        ids = np.sort(np.clip(ids, 0, None))
+    missing = rng.random(rows) < 0.2
+    values: Any = rng.normal(size=rows)
+    if masked:
+        values = np.ma.MaskedArray(rng.integers(0, 9, rows), mask=missing)
+    else:
+        values[missing] = np.nan
+    engine = NumpyEngine()
+    state = engine.new_state(ops.skipna_op("count"), n, (), values.dtype, sorted_ids=sorted_ids)
+    column = values.reshape(-1, 1)
+    for start in range(0, rows, block):
+        part = slice(start, start + block)
+        engine.fold(state, column[part], ids[part], sorted_ids=sorted_ids)
+    kept = (ids >= 0) & (ids < n)
+    assert state.count.tolist() == np.bincount(ids[kept], minlength=n).tolist()
+    present = np.bincount(ids[kept & ~missing], minlength=n)
+    assert np.asarray(state.arrays["present"])[0, :, 0].tolist() == present.tolist()

@@ -79,14 +79,17 @@ def fold_skipping(
         return
     values = np.ma.getdata(data)
     missing = missing_values(data)
-    if base.joint is None and values.shape[1] == 1 and base.intermediates:
+    if base.joint is None and values.shape[1] == 1:
         # The rows this block adds are the segments' present values but its missing ones.
         before = state.count.copy()
-        _fold_alone(engine, state, base, values, ids, missing, sorted_ids)
+        if base.intermediates:
+            _fold_alone(engine, state, base, values, ids, missing, sorted_ids)  # counts rows
+        else:  # count: the rows alone
+            _count_rows(engine, state, values, ids, sorted_ids)
         present = state.arrays["present"][0, :, 0]
         present += state.count - before
-        if missing is not None:
-            _uncount(present, ids[missing[:, 0]])
+        if missing is not None:  # few: their positions, not a mask of every row
+            _uncount(present, ids[np.flatnonzero(missing[:, 0])])
     elif base.joint is None:
         _fold_alone(engine, state, base, values, ids, missing, sorted_ids)
         _count_present(engine, state, values, ids, missing, sorted_ids, rows=not base.intermediates)
