@@ -1,14 +1,17 @@
 """How every engine folds a ``--skipna`` op (:func:`segcli.ops.skipna_op`) with its own folds.
 
 No engine kernel knows about missing values: a block folds through the engine's ordinary
-paths, each fold a primitive the engine already has.
+paths, each fold a primitive the engine already has; one exception, optional, is below.
 
 - An op whose intermediates fold alone (sum, min, any, ...; every ``agg`` op): each
   intermediate over the data with every missing value replaced by its fold's identity (0 for
   sum, 1 for prod, +inf for min, ...), which leaves the accumulator as it was; this fold
-  counts the rows. Then the present values into ``present``: with one value per row, a count
-  of the rows whose value is present (the others given id -1, which every fold drops like a
-  negative id); with several, a sum of ones and zeros.
+  counts the rows. Then the present values into ``present``: with one value per row, the
+  rows counted less the missing ones (count, which has no intermediate, counts the rows
+  alone); with several, a sum of ones and zeros.
+- A float sum of one value per row (sum, mean, sqrt_n) with no masked value, where the engine
+  has ``fold_sum_skipping_nan`` (the NumPy engine's packed sum and count): the engine leaves
+  NaN out inside its fold, with the same bits, and builds no substitute block.
 - A joint op (var, argmin, first, logsumexp, ...), where the identity trick would be wrong
   (the row of a tie, the first row, the shift): the rows whose value is missing dropped by
   id, one element column at a time, each column's present values the count its fold reads
