@@ -16,6 +16,10 @@ measure on a machine other jobs share.
 ``--skipna``: the issue's workload: about 2% of the values are null and segcli runs with
 ``--skipna`` (polars' ``mean`` and duckdb's ``avg`` skip nulls by themselves).
 
+``--against TREE``: also runs the segcli package found in the folder TREE (an older copy, e.g.
+``git archive REV segcli | tar -x -C TREE``) as a fourth tool in the same interleaved rounds:
+old against new on the same machine, as ``benchmarks/BY_RESULTS.md`` reports them.
+
 The children run without ``PYTHONDONTWRITEBYTECODE``: the warm-up run compiles segcli's
 modules once, as installing compiles the peers' (an editable install compiles nothing).
 
@@ -57,7 +61,9 @@ def write_table(path: str, rows: int, keys: dict[str, np.ndarray], nulls: bool) 
     pq.write_table(pa.table(columns), path, row_group_size=1 << 20)
 
 
-def tools(path: str, by: list[str], out: str, skipna: bool) -> dict[str, list[str]]:
+def tools(
+    path: str, by: list[str], out: str, skipna: bool, against: str | None = None
+) -> dict[str, list[str]]:
     keys = ", ".join(by)
     polars = (
         "import polars as pl, sys; "
@@ -71,11 +77,35 @@ def tools(path: str, by: list[str], out: str, skipna: bool) -> dict[str, list[st
     )
     segcli = ["-m", "segcli", "mean", path, "--data-column", "arr_delay", "--by", ",".join(by)]
     segcli += ["--skipna"] if skipna else []
-    return {
+    commands = {
         "segcli": [sys.executable, *segcli, "-q", "-o", out + ".segcli.parquet"],
         "polars": [sys.executable, "-c", polars],
         "duckdb": [sys.executable, "-c", duck],
     }
+    if against is not None:
+        # -P: no current folder ahead of PYTHONPATH (from the repository, the newer package).
+        older = f"import sys, runpy; sys.argv = ['segcli', *sys.argv[1:]]; {_FROM_TREE}"
+        commands["segcli (older)"] = [
+            "env",
+            f"PYTHONPATH={os.path.abspath(against)}",
+            sys.executable,
+            "-P",
+            "-c",
+            older,
+            *segcli[2:],
+            "-q",
+            "-o",
+            out + ".older.parquet",
+        ]
+    return commands
+
+
+#: Runs ``segcli`` from the first folder of PYTHONPATH, after checking that it did.
+_FROM_TREE = (
+    "import os, segcli; "
+    "assert segcli.__file__.startswith(os.environ['PYTHONPATH']), segcli.__file__; "
+    "runpy.run_module('segcli', run_name='__main__')"
+)
 
 
 #: The children's environment: bytecode written and reused (see the module text).
@@ -134,6 +164,7 @@ def main() -> None:
     parser.add_argument("--distinct", type=int, default=1_000_000)
     parser.add_argument("--skipna", action="store_true", help="null values, segcli --skipna")
     parser.add_argument("--part", choices=("low", "high", "both"), default="both")
+    parser.add_argument("--against", metavar="TREE", help="also run the segcli in TREE")
     args = parser.parse_args()
     rng = np.random.default_rng(1)
     carriers = np.array([f"C{i:02d}" for i in range(20)])
@@ -154,7 +185,7 @@ def main() -> None:
             write_table(high, args.rows, users, args.skipna)
             compare(
                 f"mean by user ({args.distinct:,} distinct strings)",
-                tools(high, ["user"], f"{folder}/h", args.skipna),
+                tools(high, ["user"], f"{folder}/h", args.skipna, args.against),
                 args.rounds,
             )
 
@@ -165,7 +196,7 @@ def low_part(path: str, keys: dict[str, np.ndarray], args: argparse.Namespace, f
     by = ["carrier", "origin"]
     compare(
         "mean by carrier, origin (60 groups)",
-        tools(path, by, f"{folder}/o", args.skipna),
+        tools(path, by, f"{folder}/o", args.skipna, args.against),
         args.rounds,
     )
     seconds, peak = streamed_peak(path, by, f"{folder}/o", args.skipna)

@@ -129,6 +129,25 @@ class NumpyEngine(Engine):
         else:
             self._fold_sorted(state, data, ids)
 
+    def fold_sum_skipping_nan(
+        self, state: ops.State, data: np.ndarray, ids: np.ndarray, *, sorted_ids: bool
+    ) -> np.ndarray | None:
+        """``--skipna``'s float sum of 1-D rows (:mod:`segcli.engines.skipping`), NaN left out
+        in the packed fold itself: ``state.acc`` gets the present values' sums (the bits of
+        folding 0 in each NaN's place), ``state.count`` every row. Returns the present values
+        per segment; None, folding nothing, where the packed fold does not apply."""
+        if not _packs_count(state, data):
+            return None
+        present = np.zeros(state.count.shape, np.int64)
+        lanes = ops.lane_pieces(state.next_row, ids.size, state.lanes)
+        drops = True
+        if sorted_ids:  # as fold_block: the kept range, every row in lane 0
+            kept = _kept_range_sorted(ids, state.num_segments)
+            data, ids = data[kept], ids[kept]
+            lanes, drops = [(0, ids.size, 0)] if ids.size else [], False
+        _PackedSumFolder(state, data, ids, drops).fold(lanes, present)
+        return present
+
     def _fold_in_chunks(
         self,
         state: ops.State,
@@ -233,9 +252,13 @@ class _PackedSumFolder(_ChunkFolder):
     A complex add is two independent float64 adds, so the sums are the same bits as a plain
     float64 fold, and counts are exact to 2**53 rows. One pass instead of two measured 1.3x
     faster than ``np.add.at`` plus ``np.bincount``.
+
+    With ``present`` (``--skipna``), a NaN value folds as ``0 + 0j``: the imaginary parts
+    count the present values into ``present``, and the NaN rows are counted apart, so that
+    ``state.count`` still gets every row. No mask or substitute of the whole block is built.
     """
 
-    def fold(self, lanes: list[tuple[int, int, int]]) -> None:
+    def fold(self, lanes: list[tuple[int, int, int]], present: np.ndarray | None = None) -> None:
         state = self.state
         assert state.acc is not None
         pairs = np.empty(state.acc.shape[:2], np.complex128)
@@ -244,15 +267,35 @@ class _PackedSumFolder(_ChunkFolder):
         value_buffer = np.empty(self.index_buffer.size, np.complex128)
         value_buffer.imag = 1.0  # the chunks below write only the real parts
         column = self.data[:, 0]
+        nan_rows = np.zeros_like(state.count)
         for rows, lane, index, keep in self.chunks(lanes):
             values = value_buffer[: index.size]
             np.copyto(values.real, column[rows], casting="unsafe")
+            nan = _nan_positions(column[rows]) if present is not None else None
+            if nan is not None:
+                values[nan] = 0
+                counted = nan if keep is None else nan[keep[nan]]
+                _count_into(nan_rows, index[counted])
             if keep is not None:
                 index, values = index[keep], values[keep]
             with np.errstate(invalid="ignore", over="ignore"):
                 np.add.at(pairs[lane], index, values)
+            if nan is not None:
+                value_buffer[nan] = 1j  # the parts the next chunk expects
         state.acc[:, :, 0] = pairs.real
-        state.count += pairs.imag.sum(axis=0).astype(np.int64)
+        counted_rows = pairs.imag.sum(axis=0).astype(np.int64)
+        state.count += counted_rows + nan_rows
+        if present is not None:
+            present += counted_rows
+
+
+def _nan_positions(values: np.ndarray) -> np.ndarray | None:
+    """Where ``values`` (1-D) hold NaN, or None where none does (the positions, not a mask:
+    missing values are few, and the packed values are set by these alone)."""
+    if values.dtype.kind not in "fc":
+        return None
+    nan = np.isnan(values)
+    return np.flatnonzero(nan) if nan.any() else None
 
 
 #: Logical folds: the value each one's first flipping element sets, and what flips it.

@@ -1,14 +1,17 @@
 """How every engine folds a ``--skipna`` op (:func:`segcli.ops.skipna_op`) with its own folds.
 
 No engine kernel knows about missing values: a block folds through the engine's ordinary
-paths, each fold a primitive the engine already has.
+paths, each fold a primitive the engine already has; one exception, optional, is below.
 
 - An op whose intermediates fold alone (sum, min, any, ...; every ``agg`` op): each
   intermediate over the data with every missing value replaced by its fold's identity (0 for
   sum, 1 for prod, +inf for min, ...), which leaves the accumulator as it was; this fold
-  counts the rows. Then the present values into ``present``: with one value per row, a count
-  of the rows whose value is present (the others given id -1, which every fold drops like a
-  negative id); with several, a sum of ones and zeros.
+  counts the rows. Then the present values into ``present``: with one value per row, the
+  rows counted less the missing ones (count, which has no intermediate, counts the rows
+  alone); with several, a sum of ones and zeros.
+- A float sum of one value per row (sum, mean, sqrt_n) with no masked value, where the engine
+  has ``fold_sum_skipping_nan`` (the NumPy engine's packed sum and count): the engine leaves
+  NaN out inside its fold, with the same bits, and builds no substitute block.
 - A joint op (var, argmin, first, logsumexp, ...), where the identity trick would be wrong
   (the row of a tie, the first row, the shift): the rows whose value is missing dropped by
   id, one element column at a time, each column's present values the count its fold reads
@@ -49,6 +52,10 @@ class Engine(Protocol):
         first_row: int,
     ) -> None: ...
 
+    # Optional, looked up by name: ``fold_sum_skipping_nan(state, data, ids, *, sorted_ids)``
+    # folds a float sum of one value per row leaving NaN out, returns the present values per
+    # segment, or None where it does not apply (see _summed_without_nan).
+
 
 def missing_values(data: np.ndarray) -> np.ndarray | None:
     """The mask of missing values of a block (NaN, or masked), or None when none is."""
@@ -70,16 +77,22 @@ def fold_skipping(
     base = state.op.skipna_of
     assert base is not None
     first_row = state.next_row
+    if _summed_without_nan(engine, state, base, data, ids, sorted_ids):
+        state.next_row = first_row + int(ids.shape[0])
+        return
     values = np.ma.getdata(data)
     missing = missing_values(data)
-    if base.joint is None and values.shape[1] == 1 and base.intermediates:
+    if base.joint is None and values.shape[1] == 1:
         # The rows this block adds are the segments' present values but its missing ones.
         before = state.count.copy()
-        _fold_alone(engine, state, base, values, ids, missing, sorted_ids)
+        if base.intermediates:
+            _fold_alone(engine, state, base, values, ids, missing, sorted_ids)  # counts rows
+        else:  # count: the rows alone
+            _count_rows(engine, state, values, ids, sorted_ids)
         present = state.arrays["present"][0, :, 0]
         present += state.count - before
-        if missing is not None:
-            _uncount(present, ids[missing[:, 0]])
+        if missing is not None:  # few: their positions, not a mask of every row
+            _uncount(present, ids[np.flatnonzero(missing[:, 0])])
     elif base.joint is None:
         _fold_alone(engine, state, base, values, ids, missing, sorted_ids)
         _count_present(engine, state, values, ids, missing, sorted_ids, rows=not base.intermediates)
@@ -89,6 +102,33 @@ def fold_skipping(
         _fold_columns(engine, state, base, values, ids, missing)
         _count_present(engine, state, values, ids, missing, sorted_ids, rows=True)
     state.next_row = first_row + int(ids.shape[0])
+
+
+def _summed_without_nan(
+    engine: Engine, state: ops.State, base: ops.Op, data: Any, ids: np.ndarray, sorted_ids: bool
+) -> bool:
+    """A float sum of one value per row (sum, mean, sqrt_n), where NaN is the only missing
+    value (no mask) and the engine leaves NaN out in its own fold (the NumPy engine's packed
+    sum and count): no mask of the block, no substitute block, no second count. Whether it
+    folded."""
+    fold = getattr(engine, "fold_sum_skipping_nan", None)
+    if (
+        fold is None
+        or base.joint is not None
+        or len(base.intermediates) != 1
+        or base.intermediates[0].fold.kind != "sum"
+        or type(data) is not np.ndarray  # a masked block (numpy.ma is not loaded otherwise)
+    ):
+        return False
+    folded = _base_state(state, base, state.count)
+    present = fold(folded, data, ids, sorted_ids=sorted_ids)
+    if present is None:
+        return False
+    (intermediate,) = base.intermediates
+    state.arrays[intermediate.name] = folded.arrays[intermediate.name]
+    state.count = folded.count
+    state.arrays["present"][0, :, 0] += present
+    return True
 
 
 def _uncount(count: np.ndarray, ids: np.ndarray) -> None:

@@ -50,6 +50,8 @@ def without_null_ids(
     rows like a negative id, and how many there were. Unsigned ids widen to a signed dtype
     that holds them all. Sorted ids refuse a null, as they refuse a negative id; the error
     names the first (``first_row`` is the global position of the first id)."""
+    if type(ids) is np.ndarray:  # no mask: numpy.ma (about 8 ms to import) stays unloaded
+        return ids, 0
     mask = np.ma.getmask(ids)
     values = np.ma.getdata(ids)
     if mask is np.ma.nomask:
@@ -283,6 +285,9 @@ def _with_nulls(array: pa.Array) -> np.ndarray[Any, Any]:
     plain = _decoded(array)
     if pt.is_null(plain.type):
         return np.full(len(plain), np.nan)
+    filled = _nan_filled(plain)
+    if filled is not None:
+        return filled
     validity, data = plain.buffers()[:2]
     null = ~_bits(validity, plain.offset, len(plain))
     if pt.is_boolean(plain.type):
@@ -296,6 +301,22 @@ def _with_nulls(array: pa.Array) -> np.ndarray[Any, Any]:
         return values
     values[null] = 0
     return np.ma.MaskedArray(values, mask=null)
+
+
+def _nan_filled(array: pa.Array) -> np.ndarray[Any, Any] | None:
+    """A float32 or float64 array with its nulls as NaN, by pyarrow's ``fill_null``: one pass,
+    into memory its allocator hands back still warm (a 512K-row block of a streamed run: 0.55
+    ms against 0.9 for a NumPy copy and a masked store). The NaN scalar comes from an array:
+    given a Python float, pyarrow builds its scalar through pandas. None for other types."""
+    import pyarrow.compute as pc
+    import pyarrow.types as pt
+
+    if not (pt.is_float32(array.type) or pt.is_float64(array.type)):
+        return None
+    dtype = numpy_dtype(array.type)
+    filled = pc.fill_null(array, arrow_array(np.array([np.nan], dtype))[0])
+    data = filled.buffers()[1]
+    return np.frombuffer(data, dtype, count=len(filled), offset=filled.offset * dtype.itemsize)
 
 
 def _bits(buffer: pa.Buffer, offset: int, length: int) -> np.ndarray[Any, Any]:

@@ -182,8 +182,13 @@ def _text_nbytes(column: pa.ChunkedArray, type_: pa.DataType) -> int:
     for chunk in column.chunks:
         total += (len(chunk) + 7) // 8 if chunk.null_count else 0
         # The lengths in their own width (sum widens them): half the bytes of int64 to gather.
-        # A null row's index may be anything, so only a null-free chunk's gather is unchecked.
         lengths = pc.binary_length(chunk.dictionary)
+        shortest, longest = pc.min_max(lengths).values()
+        if not lengths.null_count and shortest.as_py() == longest.as_py():
+            # Codes of one length (carriers, airports, ...): no row's length to gather.
+            total += (shortest.as_py() or 0) * (len(chunk) - chunk.null_count)
+            continue
+        # A null row's index may be anything, so only a null-free chunk's gather is unchecked.
         gathered = pc.take(lengths, chunk.indices, boundscheck=bool(chunk.null_count))
         total += int(pc.sum(gathered).as_py() or 0)
     return total

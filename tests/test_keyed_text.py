@@ -1,0 +1,57 @@
+"""Key columns as text for CSV/TSV and stdout: binary keys as hex, read from the buffers, and
+a text run that does not load pandas."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from segcli.io.keyed import key_strings
+
+VALUES = [b"\x00\xff", None, b"", b"ab\x10", None, b"z"]
+
+
+def hexed(values: list[bytes | None]) -> list[str | None]:
+    return [None if v is None else v.hex() for v in values]
+
+
+@pytest.mark.parametrize("type_", [pa.binary(), pa.large_binary()], ids=["binary", "large"])
+@pytest.mark.parametrize("offset", [0, 1, 3])
+def test_binary_keys_are_hex_text(type_: pa.DataType, offset: int) -> None:
+    column = pa.array(VALUES, type_).slice(offset)
+    text = key_strings(column)
+    assert text.type == pa.string()
+    assert text.to_pylist() == hexed(VALUES[offset:])
+    assert key_strings(column.slice(0, 2)).to_pylist() == hexed(VALUES[offset : offset + 2])
+    text.validate(full=True)
+
+
+def test_dictionary_chunked_and_empty_binary_keys() -> None:
+    column = pa.array(VALUES, pa.binary())
+    assert key_strings(column.dictionary_encode()).to_pylist() == hexed(VALUES)
+    chunked = pa.chunked_array([column.slice(0, 2), column.slice(3)])
+    assert key_strings(chunked).to_pylist() == hexed(VALUES[:2] + VALUES[3:])
+    assert key_strings(pa.array([], pa.binary())).to_pylist() == []
+    assert key_strings(pa.array([None, None], pa.binary())).to_pylist() == [None, None]
+
+
+def test_a_binary_key_run_writing_csv_loads_no_pandas(tmp_path: Path) -> None:
+    table = pa.table({"k": pa.array([b"\x01", b"\xab", b"\x01"]), "x": pa.array([1.0, 2.0, 3.0])})
+    pq.write_table(table, tmp_path / "t.parquet")
+    code = (
+        "import atexit, runpy, sys\n"
+        "atexit.register(lambda: print('pandas' in sys.modules, file=sys.stderr))\n"
+        "sys.argv = ['segcli', *sys.argv[1:]]\n"
+        "runpy.run_module('segcli', run_name='__main__')\n"
+    )
+    out = tmp_path / "out.csv"
+    argv = ["mean", str(tmp_path / "t.parquet"), "--by", "k", "-q", "-o", str(out)]
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.strip() == "False"
+    assert out.read_text().splitlines() == ["k,value,count", "01,2.0,2", "ab,2.0,1"]
