@@ -267,12 +267,14 @@ class _PackedSumFolder(_ChunkFolder):
         value_buffer = np.empty(self.index_buffer.size, np.complex128)
         value_buffer.imag = 1.0  # the chunks below write only the real parts
         column = self.data[:, 0]
-        nan_rows = np.zeros_like(state.count)
+        # Only --skipna counts its NaN rows apart; a plain fold must not pay n counters more.
+        nan_rows = np.zeros_like(state.count) if present is not None else None
         for rows, lane, index, keep in self.chunks(lanes):
             values = value_buffer[: index.size]
             np.copyto(values.real, column[rows], casting="unsafe")
             nan = _nan_positions(column[rows]) if present is not None else None
             if nan is not None:
+                assert nan_rows is not None
                 values[nan] = 0
                 counted = nan if keep is None else nan[keep[nan]]
                 _count_into(nan_rows, index[counted])
@@ -284,8 +286,9 @@ class _PackedSumFolder(_ChunkFolder):
                 value_buffer[nan] = 1j  # the parts the next chunk expects
         state.acc[:, :, 0] = pairs.real
         counted_rows = pairs.imag.sum(axis=0).astype(np.int64)
-        state.count += counted_rows + nan_rows
-        if present is not None:
+        state.count += counted_rows
+        if present is not None and nan_rows is not None:
+            state.count += nan_rows
             present += counted_rows
 
 
