@@ -152,7 +152,12 @@ def _lanes(vectors: int, weighted: bool) -> Any:
                 ahead = builder.add(k, i64(PREFETCH_ROWS))
                 with builder.if_then(builder.icmp_signed("<", ahead, limit)):
                     row_at = builder.add(table_at, row_of(ahead))
-                    for line in range(0, PREFETCH_BYTES, 64):
+                    # The lines this fold's columns alone fill need no test of the row's
+                    # width: fewer instructions a row (0.72 s against 0.76 at full scale).
+                    sure = min(8 * vectors * itemsize, PREFETCH_BYTES)
+                    for line in range(0, sure, 64):
+                        _emit_prefetch(builder, builder.add(row_at, i64(line)))
+                    for line in range(sure, PREFETCH_BYTES, 64):
                         # A branch the predictor learns (every row has the same width).
                         with builder.if_then(builder.icmp_signed("<", i64(line), last_byte)):
                             _emit_prefetch(builder, builder.add(row_at, i64(line)))
