@@ -381,10 +381,17 @@ OUTSIDE_NOTES = [
     "against 0.942, and 0.868 against 0.932 in another run; with L2, 8, 12, 16, 24 or 32 rows "
     "ahead all took 0.84 to 0.89 s; into L3 only 0.887.",
     "- Without the next output row's `prefetchw`: 0.920 against 0.942 (alike); kept.",
-    "- Left: the fold itself. At one thread its user time is 0.68 to 0.70 s against torch's "
-    "0.46 to 0.52; with a table in L2 segcli was the faster, so the difference lives in how "
+    "- Fewer instructions a row (kept; in the first table, not in the A/B one): the prefetches of "
+    "the lines a fold's columns alone fill no longer test the row's width, 0.721 s against "
+    "0.763 (the kernel and its output only; torch 0.578 with its offsets given). The checks "
+    "in the fold cost nothing measurable (without the index test: 0.700 against 0.705). "
+    "Prefetching only a row's first 256 bytes, as torch does, leaving the fifth line of a row "
+    "that starts 16 bytes into a line to a demand miss: 0.897 against 0.705.",
+    "- Left: the fold itself. At one thread its user time is 0.64 to 0.70 s against torch's "
+    "0.44 to 0.52; with a table in L2 segcli was the faster, so the difference lives in how "
     "the longer instruction stream (float64 sums, SPEC's, as two converts and two adds per 8 "
-    "values where torch adds float32) meets memory stalls, not in the arithmetic. This "
+    "values where torch adds float32) meets memory stalls, not in the arithmetic: fewer "
+    "instructions a row helped (above), more rows prefetched ahead did not. This "
     "machine exposes no hardware counters (`perf` reports cycles as not supported), so it "
     "was not pinned down. The sum and the weighted sum stay 1.1x behind torch here, the mean "
     "0.8x ahead; the lead reruns the table above on a quiet machine.",
