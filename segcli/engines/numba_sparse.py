@@ -147,11 +147,9 @@ def _lanes(vectors: int, weighted: bool) -> Any:
                     context.cast(builder, pick, indices_type.dtype, types.int64), row_stride
                 )
 
-            with cgutils.for_range(builder, builder.sub(stop, start)) as loop:
-                k = builder.add(start, loop.index)
-                ahead = builder.add(k, i64(PREFETCH_ROWS))
-                with builder.if_then(builder.icmp_signed("<", ahead, limit)):
-                    row_at = builder.add(table_at, row_of(ahead))
+            def fold_row(k: ir.Value, prefetch: bool) -> None:
+                if prefetch:
+                    row_at = builder.add(table_at, row_of(builder.add(k, i64(PREFETCH_ROWS))))
                     # The lines this fold's columns alone fill need no test of the row's
                     # width: fewer instructions a row (0.72 s against 0.76 at full scale).
                     sure = min(8 * vectors * itemsize, PREFETCH_BYTES)
@@ -173,6 +171,16 @@ def _lanes(vectors: int, weighted: bool) -> Any:
                     if weighted:
                         converted = builder.fmul(converted, weight)
                     builder.store(builder.fadd(builder.load(total), converted), total)
+
+            # Two loops, not a test a row: the rows whose row ahead is below ``limit``
+            # prefetch it, the rest do not (0.70 s against 0.72 at full scale: a row's
+            # instructions are what the fold has left to spend).
+            last_ahead = builder.sub(limit, i64(PREFETCH_ROWS))
+            split = _clamp(builder, last_ahead, start, stop)
+            with cgutils.for_range(builder, builder.sub(split, start)) as loop:
+                fold_row(builder.add(start, loop.index), True)
+            with cgutils.for_range(builder, builder.sub(stop, split)) as loop:
+                fold_row(builder.add(split, loop.index), False)
             for total, slot in zip(sums, slots, strict=True):
                 builder.store(builder.load(total), slot, align=8)
             return context.get_dummy_value()
@@ -181,6 +189,12 @@ def _lanes(vectors: int, weighted: bool) -> Any:
         return types.void(acc, table, indices, weights, index, index, index, index), codegen
 
     return _fold
+
+
+def _clamp(builder: ir.IRBuilder, value: ir.Value, low: ir.Value, high: ir.Value) -> ir.Value:
+    """``value`` clamped to ``[low, high]`` (signed; ``low <= high``)."""
+    above = builder.select(builder.icmp_signed("<", value, low), low, value)
+    return builder.select(builder.icmp_signed(">", above, high), high, above)
 
 
 def _widen(builder: ir.IRBuilder, value: ir.Value, dtype: Any, wide: ir.Type) -> ir.Value:
