@@ -26,6 +26,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -319,6 +321,89 @@ KERNEL_NOTES = [
 ]
 
 
+#: The passes outside the kernel, the output, page faults and the TLB (a session of its own,
+#: after the notes above); kept with the section so that a rerun keeps them.
+OUTSIDE_NOTES = [
+    "### 2026-11-30: the passes outside the kernel, the output, page faults, the TLB",
+    "",
+    "The machine was loaded throughout (load average 4 to 7 on its 2 cores, wall times up to "
+    "2.5x the CPU times, and a second thread seldom had a core of its own), so the figures "
+    "are CPU seconds (user + system), medians of five rounds alternating in one process at "
+    "full scale. `old` is the fused gather before this section (output from `np.zeros`, a "
+    "checking pass before the fold), `new` is the one kept, torch is `embedding_bag` with its "
+    "offsets from `np.searchsorted`, as in the table above.",
+    "",
+    "| threads | workload | old | new | torch | new / old | new / torch |",
+    "|---|---|---:|---:|---:|---:|---:|",
+    "| 1 | sum | 1.065 | 0.780 | 0.785 | 0.73x | 0.99x |",
+    "| 1 | sum | 0.879 | 0.766 | 0.685 | 0.87x | 1.12x |",
+    "| 1 | mean | 0.950 | 0.793 | 0.979 | 0.84x | 0.81x |",
+    "| 1 | weighted sum | 0.987 | 0.822 | 0.718 | 0.83x | 1.14x |",
+    "| 2 | sum | 0.840 | 0.721 | 0.662 | 0.86x | 1.09x |",
+    "| 2 | mean | 0.888 | 0.766 | 0.893 | 0.86x | 0.86x |",
+    "| 2 | weighted sum | 0.967 | 0.805 | 0.719 | 0.83x | 1.12x |",
+    "",
+    "At two threads the wall times were 0.646 (old), 0.407 (new) and 0.534 s (torch) for the "
+    "sum; for the others the second thread found no free core. What each idea measured:",
+    "- The checking pass folded into the kernel (kept): the kernel reads every id and index "
+    "anyway, so it checks each as it reads it (an id below the one before or not below the "
+    "output's rows, an index outside the table) and stops at the first broken rule; the NumPy "
+    "checker then names it (the same one-line error, first offender and count; the output "
+    "was only in memory, so nothing is written). The pass it replaces read the 320 MB of ids "
+    "and indices once more: 0.039 s alone.",
+    "- Offsets for the kernel instead of ids (not built): the ids read as int32, half their "
+    "160 MB, folded in 0.905 s against 0.932 (noise), so what the kernel spends on reading "
+    "ids is small, and with the check fused there is no pass left to compute offsets in.",
+    "- Non-temporal stores of finished rows (measured, dropped): rows aligned to lines, each "
+    "streamed from a staging row with whole-line stores, a store fence at the end, no "
+    "`prefetchw`: 0.885 s against 0.819 with the output faulted in before the clock, 1.064 "
+    "against 1.002 with fresh pages. Zeroing is not there to avoid: `np.zeros` of a large "
+    "array is `calloc` of a fresh mapping, which writes nothing; the kernel zeroes each page "
+    "at its first touch whatever the allocation.",
+    "- Page faults (kept: a mapping of its own, populated): NumPy asks for huge pages (`madvise`)"
+    " for large arrays; with THP `enabled=madvise, defrag=madvise` (this machine) the first touch"
+    " of the output then compacts memory in the fault: 0.58 s of system time a call (670 faults),"
+    " against 0.17 s for a plain anonymous mapping (62,500 faults of 4 KiB) and 0.13 s for torch "
+    "(66,407; its output is a plain allocation of 4 KiB pages made inside its call). When free "
+    "huge pages were at hand the old output's call spent 0.03 to 0.14 s in the system, hence its "
+    "spread. The output is now `mmap` with `MAP_POPULATE`: faulted in by one call before the "
+    "fold, 0.78 s against 0.91 for the same mapping faulted during the fold (user time 0.69 "
+    "against 0.75: the faults also stalled the fold). Like with like: both contenders allocate "
+    "their output inside the timed call (the sys columns above show the faults' share). The "
+    "kernel alone, output faulted in before the clock, took 0.82 s against torch's 0.63 (old "
+    "kernel, loaded machine).",
+    "- The TLB over the table: the table (a NumPy array) is on huge pages, 242 of its 244 MiB "
+    "(`AnonHugePages` of its mapping; NumPy advises from the first page boundary, so the "
+    "array's first 4 KiB sit in a mapping of their own: look at the array's middle), and "
+    "torch reads the same mapping (`torch.from_numpy`): both have the same TLB reach over it. "
+    "The outputs: old segcli 242 MiB of huge pages, torch's and the new one's none.",
+    "- Table rows prefetched into L2 (`prefetcht1`) instead of every level (kept): 0.834 s "
+    "against 0.942, and 0.868 against 0.932 in another run; with L2, 8, 12, 16, 24 or 32 rows "
+    "ahead all took 0.84 to 0.89 s; into L3 only 0.887.",
+    "- Without the next output row's `prefetchw`: 0.920 against 0.942 (alike); kept.",
+    "- Fewer instructions a row (kept; in the first table, not in the A/B one): the prefetches of "
+    "the lines a fold's columns alone fill no longer test the row's width, 0.721 s against "
+    "0.763 (the kernel and its output only; torch 0.578 with its offsets given). The checks "
+    "in the fold cost nothing measurable (without the index test: 0.700 against 0.705). "
+    "Prefetching only a row's first 256 bytes, as torch does, leaving the fifth line of a row "
+    "that starts 16 bytes into a line to a demand miss: 0.897 against 0.705.",
+    "- Two loops in the fold instead of a test a row of whether the row ahead is to be "
+    "prefetched (kept, after the first table was measured): 0.704 s against 0.720 for the sum, "
+    "0.734 against 0.739 for the mean, within the noise.",
+    "- Left: the fold itself. At one thread its user time is 0.64 to 0.70 s against torch's "
+    "0.44 to 0.52; with a table in L2 segcli was the faster, so the difference lives in how "
+    "the longer instruction stream (float64 sums, SPEC's, as two converts and two adds per 8 "
+    "values where torch adds float32) meets memory stalls, not in the arithmetic: fewer "
+    "instructions a row helped (above), more rows prefetched ahead did not. This "
+    "machine exposes no hardware counters (`perf` reports cycles as not supported), so it "
+    "was not pinned down. The sum and the weighted sum stay 1.1x behind torch here, the mean "
+    "0.8x ahead; the lead reruns the table above on a quiet machine.",
+    "",
+    "Rerun (full scale, about two minutes on a quiet machine): "
+    "`python benchmarks/sparse_bench.py --versus-torch`.",
+]
+
+
 def versus_torch(scale: float) -> str:
     """segcli's library call and torch's ``embedding_bag`` (sum, mean, weighted sum), alternating in
     this process, one thread each and then each at its default: the medians of
@@ -340,38 +425,82 @@ def versus_torch(scale: float) -> str:
         "alternates too); torch's includes `np.searchsorted` for its offsets.",
         "",
         "| threads (segcli, torch) | workload | segcli wall | torch wall | segcli / torch "
-        "| segcli CPU | torch CPU | segcli / torch (CPU) |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| segcli CPU | torch CPU | segcli / torch (CPU) | segcli sys | torch sys |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    pages: dict[str, int] = {}
     for segcli_threads, torch_threads in settings:
         numba_engine.THREADS = segcli_threads
         torch.set_num_threads(torch_threads)
         for op, weighted in (("sum", False), ("mean", False), ("sum", True)):
             inputs = weighted_inputs if weighted else plain
             calls = [_segcli("numba", op, bags, inputs), _torch(op, bags, inputs)]
-            medians = _alternate(calls, bags, int(inputs["ids"][WARM_ROWS - 1]) + 1)
+            medians = _alternate(calls, bags, int(inputs["ids"][WARM_ROWS - 1]) + 1, pages)
             label = f"{'weighted ' if weighted else ''}{op}"
-            (sw, sc), (tw, tc) = medians
+            (sw, sc, ss), (tw, tc, ts) = medians
             cells = [f"{sw:.3f}", f"{tw:.3f}", f"{sw / tw:.2f}x", f"{sc:.3f}", f"{tc:.3f}"]
             threads = f"{segcli_threads}, {torch_threads}"
-            lines.append(f"| {threads} | {label} | " + " | ".join(cells) + f" | {sc / tc:.2f}x |")
+            tail = f" | {sc / tc:.2f}x | {ss:.3f} | {ts:.3f} |"
+            lines.append(f"| {threads} | {label} | " + " | ".join(cells) + tail)
             print(lines[-1], flush=True)
-    return "\n".join([*lines, "", *KERNEL_NOTES]) + "\n"
+    table = plain["table"]
+    pages["table (both)"] = _huge_page_mib(table.ctypes.data + table.nbytes // 2)
+    lines += [
+        "",
+        "CPU is user + system seconds; system is mostly the output's page faults (each call "
+        "allocates its output). Huge pages (`AnonHugePages` in `/proc/self/smaps`, MiB of the "
+        "mapping holding each array): "
+        + ", ".join(f"{name} {mib:,}" for name, mib in pages.items())
+        + f"; THP {_thp_setting('enabled')}, defrag {_thp_setting('defrag')}.",
+    ]
+    return "\n".join([*lines, "", *KERNEL_NOTES, "", *OUTSIDE_NOTES]) + "\n"
 
 
-def _alternate(calls: list[Any], bags: int, warm_bags: int) -> list[tuple[float, float]]:
-    """Each call's median (wall, CPU) seconds over the rounds; results checked against the
-    first call's."""
+def _huge_page_mib(address: int) -> int:
+    """MiB of huge pages in the mapping that holds ``address`` (-1: none found)."""
+    try:
+        text = Path("/proc/self/smaps").read_text()
+    except OSError:
+        return -1
+    for block in re.split(r"\n(?=[0-9a-f]+-[0-9a-f]+ )", text):
+        low, high = (int(edge, 16) for edge in block.split()[0].split("-"))
+        if low <= address < high:
+            found = re.search(r"^AnonHugePages:\s+(\d+) kB", block, re.M)
+            return int(found.group(1)) // 1024 if found else -1
+    return -1
+
+
+def _thp_setting(name: str) -> str:
+    """The kernel's transparent huge page setting ``name`` (the bracketed choice)."""
+    try:
+        text = Path(f"/sys/kernel/mm/transparent_hugepage/{name}").read_text()
+    except OSError:
+        return "unknown"
+    found = re.search(r"\[(\w[\w+]*)\]", text)
+    return found.group(1) if found else text.strip()
+
+
+def _alternate(
+    calls: list[Any], bags: int, warm_bags: int, pages: dict[str, int]
+) -> list[tuple[float, float, float]]:
+    """Each call's median (wall, CPU, system CPU) seconds over the rounds; results checked
+    against the first call's. ``pages`` gets each output's huge pages (segcli's, torch's)."""
     for call in calls:
         call(slice(0, WARM_ROWS), warm_bags)  # compiled or loaded, pools started
-    times: list[list[tuple[float, float]]] = [[] for _ in calls]
+    times: list[list[tuple[float, float, float]]] = [[] for _ in calls]
     for round_ in range(VERSUS_ROUNDS):
         order = list(range(len(calls)))[:: 1 if round_ % 2 == 0 else -1]
         results: dict[int, np.ndarray] = {}
         for k in order:
-            wall, cpu = time.perf_counter(), time.process_time()
+            wall, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
             results[k] = calls[k](slice(None), bags)
-            times[k].append((time.perf_counter() - wall, time.process_time() - cpu))
+            after = resource.getrusage(resource.RUSAGE_SELF)
+            system = after.ru_stime - before.ru_stime
+            cpu = after.ru_utime - before.ru_utime + system
+            times[k].append((time.perf_counter() - wall, cpu, system))
+        for k, name in enumerate(("segcli output", "torch output")):
+            out = results[k]
+            pages[name] = _huge_page_mib(out.ctypes.data + out.nbytes // 2)
         for k in range(1, len(calls)):
             np.testing.assert_allclose(results[k], results[0], rtol=1e-4, atol=1e-5)
     return [tuple(float(np.median(column)) for column in zip(*t, strict=True)) for t in times]  # type: ignore[misc]

@@ -27,7 +27,7 @@ import numpy as np
 from segcli import ops, validate
 from segcli.core import Reduction, check_output_fits, validate_inputs
 from segcli.engines import Engine, EngineChoice, choose_engine
-from segcli.errors import InvalidInputError, UsageError
+from segcli.errors import InvalidInputError, SegcliError, UsageError
 from segcli.io.chunked import UNKNOWN_ROWS, ChunkSource
 from segcli.multi import fold_rows
 
@@ -388,9 +388,10 @@ class FusedFold:
         check_output_fits(self.op, num_segments, self.inner_shape, self.data_dtype)
         self.bags.grow(num_segments)
 
-    def fold(self, ids: np.ndarray, indices: np.ndarray | None, weights: np.ndarray | None) -> None:
+    def fold(self, ids: np.ndarray, indices: np.ndarray | None, weights: np.ndarray | None) -> bool:
+        """False when a row breaks a rule (nothing more folded)."""
         assert indices is not None
-        self.bags.fold(ids, indices, weights)
+        return self.bags.fold(ids, indices, weights)
 
     def finish(
         self, report: validate.IdReport, choice: EngineChoice, fill: Any, started: float
@@ -507,13 +508,15 @@ def sparse_reduce(
             refuse_nulls(extra.array, extra.label)
     flat_ids = np.asarray(ids.array).reshape(-1)
     choice = None
+    deferred = False
     if indices is not None:
-        # Chosen first: the numba engine checks a gather in one pass of its own.
+        # Chosen first: the numba engine checks a gather in one pass of its own, or while
+        # the fused fold reads the rows.
         elements = int(flat_ids.size) * ops.inner_size(tuple(array.shape[1:]))
         choice = choose_engine(engine, elements=elements)
-        scan = choice.engine.name == "numba"
-        report, inner_shape = _check_gather(array, ids, num_segments, indices, scan)
-        per, fold_sorted = "indices", True
+        check = _gather_check(choice, op_def, array, weights)
+        report, inner_shape = _check_gather(array, ids, num_segments, indices, check)
+        per, fold_sorted, deferred = "indices", True, check == "fold"
     else:
         report = validate_inputs(
             array, ids.array, num_segments, op_def, sorted_ids=sorted_ids,
@@ -522,14 +525,19 @@ def sparse_reduce(
         inner_shape = tuple(array.shape[ids.array.ndim :])
         per, fold_sorted = "rows", sorted_ids
     flat_w = None
-    if weights is not None:
-        check_weights_meta(weights.array.dtype, weights.label)
-        check_weights_shape(weights.array.shape, ids.array.shape, weights.label, per)
-        flat_w = weights.array.reshape(-1)
     n = report.num_segments
-    fold_dtype = array.dtype if weights is None else _product_dtype(array.dtype)
-    check_output_fits(op_def, n, inner_shape, fold_dtype, sorted_ids=fold_sorted)
-    check_fill(fill, op_def, array.dtype, weights is not None)
+    try:
+        if weights is not None:
+            check_weights_meta(weights.array.dtype, weights.label)
+            check_weights_shape(weights.array.shape, ids.array.shape, weights.label, per)
+            flat_w = weights.array.reshape(-1)
+        fold_dtype = array.dtype if weights is None else _product_dtype(array.dtype)
+        check_output_fits(op_def, n, inner_shape, fold_dtype, sorted_ids=fold_sorted)
+        check_fill(fill, op_def, array.dtype, weights is not None)
+    except SegcliError:
+        if deferred and indices is not None:  # a broken id or index is named first, as before
+            _refuse_broken_rows(array, ids, num_segments, indices)
+        raise
     width = ops.inner_size(inner_shape)
     if choice is None:
         choice = choose_engine(engine, elements=int(flat_ids.size) * width)
@@ -548,21 +556,39 @@ def sparse_reduce(
         step = max(1, int(flat_ids.size))  # the fused fold holds no block-sized state
     for start in range(0, int(flat_ids.size), step):
         block = slice(start, start + step)
-        folds.fold(
+        clean = folds.fold(
             flat_ids[block],
             None if indices is None else indices.array[block],
             None if flat_w is None else flat_w[block],
         )
+        if clean is False and indices is not None:
+            _refuse_broken_rows(array, ids, num_segments, indices)
+            raise AssertionError("the fused fold refused rows the checker let through")
     reduction = folds.finish(report, choice, fill, validated)
     reduction.timings["validate"] = validated - started
     return reduction
 
 
+def _gather_check(
+    choice: EngineChoice, op: ops.Op, data: np.ndarray, weights: Labeled | None
+) -> str:
+    """How a gather's ids and indices are checked: ``"fold"`` by the fused fold as it reads
+    them, ``"scan"`` in the numba engine's one pass before the fold, else ``"numpy"``."""
+    if choice.engine.name != "numba":
+        return "numpy"
+    w_dtype = None if weights is None else weights.array.dtype
+    if data.ndim and fuses(choice.engine, op, data.dtype, tuple(data.shape[1:]), w_dtype):
+        return "fold"
+    return "scan"
+
+
 def _check_gather(
-    data: np.ndarray, ids: Labeled, num_segments: int | None, indices: Labeled, scan: bool
+    data: np.ndarray, ids: Labeled, num_segments: int | None, indices: Labeled, check: str
 ) -> tuple[validate.IdReport, tuple[int, ...]]:
-    """Every rule of a gather held in memory: the ids' report and the inner shape. ``scan``:
-    the numba engine's one-pass check first (the NumPy checker only names what it finds)."""
+    """Every rule of a gather held in memory: the ids' report and the inner shape. ``check``
+    (see :func:`_gather_check`): ``"scan"``, the numba engine's one-pass check first (the
+    NumPy checker only names what it finds); ``"fold"``, the values' rules left to the fused
+    fold, and n, when not given, taken from the last id as if they held."""
     if data.ndim == 0:
         raise InvalidInputError("--indices needs rows to gather from DATA, got a 0-D array")
     validate.check_ids_dtype(ids.array.dtype, ids.label, ids.array)
@@ -570,12 +596,23 @@ def _check_gather(
     n = validate.check_num_segments(num_segments)
     check_indices_meta(indices.array.dtype, indices.array.shape, indices.label)
     check_lengths(indices.array.size, ids.array.size, indices.label, ids.label)
-    if scan and _clean_gather(ids.array, indices.array, n, int(data.shape[0])):
-        last = ids.array[-1] if ids.array.size else None
+    last = ids.array[-1] if ids.array.size else None
+    if check == "fold" and (last is None or last >= 0):
+        return clean_report(n, int(ids.array.size), last), tuple(data.shape[1:])
+    if check == "scan" and _clean_gather(ids.array, indices.array, n, int(data.shape[0])):
         return clean_report(n, int(ids.array.size), last), tuple(data.shape[1:])
     checker = SparseChecker(n, int(data.shape[0]), ids.label, indices.label)
     checker.feed(ids.array, indices.array)
     return checker.finish(), tuple(data.shape[1:])
+
+
+def _refuse_broken_rows(
+    data: np.ndarray, ids: Labeled, num_segments: int | None, indices: Labeled
+) -> None:
+    """The NumPy checker over a gather's ids and indices: raises the first broken rule."""
+    checker = SparseChecker(num_segments, int(data.shape[0]), ids.label, indices.label)
+    checker.feed(ids.array, indices.array)
+    checker.finish()
 
 
 def _clean_gather(ids: np.ndarray, indices: np.ndarray, n: int | None, data_rows: int) -> bool:

@@ -572,6 +572,89 @@ def test_numba_gather_scan_passes_only_clean_inputs(monkeypatch, ids, indices, n
         assert gather_is_clean(ids, indices, n, 6) is (fits and not checker.failed)
 
 
+@pytest.mark.parametrize("op", ["sum", "mean"])
+@pytest.mark.parametrize(
+    ("ids", "indices", "n"),
+    [
+        ([-1, 1, 1, 2, 2, 3], [0, 1, 2, 3, 4, 5], None),
+        ([0, 1, 2, 1, 2, 3], [0, 1, 2, 3, 4, 5], None),  # a decrease where the threads split
+        ([0, 1, 1, 2, 2, 1], [0, 1, 2, 3, 4, 5], None),  # the last id decreases: n too small
+        ([0, 1, 1, 2, 2, 3], [0, 1, 2, 3, 4, 5], 3),
+        ([0, 1, 1, 2, 2, 3], [0, 1, 2, 6, 4, 5], None),
+        ([0, 1, 1, 2, 2, 3], [0, 1, 2, 3, 4, -3], None),  # in the last bag
+        ([0, 1, 1, 2, 2, 3], [7, 1, 2, 3, 4, 5], None),  # in the first row
+        ([3, 1, 1, 2, 2, 2**40], [0, 1, 2, 3, 4, 5], None),  # n from the last id: too large
+        (np.array([0, 1, 1, 2, 2**63, 2**64 - 1], np.uint64), [0, 1, 2, 3, 4, 5], None),
+        ([0, 1, 1, 2, 2, 3], np.array([0, 1, 2, 3, 4, 2**63], np.uint64), None),
+    ],
+)
+def test_numba_fused_fold_checks_the_rows_it_reads(monkeypatch, op, ids, indices, n):
+    """The fused fold checks ids and indices as it reads them, with no pass before it: a
+    broken rule, found mid-fold on one thread or two, is the NumPy engine's error."""
+    from segcli.engines import numba_engine
+
+    def no_scan(*args: Any) -> bool:
+        raise AssertionError("a pass over the ids and indices ran before the fused fold")
+
+    data = np.arange(12.0).reshape(6, 2)
+    with pytest.raises(InvalidInputError) as want:
+        _sparse(data, ids, n, op, indices, engine="numpy")
+    monkeypatch.setattr("segcli.engines.numba_sparse.gather_is_clean", no_scan)
+    monkeypatch.setattr(numba_engine, "PARALLEL_MIN_ELEMENTS", 1)
+    for threads in (1, 2):
+        monkeypatch.setattr(numba_engine, "THREADS", threads)
+        with pytest.raises(InvalidInputError) as got:
+            _sparse(data, ids, n, op, indices, engine="numba")
+        assert str(got.value) == str(want.value)
+
+
+def test_numba_fused_fold_names_a_broken_id_before_bad_weights():
+    """Rules are still reported in the order a user would fix them: a broken id before the
+    weights' shape, as the NumPy engine does, though the fused fold checks ids last."""
+    for engine in ("numpy", "numba"):
+        with pytest.raises(InvalidInputError, match=r"segment_ids\[2\] = 1 < segment_ids"):
+            _sparse(np.ones((3, 2)), [0, 2, 1], None, "mean", [0, 1, 2], [1.0, 2.0], engine=engine)
+
+
+def test_cli_numba_gather_error_found_mid_fold_writes_nothing(files, tmp_path):
+    out = tmp_path / "out.npy"
+    bad = tmp_path / "bad.npy"
+    indices = np.load(files["idx"])
+    indices[[7, 10]] = [9, -1]
+    np.save(bad, indices)
+    result = run("sum", files["data"], files["ids"], "--indices", bad, "--engine", "numba",
+                 "-o", out, "-q")  # fmt: skip
+    assert result.exit_code == 1
+    assert result.stderr.strip().splitlines() == [
+        f"Error: {bad}: indices[7] = 9 is out of range [0, 7) (2 indices out of range)"
+    ]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_numba_mapped_output_gives_the_numpy_bytes(fused_case, monkeypatch, tmp_path, streamed):
+    """A large output is a mapping of its own (no NumPy huge-page request): the same bytes,
+    in memory and streamed (where it grows as ids arrive, from a mapped start with -n)."""
+    from segcli.engines import numba_sparse
+
+    data, ids, indices, w = fused_case
+    want = _sparse(data, ids, 45, "mean", indices, w, engine="numpy").result
+    monkeypatch.setattr(numba_sparse, "MAPPED_OUTPUT_BYTES", 1)
+    if not streamed:
+        got = _sparse(data, ids, 45, "mean", indices, w, engine="numba").result
+        assert not got.flags.owndata
+        assert got.tobytes() == want.tobytes()
+        return
+    bags = numba_sparse.BagFold(data.reshape(30, 6), "mean", 1, data.dtype, weighted=True)
+    assert not bags.out.flags.owndata
+    for part in np.array_split(np.arange(ids.size), 4):
+        bags.grow(int(ids[part[-1]]) + 1)
+        assert bags.fold(ids[part], indices[part], w[part])
+    bags.grow(45)
+    got, _ = bags.result(45, None)
+    assert got.reshape(want.shape).tobytes() == want.tobytes()
+
+
 def test_float_indices_are_refused_not_truncated():
     with pytest.raises(InvalidInputError, match="indices must be integers, got float64"):
         _sparse(np.ones((3, 2)), [0, 1], None, "sum", [0.0, 1.0])
