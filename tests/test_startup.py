@@ -89,3 +89,61 @@ def test_a_streamed_parquet_run_does_not_load_pandas(tmp_path: Path, columns: st
     code, seen = _run([*args, "--chunk-rows", "2", "-q", "-o", out])
     assert code == 0
     assert "pandas" not in seen["modules"]
+
+
+def test_a_plain_npy_run_does_not_load_numpy_ma(tmp_path: Path) -> None:
+    """numpy.ma (about 8 ms) loads only where a masked array can exist."""
+    import numpy as np
+
+    np.save(tmp_path / "d.npy", np.arange(6, dtype=np.float32))
+    np.save(tmp_path / "i.npy", np.array([0, 0, 1, 1, 2, 2], np.int32))
+    args = ["sum", str(tmp_path / "d.npy"), str(tmp_path / "i.npy")]
+    code, seen = _run([*args, "-q", "-o", str(tmp_path / "out.npy")])
+    assert code == 0
+    assert "numpy" in seen["modules"] and "numpy.ma" not in seen["modules"]
+
+
+@pytest.mark.parametrize("skipna", [[], ["--skipna"]], ids=["plain", "skipna"])
+def test_a_parquet_agg_without_a_cast_does_not_load_pyarrow_compute(
+    tmp_path: Path, skipna: list[str]
+) -> None:
+    """pyarrow.compute builds some 300 wrappers as it loads (about 25 ms): a column that needs
+    no cast never loads it, and its nulls become NaN through the kernel called by name."""
+    path = tmp_path / "t.parquet"
+    values = [1.0, None, 3.0] if skipna else [1.0, 2.0, 3.0]
+    pq.write_table(pa.table({"id": [0, 1, 1], "v": values}), path)
+    args = ["agg", str(path), "--data-column", "v", "--ids-column", "id", "--op", "sum,mean"]
+    code, seen = _run([*args, *skipna, "-q", "-o", str(tmp_path / "out.npz")])
+    assert code == 0
+    assert "pyarrow.compute" not in seen["modules"]
+    assert {"pandas", "numpy.ma"}.isdisjoint(seen["modules"])
+
+
+def test_a_decimal_column_still_casts(tmp_path: Path) -> None:
+    path = tmp_path / "t.parquet"
+    from decimal import Decimal
+
+    values = pa.array([Decimal("1.5"), Decimal("2"), Decimal("3")], pa.decimal128(5, 1))
+    pq.write_table(pa.table({"id": [0, 1, 1], "v": values}), path)
+    out = tmp_path / "out.npy"
+    args = ["sum", str(path), "--data-column", "v", "--ids-column", "id", "-q", "-o", str(out)]
+    code, seen = _run(args)
+    assert code == 0 and "pyarrow.compute" in seen["modules"]
+    import numpy as np
+
+    assert np.load(out).tolist() == [1.5, 5.0]
+
+
+def test_a_null_error_does_not_load_pandas(tmp_path: Path) -> None:
+    """Finding the first null took pyarrow's index with a Python True, built through pandas."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": [0, 1, 1, 0], "v": [1.0, 2.0, None, None]}), path)
+    out = tmp_path / "out.npy"
+    args = ["sum", str(path), "--data-column", "v", "--ids-column", "id", "-q", "-o", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-c", _REPORT, *args], capture_output=True, text=True, env=os.environ
+    )
+    lines = done.stderr.splitlines()
+    assert done.returncode == 1 and not out.exists()
+    assert lines[:-1] == [f"Error: {path}: column 'v' has 2 nulls (first at row 2)"]
+    assert "pandas" not in json.loads(lines[-1])["modules"]
