@@ -147,3 +147,30 @@ def test_a_null_error_does_not_load_pandas(tmp_path: Path) -> None:
     assert done.returncode == 1 and not out.exists()
     assert lines[:-1] == [f"Error: {path}: column 'v' has 2 nulls (first at row 2)"]
     assert "pandas" not in json.loads(lines[-1])["modules"]
+
+
+def test_a_command_builds_only_its_own_op_command(tmp_path: Path) -> None:
+    """Each op command carries some 35 click options: only the one run is built."""
+    import numpy as np
+
+    np.save(tmp_path / "d.npy", np.arange(4, dtype=np.float32))
+    np.save(tmp_path / "i.npy", np.array([0, 0, 1, 1], np.int32))
+    args = ["sum", str(tmp_path / "d.npy"), str(tmp_path / "i.npy"), "-q"]
+    done = subprocess.run(
+        [sys.executable, "-c", _BUILT, *args, "-o", str(tmp_path / "o.npy")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0
+    assert json.loads(done.stderr.splitlines()[-1]) == ["agg", "check", "info", "sum"]
+
+
+#: Runs the entry point, then reports (at exit) the commands the group had built.
+_BUILT = """
+import atexit, json, sys
+built = lambda: sorted(sys.modules["segcli.cli"].cli.commands)
+atexit.register(lambda: print(json.dumps(built()), file=sys.stderr))
+sys.argv = ["segcli", *sys.argv[1:]]
+from segcli.__main__ import main
+main()
+"""
