@@ -242,10 +242,10 @@ def _decoded(column: Any) -> Any:
     """Dictionary-encoded and decimal columns (not inside lists) cast to their plain type."""
     plain = _plain_type(column.type)
     if plain == column.type:
-        return column  # pyarrow.compute (some 30 ms to import) only where a cast is needed
-    import pyarrow.compute as pc
+        return column
+    from pyarrow._compute import CastOptions
 
-    return pc.cast(column, plain)
+    return _compute("cast", column, options=CastOptions.safe(plain))
 
 
 def _is_list(type_: pa.DataType) -> bool:
@@ -362,7 +362,7 @@ def _common_length(array: pa.Array, where: ColumnRef, first_row: int, per_row: i
 
 
 def _raise_nulls(array: pa.Array, where: ColumnRef, first_row: int, per_row: int) -> None:
-    # Given a Python True, pyarrow's index builds its scalar through pandas (0.4 s).
+    # Given a Python True, pyarrow's index builds its scalar through pandas (0.2 s).
     first = int(np.argmax(numpy_of(_compute("is_null", array))))
     row = first_row + first // per_row
     inside = " inside its lists" if per_row > 1 else ""
@@ -370,13 +370,13 @@ def _raise_nulls(array: pa.Array, where: ColumnRef, first_row: int, per_row: int
     raise where.fail(f"has {array.null_count} {noun}{inside} (first at row {row})")
 
 
-def _compute(function: str, *args: Any) -> Any:
+def _compute(function: str, *args: Any, options: Any = None) -> Any:
     """pyarrow's compute ``function`` called by name: ``pyarrow.compute`` builds a Python
-    wrapper for each of its some 300 functions as it loads (about 25 ms of start-up), the
-    kernels themselves need only ``pyarrow._compute``."""
+    wrapper for each of its some 300 functions as it loads (about 27 ms of start-up), the
+    kernels and their options need only ``pyarrow._compute``."""
     from pyarrow._compute import call_function
 
-    return call_function(function, list(args))
+    return call_function(function, list(args), options)
 
 
 def arrow_array(values: np.ndarray) -> pa.Array:
