@@ -1,6 +1,6 @@
 """Start-up of whole ``segcli`` processes: this checkout against an older copy, interleaved.
 
-    python benchmarks/startup_ab.py --against TREE [--rounds 7] [--big FILE]
+    python benchmarks/startup_ab.py --against TREE [--rounds 7] [--big FILE | --big-rows N]
 
 TREE is a folder holding an older ``segcli`` package, e.g.
 ``mkdir OLD && git archive REV segcli | tar -x -C OLD``. Each round runs every command once
@@ -13,7 +13,9 @@ the new/old ratio. Tiny inputs (written to a temporary folder) make the run all 
 - ``agg --op sum,mean`` of the same file's value column by an integer id column, ``.npz`` out.
 
 ``--big FILE``: also the issue's ``--by`` run on FILE, a Parquet file with ``carrier``,
-``origin`` and ``arr_delay`` columns (``by_bench.py`` writes one; 30M rows there).
+``origin`` and ``arr_delay`` columns. ``--big-rows N`` writes such a file first, as
+``by_bench.py --skipna`` does (20 carriers x 3 origins, 2% of the values null; the issue's
+figures use 30,000,000 rows, 259 MiB, some 20 s to write).
 
 Both trees' modules are compiled first and the children may not write bytecode, so neither
 pays for compiling. Every output of the two trees is compared byte for byte; a difference is
@@ -60,6 +62,21 @@ def write_inputs(folder: Path) -> None:
     pq.write_table(table, folder / "tiny.parquet")
 
 
+def write_flights(path: str, rows: int) -> None:
+    """``by_bench.py``'s low-cardinality file, drawn the same way."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from by_bench import write_table
+
+    rng = np.random.default_rng(1)
+    carriers = np.array([f"C{i:02d}" for i in range(20)])
+    origins = np.array(["JFK", "LAX", "ORD"])
+    keys = {
+        "carrier": carriers[rng.integers(0, 20, rows)],
+        "origin": origins[rng.integers(0, 3, rows)],
+    }
+    write_table(path, rows, keys, nulls=True)
+
+
 def commands(folder: Path, big: str | None) -> dict[str, list[str]]:
     by = ["--data-column", "arr_delay", "--by", "carrier,origin", "--skipna", "-q"]
     runs = {
@@ -100,14 +117,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--against", metavar="TREE", required=True)
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--big", metavar="FILE")
+    big = parser.add_mutually_exclusive_group()
+    big.add_argument("--big", metavar="FILE")
+    big.add_argument("--big-rows", type=int, metavar="N")
     args = parser.parse_args()
     trees = {"old": os.path.abspath(args.against), "new": str(Path(__file__).parents[1])}
+    if not Path(trees["old"], "segcli", "__main__.py").is_file():
+        sys.exit(f"--against {args.against}: no segcli package in that folder")
     for tree in trees.values():
         compileall.compile_dir(f"{tree}/segcli", quiet=1)
     with tempfile.TemporaryDirectory() as temp:
         folder = Path(temp)
         write_inputs(folder)
+        if args.big_rows:
+            args.big = str(folder / "flights.parquet")
+            write_flights(args.big, args.big_rows)
         runs = commands(folder, args.big)
         seen: dict[tuple[str, str], list[tuple[float, float]]] = {}
         for _ in range(args.rounds):
