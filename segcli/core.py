@@ -8,6 +8,7 @@ This module never imports click or rich: it is the library the CLI translates.
 
 from __future__ import annotations
 
+import sys
 import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
@@ -308,7 +309,7 @@ def reduce_arrays(
     if skipna:
         op_def = ops.skipna_op(op_def)
     # A masked array (nulls read under --skipna) keeps its mask: the values it hides are missing.
-    data = data if isinstance(data, np.ma.MaskedArray) else np.asarray(data)
+    data = data if _is_masked(data) else np.asarray(data)
     ids = np.asarray(segment_ids)
     started = time.perf_counter()
     inner_shape = tuple(data.shape[ids.ndim :])
@@ -343,6 +344,13 @@ def reduce_arrays(
     return reduction
 
 
+def _is_masked(data: Any) -> bool:
+    """Whether ``data`` is a NumPy masked array, without importing numpy.ma (about 8 ms of
+    start-up): no masked array can exist before that module is loaded."""
+    ma = sys.modules.get("numpy.ma")
+    return ma is not None and isinstance(data, ma.MaskedArray)
+
+
 def _reduce_holistic(
     data: Any,
     segment_ids: Any,
@@ -367,7 +375,7 @@ def _reduce_holistic(
             "on the CPU); use engine numpy or numba"
         )
     # A masked array (nulls read under --skipna) keeps its mask: its rows are left out.
-    data = data if isinstance(data, np.ma.MaskedArray) else np.asarray(data)
+    data = data if _is_masked(data) else np.asarray(data)
     ids = np.asarray(segment_ids)
     job = HolisticJob.of(
         (op.name,), data.dtype, q=q, skipna=skipna, fill=fill, label=data_label or "data"

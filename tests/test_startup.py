@@ -89,3 +89,115 @@ def test_a_streamed_parquet_run_does_not_load_pandas(tmp_path: Path, columns: st
     code, seen = _run([*args, "--chunk-rows", "2", "-q", "-o", out])
     assert code == 0
     assert "pandas" not in seen["modules"]
+
+
+def test_a_plain_npy_run_does_not_load_numpy_ma(tmp_path: Path) -> None:
+    """numpy.ma (about 8 ms) loads only where a masked array can exist."""
+    import numpy as np
+
+    np.save(tmp_path / "d.npy", np.arange(6, dtype=np.float32))
+    np.save(tmp_path / "i.npy", np.array([0, 0, 1, 1, 2, 2], np.int32))
+    args = ["sum", str(tmp_path / "d.npy"), str(tmp_path / "i.npy")]
+    code, seen = _run([*args, "-q", "-o", str(tmp_path / "out.npy")])
+    assert code == 0
+    assert "numpy" in seen["modules"] and "numpy.ma" not in seen["modules"]
+
+
+def test_a_plain_npy_run_loads_only_the_readers_and_writers_it_uses(tmp_path: Path) -> None:
+    """segcli.io loads its modules as their names are used (about 6 ms of start-up)."""
+    import numpy as np
+
+    np.save(tmp_path / "d.npy", np.arange(6, dtype=np.float32))
+    np.save(tmp_path / "i.npy", np.array([0, 0, 1, 1, 2, 2], np.int32))
+    args = ["sum", str(tmp_path / "d.npy"), str(tmp_path / "i.npy")]
+    code, seen = _run([*args, "-q", "-o", str(tmp_path / "out.npy")])
+    assert code == 0 and "segcli.io.write" in seen["modules"]
+    unused = {"segcli.io.chunked", "segcli.io.results", "segcli.io.atomic", "csv"}
+    assert unused.isdisjoint(seen["modules"])
+
+
+def test_the_io_names_load_on_first_use() -> None:
+    from segcli import io
+    from segcli.io.chunked import open_chunked
+    from segcli.io.describe import describe
+
+    assert io.open_chunked is open_chunked and io.describe is describe
+    assert {name: getattr(io, name) for name in io.__all__}.keys() == set(io.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'bogus'"):
+        io.bogus  # noqa: B018
+
+
+@pytest.mark.parametrize("skipna", [[], ["--skipna"]], ids=["plain", "skipna"])
+def test_a_parquet_agg_without_a_cast_does_not_load_pyarrow_compute(
+    tmp_path: Path, skipna: list[str]
+) -> None:
+    """pyarrow.compute builds some 300 wrappers as it loads (about 25 ms): a column that needs
+    no cast never loads it, and its nulls become NaN through the kernel called by name."""
+    path = tmp_path / "t.parquet"
+    values = [1.0, None, 3.0] if skipna else [1.0, 2.0, 3.0]
+    pq.write_table(pa.table({"id": [0, 1, 1], "v": values}), path)
+    args = ["agg", str(path), "--data-column", "v", "--ids-column", "id", "--op", "sum,mean"]
+    code, seen = _run([*args, *skipna, "-q", "-o", str(tmp_path / "out.npz")])
+    assert code == 0
+    assert "pyarrow.compute" not in seen["modules"]
+    assert {"pandas", "numpy.ma"}.isdisjoint(seen["modules"])
+
+
+def test_decimal_and_dictionary_columns_cast_without_pyarrow_compute(tmp_path: Path) -> None:
+    from decimal import Decimal
+
+    import numpy as np
+    import pyarrow.ipc as ipc
+
+    path = tmp_path / "t.arrow"
+    values = pa.array([Decimal("1.5"), Decimal("2"), Decimal("3")], pa.decimal128(5, 1))
+    table = pa.table({"id": pa.array([0, 1, 1]).dictionary_encode(), "v": values})
+    with ipc.new_file(path, table.schema) as writer:
+        writer.write_table(table)
+    out = tmp_path / "out.npy"
+    args = ["sum", str(path), "--data-column", "v", "--ids-column", "id", "-q", "-o", str(out)]
+    code, seen = _run(args)
+    assert code == 0 and "pyarrow.compute" not in seen["modules"]
+    assert np.load(out).tolist() == [1.5, 5.0]
+
+
+def test_a_null_error_does_not_load_pandas(tmp_path: Path) -> None:
+    """Finding the first null took pyarrow's index with a Python True, built through pandas."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": [0, 1, 1, 0], "v": [1.0, 2.0, None, None]}), path)
+    out = tmp_path / "out.npy"
+    args = ["sum", str(path), "--data-column", "v", "--ids-column", "id", "-q", "-o", str(out)]
+    done = subprocess.run(
+        [sys.executable, "-c", _REPORT, *args], capture_output=True, text=True, env=os.environ
+    )
+    lines = done.stderr.splitlines()
+    assert done.returncode == 1 and not out.exists()
+    assert lines[:-1] == [f"Error: {path}: column 'v' has 2 nulls (first at row 2)"]
+    assert "pandas" not in json.loads(lines[-1])["modules"]
+
+
+def test_a_command_builds_only_its_own_op_command(tmp_path: Path) -> None:
+    """Each op command carries some 35 click options: only the one run is built."""
+    import numpy as np
+
+    np.save(tmp_path / "d.npy", np.arange(4, dtype=np.float32))
+    np.save(tmp_path / "i.npy", np.array([0, 0, 1, 1], np.int32))
+    args = ["sum", str(tmp_path / "d.npy"), str(tmp_path / "i.npy"), "-q"]
+    done = subprocess.run(
+        [sys.executable, "-c", _BUILT, *args, "-o", str(tmp_path / "o.npy")],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0
+    assert json.loads(done.stderr.splitlines()[-1]) == ["agg", "check", "info", "sum"]
+
+
+#: Runs the entry point, then reports (at exit) the commands the group had built.
+_BUILT = """
+import atexit, json, sys
+built = lambda: sorted(sys.modules["segcli.cli"].cli.commands)
+atexit.register(lambda: print(json.dumps(built()), file=sys.stderr))
+sys.argv = ["segcli", *sys.argv[1:]]
+from segcli.__main__ import main
+main()
+"""

@@ -240,10 +240,12 @@ def read_as_note(type_: pa.DataType) -> str | None:
 
 def _decoded(column: Any) -> Any:
     """Dictionary-encoded and decimal columns (not inside lists) cast to their plain type."""
-    import pyarrow.compute as pc
-
     plain = _plain_type(column.type)
-    return column if plain == column.type else pc.cast(column, plain)
+    if plain == column.type:
+        return column
+    from pyarrow._compute import CastOptions
+
+    return _compute("cast", column, options=CastOptions.safe(plain))
 
 
 def _is_list(type_: pa.DataType) -> bool:
@@ -308,13 +310,12 @@ def _nan_filled(array: pa.Array) -> np.ndarray[Any, Any] | None:
     into memory its allocator hands back still warm (a 512K-row block of a streamed run: 0.55
     ms against 0.9 for a NumPy copy and a masked store). The NaN scalar comes from an array:
     given a Python float, pyarrow builds its scalar through pandas. None for other types."""
-    import pyarrow.compute as pc
     import pyarrow.types as pt
 
     if not (pt.is_float32(array.type) or pt.is_float64(array.type)):
         return None
     dtype = numpy_dtype(array.type)
-    filled = pc.fill_null(array, arrow_array(np.array([np.nan], dtype))[0])
+    filled = _compute("coalesce", array, arrow_array(np.array([np.nan], dtype))[0])  # fill_null
     data = filled.buffers()[1]
     return np.frombuffer(data, dtype, count=len(filled), offset=filled.offset * dtype.itemsize)
 
@@ -346,9 +347,7 @@ def _fixed_width_view(array: pa.Array) -> np.ndarray[Any, Any] | None:
 
 def _common_length(array: pa.Array, where: ColumnRef, first_row: int, per_row: int) -> int:
     """The one length all lists of a variable-size list array share, else an error."""
-    import pyarrow.compute as pc
-
-    lengths = pc.list_value_length(array).to_numpy(zero_copy_only=False)
+    lengths = numpy_of(_compute("list_value_length", array))
     if len(lengths) == 0:
         return 0
     differ = np.flatnonzero(lengths != lengths[0])
@@ -363,13 +362,21 @@ def _common_length(array: pa.Array, where: ColumnRef, first_row: int, per_row: i
 
 
 def _raise_nulls(array: pa.Array, where: ColumnRef, first_row: int, per_row: int) -> None:
-    import pyarrow.compute as pc
-
-    first = pc.index(pc.is_null(array), True).as_py()
-    row = first_row + int(first) // per_row
+    # Given a Python True, pyarrow's index builds its scalar through pandas (0.2 s).
+    first = int(np.argmax(numpy_of(_compute("is_null", array))))
+    row = first_row + first // per_row
     inside = " inside its lists" if per_row > 1 else ""
     noun = "null" if array.null_count == 1 else "nulls"
     raise where.fail(f"has {array.null_count} {noun}{inside} (first at row {row})")
+
+
+def _compute(function: str, *args: Any, options: Any = None) -> Any:
+    """pyarrow's compute ``function`` called by name: ``pyarrow.compute`` builds a Python
+    wrapper for each of its some 300 functions as it loads (about 27 ms of start-up), the
+    kernels and their options need only ``pyarrow._compute``."""
+    from pyarrow._compute import call_function
+
+    return call_function(function, list(args), options)
 
 
 def arrow_array(values: np.ndarray) -> pa.Array:
