@@ -699,19 +699,31 @@ def _fold_logsumexp(block: _JointBlock) -> None:
     first stays). Moving a sum to a larger scale is a power of two, exact, so the bytes do not
     depend on where the blocks were cut.
 
+    Each lane's run of rows (:meth:`_JointBlock.lane_pieces`) folds into that lane's arrays
+    as a block of its own, in row order: a lane's bytes do not depend on the cuts either.
+    """
+    if block.width == 0:
+        _count_block(block)
+        return
+    for start, stop, lane in block.lane_pieces():
+        piece = _JointBlock(
+            block.state, block.data[start:stop], block.ids[start:stop], block.first_row + start
+        )
+        _fold_logsumexp_lane(piece, flat_intermediates(block.state, lane))
+
+
+def _fold_logsumexp_lane(block: _JointBlock, arrays: dict[str, np.ndarray]) -> None:
+    """A block of one lane's rows into that lane's ``arrays``, its rows counted in the state.
+
     A block of plain values (magnitude below ``ops.PLAIN_EXP``) adds ``exp(x)`` itself in one
     pass to the segments at scale 0 or with no scaled value yet; the rows of other segments,
     and any block with a value that is not plain, take two passes (:func:`_fold_scaled`).
     """
-    state, width = block.state, block.width
-    if width == 0:
-        _count_block(block)
-        return
-    arrays = flat_intermediates(state)
+    state = block.state
     if not _all_plain(block.data):
         _fold_scaled(block, arrays)
         return
-    off_scale_0 = _segments_off_scale_0(arrays["lse_scale"], width)
+    off_scale_0 = _segments_off_scale_0(arrays["lse_scale"], block.width)
     if off_scale_0 is None:
         _fold_plain(block, arrays)
         return
