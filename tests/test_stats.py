@@ -419,7 +419,8 @@ def lane_rule_logsumexp(data: np.ndarray, ids: np.ndarray, n: int, lane_rows: in
     exponents = np.where(np.abs(data) < ops.PLAIN_EXP, 0.0, np.rint(data / ln2))
     terms = np.exp(data - exponents * ln2).tolist()
     lanes: list[dict[int, tuple[float, int]]] = [{}, {}]
-    for row, (term, e, g) in enumerate(zip(terms, exponents.astype(int).tolist(), ids.tolist())):
+    rows = zip(terms, exponents.astype(int).tolist(), ids.tolist(), strict=True)
+    for row, (term, e, g) in enumerate(rows):
         if 0 <= g < n:
             lane = lanes[(row // lane_rows) % 2]
             total, scale = lane.get(g, (0.0, e))
