@@ -303,15 +303,17 @@ def _fold_logsumexp_rows(
     argument and exponent. NumPy's ``exp`` is the NumPy engine's own, so the bits are the
     same; a kernel then folds the rows in order (:class:`_PlainPairs` for plain 1-D chunks).
     ``together``: a second thread prepares the next chunk while this one folds (two buffers,
-    taken in turn)."""
+    taken in turn; one otherwise, which the fold reads from the cache the ``exp`` left it
+    in)."""
     from segcli.engines import numba_stats
 
     step = max(1, _EXP_CHUNK_ELEMENTS // max(1, data.shape[1]))
     starts = [(a, min(high, a + step)) for low, high in ranges for a in range(low, high, step)]
     rows_in_lane = sum(b - a for a, b in ranges)
     size = min(rows_in_lane, step) * data.shape[1]
-    buffers = [(np.empty(size), np.empty(size, np.int64)) for _ in range(2)]
-    plain = [False, False]
+    turns = 2 if together else 1
+    buffers = [(np.empty(size), np.empty(size, np.int64)) for _ in range(turns)]
+    plain = [False] * turns
     state = (flat["lse_max"], flat["lse_scale"], flat["lse_sum"], count, ops.LOWEST_SCALE)
     # The pairs cost the state's size twice (made, written back): not for a few rows.
     paired = data.shape[1] == 1 and count.size <= 4 * rows_in_lane
@@ -320,9 +322,9 @@ def _fold_logsumexp_rows(
     def prepare(k: int) -> None:
         a, b = starts[k]
         rows = np.ascontiguousarray(data[a:b]).reshape(-1)
-        reduced, exponent = (buffer[: rows.size] for buffer in buffers[k % 2])
-        plain[k % 2] = numba_stats.widened_if_plain(rows, reduced, ops.PLAIN_EXP)
-        if not plain[k % 2]:
+        reduced, exponent = (buffer[: rows.size] for buffer in buffers[k % turns])
+        plain[k % turns] = numba_stats.widened_if_plain(rows, reduced, ops.PLAIN_EXP)
+        if not plain[k % turns]:
             numba_stats.logsumexp_arguments(
                 rows, reduced, exponent, ops.LARGEST_SCALED, ops.PLAIN_EXP, ops.LOWEST_SCALE
             )
@@ -331,13 +333,13 @@ def _fold_logsumexp_rows(
     def fold(k: int) -> None:
         a, b = starts[k]
         rows = np.ascontiguousarray(data[a:b])
-        terms, exponent = (buffer[: rows.size] for buffer in buffers[k % 2])
+        terms, exponent = (buffer[: rows.size] for buffer in buffers[k % turns])
         chunk_ids = ids[a:b]
-        if plain[k % 2] and pairs is not None and pairs.fold(terms, chunk_ids):
+        if plain[k % turns] and pairs is not None and pairs.fold(terms, chunk_ids):
             return
         if pairs is not None:
             pairs.close()
-        if plain[k % 2]:
+        if plain[k % turns]:
             column = numba_stats.fold_plain_exps_column if rows.shape[1] == 1 else None
             fold_plain = column or numba_stats.fold_plain_exps
             fold_plain(chunk_ids, terms, *state[1:4], rows.shape[1])
