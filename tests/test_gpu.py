@@ -991,6 +991,26 @@ class CppEngine(Engine):
         )
 
 
+@pytest.mark.usefixtures("short_lanes")
+@pytest.mark.parametrize("op", [name for name in OPS if ops.OPS[name].joint_lanes])
+def test_joint_lanes_through_the_cuda_sources_match_numpy_engine(
+    cpp_library: tuple[Any, dict[str, int]], op: str
+) -> None:
+    """var/std's and logsumexp's lanes (dealt every 5 rows here), grouped as virtual segments
+    for the compiled seg_joint, folded whole and in blocks that cut the lanes' runs: the NumPy
+    engine's result (logsumexp's to the last bit: the C library's exp)."""
+    data, ids = make_inputs("float64", 300, 2, 6, sorted_ids=False, seed=13)
+    data = data * 600  # logsumexp: values past ops.PLAIN_EXP beside plain ones
+    want = numpy_engine_fold(op, data, ids, 6, False)
+    engine = CppEngine(cpp_library)
+    for cuts in ([], [3, 4, 131, 299], list(range(7, 300, 7))):
+        state = engine.new_state(ops.get_op(op), 6, (2,), data.dtype)
+        assert state.lanes == 2
+        for start, stop in zip([0, *cuts], [*cuts, 300], strict=True):
+            engine.fold(state, data[start:stop], ids[start:stop], sorted_ids=False)
+        assert_kernel_bytes(ops.finalize(state), want, op)
+
+
 #: (ids shape, inner shape, sorted): 1-D and N-D ids (--sorted takes 1-D only), no inner
 #: dimension, one, two.
 _LAYOUTS = {
