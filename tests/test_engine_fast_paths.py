@@ -248,9 +248,9 @@ def test_numba_logsumexp_across_the_plain_limit(
     prepared_aside = []
     fold_rows = numba_engine._fold_logsumexp_rows
 
-    def spy(*args: Any) -> None:
-        prepared_aside.append(args[-1])
-        fold_rows(*args)
+    def spy(*args: Any, together: bool) -> None:
+        prepared_aside.append(together)
+        fold_rows(*args, together=together)
 
     monkeypatch.setattr(numba_engine, "_fold_logsumexp_rows", spy)
     for chunk in (1, 4, 16):

@@ -267,7 +267,8 @@ def _fold_logsumexp(
     if len(present) < 2 or not together:
         for lane in present:
             lane_state = flat_intermediates(state, lane)
-            _fold_logsumexp_rows(data, ids, rows_of(lane), lane_state, state.count, together)
+            rows = rows_of(lane)
+            _fold_logsumexp_rows(data, ids, rows, lane_state, state.count, together=together)
         return
     # Lanes fold side by side, so each counts into its own array (the first into the state's).
     counts = [state.count] + [np.zeros_like(state.count) for _ in present[1:]]
@@ -280,7 +281,7 @@ def _fold_logsumexp(
                 rows_of(lane),
                 flat_intermediates(state, lane),
                 count,
-                False,
+                together=False,
             )
             for lane, count in zip(present, counts, strict=True)
         ]
@@ -295,6 +296,7 @@ def _fold_logsumexp_rows(
     ranges: list[tuple[int, int]],
     flat: dict[str, np.ndarray],
     count: np.ndarray,
+    *,
     together: bool,
 ) -> None:
     """One lane's rows (``ranges``, in row order) into its intermediates ``flat``, a chunk at
@@ -308,7 +310,7 @@ def _fold_logsumexp_rows(
     from segcli.engines import numba_stats
 
     step = max(1, _EXP_CHUNK_ELEMENTS // max(1, data.shape[1]))
-    starts = [(a, min(high, a + step)) for low, high in ranges for a in range(low, high, step)]
+    chunks = [(a, min(high, a + step)) for low, high in ranges for a in range(low, high, step)]
     rows_in_lane = sum(b - a for a, b in ranges)
     size = min(rows_in_lane, step) * data.shape[1]
     turns = 2 if together else 1
@@ -320,7 +322,7 @@ def _fold_logsumexp_rows(
     pairs = _PlainPairs(flat["lse_scale"], flat["lse_sum"], count) if paired else None
 
     def prepare(k: int) -> None:
-        a, b = starts[k]
+        a, b = chunks[k]
         rows = np.ascontiguousarray(data[a:b]).reshape(-1)
         reduced, exponent = (buffer[: rows.size] for buffer in buffers[k % turns])
         plain[k % turns] = numba_stats.widened_if_plain(rows, reduced, ops.PLAIN_EXP)
@@ -331,7 +333,7 @@ def _fold_logsumexp_rows(
         np.exp(reduced, out=reduced)
 
     def fold(k: int) -> None:
-        a, b = starts[k]
+        a, b = chunks[k]
         rows = np.ascontiguousarray(data[a:b])
         terms, exponent = (buffer[: rows.size] for buffer in buffers[k % turns])
         chunk_ids = ids[a:b]
@@ -348,14 +350,14 @@ def _fold_logsumexp_rows(
         else:
             numba_stats.fold_logsumexp(rows, chunk_ids, terms, exponent, *state)
 
-    if starts:
+    if chunks:
         prepare(0)
-    for k in range(len(starts)):
-        if together and k + 1 < len(starts):
+    for k in range(len(chunks)):
+        if together and k + 1 < len(chunks):
             _run([partial(fold, k), partial(prepare, k + 1)])
         else:
             fold(k)
-            if k + 1 < len(starts):
+            if k + 1 < len(chunks):
                 prepare(k + 1)
     if pairs is not None:
         pairs.close()
