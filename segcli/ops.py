@@ -52,12 +52,13 @@ lanes (:attr:`Op.joint_lanes`): its rows are then dealt to the lanes as the floa
 each lane folded in row order, and :func:`finalize` merges the lanes in lane order with the
 op's merge. var and std do: per lane, sums of values shifted by the segment's first value in
 that lane, and the values counted there, merged by Chan's rule (a lane with no rows merges as
-the identity). argmin, argmax, first and last keep a value and its global row number, so the
-row order, not the arrival order, decides a merge; logsumexp keeps a sum scaled by a power of
-two (both in one lane). The NumPy engine implements every joint fold
-(``numpy_engine._JOINT_FOLDS``); the numba engine compiles each (logsumexp's around NumPy's
-own ``exp``, so the bytes match); the CuPy engine (``cupy_fold.has_kernel``) has a kernel for
-each and refuses an op it has none for.
+the identity). logsumexp does too: per lane, a sum scaled by a power of two, merged by
+moving both sums to the larger scale (an empty lane, at the lowest scale with a zero sum,
+merges exactly). argmin, argmax, first and last keep a value and its global row number, so
+the row order, not the arrival order, decides a merge (one lane). The NumPy engine
+implements every joint fold (``numpy_engine._JOINT_FOLDS``); the numba engine compiles each
+(logsumexp's around NumPy's own ``exp``, so the bytes match); the CuPy engine
+(``cupy_fold.has_kernel``) has a kernel for each and refuses an op it has none for.
 
 median, quantile and nunique are *holistic* (:attr:`Op.holistic`): no partial state of theirs
 merges, so they keep no intermediates and no engine folds them. The drivers route them to
@@ -710,6 +711,7 @@ OPS: dict[str, Op] = {
             data_kinds=REAL,
             joint="logsumexp",
             merge=_merge_logsumexp,
+            joint_lanes=True,
         ),
         _holistic_op("median", _mean_out_dtype, REAL),
         _holistic_op("quantile", _mean_out_dtype, REAL),

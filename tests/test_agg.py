@@ -113,15 +113,16 @@ def test_every_engine_folds_the_combined_state_like_the_single_ops(tmp_path, eng
 @pytest.mark.parametrize("skipna", [False, True], ids=["nan", "skipna"])
 @pytest.mark.parametrize("chunk", [None, 3])
 def test_var_std_beside_other_ops_keep_the_single_op_lanes(tmp_path, engine, chunk, skipna):
-    """var/std's lanes (dealt every 5 rows here) sit beside the float sums' in the combined
-    state and merge alike: the single ops' bytes, in memory and streamed, NaN left in or out."""
+    """var/std's and logsumexp's lanes (dealt every 5 rows here) sit beside the float sums' in
+    the combined state and merge alike: the single ops' bytes, in memory and streamed, NaN
+    left in or out."""
     rng = np.random.default_rng(8)
     values = 1e4 + rng.normal(size=(60, 2)) * rng.choice([1e-3, 1.0, 1e3], (60, 1))
     values[rng.choice(60, 6, replace=False), rng.integers(0, 2, 6)] = np.nan
     data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
     np.save(data, values)
     np.save(ids, rng.integers(-1, 5, size=60))
-    names = ["sum", "var", "mean", "std", "argmin", "min"]
+    names = ["sum", "var", "mean", "std", "argmin", "min", "logsumexp"]
     args = ["--engine", engine, "-q"]
     args += [] if chunk is None else ["--chunk-rows", chunk]
     args += ["--skipna"] if skipna else []

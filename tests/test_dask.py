@@ -796,10 +796,10 @@ def test_bad_input_on_a_local_cluster_is_one_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("short_lanes")
-@pytest.mark.parametrize("op", ["sum", "var"])
+@pytest.mark.parametrize("op", ["sum", "var", "logsumexp"])
 def test_partitions_deal_rows_to_lanes_by_global_row(tmp_path: Path, op: str) -> None:
-    """A partition's float sums (and var's shifted sums) fold each row into the lane of its
-    global row number."""
+    """A partition's float sums (and var's shifted sums, logsumexp's scaled ones) fold each
+    row into the lane of its global row number."""
     rng = np.random.default_rng(11)
     data = rng.normal(size=(37,)) * rng.choice([1e-6, 1.0, 1e6], 37)
     ids = rng.integers(0, 4, 37)

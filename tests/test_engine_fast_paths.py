@@ -6,6 +6,8 @@ conditions the fast paths need and compare them with the plain ``ufunc.at`` fold
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -228,22 +230,36 @@ def test_logsumexp_plain_blocks_take_one_pass_with_the_two_pass_bytes(
 
 
 @needs_numba
+@pytest.mark.parametrize("lane_rows", [ops.LANE_ROWS, 5], ids=["one-lane", "short-lanes"])
 @pytest.mark.parametrize("width", [1, 2])
 def test_numba_logsumexp_across_the_plain_limit(
-    monkeypatch: pytest.MonkeyPatch, width: int
+    monkeypatch: pytest.MonkeyPatch, width: int, lane_rows: int
 ) -> None:
     """Plain chunks and others, folded on two threads, in blocks of every size: the NumPy
-    engine's bytes."""
+    engine's bytes. With rows of both lanes in a block, one thread per lane, each taking the
+    exp of its own chunks (no second thread preparing them)."""
     from segcli.engines import numba_engine
 
+    monkeypatch.setattr(ops, "LANE_ROWS", lane_rows)
     data, ids = _across_the_plain_limit(width)
     want = _fold_in_blocks(numpy_engine.ENGINE, data, ids, ids.size)
     monkeypatch.setattr(numba_engine, "THREADS", 2)
     monkeypatch.setattr(numba_engine, "PARALLEL_MIN_ELEMENTS", 1)
+    prepared_aside = []
+    fold_rows = numba_engine._fold_logsumexp_rows
+
+    def spy(*args: Any, together: bool) -> None:
+        prepared_aside.append(together)
+        fold_rows(*args, together=together)
+
+    monkeypatch.setattr(numba_engine, "_fold_logsumexp_rows", spy)
     for chunk in (1, 4, 16):
         monkeypatch.setattr(numba_engine, "_EXP_CHUNK_ELEMENTS", chunk)
         for size in (1, 3, 7, ids.size):
             assert _fold_in_blocks(numba_engine.ENGINE, data, ids, size) == want, (chunk, size)
+    # One lane: the next chunk prepared aside; two lanes in a block: never.
+    assert all(prepared_aside) == (lane_rows > ids.size)
+    assert any(prepared_aside)
 
 
 def test_logsumexp_a_segment_off_scale_0_keeps_the_others_in_one_pass(

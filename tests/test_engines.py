@@ -411,9 +411,12 @@ def test_lanes_only_where_the_order_matters() -> None:
     assert lanes["mean", "float32"] == lanes["sqrt_n", "float32"] == 2
     assert lanes["min", "float32"] == lanes["max", "float32"] == 1
     assert lanes["sum", "int32"] == lanes["mean", "int32"] == lanes["count", "float32"] == 1
-    # var/std opt in to lanes for their joint fold (any data dtype); argmin keeps row order
+    # var/std and logsumexp opt in to lanes for their joint fold (any data dtype); argmin
+    # keeps row order
     assert lanes["var", "float32"] == lanes["std", "int32"] == 2
-    assert lanes["argmin", "float32"] == lanes["logsumexp", "float32"] == 1
+    assert lanes["logsumexp", "float32"] == lanes["logsumexp", "int32"] == 2
+    assert lanes["argmin", "float32"] == 1
+    assert ops.new_state(ops.get_op("logsumexp"), 3, (), f32, sorted_ids=True).lanes == 1
     assert ops.new_state(ops.get_op("var"), 3, (), f32, sorted_ids=True).lanes == 1
     sorted_sum = ops.new_state(ops.get_op("sum"), 3, (), f32, sorted_ids=True)
     assert sorted_sum.lanes == 1  # sorted ids fold in row order: no second lane to allocate

@@ -18,6 +18,7 @@ import dataclasses
 import itertools
 import shutil
 import subprocess
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -240,12 +241,18 @@ class NumpyKernels:
                 at = list(positions) if gathered else rows
                 for c in range(width):
                     run = [(values[k, c], first_row + r) for k, r in zip(at, rows, strict=True)]
-                    step(state, g, c, run, int(count[g]))
+                    # Read only by a step that reads it, as the kernel's: logsumexp's lanes
+                    # pass the count of the n segments, which virtual segments overrun.
+                    step(state, g, c, run, partial(_count_of, count, g))
+
+
+def _count_of(count: np.ndarray, g: int) -> int:
+    return int(count[g])
 
 
 def _moments_step(state, g, c, run, count) -> None:
     shift, total, squares = (a[g, c, 0] for a in state)
-    fresh = count == 0
+    fresh = count() == 0
     for v, _ in run:
         x = np.float64(v[0])
         if fresh:
@@ -984,6 +991,26 @@ class CppEngine(Engine):
         )
 
 
+@pytest.mark.usefixtures("short_lanes")
+@pytest.mark.parametrize("op", [name for name in OPS if ops.OPS[name].joint_lanes])
+def test_joint_lanes_through_the_cuda_sources_match_numpy_engine(
+    cpp_library: tuple[Any, dict[str, int]], op: str
+) -> None:
+    """var/std's and logsumexp's lanes (dealt every 5 rows here), grouped as virtual segments
+    for the compiled seg_joint, folded whole and in blocks that cut the lanes' runs: the NumPy
+    engine's result (logsumexp's to the last bit: the C library's exp)."""
+    data, ids = make_inputs("float64", 300, 2, 6, sorted_ids=False, seed=13)
+    data = data * 600  # logsumexp: values past ops.PLAIN_EXP beside plain ones
+    want = numpy_engine_fold(op, data, ids, 6, False)
+    engine = CppEngine(cpp_library)
+    for cuts in ([], [3, 4, 131, 299], list(range(7, 300, 7))):
+        state = engine.new_state(ops.get_op(op), 6, (2,), data.dtype)
+        assert state.lanes == 2
+        for start, stop in zip([0, *cuts], [*cuts, 300], strict=True):
+            engine.fold(state, data[start:stop], ids[start:stop], sorted_ids=False)
+        assert_kernel_bytes(ops.finalize(state), want, op)
+
+
 #: (ids shape, inner shape, sorted): 1-D and N-D ids (--sorted takes 1-D only), no inner
 #: dimension, one, two.
 _LAYOUTS = {
@@ -1033,7 +1060,8 @@ def test_joint_folds_take_one_path_whatever_the_options(op: str) -> None:
         got = cpu_fold(op, data, ids, 5, sorted_ids=False, options=options, kernels=kernels)
         assert got.tobytes() == want.tobytes()
         gathered = op not in ("first", "last")  # narrow rows, read in segment order
-        counts = ["scatter:count"] * (2 if ops.OPS[op].joint_lanes else 1)
+        lane_counts = any(i.name == "shifted_count" for i in ops.OPS[op].intermediates)
+        counts = ["scatter:count"] * (2 if lane_counts else 1)
         assert kernels.calls == [f"joint:{ops.OPS[op].joint}:True:{gathered}", *counts]
 
 

@@ -4,6 +4,7 @@ logsumexp (numerics, ties, special values, --ddof, bool fills, streaming and Das
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -406,6 +407,71 @@ def test_compiled_folds_read_ids_of_every_width(ids_dtype: str) -> None:
         want = reduce(rows, in_order, 8, op, sorted=True, engine="numpy")
         got = reduce(rows, in_order, 8, op, sorted=True, engine="numba")
         assert got.tobytes() == want.tobytes(), op
+
+
+def lane_rule_logsumexp(data: np.ndarray, ids: np.ndarray, n: int, lane_rows: int) -> np.ndarray:
+    """The documented rule, written out: row r folds into lane (r // lane_rows) % 2 in row
+    order, each value as ``exp(x - e * ln 2) * 2**e`` (``e`` 0 for a plain value, else
+    ``rint(x / ln 2)``) into a sum kept at the largest ``e`` so far (moved by powers of two);
+    lane 1 merges into lane 0 at the larger scale (an empty lane adds nothing), and the result
+    is ``log(sum) + scale * ln 2``. NumPy's own ``exp`` and ``log`` take the terms' bits."""
+    ln2 = math.log(2)
+    exponents = np.where(np.abs(data) < ops.PLAIN_EXP, 0.0, np.rint(data / ln2))
+    terms = np.exp(data - exponents * ln2).tolist()
+    lanes: list[dict[int, tuple[float, int]]] = [{}, {}]
+    rows = zip(terms, exponents.astype(int).tolist(), ids.tolist(), strict=True)
+    for row, (term, e, g) in enumerate(rows):
+        if 0 <= g < n:
+            lane = lanes[(row // lane_rows) % 2]
+            total, scale = lane.get(g, (0.0, e))
+            if e > scale:
+                total, scale = math.ldexp(total, scale - e), e
+            lane[g] = (total + math.ldexp(term, e - scale), scale)
+    sums, scales = np.zeros(n), np.zeros(n, np.int64)
+    for g in range(n):
+        parts = [lane[g] for lane in lanes if g in lane]
+        top = max((scale for _, scale in parts), default=0)
+        sums[g], scales[g] = sum(math.ldexp(total, scale - top) for total, scale in parts), top
+    with np.errstate(divide="ignore"):
+        result: np.ndarray = np.log(sums) + scales * ln2
+    return result
+
+
+@pytest.mark.usefixtures("short_lanes")
+@pytest.mark.parametrize("width", [1, 2])
+def test_logsumexp_follows_the_lane_rule_whatever_the_blocks(
+    engine: str, width: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """logsumexp keeps two lanes like var/std (rows dealt 5 at a time here): each engine gives
+    the written-out rule's bytes, folded whole or in blocks that cut the lanes' runs mid-way
+    (numba: one thread per lane even for these few rows); a segment all in one lane merges
+    the other, empty one exactly."""
+    from segcli.engines import numba_engine
+
+    monkeypatch.setattr(numba_engine, "PARALLEL_MIN_ELEMENTS", 1)
+    rng = np.random.default_rng(22)
+    ids = rng.integers(-1, 4, 300)
+    ids[:5], ids[5:] = 4, np.where(ids[5:] == 4, 0, ids[5:])  # segment 4: lane 0's rows only
+    ids[7] = 9  # past n: dropped
+    # Sums near 1 (results near 0, where a sum's last bit shows); in segments 2 and 3 some
+    # scaled values too (exponents near 940): every sum moved between scales stays a normal
+    # float64, so the rule's moves are exact as the engines' are.
+    data = rng.uniform(-4.5, -3.0, (300, width))
+    scaled = (ids[:, None] >= 2) & (rng.random((300, width)) < 0.1)
+    data += np.where(scaled, 650.0, 0.0)
+    want = np.stack([lane_rule_logsumexp(data[:, c], ids, 6, 5) for c in range(width)], 1)
+    one_lane = np.stack([lane_rule_logsumexp(data[:, c], ids, 6, 300) for c in range(width)], 1)
+    assert (want[4] == one_lane[4]).all() and (want[5] == -np.inf).all()
+    assert want.tobytes() != one_lane.tobytes()  # the case tells the lane rule apart
+    reference = [[np.logaddexp.reduce(data[ids == g, c]) for c in range(width)] for g in range(4)]
+    np.testing.assert_allclose(want[:4], reference, rtol=1e-14)
+    impl = get_engine(engine)
+    for cuts in ([], [3, 4, 7, 131, 299], list(range(7, 300, 7)), list(range(1, 300))):
+        state = impl.new_state(ops.get_op("logsumexp"), 6, (width,), data.dtype)
+        for start, stop in zip([0, *cuts], [*cuts, 300], strict=True):
+            impl.fold(state, data[start:stop], ids[start:stop], sorted_ids=False)
+        got = ops.finalize(state.to_host())
+        assert got.tobytes() == want.tobytes(), cuts
 
 
 def test_logsumexp_bytes_do_not_depend_on_where_blocks_cut(tmp_path: Path) -> None:

@@ -32,9 +32,10 @@ How one block of rows folds into the state (:func:`fold_block`):
 - The joint folds (var, std, argmin, argmax, first, last, logsumexp; see :mod:`segcli.ops`)
   read one intermediate while folding another, so each segment folds in row order whatever
   the options (:func:`fold_joint`): the stable sort groups the rows, one thread per (segment,
-  column) walks them with their global row numbers, then the rows are counted. var/std keep
-  lanes (:attr:`segcli.ops.Op.joint_lanes`): lane k of segment g is grouped as the virtual
-  segment ``k * n + g``, as the ordered float sums do, and each lane's rows counted. That is the
+  column) walks them with their global row numbers, then the rows are counted. var/std and
+  logsumexp keep lanes (:attr:`segcli.ops.Op.joint_lanes`): lane k of segment g is grouped as
+  the virtual segment ``k * n + g``, as the ordered float sums do (var/std's lanes count their
+  own rows, which their kernel reads; logsumexp's read no count). That is the
   NumPy engine's sequence of operations; only logsumexp's ``exp`` is CUDA's own, which can
   round a term one bit away from NumPy's.
 """
@@ -481,6 +482,7 @@ def fold_joint(
     kernel_arrays = [
         _joint_view(name, array, vals) for name, array in zip(names, arrays, strict=True)
     ]
+    # Read by moments only (seg_joint's other folds never index it with a virtual segment).
     counted = state.count
     if _LANE_COUNT in state.arrays:
         # Each lane's own rows before this block: a lane with none takes its first value as

@@ -16,8 +16,9 @@ on a 2-core machine (see ``benchmarks/``):
 - the joint and logical folds (:mod:`segcli.engines.numba_stats`): argmin, argmax, first,
   last, any and all cannot depend on the order either, and fold like min (private states,
   merged by the op's own merge); var/std's shifted sums keep lanes like float sums, one
-  thread per lane (a small state of 1-D rows packed per segment); logsumexp folds on one
-  thread in row order, while a second thread prepares the next chunk's ``exp`` (NumPy's own).
+  thread per lane (a small state of 1-D rows packed per segment); so does logsumexp, each
+  lane's thread copying its chunks and taking their ``exp`` (NumPy's own) before folding them
+  (one lane: one thread folds while a second prepares the next chunk's ``exp``).
 
 Complex sums fold as pairs of float columns (the same additions); complex products go to the
 NumPy engine; float16 is widened to float32 a chunk at a time (exact). The engine also offers
@@ -99,7 +100,7 @@ def _fold_joint(
     _announce_compilation()
     data, ids = _native(data), _native(ids)
     if primitive == "logsumexp":
-        _fold_logsumexp(data, ids, flat_intermediates(state), state.count)
+        _fold_logsumexp(state, data, ids, first_row, sorted_ids)
         return True
     if primitive == "moments":
         _fold_moments(state, data, ids, first_row, sorted_ids)
@@ -245,45 +246,102 @@ _EXP_CHUNK_ELEMENTS = 1 << 16
 
 
 def _fold_logsumexp(
-    data: np.ndarray, ids: np.ndarray, flat: dict[str, np.ndarray], count: np.ndarray
+    state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int, sorted_ids: bool
 ) -> None:
-    """logsumexp a chunk at a time: a chunk of plain values (magnitude below ``ops.PLAIN_EXP``)
-    takes NumPy's ``exp`` of each value as it is; any other chunk, a kernel first prepares each
-    value's ``exp`` argument and exponent. NumPy's ``exp`` is the NumPy engine's own, so the
-    bits are the same; a kernel then folds the rows in order (:class:`_PlainPairs` for plain
-    1-D chunks). With two threads one prepares the next chunk while the other folds this one
-    (two buffers, taken in turn)."""
+    """logsumexp's lanes (sorted ids: every row into lane 0): with rows of two lanes in the
+    block and two threads, one thread per lane, each copying its own chunks, taking NumPy's
+    ``exp`` of them (which releases the GIL) and folding them, so both threads share the
+    ``exp`` and the fold alike; else the lanes one after the other on this thread, the next
+    chunk's ``exp`` prepared on a second one (:func:`_fold_logsumexp_rows`)."""
+    if data.shape[1] == 0:  # rows without values: counted only
+        kernels.count_ids(ids, state.count)
+        return
+    lanes = 1 if sorted_ids else state.lanes
+    pieces = ops.lane_pieces(first_row, ids.shape[0], lanes)
+    present = sorted({lane for _, _, lane in pieces})
+    together = _parts_for(data.size) > 1
+
+    def rows_of(lane: int) -> list[tuple[int, int]]:
+        return [(a, b) for a, b, k in pieces if k == lane]
+
+    if len(present) < 2 or not together:
+        for lane in present:
+            lane_state = flat_intermediates(state, lane)
+            rows = rows_of(lane)
+            _fold_logsumexp_rows(data, ids, rows, lane_state, state.count, together=together)
+        return
+    # Lanes fold side by side, so each counts into its own array (the first into the state's).
+    counts = [state.count] + [np.zeros_like(state.count) for _ in present[1:]]
+    _run(
+        [
+            partial(
+                _fold_logsumexp_rows,
+                data,
+                ids,
+                rows_of(lane),
+                flat_intermediates(state, lane),
+                count,
+                together=False,
+            )
+            for lane, count in zip(present, counts, strict=True)
+        ]
+    )
+    for count in counts[1:]:
+        state.count += count
+
+
+def _fold_logsumexp_rows(
+    data: np.ndarray,
+    ids: np.ndarray,
+    ranges: list[tuple[int, int]],
+    flat: dict[str, np.ndarray],
+    count: np.ndarray,
+    *,
+    together: bool,
+) -> None:
+    """One lane's rows (``ranges``, in row order) into its intermediates ``flat``, a chunk at
+    a time: a chunk of plain values (magnitude below ``ops.PLAIN_EXP``) takes NumPy's ``exp``
+    of each value as it is; any other chunk, a kernel first prepares each value's ``exp``
+    argument and exponent. NumPy's ``exp`` is the NumPy engine's own, so the bits are the
+    same; a kernel then folds the rows in order (:class:`_PlainPairs` for plain 1-D chunks).
+    ``together``: a second thread prepares the next chunk while this one folds (two buffers,
+    taken in turn; one otherwise, which the fold reads from the cache the ``exp`` left it
+    in)."""
     from segcli.engines import numba_stats
 
     step = max(1, _EXP_CHUNK_ELEMENTS // max(1, data.shape[1]))
-    starts = range(0, ids.shape[0], step)
-    size = min(ids.shape[0], step) * data.shape[1]
-    buffers = [(np.empty(size), np.empty(size, np.int64)) for _ in range(2)]
-    plain = [False, False]
+    chunks = [(a, min(high, a + step)) for low, high in ranges for a in range(low, high, step)]
+    rows_in_lane = sum(b - a for a, b in ranges)
+    size = min(rows_in_lane, step) * data.shape[1]
+    turns = 2 if together else 1
+    buffers = [(np.empty(size), np.empty(size, np.int64)) for _ in range(turns)]
+    plain = [False] * turns
     state = (flat["lse_max"], flat["lse_scale"], flat["lse_sum"], count, ops.LOWEST_SCALE)
     # The pairs cost the state's size twice (made, written back): not for a few rows.
-    paired = data.shape[1] == 1 and count.size <= 4 * ids.shape[0]
+    paired = data.shape[1] == 1 and count.size <= 4 * rows_in_lane
     pairs = _PlainPairs(flat["lse_scale"], flat["lse_sum"], count) if paired else None
 
     def prepare(k: int) -> None:
-        rows = np.ascontiguousarray(data[starts[k] : starts[k] + step]).reshape(-1)
-        reduced, exponent = (buffer[: rows.size] for buffer in buffers[k % 2])
-        plain[k % 2] = numba_stats.widened_if_plain(rows, reduced, ops.PLAIN_EXP)
-        if not plain[k % 2]:
+        a, b = chunks[k]
+        rows = np.ascontiguousarray(data[a:b]).reshape(-1)
+        reduced, exponent = (buffer[: rows.size] for buffer in buffers[k % turns])
+        plain[k % turns] = numba_stats.widened_if_plain(rows, reduced, ops.PLAIN_EXP)
+        if not plain[k % turns]:
             numba_stats.logsumexp_arguments(
                 rows, reduced, exponent, ops.LARGEST_SCALED, ops.PLAIN_EXP, ops.LOWEST_SCALE
             )
         np.exp(reduced, out=reduced)
 
     def fold(k: int) -> None:
-        rows = np.ascontiguousarray(data[starts[k] : starts[k] + step])
-        terms, exponent = (buffer[: rows.size] for buffer in buffers[k % 2])
-        chunk_ids = ids[starts[k] : starts[k] + step]
-        if plain[k % 2] and pairs is not None and pairs.fold(terms, chunk_ids):
+        a, b = chunks[k]
+        rows = np.ascontiguousarray(data[a:b])
+        terms, exponent = (buffer[: rows.size] for buffer in buffers[k % turns])
+        chunk_ids = ids[a:b]
+        if plain[k % turns] and pairs is not None and pairs.fold(terms, chunk_ids):
             return
         if pairs is not None:
             pairs.close()
-        if plain[k % 2]:
+        if plain[k % turns]:
             column = numba_stats.fold_plain_exps_column if rows.shape[1] == 1 else None
             fold_plain = column or numba_stats.fold_plain_exps
             fold_plain(chunk_ids, terms, *state[1:4], rows.shape[1])
@@ -292,15 +350,14 @@ def _fold_logsumexp(
         else:
             numba_stats.fold_logsumexp(rows, chunk_ids, terms, exponent, *state)
 
-    together = _parts_for(data.size) > 1
-    if starts:
+    if chunks:
         prepare(0)
-    for k in range(len(starts)):
-        if together and k + 1 < len(starts):
+    for k in range(len(chunks)):
+        if together and k + 1 < len(chunks):
             _run([partial(fold, k), partial(prepare, k + 1)])
         else:
             fold(k)
-            if k + 1 < len(starts):
+            if k + 1 < len(chunks):
                 prepare(k + 1)
     if pairs is not None:
         pairs.close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import ClassVar
 
@@ -397,6 +397,9 @@ class _JointBlock:
     first_row: int
     #: Sorted ids fold every row into lane 0 (see segcli.ops).
     sorted_ids: bool = False
+    #: The block-local row ranges a fold walks, in row order (one lane's runs of rows);
+    #: None: every row.
+    ranges: list[tuple[int, int]] | None = None
 
     @property
     def width(self) -> int:
@@ -411,8 +414,12 @@ class _JointBlock:
     def chunks(
         self, *, reverse: bool = False, rows: tuple[int, int] | None = None
     ) -> Iterator[_Chunk]:
-        """The block (or its ``rows``, a range) a chunk at a time (last chunk first with
-        ``reverse``)."""
+        """The block (or its ``rows``, a range; else its :attr:`ranges`) a chunk at a time
+        (last chunk first with ``reverse``)."""
+        if rows is None and self.ranges is not None:
+            for piece in reversed(self.ranges) if reverse else self.ranges:
+                yield from self.chunks(reverse=reverse, rows=piece)
+            return
         step = max(1, _CHUNK_ELEMENTS // max(1, self.width))
         low, high = (0, self.ids.size) if rows is None else rows
         starts = range(low, high, step)
@@ -426,11 +433,24 @@ class _JointBlock:
                 index, values = index[keep], values[keep]
             yield _Chunk(start, index, keep, values)
 
+    def walked(self) -> list[tuple[int, int]]:
+        """The row ranges the block's folds walk: its :attr:`ranges`, or all its rows."""
+        return [(0, int(self.ids.size))] if self.ranges is None else self.ranges
+
+    def walked_rows(self) -> np.ndarray:
+        """Which rows of the block its folds walk (a mask)."""
+        mask = np.zeros(self.ids.size, np.bool_)
+        for start, stop in self.walked():
+            mask[start:stop] = True
+        return mask
+
     @cached_property
     def drops(self) -> bool:
-        """Whether any row is to be dropped: one pass over the block's ids says whether any
-        chunk needs a mask."""
-        return self.ids.size > 0 and int(_unsigned(self.ids).max()) >= self.state.num_segments
+        """Whether any row is to be dropped: one pass over the ids the block walks says
+        whether any chunk needs a mask."""
+        n = self.state.num_segments
+        ids = [self.ids[start:stop] for start, stop in self.walked() if stop > start]
+        return any(int(_unsigned(run).max()) >= n for run in ids)
 
     @cached_property
     def finite(self) -> bool:
@@ -699,26 +719,41 @@ def _fold_logsumexp(block: _JointBlock) -> None:
     first stays). Moving a sum to a larger scale is a power of two, exact, so the bytes do not
     depend on where the blocks were cut.
 
-    A block of plain values (magnitude below ``ops.PLAIN_EXP``) adds ``exp(x)`` itself in one
-    pass to the segments at scale 0 or with no scaled value yet; the rows of other segments,
-    and any block with a value that is not plain, take two passes (:func:`_fold_scaled`).
+    Each lane's runs of rows (:meth:`_JointBlock.lane_pieces`) fold into that lane's arrays
+    in row order (the block seen through the lane's :attr:`_JointBlock.ranges`): a lane's
+    bytes do not depend on the cuts either.
     """
-    state, width = block.state, block.width
-    if width == 0:
+    if block.width == 0:
         _count_block(block)
         return
-    arrays = flat_intermediates(state)
-    if not _all_plain(block.data):
+    pieces = block.lane_pieces()
+    for lane in sorted({lane for _, _, lane in pieces}):
+        ranges = [(start, stop) for start, stop, k in pieces if k == lane]
+        lane_block = replace(block, ranges=ranges)
+        _fold_logsumexp_lane(lane_block, flat_intermediates(block.state, lane))
+
+
+def _fold_logsumexp_lane(block: _JointBlock, arrays: dict[str, np.ndarray]) -> None:
+    """The rows a block walks (one lane's) into that lane's ``arrays``, counted in the state.
+
+    Plain values only (magnitude below ``ops.PLAIN_EXP``) add ``exp(x)`` itself in one pass
+    to the segments at scale 0 or with no scaled value yet; the rows of other segments, and
+    all rows where one value is not plain, take two passes (:func:`_fold_scaled`).
+    """
+    state = block.state
+    if not all(_all_plain(block.data[start:stop]) for start, stop in block.walked()):
         _fold_scaled(block, arrays)
         return
-    off_scale_0 = _segments_off_scale_0(arrays["lse_scale"], width)
+    off_scale_0 = _segments_off_scale_0(arrays["lse_scale"], block.width)
     if off_scale_0 is None:
         _fold_plain(block, arrays)
         return
     # Disjoint segments, each still in row order (the sub-blocks' first_row is unused here).
+    walked = block.walked_rows()
     rows = _rows_of_segments(block, off_scale_0)
-    _fold_plain(_JointBlock(state, block.data[~rows], block.ids[~rows], block.first_row), arrays)
-    _fold_scaled(_JointBlock(state, block.data[rows], block.ids[rows], block.first_row), arrays)
+    plain, scaled = walked & ~rows, walked & rows
+    _fold_plain(_JointBlock(state, block.data[plain], block.ids[plain], block.first_row), arrays)
+    _fold_scaled(_JointBlock(state, block.data[scaled], block.ids[scaled], block.first_row), arrays)
 
 
 def _fold_plain(block: _JointBlock, arrays: dict[str, np.ndarray]) -> None:
