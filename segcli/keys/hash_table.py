@@ -60,8 +60,7 @@ class HashedValues:
         self.type = type_
         self.count = 0
         self.null_at = -1
-        self._slots = np.full(_FIRST_SLOTS, numba_hash.EMPTY, np.int64)
-        self._hashes = np.zeros(_FIRST_SLOTS, np.uint64)
+        self._table = np.zeros((_FIRST_SLOTS, 2), np.uint64)  # (hash, position + 1) rows
         self._words = 0 if _is_bytes(type_) else _word_count(type_)
         self._stored: np.ndarray
         if self._words:
@@ -93,24 +92,29 @@ class HashedValues:
         if values.null_count == len(values):  # such an array may lack its value buffers
             return np.full(len(values), -1, np.int64)
         positions = np.empty(len(values), np.int64)
+        hashes = np.empty(len(values), np.uint64)
         valid = numpy_of(values.is_valid()) if values.null_count else np.empty(0, np.bool_)
+        kernels = self._kernels
+        # The hashes first: the lookup then knows the entries of rows ahead, to prefetch them.
         if self._words:
             words = _words_of(values, self._words)
+            kernels.hash_words(words, valid, 0, hashes)
             row = 0
             while row < len(values):
-                row, self.count = self._kernels.find_words(
-                    words, valid, row, positions, self._slots, self._hashes,
-                    self._stored, self.count, add,
+                row, self.count = kernels.find_words(
+                    words, valid, hashes, row, positions, self._table, self._stored,
+                    self.count, add,
                 )  # fmt: skip
                 if row < len(values):
                     self._make_room(0)
             return positions
         offsets, data = _bytes_of(values)
+        kernels.hash_bytes(offsets, data, valid, 0, hashes)
         row = 0
         while row < len(values):
-            row, self.count = self._kernels.find_bytes(
-                offsets, data, valid, row, positions, self._slots, self._hashes,
-                self._offsets, self._stored, self.count, add,
+            row, self.count = kernels.find_bytes(
+                offsets, data, valid, hashes, row, positions, self._table, self._offsets,
+                self._stored, self.count, add,
             )  # fmt: skip
             if row < len(values):
                 self._make_room(int(offsets[row + 1] - offsets[row]))
@@ -153,11 +157,10 @@ class HashedValues:
     def _make_room(self, length: int, *, value: bool = True) -> None:
         """Room for one more value of ``length`` bytes: a larger table once it is half full
         (``value``: the value goes into it), larger stores once they are full."""
-        if value and self.count >= len(self._slots) // 2:
-            slots = np.full(2 * len(self._slots), self._kernels.EMPTY, np.int64)
-            hashes = np.zeros(len(slots), np.uint64)
-            self._kernels.rehash(self._slots, self._hashes, slots, hashes)
-            self._slots, self._hashes = slots, hashes
+        if value and self.count >= len(self._table) // 2:
+            larger = np.zeros((2 * len(self._table), 2), np.uint64)
+            self._kernels.rehash(self._table, larger)
+            self._table = larger
         if self._words:
             if self.count >= len(self._stored):
                 self._stored = _grown(self._stored, 2 * len(self._stored))
