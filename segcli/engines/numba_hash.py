@@ -154,7 +154,7 @@ def find_bytes(  # type: ignore[no-untyped-def]
         length = offsets[r + 1] - a
         h = hashes[r]
         i = h & mask
-        found = -1
+        found = np.int64(-1)
         while True:
             s = np.int64(table[i, 1]) - 1
             if s == EMPTY:
@@ -198,7 +198,7 @@ def find_words(words, valid, hashes, start, positions, table, stored, count, add
             continue
         h = hashes[r]
         i = h & mask
-        found = -1
+        found = np.int64(-1)
         while True:
             s = np.int64(table[i, 1]) - 1
             if s == EMPTY:
