@@ -8,8 +8,8 @@ and the values' bytes in growing NumPy buffers: each block costs one hash per va
 and the values stay readable as an Arrow array without a copy.
 
 Equality is ``index_in``'s: strings and binaries byte for byte, fixed-width values by their
-bit patterns (floats too: ``-0.0`` and ``0.0`` differ, every NaN is the same value; the encoder
-turns NaN into null and ``-0.0`` into ``0.0`` before it looks a value up).
+bit patterns, floats too (``-0.0`` is not ``0.0``, and NaNs meet only NaNs of the same bits;
+the encoder turns NaN into null and ``-0.0`` into ``0.0`` before it looks a value up).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import pyarrow.types as pt
 from segcli.io.columns import numpy_of
 
 _FIRST_SLOTS = 1 << 12
-_NAN_BITS = np.float64(np.nan).view(np.uint64)
 
 
 def _is_bytes(type_: pa.DataType) -> bool:
@@ -192,7 +191,7 @@ def _bytes_of(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _words_of(values: pa.Array, width: int) -> np.ndarray:
-    """Each value's bits as a row of ``width`` 64-bit words (floats: every NaN alike)."""
+    """Each value's bits as a row of ``width`` 64-bit words."""
     buffer = values.buffers()[1]
     assert buffer is not None
     raw = np.frombuffer(buffer, np.uint8)
@@ -200,11 +199,4 @@ def _words_of(values: pa.Array, width: int) -> np.ndarray:
     words = raw[start : start + len(values) * width * 8]
     if words.ctypes.data % 8:  # numba reads aligned words only
         words = words.copy()
-    matrix = words.view(np.uint64).reshape(len(values), width)
-    if pt.is_floating(values.type):
-        floats = matrix.view(np.float64)[:, 0]
-        nan = np.isnan(floats)
-        if nan.any():
-            matrix = matrix.copy()
-            matrix[nan, 0] = _NAN_BITS
-    return matrix
+    return words.view(np.uint64).reshape(len(values), width)
