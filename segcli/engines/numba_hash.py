@@ -1,9 +1,9 @@
 """Compiled kernels of the key encoder's hash table (:mod:`segcli.keys.hash_table`).
 
 One open-addressing table (linear probing, a power-of-two number of entries) maps a value's
-hash to its position among the run's distinct values; each entry is the full 64-bit hash and
-the position plus one (0: empty) in one 16-byte row, so a probe reads one cache line and
-compares values only when the hashes agree. Two kinds of values:
+hash to its position among the run's distinct values. An entry is 8 bytes: the hash's upper
+32 bits (a tag: values are compared only when the tags agree) and the position plus one
+(0: an empty entry), so a table of a million values takes 16 MiB at most. Two kinds of values:
 
 - byte strings (string, binary, in either offset width): an offsets array and a data buffer,
   compared byte for byte on a hash match;
@@ -32,7 +32,11 @@ from segcli.engines import numba_cache
 
 _JIT: dict[str, Any] = {"cache": True, "nogil": True}
 
-EMPTY = -1  # an entry's position when it holds no value (stored as position + 1: 0)
+EMPTY = -1  # the position an empty entry gives (it stores position + 1: 0)
+#: Positions fit the entry's low 32 bits (as position + 1).
+MAX_VALUES = (1 << 32) - 2
+_TAG = np.uint64(0xFFFFFFFF00000000)
+_POSITION = np.uint64(0xFFFFFFFF)
 #: Rows ahead whose first table entry is asked for, and (nearer, so the entry is in by then)
 #: whose stored value is: 16 and 4 measured 4x faster than no prefetching with a million
 #: distinct strings (the table and the values far outgrow the caches).
@@ -130,7 +134,8 @@ def hash_bytes(offsets, data, valid, start, hashes):  # type: ignore[no-untyped-
 @njit(**_JIT)
 def hash_words(words, valid, start, hashes):  # type: ignore[no-untyped-def]
     for r in range(start, words.shape[0]):
-        hashes[r] = 0 if len(valid) and not valid[r] else _hash_words(words, r)
+        # Not `0 if ... else hash`: numba unifies int64 with uint64 as float64, losing bits.
+        hashes[r] = np.uint64(0) if len(valid) and not valid[r] else _hash_words(words, r)
 
 
 @njit(**_JIT)
@@ -141,8 +146,8 @@ def find_bytes(  # type: ignore[no-untyped-def]
     for rows ``r`` from ``start``; -1 for a null row (``valid`` empty: none is null) and,
     unless ``add``, for a value not in the table. Returns (the row it stopped before, or the
     row count; the new count of stored values)."""
-    mask = np.uint64(table.shape[0] - 1)
-    limit = table.shape[0] // 2
+    mask = np.uint64(len(table) - 1)
+    limit = len(table) // 2
     rows = len(offsets) - 1
     used = stored_offsets[count]
     for r in range(start, rows):
@@ -156,10 +161,11 @@ def find_bytes(  # type: ignore[no-untyped-def]
         i = h & mask
         found = np.int64(-1)
         while True:
-            s = np.int64(table[i, 1]) - 1
+            entry = table[i]
+            s = np.int64(entry & _POSITION) - 1
             if s == EMPTY:
                 break
-            if table[i, 0] == h:
+            if entry & _TAG == h & _TAG:
                 sa = stored_offsets[s]
                 if stored_offsets[s + 1] - sa == length and _same_bytes(
                     data, a, stored, sa, length
@@ -176,8 +182,7 @@ def find_bytes(  # type: ignore[no-untyped-def]
             stored[used + k] = data[a + k]
         used += length
         stored_offsets[count + 1] = used
-        table[i, 0] = h
-        table[i, 1] = count + 1
+        table[i] = (h & _TAG) | np.uint64(count + 1)
         positions[r] = count
         count += 1
     return rows, count
@@ -187,8 +192,8 @@ def find_bytes(  # type: ignore[no-untyped-def]
 def find_words(words, valid, hashes, start, positions, table, stored, count, add):  # type: ignore[no-untyped-def]
     """As :func:`find_bytes`, for values that are rows of 64-bit words (``stored`` holds the
     distinct ones, a row each)."""
-    mask = np.uint64(table.shape[0] - 1)
-    limit = table.shape[0] // 2
+    mask = np.uint64(len(table) - 1)
+    limit = len(table) // 2
     rows = words.shape[0]
     width = words.shape[1]
     for r in range(start, rows):
@@ -200,10 +205,11 @@ def find_words(words, valid, hashes, start, positions, table, stored, count, add
         i = h & mask
         found = np.int64(-1)
         while True:
-            s = np.int64(table[i, 1]) - 1
+            entry = table[i]
+            s = np.int64(entry & _POSITION) - 1
             if s == EMPTY:
                 break
-            if table[i, 0] == h:
+            if entry & _TAG == h & _TAG:
                 same = True
                 for j in range(width):
                     if words[r, j] != stored[s, j]:
@@ -220,8 +226,7 @@ def find_words(words, valid, hashes, start, positions, table, stored, count, add
             return r, count
         for j in range(width):
             stored[count, j] = words[r, j]
-        table[i, 0] = h
-        table[i, 1] = count + 1
+        table[i] = (h & _TAG) | np.uint64(count + 1)
         positions[r] = count
         count += 1
     return rows, count
@@ -235,24 +240,36 @@ def _ahead(table, hashes, mask, r, rows, stored):  # type: ignore[no-untyped-def
     if r + TABLE_AHEAD < rows:
         _prefetch(table, np.int64(hashes[r + TABLE_AHEAD] & mask))
     if r + VALUE_AHEAD < rows:
-        s = np.int64(table[hashes[r + VALUE_AHEAD] & mask, 1]) - 1
+        s = np.int64(table[hashes[r + VALUE_AHEAD] & mask] & _POSITION) - 1
         if s != EMPTY:
             _prefetch(stored, s)
 
 
 @njit(**_JIT)
-def rehash(table, larger):  # type: ignore[no-untyped-def]
-    """Move every entry into a larger table (its hash kept, so no value is read)."""
-    mask = np.uint64(larger.shape[0] - 1)
-    for k in range(table.shape[0]):
-        if table[k, 1] == 0:
-            continue
-        h = table[k, 0]
-        i = h & mask
-        while larger[i, 1] != 0:
-            i = (i + np.uint64(1)) & mask
-        larger[i, 0] = h
-        larger[i, 1] = table[k, 1]
+def rehash_bytes(stored_offsets, stored, count, null_at, larger):  # type: ignore[no-untyped-def]
+    """Enter the stored values (all but the null one) into a larger, empty table: hashed
+    again, as entries keep only 32 bits of the hash."""
+    mask = np.uint64(len(larger) - 1)
+    for s in range(count):
+        if s != null_at:
+            h = _hash_bytes(stored, stored_offsets[s], stored_offsets[s + 1])
+            _place(larger, mask, h, s)
+
+
+@njit(**_JIT)
+def rehash_words(stored, count, null_at, larger):  # type: ignore[no-untyped-def]
+    mask = np.uint64(len(larger) - 1)
+    for s in range(count):
+        if s != null_at:
+            _place(larger, mask, _hash_words(stored, s), s)
+
+
+@njit(**_JIT)
+def _place(table, mask, h, s):  # type: ignore[no-untyped-def]
+    i = h & mask
+    while table[i] != 0:
+        i = (i + np.uint64(1)) & mask
+    table[i] = (h & _TAG) | np.uint64(s + 1)
 
 
 _installed = False

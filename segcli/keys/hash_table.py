@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.types as pt
 
+from segcli.errors import InvalidInputError
 from segcli.io.columns import numpy_of
 
 _FIRST_SLOTS = 1 << 12
@@ -59,7 +60,7 @@ class HashedValues:
         self.type = type_
         self.count = 0
         self.null_at = -1
-        self._table = np.zeros((_FIRST_SLOTS, 2), np.uint64)  # (hash, position + 1) rows
+        self._table = np.zeros(_FIRST_SLOTS, np.uint64)  # see numba_hash
         self._words = 0 if _is_bytes(type_) else _word_count(type_)
         self._stored: np.ndarray
         if self._words:
@@ -157,8 +158,19 @@ class HashedValues:
         """Room for one more value of ``length`` bytes: a larger table once it is half full
         (``value``: the value goes into it), larger stores once they are full."""
         if value and self.count >= len(self._table) // 2:
-            larger = np.zeros((2 * len(self._table), 2), np.uint64)
-            self._kernels.rehash(self._table, larger)
+            if self.count >= self._kernels.MAX_VALUES:
+                raise InvalidInputError(
+                    f"more than {self._kernels.MAX_VALUES:,} distinct values in one key column"
+                )
+            size = 2 * len(self._table)
+            del self._table  # the values are hashed again, not read from the old entries
+            larger = np.zeros(size, np.uint64)
+            if self._words:
+                self._kernels.rehash_words(self._stored, self.count, self.null_at, larger)
+            else:
+                self._kernels.rehash_bytes(
+                    self._offsets, self._stored, self.count, self.null_at, larger
+                )
             self._table = larger
         if self._words:
             if self.count >= len(self._stored):
