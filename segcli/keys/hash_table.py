@@ -26,6 +26,12 @@ from segcli.io.columns import numpy_of
 _FIRST_SLOTS = 1 << 12
 
 
+def reads_bytes(type_: pa.DataType) -> bool:
+    """Whether the table reads values of this type as they are (strings and binaries of
+    either offset width)."""
+    return _is_bytes(type_)
+
+
 def _is_bytes(type_: pa.DataType) -> bool:
     return bool(
         pt.is_string(type_)

@@ -244,11 +244,16 @@ class KeyColumn:
         self.null_keys = null_keys
         self.null_code = -1
         self.frozen = False
+        #: The table of :meth:`_row_table`, and where its two last slots are now.
+        self._identity = np.arange(0, dtype=np.int64)
+        self._identity_end = 0
         #: The last large dictionary coded and its entry codes (held, so its buffers stay).
         self._last_dictionary: tuple[pa.Array, np.ndarray] | None = None
 
-    def canonical(self, values: pa.Array, what: str) -> pa.Array:
-        """Values (a chunk's dictionary, a keys table's column) in this column's lookup type."""
+    def canonical(self, values: pa.Array, what: str, *, any_offsets: bool = False) -> pa.Array:
+        """Values (a chunk's dictionary, a keys table's column) in this column's lookup type
+        (``any_offsets``: strings and binaries of either offset width, as the hash table
+        reads both, to save widening a block's offsets)."""
         if key_kind(values.type) != self.kind and not (
             self.kind == "float" and key_kind(values.type) == "integer"
         ):
@@ -261,6 +266,8 @@ class KeyColumn:
             self.value_type,
             f"key column '{self.name}' in {what} does not fit {self.value_type}",
         )
+        if any_offsets and hash_table.reads_bytes(values.type):
+            return values
         values = cast_values(values, self.index.type, f"key column '{self.name}'")
         return _canonical_floats(values) if self.kind == "float" else values
 
@@ -327,7 +334,7 @@ class KeyColumn:
         parts = []
         null_rows = False
         for chunk in chunks:
-            values = self.canonical(chunk, what)
+            values = self.canonical(chunk, what, any_offsets=True)
             if self.frozen:
                 positions = self.index.find(values)
                 positions[positions < 0] = UNKNOWN
@@ -342,9 +349,22 @@ class KeyColumn:
         rows = parts[0] if len(parts) == 1 else np.concatenate(parts)
         rows[rows == NULL] = size
         rows[rows == UNKNOWN] = size + 1
-        table = np.arange(size + 2, dtype=np.int64)
-        table[size:] = (null_code, UNKNOWN)
-        return table, rows
+        return self._identity_table(size, null_code), rows
+
+    def _identity_table(self, size: int, null_code: int) -> np.ndarray:
+        """``arange(size)`` then the null code and UNKNOWN: a view of one array kept across
+        blocks (its two last slots restored for the next), not 8 bytes a value each block."""
+        table = self._identity
+        if len(table) < size + 2:
+            table = self._identity = np.arange(max(size + 2, 2 * len(table)), dtype=np.int64)
+        else:
+            table[self._identity_end : self._identity_end + 2] = (
+                self._identity_end,
+                self._identity_end + 1,
+            )
+        table[size : size + 2] = (null_code, UNKNOWN)
+        self._identity_end = size
+        return table[: size + 2]
 
     def _dictionary_entries(
         self, dictionary: pa.Array, rows: np.ndarray, what: str, distinct: bool
