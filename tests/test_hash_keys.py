@@ -8,6 +8,8 @@ the same distinct values in the same order, and the same bytes out of the comman
 
 from __future__ import annotations
 
+import copy
+import pickle
 import subprocess
 import sys
 from pathlib import Path
@@ -122,6 +124,16 @@ def test_value_index_hands_over_to_the_table_midway(monkeypatch: pytest.MonkeyPa
     assert index.hashed is not None and oracle.hashed is None
     probe = pa.array(["nobody", *blocks[-1]], pa.large_string())
     assert index.find(probe).tolist() == oracle.find(probe).tolist()
+
+
+def test_an_encoder_on_the_table_copies_and_pickles(hashed: None) -> None:
+    """Dask copies encoders and ships them between processes."""
+    encoder = KeyEncoder(["k"])
+    encoder.encode(pa.table({"k": ["a", "b", None, "a"]}))
+    for other in (copy.deepcopy(encoder), pickle.loads(pickle.dumps(encoder))):
+        assert other.encode(pa.table({"k": ["b", "c"]})).tolist() == [1, 2]
+        assert other.finish().keys.column(0).to_pylist() == ["a", "b", "c"]
+    assert encoder.finish().keys.column(0).to_pylist() == ["a", "b"]
 
 
 def test_small_dictionaries_never_load_numba() -> None:

@@ -14,6 +14,7 @@ the encoder turns NaN into null and ``-0.0`` into ``0.0`` before it looks a valu
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -59,14 +60,10 @@ class HashedValues:
     """Distinct values of one lookup type, numbered in the order they were added."""
 
     def __init__(self, type_: pa.DataType) -> None:
-        from segcli.engines import numba_hash
-
-        numba_hash.install()
-        self._kernels = numba_hash
         self.type = type_
         self.count = 0
         self.null_at = -1
-        self._table = np.zeros(_FIRST_SLOTS, np.uint64)  # see numba_hash
+        self._table = np.zeros(_FIRST_SLOTS, np.uint64)  # entries: see numba_hash
         self._words = 0 if _is_bytes(type_) else _word_count(type_)
         self._stored: np.ndarray
         if self._words:
@@ -100,7 +97,7 @@ class HashedValues:
         positions = np.empty(len(values), np.int64)
         hashes = np.empty(len(values), np.uint64)
         valid = numpy_of(values.is_valid()) if values.null_count else np.empty(0, np.bool_)
-        kernels = self._kernels
+        kernels = _kernels()
         # The hashes first: the lookup then knows the entries of rows ahead, to prefetch them.
         if self._words:
             words = _words_of(values, self._words)
@@ -164,17 +161,18 @@ class HashedValues:
         """Room for one more value of ``length`` bytes: a larger table once it is half full
         (``value``: the value goes into it), larger stores once they are full."""
         if value and self.count >= len(self._table) // 2:
-            if self.count >= self._kernels.MAX_VALUES:
+            kernels = _kernels()
+            if self.count >= kernels.MAX_VALUES:
                 raise InvalidInputError(
-                    f"more than {self._kernels.MAX_VALUES:,} distinct values in one key column"
+                    f"more than {kernels.MAX_VALUES:,} distinct values in one key column"
                 )
             size = 2 * len(self._table)
             del self._table  # the values are hashed again, not read from the old entries
             larger = np.zeros(size, np.uint64)
             if self._words:
-                self._kernels.rehash_words(self._stored, self.count, self.null_at, larger)
+                kernels.rehash_words(self._stored, self.count, self.null_at, larger)
             else:
-                self._kernels.rehash_bytes(
+                kernels.rehash_bytes(
                     self._offsets, self._stored, self.count, self.null_at, larger
                 )
             self._table = larger
@@ -187,6 +185,15 @@ class HashedValues:
         need = int(self._offsets[self.count]) + length
         if need > len(self._stored):
             self._stored = _grown(self._stored, max(2 * len(self._stored), need))
+
+
+def _kernels() -> ModuleType:
+    """The kernels, loaded on first use (not held by a table: an encoder is copied and
+    pickled, modules are not)."""
+    from segcli.engines import numba_hash
+
+    numba_hash.install()
+    return numba_hash
 
 
 def _grown(array: np.ndarray, rows: int) -> np.ndarray:
