@@ -172,9 +172,7 @@ class HashedValues:
             if self._words:
                 kernels.rehash_words(self._stored, self.count, self.null_at, larger)
             else:
-                kernels.rehash_bytes(
-                    self._offsets, self._stored, self.count, self.null_at, larger
-                )
+                kernels.rehash_bytes(self._offsets, self._stored, self.count, self.null_at, larger)
             self._table = larger
         if self._words:
             if self.count >= len(self._stored):
