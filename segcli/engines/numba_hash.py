@@ -56,24 +56,43 @@ def _mix(h):  # type: ignore[no-untyped-def]
     return h
 
 
+@intrinsic
+def _word_at(typingctx, array, offset):  # type: ignore[no-untyped-def]
+    """The eight bytes of a uint8 array from ``offset`` as one little-endian uint64 (one
+    unaligned load; the caller keeps them within the array)."""
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        data = context.make_array(signature.args[0])(context, builder, args[0])
+        word = ir.IntType(64)
+        address = builder.add(builder.ptrtoint(data.data, word), args[1])
+        return builder.load(builder.inttoptr(address, word.as_pointer()), align=1)
+
+    return types.uint64(array, types.int64), codegen
+
+
+@njit(**_JIT)
+def _tail_word(data, start, end):  # type: ignore[no-untyped-def]
+    """The last ``(end - start) % 8`` bytes of ``data[start:end]`` as a word (0 if none)."""
+    rest = (end - start) % 8
+    if rest == 0:
+        return np.uint64(0)
+    if end - start >= 8:  # the last eight bytes, without those hashed already
+        return _word_at(data, end - 8) >> np.uint64(8 * (8 - rest))
+    word = np.uint64(0)
+    for b in range(rest):
+        word |= np.uint64(data[start + b]) << np.uint64(8 * b)
+    return word
+
+
 @njit(**_JIT)
 def _hash_bytes(data, start, end):  # type: ignore[no-untyped-def]
-    """A hash of ``data[start:end]``, eight bytes at a time (little-endian words)."""
+    """A hash of ``data[start:end]``, eight bytes at a time."""
     h = np.uint64(end - start) * _GOLDEN
-    i = start
+    i = np.int64(start)
     while i + 8 <= end:
-        word = np.uint64(0)
-        for b in range(8):
-            word |= np.uint64(data[i + b]) << np.uint64(8 * b)
-        h = _mix(h ^ word) + _GOLDEN
+        h = _mix(h ^ _word_at(data, i)) + _GOLDEN
         i += 8
-    word = np.uint64(0)
-    shift = np.uint64(0)
-    while i < end:
-        word |= np.uint64(data[i]) << shift
-        shift += np.uint64(8)
-        i += 1
-    return _mix(h ^ word)
+    return _mix(h ^ _tail_word(data, start, end))
 
 
 @njit(**_JIT)
@@ -86,11 +105,13 @@ def _hash_words(words, row):  # type: ignore[no-untyped-def]
 
 @njit(**_JIT)
 def _same_bytes(data, start, stored, stored_start, length):  # type: ignore[no-untyped-def]
-    # A loop, not all() of a generator: numba compiles generators poorly, if at all.
-    for k in range(length):  # noqa: SIM110
-        if data[start + k] != stored[stored_start + k]:
+    k = 0
+    while k + 8 <= length:
+        if _word_at(data, start + k) != _word_at(stored, stored_start + k):
             return False
-    return True
+        k += 8
+    end = start + length
+    return _tail_word(data, start, end) == _tail_word(stored, stored_start, stored_start + length)
 
 
 def _prefetcher() -> Any:
