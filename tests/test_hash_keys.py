@@ -39,6 +39,9 @@ def hashed(monkeypatch: pytest.MonkeyPatch) -> None:
 def strings(rng: np.random.Generator, rows: int, distinct: int) -> list[str | None]:
     """Keys that share their first 8 bytes, empty strings, non-ASCII ones and nulls."""
     pool = ["", "é", "€uro", "user-000", "user-0000", "user-00000001", "user-00000002"]
+    # Lengths around the 8-byte words the table hashes and compares, equal up to the last byte.
+    pool += ["abcdefg", "abcdefgh", "abcdefgi", "abcdefgh\0", "abcdefghi", "abcdefghabcdefgh"]
+    pool += ["abcdefghabcdefgi", "abcdefghabcdefghX", "\0", "\0\0"]
     pool += [f"user-0000{i:04d}-ü" for i in range(distinct)]
     picks = rng.integers(-1, len(pool), rows)
     return [None if p < 0 else pool[p] for p in picks]
