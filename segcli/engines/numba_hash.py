@@ -56,23 +56,33 @@ def _mix(h):  # type: ignore[no-untyped-def]
     return h
 
 
-@intrinsic
-def _word_at(typingctx, array, offset):  # type: ignore[no-untyped-def]
-    """The eight bytes of a uint8 array from ``offset`` as one little-endian uint64 (one
-    unaligned load; the caller keeps them within the array)."""
+def _word_loader() -> Any:
+    """An intrinsic reading eight bytes of a uint8 array (typed Any, as numba's are)."""
 
-    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-        data = context.make_array(signature.args[0])(context, builder, args[0])
-        word = ir.IntType(64)
-        address = builder.add(builder.ptrtoint(data.data, word), args[1])
-        return builder.load(builder.inttoptr(address, word.as_pointer()), align=1)
+    @intrinsic
+    def _word_at(typingctx, array, offset):  # type: ignore[no-untyped-def]
+        """The eight bytes of a uint8 array from ``offset`` as one uint64 in the machine's byte
+        order (one unaligned load; the caller keeps them within the array)."""
 
-    return types.uint64(array, types.int64), codegen
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            data = context.make_array(signature.args[0])(context, builder, args[0])
+            word = ir.IntType(64)
+            address = builder.add(builder.ptrtoint(data.data, word), args[1])
+            return builder.load(builder.inttoptr(address, word.as_pointer()), align=1)
+
+        return types.uint64(array, types.int64), codegen
+
+    return _word_at
+
+
+_word_at = _word_loader()
 
 
 @njit(**_JIT)
 def _tail_word(data, start, end):  # type: ignore[no-untyped-def]
-    """The last ``(end - start) % 8`` bytes of ``data[start:end]`` as a word (0 if none)."""
+    """The last ``(end - start) % 8`` bytes of ``data[start:end]`` as a word (0 if none) for
+    the hash (on a big-endian machine other bytes of the last eight: the same bytes still
+    give the same word, which is all a hash needs)."""
     rest = (end - start) % 8
     if rest == 0:
         return np.uint64(0)
@@ -110,8 +120,17 @@ def _same_bytes(data, start, stored, stored_start, length):  # type: ignore[no-u
         if _word_at(data, start + k) != _word_at(stored, stored_start + k):
             return False
         k += 8
-    end = start + length
-    return _tail_word(data, start, end) == _tail_word(stored, stored_start, stored_start + length)
+    if k == length:
+        return True
+    if length >= 8:  # the last eight bytes, some compared already (in any byte order)
+        return bool(
+            _word_at(data, start + length - 8) == _word_at(stored, stored_start + length - 8)
+        )
+    # A loop, not all() of a generator: numba compiles generators poorly, if at all.
+    for j in range(length):  # noqa: SIM110
+        if data[start + j] != stored[stored_start + j]:
+            return False
+    return True
 
 
 def _prefetcher() -> Any:
