@@ -7,7 +7,8 @@
    the mean per (carrier, origin) written as Parquet, by segcli (in memory), polars and duckdb,
    each a whole ``python`` process; rounds interleave the tools; the median is printed.
 2. The same segcli run streamed with ``--memory-limit 256MB``: its peak resident memory.
-3. High cardinality: one string key of ``--distinct`` values over the same number of rows.
+3. High cardinality: one string key of ``--distinct`` values over the same number of rows,
+   then the peak resident memory of segcli's run of it (and of the older tree's).
 
 ``--part``: only 1 and 2 (``low``) or only 3 (``high``), to keep each run short. Each figure is
 the median wall time; the CPU time (user + system) of the same runs follows it, as the fairer
@@ -188,6 +189,34 @@ def main() -> None:
                 tools(high, ["user"], f"{folder}/h", args.skipna, args.against),
                 args.rounds,
             )
+            high_peaks(high, f"{folder}/h", args)
+
+
+def high_peaks(path: str, out: str, args: argparse.Namespace) -> None:
+    """Peak RSS of segcli's high-cardinality run (streamed: its decoded size is over the
+    threshold), and of the older tree's with ``--against``, alternating."""
+    argv = ["mean", path, "--data-column", "arr_delay", "--by", "user", "-q"]
+    argv += ["--skipna"] if args.skipna else []
+    runs = {"segcli": [sys.executable, "-c", _PEAK, *argv, "-o", out + ".p.parquet"]}
+    if args.against is not None:
+        older = _PEAK.replace('runpy.run_module("segcli", run_name="__main__")', _FROM_TREE)
+        runs["segcli (older)"] = [
+            "env", f"PYTHONPATH={os.path.abspath(args.against)}", sys.executable, "-P", "-c",
+            older, *argv, "-o", out + ".po.parquet",
+        ]  # fmt: skip
+    peaks: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(2):
+        for name, command in runs.items():
+            done = subprocess.run(
+                command, capture_output=True, text=True, check=False, env=CHILD_ENV
+            )
+            if done.returncode != 0:
+                raise SystemExit(done.stderr[-400:])
+            peaks[name].append(int(done.stderr.splitlines()[-1]) / 1024)
+    for name, values in peaks.items():
+        print(
+            f"{name}: peak RSS {max(values):.0f} MiB (of 2 runs: {values[0]:.0f}, {values[1]:.0f})"
+        )
 
 
 def low_part(path: str, keys: dict[str, np.ndarray], args: argparse.Namespace, folder: str) -> None:

@@ -18,7 +18,10 @@ column already is: its codes and dictionary are used as they are), so per row th
 probe in C and a NumPy take; only the chunk's distinct values are looked up in the run's growing
 per-column dictionary. Several columns combine through a dense table indexed by the mixed-radix
 code tuple while the product of the column cardinalities stays small, and by hashing the code
-tuples (as fixed-size binary values) beyond that.
+tuples (as fixed-size binary values) beyond that. Once a column's distinct values (or the code
+tuples) pass ``values.HASH_FROM``, they move into a compiled hash table kept across blocks
+(:mod:`segcli.keys.hash_table`): pyarrow would hash the run's whole dictionary again for each
+block, and plain blocks are then looked up row by row without being dictionary encoded first.
 
 Value rules (each column separately):
 

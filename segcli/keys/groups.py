@@ -142,17 +142,21 @@ class Groups:
         ids = np.full(len(valid), MISSING, np.int64)
         all_valid = bool(valid.all())
         rows = fixed_binary_rows(codes if all_valid else [c[valid] for c in codes])
-        encoded = pc.dictionary_encode(rows)
+        slots: np.ndarray | None = None
+        if self.hashed.hashed is None:
+            encoded = pc.dictionary_encode(rows)
+            rows, slots = encoded.dictionary, numpy_of(encoded.indices)
+        # else the compiled table kept across blocks: one hash a row, no dictionary first.
         before = len(self.hashed)
         if add:
-            entries = self.hashed.find_or_add(encoded.dictionary, distinct=True)
+            entries = self.hashed.find_or_add(rows, distinct=slots is not None)
             if len(self.hashed) > before:
                 added = rows_codes(self.hashed.values.slice(before), len(codes))
                 self._append([added[:, j] for j in range(len(codes))])
         else:
-            entries = self.hashed.find(encoded.dictionary)
+            entries = self.hashed.find(rows)
             entries[entries < 0] = UNKNOWN
-        block_ids: np.ndarray = entries[numpy_of(encoded.indices)]
+        block_ids: np.ndarray = entries if slots is None else entries[slots]
         if all_valid:
             return block_ids
         ids[valid] = block_ids
