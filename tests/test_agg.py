@@ -67,6 +67,18 @@ def listing(directory: Path) -> list[str]:
     return sorted(p.name for p in directory.iterdir())
 
 
+def assert_agg_gives_the_single_ops_bytes(tmp_path, data, ids, names, args):
+    """``agg --op NAMES ARGS`` writes each op's column with the bytes of the op's own command."""
+    out = tmp_path / "all.npz"
+    result = run("agg", data, ids, "--op", ",".join(names), "-o", out, *args)
+    assert result.exit_code == 0, result.stderr
+    with np.load(out) as got:
+        for name in names:
+            single = tmp_path / f"{name}.npy"
+            assert run(name, data, ids, "-o", single, *args).exit_code == 0
+            assert got[name].tobytes() == np.load(single).tobytes(), name
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.int64, np.int8, np.complex64])
 @pytest.mark.parametrize("chunk", [None, 3])
 def test_every_op_in_one_agg_gives_the_single_op_bytes(tmp_path, dtype, chunk):
@@ -98,15 +110,8 @@ def test_every_engine_folds_the_combined_state_like_the_single_ops(tmp_path, eng
     np.save(ids, rng.integers(-1, 5, size=30))
     chunking = [] if chunk is None else ["--chunk-rows", chunk]
     names = ops_for(np.float32)
-    out = tmp_path / "all.npz"
     args = ("--engine", engine, "-q", *chunking)
-    result = run("agg", data, ids, "--op", ",".join(names), "-o", out, *args)
-    assert result.exit_code == 0, result.stderr
-    with np.load(out) as got:
-        for name in names:
-            single = tmp_path / f"{name}.npy"
-            assert run(name, data, ids, "-o", single, *args).exit_code == 0
-            assert got[name].tobytes() == np.load(single).tobytes(), name
+    assert_agg_gives_the_single_ops_bytes(tmp_path, data, ids, names, args)
 
 
 @pytest.mark.usefixtures("short_lanes")
@@ -126,14 +131,7 @@ def test_var_std_beside_other_ops_keep_the_single_op_lanes(tmp_path, engine, chu
     args = ["--engine", engine, "-q"]
     args += [] if chunk is None else ["--chunk-rows", chunk]
     args += ["--skipna"] if skipna else []
-    out = tmp_path / "all.npz"
-    result = run("agg", data, ids, "--op", ",".join(names), "-o", out, *args)
-    assert result.exit_code == 0, result.stderr
-    with np.load(out) as got:
-        for name in names:
-            single = tmp_path / f"{name}.npy"
-            assert run(name, data, ids, "-o", single, *args).exit_code == 0
-            assert got[name].tobytes() == np.load(single).tobytes(), name
+    assert_agg_gives_the_single_ops_bytes(tmp_path, data, ids, names, args)
 
 
 @pytest.mark.parametrize("chunk", [None, 1, 4])
@@ -385,14 +383,8 @@ def test_sorted_ids_give_the_single_op_bytes(tmp_path):
     np.save(data, rng.normal(size=25).astype(np.float64))
     np.save(ids, np.sort(rng.integers(0, 6, size=25)))
     names = ops_for(np.float64)
-    out = tmp_path / "all.npz"
     sorted_args = ("--sorted", "-n", "5", "-q", "--chunk-rows", "4")
-    assert run("agg", data, ids, "--op", ",".join(names), "-o", out, *sorted_args).exit_code == 0
-    with np.load(out) as got:
-        for name in names:
-            single = tmp_path / f"{name}.npy"
-            assert run(name, data, ids, "-o", single, *sorted_args).exit_code == 0
-            assert got[name].tobytes() == np.load(single).tobytes(), name
+    assert_agg_gives_the_single_ops_bytes(tmp_path, data, ids, names, sorted_args)
 
 
 @pytest.fixture
