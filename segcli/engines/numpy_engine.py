@@ -258,6 +258,21 @@ class _PackedSumFolder(_ChunkFolder):
     ``state.count`` still gets every row. No mask or substitute of the whole block is built.
     """
 
+    def chunks(
+        self, lanes: list[tuple[int, int, int]]
+    ) -> Iterator[tuple[slice, int, np.ndarray, np.ndarray | None]]:
+        """As :meth:`_ChunkFolder.chunks`, but ids that are intp already (the ids of a ``--by``
+        run) are read in place: the copy into the reused buffer pays only for other dtypes."""
+        if self.ids.dtype != np.intp:
+            yield from super().chunks(lanes)
+            return
+        for a, b, lane in lanes:
+            for start in range(a, b, self.step):
+                rows = slice(start, min(b, start + self.step))
+                ids = self.ids[rows]
+                keep = _kept_rows(ids, self.state.num_segments) if self.drops else None
+                yield rows, lane, ids, keep
+
     def fold(self, lanes: list[tuple[int, int, int]], present: np.ndarray | None = None) -> None:
         state = self.state
         assert state.acc is not None
