@@ -60,11 +60,11 @@ from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.types as pt
 
 from segcli.errors import InvalidInputError, UsageError
 from segcli.io.columns import arrow_array, numpy_of
+from segcli.keys import kernels
 from segcli.keys.groups import Groups, fixed_binary_rows
 from segcli.keys.values import (
     MISSING,
@@ -183,11 +183,11 @@ class KeyEncoder:
             empty = pa.table({name: pa.nulls(0) for name in self.by})
             return KeyTable(empty, np.empty(0, np.int64))
         stored = [
-            column.index.values.take(arrow_array(codes))
+            kernels.take(column.index.values, arrow_array(codes))
             for column, codes in zip(self._columns, self._groups.codes, strict=True)
         ]
         names = [f"k{j}" for j in range(len(stored))]  # key names may repeat or be odd
-        order = pc.sort_indices(
+        order = kernels.sort_indices(
             pa.table(stored, names=names), sort_keys=[(name, "ascending") for name in names]
         )
         order_np = np.asarray(numpy_of(order), np.int64)
@@ -216,7 +216,9 @@ class KeyEncoder:
             ]
         block = pa.table(
             [
-                column.index.values.take(arrow_array(codes)).cast(column.value_type)
+                kernels.cast(
+                    kernels.take(column.index.values, arrow_array(codes)), column.value_type
+                )
                 for column, codes in zip(other._columns, other._groups.codes, strict=True)
             ],
             names=self.by,
@@ -251,7 +253,7 @@ class KeyEncoder:
             column.seed(_decoded(as_array(keys.column(column.name))), self.keys_from_label)
             for column in columns
         ]
-        rows = pc.dictionary_encode(fixed_binary_rows(codes))
+        rows = kernels.dictionary_encode(fixed_binary_rows(codes))
         first = np.asarray(numpy_of(rows.indices), np.int64)
         if len(rows.dictionary) < len(first):
             earlier = np.maximum.accumulate(first)
@@ -369,7 +371,7 @@ def _gather(table: np.ndarray, slots: np.ndarray, out: np.ndarray | None) -> np.
     array (its allocator hands back memory still in cache), and a copy of its result into
     ``out`` costs less than NumPy's take into it: this gather was the encoder's largest cost.
     Its result is a buffer nobody else holds, so the view is writable."""
-    taken = pc.take(arrow_array(table), arrow_array(slots), boundscheck=False)
+    taken = kernels.take(arrow_array(table), arrow_array(slots), boundscheck=False)
     data = taken.buffers()[1]
     ids = np.frombuffer(data, table.dtype, count=len(taken)) if data is not None else table[:0]
     if out is None:

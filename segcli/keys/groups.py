@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from segcli.io.columns import numpy_of
+from segcli.keys import kernels
 from segcli.keys.values import ABSENT, MISSING, UNKNOWN, ValueIndex
 
 # --- combining several columns' codes into one id ----------------------------------------------
@@ -144,7 +144,7 @@ class Groups:
         rows = fixed_binary_rows(codes if all_valid else [c[valid] for c in codes])
         slots: np.ndarray | None = None
         if self.hashed.hashed is None:
-            encoded = pc.dictionary_encode(rows)
+            encoded = kernels.dictionary_encode(rows)
             rows, slots = encoded.dictionary, numpy_of(encoded.indices)
         # else the compiled table kept across blocks: one hash a row, no dictionary first.
         before = len(self.hashed)

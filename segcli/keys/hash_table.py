@@ -23,6 +23,7 @@ import pyarrow.types as pt
 
 from segcli.errors import InvalidInputError
 from segcli.io.columns import numpy_of
+from segcli.keys import kernels
 
 _FIRST_SLOTS = 1 << 12
 
@@ -79,7 +80,7 @@ class HashedValues:
         table = cls(values.type)
         null = values.null_count > 0
         if null:
-            null_at = int(np.flatnonzero(numpy_of(values.is_null()))[0])
+            null_at = int(np.flatnonzero(numpy_of(kernels.is_null(values)))[0])
             table.lookup(values.slice(0, null_at), add=True)
             table.append_null()
             table.lookup(values.slice(null_at + 1), add=True)

@@ -10,12 +10,11 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.types as pt
 
 from segcli.errors import InvalidInputError
 from segcli.io.columns import arrow_array, numpy_of
-from segcli.keys import hash_table
+from segcli.keys import hash_table, kernels
 
 NullKeys = Literal["drop", "group"]
 
@@ -92,7 +91,7 @@ def cast_values(values: pa.Array, type_: pa.DataType, what: str) -> pa.Array:
     if values.type == type_:
         return values
     try:
-        return values.cast(type_, safe=True)
+        return kernels.cast(values, type_, safe=True)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InvalidInputError(f"{what}: {detail}") from exc
@@ -100,7 +99,11 @@ def cast_values(values: pa.Array, type_: pa.DataType, what: str) -> pa.Array:
 
 def _canonical_floats(values: pa.Array) -> pa.Array:
     """NaN becomes null (a missing key) and -0.0 becomes 0.0, so floats compare by value."""
-    return pc.if_else(pc.is_nan(values), pa.nulls(1, values.type)[0], pc.add(values, 0.0))
+    # A double zero made from NumPy: pyarrow turns a Python 0.0 into a scalar through pandas.
+    zero = arrow_array(np.zeros(1, np.float64))[0]
+    return kernels.if_else(
+        kernels.is_nan(values), pa.nulls(1, values.type)[0], kernels.add(values, zero)
+    )
 
 
 def _positions(found: pa.Array) -> np.ndarray:
@@ -109,7 +112,7 @@ def _positions(found: pa.Array) -> np.ndarray:
         return numpy_of(found).astype(np.int64)
     positions = np.full(len(found), -1, np.int64)
     # The data buffer holds any value under a null: only the valid slots are read.
-    positions[numpy_of(found.is_valid())] = numpy_of(found.drop_null())
+    positions[numpy_of(kernels.is_valid(found))] = numpy_of(kernels.drop_null(found))
     return positions
 
 
@@ -123,7 +126,7 @@ def _numpy_indices(indices: pa.Array, null_slot: int) -> np.ndarray:
     if not indices.null_count:
         return numpy_of(indices)
     rows = np.full(len(indices), null_slot, np.int64)
-    rows[numpy_of(indices.is_valid())] = numpy_of(indices.drop_null())
+    rows[numpy_of(kernels.is_valid(indices))] = numpy_of(kernels.drop_null(indices))
     return rows
 
 
@@ -159,13 +162,13 @@ class ValueIndex:
             return np.full(len(values), -1, np.int64)
         if distinct and len(values) < len(self._values):
             # index_in hashes its value set on every call: hash the smaller side and invert.
-            where = pc.index_in(self._values, value_set=values, skip_nulls=True)
+            where = kernels.index_in(self._values, value_set=values, skip_nulls=True)
             where_np = _positions(where)
             known = np.flatnonzero(where_np >= 0)
             positions = np.full(len(values), -1, np.int64)
             positions[where_np[known]] = known
             return positions
-        found = pc.index_in(values, value_set=self._values, skip_nulls=True)
+        found = kernels.index_in(values, value_set=self._values, skip_nulls=True)
         return _positions(found)
 
     def find_or_add(self, values: pa.Array, *, distinct: bool = False) -> np.ndarray:
@@ -175,17 +178,17 @@ class ValueIndex:
             assert self.hashed is not None
             return self.hashed.lookup(values, add=True)
         positions = self.find(values, distinct=distinct)
-        new = (positions < 0) & ~numpy_of(values.is_null())
+        new = (positions < 0) & ~numpy_of(kernels.is_null(values))
         if new.any():
-            fresh = values.filter(arrow_array(new))
+            fresh = kernels.filter_by(values, arrow_array(new))
             start = len(self._values)
             if distinct:
                 self._values = pa.concat_arrays([self._values, fresh])
                 positions[new] = np.arange(start, start + len(fresh))
                 return positions
-            added = pc.unique(fresh)
+            added = kernels.unique(fresh)
             self._values = pa.concat_arrays([self._values, added])
-            found = pc.index_in(fresh, value_set=added)
+            found = kernels.index_in(fresh, value_set=added)
             positions[new] = numpy_of(found).astype(np.int64) + start
         return positions
 
@@ -290,7 +293,7 @@ class KeyColumn:
         if not pt.is_dictionary(chunks[0].type):
             if self.index.hashed is not None:
                 return self._row_table(chunks, what)
-            encoded = pc.dictionary_encode(chunks[0] if len(chunks) == 1 else data)
+            encoded = kernels.dictionary_encode(chunks[0] if len(chunks) == 1 else data)
             shared = [encoded] if isinstance(encoded, pa.Array) else encoded.chunks
             # Distinct values stay distinct in the lookup type, except floats (-0.0 and 0.0).
             return self._shared_table(shared, what, distinct=self.kind != "float")
@@ -343,7 +346,7 @@ class KeyColumn:
             else:
                 positions = self.index.find_or_add(values)
             if values.null_count:
-                positions[numpy_of(values.is_null())] = NULL
+                positions[numpy_of(kernels.is_null(values))] = NULL
                 null_rows = True
             parts.append(positions)
         null_code = self._null_code() if null_rows else NULL
@@ -392,14 +395,16 @@ class KeyColumn:
     def _entry_codes(self, values: pa.Array, used: np.ndarray | None, distinct: bool) -> np.ndarray:
         if used is not None and not used.all():
             codes = np.full(len(values), NULL, np.int64)
-            codes[used] = self._entry_codes(values.filter(arrow_array(used)), None, distinct)
+            codes[used] = self._entry_codes(
+                kernels.filter_by(values, arrow_array(used)), None, distinct
+            )
             return codes
         if self.frozen:
             codes = self.index.find(values)
             codes[codes < 0] = UNKNOWN
         else:
             codes = self.index.find_or_add(values, distinct=distinct)
-        codes[numpy_of(values.is_null())] = NULL
+        codes[numpy_of(kernels.is_null(values))] = NULL
         return codes
 
     def _null_code(self) -> int:
@@ -416,7 +421,7 @@ class KeyColumn:
         keys row has a group); afterwards the column only looks values up."""
         canonical = self.canonical(values, what)
         codes = self.index.find_or_add(canonical)
-        nulls = numpy_of(canonical.is_null())
+        nulls = numpy_of(kernels.is_null(canonical))
         if nulls.any():
             self.null_code = self.index.append_null()
             codes[nulls] = self.null_code
@@ -426,16 +431,16 @@ class KeyColumn:
     def output(self, codes: np.ndarray) -> pa.Array:
         """The column's values for these codes, in the type of the first block."""
         values = cast_values(
-            self.index.values.take(arrow_array(codes)),
+            kernels.take(self.index.values, arrow_array(codes)),
             self.value_type,
             f"key column '{self.name}' does not fit {self.value_type}",
         )
         if self.dictionary_type is None:
             return values
         # dictionary_encode of sorted values gives a dictionary sorted by value.
-        encoded = pc.dictionary_encode(values)
+        encoded = kernels.dictionary_encode(values)
         index_type = self.dictionary_type.index_type
         if len(encoded.dictionary) > np.iinfo(index_type.to_pandas_dtype()).max:
             index_type = pa.int32() if len(encoded.dictionary) < 2**31 - 1 else pa.int64()
         target = pa.dictionary(index_type, self.value_type, self.dictionary_type.ordered)
-        return encoded.cast(target)
+        return kernels.cast(encoded, target)
