@@ -60,21 +60,22 @@ def flights(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.parametrize("suffix", ["parquet", "csv"])
 @pytest.mark.parametrize("streamed", [[], ["--chunk-rows", "700"]], ids=["memory", "streamed"])
 @pytest.mark.parametrize(
     "by", ["carrier,origin", "cat", "f", "carrier,origin --keys-from KEYS --null-keys group"]
 )
 def test_a_by_run_loads_neither_pyarrow_compute_nor_pandas(
-    flights: Path, by: str, streamed: list[str]
+    flights: Path, by: str, streamed: list[str], suffix: str
 ) -> None:
     """``import pyarrow.compute`` costs some 40 ms of start-up; a float key's zero, given
     as a Python float, loaded pandas (0.2 s)."""
     keys = by.replace("KEYS", str(flights.with_name("keys.parquet"))).split()
-    out = str(flights.with_name("out.parquet"))
+    out = str(flights.with_name(f"out.{suffix}"))
     args = ["mean", str(flights), "--data-column", "delay", "--by", *keys, "--skipna", "-q"]
     modules = _modules_of_run([*args, "-o", out, *streamed])
     assert {"pyarrow.compute", "pandas"}.isdisjoint(modules)
-    assert pq.read_table(out).num_rows > 0
+    assert Path(out).stat().st_size > 0
 
 
 def test_the_kernels_by_name_answer_as_pyarrow_compute() -> None:
@@ -109,6 +110,19 @@ def test_the_kernels_by_name_answer_as_pyarrow_compute() -> None:
         (kernels.min_max(ints), pc.min_max(ints)),
         (kernels.total(ints), pc.sum(ints)),
         (kernels.total(pa.nulls(2, pa.int64())), pc.sum(pa.nulls(2, pa.int64()))),
+        (
+            kernels.dictionary_decode(text.dictionary_encode()),
+            text.dictionary_encode().dictionary_decode(),
+        ),
+        (kernels.or_(mask, pc.invert(mask)), pc.or_(mask, pc.invert(mask))),
+        (kernels.equal(text, pa.scalar("b")), pc.equal(text, pa.scalar("b"))),
+        (kernels.match_substring_regex(text, "[ac]"), pc.match_substring_regex(text, "[ac]")),
+        (kernels.replace_substring(text, "b", "bb"), pc.replace_substring(text, "b", "bb")),
+        (
+            kernels.binary_join_element_wise(text, text, pa.scalar("-")),
+            pc.binary_join_element_wise(text, text, pa.scalar("-")),
+        ),
+        (kernels.fill_null(text, pa.scalar("?")), text.fill_null("?")),
     ]
     for ours, theirs in pairs:
         assert ours.type == theirs.type

@@ -49,13 +49,15 @@ def key_strings(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     """A key column's values as text (null stays null)."""
     import pyarrow as pa
 
+    from segcli.keys import kernels
+
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
     if pa.types.is_dictionary(column.type):
-        column = column.dictionary_decode()
+        column = kernels.dictionary_decode(column)
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
         return _hex_text(column)
-    return column.cast(pa.string())
+    return kernels.cast(column, pa.string())
 
 
 #: The digits of lowercase hex, as bytes to gather from.
@@ -68,12 +70,14 @@ def _hex_text(column: pa.Array) -> pa.Array:
     pandas, 0.4 s of CPU)."""
     import pyarrow as pa
 
+    from segcli.keys import kernels
+
     large = pa.types.is_large_binary(column.type)
     width = np.dtype(np.int64 if large else np.int32)
     text_type = pa.large_string() if large else pa.string()
     validity, offsets_buffer, data_buffer = column.buffers()
     if offsets_buffer is None:  # no values to read (an empty array)
-        return column.cast(pa.string())
+        return kernels.cast(column, pa.string())
     offsets = np.frombuffer(offsets_buffer, width, count=column.offset + len(column) + 1)
     start, stop = int(offsets[column.offset]), int(offsets[-1])
     data = np.frombuffer(data_buffer, np.uint8) if data_buffer is not None else _HEX_DIGITS[:0]
@@ -88,12 +92,13 @@ def _hex_text(column: pa.Array) -> pa.Array:
     text = pa.Array.from_buffers(
         text_type, len(column), buffers, column.null_count, offset=column.offset
     )
-    return text if text_type == pa.string() else text.cast(pa.string())  # every key's text type
+    # Every key's text type is string.
+    return text if text_type == pa.string() else kernels.cast(text, pa.string())
 
 
 def key_fields(keys: pa.Table, sep: str) -> list[str]:
     """Each row's key fields joined by ``sep``, quoted where needed (see the module doc)."""
-    import pyarrow.compute as pc
+    from segcli.keys import kernels
 
     if keys.num_columns == 0:
         return [""] * keys.num_rows
@@ -102,11 +107,13 @@ def key_fields(keys: pa.Table, sep: str) -> list[str]:
     fields = []
     for column in keys.columns:
         text = key_strings(column)
-        needs = pc.or_(pc.match_substring_regex(text, pattern), pc.equal(text, empty))
-        doubled = pc.replace_substring(text, '"', '""')
-        quoted = pc.binary_join_element_wise(quote, doubled, quote, empty)
-        fields.append(pc.if_else(needs, quoted, text).fill_null(empty))
-    joined: pa.Array = pc.binary_join_element_wise(*fields, separator)
+        needs = kernels.or_(
+            kernels.match_substring_regex(text, pattern), kernels.equal(text, empty)
+        )
+        doubled = kernels.replace_substring(text, '"', '""')
+        quoted = kernels.binary_join_element_wise(quote, doubled, quote, empty)
+        fields.append(kernels.fill_null(kernels.if_else(needs, quoted, text), empty))
+    joined: pa.Array = kernels.binary_join_element_wise(*fields, separator)
     return [str(v) for v in joined.to_pylist()]
 
 

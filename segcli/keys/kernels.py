@@ -16,7 +16,10 @@ import pyarrow as pa
 from pyarrow._compute import (
     CastOptions,
     FilterOptions,
+    JoinOptions,
+    MatchSubstringOptions,
     NullOptions,
+    ReplaceSubstringOptions,
     SetLookupOptions,
     SortOptions,
     TakeOptions,
@@ -93,3 +96,35 @@ def min_max(values: Any) -> Any:
 def total(values: Any) -> Any:
     """pyarrow's ``sum`` (nulls skipped; null when no value is)."""
     return _call("sum", [values])
+
+
+def dictionary_decode(values: Any) -> Any:
+    """A dictionary array's values, row by row (what ``DictionaryArray.dictionary_decode``
+    gives)."""
+    return take(values.dictionary, values.indices)
+
+
+def or_(left: Any, right: Any) -> Any:
+    return _call("or", [left, right])
+
+
+def equal(left: Any, right: Any) -> Any:
+    return _call("equal", [left, right])
+
+
+def match_substring_regex(text: Any, pattern: str) -> Any:
+    return _call("match_substring_regex", [text], MatchSubstringOptions(pattern))
+
+
+def replace_substring(text: Any, pattern: str, replacement: str) -> Any:
+    return _call("replace_substring", [text], ReplaceSubstringOptions(pattern, replacement))
+
+
+def binary_join_element_wise(*strings: Any) -> Any:
+    """The strings joined row by row by the last of them (null where any is null)."""
+    return _call("binary_join_element_wise", list(strings), JoinOptions())
+
+
+def fill_null(values: Any, fill: Any) -> Any:
+    """``values`` with each null replaced by ``fill`` (an Arrow scalar of their type)."""
+    return _call("coalesce", [values, fill])
