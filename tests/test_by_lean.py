@@ -17,7 +17,7 @@ import pytest
 
 from segcli import ops
 from segcli.engines import numpy_engine
-from segcli.keys import kernels
+from segcli.io import arrow_kernels as kernels
 
 #: Runs segcli, then prints on stderr (at exit) the modules the process ended with.
 _PROBE = """

@@ -62,7 +62,8 @@ def test_streamed_csv_memory_does_not_grow_with_the_file(tmp_path: Path) -> None
     whole = peak_rss(*SUM, large, "-q", "--memory-limit", "4GB", "-o", tmp_path / "c.npy")
     # Read whole, the parsed file costs several times its size; streamed, a few blocks.
     assert whole - streamed > size, (whole, streamed, size)
-    assert streamed - streamed_small < size / 2, (streamed_small, streamed)
+    # Holding the rows read would cost well over the file size; the allowance is the noise.
+    assert streamed - streamed_small < 0.75 * size, (streamed_small, streamed)
     np.testing.assert_array_equal(np.load(tmp_path / "b.npy"), np.load(tmp_path / "c.npy"))
 
 

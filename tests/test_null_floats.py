@@ -52,18 +52,17 @@ def test_a_chunked_column_with_nulls() -> None:
 
 
 def test_fill_null_is_the_path(monkeypatch: pytest.MonkeyPatch) -> None:
-    from segcli.io import columns
+    from segcli.io import arrow_kernels
 
     calls: list[int] = []
-    compute = columns._compute
+    fill_null = arrow_kernels.fill_null
 
-    def spy(function: str, array: pa.Array, fill: pa.Scalar) -> pa.Array:
-        assert function == "coalesce"  # pyarrow's fill_null
+    def spy(array: pa.Array, fill: pa.Scalar) -> pa.Array:
         calls.append(len(array))
         assert isinstance(fill, pa.Scalar)  # a Python float would make pyarrow import pandas
-        return compute(function, array, fill)
+        return fill_null(array, fill)
 
-    monkeypatch.setattr(columns, "_compute", spy)
+    monkeypatch.setattr(arrow_kernels, "fill_null", spy)
     values, null = with_nulls("float64", 50)
     with nulls_kept():
         column_to_numpy(pa.array(values, mask=null), WHERE)

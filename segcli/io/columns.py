@@ -243,9 +243,7 @@ def _decoded(column: Any) -> Any:
     plain = _plain_type(column.type)
     if plain == column.type:
         return column
-    from pyarrow._compute import CastOptions
-
-    return _compute("cast", column, options=CastOptions.safe(plain))
+    return _kernels().cast(column, plain)
 
 
 def _is_list(type_: pa.DataType) -> bool:
@@ -315,7 +313,7 @@ def _nan_filled(array: pa.Array) -> np.ndarray[Any, Any] | None:
     if not (pt.is_float32(array.type) or pt.is_float64(array.type)):
         return None
     dtype = numpy_dtype(array.type)
-    filled = _compute("coalesce", array, arrow_array(np.array([np.nan], dtype))[0])  # fill_null
+    filled = _kernels().fill_null(array, arrow_array(np.array([np.nan], dtype))[0])
     data = filled.buffers()[1]
     return np.frombuffer(data, dtype, count=len(filled), offset=filled.offset * dtype.itemsize)
 
@@ -347,7 +345,7 @@ def _fixed_width_view(array: pa.Array) -> np.ndarray[Any, Any] | None:
 
 def _common_length(array: pa.Array, where: ColumnRef, first_row: int, per_row: int) -> int:
     """The one length all lists of a variable-size list array share, else an error."""
-    lengths = numpy_of(_compute("list_value_length", array))
+    lengths = numpy_of(_kernels().list_value_length(array))
     if len(lengths) == 0:
         return 0
     differ = np.flatnonzero(lengths != lengths[0])
@@ -363,20 +361,19 @@ def _common_length(array: pa.Array, where: ColumnRef, first_row: int, per_row: i
 
 def _raise_nulls(array: pa.Array, where: ColumnRef, first_row: int, per_row: int) -> None:
     # Given a Python True, pyarrow's index builds its scalar through pandas (0.2 s).
-    first = int(np.argmax(numpy_of(_compute("is_null", array))))
+    first = int(np.argmax(numpy_of(_kernels().is_null(array))))
     row = first_row + first // per_row
     inside = " inside its lists" if per_row > 1 else ""
     noun = "null" if array.null_count == 1 else "nulls"
     raise where.fail(f"has {array.null_count} {noun}{inside} (first at row {row})")
 
 
-def _compute(function: str, *args: Any, options: Any = None) -> Any:
-    """pyarrow's compute ``function`` called by name: ``pyarrow.compute`` builds a Python
-    wrapper for each of its some 300 functions as it loads (about 27 ms of start-up), the
-    kernels and their options need only ``pyarrow._compute``."""
-    from pyarrow._compute import call_function
+def _kernels() -> Any:
+    """pyarrow's kernels called by name (:mod:`segcli.io.arrow_kernels`), loaded on the first
+    conversion that needs one: a plain numeric column needs none."""
+    from segcli.io import arrow_kernels
 
-    return call_function(function, list(args), options)
+    return arrow_kernels
 
 
 def arrow_array(values: np.ndarray) -> pa.Array:

@@ -49,7 +49,7 @@ def key_strings(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     """A key column's values as text (null stays null)."""
     import pyarrow as pa
 
-    from segcli.keys import kernels
+    from segcli.io import arrow_kernels as kernels
 
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
@@ -70,7 +70,7 @@ def _hex_text(column: pa.Array) -> pa.Array:
     pandas, 0.4 s of CPU)."""
     import pyarrow as pa
 
-    from segcli.keys import kernels
+    from segcli.io import arrow_kernels as kernels
 
     large = pa.types.is_large_binary(column.type)
     width = np.dtype(np.int64 if large else np.int32)
@@ -98,7 +98,7 @@ def _hex_text(column: pa.Array) -> pa.Array:
 
 def key_fields(keys: pa.Table, sep: str) -> list[str]:
     """Each row's key fields joined by ``sep``, quoted where needed (see the module doc)."""
-    from segcli.keys import kernels
+    from segcli.io import arrow_kernels as kernels
 
     if keys.num_columns == 0:
         return [""] * keys.num_rows

@@ -176,7 +176,7 @@ def _text_nbytes(column: pa.ChunkedArray, type_: pa.DataType) -> int:
     """A dictionary column's bytes as one plain text column: validity, offsets and values."""
     import pyarrow.types as pt
 
-    from segcli.keys import kernels
+    from segcli.io import arrow_kernels as kernels
 
     offsets = 8 if pt.is_large_string(type_) or pt.is_large_binary(type_) else 4
     total = offsets * len(column)

@@ -63,8 +63,8 @@ import pyarrow as pa
 import pyarrow.types as pt
 
 from segcli.errors import InvalidInputError, UsageError
+from segcli.io import arrow_kernels as kernels
 from segcli.io.columns import arrow_array, numpy_of
-from segcli.keys import kernels
 from segcli.keys.groups import Groups, fixed_binary_rows
 from segcli.keys.values import (
     MISSING,

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from segcli.io import arrow_kernels as kernels
 from segcli.io.columns import numpy_of
-from segcli.keys import kernels
 from segcli.keys.values import ABSENT, MISSING, UNKNOWN, ValueIndex
 
 # --- combining several columns' codes into one id ----------------------------------------------

@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.types as pt
 
 from segcli.errors import InvalidInputError
+from segcli.io import arrow_kernels as kernels
 from segcli.io.columns import numpy_of
-from segcli.keys import kernels
 
 _FIRST_SLOTS = 1 << 12
 

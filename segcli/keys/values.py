@@ -13,8 +13,9 @@ import pyarrow as pa
 import pyarrow.types as pt
 
 from segcli.errors import InvalidInputError
+from segcli.io import arrow_kernels as kernels
 from segcli.io.columns import arrow_array, numpy_of
-from segcli.keys import hash_table, kernels
+from segcli.keys import hash_table
 
 NullKeys = Literal["drop", "group"]
 

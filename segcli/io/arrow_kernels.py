@@ -1,4 +1,4 @@
-"""The pyarrow compute kernels the key encoder uses, called by name.
+"""The pyarrow compute kernels segcli uses (the key encoder, column conversions), called by name.
 
 ``import pyarrow.compute`` builds a Python wrapper with a parsed docstring for each of its
 some 300 functions (about 30 ms of every ``--by`` run's start-up, 40 ms with its imports), and
@@ -123,6 +123,10 @@ def replace_substring(text: Any, pattern: str, replacement: str) -> Any:
 def binary_join_element_wise(*strings: Any) -> Any:
     """The strings joined row by row by the last of them (null where any is null)."""
     return _call("binary_join_element_wise", list(strings), JoinOptions())
+
+
+def list_value_length(lists: Any) -> Any:
+    return _call("list_value_length", [lists])
 
 
 def fill_null(values: Any, fill: Any) -> Any:
