@@ -443,10 +443,14 @@ FMA_NOTES = [
     "row into L1 2 ahead: 0.98x of the old; 4: 0.96x; 6: 0.94x and 0.91x; 8: 0.94x and 0.92x; "
     "12: 0.98x. With it, the far row 24 ahead: 0.93x at half scale, 0.99x of 16 at full "
     "scale; 32: 0.96x; the far row into L3 only (`prefetcht2`): 1.01x of L2; the near row "
-    "without its fifth line: 0.96x and 1.00x, mixed, dropped.",
-    "- Left for the sum: the conversions (above) against torch's float32 adds, about 2% at "
-    "full scale now. The weighted sum is ahead (0.96x) and the mean further (0.82x) in the "
-    "table above.",
+    "without its fifth line: 0.96x and 1.00x, mixed, dropped. The prefetching row loop "
+    "unrolled by two (half its counter, compare and branch a row): 1.005x, 1.016x and "
+    "1.041x of the kept one (sum, mean, weighted sum), dropped.",
+    "- Three full-scale runs of the table above this session (one thread each): sum 1.01x, "
+    "1.04x, 1.02x; weighted sum 0.96x, 0.97x, 1.05x (segcli 0.67 to 0.68 s in all three, "
+    "torch's 0.64 to 0.70); mean 0.82x in all three (before: 1.03x, 1.15x and 0.86x). Not "
+    "reached: the sum below 1.0x. What is left of it is the conversions (above), about 2% "
+    "at full scale, and the run-to-run spread of torch's weighted sum is as large as the gap.",
     "",
     "Rerun (full scale, about two minutes on a quiet machine): "
     "`python benchmarks/sparse_bench.py --versus-torch`.",
