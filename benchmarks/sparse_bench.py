@@ -398,6 +398,59 @@ OUTSIDE_NOTES = [
     "machine exposes no hardware counters (`perf` reports cycles as not supported), so it "
     "was not pinned down. The sum and the weighted sum stay 1.1x behind torch here, the mean "
     "0.8x ahead; the lead reruns the table above on a quiet machine.",
+]
+
+
+#: The weighted fold's multiply-add and the two-stage prefetch (a session of its own, after
+#: the notes above); kept with the section so that a rerun keeps them.
+FMA_NOTES = [
+    "### 2026-12-01: the weighted product, per bag against per row, a prefetch into L1",
+    "",
+    "A quiet machine (load average under 2). Old against new kernel: the module at the "
+    "commit before a change, loaded from a copy of its file beside the current one, each "
+    "one's `BagFold` (output, fold, result; no checks before) called alternating with the "
+    "other and with torch in one process, medians of five rounds, one thread each, CPU "
+    "seconds; half scale unless marked full. Two runs of the same code differed by up to 3%. "
+    "One command (its output, not this record): "
+    "`python benchmarks/sparse_bench.py --kernel-against REV --scale 0.5`.",
+    "- What a weighted row cost beyond an unweighted one: its weight is read once a row "
+    "(one load, one widening, one broadcast: nothing per value, no second buffer, the "
+    "weights a sequential stream the hardware fetches), but each value took a product and "
+    "an add (`vmulpd` + `vaddpd`) after its conversion, where torch (fbgemm) takes one "
+    "float32 multiply-add. Kept: where every product is exact in float64 (float32 tables "
+    "and weights: 24 + 24 bits of 53; int8/int16 tables too) one fused multiply-add "
+    "(`vfmadd231pd`) rounds once, as the add alone did, so the bytes are the same; other "
+    "dtypes keep the product and the add (a test checks that a float64 table with float32 "
+    "weights would differ). Weighted sum 0.314 s against 0.320 and 0.317 against 0.325 "
+    "(torch 0.26); full scale 0.732 against 0.762 (torch 0.673).",
+    "- The conversion is a third of what was left: with the table's bytes added as float64 "
+    "without converting (wrong sums, a timing only: 4 loads and 4 adds a row, as torch's) "
+    "the sum took 0.277 s against 0.299 (torch 0.246). SPEC's float64 sums need it: 8 "
+    "`vcvtps2pd` of 512 bits (two micro-ops each, on the two vector ports) and 8 adds, 12 "
+    "cycles of those ports a row at least, against torch's 4 float32 adds.",
+    "- Per bag or per row: the same 10M indices in 50,000 bags of 200 rows instead of "
+    "500,000 of 20 took segcli 0.256 s against 0.305 and torch 0.195 against 0.253 (its "
+    "`searchsorted` included): both save about 0.05 s, so the gap is per row, not in the "
+    "bag's start, end and output row. The run kernel inlined into the bag loop (no call a "
+    "bag): 0.297 against 0.300, dropped. The index check a bag instead of a test a row "
+    "(an unsigned compare or-ed over the bag's indices, one branch a bag): 0.310 against "
+    "0.311, dropped (the ids are compared a row anyway, to find where a bag ends).",
+    "- Kept: each row of the register fold also prefetches the row 8 ahead into L1 "
+    "(`prefetcht0`), the row 16 ahead still going to L2 (`prefetcht1`): a demand load that "
+    "finds its line in L2 waits for it, and the adds with it. Sum 0.285 s against 0.304, "
+    "weighted sum 0.293 against 0.320; full scale 0.651 against 0.685 (sum), 0.667 against "
+    "0.703 (weighted sum), 0.673 against 0.713 (mean), torch 0.627, 0.644 and 0.796. The "
+    "row into L1 2 ahead: 0.98x of the old; 4: 0.96x; 6: 0.94x and 0.91x; 8: 0.94x and 0.92x; "
+    "12: 0.98x. With it, the far row 24 ahead: 0.93x at half scale, 0.99x of 16 at full "
+    "scale; 32: 0.96x; the far row into L3 only (`prefetcht2`): 1.01x of L2; the near row "
+    "without its fifth line: 0.96x and 1.00x, mixed, dropped. The prefetching row loop "
+    "unrolled by two (half its counter, compare and branch a row): 1.005x, 1.016x and "
+    "1.041x of the kept one (sum, mean, weighted sum), dropped.",
+    "- Three full-scale runs of the table above this session (one thread each): sum 1.01x, "
+    "1.04x, 1.02x; weighted sum 0.96x, 0.97x, 1.05x (segcli 0.67 to 0.68 s in all three, "
+    "torch's 0.64 to 0.70); mean 0.82x in all three (before: 1.03x, 1.15x and 0.86x). Not "
+    "reached: the sum below 1.0x. What is left of it is the conversions (above), about 2% "
+    "at full scale, and the run-to-run spread of torch's weighted sum is as large as the gap.",
     "",
     "Rerun (full scale, about two minutes on a quiet machine): "
     "`python benchmarks/sparse_bench.py --versus-torch`.",
@@ -453,7 +506,55 @@ def versus_torch(scale: float) -> str:
         + ", ".join(f"{name} {mib:,}" for name, mib in pages.items())
         + f"; THP {_thp_setting('enabled')}, defrag {_thp_setting('defrag')}.",
     ]
-    return "\n".join([*lines, "", *KERNEL_NOTES, "", *OUTSIDE_NOTES]) + "\n"
+    return "\n".join([*lines, "", *KERNEL_NOTES, "", *OUTSIDE_NOTES, "", *FMA_NOTES]) + "\n"
+
+
+def kernel_against(rev: str, scale: float) -> None:
+    """The fused gather's kernel module at git revision ``rev`` against the current one and
+    torch (sum, mean, weighted sum): each one's ``BagFold`` alone (no checks), one thread,
+    alternating in this process; prints the medians of :data:`VERSUS_ROUNDS` CPU seconds."""
+    import torch
+
+    from segcli.engines import numba_engine, numba_sparse
+
+    source = subprocess.run(
+        ["git", "show", f"{rev}:segcli/engines/numba_sparse.py"],
+        cwd=HERE.parent, check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    numba_engine.THREADS = 1
+    torch.set_num_threads(1)
+    inputs = make_arrays(scale)
+    bags = _sizes(scale)["bags"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "numba_sparse_then.py"
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location("segcli.engines.numba_sparse_then", path)
+        assert spec is not None and spec.loader is not None
+        then = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(then)
+        for op, weighted in (("sum", False), ("mean", False), ("sum", True)):
+            given = inputs if weighted else {k: a for k, a in inputs.items() if k != "weights"}
+            calls = [_bag_fold(then, op, bags, given), _bag_fold(numba_sparse, op, bags, given)]
+            calls.append(_torch(op, bags, given))
+            assert calls[0](slice(None), bags).tobytes() == calls[1](slice(None), bags).tobytes()
+            medians = _alternate(calls, bags, int(given["ids"][WARM_ROWS - 1]) + 1, {})
+            old, new, theirs = (cpu for _, cpu, _ in medians)
+            label = f"{'weighted ' if weighted else ''}{op}"
+            ratios = f"now/{rev} {new / old:.3f}  now/torch {new / theirs:.3f}"
+            print(f"{label}: {rev} {old:.3f}  now {new:.3f}  torch {theirs:.3f}  {ratios}")
+
+
+def _bag_fold(module: Any, op: str, bags: int, inputs: dict[str, np.ndarray]) -> Any:
+    """A call folding ``rows`` with ``module``'s ``BagFold`` (output, fold and result)."""
+    table, weights = inputs["table"], inputs.get("weights")
+
+    def call(rows: slice, n: int) -> np.ndarray:
+        fold = module.BagFold(table, op, n, table.dtype, weighted=weights is not None)
+        w = None if weights is None else weights[rows]
+        assert fold.fold(inputs["ids"][rows], inputs["indices"][rows], w)
+        return np.asarray(fold.result(n, None)[0])
+
+    return call
 
 
 def _huge_page_mib(address: int) -> int:
@@ -524,7 +625,15 @@ def main() -> None:
         action="store_true",
         help="only segcli against torch in one process (updates that section of the record)",
     )
+    parser.add_argument(
+        "--kernel-against",
+        metavar="REV",
+        help="only the fused kernel at git revision REV against the current one and torch",
+    )
     args = parser.parse_args()
+    if args.kernel_against:
+        kernel_against(args.kernel_against, args.scale)
+        return
     if args.child:
         name, folder, op, weighted, bags = args.child
         child(name, folder, op, weighted, int(bags))

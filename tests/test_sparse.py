@@ -348,7 +348,7 @@ def _wide_table(rng: np.random.Generator, width: int, dtype: str) -> np.ndarray:
 @pytest.mark.parametrize(
     ("dtype", "weights"),
     [("float32", None), ("float64", None), ("float32", "float32"), ("float64", "int32"),
-     ("int16", "float64")],
+     ("int16", "float64"), ("float64", "float32"), ("int16", "float32")],
 )  # fmt: skip
 @pytest.mark.parametrize("width", [8, 13, 64, 75, 136])
 def test_numba_register_fold_of_wide_rows_gives_the_numpy_bytes(
@@ -370,6 +370,22 @@ def test_numba_register_fold_of_wide_rows_gives_the_numpy_bytes(
         for picks in (indices, indices.astype(np.int32), indices.astype(np.uint16)):
             got = _sparse(data, ids, 32, op, picks, w, engine="numba", block_rows=rows).result
             assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize(
+    ("table", "weights", "fused"),
+    [("float32", "float32", True), ("int16", "float32", True), ("int8", "int16", True),
+     ("float64", "float32", False), ("float32", "float64", False), ("int32", "float32", False),
+     ("uint32", "int32", False), ("int64", "uint8", False)],
+)  # fmt: skip
+def test_numba_weighted_fold_fuses_only_exact_products(table, weights, fused):
+    """A fused multiply-add rounds once: the bytes of a product then an add only where every
+    product is exact in float64 (the parametrised byte tests above cover both kinds)."""
+    from numba import from_dtype
+
+    from segcli.engines.numba_sparse import _products_are_exact
+
+    assert _products_are_exact(from_dtype(np.dtype(table)), from_dtype(np.dtype(weights))) is fused
 
 
 @pytest.mark.parametrize("layout", ["fortran", "every other column"])

@@ -37,6 +37,10 @@ _JIT: dict[str, Any] = {"cache": True, "nogil": True}
 #: cannot guess them (16 ahead measured 1.8x faster than none at half the issue's workload;
 #: 8 to 32 alike).
 PREFETCH_ROWS = 16
+#: Rows ahead whose table row, already on its way to L2, is prefetched again into L1: a demand
+#: load that finds its line in L2 still waits for it, and the fold's adds wait with it (at the
+#: issue's full scale 0.65 CPU s against 0.69, one thread; 4, 6, 8 alike, 2 and 12 less).
+NEAR_ROWS = 8
 #: Bytes of a row prefetched: its lines up to this and its last byte (a large table's rows
 #: start 16 bytes into a line, so a 256-byte row spans five); the hardware follows a wider row.
 #: 512 against 256: float64 rows of 64 folded 8% faster, float32 ones alike.
@@ -53,9 +57,12 @@ MAPPED_OUTPUT_BYTES = 32 << 20
 RUN_ROWS = 64
 
 
-def _emit_prefetch(builder: ir.IRBuilder, address: ir.Value, write: bool = False) -> None:
+def _emit_prefetch(
+    builder: ir.IRBuilder, address: ir.Value, write: bool = False, near: bool = False
+) -> None:
     """A prefetch of the line holding ``address`` (an integer): to read, into the L2 cache
-    and beyond (``prefetcht1``); to write (``write``), owned in every level."""
+    and beyond (``prefetcht1``), or into every level (``near``: ``prefetcht0``); to write
+    (``write``), owned in every level."""
     byte_pointer = ir.IntType(8).as_pointer()
     i32 = ir.IntType(32)
     hint = ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32])
@@ -64,7 +71,7 @@ def _emit_prefetch(builder: ir.IRBuilder, address: ir.Value, write: bool = False
     # until the line arrives, and 16 rows of 5 lines ahead outnumber them (L2's queue is
     # deeper). At the issue's full scale: 0.83 to 0.85 CPU s against 0.93 to 0.94 (medians
     # of five, alternating, one thread); L3 only (prefetcht2) 0.89. Of data, not code.
-    flags = [i32(1 if write else 0), i32(3 if write else 2), i32(1)]
+    flags = [i32(1 if write else 0), i32(3 if write or near else 2), i32(1)]
     builder.call(prefetch, [builder.inttoptr(address, byte_pointer), *flags])
 
 
@@ -104,10 +111,11 @@ def _lanes(vectors: int, weighted: bool) -> Any:
     column:column + 8 * vectors]`` (times ``weights[k]`` if ``weighted``) for ``k`` from
     ``start`` to ``stop``, in row order, into ``acc[column:...]`` (float64): one product and
     one add of each converted value per row, as :func:`_add` and :func:`_add_weighted` do, so
-    the bytes are the same. The sums stay in vector registers through
-    the run (LLVM could not keep ``acc`` there: it might alias the table) and the row loop
-    carries no alias checks. Each row prefetches row ``k + PREFETCH_ROWS`` while that is
-    below ``limit`` (0: none). The table's rows must be contiguous.
+    the bytes are the same (one fused multiply-add where every product is exact: the same
+    bytes). The sums stay in vector registers through the run (LLVM could not keep ``acc``
+    there: it might alias the table) and the row loop carries no alias checks. Each row
+    prefetches row ``k + PREFETCH_ROWS`` into L2 and row ``k + NEAR_ROWS`` into L1 while the
+    first is below ``limit`` (0: none). The table's rows must be contiguous.
     """
 
     @intrinsic
@@ -139,6 +147,7 @@ def _lanes(vectors: int, weighted: bool) -> Any:
             picks_at = builder.ptrtoint(picks_array.data, i64)
             pick_stride = builder.extract_value(picks_array.strides, 0)
             pick_type = context.get_data_type(indices_type.dtype).as_pointer()
+            exact = weighted and _products_are_exact(table_type.dtype, weights_type.dtype)
 
             def row_of(k: ir.Value) -> ir.Value:
                 at = builder.add(picks_at, builder.mul(k, pick_stride))
@@ -160,6 +169,13 @@ def _lanes(vectors: int, weighted: bool) -> Any:
                         with builder.if_then(builder.icmp_signed("<", i64(line), last_byte)):
                             _emit_prefetch(builder, builder.add(row_at, i64(line)))
                     _emit_prefetch(builder, builder.add(row_at, last_byte))
+                    # The same lines of a nearer row into L1: by now they are in L2 or close,
+                    # so they hold L1's fill buffers briefly (16 rows ahead into L1 measured
+                    # slower than into L2: see _emit_prefetch).
+                    near_at = builder.add(table_at, row_of(builder.add(k, i64(NEAR_ROWS))))
+                    for line in range(0, sure, 64):
+                        _emit_prefetch(builder, builder.add(near_at, i64(line)), near=True)
+                    _emit_prefetch(builder, builder.add(near_at, last_byte), near=True)
                 if weighted:
                     weight = _weight(context, builder, weights_array, weights_type, k)
                     weight = _splat(builder, weight, wide)
@@ -168,9 +184,13 @@ def _lanes(vectors: int, weighted: bool) -> Any:
                 for v, total in enumerate(sums):
                     value = builder.load(builder.gep(values, [i64(v)]), align=itemsize)
                     converted = _widen(builder, value, table_type.dtype, wide)
-                    if weighted:
-                        converted = builder.fmul(converted, weight)
-                    builder.store(builder.fadd(builder.load(total), converted), total)
+                    if weighted and exact:
+                        added = _fma(builder, converted, weight, builder.load(total))
+                    elif weighted:
+                        added = builder.fadd(builder.load(total), builder.fmul(converted, weight))
+                    else:
+                        added = builder.fadd(builder.load(total), converted)
+                    builder.store(added, total)
 
             # Two loops, not a test a row: the rows whose row ahead is below ``limit``
             # prefetch it, the rest do not (0.70 s against 0.72 at full scale: a row's
@@ -204,6 +224,29 @@ def _widen(builder: ir.IRBuilder, value: ir.Value, dtype: Any, wide: ir.Type) ->
     if dtype.signed:
         return builder.sitofp(value, wide)
     return builder.uitofp(value, wide)
+
+
+def _significant_bits(dtype: Any) -> int:
+    """Bits of significand that any value of ``dtype`` needs (its float64 form is exact)."""
+    if isinstance(dtype, types.Float):
+        return {16: 11, 32: 24}.get(dtype.bitwidth, 53)
+    return int(dtype.bitwidth)
+
+
+def _products_are_exact(table: Any, weights: Any) -> bool:
+    """Whether every ``w * x`` of these dtypes is exact in float64: then one fused multiply-add
+    rounds once, as the product's add alone does, so the bytes are the same (float32 tables and
+    weights: 24 + 24 bits of 53, exponents far inside float64's range)."""
+    return _significant_bits(table) + _significant_bits(weights) <= 53
+
+
+def _fma(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
+    """``a * b + c`` rounded once (``vfmadd``): one instruction where a product and an add
+    were two (the weighted fold's third per value)."""
+    name = f"llvm.fma.v{a.type.count}f64"
+    signature = ir.FunctionType(a.type, [a.type] * 3)
+    fma = cgutils.get_or_insert_function(builder.module, signature, name)  # type: ignore[no-untyped-call]
+    return builder.call(fma, [a, b, c])
 
 
 def _splat(builder: ir.IRBuilder, value: ir.Value, vector: ir.VectorType) -> ir.Value:
