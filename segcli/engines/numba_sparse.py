@@ -111,11 +111,13 @@ def _lanes(vectors: int, weighted: bool) -> Any:
     column:column + 8 * vectors]`` (times ``weights[k]`` if ``weighted``) for ``k`` from
     ``start`` to ``stop``, in row order, into ``acc[column:...]`` (float64): one product and
     one add of each converted value per row, as :func:`_add` and :func:`_add_weighted` do, so
-    the bytes are the same (one fused multiply-add where every product is exact: the same
-    bytes). The sums stay in vector registers through the run (LLVM could not keep ``acc``
-    there: it might alias the table) and the row loop carries no alias checks. Each row
-    prefetches row ``k + PREFETCH_ROWS`` into L2 and row ``k + NEAR_ROWS`` into L1 while the
-    first is below ``limit`` (0: none). The table's rows must be contiguous.
+    the bytes are the same. The sums stay in vector registers through the run (LLVM could not
+    keep ``acc`` there: it might alias the table) and the row loop carries no alias checks.
+    Each row prefetches row ``k + PREFETCH_ROWS`` into L2 and row ``k + NEAR_ROWS`` into L1
+    while the first is below ``limit`` (0: none). The table's rows must be contiguous. (Not a
+    fused multiply-add for the weighted product, though it rounds alike where the product is
+    exact: where both the sum and the value are NaN it may keep either one's sign, where the
+    NumPy engine's add keeps the sum's.)
     """
 
     @intrinsic
@@ -147,7 +149,6 @@ def _lanes(vectors: int, weighted: bool) -> Any:
             picks_at = builder.ptrtoint(picks_array.data, i64)
             pick_stride = builder.extract_value(picks_array.strides, 0)
             pick_type = context.get_data_type(indices_type.dtype).as_pointer()
-            exact = weighted and _products_are_exact(table_type.dtype, weights_type.dtype)
 
             def row_of(k: ir.Value) -> ir.Value:
                 at = builder.add(picks_at, builder.mul(k, pick_stride))
@@ -184,13 +185,9 @@ def _lanes(vectors: int, weighted: bool) -> Any:
                 for v, total in enumerate(sums):
                     value = builder.load(builder.gep(values, [i64(v)]), align=itemsize)
                     converted = _widen(builder, value, table_type.dtype, wide)
-                    if weighted and exact:
-                        added = _fma(builder, converted, weight, builder.load(total))
-                    elif weighted:
-                        added = builder.fadd(builder.load(total), builder.fmul(converted, weight))
-                    else:
-                        added = builder.fadd(builder.load(total), converted)
-                    builder.store(added, total)
+                    if weighted:
+                        converted = builder.fmul(converted, weight)
+                    builder.store(builder.fadd(builder.load(total), converted), total)
 
             # Two loops, not a test a row: the rows whose row ahead is below ``limit``
             # prefetch it, the rest do not (0.70 s against 0.72 at full scale: a row's
@@ -224,29 +221,6 @@ def _widen(builder: ir.IRBuilder, value: ir.Value, dtype: Any, wide: ir.Type) ->
     if dtype.signed:
         return builder.sitofp(value, wide)
     return builder.uitofp(value, wide)
-
-
-def _significant_bits(dtype: Any) -> int:
-    """Bits of significand that any value of ``dtype`` needs (its float64 form is exact)."""
-    if isinstance(dtype, types.Float):
-        return {16: 11, 32: 24}.get(dtype.bitwidth, 53)
-    return int(dtype.bitwidth)
-
-
-def _products_are_exact(table: Any, weights: Any) -> bool:
-    """Whether every ``w * x`` of these dtypes is exact in float64: then one fused multiply-add
-    rounds once, as the product's add alone does, so the bytes are the same (float32 tables and
-    weights: 24 + 24 bits of 53, exponents far inside float64's range)."""
-    return _significant_bits(table) + _significant_bits(weights) <= 53
-
-
-def _fma(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
-    """``a * b + c`` rounded once (``vfmadd``): one instruction where a product and an add
-    were two (the weighted fold's third per value)."""
-    name = f"llvm.fma.v{a.type.count}f64"
-    signature = ir.FunctionType(a.type, [a.type] * 3)
-    fma = cgutils.get_or_insert_function(builder.module, signature, name)  # type: ignore[no-untyped-call]
-    return builder.call(fma, [a, b, c])
 
 
 def _splat(builder: ir.IRBuilder, value: ir.Value, vector: ir.VectorType) -> ir.Value:
