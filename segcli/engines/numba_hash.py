@@ -29,6 +29,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from segcli.engines import numba_cache
+from segcli.engines.numba_prefetch import prefetcher
 
 _JIT: dict[str, Any] = {"cache": True, "nogil": True}
 
@@ -133,32 +134,8 @@ def _same_bytes(data, start, stored, stored_start, length):  # type: ignore[no-u
     return True
 
 
-def _prefetcher() -> Any:
-    """An intrinsic asking for the cache line of ``array[row]`` (a hint: never faults)."""
-
-    @intrinsic
-    def _prefetch(typingctx, array, row):  # type: ignore[no-untyped-def]
-        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            rows = context.make_array(signature.args[0])(context, builder, args[0])
-            stride = builder.extract_value(rows.strides, 0)
-            address = builder.add(
-                builder.ptrtoint(rows.data, stride.type), builder.mul(args[1], stride)
-            )
-            byte_pointer = ir.IntType(8).as_pointer()
-            i32 = ir.IntType(32)
-            hint = ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32])
-            prefetch = builder.module.declare_intrinsic("llvm.prefetch", [byte_pointer], hint)
-            # A read, kept in every cache level, of data.
-            flags = [i32(0), i32(3), i32(1)]
-            builder.call(prefetch, [builder.inttoptr(address, byte_pointer), *flags])
-            return context.get_dummy_value()
-
-        return types.void(array, types.int64), codegen
-
-    return _prefetch
-
-
-_prefetch = _prefetcher()
+# Probed table entries and stored values are read at once: into every cache level.
+_prefetch = prefetcher(near=True)
 
 
 @njit(**_JIT)
@@ -278,11 +255,11 @@ def _ahead(table, hashes, mask, r, rows, stored):  # type: ignore[no-untyped-def
     entry came in by now, the stored value it names (its offsets or words). Each lookup is a
     few cache misses in a row; asking ahead overlaps those of many rows."""
     if r + TABLE_AHEAD < rows:
-        _prefetch(table, np.int64(hashes[r + TABLE_AHEAD] & mask))
+        _prefetch(table, np.int64(hashes[r + TABLE_AHEAD] & mask), np.int64(0))
     if r + VALUE_AHEAD < rows:
         s = np.int64(table[hashes[r + VALUE_AHEAD] & mask] & _POSITION) - 1
         if s != EMPTY:
-            _prefetch(stored, s)
+            _prefetch(stored, s, np.int64(0))
 
 
 @njit(**_JIT)

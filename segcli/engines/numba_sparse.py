@@ -28,6 +28,7 @@ from numba.extending import intrinsic
 
 from segcli.engines import numba_cache
 from segcli.engines import numba_engine as engine
+from segcli.engines.numba_prefetch import emit_prefetch, prefetcher
 
 SUM, MEAN, SQRT_N = 0, 1, 2
 MODES = {"sum": SUM, "mean": MEAN, "sqrt_n": SQRT_N}
@@ -57,44 +58,7 @@ MAPPED_OUTPUT_BYTES = 32 << 20
 RUN_ROWS = 64
 
 
-def _emit_prefetch(
-    builder: ir.IRBuilder, address: ir.Value, write: bool = False, near: bool = False
-) -> None:
-    """A prefetch of the line holding ``address`` (an integer): to read, into the L2 cache
-    and beyond (``prefetcht1``), or into every level (``near``: ``prefetcht0``); to write
-    (``write``), owned in every level."""
-    byte_pointer = ir.IntType(8).as_pointer()
-    i32 = ir.IntType(32)
-    hint = ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32])
-    prefetch = builder.module.declare_intrinsic("llvm.prefetch", [byte_pointer], hint)
-    # Table rows into L2, not L1: a prefetch into L1 holds one of its few line-fill buffers
-    # until the line arrives, and 16 rows of 5 lines ahead outnumber them (L2's queue is
-    # deeper). At the issue's full scale: 0.83 to 0.85 CPU s against 0.93 to 0.94 (medians
-    # of five, alternating, one thread); L3 only (prefetcht2) 0.89. Of data, not code.
-    flags = [i32(1 if write else 0), i32(3 if write or near else 2), i32(1)]
-    builder.call(prefetch, [builder.inttoptr(address, byte_pointer), *flags])
-
-
-def _prefetcher(write: bool) -> Any:
-    """An intrinsic asking for the cache line ``offset`` bytes into ``array[row]``, to read
-    or to write (a hint: never faults)."""
-
-    @intrinsic
-    def _prefetch(typingctx, array, row, offset):  # type: ignore[no-untyped-def]
-        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
-            rows = context.make_array(signature.args[0])(context, builder, args[0])
-            stride = builder.extract_value(rows.strides, 0)
-            start = builder.add(builder.mul(args[1], stride), args[2])
-            address = builder.add(builder.ptrtoint(rows.data, stride.type), start)
-            _emit_prefetch(builder, address, write)
-            return context.get_dummy_value()
-
-        return types.void(array, types.int64, types.int64), codegen
-
-    return _prefetch
-
-
-_prefetch, _prefetch_for_write = _prefetcher(False), _prefetcher(True)
+_prefetch, _prefetch_for_write = prefetcher(), prefetcher(write=True)
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -164,19 +128,19 @@ def _lanes(vectors: int, weighted: bool) -> Any:
                     # width: fewer instructions a row (0.72 s against 0.76 at full scale).
                     sure = min(8 * vectors * itemsize, PREFETCH_BYTES)
                     for line in range(0, sure, 64):
-                        _emit_prefetch(builder, builder.add(row_at, i64(line)))
+                        emit_prefetch(builder, builder.add(row_at, i64(line)))
                     for line in range(sure, PREFETCH_BYTES, 64):
                         # A branch the predictor learns (every row has the same width).
                         with builder.if_then(builder.icmp_signed("<", i64(line), last_byte)):
-                            _emit_prefetch(builder, builder.add(row_at, i64(line)))
-                    _emit_prefetch(builder, builder.add(row_at, last_byte))
+                            emit_prefetch(builder, builder.add(row_at, i64(line)))
+                    emit_prefetch(builder, builder.add(row_at, last_byte))
                     # The same lines of a nearer row into L1: by now they are in L2 or close,
                     # so they hold L1's fill buffers briefly (16 rows ahead into L1 measured
-                    # slower than into L2: see _emit_prefetch).
+                    # slower than into L2: see numba_prefetch.emit_prefetch).
                     near_at = builder.add(table_at, row_of(builder.add(k, i64(NEAR_ROWS))))
                     for line in range(0, sure, 64):
-                        _emit_prefetch(builder, builder.add(near_at, i64(line)), near=True)
-                    _emit_prefetch(builder, builder.add(near_at, last_byte), near=True)
+                        emit_prefetch(builder, builder.add(near_at, i64(line)), near=True)
+                    emit_prefetch(builder, builder.add(near_at, last_byte), near=True)
                 if weighted:
                     weight = _weight(context, builder, weights_array, weights_type, k)
                     weight = _splat(builder, weight, wide)
