@@ -597,20 +597,25 @@ def test_several_columns_read_the_table_once(wide, tmp_path, monkeypatch, chunk)
     assert reads == (["read"] if chunk is None else ["_open"])
 
 
-@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
-def test_several_columns_from_a_pipe_that_can_be_read_once(wide, tmp_path):
+def _fifo_fed_with(tmp_path: Path, payload: bytes) -> Path:
+    """A named pipe a thread writes ``payload`` into once (when a reader opens it)."""
     import os
     import threading
 
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    payload = wide["parquet"].read_bytes()
 
     def feed() -> None:
         with open(fifo, "wb") as pipe:
             pipe.write(payload)
 
     threading.Thread(target=feed, daemon=True).start()
+    return fifo
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
+def test_several_columns_from_a_pipe_that_can_be_read_once(wide, tmp_path):
+    fifo = _fifo_fed_with(tmp_path, wide["parquet"].read_bytes())
     args = (*SEVERAL, "--op", "sum,argmax", "-q")
     from_pipe = run("agg", fifo, *args)
     assert from_pipe.exit_code == 0, from_pipe.stderr
@@ -621,20 +626,10 @@ def test_several_columns_from_a_pipe_that_can_be_read_once(wide, tmp_path):
 def test_a_pipe_without_a_suffix_is_read_once_by_a_single_op(wide, tmp_path):
     """The does-it-fit check must not open the pipe itself: it took the sniffed bytes' place,
     and then waited for a writer that had gone (the run hung)."""
-    import os
     import subprocess
     import sys
-    import threading
 
-    fifo = tmp_path / "pipe"
-    os.mkfifo(fifo)
-    payload = wide["parquet"].read_bytes()
-
-    def feed() -> None:
-        with open(fifo, "wb") as pipe:
-            pipe.write(payload)
-
-    threading.Thread(target=feed, daemon=True).start()
+    fifo = _fifo_fed_with(tmp_path, wide["parquet"].read_bytes())
     column = SEVERAL[1].split(",")[0]
     args = ["sum", "--data-column", column, "--ids-column", "id", "-q"]
     ran = subprocess.run(
