@@ -673,6 +673,27 @@ def test_numba_mapped_output_gives_the_numpy_bytes(fused_case, monkeypatch, tmp_
     assert got.reshape(want.shape).tobytes() == want.tobytes()
 
 
+def test_a_refused_output_mapping_is_out_of_memory_not_an_internal_error(
+    fused_case, monkeypatch, tmp_path
+):
+    from segcli.engines import numba_sparse
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise OSError(12, "Cannot allocate memory")
+
+    data, ids, indices, _ = fused_case
+    for name, array in (("d", data), ("i", ids), ("x", indices)):
+        np.save(tmp_path / f"{name}.npy", array)
+    monkeypatch.setattr(numba_sparse, "MAPPED_OUTPUT_BYTES", 1)
+    monkeypatch.setattr(numba_sparse.mmap, "mmap", refuse)
+    out = tmp_path / "out.npy"
+    result = run("mean", tmp_path / "d.npy", tmp_path / "i.npy", "--indices", tmp_path / "x.npy",
+                 "--engine", "numba", "-o", out)  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert result.stderr.count("\n") == 1 and "out of memory" in result.stderr
+    assert not out.exists()
+
+
 def test_float_indices_are_refused_not_truncated():
     with pytest.raises(InvalidInputError, match="indices must be integers, got float64"):
         _sparse(np.ones((3, 2)), [0, 1], None, "sum", [0.0, 1.0])

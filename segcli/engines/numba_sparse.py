@@ -437,11 +437,16 @@ def _output_zeros(shape: tuple[int, int], dtype: np.dtype[Any]) -> np.ndarray:
 
 
 def _mapping(nbytes: int) -> mmap.mmap:
-    """``nbytes`` of zeroed anonymous memory, populated where the system can."""
+    """``nbytes`` of zeroed anonymous memory, populated where the system can. A mapping the
+    system refuses is a MemoryError, as ``np.zeros`` of the same size would be (the command
+    line's "out of memory" line, not an internal error)."""
     populate = getattr(mmap, "MAP_POPULATE", 0)
-    if not populate:
-        return mmap.mmap(-1, nbytes)
-    return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+    try:
+        if not populate:
+            return mmap.mmap(-1, nbytes)
+        return mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | populate)
+    except OSError as error:
+        raise MemoryError(f"cannot map {nbytes:,} bytes for the output: {error}") from error
 
 
 class _OpenBag:
