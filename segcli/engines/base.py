@@ -105,6 +105,15 @@ class Engine:
         """What an engine implements: fold rows whose first is global row ``first_row``."""
         raise NotImplementedError
 
+    def fold_sum_skipping_nan(
+        self, state: ops.State, data: np.ndarray, ids: np.ndarray, *, sorted_ids: bool
+    ) -> np.ndarray | None:
+        """``--skipna``'s float sum of one value per row with NaN left out inside the
+        engine's own fold (same bits as folding 0 in each NaN's place), for engines that can:
+        the present values per segment, or None, folding nothing, where it does not apply
+        (:mod:`segcli.engines.skipping` then substitutes and counts itself)."""
+        return None
+
     def unavailable_reason(self) -> str | None:
         """Why this engine cannot run on this machine (no device, say), or None."""
         return None

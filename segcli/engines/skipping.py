@@ -9,9 +9,9 @@ paths, each fold a primitive the engine already has; one exception, optional, is
   counts the rows. Then the present values into ``present``: with one value per row, the
   rows counted less the missing ones (count, which has no intermediate, counts the rows
   alone); with several, a sum of ones and zeros.
-- A float sum of one value per row (sum, mean, sqrt_n) with no masked value, where the engine
-  has ``fold_sum_skipping_nan`` (the NumPy engine's packed sum and count): the engine leaves
-  NaN out inside its fold, with the same bits, and builds no substitute block.
+- A float sum of one value per row (sum, mean, sqrt_n) with no masked value, where the
+  engine's ``fold_sum_skipping_nan`` applies (the NumPy engine's packed sum and count): the
+  engine leaves NaN out inside its fold, with the same bits, and builds no substitute block.
 - A joint op (var, argmin, first, logsumexp, ...), where the identity trick would be wrong
   (the row of a tie, the first row, the shift): the rows whose value is missing dropped by
   id, one element column at a time, each column's present values the count its fold reads
@@ -52,9 +52,9 @@ class Engine(Protocol):
         first_row: int,
     ) -> None: ...
 
-    # Optional, looked up by name: ``fold_sum_skipping_nan(state, data, ids, *, sorted_ids)``
-    # folds a float sum of one value per row leaving NaN out, returns the present values per
-    # segment, or None where it does not apply (see _summed_without_nan).
+    def fold_sum_skipping_nan(
+        self, state: ops.State, data: np.ndarray, ids: np.ndarray, *, sorted_ids: bool
+    ) -> np.ndarray | None: ...
 
 
 def missing_values(data: np.ndarray) -> np.ndarray | None:
@@ -111,17 +111,15 @@ def _summed_without_nan(
     value (no mask) and the engine leaves NaN out in its own fold (the NumPy engine's packed
     sum and count): no mask of the block, no substitute block, no second count. Whether it
     folded."""
-    fold = getattr(engine, "fold_sum_skipping_nan", None)
     if (
-        fold is None
-        or base.joint is not None
+        base.joint is not None
         or len(base.intermediates) != 1
         or base.intermediates[0].fold.kind != "sum"
         or type(data) is not np.ndarray  # a masked block (numpy.ma is not loaded otherwise)
     ):
         return False
     folded = _base_state(state, base, state.count)
-    present = fold(folded, data, ids, sorted_ids=sorted_ids)
+    present = engine.fold_sum_skipping_nan(folded, data, ids, sorted_ids=sorted_ids)
     if present is None:
         return False
     (intermediate,) = base.intermediates
