@@ -18,6 +18,7 @@ _REPORT = """
 import atexit, json, os, sys
 def report():
     print(json.dumps({"blas": os.environ.get("OPENBLAS_NUM_THREADS"),
+                      "purge": os.environ.get("MIMALLOC_PURGE_DELAY"),
                       "modules": sorted(sys.modules)}), file=sys.stderr)
 atexit.register(report)
 sys.argv = ["segcli", *sys.argv[1:]]
@@ -27,7 +28,8 @@ main()
 
 
 def _run(args: list[str], **env: str) -> tuple[int, dict[str, Any]]:
-    environ = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    ours = ("OPENBLAS_NUM_THREADS", "MIMALLOC_PURGE_DELAY")
+    environ = {k: v for k, v in os.environ.items() if k not in ours}
     environ.update(env)
     done = subprocess.run(
         [sys.executable, "-c", _REPORT, *args], capture_output=True, text=True, env=environ
@@ -62,6 +64,15 @@ def test_a_users_blas_threads_are_kept(flights: Path) -> None:
     code, seen = _run(_by_run(flights), OPENBLAS_NUM_THREADS="3")
     assert code == 0
     assert seen["blas"] == "3"
+
+
+def test_arrows_allocator_keeps_freed_blocks_unless_the_user_says_otherwise(
+    flights: Path,
+) -> None:
+    code, seen = _run(_by_run(flights))
+    assert code == 0 and seen["purge"] == "-1" and "pyarrow" in seen["modules"]
+    code, seen = _run(_by_run(flights), MIMALLOC_PURGE_DELAY="100")
+    assert code == 0 and seen["purge"] == "100"
 
 
 def test_agg_of_mergeable_ops_loads_neither_the_sorting_ops_nor_the_keys(tmp_path: Path) -> None:

@@ -520,3 +520,22 @@ def test_sorted_ids_out_of_order_in_a_block_are_an_error_not_a_crash(tmp_path, e
         )
         assert (got.exit_code, got.stderr) == (want.exit_code, want.stderr)
         assert not (tmp_path / "out.npy").exists()
+
+
+def test_read_ahead_started_early_reads_before_the_first_block_is_asked_for():
+    """reduce_stream starts its reader before loading the engine: the first blocks are read
+    while numba loads, and the reader stops when the caller leaves before asking for any."""
+    import time
+
+    from segcli.drivers.stream import ReadAhead
+
+    log = []
+    with ReadAhead(_source(range(1000), log)):
+        deadline = time.monotonic() + 5
+        while not log and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert log[0] == ("read", 0)  # read though nothing was asked for yet
+    for reader in _readers_alive():
+        reader.join(timeout=5)
+    assert log[-1] == ("closed", None) and not _readers_alive()
+    assert len([entry for entry in log if entry[0] == "read"]) < 10  # at most one ahead

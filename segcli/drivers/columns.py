@@ -37,10 +37,10 @@ from segcli.drivers.memory import facts
 from segcli.drivers.stream import (
     DEFAULT_BLOCK_BYTES,
     ChunkSource,
+    ReadAhead,
     StreamInput,
     _GrowingState,
     check_sources,
-    read_ahead,
     rows_of,
 )
 from segcli.engines import choose_engine
@@ -353,33 +353,35 @@ def reduce_columns(
         )
     rows = _block_rows(data, ids, spec.block_rows, spec.memory_budget)
     total_rows = max(int(np.prod(ids.shape, dtype=np.int64)), 0)  # 0: not known yet
-    scanner = validate.IdScanner(ids_shape, n, sorted_ids, ids.label)
-    folds = []
-    for (op, _), source in zip(chosen, data, strict=True):
-        # Each column picks its engine as a run of it alone would.
-        elements = max(int(np.prod(source.shape, dtype=np.int64)), 0)
-        choice = choose_engine(engine_of(spec), elements=elements, skipna=spec.skipna)
-        inner = tuple(source.shape[len(ids.shape) :])
-        grow = _GrowingState(choice.engine, op, n or 0, inner, source.dtype, sorted_ids)
-        folds.append((choice, grow, ops.inner_size(inner)))
-    started = time.perf_counter()
-    done = blocks = null_ids = 0
-    for data_blocks, ids_block in read_ahead(_in_step(data, ids, rows)):
-        flat_ids, nulls = without_null_ids(
-            ids_block.reshape(-1), sorted_ids=sorted_ids, label=ids.label, first_row=done
-        )
-        null_ids += nulls
-        block_summary = scanner.feed(flat_ids)
-        if not scanner.failed:
-            for (choice, grow, width), block in zip(folds, data_blocks, strict=True):
-                if n is None and block_summary.max_id is not None:
-                    grow.ensure(block_summary.max_id + 1)
-                rows_in = block.reshape(flat_ids.size, width)
-                fold_rows(choice.engine, grow.state, rows_in, flat_ids, sorted_ids=sorted_ids)
-        done += flat_ids.size
-        blocks += 1
-        if progress is not None:
-            progress(done, total_rows)
+    # Reading starts before the engines load, as in reduce_stream.
+    with ReadAhead(_in_step(data, ids, rows)) as read:
+        scanner = validate.IdScanner(ids_shape, n, sorted_ids, ids.label)
+        folds = []
+        for (op, _), source in zip(chosen, data, strict=True):
+            # Each column picks its engine as a run of it alone would.
+            elements = max(int(np.prod(source.shape, dtype=np.int64)), 0)
+            choice = choose_engine(engine_of(spec), elements=elements, skipna=spec.skipna)
+            inner = tuple(source.shape[len(ids.shape) :])
+            grow = _GrowingState(choice.engine, op, n or 0, inner, source.dtype, sorted_ids)
+            folds.append((choice, grow, ops.inner_size(inner)))
+        started = time.perf_counter()
+        done = blocks = null_ids = 0
+        for data_blocks, ids_block in read:
+            flat_ids, nulls = without_null_ids(
+                ids_block.reshape(-1), sorted_ids=sorted_ids, label=ids.label, first_row=done
+            )
+            null_ids += nulls
+            block_summary = scanner.feed(flat_ids)
+            if not scanner.failed:
+                for (choice, grow, width), block in zip(folds, data_blocks, strict=True):
+                    if n is None and block_summary.max_id is not None:
+                        grow.ensure(block_summary.max_id + 1)
+                    rows_in = block.reshape(flat_ids.size, width)
+                    fold_rows(choice.engine, grow.state, rows_in, flat_ids, sorted_ids=sorted_ids)
+            done += flat_ids.size
+            blocks += 1
+            if progress is not None:
+                progress(done, total_rows)
     report = scanner.finish()  # raises on the first invalid id, before anything is written
     compute_s = time.perf_counter() - started
     reductions = []

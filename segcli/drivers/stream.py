@@ -72,11 +72,7 @@ def plan_blocks(
     """Rows per block: as asked, or what fits an eighth of the memory budget (8 MB at most)."""
     rows = data.shape[0] if data.shape else 0
     if block_rows is None:
-        row_bytes = max(
-            1,
-            data.dtype.itemsize * int(np.prod(data.shape[1:], dtype=np.int64))
-            + ids.dtype.itemsize * int(np.prod(ids.shape[1:], dtype=np.int64)),
-        )
+        row_bytes = max(1, _row_bytes(data) + _row_bytes(ids))
         budget = (
             DEFAULT_BLOCK_BYTES
             if memory_limit is None
@@ -139,44 +135,49 @@ def reduce_stream(
     width = ops.inner_size(inner)
     plan = plan_blocks(data, ids, block_rows=block_rows, memory_limit=memory_limit)
     total_rows = max(int(np.prod(ids.shape, dtype=np.int64)), 0)  # 0: not known yet
-    # An input of unknown length (a stream) counts as small: auto then keeps to NumPy.
-    choice = choose_engine(
-        engine,
-        elements=max(int(np.prod(data.shape, dtype=np.int64)), 0),
-        skipna=op_def.skipna_of is not None,
-    )
-    scanner = validate.IdScanner(ids_shape, n, sorted_ids, ids.label)
-    grow = _GrowingState(
-        choice.engine, op_def, n if n is not None else 0, inner, data.dtype, sorted_ids
-    )
-    started = time.perf_counter()
-    done = 0
-    blocks = 0
-    null_ids = 0
-    for data_block, ids_block in read_ahead(aligned_blocks(data, ids, plan.block_rows)):
-        flat_ids, nulls = without_null_ids(
-            ids_block.reshape(-1), sorted_ids=sorted_ids, label=ids.label, first_row=done
+    # Reading starts before the engine is loaded: numba's import and first kernel take a
+    # third of a second of one core, in which the other opens the input and decodes the
+    # first blocks. (A deeper queue, to decode more of the input meanwhile, measured slower:
+    # blocks left waiting cost fresh memory and its page faults.)
+    with ReadAhead(aligned_blocks(data, ids, plan.block_rows)) as read:
+        # An input of unknown length (a stream) counts as small: auto then keeps to NumPy.
+        choice = choose_engine(
+            engine,
+            elements=max(int(np.prod(data.shape, dtype=np.int64)), 0),
+            skipna=op_def.skipna_of is not None,
         )
-        null_ids += nulls
-        block_summary = scanner.feed(flat_ids)
-        # Once an id makes the run fail, the rest is only scanned, so that the error counts
-        # every offender; ids out of order must never reach a fold that assumes order.
-        if not scanner.failed:
-            if n is None and block_summary.max_id is not None:
-                grow.ensure(block_summary.max_id + 1)
-            fold_rows(
-                choice.engine,
-                grow.state,
-                data_block.reshape(flat_ids.size, width),
-                flat_ids,
-                sorted_ids=sorted_ids,
+        scanner = validate.IdScanner(ids_shape, n, sorted_ids, ids.label)
+        grow = _GrowingState(
+            choice.engine, op_def, n if n is not None else 0, inner, data.dtype, sorted_ids
+        )
+        started = time.perf_counter()
+        done = 0
+        blocks = 0
+        null_ids = 0
+        for data_block, ids_block in read:
+            flat_ids, nulls = without_null_ids(
+                ids_block.reshape(-1), sorted_ids=sorted_ids, label=ids.label, first_row=done
             )
-            if on_block is not None:
-                on_block(data_block.reshape(flat_ids.size, width), flat_ids)
-        done += flat_ids.size
-        blocks += 1
-        if progress is not None:
-            progress(done, total_rows)
+            null_ids += nulls
+            block_summary = scanner.feed(flat_ids)
+            # Once an id makes the run fail, the rest is only scanned, so that the error counts
+            # every offender; ids out of order must never reach a fold that assumes order.
+            if not scanner.failed:
+                if n is None and block_summary.max_id is not None:
+                    grow.ensure(block_summary.max_id + 1)
+                fold_rows(
+                    choice.engine,
+                    grow.state,
+                    data_block.reshape(flat_ids.size, width),
+                    flat_ids,
+                    sorted_ids=sorted_ids,
+                )
+                if on_block is not None:
+                    on_block(data_block.reshape(flat_ids.size, width), flat_ids)
+            done += flat_ids.size
+            blocks += 1
+            if progress is not None:
+                progress(done, total_rows)
     report = scanner.finish()  # raises on the first invalid id, before anything is written
     reduction = Reduction.finish(
         grow.trimmed(report.num_segments),
@@ -190,6 +191,10 @@ def reduce_stream(
     reduction.null_ids = null_ids
     reduction.timings["compute"] = time.perf_counter() - started
     return reduction, StreamPlan(plan.block_rows, blocks)
+
+
+def _row_bytes(source: ChunkSource) -> int:
+    return source.dtype.itemsize * int(np.prod(source.shape[1:], dtype=np.int64))
 
 
 def check_sources(
@@ -234,44 +239,66 @@ def read_ahead(blocks: Generator[_Item, None, None]) -> Iterator[_Item]:
 
     Reading (a system call, which releases the GIL) then overlaps the fold. The reader holds
     at most one block besides the one it is reading; an error it meets is raised here, in
-    order, and closing this generator (the caller failed or stopped) stops the reader.
+    order, and closing this generator (the caller failed or stopped) stops the reader. The
+    reader starts at the first block asked for; :class:`ReadAhead` starts it at once.
     """
-    queue: Queue[tuple[bool, Any]] = Queue(maxsize=1)
-    stop = threading.Event()
+    with ReadAhead(blocks) as ahead:
+        yield from ahead
 
-    def produce() -> None:
+
+class ReadAhead(Iterator[_Item]):
+    """The reader of :func:`read_ahead`, started as soon as it is made: the blocks are
+    decoded while the caller still prepares its fold (imports its engine, say). Use it as a
+    context manager, so that the reader stops whatever happens before the last block."""
+
+    def __init__(self, blocks: Generator[_Item, None, None]) -> None:
+        self._queue: Queue[tuple[bool, Any]] = Queue(maxsize=1)
+        self._stop = threading.Event()
+        self._ended = False  # the reader has handed over its last item and is closing blocks
+        self._blocks = blocks
+        # The reader converts in the caller's context (--skipna's nulls_kept, say).
+        context = contextvars.copy_context()
+        self._reader = threading.Thread(
+            target=context.run, args=(self._produce,), name="segcli-read-ahead", daemon=True
+        )
+        self._reader.start()
+
+    def _produce(self) -> None:
+        queue, stop = self._queue, self._stop
         try:
-            for block in blocks:
+            for block in self._blocks:
                 if not _put(queue, (True, block), stop):
                     return
             _put(queue, (False, None), stop)
         except BaseException as error:  # handed to the consumer, raised there
             _put(queue, (False, error), stop)
         finally:
-            blocks.close()
+            self._blocks.close()
 
-    # The reader converts in the caller's context (--skipna's nulls_kept, say).
-    context = contextvars.copy_context()
-    reader = threading.Thread(
-        target=context.run, args=(produce,), name="segcli-read-ahead", daemon=True
-    )
-    reader.start()
-    ended = False  # the reader has handed over its last item and is closing the source
-    try:
-        while True:
-            more, item = queue.get()
-            if not more:
-                ended = True
-                if item is not None:
-                    raise item
-                return
-            yield item
-    finally:
-        stop.set()
-        if ended:
-            reader.join()
+    def __next__(self) -> _Item:
+        if self._ended:
+            raise StopIteration
+        more, item = self._queue.get()
+        if more:
+            return cast(_Item, item)
+        self._ended = True
+        self.close()
+        if item is not None:
+            raise item
+        raise StopIteration
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._ended:
+            self._reader.join()
         # Else the caller stopped early (an error, Ctrl-C): the reader stops at its next block,
         # but a read from a stalled pipe may never return, so nobody waits for it (a daemon).
+
+    def __enter__(self) -> ReadAhead[_Item]:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 def _put(queue: Queue[tuple[bool, Any]], item: tuple[bool, Any], stop: threading.Event) -> bool:
