@@ -36,11 +36,13 @@ from segcli.drivers.choose import carry_out, should_stream
 from segcli.drivers.memory import facts
 from segcli.drivers.stream import (
     DEFAULT_BLOCK_BYTES,
+    BlockFold,
     ChunkSource,
     ReadAhead,
     StreamInput,
     _GrowingState,
     check_sources,
+    fold_blocks,
     rows_of,
 )
 from segcli.engines import choose_engine
@@ -52,7 +54,6 @@ from segcli.io.npy import Readable
 from segcli.io.read import IDS_ROLE, read_one, read_stdin, refuse_option
 from segcli.io.sizes import decoded_bytes
 from segcli.io.tables import TableFile, open_table
-from segcli.multi import fold_rows
 
 
 def run(spec: RunSpec, columns: list[str], progress: Progress | None = None) -> list[DriverResult]:
@@ -355,7 +356,6 @@ def reduce_columns(
     total_rows = max(int(np.prod(ids.shape, dtype=np.int64)), 0)  # 0: not known yet
     # Reading starts before the engines load, as in reduce_stream.
     with ReadAhead(_in_step(data, ids, rows)) as read:
-        scanner = validate.IdScanner(ids_shape, n, sorted_ids, ids.label)
         folds = []
         for (op, _), source in zip(chosen, data, strict=True):
             # Each column picks its engine as a run of it alone would.
@@ -363,38 +363,24 @@ def reduce_columns(
             choice = choose_engine(engine_of(spec), elements=elements, skipna=spec.skipna)
             inner = tuple(source.shape[len(ids.shape) :])
             grow = _GrowingState(choice.engine, op, n or 0, inner, source.dtype, sorted_ids)
-            folds.append((choice, grow, ops.inner_size(inner)))
+            folds.append(BlockFold(choice, grow, ops.inner_size(inner)))
+        scanner = validate.IdScanner(ids_shape, n, sorted_ids, ids.label)
         started = time.perf_counter()
-        done = blocks = null_ids = 0
-        for data_blocks, ids_block in read:
-            flat_ids, nulls = without_null_ids(
-                ids_block.reshape(-1), sorted_ids=sorted_ids, label=ids.label, first_row=done
-            )
-            null_ids += nulls
-            block_summary = scanner.feed(flat_ids)
-            if not scanner.failed:
-                for (choice, grow, width), block in zip(folds, data_blocks, strict=True):
-                    if n is None and block_summary.max_id is not None:
-                        grow.ensure(block_summary.max_id + 1)
-                    rows_in = block.reshape(flat_ids.size, width)
-                    fold_rows(choice.engine, grow.state, rows_in, flat_ids, sorted_ids=sorted_ids)
-            done += flat_ids.size
-            blocks += 1
-            if progress is not None:
-                progress(done, total_rows)
+        blocks, null_ids = fold_blocks(
+            read,
+            folds,
+            scanner,
+            n=n,
+            ids_label=ids.label,
+            sorted_ids=sorted_ids,
+            total_rows=total_rows,
+            progress=progress,
+        )
     report = scanner.finish()  # raises on the first invalid id, before anything is written
     compute_s = time.perf_counter() - started
     reductions = []
-    for (choice, grow, _), (_, fill) in zip(folds, chosen, strict=True):
-        reduction = Reduction.finish(
-            grow.trimmed(report.num_segments),
-            report,
-            sorted_ids=sorted_ids,
-            engine=choice.engine.name,
-            engine_reason=choice.reason,
-            fill=fill,
-            timings={"validate": 0.0},
-        )
+    for fold, (_, fill) in zip(folds, chosen, strict=True):
+        reduction = fold.reduction(report, sorted_ids=sorted_ids, fill=fill)
         reduction.timings["compute"] = compute_s
         reduction.null_ids = null_ids
         compute_s = 0.0  # one pass for every column

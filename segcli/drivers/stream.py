@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from queue import Full, Queue
 from typing import Any, Protocol, TypeVar, cast
@@ -34,7 +34,7 @@ from segcli.drivers.base import (
     input_facts,
     op_and_fill,
 )
-from segcli.engines import Engine, choose_engine
+from segcli.engines import Engine, EngineChoice, choose_engine
 from segcli.errors import InvalidInputError, UsageError
 from segcli.io.columns import without_null_ids
 from segcli.io.formats import input_format
@@ -132,7 +132,6 @@ def reduce_stream(
     op_def = ops.get_op(op)
     n, ids_shape = check_sources(op_def, data, ids, num_segments, sorted_ids=sorted_ids, fill=fill)
     inner = tuple(data.shape[len(ids.shape) :])
-    width = ops.inner_size(inner)
     plan = plan_blocks(data, ids, block_rows=block_rows, memory_limit=memory_limit)
     total_rows = max(int(np.prod(ids.shape, dtype=np.int64)), 0)  # 0: not known yet
     # Reading starts before the engine is loaded: numba's import and first kernel take a
@@ -146,51 +145,94 @@ def reduce_stream(
             elements=max(int(np.prod(data.shape, dtype=np.int64)), 0),
             skipna=op_def.skipna_of is not None,
         )
-        scanner = validate.IdScanner(ids_shape, n, sorted_ids, ids.label)
-        grow = _GrowingState(
-            choice.engine, op_def, n if n is not None else 0, inner, data.dtype, sorted_ids
+        fold = BlockFold(
+            choice,
+            _GrowingState(
+                choice.engine, op_def, n if n is not None else 0, inner, data.dtype, sorted_ids
+            ),
+            ops.inner_size(inner),
         )
+        scanner = validate.IdScanner(ids_shape, n, sorted_ids, ids.label)
         started = time.perf_counter()
-        done = 0
-        blocks = 0
-        null_ids = 0
-        for data_block, ids_block in read:
-            flat_ids, nulls = without_null_ids(
-                ids_block.reshape(-1), sorted_ids=sorted_ids, label=ids.label, first_row=done
-            )
-            null_ids += nulls
-            block_summary = scanner.feed(flat_ids)
-            # Once an id makes the run fail, the rest is only scanned, so that the error counts
-            # every offender; ids out of order must never reach a fold that assumes order.
-            if not scanner.failed:
-                if n is None and block_summary.max_id is not None:
-                    grow.ensure(block_summary.max_id + 1)
-                fold_rows(
-                    choice.engine,
-                    grow.state,
-                    data_block.reshape(flat_ids.size, width),
-                    flat_ids,
-                    sorted_ids=sorted_ids,
-                )
-                if on_block is not None:
-                    on_block(data_block.reshape(flat_ids.size, width), flat_ids)
-            done += flat_ids.size
-            blocks += 1
-            if progress is not None:
-                progress(done, total_rows)
+        blocks, null_ids = fold_blocks(
+            (([data_block], ids_block) for data_block, ids_block in read),
+            [fold],
+            scanner,
+            n=n,
+            ids_label=ids.label,
+            sorted_ids=sorted_ids,
+            total_rows=total_rows,
+            progress=progress,
+            on_block=on_block,
+        )
     report = scanner.finish()  # raises on the first invalid id, before anything is written
-    reduction = Reduction.finish(
-        grow.trimmed(report.num_segments),
-        report,
-        sorted_ids=sorted_ids,
-        engine=choice.engine.name,
-        engine_reason=choice.reason,
-        fill=fill,
-        timings={"validate": 0.0},  # validation is folded into the read loop
-    )
+    reduction = fold.reduction(report, sorted_ids=sorted_ids, fill=fill)
     reduction.null_ids = null_ids
     reduction.timings["compute"] = time.perf_counter() - started
     return reduction, StreamPlan(plan.block_rows, blocks)
+
+
+@dataclass
+class BlockFold:
+    """One data column's fold in a streamed pass: its engine, its partial state (grown as ids
+    come when n is inferred) and the width of its rows."""
+
+    choice: EngineChoice
+    grow: _GrowingState
+    width: int
+
+    def reduction(self, report: validate.IdReport, *, sorted_ids: bool, fill: Any) -> Reduction:
+        """The finished result, once every id was found valid."""
+        return Reduction.finish(
+            self.grow.trimmed(report.num_segments),
+            report,
+            sorted_ids=sorted_ids,
+            engine=self.choice.engine.name,
+            engine_reason=self.choice.reason,
+            fill=fill,
+            timings={"validate": 0.0},  # validation is folded into the read loop
+        )
+
+
+def fold_blocks(
+    read: Iterable[tuple[list[np.ndarray], np.ndarray]],
+    folds: list[BlockFold],
+    scanner: validate.IdScanner,
+    *,
+    n: int | None,
+    ids_label: str,
+    sorted_ids: bool,
+    total_rows: int,
+    progress: Progress | None = None,
+    on_block: Callable[[np.ndarray, np.ndarray], None] | None = None,
+) -> tuple[int, int]:
+    """The streamed drivers' loop: each block's ids checked (null ids dropped), then each data
+    column's block folded by its fold. Returns the blocks read and the null ids dropped.
+    ``on_block`` sees the first column's valid blocks after the fold (see reduce_stream)."""
+    done = blocks = null_ids = 0
+    for data_blocks, ids_block in read:
+        flat_ids, nulls = without_null_ids(
+            ids_block.reshape(-1), sorted_ids=sorted_ids, label=ids_label, first_row=done
+        )
+        null_ids += nulls
+        block_summary = scanner.feed(flat_ids)
+        # Once an id makes the run fail, the rest is only scanned, so that the error counts
+        # every offender; ids out of order must never reach a fold that assumes order.
+        if not scanner.failed:
+            for fold, block in zip(folds, data_blocks, strict=True):
+                if n is None and block_summary.max_id is not None:
+                    fold.grow.ensure(block_summary.max_id + 1)
+                rows = block.reshape(flat_ids.size, fold.width)
+                fold_rows(
+                    fold.choice.engine, fold.grow.state, rows, flat_ids, sorted_ids=sorted_ids
+                )
+            if on_block is not None:
+                on_block(data_blocks[0].reshape(flat_ids.size, folds[0].width), flat_ids)
+        done += flat_ids.size
+        blocks += 1
+        if progress is not None:
+            progress(done, total_rows)
+    return blocks, null_ids
 
 
 def _row_bytes(source: ChunkSource) -> int:
