@@ -16,7 +16,9 @@ The workload of issue 14: float32 values, int32 ids uniform in [0, 1000), writte
 2. **In process**: segcli's fold of every op at once (the combined op of ``segcli.multi``, in
    memory, the numpy and numba engines) against polars' and duckdb's group-by of the same
    columns already in memory; best of ``--rounds``.
-3. ``--peak-rows N``: ``segcli agg`` over an N-row pair with ``--memory-limit 256MB``: its peak
+3. ``--against TREE``: the segcli package in the folder TREE (an older copy, see
+   ``older.py``) runs both ``agg`` commands too, in the same rounds: old against new.
+4. ``--peak-rows N``: ``segcli agg`` over an N-row pair with ``--memory-limit 256MB``: its peak
    resident memory (VmHWM).
 
 std is ``ddof=0`` everywhere (polars ``std(ddof=0)``, duckdb ``stddev_pop``). An op list that
@@ -38,6 +40,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from older import older_segcli
 
 SEGMENTS = 1000
 #: The child prints its own peak RSS (VmHWM, kB) on stderr as it exits.
@@ -102,10 +105,17 @@ def segcli_agg(inputs: list[str], ops: str) -> list[str]:
 
 
 def commands(
-    data: str, ids: str, table: str, ops: list[str], wanted: list[str], folder: str
+    data: str,
+    ids: str,
+    table: str,
+    ops: list[str],
+    wanted: list[str],
+    folder: str,
+    against: str | None = None,
 ) -> dict[str, list[str]]:
     """The fresh-process commands: segcli folds ``ops`` in one run (and each refused op of
-    ``wanted`` in a run of its own), the peers every op of ``wanted``."""
+    ``wanted`` in a run of its own), the peers every op of ``wanted``; with ``against``, the
+    older segcli in that folder runs both ``agg`` commands too."""
     listed = ",".join(ops)
     out = os.path.join(folder, "out")
     columns = ["--data-column", "v", "--ids-column", "id"]
@@ -136,6 +146,18 @@ def commands(
         for op in wanted
         if op not in ops
     }
+    older = {}
+    if against is not None:
+        older = {
+            f"segcli {listed} (.npy, older)": older_segcli(
+                against, ["agg", data, ids, "-n", str(SEGMENTS), "--op", listed, "-q", "-o",
+                          out + ".older.npz"],
+            ),
+            f"segcli {listed} (Parquet, older)": older_segcli(
+                against, ["agg", table, "-n", str(SEGMENTS), "--op", listed, *columns, "-q",
+                          "-o", out + ".older.parquet"],
+            ),
+        }  # fmt: skip
     return {
         "numpy load only": [
             sys.executable,
@@ -161,6 +183,7 @@ def commands(
             "-o",
             out + ".segcli.parquet",
         ],
+        **older,
         **alone,
         "polars (Parquet)": [sys.executable, "-c", polars],
         "duckdb (Parquet)": [sys.executable, "-c", duck],
@@ -307,6 +330,7 @@ def main() -> None:
     parser.add_argument("--ops", default="sum,mean,min,max,std,count")
     parser.add_argument("--peak-rows", type=int, default=0)
     parser.add_argument("--skip-in-process", action="store_true")
+    parser.add_argument("--against", metavar="TREE", help="also run the segcli in TREE")
     args = parser.parse_args()
     wanted = args.ops.split(",")
     compile_segcli()
@@ -314,7 +338,7 @@ def main() -> None:
         if args.rows:
             data, ids, table = write_inputs(folder, args.rows)
             ops = accepted_ops(wanted, folder)
-            runs = commands(data, ids, table, ops, wanted, folder)
+            runs = commands(data, ids, table, ops, wanted, folder, args.against)
             times = fresh_processes(runs, args.rounds)
             base = times["segcli sum (.npy)"][0]
             print(f"fresh processes, {args.rows:,} rows, median of {args.rounds} rounds:")

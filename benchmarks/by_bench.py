@@ -41,6 +41,7 @@ import time
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from older import FROM_TREE, older_segcli
 
 #: The child prints its own peak RSS (VmHWM, kB) on stderr as it exits.
 _PEAK = """
@@ -84,29 +85,10 @@ def tools(
         "duckdb": [sys.executable, "-c", duck],
     }
     if against is not None:
-        # -P: no current folder ahead of PYTHONPATH (from the repository, the newer package).
-        older = f"import sys, runpy; sys.argv = ['segcli', *sys.argv[1:]]; {_FROM_TREE}"
-        commands["segcli (older)"] = [
-            "env",
-            f"PYTHONPATH={os.path.abspath(against)}",
-            sys.executable,
-            "-P",
-            "-c",
-            older,
-            *segcli[2:],
-            "-q",
-            "-o",
-            out + ".older.parquet",
-        ]
+        commands["segcli (older)"] = older_segcli(
+            against, [*segcli[2:], "-q", "-o", out + ".older.parquet"]
+        )
     return commands
-
-
-#: Runs ``segcli`` from the first folder of PYTHONPATH, after checking that it did.
-_FROM_TREE = (
-    "import os, segcli; "
-    "assert segcli.__file__.startswith(os.environ['PYTHONPATH']), segcli.__file__; "
-    "runpy.run_module('segcli', run_name='__main__')"
-)
 
 
 #: The children's environment: bytecode written and reused (see the module text).
@@ -199,11 +181,10 @@ def high_peaks(path: str, out: str, args: argparse.Namespace) -> None:
     argv += ["--skipna"] if args.skipna else []
     runs = {"segcli": [sys.executable, "-c", _PEAK, *argv, "-o", out + ".p.parquet"]}
     if args.against is not None:
-        older = _PEAK.replace('runpy.run_module("segcli", run_name="__main__")', _FROM_TREE)
-        runs["segcli (older)"] = [
-            "env", f"PYTHONPATH={os.path.abspath(args.against)}", sys.executable, "-P", "-c",
-            older, *argv, "-o", out + ".po.parquet",
-        ]  # fmt: skip
+        older = _PEAK.replace('runpy.run_module("segcli", run_name="__main__")', FROM_TREE)
+        runs["segcli (older)"] = older_segcli(
+            args.against, [*argv, "-o", out + ".po.parquet"], code=older
+        )
     peaks: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(2):
         for name, command in runs.items():
