@@ -462,6 +462,40 @@ def test_keys_from_empty_groups_take_fill(tmp_path: Path) -> None:
     assert result.stdout == "sensor\tvalue\ns1\t2.0\ns2\tnan\n"
 
 
+CSV_KEYS_IN_DATA_TYPES = {
+    "digits": (pa.array(["007", "010", "007"]), ["010", "007", "003"]),
+    "decimal": (
+        pa.array([Decimal("1.50"), Decimal("2.25"), Decimal("1.50")], pa.decimal128(5, 2)),
+        ["2.25", "1.50", "9"],
+    ),
+    "zoned": (
+        pa.array(
+            [dt.datetime(2024, 1, 1, h) for h in (1, 2, 1)], pa.timestamp("us", "Europe/Paris")
+        ),
+        ["2024-01-01 02:00:00Z", "2024-01-01 02:00:00+01:00", "2024-01-02 00:00:00Z"],
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(CSV_KEYS_IN_DATA_TYPES))
+@pytest.mark.parametrize("streaming", [[], ["--chunk-rows", "2"]])
+def test_a_csv_keys_from_is_read_in_the_data_key_types(
+    tmp_path: Path, kind: str, streaming: list[str]
+) -> None:
+    # Inferred types read sensor ids '007' as the integer 7 and decimals as doubles, which
+    # never match the data's keys, and zoned timestamps would come out in UTC.
+    keys, listed = CSV_KEYS_IN_DATA_TYPES[kind]
+    path = write_table(tmp_path / "t.parquet", pa.table({"k": keys, "v": [1.0, 2.0, 4.0]}))
+    key_file = tmp_path / "keys.csv"
+    key_file.write_text("k\n" + "".join(f"{key}\n" for key in listed))
+    out = tmp_path / "o.parquet"
+    ok("sum", path, "--by", "k", "--keys-from", key_file, "-o", out, "-q", *streaming)
+    result = pq.read_table(out)
+    assert result.schema.field("k").type == keys.type
+    assert result.column("value").to_pylist() == [2.0, 5.0, 0.0]
+    assert result.column("count").to_pylist() == [1, 2, 0]
+
+
 @pytest.mark.parametrize("streaming", [[], ["--chunk-rows", "2"]])
 def test_a_table_without_rows_gives_the_header_and_the_key_types(
     tmp_path: Path, streaming: list[str]
