@@ -27,7 +27,13 @@ from segcli.expect import check_expected
 from segcli.io import peek
 from segcli.io.columns import nulls_kept
 from segcli.io.formats import input_format
-from segcli.io.keyed import keyed_header, keyed_text_blocks, keys_out_format, stage_keys
+from segcli.io.keyed import (
+    key_value_text,
+    keyed_header,
+    keyed_text_blocks,
+    keys_out_format,
+    stage_keys,
+)
 from segcli.memory import available_bytes
 from segcli.signals import checkpoint
 from segcli.summary import (
@@ -531,7 +537,8 @@ def _check_failures(
 
 def _empty_groups_failure(keys: KeyFacts, empty: int, max_empty: int, first: int) -> str:
     key = ", ".join(
-        f"{name}={keys.table.column(name)[first].as_py()!r}" for name in keys.table.column_names
+        f"{name}={key_value_text(keys.table.column(name), first)}"
+        for name in keys.table.column_names
     )
     where = f" of --keys-from {keys.keys_from}" if keys.keys_from else ""
     return (

@@ -665,3 +665,31 @@ def test_the_budget_counts_what_reading_whole_holds_beyond_the_columns(tmp_path:
     assert json.loads(summary.read_text())["mode"] == "streaming"
     ok(*args, "--memory-limit", str(columns * 5), "--summary-json", summary)
     assert json.loads(summary.read_text())["mode"] == "in-memory"
+
+
+@pytest.mark.parametrize(
+    ("keys", "text"),
+    [
+        (pa.array([dt.date(2024, 5, 1), dt.date(2024, 5, 2)]), "2024-05-02"),
+        (pa.array([Decimal("1.50"), Decimal("12.50")], pa.decimal128(5, 2)), "12.50"),
+    ],
+)
+def test_errors_name_a_key_as_the_output_writes_it(
+    tmp_path: Path, keys: pa.Array, text: str
+) -> None:
+    # Not as Python objects: datetime.date(2024, 5, 2), Decimal('12.50').
+    path = write_table(tmp_path / "t.parquet", pa.table({"k": keys, "v": [1.0, 2.0]}))
+    first_only = write_table(tmp_path / "first.parquet", pa.table({"k": keys[:1]}))
+    result = run("sum", path, "--by", "k", "--keys-from", first_only, "-q")
+    assert (result.exit_code, result.stderr) == (
+        1,
+        f"Error: {path}: row 1 has key k={text}, which is not in --keys-from {first_only}\n",
+    )
+    both = write_table(tmp_path / "both.parquet", pa.table({"k": keys}))
+    first_row = write_table(tmp_path / "one.parquet", pa.table({"k": keys[:1], "v": [1.0]}))
+    result = run("check", first_row, "--by", "k", "--keys-from", both, "--max-empty", "0", "-q")
+    assert (result.exit_code, result.stderr) == (
+        4,
+        f"Error: 1 empty group of --keys-from {both}, more than --max-empty 0 "
+        f"(first empty: k={text})\n",
+    )

@@ -60,6 +60,16 @@ def key_strings(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     return kernels.cast(column, pa.string())
 
 
+def key_value_text(column: pa.ChunkedArray | pa.Array, row: int) -> str:
+    """One key value as an error message names it: strings, numbers, booleans and null as
+    Python writes them (strings quoted), other types as the text output writes them
+    (``2024-05-01``, ``12.50``), not as Python objects (``datetime.date(2024, 5, 1)``)."""
+    value = column[row].as_py()
+    if value is None or isinstance(value, str | bytes | bool | int | float):
+        return repr(value)
+    return str(key_strings(column.slice(row, 1))[0].as_py())
+
+
 #: The digits of lowercase hex, as bytes to gather from.
 _HEX_DIGITS = np.frombuffer(b"0123456789abcdef", np.uint8)
 

@@ -65,6 +65,7 @@ import pyarrow.types as pt
 from segcli.errors import InvalidInputError, UsageError
 from segcli.io import arrow_kernels as kernels
 from segcli.io.columns import arrow_array, numpy_of
+from segcli.io.keyed import key_value_text
 from segcli.keys.groups import Groups, fixed_binary_rows
 from segcli.keys.values import (
     MISSING,
@@ -396,7 +397,7 @@ def _decoded(values: pa.Array) -> pa.Array:
 
 def _key_text(table: Block, row: int, names: Sequence[str] | None = None) -> str:
     names = list(table.schema.names) if names is None else list(names)
-    parts = [f"{name}={table.column(name)[row].as_py()!r}" for name in names]
+    parts = [f"{name}={key_value_text(table.column(name), row)}" for name in names]
     return "(" + ", ".join(parts) + ")" if len(parts) > 1 else parts[0]
 
 
