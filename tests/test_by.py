@@ -267,6 +267,27 @@ def test_csv_output_reads_back_with_nulls_apart_from_empty_strings(
     assert back.column("value").to_pylist() == [2.0, 1.0, 4.0, 3.0]
 
 
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_string_keys_spelled_like_null_read_back_as_keys_from(tmp_path: Path, fmt: str) -> None:
+    # Unquoted, "NA" or "null" would read back as null: the keys table had two null keys.
+    keys = ["NA", "null", "#N/A", "nan", None]
+    table = pa.table({"k": pa.array(keys), "v": [1.0, 2.0, 3.0, 4.0, 5.0]})
+    path = write_table(tmp_path / "t.parquet", table)
+    out = tmp_path / f"o.{fmt}"
+    ok("sum", path, "--by", "k", "--null-keys", "group", "-o", out, "-q")
+    again = tmp_path / f"again.{fmt}"
+    ok("sum", path, "--by", "k", "--null-keys", "group", "--keys-from", out, "-o", again, "-q")
+    assert again.read_bytes() == out.read_bytes()
+    sep = "\t" if fmt == "tsv" else ","
+    assert out.read_text().splitlines()[1:] == [
+        f'"#N/A"{sep}3.0{sep}1',
+        f'"NA"{sep}1.0{sep}1',
+        f"nan{sep}4.0{sep}1",
+        f'"null"{sep}2.0{sep}1',
+        f"{sep}5.0{sep}1",
+    ]
+
+
 def test_json_output_holds_the_keys(tmp_path: Path) -> None:
     table = values_table({"d": KEY_KINDS["date"], "s": KEY_KINDS["string"]})
     path = write_table(tmp_path / "t.parquet", table)
