@@ -483,6 +483,29 @@ def test_keys_from_empty_groups_take_fill(tmp_path: Path) -> None:
     assert result.stdout == "sensor\tvalue\ns1\t2.0\ns2\tnan\n"
 
 
+@pytest.mark.parametrize("streaming", [[], ["--chunk-rows", "2"]])
+def test_keys_from_keys_come_out_in_the_data_key_types(
+    tmp_path: Path, streaming: list[str]
+) -> None:
+    # As a run without --keys-from writes them: not the keys file's int64 and plain strings.
+    city = pa.array(["b", "a", "b"]).dictionary_encode()
+    table = pa.table({"n": pa.array([7, 8, 7], pa.int16()), "city": city, "v": [1.0, 2.0, 4.0]})
+    path = write_table(tmp_path / "t.parquet", table)
+    keys = write_table(
+        tmp_path / "keys.parquet", pa.table({"n": [9, 7, 8], "city": ["c", "b", "a"]})
+    )
+    plain, fixed = tmp_path / "plain.parquet", tmp_path / "fixed.parquet"
+    ok("sum", path, "--by", "n,city", "-o", plain, "-q", *streaming)
+    ok("sum", path, "--by", "n,city", "--keys-from", keys, "-o", fixed, "-q", *streaming)
+    assert pq.read_table(fixed).schema == pq.read_table(plain).schema
+    assert pq.read_table(fixed).to_pydict() == {
+        "n": [9, 7, 8],
+        "city": ["c", "b", "a"],
+        "value": [0.0, 5.0, 2.0],
+        "count": [0, 2, 1],
+    }
+
+
 CSV_KEYS_IN_DATA_TYPES = {
     "digits": (pa.array(["007", "010", "007"]), ["010", "007", "003"]),
     "decimal": (
