@@ -255,6 +255,8 @@ def _check_by(request: RunRequest) -> None:
             raise UsageError(f"--by cannot be used with {option} (the key columns give the groups)")
     if request.data == "-":
         raise UsageError("--by reads key columns of a table file, not of stdin")
+    if request.keys_from == "-":
+        raise UsageError("--keys-from reads a table file, not stdin")
     if input_format(request.data) in ("npy", "npz"):
         raise UsageError(
             f"--by reads key columns of a table (Parquet, Arrow, CSV/TSV); {request.data} is "

@@ -371,6 +371,7 @@ USAGE_ERRORS = [
     (["-o", "OUT.csv", "--keys-out", "K.csv"], "--keys-out applies to .npy/.npz output"),
     (["-o", "OUT.npy", "--keys-out", "K.json"], "need a .parquet, .arrow, .csv or .tsv"),
     (["--by", "a,,b"], "need column names separated by commas"),
+    (["--keys-from", "-"], "Error: --keys-from reads a table file, not stdin"),
 ]
 
 
