@@ -27,7 +27,13 @@ from segcli.expect import check_expected
 from segcli.io import peek
 from segcli.io.columns import nulls_kept
 from segcli.io.formats import input_format
-from segcli.io.keyed import keyed_header, keyed_text_blocks, keys_out_format, stage_keys
+from segcli.io.keyed import (
+    key_value_text,
+    keyed_header,
+    keyed_text_blocks,
+    keys_out_format,
+    stage_keys,
+)
 from segcli.memory import available_bytes
 from segcli.signals import checkpoint
 from segcli.summary import (
@@ -249,6 +255,8 @@ def _check_by(request: RunRequest) -> None:
             raise UsageError(f"--by cannot be used with {option} (the key columns give the groups)")
     if request.data == "-":
         raise UsageError("--by reads key columns of a table file, not of stdin")
+    if request.keys_from == "-":
+        raise UsageError("--keys-from reads a table file, not stdin")
     if input_format(request.data) in ("npy", "npz"):
         raise UsageError(
             f"--by reads key columns of a table (Parquet, Arrow, CSV/TSV); {request.data} is "
@@ -531,7 +539,8 @@ def _check_failures(
 
 def _empty_groups_failure(keys: KeyFacts, empty: int, max_empty: int, first: int) -> str:
     key = ", ".join(
-        f"{name}={keys.table.column(name)[first].as_py()!r}" for name in keys.table.column_names
+        f"{name}={key_value_text(keys.table.column(name), first)}"
+        for name in keys.table.column_names
     )
     where = f" of --keys-from {keys.keys_from}" if keys.keys_from else ""
     return (

@@ -267,6 +267,27 @@ def test_csv_output_reads_back_with_nulls_apart_from_empty_strings(
     assert back.column("value").to_pylist() == [2.0, 1.0, 4.0, 3.0]
 
 
+@pytest.mark.parametrize("fmt", ["csv", "tsv"])
+def test_string_keys_spelled_like_null_read_back_as_keys_from(tmp_path: Path, fmt: str) -> None:
+    # Unquoted, "NA" or "null" would read back as null: the keys table had two null keys.
+    keys = ["NA", "null", "#N/A", "nan", None]
+    table = pa.table({"k": pa.array(keys), "v": [1.0, 2.0, 3.0, 4.0, 5.0]})
+    path = write_table(tmp_path / "t.parquet", table)
+    out = tmp_path / f"o.{fmt}"
+    ok("sum", path, "--by", "k", "--null-keys", "group", "-o", out, "-q")
+    again = tmp_path / f"again.{fmt}"
+    ok("sum", path, "--by", "k", "--null-keys", "group", "--keys-from", out, "-o", again, "-q")
+    assert again.read_bytes() == out.read_bytes()
+    sep = "\t" if fmt == "tsv" else ","
+    assert out.read_text().splitlines()[1:] == [
+        f'"#N/A"{sep}3.0{sep}1',
+        f'"NA"{sep}1.0{sep}1',
+        f"nan{sep}4.0{sep}1",
+        f'"null"{sep}2.0{sep}1',
+        f"{sep}5.0{sep}1",
+    ]
+
+
 def test_json_output_holds_the_keys(tmp_path: Path) -> None:
     table = values_table({"d": KEY_KINDS["date"], "s": KEY_KINDS["string"]})
     path = write_table(tmp_path / "t.parquet", table)
@@ -350,6 +371,7 @@ USAGE_ERRORS = [
     (["-o", "OUT.csv", "--keys-out", "K.csv"], "--keys-out applies to .npy/.npz output"),
     (["-o", "OUT.npy", "--keys-out", "K.json"], "need a .parquet, .arrow, .csv or .tsv"),
     (["--by", "a,,b"], "need column names separated by commas"),
+    (["--keys-from", "-"], "Error: --keys-from reads a table file, not stdin"),
 ]
 
 
@@ -460,6 +482,63 @@ def test_keys_from_empty_groups_take_fill(tmp_path: Path) -> None:
     sensors = write_table(tmp_path / "sensors.csv", pa.table({"sensor": ["s1", "s2"]}))
     result = ok("max", path, "--by", "sensor", "--keys-from", sensors, "--fill", "nan", "-q")
     assert result.stdout == "sensor\tvalue\ns1\t2.0\ns2\tnan\n"
+
+
+@pytest.mark.parametrize("streaming", [[], ["--chunk-rows", "2"]])
+def test_keys_from_keys_come_out_in_the_data_key_types(
+    tmp_path: Path, streaming: list[str]
+) -> None:
+    # As a run without --keys-from writes them: not the keys file's int64 and plain strings.
+    city = pa.array(["b", "a", "b"]).dictionary_encode()
+    table = pa.table({"n": pa.array([7, 8, 7], pa.int16()), "city": city, "v": [1.0, 2.0, 4.0]})
+    path = write_table(tmp_path / "t.parquet", table)
+    keys = write_table(
+        tmp_path / "keys.parquet", pa.table({"n": [9, 7, 8], "city": ["c", "b", "a"]})
+    )
+    plain, fixed = tmp_path / "plain.parquet", tmp_path / "fixed.parquet"
+    ok("sum", path, "--by", "n,city", "-o", plain, "-q", *streaming)
+    ok("sum", path, "--by", "n,city", "--keys-from", keys, "-o", fixed, "-q", *streaming)
+    assert pq.read_table(fixed).schema == pq.read_table(plain).schema
+    assert pq.read_table(fixed).to_pydict() == {
+        "n": [9, 7, 8],
+        "city": ["c", "b", "a"],
+        "value": [0.0, 5.0, 2.0],
+        "count": [0, 2, 1],
+    }
+
+
+CSV_KEYS_IN_DATA_TYPES = {
+    "digits": (pa.array(["007", "010", "007"]), ["010", "007", "003"]),
+    "decimal": (
+        pa.array([Decimal("1.50"), Decimal("2.25"), Decimal("1.50")], pa.decimal128(5, 2)),
+        ["2.25", "1.50", "9"],
+    ),
+    "zoned": (
+        pa.array(
+            [dt.datetime(2024, 1, 1, h) for h in (1, 2, 1)], pa.timestamp("us", "Europe/Paris")
+        ),
+        ["2024-01-01 02:00:00Z", "2024-01-01 02:00:00+01:00", "2024-01-02 00:00:00Z"],
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(CSV_KEYS_IN_DATA_TYPES))
+@pytest.mark.parametrize("streaming", [[], ["--chunk-rows", "2"]])
+def test_a_csv_keys_from_is_read_in_the_data_key_types(
+    tmp_path: Path, kind: str, streaming: list[str]
+) -> None:
+    # Inferred types read sensor ids '007' as the integer 7 and decimals as doubles, which
+    # never match the data's keys, and zoned timestamps would come out in UTC.
+    keys, listed = CSV_KEYS_IN_DATA_TYPES[kind]
+    path = write_table(tmp_path / "t.parquet", pa.table({"k": keys, "v": [1.0, 2.0, 4.0]}))
+    key_file = tmp_path / "keys.csv"
+    key_file.write_text("k\n" + "".join(f"{key}\n" for key in listed))
+    out = tmp_path / "o.parquet"
+    ok("sum", path, "--by", "k", "--keys-from", key_file, "-o", out, "-q", *streaming)
+    result = pq.read_table(out)
+    assert result.schema.field("k").type == keys.type
+    assert result.column("value").to_pylist() == [2.0, 5.0, 0.0]
+    assert result.column("count").to_pylist() == [1, 2, 0]
 
 
 @pytest.mark.parametrize("streaming", [[], ["--chunk-rows", "2"]])
@@ -631,3 +710,31 @@ def test_the_budget_counts_what_reading_whole_holds_beyond_the_columns(tmp_path:
     assert json.loads(summary.read_text())["mode"] == "streaming"
     ok(*args, "--memory-limit", str(columns * 5), "--summary-json", summary)
     assert json.loads(summary.read_text())["mode"] == "in-memory"
+
+
+@pytest.mark.parametrize(
+    ("keys", "text"),
+    [
+        (pa.array([dt.date(2024, 5, 1), dt.date(2024, 5, 2)]), "2024-05-02"),
+        (pa.array([Decimal("1.50"), Decimal("12.50")], pa.decimal128(5, 2)), "12.50"),
+    ],
+)
+def test_errors_name_a_key_as_the_output_writes_it(
+    tmp_path: Path, keys: pa.Array, text: str
+) -> None:
+    # Not as Python objects: datetime.date(2024, 5, 2), Decimal('12.50').
+    path = write_table(tmp_path / "t.parquet", pa.table({"k": keys, "v": [1.0, 2.0]}))
+    first_only = write_table(tmp_path / "first.parquet", pa.table({"k": keys[:1]}))
+    result = run("sum", path, "--by", "k", "--keys-from", first_only, "-q")
+    assert (result.exit_code, result.stderr) == (
+        1,
+        f"Error: {path}: row 1 has key k={text}, which is not in --keys-from {first_only}\n",
+    )
+    both = write_table(tmp_path / "both.parquet", pa.table({"k": keys}))
+    first_row = write_table(tmp_path / "one.parquet", pa.table({"k": keys[:1], "v": [1.0]}))
+    result = run("check", first_row, "--by", "k", "--keys-from", both, "--max-empty", "0", "-q")
+    assert (result.exit_code, result.stderr) == (
+        4,
+        f"Error: 1 empty group of --keys-from {both}, more than --max-empty 0 "
+        f"(first empty: k={text})\n",
+    )

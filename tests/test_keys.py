@@ -556,7 +556,7 @@ def test_a_key_column_given_twice_is_a_usage_error() -> None:
 def test_keys_from_integers_match_float_keys_by_value() -> None:
     data = pa.table({"k": [2.0, 1.0, 2.0, -0.0], "v": [1.0, 2.0, 4.0, 8.0]})
     keys, sums, _, _ = run(data, ["k"], 3, keys_from=pa.table({"k": [0, 2, 1]}))
-    assert keys.keys.column("k").type == pa.int64()  # the keys table, as given
+    assert keys.keys.column("k").type == pa.float64()  # the data's, as without keys_from
     assert sums.tolist() == [8.0, 5.0, 2.0]
     with pytest.raises(InvalidInputError, match="has type double in the keys table"):
         KeyEncoder(["k"], keys_from=pa.table({"k": [1.5]})).encode(pa.table({"k": [1]}))
@@ -581,6 +581,15 @@ def test_merging_parts_with_keys_from_keeps_row_positions() -> None:
     assert (first.rows, first.missing_rows) == (3, 1)
     with pytest.raises(ValueError, match="both have keys_from"):
         first.merge(KeyEncoder(["a"]))
+
+
+def test_a_fresh_encoder_merging_keys_from_parts_gives_the_data_key_types() -> None:
+    # Dask folds each partition into a fresh encoder that never saw a block itself.
+    keys_table = pa.table({"a": pa.array([8, 7], pa.int64())})
+    merged, part = (KeyEncoder(["a"], keys_from=keys_table) for _ in range(2))
+    part.encode(pa.table({"a": pa.array([7], pa.int16())}))
+    assert merged.merge(part).tolist() == [0, 1]
+    assert merged.finish().keys.schema.field("a").type == pa.int16()
 
 
 # --- Arrow <-> NumPy without pandas ------------------------------------------------------------

@@ -192,7 +192,7 @@ def _run_keyed(
     table = key_table_file(spec.data, spec.csv)
     check_key_columns(table, spec.by)
     names = [pick_data_column(table, column, spec.by) for column in columns]
-    encoder = encoder_for(spec)
+    encoder = encoder_for(spec, table)
     # --keys-from fixes n up front; otherwise n is the number of groups, found as ids come.
     given_n = encoder.n_groups if encoder.keys_from is not None else None
     labels = [f"{table.label}:{name}" for name in names]

@@ -272,7 +272,7 @@ def _sort_stream(
 def _run_keyed_in_memory(spec: RunSpec) -> DriverResult:
     started = time.perf_counter()
     table, column = open_key_table(spec)
-    encoder = encoder_for(spec)
+    encoder = encoder_for(spec, table)
     data, keys = read_data_and_keys(table, column, spec.by)
     # The declared types first: the key table has them whichever encoding the columns came in.
     encoder.declare(keys.schema, table.label)
@@ -296,7 +296,7 @@ def _run_keyed_in_memory(spec: RunSpec) -> DriverResult:
 def _run_keyed_streaming(spec: RunSpec, progress: Progress | None) -> DriverResult:
     started = time.perf_counter()
     table, column = open_key_table(spec)
-    encoder = encoder_for(spec)
+    encoder = encoder_for(spec, table)
     source: ChunkSource
     if table.fmt == "parquet":
         shared = ParquetPass(table, column, spec.by, prefetch=read_ahead)

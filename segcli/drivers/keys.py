@@ -51,11 +51,12 @@ if TYPE_CHECKING:
 Watch = Callable[[np.ndarray], None]
 
 
-def encoder_for(spec: RunSpec) -> KeyEncoder:
-    """The run's key encoder, with the ``--keys-from`` table when one is given."""
+def encoder_for(spec: RunSpec, data: TableFile | pa.Schema | None = None) -> KeyEncoder:
+    """The run's key encoder, with the ``--keys-from`` table when one is given (a CSV one read
+    in the key types of ``data``: DATA's table or its key columns' schema)."""
     keys_from = None
     if spec.keys_from is not None:
-        keys_from = read_keys_from(spec.keys_from, spec.by, spec.csv)
+        keys_from = read_keys_from(spec.keys_from, spec.by, spec.csv, data)
     return KeyEncoder(
         spec.by,
         null_keys=cast(NullKeys, spec.null_keys),
@@ -95,7 +96,7 @@ def run_in_memory(
     """Read the data column and the key columns whole, encode the keys, reduce."""
     started = time.perf_counter()
     table, column = open_key_table(spec)
-    encoder = encoder_for(spec)
+    encoder = encoder_for(spec, table)
     data, keys = read_data_and_keys(table, column, spec.by)
     # The declared types first: the key table has them whichever encoding the columns came in.
     encoder.declare(keys.schema, table.label)
@@ -153,7 +154,7 @@ def run_streaming(
     from segcli.drivers.stream import read_ahead, reduce_stream, rows_of
 
     table, column = open_key_table(spec)
-    encoder = encoder_for(spec)
+    encoder = encoder_for(spec, table)
     source: io.ChunkSource
     if table.fmt == "parquet":
         shared = ParquetPass(table, column, spec.by, prefetch=read_ahead)

@@ -7,7 +7,8 @@
   ``count`` in files), then one row per group. A key field is the value as Arrow casts it to
   text (``2024-05-01``, ``2024-05-01 06:00:00``, ``12.50``, ``true``); a null key is an empty
   field and an empty string is ``""``, as pyarrow's CSV writer and reader tell them apart; a
-  field holding the separator, a quote or a line break is quoted CSV-style (quotes doubled).
+  field holding the separator, a quote or a line break, or a string that would read as null
+  (``NA``, ``null``), is quoted CSV-style (quotes doubled).
 - JSON: the usual document plus ``"keys": {name: [values...]}``, column by column; strings,
   integers, floats and booleans as JSON values, other types as the text above, null as null.
 """
@@ -15,6 +16,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -58,6 +60,16 @@ def key_strings(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
         return _hex_text(column)
     return kernels.cast(column, pa.string())
+
+
+def key_value_text(column: pa.ChunkedArray | pa.Array, row: int) -> str:
+    """One key value as an error message names it: strings, numbers, booleans and null as
+    Python writes them (strings quoted), other types as the text output writes them
+    (``2024-05-01``, ``12.50``), not as Python objects (``datetime.date(2024, 5, 1)``)."""
+    value = column[row].as_py()
+    if value is None or isinstance(value, str | bytes | bool | int | float):
+        return repr(value)
+    return str(key_strings(column.slice(row, 1))[0].as_py())
 
 
 #: The digits of lowercase hex, as bytes to gather from.
@@ -110,11 +122,22 @@ def key_fields(keys: pa.Table, sep: str) -> list[str]:
         needs = kernels.or_(
             kernels.match_substring_regex(text, pattern), kernels.equal(text, empty)
         )
+        # Unquoted, a key "NA" or "null" would read back as a null key.
+        needs = kernels.or_(needs, kernels.match_substring_regex(text, _null_spelling()))
         doubled = kernels.replace_substring(text, '"', '""')
         quoted = kernels.binary_join_element_wise(quote, doubled, quote, empty)
         fields.append(kernels.fill_null(kernels.if_else(needs, quoted, text), empty))
     joined: pa.Array = kernels.binary_join_element_wise(*fields, separator)
     return [str(v) for v in joined.to_pylist()]
+
+
+@cache
+def _null_spelling() -> str:
+    """A regex matching exactly the texts that segcli's CSV reader reads as null unquoted."""
+    from segcli.io.tables import _CSV_NULLS
+
+    escaped = ("".join("\\" + c if c in ".\\^$|?*+()[]{}" else c for c in t) for t in _CSV_NULLS)
+    return "^(?:" + "|".join(text for text in escaped if text) + ")$"
 
 
 def _text_scalar(text: str) -> pa.Scalar:

@@ -195,8 +195,17 @@ def _text_nbytes(column: pa.ChunkedArray, type_: pa.DataType) -> int:
     return total
 
 
-def read_keys_from(path: str, by: Sequence[str], csv: CsvOptions | None) -> pa.Table:
-    """The ``--keys-from`` table: a table file holding at least the key columns."""
+def read_keys_from(
+    path: str,
+    by: Sequence[str],
+    csv: CsvOptions | None,
+    data: TableFile | pa.Schema | None = None,
+) -> pa.Table:
+    """The ``--keys-from`` table: a table file holding at least the key columns.
+
+    ``data`` (DATA's table, or its key columns' schema) gives the data's key types: a CSV/TSV
+    keys file is read in them where it can be, since inferred types would turn sensor ids like
+    ``007`` into the integer 7, and decimals into doubles, neither of which matches the data."""
     fmt = input_format(path)
     if fmt not in KEY_FORMATS:
         raise UsageError(f"--keys-from {path}: need a Parquet, Arrow or CSV/TSV table, not {fmt}")
@@ -207,7 +216,30 @@ def read_keys_from(path: str, by: Sequence[str], csv: CsvOptions | None) -> pa.T
         raise UsageError(
             f"--keys-from {path}: no column '{missing[0]}' (columns: {', '.join(names)})"
         )
+    if fmt in ("csv", "tsv") and data is not None:
+        schema = key_schema(data, by) if isinstance(data, TableFile) else data
+        try:
+            return table.read(list(by), csv_readable_types(schema))
+        except ReadError:
+            pass  # a key that does not read as the data's type: the inferred read says which
     return table.read(list(by))
+
+
+def csv_readable_types(schema: pa.Schema) -> dict[str, pa.DataType]:
+    """The types of ``schema``'s columns that pyarrow's CSV reader converts text to."""
+    import pyarrow as pa
+    import pyarrow.types as pt
+
+    types = {}
+    for field in schema:
+        type_ = field.type.value_type if pt.is_dictionary(field.type) else field.type
+        if pt.is_string_view(type_):
+            type_ = pa.string()
+        elif pt.is_binary_view(type_):
+            type_ = pa.binary()
+        if not pt.is_float16(type_):
+            types[field.name] = type_
+    return types
 
 
 def key_schema(table: TableFile, by: Sequence[str]) -> pa.Schema:

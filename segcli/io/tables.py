@@ -97,8 +97,9 @@ class TableFile:
         # Types as inferred from the first block: what a streaming read of the file will use.
         return self.csv_head(None, CSV_HEAD_BYTES).schema
 
-    def read(self, columns: list[str]) -> pa.Table:
-        """Read only ``columns`` (all of them for Arrow IPC, which is memory-mapped anyway)."""
+    def read(self, columns: list[str], csv_types: dict[str, pa.DataType] | None = None) -> pa.Table:
+        """Read only ``columns`` (all of them for Arrow IPC, which is memory-mapped anyway);
+        ``csv_types``: types some CSV columns are read as, instead of inferred ones."""
         with self.errors():
             if self.fmt == "parquet":
                 import pyarrow.parquet as pq
@@ -112,7 +113,7 @@ class TableFile:
                 self._input(),
                 read_options=self.read_options(),
                 parse_options=self.parse_options(),
-                convert_options=self.convert_options(columns),
+                convert_options=self.convert_options(columns, csv_types),
             )
 
     def ipc_reader(self) -> ipc.RecordBatchFileReader | ipc.RecordBatchStreamReader:
@@ -149,12 +150,17 @@ class TableFile:
 
         return pcsv.ConvertOptions(null_values=_CSV_NULLS, **_CSV_STRING_NULLS)
 
-    def convert_options(self, columns: list[str]) -> pcsv.ConvertOptions:
+    def convert_options(
+        self, columns: list[str], types: dict[str, pa.DataType] | None = None
+    ) -> pcsv.ConvertOptions:
         """CSV conversion of ``columns`` only, with NaN spellings read as NaN, not null."""
         import pyarrow.csv as pcsv
 
         return pcsv.ConvertOptions(
-            include_columns=columns, null_values=_CSV_NULLS, **_CSV_STRING_NULLS
+            include_columns=columns,
+            column_types=types,
+            null_values=_CSV_NULLS,
+            **_CSV_STRING_NULLS,
         )
 
     @cached_property

@@ -39,10 +39,12 @@ Value rules (each column separately):
   line is well formed, it is the data's column that cannot serve as a key.
 
 ``keys_from`` (``--keys-from``): a table holding the key columns fixes the groups: ids are
-its row positions and the key table is exactly its key columns, in its order. Its columns are
-cast to the data's types at the first block by a value-preserving cast (so ``int64`` matches
-``int32``, a string column matches a ``dictionary<string>`` one, an integer column matches a
-float one where exact); a value of another kind (a string key against integer data) is an error.
+its row positions and the key table holds its keys, in its order, in the data's key types (as
+a run without it writes them; in its own types only when no block came, not even a zero-row
+one). Its columns are cast to the data's types at the first block by a value-preserving cast
+(so ``int64`` matches ``int32``, a string column matches a ``dictionary<string>`` one, an
+integer column matches a float one where exact); a value of another kind (a string key against
+integer data) is an error.
 A row whose key is not in it is an error naming the key and the row (0-based, counted across
 every block encoded); a key present twice in it is an error naming both rows. With
 ``null_keys="drop"`` data rows with a null key are dropped (never matched); with ``"group"`` they
@@ -65,6 +67,7 @@ import pyarrow.types as pt
 from segcli.errors import InvalidInputError, UsageError
 from segcli.io import arrow_kernels as kernels
 from segcli.io.columns import arrow_array, numpy_of
+from segcli.io.keyed import key_value_text
 from segcli.keys.groups import Groups, fixed_binary_rows
 from segcli.keys.values import (
     MISSING,
@@ -132,6 +135,8 @@ class KeyEncoder:
         self.rows = 0
         self.missing_rows = 0
         self._columns: list[KeyColumn] | None = None
+        #: Each key column's codes of the ``keys_from`` rows, once the data's types are known.
+        self._seed_codes: list[np.ndarray] | None = None
         self._groups = Groups(len(self.by), _dense_limit)
 
     @property
@@ -178,7 +183,9 @@ class KeyEncoder:
     def finish(self) -> KeyTable:
         """The key table in output order and the permutation of the results to match it."""
         if self.keys_from is not None:
-            return KeyTable(self.keys_from, np.arange(self.keys_from.num_rows, dtype=np.int64))
+            return KeyTable(
+                self._keys_from_in_data_types(), np.arange(self.n_groups, dtype=np.int64)
+            )
         if self._columns is None:
             empty = pa.table({name: pa.nulls(0) for name in self.by})
             return KeyTable(empty, np.empty(0, np.int64))
@@ -208,6 +215,9 @@ class KeyEncoder:
         self.rows += other.rows
         self.missing_rows += other.missing_rows
         if other.keys_from is not None or other._columns is None:
+            if self._seed_codes is None and other._seed_codes is not None:
+                # The data's key types, for the key table of finish().
+                self._columns, self._seed_codes = other._columns, other._seed_codes
             return np.arange(other.n_groups, dtype=np.int64)
         if self._columns is None:
             self._columns = [
@@ -238,6 +248,18 @@ class KeyEncoder:
             check_key_type(name, type_)
         return keys
 
+    def _keys_from_in_data_types(self) -> pa.Table:
+        """The ``keys_from`` keys in the data's key types (``int32``, a dictionary, a time
+        zone), as a run without ``keys_from`` writes them, not in the keys file's own."""
+        assert self.keys_from is not None
+        if self._columns is None or self._seed_codes is None:
+            return self.keys_from  # no block came: the data's types are not known
+        columns = [
+            column.output(codes)
+            for column, codes in zip(self._columns, self._seed_codes, strict=True)
+        ]
+        return pa.table(columns, names=self.by)
+
     def _start(self, block: Block) -> list[KeyColumn]:
         if self._columns is None:
             schema = block.schema
@@ -253,6 +275,7 @@ class KeyEncoder:
             column.seed(_decoded(as_array(keys.column(column.name))), self.keys_from_label)
             for column in columns
         ]
+        self._seed_codes = codes
         rows = kernels.dictionary_encode(fixed_binary_rows(codes))
         first = np.asarray(numpy_of(rows.indices), np.int64)
         if len(rows.dictionary) < len(first):
@@ -396,7 +419,7 @@ def _decoded(values: pa.Array) -> pa.Array:
 
 def _key_text(table: Block, row: int, names: Sequence[str] | None = None) -> str:
     names = list(table.schema.names) if names is None else list(names)
-    parts = [f"{name}={table.column(name)[row].as_py()!r}" for name in names]
+    parts = [f"{name}={key_value_text(table.column(name), row)}" for name in names]
     return "(" + ", ".join(parts) + ")" if len(parts) > 1 else parts[0]
 
 

@@ -278,7 +278,7 @@ def run(spec: RunSpec, progress: Progress | None = None, *, client: Any = None) 
         data_label=data.label,
         ids_label=_ids_label(spec),
     )
-    seed = encoder_for(spec)
+    seed = encoder_for(spec, schema)
     # A zero-row block: the key types are checked and --keys-from is matched to them now,
     # before any worker reads a row.
     seed.encode(schema.empty_table(), data.files[0].path)
