@@ -65,9 +65,9 @@ def open_chunked(
 
     ``role`` ("data" or "ids") only chooses the option names error messages suggest. The
     header or metadata is read now, so shape and dtype errors come before any data is read.
-    CSV/TSV files (split as ``csv`` says) are parsed block by block; their length is known
-    only at their end. ``-`` streams a ``.npy`` from ``stdin`` (an Arrow stream on stdin is read
-    whole by ``read_inputs``).
+    Text tables (CSV/TSV split as ``csv`` says, JSON lines) are parsed block by block; their
+    length is known only at their end. ``-`` streams a ``.npy`` from ``stdin`` (an Arrow
+    stream on stdin is read whole by ``read_inputs``).
     """
     if path == "-":
         if stdin is None:
@@ -89,8 +89,8 @@ def open_chunked(
     refuse_option(options.key_option, key, path)
     table = open_table(path, fmt, csv)
     name = table.pick(column, options.column_option)
-    if fmt in ("csv", "tsv"):
-        return CsvChunks(table, name)
+    if table.is_text:
+        return TextChunks(table, name)
     return TableChunks(table, name)
 
 
@@ -176,9 +176,9 @@ def _npz_member(path: str, key: str) -> Iterator[Readable]:
         yield member
 
 
-class CsvChunks:
-    """Row blocks of one column of a CSV/TSV file (plain or compressed), parsed a block of
-    text at a time, so memory follows the block size and not the file.
+class TextChunks:
+    """Row blocks of one column of a text table (CSV/TSV, JSON lines; plain or compressed),
+    parsed a block of text at a time, so memory follows the block size and not the file.
 
     The column's type is inferred from the file's first block of text, as pyarrow's own
     streaming reader does, and then fixed: a later value that does not fit it (``1.5`` in a
@@ -196,7 +196,7 @@ class CsvChunks:
         self.label = self._where.label
         self.note = table.note(column)
         with table.errors():
-            head = table.csv_head([column], CSV_HEAD_BYTES)
+            head = table.text_head([column], CSV_HEAD_BYTES)
         self._type = head.schema.field(column).type
         check_type(self._type, self._where)
         self._row_bytes = max(1, CSV_HEAD_BYTES // max(head.num_rows, 1))
@@ -209,7 +209,7 @@ class CsvChunks:
         _check_rows(rows)
         block_bytes = min(max(rows * self._row_bytes, self._MIN_BLOCK_BYTES), self._MAX_BLOCK_BYTES)
         with self._table.errors(), self._type_kept():
-            reader = self._table.csv_batches(
+            reader = self._table.text_batches(
                 [self._where.column], block_bytes, types={self._where.column: self._type}
             )
             arrays = (batch.column(0) for batch in reader)
@@ -221,28 +221,29 @@ class CsvChunks:
             )
 
     def _type_kept(self) -> contextlib.AbstractContextManager[None]:
-        return csv_type_kept(f"{self._where.file}: column '{self._where.column}'", self._type)
+        return text_type_kept(f"{self._where.file}: column '{self._where.column}'", self._type)
 
 
 @contextlib.contextmanager
-def csv_type_kept(where: str, column_type: Any = None) -> Iterator[None]:
-    """A value past a streamed CSV's first block that does not fit the type its first rows
-    gave the column: say so, and how to get the widened column a whole read gives."""
+def text_type_kept(where: str, column_type: Any = None) -> Iterator[None]:
+    """A value past a streamed text table's first block that does not fit the type its first
+    rows gave the column: say so, and how to get the widened column a whole read gives."""
     try:
         yield
     except ValueError as exc:
-        found = _CSV_CONVERSION.search(str(exc))
+        found = _TEXT_CONVERSION.search(str(exc))
         if found is None:
             raise
+        value = found["value"] or f"'{found['json'].strip()}'"
         made = (
             ", in a column those rows made another type"
             if column_type is None
             else f", which made it {column_type}"
         )
         raise ReadError(
-            f"{where} holds {found[1]} after its first rows{made}; a streamed CSV keeps that "
-            "type (write the early values in the wider type, or read the file whole: no "
-            "--chunk-rows and a --memory-limit above its size)"
+            f"{where} holds {value} after its first rows{made}; a streamed CSV or "
+            "JSON-lines file keeps that type (write the early values in the wider type, or "
+            "read the file whole: no --chunk-rows and a --memory-limit above its size)"
         ) from exc
 
 
@@ -353,7 +354,12 @@ def _reblock(arrays: Iterator[pa.Array], rows: int) -> Iterator[pa.Array]:
         yield pending[0] if len(pending) == 1 else pa.concat_arrays(pending)
 
 
-_CSV_CONVERSION = re.compile(r"CSV conversion error to \w+: invalid value ('.*')")
+# pyarrow's messages for a value its streaming CSV or JSON reader cannot convert to the type
+# the first block gave its column.
+_TEXT_CONVERSION = re.compile(
+    r"CSV conversion error to \w+: invalid value (?P<value>'.*')"
+    r"|Failed to convert JSON to \w+, couldn't parse:(?P<json>.*)"
+)
 
 #: ``shape[0]`` of a source whose length is known only once it has been read (a stream).
 UNKNOWN_ROWS = -1

@@ -23,7 +23,7 @@ from segcli.io.chunked import (
     ChunkSource,
     _reblock,
     _same_inner_shape,
-    csv_type_kept,
+    text_type_kept,
 )
 from segcli.io.columns import ColumnRef, check_type, column_to_numpy, value_layout
 from segcli.io.formats import input_format, is_pipe
@@ -76,8 +76,9 @@ def open_data_and_ids(
 
 
 class TableBatches:
-    """The record batches of a Parquet, Arrow IPC or CSV/TSV file holding ``names``, read
-    once; :attr:`sources` has one ChunkSource per name, in order (a name may come twice)."""
+    """The record batches of a Parquet, Arrow IPC or text (CSV/TSV, JSON lines) file holding
+    ``names``, read once; :attr:`sources` has one ChunkSource per name, in order (a name may
+    come twice)."""
 
     def __init__(self, table: TableFile, names: list[str]) -> None:
         self._table = table
@@ -121,9 +122,9 @@ class TableBatches:
             self._batch_rows = rows
 
     def _column_types(self, schema: pa.Schema) -> dict[str, pa.DataType]:
-        if self._table.fmt in ("csv", "tsv"):
+        if self._table.is_text:
             # Inferred from the first block of text and then kept, as a one-column stream does.
-            head = self._table.csv_head(self._columns, CSV_HEAD_BYTES)
+            head = self._table.text_head(self._columns, CSV_HEAD_BYTES)
             return {name: head.schema.field(name).type for name in self._columns}
         return {name: schema.field(name).type for name in self._columns}
 
@@ -156,7 +157,7 @@ class TableBatches:
             if isinstance(reader, ipc.RecordBatchFileReader):
                 return (reader.get_batch(i) for i in range(reader.num_record_batches))
             return iter(reader)
-        return iter(self._table.csv_batches(self._columns, _CSV_BLOCK_BYTES, types=self._types))
+        return iter(self._table.text_batches(self._columns, _CSV_BLOCK_BYTES, types=self._types))
 
     def _pull(self) -> bool:
         """Read the next batch into every column's queue; False at the end of the file."""
@@ -175,7 +176,7 @@ class TableBatches:
             yield queue.pop(0)
 
     def _type_kept(self) -> contextlib.AbstractContextManager[None]:
-        return csv_type_kept(f"{self._table.label}:")
+        return text_type_kept(f"{self._table.label}:")
 
 
 class _BatchColumn:
@@ -195,9 +196,7 @@ class _BatchColumn:
         table = owner._table
         self._owner, self._queue = owner, queue
         self._where = ColumnRef(table.label, name)
-        self._layout = (
-            None if table.fmt in ("csv", "tsv") else value_layout(schema, name, table.label)
-        )
+        self._layout = None if table.is_text else value_layout(schema, name, table.label)
         self.label = self._where.label
         self.note = table.note(name)
         # pa.nulls, not pa.array([]): the latter imports pandas (0.2 s) to look at a list.

@@ -41,8 +41,8 @@ def describe(path: str, stdin: BinaryIO | None = None) -> dict[str, object]:
 
     npy: ``shape``, ``dtype``, ``fortran_order``; npz: ``arrays`` (per key the same three);
     parquet: ``rows``, ``row_groups``, ``columns``; arrow: ``rows``, ``record_batches``,
-    ``ipc`` ("file" or "stream"), ``columns``; csv/tsv: ``rows``, ``columns`` (the file is
-    parsed). ``columns`` is a list of ``{"name": ..., "type": ..., "nulls": ...}``.
+    ``ipc`` ("file" or "stream"), ``columns``; csv/tsv/jsonl: ``rows``, ``columns`` (the file
+    is parsed). ``columns`` is a list of ``{"name": ..., "type": ..., "nulls": ...}``.
 
     ``-`` describes stdin (``sys.stdin.buffer`` unless ``stdin`` is given): a ``.npy`` stream,
     or a Parquet or Arrow IPC file or stream. A stream is read through to its end, so a body
@@ -185,7 +185,7 @@ def _arrow_table(table: TableFile) -> dict[str, object]:
         }
 
 
-def _csv(path: str, fmt: str) -> dict[str, object]:
+def _text(path: str, fmt: str) -> dict[str, object]:
     table: TableFile = open_table(path, fmt)
     data = table.read(table.schema().names)
     nulls = [data.column(i).null_count for i in range(data.num_columns)]
@@ -204,6 +204,7 @@ _DESCRIBERS: dict[str, Callable[[str, str], dict[str, object]]] = {
     "npz": _npz,
     "parquet": _parquet,
     "arrow": _arrow,
-    "csv": _csv,
-    "tsv": _csv,
+    "csv": _text,
+    "tsv": _text,
+    "jsonl": _text,
 }

@@ -1,7 +1,8 @@
 """Format names, detection by suffix or magic bytes, and the error wrapping every reader shares.
 
 Format names are the canonical strings used everywhere in ``segcli.io``: ``npy``, ``npz``,
-``parquet``, ``arrow``, ``csv``, ``tsv`` (inputs) and also ``json`` (outputs).
+``parquet``, ``arrow``, ``csv``, ``tsv``, ``jsonl`` (JSON lines; inputs only) and ``json``
+(outputs only).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from segcli.errors import ReadError, SegcliError, UsageError
 
 STDIN_LABEL = "<stdin>"
 
-INPUT_SUFFIXES: dict[str, str] = {
+#: Suffixes of the formats both read and written.
+_SHARED_SUFFIXES: dict[str, str] = {
     ".npy": "npy",
     ".npz": "npz",
     ".parquet": "parquet",
@@ -32,16 +34,20 @@ INPUT_SUFFIXES: dict[str, str] = {
     ".csv": "csv",
     ".tsv": "tsv",
 }
-OUTPUT_SUFFIXES: dict[str, str] = {**INPUT_SUFFIXES, ".json": "json"}
+# JSON lines are read only; ``.json`` is written only (one document: shape, dtype, values).
+INPUT_SUFFIXES: dict[str, str] = {**_SHARED_SUFFIXES, ".jsonl": "jsonl", ".ndjson": "jsonl"}
+OUTPUT_SUFFIXES: dict[str, str] = {**_SHARED_SUFFIXES, ".json": "json"}
 # Names accepted for an explicit output format (e.g. ``--format pq``), mapped to the canonical one.
 OUTPUT_FORMAT_NAMES: dict[str, str] = {s[1:]: f for s, f in OUTPUT_SUFFIXES.items()}
 OUTPUT_FORMATS = ("npy", "npz", "parquet", "arrow", "csv", "tsv", "json")
 BINARY_FORMATS = frozenset({"npy", "npz", "parquet", "arrow"})
-TABLE_FORMATS = frozenset({"parquet", "arrow", "csv", "tsv"})
+TABLE_FORMATS = frozenset({"parquet", "arrow", "csv", "tsv", "jsonl"})
+#: Table formats read as text, a block at a time, column types inferred from the first block.
+TEXT_FORMATS = frozenset({"csv", "tsv", "jsonl"})
 # pyarrow.csv decompresses these itself, chosen by the file name.
 _COMPRESSED_SUFFIXES = frozenset({".gz", ".bz2", ".zst", ".lz4"})
 
-SUPPORTED_INPUTS = ".npy, .npz, .parquet/.pq, .arrow/.feather/.ipc, .csv, .tsv"
+SUPPORTED_INPUTS = ".npy, .npz, .parquet/.pq, .arrow/.feather/.ipc, .csv, .tsv, .jsonl/.ndjson"
 
 NPY_MAGIC = b"\x93NUMPY"
 ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
@@ -64,11 +70,12 @@ def sniff(head: bytes) -> str | None:
 
 
 def suffix_format(path: str, table: dict[str, str]) -> str | None:
-    """Format named by the file suffix (case-insensitive), or None; ``x.csv.gz`` counts as csv."""
+    """Format named by the file suffix (case-insensitive), or None; ``x.csv.gz`` counts as csv
+    (a text format, which pyarrow decompresses by the name)."""
     suffixes = [s.lower() for s in PurePath(path).suffixes]
     if len(suffixes) >= 2 and suffixes[-1] in _COMPRESSED_SUFFIXES:
         inner = table.get(suffixes[-2])
-        return inner if inner in ("csv", "tsv") else None
+        return inner if inner in TEXT_FORMATS else None
     return table.get(suffixes[-1]) if suffixes else None
 
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from segcli.keys import KeyEncoder
 
 #: Formats whose columns ``--by`` can read.
-KEY_FORMATS = ("parquet", "arrow", "csv", "tsv")
+KEY_FORMATS = ("parquet", "arrow", "csv", "tsv", "jsonl")
 
 
 def key_table_file(path: str, csv: CsvOptions | None) -> TableFile:
@@ -36,8 +36,8 @@ def key_table_file(path: str, csv: CsvOptions | None) -> TableFile:
     fmt = input_format(path)
     if fmt not in KEY_FORMATS:
         raise UsageError(
-            f"--by reads key columns of a table (Parquet, Arrow, CSV/TSV); {path} is {fmt}: "
-            "give the ids as IDS instead"
+            f"--by reads key columns of a table (Parquet, Arrow, CSV/TSV, JSON lines); {path} "
+            f"is {fmt}: give the ids as IDS instead"
         )
     return open_table(path, fmt, csv)
 
@@ -208,7 +208,9 @@ def read_keys_from(
     ``007`` into the integer 7, and decimals into doubles, neither of which matches the data."""
     fmt = input_format(path)
     if fmt not in KEY_FORMATS:
-        raise UsageError(f"--keys-from {path}: need a Parquet, Arrow or CSV/TSV table, not {fmt}")
+        raise UsageError(
+            f"--keys-from {path}: need a Parquet, Arrow, CSV/TSV or JSON-lines table, not {fmt}"
+        )
     table = open_table(path, fmt, csv)
     names = table.schema().names
     missing = [name for name in by if name not in names]
@@ -243,12 +245,12 @@ def csv_readable_types(schema: pa.Schema) -> dict[str, pa.DataType]:
 
 
 def key_schema(table: TableFile, by: Sequence[str]) -> pa.Schema:
-    """The key columns' types as a streamed read gives them (CSV: inferred from its head)."""
+    """The key columns' types as a streamed read gives them (text: inferred from its head)."""
     import pyarrow as pa
 
-    if table.fmt in ("csv", "tsv"):
+    if table.is_text:
         with table.errors():
-            return table.csv_head(list(by), CSV_HEAD_BYTES).select(list(by)).schema
+            return table.text_head(list(by), CSV_HEAD_BYTES).select(list(by)).schema
     schema = table.schema()
     return pa.schema([schema.field(name) for name in by])
 
@@ -400,7 +402,7 @@ class KeyIdsChunks:
         else:
             types = dict(zip(self.schema.names, self.schema.types, strict=True))
             try:
-                yield from self._table.csv_batches(self._by, None, types=types)
+                yield from self._table.text_batches(self._by, None, types=types)
             except ValueError as exc:
                 raise ReadError(
                     f"{self._table.label}: a key column holds a value its first rows' type "

@@ -199,7 +199,7 @@ def read_stdin(stdin: BinaryIO | None) -> np.ndarray[Any, Any] | TableFile:
 def refuse_option(option: str, value: str | None, label: str) -> None:
     """An option that does not apply to the file is an error rather than silently ignored."""
     if value is not None:
-        kind = "table files (.parquet, .arrow, .csv, .tsv)"
+        kind = "table files (.parquet, .arrow, .csv, .tsv, .jsonl)"
         if option.endswith("-key"):
             kind = ".npz archives"
         raise UsageError(f"{option} applies only to {kind}, not {label}")

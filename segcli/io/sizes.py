@@ -12,7 +12,7 @@ from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 from segcli.errors import SegcliError
-from segcli.io.formats import _COMPRESSED_SUFFIXES, input_format, is_pipe
+from segcli.io.formats import _COMPRESSED_SUFFIXES, TEXT_FORMATS, input_format, is_pipe
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -51,7 +51,7 @@ def decoded_bytes(path: str, names: Collection[str] = ()) -> int | None:
         if fmt == "arrow":
             return _arrow_bytes(path, names)
         size = os.path.getsize(path)
-        if fmt in ("csv", "tsv"):
+        if fmt in TEXT_FORMATS:
             compressed = PurePath(path).suffix.lower() in _COMPRESSED_SUFFIXES
             return UNBOUNDED if compressed else size * _CSV_GROWTH
         return size

@@ -1,4 +1,4 @@
-"""Parquet, Arrow IPC and CSV/TSV tables: schema, column choice and column reads.
+"""Parquet, Arrow IPC, CSV/TSV and JSON-lines tables: schema, column choice and column reads.
 
 pyarrow is imported inside the functions so that ``.npy`` work never loads it.
 """
@@ -12,10 +12,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from segcli.errors import ReadError, UsageError
+from segcli.io import json_lines
 from segcli.io.columns import ColumnRef, column_to_numpy, read_as_note, value_layout
 from segcli.io.formats import (
     ARROW_FILE_MAGIC,
     INPUT_SUFFIXES,
+    TEXT_FORMATS,
     check_readable,
     is_pipe,
     library_errors,
@@ -33,10 +35,12 @@ _WHAT = {
     "arrow": "not a valid Arrow IPC file",
     "csv": "cannot parse CSV",
     "tsv": "cannot parse TSV",
+    "jsonl": "cannot parse JSON lines",
 }
 # Columns pandas adds for its index: never the column a user means.
 _PANDAS_INDEX_PREFIX = "__index_level_"
-#: Bytes of text CSV column types are inferred from (pyarrow's default block size).
+#: Bytes of text a CSV or JSON-lines file's column types are inferred from (pyarrow's default
+#: block size).
 CSV_HEAD_BYTES = 1 << 20
 # pyarrow's default CSV null spellings less the NaN ones, so that "nan", "NaN" and "-nan" (as
 # NumPy and segcli's own CSV output write NaN) read as the float NaN; an empty cell stays null.
@@ -90,12 +94,18 @@ class TableFile:
                 return pq.ParquetFile(self.parquet_source()).schema_arrow
             if self.fmt == "arrow":
                 return self.ipc_reader().schema
-            return self._csv_schema
+            return self._text_schema
 
     @cached_property
-    def _csv_schema(self) -> pa.Schema:
+    def _text_schema(self) -> pa.Schema:
         # Types as inferred from the first block: what a streaming read of the file will use.
-        return self.csv_head(None, CSV_HEAD_BYTES).schema
+        return self.text_head(None, CSV_HEAD_BYTES).schema
+
+    @property
+    def is_text(self) -> bool:
+        """Whether the table is text (CSV/TSV, JSON lines): read a block at a time, each
+        column's type inferred from its first block, the number of rows known at the end."""
+        return self.fmt in TEXT_FORMATS
 
     def read(self, columns: list[str], csv_types: dict[str, pa.DataType] | None = None) -> pa.Table:
         """Read only ``columns`` (all of them for Arrow IPC, which is memory-mapped anyway);
@@ -107,6 +117,8 @@ class TableFile:
                 return pq.ParquetFile(self.parquet_source(), pre_buffer=False).read(columns=columns)
             if self.fmt == "arrow":
                 return self.ipc_reader().read_all().select(columns)
+            if self.fmt == "jsonl":
+                return json_lines.read_table(self._input(), columns)
             import pyarrow.csv as pcsv
 
             return pcsv.read_csv(
@@ -192,6 +204,8 @@ class TableFile:
         if column is not None:
             if column not in self.schema().names:
                 hint = " (no header: columns are numbered from 1)" if not self.csv.header else ""
+                if self.fmt == "jsonl":
+                    hint = " (the fields of its first megabyte of lines)"
                 raise UsageError(f"{self.label}: no column '{column}' (columns: {listing}){hint}")
             self._check_unique([column])
             return column
@@ -235,15 +249,17 @@ class TableFile:
             return pa.BufferReader(pa.py_buffer(self.source))
         if self.fmt == "arrow":
             return pa.memory_map(self.source)  # batches then convert zero-copy from the map
-        return pa.input_stream(self.source)  # decompresses .csv.gz and friends by name
+        return pa.input_stream(self.source)  # decompresses .csv.gz, .jsonl.gz ... by name
 
-    def csv_head(self, columns: list[str] | None, size: int) -> pa.Table:
+    def text_head(self, columns: list[str] | None, size: int) -> pa.Table:
         """``columns`` (all if None) of the whole lines within the first ``size`` bytes of
         text, types inferred from them (pyarrow's streaming reader would read and hold many
         blocks ahead)."""
         import pyarrow as pa
         import pyarrow.csv as pcsv
 
+        if self.fmt == "jsonl":
+            return json_lines.read_head(self._head(size), columns)
         return pcsv.read_csv(
             pa.BufferReader(self._head(size)),
             read_options=self.read_options(),
@@ -261,16 +277,24 @@ class TableFile:
             head = head[: head.rindex(b"\n") + 1]
         return head
 
-    def csv_batches(
+    def text_batches(
         self,
         columns: list[str] | None,
         block_size: int | None = None,
         types: dict[str, pa.DataType] | None = None,
-    ) -> pcsv.CSVStreamingReader:
-        """A streaming reader of a CSV/TSV file's ``columns`` (all if None), in blocks of about
+    ) -> pa.RecordBatchReader:
+        """A streaming reader of a text table's ``columns`` (all if None), in blocks of about
         ``block_size`` bytes of text; column types are as ``types`` says, else inferred from
-        the first block."""
+        the first block (the first ``CSV_HEAD_BYTES`` for JSON lines)."""
+        import pyarrow as pa
         import pyarrow.csv as pcsv
+
+        if self.fmt == "jsonl":
+            head = self._text_schema
+            names = head.names if columns is None else columns
+            given = types or {}
+            schema = pa.schema([(name, given.get(name, head.field(name).type)) for name in names])
+            return json_lines.open_batches(self._input(), schema, block_size)
 
         convert = self._convert_all() if columns is None else self.convert_options(columns)
         if types:
@@ -288,7 +312,8 @@ class TableFile:
 
 
 def is_csv_path(path: str) -> bool:
-    """Whether ``path`` names a CSV/TSV file (plain or compressed), by its suffix."""
+    """Whether ``path`` names a CSV/TSV file (plain or compressed), by its suffix (the
+    CSV options apply to those only)."""
     return suffix_format(path, INPUT_SUFFIXES) in ("csv", "tsv")
 
 

@@ -171,7 +171,7 @@ class KeyEncoder:
     def _encode_slice(
         self, part: Block, what: str, source: str | None, out: np.ndarray | None = None
     ) -> np.ndarray:
-        ids = self._ids(part, what, add=self.keys_from is None, out=out)
+        ids = self._ids(part, what, add=self.keys_from is None, out=out, source=source)
         if self.keys_from is not None:
             unknown = np.flatnonzero(ids == UNKNOWN)
             if len(unknown):
@@ -245,7 +245,7 @@ class KeyEncoder:
             )
         keys = table.select(self.by)
         for name, type_ in zip(keys.column_names, keys.schema.types, strict=True):
-            check_key_type(name, type_)
+            check_key_type(name, type_, label)
         return keys
 
     def _keys_from_in_data_types(self) -> pa.Table:
@@ -260,11 +260,11 @@ class KeyEncoder:
         ]
         return pa.table(columns, names=self.by)
 
-    def _start(self, block: Block) -> list[KeyColumn]:
+    def _start(self, block: Block, source: str | None = None) -> list[KeyColumn]:
         if self._columns is None:
             schema = block.schema
             self._columns = [
-                KeyColumn(name, schema.field(name).type, self.null_keys) for name in self.by
+                KeyColumn(name, schema.field(name).type, self.null_keys, source) for name in self.by
             ]
             if self.keys_from is not None:
                 self._seed(self._columns, self.keys_from)
@@ -289,16 +289,23 @@ class KeyEncoder:
         self._groups.seed(codes, [len(column.index) for column in columns])
 
     def _ids(
-        self, block: Block, what: str, *, add: bool, out: np.ndarray | None = None
+        self,
+        block: Block,
+        what: str,
+        *,
+        add: bool,
+        out: np.ndarray | None = None,
+        source: str | None = None,
     ) -> np.ndarray:
-        """Ids of a block's rows; written into ``out`` (and returned) where the path allows."""
+        """Ids of a block's rows; written into ``out`` (and returned) where the path allows.
+        ``source`` (a file name) prefixes a key type's refusal."""
         names = block.schema.names
         for name in self.by:
             if name not in names:
                 raise InvalidInputError(
                     f"{what} has no column '{name}' (columns: {', '.join(names)})"
                 )
-        columns = self._start(block)
+        columns = self._start(block, source)
         coded = [column.coded(block.column(column.name), what) for column in columns]
         if _grid_pays([len(table) for table, _ in coded], block.num_rows):
             return self._grid_ids(coded, columns, add=add, out=out)

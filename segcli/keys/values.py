@@ -63,11 +63,13 @@ def key_kind(type_: pa.DataType) -> str | None:
     return None
 
 
-def check_key_type(name: str, type_: pa.DataType) -> None:
-    """Refuse, by name and type, a key column whose values cannot be compared."""
+def check_key_type(name: str, type_: pa.DataType, source: str | None = None) -> None:
+    """Refuse, by name and type, a key column whose values cannot be compared; ``source``
+    (the file) prefixes the message."""
     if key_kind(type_) is None:
+        where = f"{source}: " if source else ""
         raise InvalidInputError(
-            f"key column '{name}' has type {type_}, which has no equality to group by; "
+            f"{where}key column '{name}' has type {type_}, which has no equality to group by; "
             "use a column of strings, binaries, integers, floats, booleans, decimals, dates, "
             "times or timestamps"
         )
@@ -240,8 +242,10 @@ def _stacked(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np
 class KeyColumn:
     """One key column: its types (from the first block) and its distinct values so far."""
 
-    def __init__(self, name: str, type_: pa.DataType, null_keys: NullKeys) -> None:
-        check_key_type(name, type_)
+    def __init__(
+        self, name: str, type_: pa.DataType, null_keys: NullKeys, source: str | None = None
+    ) -> None:
+        check_key_type(name, type_, source)
         self.name = name
         self.dictionary_type = type_ if pt.is_dictionary(type_) else None
         self.value_type = _value_type(type_)

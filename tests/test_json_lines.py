@@ -1,0 +1,178 @@
+"""JSON lines tables (``.jsonl``, ``.ndjson``) as inputs: ``--by`` keys, data and ids columns,
+read whole or streamed, checked against pandas and NumPy; and their errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from tests.entry import Ran, run_main
+
+pd = pytest.importorskip("pandas")
+
+ROWS = 200
+
+
+def ok(*args: Any) -> Ran:
+    result = run_main(*args)
+    assert result.exit_code == 0, result.stderr
+    return result
+
+
+def write_lines(path: Path, rows: list[dict[str, Any]]) -> Path:
+    text = "".join(json.dumps(row) + "\n" for row in rows)
+    if path.suffix == ".gz":
+        path.write_bytes(gzip.compress(text.encode()))
+    else:
+        path.write_text(text)
+    return path
+
+
+def flights(seed: int = 0) -> list[dict[str, Any]]:
+    """Rows as a log would hold them: a value missing now and then (null, or the field left
+    out), a key left out now and then, and a field that only later lines have."""
+    rng = np.random.default_rng(seed)
+    rows: list[dict[str, Any]] = []
+    for i in range(ROWS):
+        row: dict[str, Any] = {
+            "carrier": ["UA", "AA", "DL"][rng.integers(0, 3)],
+            "origin": ["JFK", "LAX"][rng.integers(0, 2)],
+            "delay": float(rng.integers(-20, 60)) / 4,
+            "sensor": int(rng.integers(0, 5)),
+        }
+        if i % 17 == 0:
+            row["delay"] = None
+        if i % 23 == 0:
+            del row["origin"]
+        if i > ROWS // 2:
+            row["note"] = "late field"
+        rows.append(row)
+    return rows
+
+
+def pandas_means(rows: list[dict[str, Any]], by: list[str]) -> pd.DataFrame:
+    frame = pd.DataFrame(rows)
+    grouped = frame.groupby(by, dropna=True)["delay"]
+    out = pd.DataFrame({"value": grouped.mean(), "present": grouped.count()}).reset_index()
+    return out.sort_values(by, ignore_index=True)
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".ndjson", ".jsonl.gz"])
+def test_by_keys_of_json_lines_give_pandas_groupby(tmp_path: Path, suffix: str) -> None:
+    rows = flights()
+    path = write_lines(tmp_path / f"f{suffix}", rows)
+    out = tmp_path / "out.parquet"
+    ok("mean", path, "--data-column", "delay", "--by", "carrier,origin", "--skipna", "-o", out)
+    table = pq.read_table(out)
+    want = pandas_means(rows, ["carrier", "origin"])
+    assert table.column("carrier").to_pylist() == want["carrier"].tolist()
+    assert table.column("origin").to_pylist() == want["origin"].tolist()
+    np.testing.assert_allclose(table.column("value").to_numpy(), want["value"], rtol=1e-12)
+    present = tmp_path / "present.parquet"
+    args = ["--data-column", "delay", "--by", "carrier,origin", "--skipna", "-o", present]
+    ok("count", path, *args)
+    assert pq.read_table(present).column("value").to_pylist() == want["present"].tolist()
+
+
+@pytest.mark.parametrize("rows", ["3", "64"])
+def test_streamed_json_lines_give_the_bytes_of_the_whole_read(tmp_path: Path, rows: str) -> None:
+    path = write_lines(tmp_path / "f.jsonl", flights(1))
+    args = ["agg", path, "--data-column", "delay", "--by", "carrier", "--op", "sum,max,count"]
+    ok(*args, "--skipna", "-o", tmp_path / "whole.parquet")
+    ok(*args, "--skipna", "--chunk-rows", rows, "-o", tmp_path / "streamed.parquet")
+    assert pq.read_table(tmp_path / "whole.parquet").equals(
+        pq.read_table(tmp_path / "streamed.parquet")
+    )
+
+
+def test_data_and_ids_columns_of_one_json_lines_file(tmp_path: Path) -> None:
+    rows = [{"sensor": i % 4, "reading": float(i) / 8} for i in range(50)]
+    path = write_lines(tmp_path / "r.jsonl", rows)
+    out = tmp_path / "out.npy"
+    ok("sum", path, "--data-column", "reading", "--ids-column", "sensor", "-n", "5", "-o", out)
+    ids = np.array([r["sensor"] for r in rows])
+    values = np.array([r["reading"] for r in rows])
+    want = np.array([values[ids == s].sum() for s in range(5)])
+    np.testing.assert_array_equal(np.load(out), want)
+    streamed = tmp_path / "streamed.npy"
+    args = ["--data-column", "reading", "--ids-column", "sensor", "-n", "5", "--chunk-rows", "7"]
+    ok("sum", path, *args, "-o", streamed)
+    assert streamed.read_bytes() == out.read_bytes()
+
+
+def test_keys_from_a_json_lines_file(tmp_path: Path) -> None:
+    path = write_lines(
+        tmp_path / "f.jsonl", [row for row in flights(2) if row["delay"] is not None]
+    )
+    keys = write_lines(tmp_path / "keys.jsonl", [{"carrier": c} for c in ["DL", "ZZ", "AA", "UA"]])
+    out = tmp_path / "out.parquet"
+    ok("count", path, "--data-column", "delay", "--by", "carrier", "--keys-from", keys, "-o", out)
+    table = pq.read_table(out)
+    assert table.column("carrier").to_pylist() == ["DL", "ZZ", "AA", "UA"]
+    assert table.column("value").to_pylist()[1] == 0  # ZZ: an empty group, filled
+
+
+def test_info_lists_the_fields_of_a_json_lines_file(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "f.jsonl", flights())
+    shown = ok("info", path).stdout
+    assert "format: jsonl" in shown and "rows: 200" in shown
+    for column in ("carrier: string", "delay: double, nulls 12", "sensor: int64", "note: string"):
+        assert column in shown
+
+
+def test_the_columns_are_the_fields_of_the_first_megabyte(tmp_path: Path) -> None:
+    lines = [{"k": "a", "v": 1.0}] * 70_000 + [{"k": "b", "v": 2.0, "late": 3.0}]
+    path = write_lines(tmp_path / "f.jsonl", lines)
+    result = run_main("sum", path, "--data-column", "late", "--by", "k")
+    assert result.exit_code == 2
+    assert "no column 'late' (columns: k, v) (the fields of its first megabyte" in result.stderr
+
+
+def test_a_later_value_that_does_not_fit_a_streamed_column_is_one_line(tmp_path: Path) -> None:
+    # More than the first block of text (1 MiB) of whole numbers, then a fraction.
+    lines = [{"k": f"k{i % 3}", "a": i} for i in range(60_000)] + [{"k": "k1", "a": 1.5}]
+    path = write_lines(tmp_path / "late.jsonl", lines)
+    out = tmp_path / "out.parquet"
+    result = run_main(
+        "sum", path, "--data-column", "a", "--by", "k", "--chunk-rows", "1000", "-o", out
+    )
+    assert result.exit_code == 3
+    assert result.stderr.count("\n") == 1 and "holds '1.5' after its first rows" in result.stderr
+    assert not out.exists()
+    # Read whole, the column is double from the start: the sum is exact.
+    ok("sum", path, "--data-column", "a", "--by", "k", "--memory-limit", "1GB", "-o", out)
+    assert pq.read_table(out).column("value").to_pylist()[1] == sum(range(1, 60_000, 3)) + 1.5
+
+
+@pytest.mark.parametrize(
+    ("text", "args", "code", "message"),
+    [
+        ('{"a": 1, "k": "x"}\n{"a": 2, "k": \n', ["--by", "k"], 3, "cannot parse JSON lines"),
+        ('{"a": 1, "k": "x"}\n', ["--by", "nope"], 2, "no column 'nope' (columns: a, k)"),
+        ("", ["--by", "k"], 2, "no column 'k' (columns: none)"),
+        ('{"a": 1, "k": {"z": 1}}\n', ["--by", "k"], 1, "t.jsonl: key column 'k' has type struct"),
+        ('{"a": 1, "k": "x"}\n', ["--by", "k", "--engine", "dask"], 2, "not jsonl"),
+    ],
+)
+def test_json_lines_errors_are_one_line_and_write_nothing(
+    tmp_path: Path, text: str, args: list[str], code: int, message: str
+) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(text)
+    out = tmp_path / "out.parquet"
+    result = run_main("sum", path, "--data-column", "a", *args, "-o", out)
+    assert result.exit_code == code, result.stderr
+    assert result.stderr.count("\n") == 1 and message in result.stderr
+    assert list(tmp_path.iterdir()) == [path]
+
+
+def test_json_lines_are_not_an_output_format(tmp_path: Path) -> None:
+    path = write_lines(tmp_path / "f.jsonl", flights())
+    result = run_main("sum", path, "--data-column", "delay", "--by", "carrier", "-o", "o.jsonl")
+    assert result.exit_code == 2 and "cannot tell the output format" in result.stderr
