@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -176,3 +177,35 @@ def test_json_lines_are_not_an_output_format(tmp_path: Path) -> None:
     path = write_lines(tmp_path / "f.jsonl", flights())
     result = run_main("sum", path, "--data-column", "delay", "--by", "carrier", "-o", "o.jsonl")
     assert result.exit_code == 2 and "cannot tell the output format" in result.stderr
+
+
+def test_sparse_and_sorting_ops_read_json_lines_as_parquet(tmp_path: Path) -> None:
+    """The embedding bag of the README and a median by key: the same bytes from JSON lines
+    as from the same rows in Parquet, whole or streamed."""
+    sample = Path(__file__).resolve().parent.parent / "sample_data"
+    bags = pq.read_table(sample / "bags.parquet")
+    lines = write_lines(tmp_path / "bags.jsonl", bags.to_pylist())
+    args = ["--ids-column", "bag", "--indices-column", "token", "--weights-column", "weight"]
+    for source, name in ((sample / "bags.parquet", "p.npy"), (lines, "j.npy")):
+        ok("mean", sample / "vocab.npy", source, *args, "-n", "5", "-o", tmp_path / name)
+    assert (tmp_path / "p.npy").read_bytes() == (tmp_path / "j.npy").read_bytes()
+    rows = flights(3)
+    path = write_lines(tmp_path / "f.jsonl", rows)
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "f.parquet")
+    outs = []
+    for source, extra in ((path, []), (path, ["--chunk-rows", "9"]), (tmp_path / "f.parquet", [])):
+        out = tmp_path / f"m{len(outs)}.csv"
+        ok(
+            "median",
+            source,
+            "--data-column",
+            "delay",
+            "--by",
+            "carrier",
+            "--skipna",
+            *extra,
+            "-o",
+            out,
+        )
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1] == outs[2]
