@@ -9,6 +9,7 @@ CSV/TSV is read in the data's key types where it can be (as ``--keys-from`` is, 
 ``007`` stays a string and ``12.50`` a decimal), JSON holds its ``"keys"`` as JSON values.
 ``.npy`` and ``.npz`` goldens hold no keys (``--keys-out`` writes them apart): nothing to compare.
 
+The single-op commands call it; agg compares its golden table's columns its own way.
 pyarrow is imported inside the functions: the module loads only for a ``--by`` run's ``--expect``.
 """
 
@@ -36,17 +37,16 @@ class _Keys:
     show: Callable[[int], str]
 
 
-def check_expected_keys(keys: pa.Table, path: str, *, json_golden: bool = True) -> None:
+def check_expected_keys(keys: pa.Table, path: str) -> None:
     """Raise :class:`ExpectationError` naming the first row whose key differs from the golden
     file's at ``path`` (or, when the keys agree as far as both go, the first group only one of
-    them has); :class:`InvalidInputError` when the golden file lacks a key column.
-    ``json_golden=False``: a JSON golden is left to the caller, which refuses it (agg)."""
+    them has); :class:`InvalidInputError` when the golden file lacks a key column."""
     from segcli.io.formats import OUTPUT_SUFFIXES, input_format, suffix_format
 
     fmt = suffix_format(path, OUTPUT_SUFFIXES) or input_format(path)
     if fmt in _TABLES:
         got, want = _table_keys(keys), _table_keys(_golden_table(path, fmt, keys))
-    elif fmt == "json" and json_golden:
+    elif fmt == "json":
         from segcli.io.keyed import json_keys
 
         got = _Keys(_json_rows(json_keys(keys), keys.column_names), _table_keys(keys).show)

@@ -114,6 +114,11 @@ class RunRequest:
         _check_by(self)
         return _parse_by(self.by)
 
+    def refuse_clashing_keys(self, results: tuple[str, ...] | list[str] = ("value",)) -> None:
+        """A UsageError if a ``--by`` column has the name of an output column, before any
+        input is read (see :mod:`segcli.io.key_names`); ``results``: the result columns."""
+        refuse_clashing_keys(self.key_columns(), results)
+
     def csv_options(self) -> io.CsvOptions | None:
         """How to split CSV/TSV inputs; a UsageError if given and no input is CSV/TSV."""
         if self.delimiter is None and not self.no_header:
@@ -360,7 +365,7 @@ def _run(
     checkpoint("reduce")
     streams = streams or Streams()
     _check_output_options(request)
-    refuse_clashing_keys(request.key_columns())
+    request.refuse_clashing_keys()
     spec = request.spec(streams.stdin)
     streams.stdin = spec.stdin
     done = carry_out(spec, progress)
