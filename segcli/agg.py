@@ -110,6 +110,7 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
     names = column_names(_result_names(op_names, request.q), columns)
     names += ["rows"] if _rows_column(request, op_names) else []
     agg_write.check_layout(fmt, dict.fromkeys(names, np.empty(0)))
+    request.refuse_clashing_keys(names)
     return fmt
 
 

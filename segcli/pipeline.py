@@ -27,6 +27,7 @@ from segcli.expect import check_expected
 from segcli.io import peek
 from segcli.io.columns import nulls_kept
 from segcli.io.formats import input_format
+from segcli.io.key_names import refuse_clashing_keys
 from segcli.io.keyed import (
     key_value_text,
     keyed_header,
@@ -112,6 +113,11 @@ class RunRequest:
         """The ``--by`` column names; the key options' usage errors (see :func:`_check_by`)."""
         _check_by(self)
         return _parse_by(self.by)
+
+    def refuse_clashing_keys(self, results: tuple[str, ...] | list[str] = ("value",)) -> None:
+        """A UsageError if a ``--by`` column has the name of an output column, before any
+        input is read (see :mod:`segcli.io.key_names`); ``results``: the result columns."""
+        refuse_clashing_keys(self.key_columns(), results)
 
     def csv_options(self) -> io.CsvOptions | None:
         """How to split CSV/TSV inputs; a UsageError if given and no input is CSV/TSV."""
@@ -359,6 +365,7 @@ def _run(
     checkpoint("reduce")
     streams = streams or Streams()
     _check_output_options(request)
+    request.refuse_clashing_keys()
     spec = request.spec(streams.stdin)
     streams.stdin = spec.stdin
     done = carry_out(spec, progress)
@@ -366,6 +373,10 @@ def _run(
     if warn is not None:
         _warn_of_huge_inferred_n(reduction.id_report, warn)
     if request.expect:
+        if done.keys is not None:
+            from segcli.expect_keys import check_expected_keys
+
+            check_expected_keys(done.keys.table, request.expect)
         expected = io.read_result_table(request.expect)
         check_expected(
             reduction.result, expected, request.expect, rtol=request.rtol, atol=request.atol

@@ -738,3 +738,157 @@ def test_errors_name_a_key_as_the_output_writes_it(
         f"Error: 1 empty group of --keys-from {both}, more than --max-empty 0 "
         f"(first empty: k={text})\n",
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# A key column named like an output column; --expect compares the key columns
+
+
+CLASHES = [
+    # (command, key column, output column it is named like, output options)
+    (["count"], "count", "'count'", ["-o", "OUT.parquet"]),
+    (["sum"], "value", "'value'", ["-o", "OUT.csv"]),
+    (["sum"], "segment", "'segment'", []),
+    (["mean"], "value_0", "'value_0' (of value's inner dimensions)", ["-o", "OUT.json"]),
+    (["sum"], "count", "'count'", ["-o", "OUT.npy", "--keys-out", "K.parquet"]),
+    (["agg", "--op", "mean,max"], "mean", "'mean'", ["-o", "OUT.arrow"]),
+    (["agg", "--op", "mean", "--data-column", "x,v"], "x_mean", "'x_mean'", ["-o", "OUT.tsv"]),
+    (["agg", "--op", "quantile", "--q", "0.9"], "q0.9", "'q0.9'", ["-o", "OUT.parquet"]),
+    (["agg", "--op", "count,sum", "--skipna"], "rows", "'rows'", ["-o", "OUT.csv"]),
+    (["agg", "--op", "sum"], "count", "'count'", ["-o", "OUT.npz", "--keys-out", "K.csv"]),
+]
+
+
+@pytest.mark.parametrize("mode", [[], ["--chunk-rows", "4"], ["--engine", "dask"]])
+@pytest.mark.parametrize(("command", "key", "clash", "output"), CLASHES)
+def test_a_key_named_like_an_output_column_is_a_usage_error(
+    tmp_path: Path, command: list[str], key: str, clash: str, output: list[str], mode: list[str]
+) -> None:
+    # Parquet, Arrow and pandas cannot read back a table with two columns of one name.
+    table = pa.table({key: ["a", "b", "a"], "x": [1.0, 2.0, 3.0], "v": [4.0, 5.0, 6.0]})
+    path = write_table(tmp_path / "t.parquet", table)
+    output = [str(tmp_path / a) if a[:3] in ("OUT", "K.p", "K.c") else a for a in output]
+    data = [] if "--data-column" in command else ["--data-column", "v"]
+    result = run(*command, path, "--by", key, *data, *output, *mode)
+    assert result.exit_code == 2, result.stderr
+    assert result.stderr.startswith(
+        f"Error: --by: key column '{key}' has the name of the output column {clash}, "
+    )
+    assert len(result.stderr.splitlines()) == 1
+    assert [p.name for p in tmp_path.iterdir()] == ["t.parquet"]
+
+
+def test_a_key_named_like_an_output_column_is_checked_by_check(tmp_path: Path) -> None:
+    # check writes no table: nothing to collide.
+    table = pa.table({"count": ["a", "b", "a"], "v": [4.0, 5.0, 6.0]})
+    path = write_table(tmp_path / "t.parquet", table)
+    ok("check", path, "--by", "count", "--data-column", "v", "--max-empty", "0", "-q")
+
+
+def test_keys_named_like_no_output_column_are_kept(tmp_path: Path) -> None:
+    table = pa.table({"value_x": ["a", "b"], "counts": [1, 2], "v": [4.0, 5.0]})
+    path = write_table(tmp_path / "t.parquet", table)
+    out = tmp_path / "o.parquet"
+    ok("sum", path, "--by", "value_x,counts", "--data-column", "v", "-o", out, "-q")
+    assert pq.read_table(out).column_names == ["value_x", "counts", "value", "count"]
+
+
+def golden_keys(tmp_path: Path, keys: list[str], name: str = "g") -> Path:
+    """A table whose groups are ``keys`` (sorted: segcli writes them so), each of value 1."""
+    return write_table(tmp_path / f"{name}.parquet", pa.table({"k": keys, "v": [1.0] * len(keys)}))
+
+
+EXPECT_FORMATS = ["parquet", "arrow", "csv", "tsv", "json"]
+
+
+@pytest.mark.parametrize("fmt", EXPECT_FORMATS)
+def test_expect_compares_the_key_columns(tmp_path: Path, fmt: str) -> None:
+    data = golden_keys(tmp_path, ["a", "b"], "data")
+    other = golden_keys(tmp_path, ["c", "d"], "other")
+    golden = tmp_path / f"golden.{fmt}"
+    ok("sum", other, "--by", "k", "-o", golden, "-q")
+    ok("sum", other, "--by", "k", "--expect", golden, "-q")
+    # The same values, of other keys: it passed, comparing values by position only.
+    result = run("sum", data, "--by", "k", "--expect", golden, "-q")
+    assert (result.exit_code, result.stderr) == (
+        4,
+        f"Error: --expect {golden}: row 0 has key k='a', the golden file k='c' "
+        "(the keys differ in 2 of 2 rows)\n",
+    )
+    assert result.stdout == ""
+
+
+def test_expect_compares_the_key_order(tmp_path: Path) -> None:
+    data = golden_keys(tmp_path, ["a", "b"], "data")
+    golden = tmp_path / "golden.csv"
+    golden.write_text("k,value,count\nb,1.0,1\na,1.0,1\n")
+    result = run("sum", data, "--by", "k", "--expect", golden, "-q")
+    assert (result.exit_code, result.stderr) == (
+        4,
+        f"Error: --expect {golden}: row 0 has key k='a', the golden file k='b' "
+        "(the keys differ in 2 of 2 rows)\n",
+    )
+
+
+def test_expect_names_the_first_group_only_one_side_has(tmp_path: Path) -> None:
+    data = golden_keys(tmp_path, ["a", "b"], "data")
+    more = golden_keys(tmp_path, ["a", "b", "c"], "more")
+    golden = tmp_path / "golden.tsv"
+    ok("sum", more, "--by", "k", "-o", golden, "-q")
+    result = run("sum", data, "--by", "k", "--expect", golden, "-q")
+    assert (result.exit_code, result.stderr) == (
+        4,
+        f"Error: --expect {golden}: the result has 2 groups, the golden file 3; the first "
+        "only the golden file has: row 2, key k='c'\n",
+    )
+
+
+def test_expect_without_the_key_columns_is_an_error(tmp_path: Path) -> None:
+    data = golden_keys(tmp_path, ["a", "b"], "data")
+    golden = tmp_path / "golden.csv"
+    golden.write_text("segment,value,count\n0,1.0,1\n1,1.0,1\n")
+    result = run("sum", data, "--by", "k", "--expect", golden, "-q")
+    assert (result.exit_code, result.stderr) == (
+        1,
+        f"Error: --expect {golden}: no key column 'k' to compare with "
+        "(columns: segment, value, count)\n",
+    )
+
+
+@pytest.mark.parametrize("fmt", [*EXPECT_FORMATS, "npy", "npz"])
+@pytest.mark.parametrize("kind", list(KEY_KINDS))
+def test_a_golden_segcli_wrote_passes_for_every_key_kind(
+    tmp_path: Path, kind: str, fmt: str
+) -> None:
+    # CSV keys such as 007 (a string), 1.50 (a decimal) or hex bytes read back as the data's.
+    path = write_table(tmp_path / "t.parquet", values_table({"k": KEY_KINDS[kind]}))
+    keys_out = ["--keys-out", tmp_path / "k.csv"] if fmt in ("npy", "npz") else []
+    args = ["--by", "k", "--null-keys", "group", "-q"]
+    # agg --expect takes no JSON golden, and .npy one result column: "sum,mean" is two.
+    commands = [["sum"], *([["agg", "--op", "sum,mean"]] if fmt not in ("json", "npy") else [])]
+    for command in commands:
+        golden = tmp_path / f"golden_{command[0]}.{fmt}"
+        ok(*command, path, *args, "-o", golden, *keys_out)
+        ok(*command, path, *args, "--expect", golden)
+
+
+def test_csv_golden_keys_compare_by_value_in_the_data_key_types(tmp_path: Path) -> None:
+    table = pa.table(
+        {
+            "s": pa.array(["007", "", None]),
+            "i": pa.array([1, 2, 3], pa.int16()),
+            "v": [1.0, 2.0, 3.0],
+        }
+    )
+    path = write_table(tmp_path / "t.parquet", table)
+    golden = tmp_path / "golden.csv"
+    # A zero-padded integer is the integer; a quoted "" the empty string, an empty field null.
+    golden.write_text('s,i,value,count\n"",02,2.0,1\n007,1,1.0,1\n,3,3.0,1\n')
+    ok("sum", path, "--by", "s,i", "--null-keys", "group", "--expect", golden, "-q")
+    golden.write_text('s,i,value,count\n,02,2.0,1\n007,1,1.0,1\n"",3,3.0,1\n')
+    result = run("sum", path, "--by", "s,i", "--null-keys", "group", "--expect", golden, "-q")
+    assert (result.exit_code, result.stderr) == (
+        4,
+        f"Error: --expect {golden}: row 0 has key s='', i=2, the golden file s=None, i=2 "
+        "(the keys differ in 2 of 3 rows)\n",
+    )
