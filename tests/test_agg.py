@@ -103,6 +103,20 @@ def test_every_op_in_one_agg_gives_the_single_op_bytes(tmp_path, dtype, chunk):
 
 
 @pytest.mark.parametrize("chunk", [None, 3])
+def test_bool_data_folds_every_op_that_takes_it_in_one_agg(tmp_path, chunk):
+    """any, all, count and nunique take bool data (SPEC), alone and together in agg."""
+    rng = np.random.default_rng(4)
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, rng.random((30, 2)) < 0.5)
+    np.save(ids, rng.integers(-1, 6, size=30))
+    chunking = [] if chunk is None else ["--chunk-rows", chunk]
+    names = ["any", "all", "count", "nunique"]
+    for fill in ([], ["--fill", "1"]):
+        args = ("-q", *chunking, *fill)
+        assert_agg_gives_the_single_ops_bytes(tmp_path, data, ids, names, args)
+
+
+@pytest.mark.parametrize("chunk", [None, 3])
 def test_every_engine_folds_the_combined_state_like_the_single_ops(tmp_path, engine, chunk):
     rng = np.random.default_rng(5)
     data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
