@@ -291,7 +291,7 @@ def check_expected_columns(
     if missing:
         raise InvalidInputError(f"--expect {path}: no column {missing[0]!r} to compare with")
     for name, values in flat.items():
-        expected = np.asarray(golden[name])
+        expected = _golden_numbers(np.asarray(golden[name]), path, name)
         if expected.shape != values.shape:
             raise ExpectationError(
                 f"--expect {path}: column {name} has {expected.shape[0]} rows, the result "
@@ -304,6 +304,30 @@ def check_expected_columns(
                 f"--expect {path}: column {name} differs in {bad.size:,} segment(s), the first "
                 f"segment {int(bad[0])}: {values[bad[0]]} vs expected {expected[bad[0]]}"
             )
+
+
+def _golden_numbers(expected: np.ndarray, path: str, name: str) -> np.ndarray:
+    """A golden column as numbers. A CSV reader leaves text where no number type fits (complex
+    values as ``(1+2j)``, or a stray word): parse it as the single-op ``--expect`` does, and name
+    the first value that is not a number rather than fail inside the comparison."""
+    if expected.dtype.kind in "biufc":
+        return expected
+    texts = [str(value) for value in expected.tolist()]
+    for dtype in (np.float64, np.complex128):
+        try:
+            return np.array(texts, dtype=str).astype(dtype)
+        except (ValueError, OverflowError):
+            continue
+    bad = next(i for i, text in enumerate(texts) if not _is_number(text))
+    raise ReadError(f"--expect {path}: column {name} row {bad}: {texts[bad]!r} is not a number")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        complex(text.strip())
+    except ValueError:
+        return False
+    return True
 
 
 def _read_golden(path: str) -> dict[str, np.ndarray]:

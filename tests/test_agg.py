@@ -311,6 +311,26 @@ def test_expect_passes_and_fails(pair, tmp_path):
     assert not out.exists()
 
 
+def test_expect_reads_complex_text_and_names_a_word(tmp_path):
+    """A CSV golden holds complex values as text; a word in a column is named, not a crash."""
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.array([1 + 2j, 3, 4j, 5], np.complex64))
+    np.save(ids, np.array([0, 0, 1, 3]))
+    golden, out = tmp_path / "golden.csv", tmp_path / "out.npz"
+    assert run("agg", data, ids, "--op", "sum,first", "-o", golden, "-q").exit_code == 0
+    passed = run("agg", data, ids, "--op", "sum,first", "--expect", golden, "-q")
+    assert passed.exit_code == 0, passed.stderr
+    golden.write_text(golden.read_text().replace("(4+2j)", "(4+3j)"))
+    failed = run("agg", data, ids, "--op", "sum,first", "--expect", golden, "-o", out, "-q")
+    assert failed.exit_code == 4, failed.stderr
+    assert "column sum differs" in failed.stderr and error_lines(failed) == 1
+    golden.write_text(golden.read_text().replace("4j", "four"))
+    word = run("agg", data, ids, "--op", "sum,first", "--expect", golden, "-o", out, "-q")
+    assert word.exit_code == 3, word.stderr
+    assert word.stderr == f"Error: --expect {golden}: column sum row 1: 'four' is not a number\n"
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     ("ops_list", "message"),
     [
