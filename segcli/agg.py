@@ -244,7 +244,7 @@ def _outcome(
             timings[step] = timings.get(step, 0.0) + seconds
     first = dataclasses.replace(runs[0], timings=timings)
     one = next(iter(results.values()))
-    shown = dataclasses.replace(first.reduction, result=one)
+    shown = dataclasses.replace(first.reduction, result=one, skipped_values=_skipped(runs))
     summary = run_summary(
         dataclasses.replace(first, reduction=shown),
         output_path=request.output,
@@ -272,6 +272,13 @@ def _outcome(
             }
         )
     return AggOutcome(summary, results, counts, facts)
+
+
+def _skipped(runs: list[DriverResult]) -> int | None:
+    """``--skipna``: the values left out over every data column (each column's run counts its
+    own; the rows with a null id are the same rows for all)."""
+    counts = [done.reduction.skipped_values for done in runs]
+    return None if counts[0] is None else sum(count or 0 for count in counts)
 
 
 def check_expected_columns(

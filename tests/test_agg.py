@@ -393,6 +393,24 @@ def test_summary_json_has_one_entry_per_result_column(pair, tmp_path):
     assert facts["results"][1]["nan_count"] == 0 and facts["nan_count"] == 0
 
 
+@pytest.mark.parametrize("chunk", [None, 2])
+@pytest.mark.parametrize("names", ["mean", "median", "mean,median"])
+def test_skipna_summary_counts_the_missing_values_of_every_column(tmp_path, chunk, names):
+    path = tmp_path / "gaps.parquet"
+    table = {
+        "id": pa.array([0, 0, 1, None, 2, 2, 1], pa.int32()),
+        "a": pa.array([1.0, None, float("nan"), 4.0, None, None, 7.0]),
+        "b": pa.array([1, 2, None, 4, 5, 6, 7], pa.int16()),
+    }
+    pq.write_table(pa.table(table), path)
+    chunking = [] if chunk is None else ["--chunk-rows", chunk]
+    args = ["--ids-column", "id", "--op", names, "--skipna", "-q", "--summary-json", "-"]
+    result = run("agg", path, "--data-column", "a,b", *args, *chunking)
+    assert result.exit_code == 0, result.stderr
+    # a: rows 1, 2, 4 and 5; b: row 2 (row 3 has a null id: dropped, not skipped)
+    assert json.loads(result.stderr)["skipped"] == {"values": 5, "rows": 1}
+
+
 def test_check_takes_a_list_of_ops(tmp_path):
     data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
     np.save(data, np.ones(3, np.complex64))
