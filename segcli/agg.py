@@ -108,7 +108,7 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
     if len(columns) > 1 and request.data == "-" and request.engine == "dask":
         raise UsageError("several --data-column on Dask read DATA once each: give files")
     names = column_names(_result_names(op_names, request.q), columns)
-    names += ["rows"] if _rows_column(request, op_names) else []
+    names += ["rows"] if _rows_column(request, op_names, fmt) else []
     agg_write.check_layout(fmt, dict.fromkeys(names, np.empty(0)))
     return fmt
 
@@ -124,10 +124,11 @@ def _result_names(op_names: tuple[str, ...], q: float | None) -> tuple[str, ...]
     return tuple(result_name(op, q) for op in op_names)
 
 
-def _rows_column(request: RunRequest, op_names: tuple[str, ...]) -> bool:
+def _rows_column(request: RunRequest, op_names: tuple[str, ...], fmt: str) -> bool:
     """SPEC: under --skipna the count op counts present values, so a ``rows`` column (rows
-    per segment) takes the place of the trailing count."""
-    return request.skipna and "count" in op_names
+    per segment) takes the place of the trailing count; .npy, which holds no count column,
+    holds no ``rows`` either (``agg --op count --skipna`` writes what ``count --skipna`` does)."""
+    return request.skipna and "count" in op_names and fmt != "npy"
 
 
 def column_names(op_names: tuple[str, ...], columns: list[str | None]) -> list[str]:
@@ -182,7 +183,7 @@ def _run(
             name = op if len(columns) == 1 else f"{column}_{op}"
             results[name] = values
     counts = np.asarray(runs[0].reduction.counts)
-    if _rows_column(request, op_names):
+    if _rows_column(request, op_names, fmt):
         results["rows"] = counts
     keys = runs[0].keys
     if request.expect:
