@@ -188,7 +188,12 @@ def _run(
     keys = runs[0].keys
     if request.expect:
         check_expected_columns(
-            results, counts, request.expect, rtol=request.rtol, atol=request.atol
+            results,
+            counts,
+            request.expect,
+            rtol=request.rtol,
+            atol=request.atol,
+            numbered=keys is None,
         )
     started = time.perf_counter()
     body = agg_write.render(
@@ -289,12 +294,16 @@ def check_expected_columns(
     *,
     rtol: float,
     atol: float,
+    numbered: bool = True,
 ) -> None:
     """Compare every result column with the golden table at ``path`` (a table or .npz with the
-    same columns); exit 4 naming the first column and segment that differ."""
+    same columns); exit 4 naming the first column and segment that differ. A golden table's
+    ``segment`` column is compared too (``numbered``: the rows are segments, not keys), so that
+    rows of other segments, or in another order, fail rather than pass on equal values."""
     golden = _read_golden(path)
     flat = agg_write.flat_columns(results, counts, counted=True)
-    del flat["segment"]
+    if not numbered or "segment" not in golden:
+        del flat["segment"]
     missing = [name for name in flat if name not in golden]
     if missing:
         raise InvalidInputError(f"--expect {path}: no column {missing[0]!r} to compare with")
@@ -346,7 +355,9 @@ def _read_golden(path: str) -> dict[str, np.ndarray]:
                 flat: dict[str, np.ndarray] = {}
                 for name in archive.files:
                     values = archive[name]
-                    flat.update(agg_write.flat_columns({name: values}, values[:0], counted=True))
+                    columns = agg_write.flat_columns({name: values}, values[:0], counted=True)
+                    del columns["segment"]  # numbers of no segment: an .npz holds none
+                    flat.update(columns)
                 return flat
         if fmt in ("csv", "tsv"):
             import pyarrow.csv as pacsv

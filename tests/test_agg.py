@@ -311,6 +311,24 @@ def test_expect_passes_and_fails(pair, tmp_path):
     assert not out.exists()
 
 
+def test_expect_compares_the_segment_column_of_a_golden_table(pair, tmp_path):
+    """Rows of a golden table in another order are other segments: a mismatch, even where the
+    values happen to agree (here: two empty segments, swapped)."""
+    golden, npz = tmp_path / "golden.csv", tmp_path / "golden.npz"
+    args = ["--op", "sum,max", "-n", 9, "-q"]
+    assert run("agg", *pair, *args, "-o", golden).exit_code == 0
+    assert run("agg", *pair, *args, "-o", npz).exit_code == 0
+    assert run("agg", *pair, *args, "--expect", npz).exit_code == 0  # no segment column
+    lines = golden.read_text().splitlines()
+    lines[7], lines[8] = lines[8], lines[7]  # segments 6 and 7, both empty
+    assert lines[7].split(",")[1:] == lines[8].split(",")[1:]
+    golden.write_text("\n".join(lines) + "\n")
+    failed = run("agg", *pair, *args, "--expect", golden)
+    assert failed.exit_code == 4, failed.stderr
+    assert failed.stderr.startswith(f"Error: --expect {golden}: column segment differs in 2")
+    assert error_lines(failed) == 1
+
+
 def test_expect_reads_complex_text_and_names_a_word(tmp_path):
     """A CSV golden holds complex values as text; a word in a column is named, not a crash."""
     data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
