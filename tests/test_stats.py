@@ -69,6 +69,23 @@ def test_var_bytes_do_not_depend_on_blocks_lanes_or_engines(engine: str) -> None
     assert reduce(data, ids, 7, "var", engine=engine).tobytes() == want.tobytes()
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_var_std_nan_bits_do_not_depend_on_the_engine(
+    tmp_path: Path, engine: str, dtype: type
+) -> None:
+    """inf - inf is x86's negative NaN and a NaN value is positive: which sign their sum keeps
+    is the compiler's choice, so every engine gives the one NaN of NumPy's ``np.nan``."""
+    data = np.array([np.inf, np.nan, -np.inf, 1.0, np.nan, 2.0, np.nan], dtype)
+    ids = np.array([0, 0, 1, 1, 1, 2, 2])
+    nan_bits = np.array([np.nan, np.nan, np.nan], dtype).tobytes()
+    paths, out = save(tmp_path, data, ids), tmp_path / "out.npy"
+    for op in ("var", "std"):
+        assert reduce(data, ids, 3, op, engine=engine).tobytes() == nan_bits, op
+        streamed = invoke(op, *paths, "--engine", engine, "--chunk-rows", 1, "-o", out, "-q")
+        assert streamed.exit_code == 0, streamed.stderr
+        assert np.load(out).tobytes() == nan_bits, op
+
+
 def lane_rule_var(data: np.ndarray, ids: np.ndarray, n: int, lane_rows: int) -> np.ndarray:
     """The documented rule, written out: row r folds into lane (r // lane_rows) % 2 in row
     order (per lane: the segment's first value there as its shift, the shifted sums and the
