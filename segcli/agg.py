@@ -193,7 +193,7 @@ def _run(
             request.expect,
             rtol=request.rtol,
             atol=request.atol,
-            numbered=keys is None,
+            keys=() if keys is None else tuple(keys.table.column_names),
         )
     started = time.perf_counter()
     body = agg_write.render(
@@ -294,19 +294,26 @@ def check_expected_columns(
     *,
     rtol: float,
     atol: float,
-    numbered: bool = True,
+    keys: tuple[str, ...] = (),
 ) -> None:
     """Compare every result column with the golden table at ``path`` (a table or .npz with the
     same columns); exit 4 naming the first column and segment that differ. A golden table's
-    ``segment`` column is compared too (``numbered``: the rows are segments, not keys), so that
-    rows of other segments, or in another order, fail rather than pass on equal values."""
+    ``segment`` column is compared too (without ``keys``, a ``--by`` run's key columns), so
+    that rows of other segments, or in another order, fail rather than pass on equal values;
+    a golden result column this run does not give is an error, not a column left unchecked."""
     golden = _read_golden(path)
     flat = agg_write.flat_columns(results, counts, counted=True)
-    if not numbered or "segment" not in golden:
+    if keys or "segment" not in golden:
         del flat["segment"]
     missing = [name for name in flat if name not in golden]
     if missing:
         raise InvalidInputError(f"--expect {path}: no column {missing[0]!r} to compare with")
+    unchecked = [name for name in golden if name not in flat and name not in (*keys, *_ROWS)]
+    if unchecked:
+        raise InvalidInputError(
+            f"--expect {path}: column {unchecked[0]!r} is not a result of this run "
+            f"(results: {', '.join(results)})"
+        )
     for name, values in flat.items():
         expected = _golden_numbers(np.asarray(golden[name]), path, name)
         if expected.shape != values.shape:
@@ -321,6 +328,10 @@ def check_expected_columns(
                 f"--expect {path}: column {name} differs in {bad.size:,} segment(s), the first "
                 f"segment {int(bad[0])}: {values[bad[0]]} vs expected {expected[bad[0]]}"
             )
+
+
+#: A golden table's columns of rows per segment (and segment numbers), which no op gives.
+_ROWS = ("segment", "count", "counts", "rows")
 
 
 def _golden_numbers(expected: np.ndarray, path: str, name: str) -> np.ndarray:

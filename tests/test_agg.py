@@ -329,6 +329,20 @@ def test_expect_compares_the_segment_column_of_a_golden_table(pair, tmp_path):
     assert error_lines(failed) == 1
 
 
+def test_expect_refuses_a_golden_result_column_the_run_does_not_give(pair, tmp_path):
+    """A golden made with --op sum,max checks max too: a run without max cannot pass it."""
+    golden, out = tmp_path / "golden.csv", tmp_path / "out.csv"
+    assert run("agg", *pair, "--op", "sum,max", "-o", golden, "-q").exit_code == 0
+    failed = run("agg", *pair, "--op", "sum", "--expect", golden, "-o", out, "-q")
+    assert failed.exit_code == 1, failed.stderr
+    assert failed.stderr == (
+        f"Error: --expect {golden}: column 'max' is not a result of this run (results: sum)\n"
+    )
+    assert not out.exists()
+    # Its segment and count columns are no results: the run that wrote it passes.
+    assert run("agg", *pair, "--op", "sum,max", "--expect", golden, "-q").exit_code == 0
+
+
 def test_expect_reads_complex_text_and_names_a_word(tmp_path):
     """A CSV golden holds complex values as text; a word in a column is named, not a crash."""
     data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
