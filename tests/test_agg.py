@@ -405,6 +405,19 @@ def test_fill_applies_to_every_op(pair):
     assert result.stdout.splitlines()[5] == "4\t7.0\t7.0\t7"
 
 
+@pytest.mark.parametrize("suffix", ["csv", "tsv"])
+def test_float_format_formats_complex_columns_as_the_single_op_does(tmp_path, suffix):
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.array([1 / 3 + 2j, 3, 4j, 5], np.complex128))
+    np.save(ids, np.array([0, 0, 1, 3]))
+    agg, single = tmp_path / f"agg.{suffix}", tmp_path / f"sum.{suffix}"
+    args = ["--float-format", "%.3g", "-q"]
+    assert run("agg", data, ids, "--op", "sum", "-o", agg, *args).exit_code == 0
+    assert run("sum", data, ids, "-o", single, *args).exit_code == 0
+    assert agg.read_text() == single.read_text().replace("value", "sum", 1)
+    assert "(3.33+2j)" in agg.read_text()
+
+
 def test_complex_data_is_refused_naming_the_op(tmp_path):
     data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
     np.save(data, np.ones(3, np.complex64))
