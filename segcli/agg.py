@@ -12,7 +12,7 @@ import dataclasses
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from segcli.op_names import Q_OPS
 from segcli.pipeline import RunRequest, Streams
 from segcli.signals import checkpoint
 from segcli.summary import RunSummary, result_range, run_summary, summary_facts, summary_rows
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass
@@ -193,7 +196,7 @@ def _run(
             request.expect,
             rtol=request.rtol,
             atol=request.atol,
-            keys=() if keys is None else tuple(keys.table.column_names),
+            keys=None if keys is None else keys.table,
         )
     started = time.perf_counter()
     body = agg_write.render(
@@ -294,21 +297,24 @@ def check_expected_columns(
     *,
     rtol: float,
     atol: float,
-    keys: tuple[str, ...] = (),
+    keys: pa.Table | None = None,
 ) -> None:
     """Compare every result column with the golden table at ``path`` (a table or .npz with the
     same columns); exit 4 naming the first column and segment that differ. A golden table's
-    ``segment`` column is compared too (without ``keys``, a ``--by`` run's key columns), so
-    that rows of other segments, or in another order, fail rather than pass on equal values;
+    ``segment`` column is compared too (a ``--by`` run's key columns, as text), so that rows
+    of other segments or keys, or in another order, fail rather than pass on equal values;
     a golden result column this run does not give is an error, not a column left unchecked."""
-    golden = _read_golden(path)
+    key_names = () if keys is None else tuple(keys.column_names)
+    golden = _read_golden(path, key_names)
     flat = agg_write.flat_columns(results, counts, counted=True)
-    if keys or "segment" not in golden:
+    if keys is not None or "segment" not in golden:
         del flat["segment"]
+    if keys is not None:
+        _check_keys(keys, golden, path)
     missing = [name for name in flat if name not in golden]
     if missing:
         raise InvalidInputError(f"--expect {path}: no column {missing[0]!r} to compare with")
-    unchecked = [name for name in golden if name not in flat and name not in (*keys, *_ROWS)]
+    unchecked = [name for name in golden if name not in flat and name not in (*key_names, *_ROWS)]
     if unchecked:
         raise InvalidInputError(
             f"--expect {path}: column {unchecked[0]!r} is not a result of this run "
@@ -331,6 +337,33 @@ def check_expected_columns(
                 f"--expect {path}: column {name} differs in {bad.size:,} segment(s), the first "
                 f"segment {int(bad[0])}: {values[bad[0]]} vs expected {expected[bad[0]]}"
             )
+
+
+def _check_keys(keys: pa.Table, golden: dict[str, np.ndarray], path: str) -> None:
+    """The golden table's key columns (those it has) hold the run's keys, row by row, as the
+    text a table of this run shows them."""
+    for name in keys.column_names:
+        if name not in golden:
+            continue
+        got, expected = _key_texts(keys.column(name)), golden[name]
+        if expected.shape != got.shape:
+            raise ExpectationError(
+                f"--expect {path}: key column {name} has {expected.shape[0]} rows, the result "
+                f"{got.shape[0]}"
+            )
+        bad = np.flatnonzero(got != expected)
+        if bad.size:
+            raise ExpectationError(
+                f"--expect {path}: key column {name} differs in {bad.size:,} row(s), the first "
+                f"row {int(bad[0])}: {got[bad[0]]!r} vs expected {expected[bad[0]]!r}"
+            )
+
+
+def _key_texts(column: Any) -> np.ndarray:
+    """A key column as the text a table shows (a null key: the empty field)."""
+    from segcli.io.keyed import key_strings
+
+    return np.array([text or "" for text in key_strings(column).to_pylist()], dtype=object)
 
 
 #: A golden table's columns of rows per segment (and segment numbers), which no op gives.
@@ -361,7 +394,9 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _read_golden(path: str) -> dict[str, np.ndarray]:
+def _read_golden(path: str, key_names: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+    """The golden file's columns; ``key_names``' as text (CSV's read as written, not parsed:
+    a key "007" stays "007")."""
     try:
         fmt = io.output_format(path, None)
         if fmt == "npz":
@@ -374,10 +409,12 @@ def _read_golden(path: str) -> dict[str, np.ndarray]:
                     flat.update(columns)
                 return flat
         if fmt in ("csv", "tsv"):
+            import pyarrow as pa
             import pyarrow.csv as pacsv
 
             options = pacsv.ParseOptions(delimiter=agg_write.SEPARATORS[fmt])
-            table = pacsv.read_csv(path, parse_options=options)
+            as_text = pacsv.ConvertOptions(column_types=dict.fromkeys(key_names, pa.string()))
+            table = pacsv.read_csv(path, parse_options=options, convert_options=as_text)
         elif fmt == "parquet":
             import pyarrow.parquet as pq
 
@@ -395,7 +432,10 @@ def _read_golden(path: str) -> dict[str, np.ndarray]:
         raise _missing(path) from None
     except (OSError, ValueError) as exc:
         raise InvalidInputError(f"--expect {path}: cannot read ({exc})") from None
-    return {name: table.column(name).to_numpy() for name in table.column_names}
+    return {
+        name: _key_texts(table.column(name)) if name in key_names else table.column(name).to_numpy()
+        for name in table.column_names
+    }
 
 
 def _missing(path: str) -> Exception:

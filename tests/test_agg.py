@@ -344,6 +344,27 @@ def test_expect_refuses_a_golden_result_column_the_run_does_not_give(pair, tmp_p
     assert run("agg", *pair, "--op", "sum,max", "--expect", golden, "-q").exit_code == 0
 
 
+@pytest.mark.parametrize("suffix", ["csv", "parquet"])
+def test_expect_compares_the_key_columns_of_a_by_golden(tmp_path, suffix):
+    """Keys are compared as the table shows them ("007" stays "007"); keys in another order
+    fail even where every value agrees (here: two empty groups of --keys-from, swapped)."""
+    table, order = tmp_path / "t.parquet", tmp_path / "order.parquet"
+    pq.write_table(pa.table({"zip": ["007", "007", "10"], "v": [1.0, 2.0, 3.0]}), table)
+    golden = tmp_path / f"golden.{suffix}"
+    args = ["agg", table, "--by", "zip", "--data-column", "v", "--op", "sum", "-q"]
+    pq.write_table(pa.table({"zip": ["007", "10", "8", "9"]}), order)
+    assert run(*args, "--keys-from", order, "-o", golden).exit_code == 0
+    passed = run(*args, "--keys-from", order, "--expect", golden)
+    assert passed.exit_code == 0, passed.stderr
+    pq.write_table(pa.table({"zip": ["007", "10", "9", "8"]}), order)
+    failed = run(*args, "--keys-from", order, "--expect", golden)
+    assert failed.exit_code == 4, failed.stderr
+    assert failed.stderr == (
+        f"Error: --expect {golden}: key column zip differs in 2 row(s), the first row 2: "
+        "'9' vs expected '8'\n"
+    )
+
+
 def test_expect_reads_complex_text_and_names_a_word(tmp_path):
     """A CSV golden holds complex values as text; a word in a column is named, not a crash."""
     data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
