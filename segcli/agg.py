@@ -27,7 +27,7 @@ from segcli.errors import (
     WriteError,
 )
 from segcli.io import agg_write
-from segcli.io.formats import BINARY_FORMATS
+from segcli.io.formats import BINARY_FORMATS, is_pipe
 from segcli.io.keyed import stage_keys
 from segcli.multi import split, with_ddof
 from segcli.op_names import Q_OPS
@@ -108,8 +108,14 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
     with_ddof(op_names, request.ddof)
     request.key_columns()
     columns = data_columns(request)
-    if len(columns) > 1 and request.data == "-" and request.engine == "dask":
+    once = request.data == "-" or is_pipe(request.data)  # a second read finds nothing, or hangs
+    if len(columns) > 1 and once and request.engine == "dask":
         raise UsageError("several --data-column on Dask read DATA once each: give files")
+    if len(columns) > 1 and once and holistic:
+        raise UsageError(
+            "several --data-column with median, quantile or nunique read DATA once each: "
+            "give a file, not a pipe"
+        )
     names = column_names(_result_names(op_names, request.q), columns)
     names += ["rows"] if _rows_column(request, op_names, fmt) else []
     agg_write.check_layout(fmt, dict.fromkeys(names, np.empty(0)))

@@ -884,6 +884,32 @@ def test_dask_with_several_columns_gives_each_columns_dask_bytes(scheduler, wide
                 assert got[f"{column}_{name}"] == values, (column, name)
 
 
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
+@pytest.mark.parametrize("source", ["stdin", "pipe"])
+def test_several_columns_with_a_sorting_op_from_a_pipe_are_a_usage_error(wide, tmp_path, source):
+    """The sorting ops read DATA once per column: a second read of a pipe found nothing (stdin,
+    a misleading format error) or waited for a writer that had gone (a named pipe hung)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "o.csv"
+    payload = wide["parquet"].read_bytes()
+    data = "-" if source == "stdin" else str(_fifo_fed_with(tmp_path, payload))
+    args = ["agg", data, *SEVERAL, "--op", "sum,median", "-o", str(out)]
+    # A process with a timeout: the hang, were it back, fails the test instead of the suite.
+    ran = subprocess.run(
+        [sys.executable, "-m", "segcli", *args],
+        input=payload if source == "stdin" else None,
+        capture_output=True,
+        timeout=60,
+    )
+    stderr = ran.stderr.decode()
+    assert ran.returncode == 2, stderr
+    assert stderr.count("Error:") == 1 and "Traceback" not in stderr
+    assert "several --data-column with median, quantile or nunique" in stderr
+    assert not out.exists()
+
+
 def test_several_columns_from_stdin_on_dask_are_a_usage_error(wide, tmp_path):
     args = ("agg", "-", *SEVERAL, "--op", "sum", "--engine", "dask", "-o", tmp_path / "o.csv")
     result = run(*args, input=wide["parquet"].read_bytes())

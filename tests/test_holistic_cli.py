@@ -181,6 +181,23 @@ def test_stdin_streams_through_partitions(tmp_path):
     same_bytes(np.load(out), in_memory)
 
 
+@pytest.mark.parametrize("op", HOLISTIC)
+def test_parquet_on_stdin_is_read_whole_as_for_other_ops(tmp_path, op):
+    """Parquet cannot stream from a pipe: read whole (it was taken for an Arrow stream)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = tmp_path / "t.parquet"
+    rng = np.random.default_rng(5)
+    pq.write_table(pa.table({"v": sample("float64", (40,)), "id": rng.integers(0, 4, 40)}), table)
+    args = ["--data-column", "v", "--ids-column", "id", *q_args(op), "-q"]
+    from_file = run(op, table, *args)
+    assert from_file.exit_code == 0, from_file.stderr
+    piped = CliRunner().invoke(cli, [op, "-", *args], input=table.read_bytes())
+    assert piped.exit_code == 0, piped.stderr
+    assert piped.stdout == from_file.stdout
+
+
 # --- temporary files: gone on success, on an error, on Ctrl-C ---------------------------------
 
 
