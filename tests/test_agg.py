@@ -422,6 +422,17 @@ def test_refused_options_write_nothing(pair, tmp_path, extra, message):
     assert listing(tmp_path) == ["data.npy", "ids.npy"]
 
 
+@pytest.mark.parametrize("suffix", ["parquet", "npz", "json"])
+def test_no_output_header_with_a_binary_or_json_output_is_a_usage_error(pair, tmp_path, suffix):
+    """It has no header line to drop: refused like --float-format, not silently ignored."""
+    out = tmp_path / f"out.{suffix}"
+    result = run("agg", *pair, "--op", "sum,max", "--no-output-header", "-o", out)
+    assert result.exit_code == 2, result.stderr
+    assert f"--no-output-header applies to text, csv and tsv output, not {suffix}" in result.stderr
+    assert error_lines(result) == 1
+    assert listing(tmp_path) == ["data.npy", "ids.npy"]
+
+
 def test_fill_applies_to_every_op(pair):
     result = run("agg", *pair, "--op", "sum,min,count", "--fill", "7", "-q")
     assert result.stdout.splitlines()[5] == "4\t7.0\t7.0\t7"
