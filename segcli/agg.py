@@ -311,10 +311,12 @@ def check_expected_columns(
     of other segments or keys, or in another order, fail rather than pass on equal values;
     a golden result column this run does not give is an error, not a column left unchecked."""
     key_names = () if keys is None else tuple(keys.column_names)
-    golden = _read_golden(path, key_names)
+    golden = _read_golden(path, key_names, tuple(name for name in results if name != "rows"))
     flat = agg_write.flat_columns(results, counts, counted=True)
     if keys is not None or "segment" not in golden:
         del flat["segment"]
+    if "rows" not in golden:  # rows per segment, like the count column: where the golden has it
+        flat.pop("rows", None)
     if keys is not None:
         _check_keys(keys, golden, path)
     missing = [name for name in flat if name not in golden]
@@ -400,11 +402,15 @@ def _is_number(text: str) -> bool:
     return True
 
 
-def _read_golden(path: str, key_names: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+def _read_golden(
+    path: str, key_names: tuple[str, ...] = (), results: tuple[str, ...] = ()
+) -> dict[str, np.ndarray]:
     """The golden file's columns; ``key_names``' as text (CSV's read as written, not parsed:
-    a key "007" stays "007")."""
+    a key "007" stays "007"); a .npy's one array as the run's one result column."""
     try:
         fmt = io.output_format(path, None)
+        if fmt == "npy":
+            return _npy_golden(path, results)
         if fmt == "npz":
             with np.load(path) as archive:
                 flat: dict[str, np.ndarray] = {}
@@ -432,7 +438,8 @@ def _read_golden(path: str, key_names: tuple[str, ...] = ()) -> dict[str, np.nda
                 table = pa.ipc.open_file(source).read_all()
         else:
             raise UsageError(
-                f"--expect {path}: agg compares with .npz, .parquet, .arrow, .csv, .tsv"
+                f"--expect {path}: agg compares with .npy (one result), .npz, .parquet, "
+                ".arrow, .csv, .tsv"
             )
     except FileNotFoundError:
         raise _missing(path) from None
@@ -442,6 +449,19 @@ def _read_golden(path: str, key_names: tuple[str, ...] = ()) -> dict[str, np.nda
         name: _key_texts(table.column(name)) if name in key_names else table.column(name).to_numpy()
         for name in table.column_names
     }
+
+
+def _npy_golden(path: str, results: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """A golden .npy holds one result column, as ``agg -o x.npy`` writes it."""
+    if len(results) != 1:
+        raise UsageError(
+            f"--expect {path}: .npy holds one array, and this run gives {len(results)} result "
+            f"columns ({', '.join(results)}): compare with .npz or a table"
+        )
+    values = np.atleast_1d(np.load(path, allow_pickle=False))
+    columns = agg_write.flat_columns({results[0]: values}, values[:0], counted=True)
+    del columns["segment"]
+    return columns
 
 
 def _missing(path: str) -> Exception:

@@ -599,7 +599,7 @@ def tmp_dir_option(command: F) -> F:
     "--expect",
     metavar="FILE",
     help="Compare every result column with a golden table (.csv, .tsv, .parquet, .arrow, "
-    ".npz with the same columns); exit 4 if one differs.",
+    ".npz with the same columns; .npy for one result); exit 4 if one differs.",
 )
 @q_option(required=False)
 @tmp_dir_option

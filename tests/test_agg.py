@@ -365,6 +365,24 @@ def test_expect_compares_the_key_columns_of_a_by_golden(tmp_path, suffix):
     )
 
 
+@pytest.mark.parametrize("extra", [[], ["--chunk-rows", "3"]])
+def test_expect_takes_the_npy_a_one_result_run_writes(pair, tmp_path, extra):
+    """agg writes a one-result run to .npy; it takes that file back as a golden, as the
+    single-op command does (a run of several results is told to use .npz or a table)."""
+    golden = tmp_path / "golden.npy"
+    for names in ("median", "count"):
+        args = ["--op", names, "--skipna", "-q", *extra]
+        assert run("agg", *pair, *args, "-o", golden).exit_code == 0
+        passed = run("agg", *pair, *args, "--expect", golden)
+        assert passed.exit_code == 0, passed.stderr
+    failed = run("agg", *pair, "--op", "count", "-n", 9, "-q", "--expect", golden)
+    assert failed.exit_code == 4, failed.stderr
+    several = run("agg", *pair, "--op", "sum,max", "-q", "--expect", golden)
+    assert several.exit_code == 2, several.stderr
+    assert "holds one array, and this run gives 2 result columns (sum, max)" in several.stderr
+    assert error_lines(several) == 1
+
+
 def test_expect_reads_complex_text_and_names_a_word(tmp_path):
     """A CSV golden holds complex values as text; a word in a column is named, not a crash."""
     data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
