@@ -337,10 +337,11 @@ def test_agg_columns_equal_the_single_op_commands(tmp_path, options):
         same_bytes(columns[f"q{Q}" if op == "quantile" else op], alone)
 
 
-def test_agg_text_names_the_quantile_column(pair):
-    result = run("agg", *pair, "--op", "median,quantile", "--q", "0.9", "-q")
+@pytest.mark.parametrize(("q", "name"), [("0.9", "q0.9"), (".5", "q0.5"), ("-0", "q0.0")])
+def test_agg_text_names_the_quantile_column(pair, q, name):
+    result = run("agg", *pair, "--op", "median,quantile", "--q", q, "-q")
     assert result.exit_code == 0, result.stderr
-    assert result.stdout.splitlines()[0].split("\t") == ["segment", "median", "q0.9", "count"]
+    assert result.stdout.splitlines()[0].split("\t") == ["segment", "median", name, "count"]
 
 
 def test_agg_reads_the_data_once(tmp_path, pair, monkeypatch):
