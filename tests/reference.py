@@ -89,9 +89,20 @@ def _holistic(values: np.ndarray, op: str, q: float | None) -> Any:
             return len(np.unique(values))
         if op == "median":
             return np.median(values)
-        if values.dtype.kind == "i":
-            values = values.astype(np.int64)  # NumPy's neighbours' difference would wrap
+        if values.dtype.kind == "i":  # NumPy's neighbours' difference would wrap
+            return _integer_quantile(sorted(int(v) for v in values), 0.5 if q is None else q)
         return np.quantile(values, 0.5 if q is None else q)
+
+
+def _integer_quantile(values: list[int], q: float) -> float:
+    """NumPy's linear method on sorted integers, their difference taken exactly (in int64 it
+    wraps: 3 - (-2**63) is negative)."""
+    virtual = (len(values) - 1) * q
+    low = min(math.floor(virtual), len(values) - 1)
+    high = min(low + 1, len(values) - 1)
+    t = virtual - low
+    a, b, diff = float(values[low]), float(values[high]), float(values[high] - values[low])
+    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
 
 
 def _one(

@@ -100,6 +100,16 @@ def test_cli_gives_numpys_answer_per_segment(tmp_path, op, dtype, layout):
     assert got.dtype == want.dtype
 
 
+def test_int64_extremes_against_a_reference_that_does_not_wrap(tmp_path):
+    """The reference loop took quantile's neighbours' difference in int64, where 3 - (-2**63)
+    wraps: it gave +3.7e18 for a quantile between -2**63 and 3."""
+    data = np.array([3, 3, -(2**63), 2**63 - 1, -7, 0], np.int64)
+    ids = np.array([0, 0, 0, 1, 1, 1])
+    got = result_of(tmp_path, "quantile", *save(tmp_path, data, ids))
+    same_bytes(got, reference_reduce(data, ids, 2, "quantile", q=Q))
+    assert -(2.0**63) < got[0] < 3
+
+
 @pytest.mark.parametrize("op", HOLISTIC)
 def test_sorted_family_drops_ids_at_or_past_n(tmp_path, op):
     ids = np.repeat(np.arange(8), 5)
