@@ -125,7 +125,7 @@ def _one(
         return (
             _wrap(sum(values), dtype)
             if integer
-            else math.fsum(values)
+            else _fsum(values)
             if dtype.kind == "f"
             else sum(values)
         )
@@ -144,12 +144,18 @@ def _one(
     if op in ("mean", "sqrt_n"):
         if not values:
             return 0
-        total = (
-            sum(values) if dtype.kind == "c" else (sum(values) if integer else math.fsum(values))
-        )
+        total = sum(values) if dtype.kind == "c" else (sum(values) if integer else _fsum(values))
         divisor = len(values) if op == "mean" else math.sqrt(len(values))
         return total / divisor
     raise ValueError(op)
+
+
+def _fsum(values: list[Any]) -> float:
+    """``math.fsum``, but NaN where it raises for +inf and -inf together (IEEE's sum)."""
+    try:
+        return math.fsum(values)
+    except ValueError:
+        return math.nan
 
 
 def _arg(values: list[Any], smallest: bool) -> int:

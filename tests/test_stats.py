@@ -16,6 +16,7 @@ from segcli import ops
 from segcli.engines import cupy_fold, get_engine
 from segcli.errors import UsageError
 from tests.entry import run_main
+from tests.reference import reference_reduce
 
 NEW_OPS = ["var", "std", "argmin", "argmax", "first", "last", "any", "all", "logsumexp"]
 #: Results computed with arithmetic after the folds; the rest pick a value or a row.
@@ -52,6 +53,16 @@ def test_var_of_large_offsets_meets_1e_9_against_two_passes(engine: str, sorted_
         np.testing.assert_allclose(got, two_pass, rtol=1e-9, atol=0)
         std = reduce(data, ids, 50, ops.with_ddof("std", ddof), sorted=sorted_ids, engine=engine)
         np.testing.assert_allclose(std, np.sqrt(two_pass), rtol=1e-9, atol=0)
+
+
+def test_the_reference_sums_plus_and_minus_inf_to_nan_as_every_engine(engine: str) -> None:
+    """The oracle's exact float sum (``math.fsum``) raised for +inf and -inf together."""
+    data = np.array([[np.inf, 1.0], [-np.inf, 2.0], [3.0, np.inf]])
+    ids = np.array([0, 0, 1])
+    for op in ("sum", "mean", "sqrt_n"):
+        want = reference_reduce(data, ids, 2, op)
+        np.testing.assert_array_equal(reduce(data, ids, 2, op, engine=engine), want)
+        assert np.isnan(want[0, 0]), op
 
 
 def test_a_sum_of_squares_would_fail_the_rule() -> None:
