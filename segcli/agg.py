@@ -12,7 +12,7 @@ import dataclasses
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,13 +27,16 @@ from segcli.errors import (
     WriteError,
 )
 from segcli.io import agg_write
-from segcli.io.formats import BINARY_FORMATS
+from segcli.io.formats import BINARY_FORMATS, is_pipe
 from segcli.io.keyed import stage_keys
 from segcli.multi import split, with_ddof
 from segcli.op_names import Q_OPS
 from segcli.pipeline import RunRequest, Streams
 from segcli.signals import checkpoint
 from segcli.summary import RunSummary, result_range, run_summary, summary_facts, summary_rows
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass
@@ -105,10 +108,16 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
     with_ddof(op_names, request.ddof)
     request.key_columns()
     columns = data_columns(request)
-    if len(columns) > 1 and request.data == "-" and request.engine == "dask":
+    once = request.data == "-" or is_pipe(request.data)  # a second read finds nothing, or hangs
+    if len(columns) > 1 and once and request.engine == "dask":
         raise UsageError("several --data-column on Dask read DATA once each: give files")
+    if len(columns) > 1 and once and holistic:
+        raise UsageError(
+            "several --data-column with median, quantile or nunique read DATA once each: "
+            "give a file, not a pipe"
+        )
     names = column_names(_result_names(op_names, request.q), columns)
-    names += ["rows"] if _rows_column(request, op_names) else []
+    names += ["rows"] if _rows_column(request, op_names, fmt) else []
     agg_write.check_layout(fmt, dict.fromkeys(names, np.empty(0)))
     request.refuse_clashing_keys(names)
     return fmt
@@ -125,10 +134,11 @@ def _result_names(op_names: tuple[str, ...], q: float | None) -> tuple[str, ...]
     return tuple(result_name(op, q) for op in op_names)
 
 
-def _rows_column(request: RunRequest, op_names: tuple[str, ...]) -> bool:
+def _rows_column(request: RunRequest, op_names: tuple[str, ...], fmt: str) -> bool:
     """SPEC: under --skipna the count op counts present values, so a ``rows`` column (rows
-    per segment) takes the place of the trailing count."""
-    return request.skipna and "count" in op_names
+    per segment) takes the place of the trailing count; .npy, which holds no count column,
+    holds no ``rows`` either (``agg --op count --skipna`` writes what ``count --skipna`` does)."""
+    return request.skipna and "count" in op_names and fmt != "npy"
 
 
 def column_names(op_names: tuple[str, ...], columns: list[str | None]) -> list[str]:
@@ -183,12 +193,17 @@ def _run(
             name = op if len(columns) == 1 else f"{column}_{op}"
             results[name] = values
     counts = np.asarray(runs[0].reduction.counts)
-    if _rows_column(request, op_names):
+    if _rows_column(request, op_names, fmt):
         results["rows"] = counts
     keys = runs[0].keys
     if request.expect:
         check_expected_columns(
-            results, counts, request.expect, rtol=request.rtol, atol=request.atol
+            results,
+            counts,
+            request.expect,
+            rtol=request.rtol,
+            atol=request.atol,
+            keys=None if keys is None else keys.table,
         )
     started = time.perf_counter()
     body = agg_write.render(
@@ -245,7 +260,7 @@ def _outcome(
             timings[step] = timings.get(step, 0.0) + seconds
     first = dataclasses.replace(runs[0], timings=timings)
     one = next(iter(results.values()))
-    shown = dataclasses.replace(first.reduction, result=one)
+    shown = dataclasses.replace(first.reduction, result=one, skipped_values=_skipped(runs))
     summary = run_summary(
         dataclasses.replace(first, reduction=shown),
         output_path=request.output,
@@ -275,6 +290,13 @@ def _outcome(
     return AggOutcome(summary, results, counts, facts)
 
 
+def _skipped(runs: list[DriverResult]) -> int | None:
+    """``--skipna``: the values left out over every data column (each column's run counts its
+    own; the rows with a null id are the same rows for all)."""
+    counts = [done.reduction.skipped_values for done in runs]
+    return None if counts[0] is None else sum(count or 0 for count in counts)
+
+
 def check_expected_columns(
     results: dict[str, np.ndarray],
     counts: np.ndarray,
@@ -282,23 +304,42 @@ def check_expected_columns(
     *,
     rtol: float,
     atol: float,
+    keys: pa.Table | None = None,
 ) -> None:
     """Compare every result column with the golden table at ``path`` (a table or .npz with the
-    same columns); exit 4 naming the first column and segment that differ."""
-    golden = _read_golden(path)
+    same columns); exit 4 naming the first column and segment that differ. A golden table's
+    ``segment`` column is compared too (a ``--by`` run's key columns, as text), so that rows
+    of other segments or keys, or in another order, fail rather than pass on equal values;
+    a golden result column this run does not give is an error, not a column left unchecked."""
+    key_names = () if keys is None else tuple(keys.column_names)
+    golden = _read_golden(path, key_names, tuple(name for name in results if name != "rows"))
     flat = agg_write.flat_columns(results, counts, counted=True)
-    del flat["segment"]
+    if keys is not None or "segment" not in golden:
+        del flat["segment"]
+    if "rows" not in golden:  # rows per segment, like the count column: where the golden has it
+        flat.pop("rows", None)
+    if keys is not None:
+        _check_keys(keys, golden, path)
     missing = [name for name in flat if name not in golden]
     if missing:
         raise InvalidInputError(f"--expect {path}: no column {missing[0]!r} to compare with")
+    unchecked = [name for name in golden if name not in flat and name not in (*key_names, *_ROWS)]
+    if unchecked:
+        raise InvalidInputError(
+            f"--expect {path}: column {unchecked[0]!r} is not a result of this run "
+            f"(results: {', '.join(results)})"
+        )
     for name, values in flat.items():
-        expected = np.asarray(golden[name])
+        expected = _golden_numbers(np.asarray(golden[name]), path, name)
         if expected.shape != values.shape:
             raise ExpectationError(
                 f"--expect {path}: column {name} has {expected.shape[0]} rows, the result "
                 f"{values.shape[0]}"
             )
-        same = np.isclose(values, expected, rtol=rtol, atol=atol, equal_nan=True)
+        exact = name == "segment"  # numbers of segments, not measured: no tolerance
+        same = np.isclose(
+            values, expected, rtol=0 if exact else rtol, atol=0 if exact else atol, equal_nan=True
+        )
         if not same.all():
             bad = np.flatnonzero(~same)
             raise ExpectationError(
@@ -307,21 +348,86 @@ def check_expected_columns(
             )
 
 
-def _read_golden(path: str) -> dict[str, np.ndarray]:
+def _check_keys(keys: pa.Table, golden: dict[str, np.ndarray], path: str) -> None:
+    """The golden table's key columns (those it has) hold the run's keys, row by row, as the
+    text a table of this run shows them."""
+    for name in keys.column_names:
+        if name not in golden:
+            continue
+        got, expected = _key_texts(keys.column(name)), golden[name]
+        if expected.shape != got.shape:
+            raise ExpectationError(
+                f"--expect {path}: key column {name} has {expected.shape[0]} rows, the result "
+                f"{got.shape[0]}"
+            )
+        bad = np.flatnonzero(got != expected)
+        if bad.size:
+            raise ExpectationError(
+                f"--expect {path}: key column {name} differs in {bad.size:,} row(s), the first "
+                f"row {int(bad[0])}: {got[bad[0]]!r} vs expected {expected[bad[0]]!r}"
+            )
+
+
+def _key_texts(column: Any) -> np.ndarray:
+    """A key column as the text a table shows (a null key: the empty field)."""
+    from segcli.io.keyed import key_strings
+
+    return np.array([text or "" for text in key_strings(column).to_pylist()], dtype=object)
+
+
+#: A golden table's columns of rows per segment (and segment numbers), which no op gives.
+_ROWS = ("segment", "count", "counts", "rows")
+
+
+def _golden_numbers(expected: np.ndarray, path: str, name: str) -> np.ndarray:
+    """A golden column as numbers. A CSV reader leaves text where no number type fits (complex
+    values as ``(1+2j)``, or a stray word): parse it as the single-op ``--expect`` does, and name
+    the first value that is not a number rather than fail inside the comparison."""
+    if expected.dtype.kind in "biufc":
+        return expected
+    texts = [str(value) for value in expected.tolist()]
+    for dtype in (np.float64, np.complex128):
+        try:
+            return np.array(texts, dtype=str).astype(dtype)
+        except (ValueError, OverflowError):
+            continue
+    bad = next(i for i, text in enumerate(texts) if not _is_number(text))
+    raise ReadError(f"--expect {path}: column {name} row {bad}: {texts[bad]!r} is not a number")
+
+
+def _is_number(text: str) -> bool:
+    try:
+        complex(text.strip())
+    except ValueError:
+        return False
+    return True
+
+
+def _read_golden(
+    path: str, key_names: tuple[str, ...] = (), results: tuple[str, ...] = ()
+) -> dict[str, np.ndarray]:
+    """The golden file's columns; ``key_names``' as text (CSV's read as written, not parsed:
+    a key "007" stays "007"); a .npy's one array as the run's one result column."""
     try:
         fmt = io.output_format(path, None)
+        if fmt == "npy":
+            return _npy_golden(path, results)
         if fmt == "npz":
             with np.load(path) as archive:
                 flat: dict[str, np.ndarray] = {}
                 for name in archive.files:
                     values = archive[name]
-                    flat.update(agg_write.flat_columns({name: values}, values[:0], counted=True))
+                    columns = agg_write.flat_columns({name: values}, values[:0], counted=True)
+                    del columns["segment"]  # numbers of no segment: an .npz holds none
+                    flat.update(columns)
                 return flat
         if fmt in ("csv", "tsv"):
+            import pyarrow as pa
             import pyarrow.csv as pacsv
 
             options = pacsv.ParseOptions(delimiter=agg_write.SEPARATORS[fmt])
-            table = pacsv.read_csv(path, parse_options=options)
+            as_text = pacsv.ConvertOptions(column_types=dict.fromkeys(key_names, pa.string()))
+            table = pacsv.read_csv(path, parse_options=options, convert_options=as_text)
         elif fmt == "parquet":
             import pyarrow.parquet as pq
 
@@ -333,13 +439,30 @@ def _read_golden(path: str) -> dict[str, np.ndarray]:
                 table = pa.ipc.open_file(source).read_all()
         else:
             raise UsageError(
-                f"--expect {path}: agg compares with .npz, .parquet, .arrow, .csv, .tsv"
+                f"--expect {path}: agg compares with .npy (one result), .npz, .parquet, "
+                ".arrow, .csv, .tsv"
             )
     except FileNotFoundError:
         raise _missing(path) from None
     except (OSError, ValueError) as exc:
         raise InvalidInputError(f"--expect {path}: cannot read ({exc})") from None
-    return {name: table.column(name).to_numpy() for name in table.column_names}
+    return {
+        name: _key_texts(table.column(name)) if name in key_names else table.column(name).to_numpy()
+        for name in table.column_names
+    }
+
+
+def _npy_golden(path: str, results: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """A golden .npy holds one result column, as ``agg -o x.npy`` writes it."""
+    if len(results) != 1:
+        raise UsageError(
+            f"--expect {path}: .npy holds one array, and this run gives {len(results)} result "
+            f"columns ({', '.join(results)}): compare with .npz or a table"
+        )
+    values = np.atleast_1d(np.load(path, allow_pickle=False))
+    columns = agg_write.flat_columns({results[0]: values}, values[:0], counted=True)
+    del columns["segment"]
+    return columns
 
 
 def _missing(path: str) -> Exception:

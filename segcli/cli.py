@@ -599,7 +599,7 @@ def tmp_dir_option(command: F) -> F:
     "--expect",
     metavar="FILE",
     help="Compare every result column with a golden table (.csv, .tsv, .parquet, .arrow, "
-    ".npz with the same columns); exit 4 if one differs.",
+    ".npz with the same columns; .npy for one result); exit 4 if one differs.",
 )
 @q_option(required=False)
 @tmp_dir_option
@@ -642,7 +642,9 @@ def agg(
         raise UsageError("--scheduler applies to --engine dask only; add --engine dask")
     with _summary_on_failure("agg", summary_json), _run_outputs(summary_json) as outputs:
         request = _request("agg", **options)
-        agg_module.check_request(request, op_names)
+        fmt = agg_module.check_request(request, op_names)
+        if no_output_header and fmt not in ("text", "csv", "tsv"):  # else silently no effect
+            raise UsageError(f"--no-output-header applies to text, csv and tsv output, not {fmt}")
         pipeline.reserve_outputs(request, outputs)
         with progress_bar(enabled=not (quiet or no_progress)) as progress:
             outcome = agg_module.run(

@@ -64,7 +64,8 @@ def check_q(names: Sequence[str], q: float | None) -> float | None:
 
 def result_name(name: str, q: float | None) -> str:
     """An op's result column in ``agg``: its name, but ``q0.9`` for quantile."""
-    return f"q{float(q)!r}" if name in Q_OPS and q is not None else name
+    # + 0.0: --q -0 is the quantile 0, named q0.0 (not q-0.0)
+    return f"q{float(q) + 0.0!r}" if name in Q_OPS and q is not None else name
 
 
 @dataclass(frozen=True)

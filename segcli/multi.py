@@ -247,7 +247,7 @@ def _build(
     def output_dtype(_: np.dtype[Any]) -> np.dtype[Any]:
         return out_dtype
 
-    data_kinds = "".join(k for k in ops.ANY_NUMBER if all(k in op.data_kinds for op in chosen))
+    data_kinds = "".join(k for k in ops.WITH_BOOL if all(k in op.data_kinds for op in chosen))
     parts: tuple[Part, ...] = ()
     if joint_parts:
         joint_names = {name for part in joint_parts for name in part.names.values()}

@@ -331,6 +331,9 @@ def _variance(ddof: int, root: bool) -> Finalize:
         m2 = parts["shifted_squares"] - shifted * (shifted / np.maximum(count, 1))
         m2 = np.maximum(m2, 0.0)  # rounding may leave -tiny; NaN stays NaN
         var = np.where(count > ddof, m2 / np.maximum(count - ddof, 1), np.nan)
+        # Of two NaN terms a sum keeps either one's sign bit, as the compiler orders the
+        # operands (NumPy's add.at and a compiled loop differ): one NaN for every engine.
+        var[np.isnan(var)] = np.nan
         return (np.sqrt(var) if root else var).astype(out_dtype)
 
     return finalize

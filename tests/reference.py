@@ -89,9 +89,20 @@ def _holistic(values: np.ndarray, op: str, q: float | None) -> Any:
             return len(np.unique(values))
         if op == "median":
             return np.median(values)
-        if values.dtype.kind == "i":
-            values = values.astype(np.int64)  # NumPy's neighbours' difference would wrap
+        if values.dtype.kind == "i":  # NumPy's neighbours' difference would wrap
+            return _integer_quantile(sorted(int(v) for v in values), 0.5 if q is None else q)
         return np.quantile(values, 0.5 if q is None else q)
+
+
+def _integer_quantile(values: list[int], q: float) -> float:
+    """NumPy's linear method on sorted integers, their difference taken exactly (in int64 it
+    wraps: 3 - (-2**63) is negative)."""
+    virtual = (len(values) - 1) * q
+    low = min(math.floor(virtual), len(values) - 1)
+    high = min(low + 1, len(values) - 1)
+    t = virtual - low
+    a, b, diff = float(values[low]), float(values[high]), float(values[high] - values[low])
+    return b - diff * (1 - t) if t >= 0.5 else a + diff * t
 
 
 def _one(
@@ -114,7 +125,7 @@ def _one(
         return (
             _wrap(sum(values), dtype)
             if integer
-            else math.fsum(values)
+            else _fsum(values)
             if dtype.kind == "f"
             else sum(values)
         )
@@ -133,12 +144,18 @@ def _one(
     if op in ("mean", "sqrt_n"):
         if not values:
             return 0
-        total = (
-            sum(values) if dtype.kind == "c" else (sum(values) if integer else math.fsum(values))
-        )
+        total = sum(values) if dtype.kind == "c" else (sum(values) if integer else _fsum(values))
         divisor = len(values) if op == "mean" else math.sqrt(len(values))
         return total / divisor
     raise ValueError(op)
+
+
+def _fsum(values: list[Any]) -> float:
+    """``math.fsum``, but NaN where it raises for +inf and -inf together (IEEE's sum)."""
+    try:
+        return math.fsum(values)
+    except ValueError:
+        return math.nan
 
 
 def _arg(values: list[Any], smallest: bool) -> int:

@@ -103,6 +103,20 @@ def test_every_op_in_one_agg_gives_the_single_op_bytes(tmp_path, dtype, chunk):
 
 
 @pytest.mark.parametrize("chunk", [None, 3])
+def test_bool_data_folds_every_op_that_takes_it_in_one_agg(tmp_path, chunk):
+    """any, all, count and nunique take bool data (SPEC), alone and together in agg."""
+    rng = np.random.default_rng(4)
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, rng.random((30, 2)) < 0.5)
+    np.save(ids, rng.integers(-1, 6, size=30))
+    chunking = [] if chunk is None else ["--chunk-rows", chunk]
+    names = ["any", "all", "count", "nunique"]
+    for fill in ([], ["--fill", "1"]):
+        args = ("-q", *chunking, *fill)
+        assert_agg_gives_the_single_ops_bytes(tmp_path, data, ids, names, args)
+
+
+@pytest.mark.parametrize("chunk", [None, 3])
 def test_every_engine_folds_the_combined_state_like_the_single_ops(tmp_path, engine, chunk):
     rng = np.random.default_rng(5)
     data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
@@ -297,6 +311,98 @@ def test_expect_passes_and_fails(pair, tmp_path):
     assert not out.exists()
 
 
+def test_expect_compares_the_segment_column_of_a_golden_table(pair, tmp_path):
+    """Rows of a golden table in another order are other segments: a mismatch, even where the
+    values happen to agree (here: two empty segments, swapped)."""
+    golden, npz = tmp_path / "golden.csv", tmp_path / "golden.npz"
+    args = ["--op", "sum,max", "-n", 9, "-q"]
+    assert run("agg", *pair, *args, "-o", golden).exit_code == 0
+    assert run("agg", *pair, *args, "-o", npz).exit_code == 0
+    assert run("agg", *pair, *args, "--expect", npz).exit_code == 0  # no segment column
+    lines = golden.read_text().splitlines()
+    lines[7], lines[8] = lines[8], lines[7]  # segments 6 and 7, both empty
+    assert lines[7].split(",")[1:] == lines[8].split(",")[1:]
+    golden.write_text("\n".join(lines) + "\n")
+    for tolerance in ([], ["--rtol", "0.5"]):  # segment numbers are compared exactly
+        failed = run("agg", *pair, *args, "--expect", golden, *tolerance)
+        assert failed.exit_code == 4, failed.stderr
+        assert failed.stderr.startswith(f"Error: --expect {golden}: column segment differs in 2")
+        assert error_lines(failed) == 1
+
+
+def test_expect_refuses_a_golden_result_column_the_run_does_not_give(pair, tmp_path):
+    """A golden made with --op sum,max checks max too: a run without max cannot pass it."""
+    golden, out = tmp_path / "golden.csv", tmp_path / "out.csv"
+    assert run("agg", *pair, "--op", "sum,max", "-o", golden, "-q").exit_code == 0
+    failed = run("agg", *pair, "--op", "sum", "--expect", golden, "-o", out, "-q")
+    assert failed.exit_code == 1, failed.stderr
+    assert failed.stderr == (
+        f"Error: --expect {golden}: column 'max' is not a result of this run (results: sum)\n"
+    )
+    assert not out.exists()
+    # Its segment and count columns are no results: the run that wrote it passes.
+    assert run("agg", *pair, "--op", "sum,max", "--expect", golden, "-q").exit_code == 0
+
+
+@pytest.mark.parametrize("suffix", ["csv", "parquet"])
+def test_expect_compares_the_key_columns_of_a_by_golden(tmp_path, suffix):
+    """Keys are compared as the table shows them ("007" stays "007"); keys in another order
+    fail even where every value agrees (here: two empty groups of --keys-from, swapped)."""
+    table, order = tmp_path / "t.parquet", tmp_path / "order.parquet"
+    pq.write_table(pa.table({"zip": ["007", "007", "10"], "v": [1.0, 2.0, 3.0]}), table)
+    golden = tmp_path / f"golden.{suffix}"
+    args = ["agg", table, "--by", "zip", "--data-column", "v", "--op", "sum", "-q"]
+    pq.write_table(pa.table({"zip": ["007", "10", "8", "9"]}), order)
+    assert run(*args, "--keys-from", order, "-o", golden).exit_code == 0
+    passed = run(*args, "--keys-from", order, "--expect", golden)
+    assert passed.exit_code == 0, passed.stderr
+    pq.write_table(pa.table({"zip": ["007", "10", "9", "8"]}), order)
+    failed = run(*args, "--keys-from", order, "--expect", golden)
+    assert failed.exit_code == 4, failed.stderr
+    assert failed.stderr == (
+        f"Error: --expect {golden}: key column zip differs in 2 row(s), the first row 2: "
+        "'9' vs expected '8'\n"
+    )
+
+
+@pytest.mark.parametrize("extra", [[], ["--chunk-rows", "3"]])
+def test_expect_takes_the_npy_a_one_result_run_writes(pair, tmp_path, extra):
+    """agg writes a one-result run to .npy; it takes that file back as a golden, as the
+    single-op command does (a run of several results is told to use .npz or a table)."""
+    golden = tmp_path / "golden.npy"
+    for names in ("median", "count"):
+        args = ["--op", names, "--skipna", "-q", *extra]
+        assert run("agg", *pair, *args, "-o", golden).exit_code == 0
+        passed = run("agg", *pair, *args, "--expect", golden)
+        assert passed.exit_code == 0, passed.stderr
+    failed = run("agg", *pair, "--op", "count", "-n", 9, "-q", "--expect", golden)
+    assert failed.exit_code == 4, failed.stderr
+    several = run("agg", *pair, "--op", "sum,max", "-q", "--expect", golden)
+    assert several.exit_code == 2, several.stderr
+    assert "holds one array, and this run gives 2 result columns (sum, max)" in several.stderr
+    assert error_lines(several) == 1
+
+
+def test_expect_reads_complex_text_and_names_a_word(tmp_path):
+    """A CSV golden holds complex values as text; a word in a column is named, not a crash."""
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.array([1 + 2j, 3, 4j, 5], np.complex64))
+    np.save(ids, np.array([0, 0, 1, 3]))
+    golden, out = tmp_path / "golden.csv", tmp_path / "out.npz"
+    assert run("agg", data, ids, "--op", "sum,first", "-o", golden, "-q").exit_code == 0
+    passed = run("agg", data, ids, "--op", "sum,first", "--expect", golden, "-q")
+    assert passed.exit_code == 0, passed.stderr
+    golden.write_text(golden.read_text().replace("(4+2j)", "(4+3j)"))
+    failed = run("agg", data, ids, "--op", "sum,first", "--expect", golden, "-o", out, "-q")
+    assert failed.exit_code == 4, failed.stderr
+    assert "column sum differs" in failed.stderr and error_lines(failed) == 1
+    golden.write_text(golden.read_text().replace("4j", "four"))
+    word = run("agg", data, ids, "--op", "sum,first", "--expect", golden, "-o", out, "-q")
+    assert word.exit_code == 3, word.stderr
+    assert word.stderr == f"Error: --expect {golden}: column sum row 1: 'four' is not a number\n"
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     ("ops_list", "message"),
     [
@@ -334,9 +440,33 @@ def test_refused_options_write_nothing(pair, tmp_path, extra, message):
     assert listing(tmp_path) == ["data.npy", "ids.npy"]
 
 
+@pytest.mark.parametrize("suffix", ["parquet", "npz", "json"])
+def test_no_output_header_with_a_binary_or_json_output_is_a_usage_error(pair, tmp_path, suffix):
+    """It has no header line to drop: refused like --float-format, not silently ignored."""
+    out = tmp_path / f"out.{suffix}"
+    result = run("agg", *pair, "--op", "sum,max", "--no-output-header", "-o", out)
+    assert result.exit_code == 2, result.stderr
+    assert f"--no-output-header applies to text, csv and tsv output, not {suffix}" in result.stderr
+    assert error_lines(result) == 1
+    assert listing(tmp_path) == ["data.npy", "ids.npy"]
+
+
 def test_fill_applies_to_every_op(pair):
     result = run("agg", *pair, "--op", "sum,min,count", "--fill", "7", "-q")
     assert result.stdout.splitlines()[5] == "4\t7.0\t7.0\t7"
+
+
+@pytest.mark.parametrize("suffix", ["csv", "tsv"])
+def test_float_format_formats_complex_columns_as_the_single_op_does(tmp_path, suffix):
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.array([1 / 3 + 2j, 3, 4j, 5], np.complex128))
+    np.save(ids, np.array([0, 0, 1, 3]))
+    agg, single = tmp_path / f"agg.{suffix}", tmp_path / f"sum.{suffix}"
+    args = ["--float-format", "%.3g", "-q"]
+    assert run("agg", data, ids, "--op", "sum", "-o", agg, *args).exit_code == 0
+    assert run("sum", data, ids, "-o", single, *args).exit_code == 0
+    assert agg.read_text() == single.read_text().replace("value", "sum", 1)
+    assert "(3.33+2j)" in agg.read_text()
 
 
 def test_complex_data_is_refused_naming_the_op(tmp_path):
@@ -357,6 +487,24 @@ def test_summary_json_has_one_entry_per_result_column(pair, tmp_path):
     single = json.loads(run("max", *pair, "-q", "--summary-json", "-").stderr)
     assert facts["results"][1]["result_max"] == single["result_max"]
     assert facts["results"][1]["nan_count"] == 0 and facts["nan_count"] == 0
+
+
+@pytest.mark.parametrize("chunk", [None, 2])
+@pytest.mark.parametrize("names", ["mean", "median", "mean,median"])
+def test_skipna_summary_counts_the_missing_values_of_every_column(tmp_path, chunk, names):
+    path = tmp_path / "gaps.parquet"
+    table = {
+        "id": pa.array([0, 0, 1, None, 2, 2, 1], pa.int32()),
+        "a": pa.array([1.0, None, float("nan"), 4.0, None, None, 7.0]),
+        "b": pa.array([1, 2, None, 4, 5, 6, 7], pa.int16()),
+    }
+    pq.write_table(pa.table(table), path)
+    chunking = [] if chunk is None else ["--chunk-rows", chunk]
+    args = ["--ids-column", "id", "--op", names, "--skipna", "-q", "--summary-json", "-"]
+    result = run("agg", path, "--data-column", "a,b", *args, *chunking)
+    assert result.exit_code == 0, result.stderr
+    # a: rows 1, 2, 4 and 5; b: row 2 (row 3 has a null id: dropped, not skipped)
+    assert json.loads(result.stderr)["skipped"] == {"values": 5, "rows": 1}
 
 
 def test_check_takes_a_list_of_ops(tmp_path):
@@ -763,6 +911,32 @@ def test_dask_with_several_columns_gives_each_columns_dask_bytes(scheduler, wide
         for name, values in npz_arrays(one).items():
             if name != "counts":
                 assert got[f"{column}_{name}"] == values, (column, name)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
+@pytest.mark.parametrize("source", ["stdin", "pipe"])
+def test_several_columns_with_a_sorting_op_from_a_pipe_are_a_usage_error(wide, tmp_path, source):
+    """The sorting ops read DATA once per column: a second read of a pipe found nothing (stdin,
+    a misleading format error) or waited for a writer that had gone (a named pipe hung)."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "o.csv"
+    payload = wide["parquet"].read_bytes()
+    data = "-" if source == "stdin" else str(_fifo_fed_with(tmp_path, payload))
+    args = ["agg", data, *SEVERAL, "--op", "sum,median", "-o", str(out)]
+    # A process with a timeout: the hang, were it back, fails the test instead of the suite.
+    ran = subprocess.run(
+        [sys.executable, "-m", "segcli", *args],
+        input=payload if source == "stdin" else None,
+        capture_output=True,
+        timeout=60,
+    )
+    stderr = ran.stderr.decode()
+    assert ran.returncode == 2, stderr
+    assert stderr.count("Error:") == 1 and "Traceback" not in stderr
+    assert "several --data-column with median, quantile or nunique" in stderr
+    assert not out.exists()
 
 
 def test_several_columns_from_stdin_on_dask_are_a_usage_error(wide, tmp_path):

@@ -100,6 +100,16 @@ def test_cli_gives_numpys_answer_per_segment(tmp_path, op, dtype, layout):
     assert got.dtype == want.dtype
 
 
+def test_int64_extremes_against_a_reference_that_does_not_wrap(tmp_path):
+    """The reference loop took quantile's neighbours' difference in int64, where 3 - (-2**63)
+    wraps: it gave +3.7e18 for a quantile between -2**63 and 3."""
+    data = np.array([3, 3, -(2**63), 2**63 - 1, -7, 0], np.int64)
+    ids = np.array([0, 0, 0, 1, 1, 1])
+    got = result_of(tmp_path, "quantile", *save(tmp_path, data, ids))
+    same_bytes(got, reference_reduce(data, ids, 2, "quantile", q=Q))
+    assert -(2.0**63) < got[0] < 3
+
+
 @pytest.mark.parametrize("op", HOLISTIC)
 def test_sorted_family_drops_ids_at_or_past_n(tmp_path, op):
     ids = np.repeat(np.arange(8), 5)
@@ -179,6 +189,23 @@ def test_stdin_streams_through_partitions(tmp_path):
         )
     assert done.returncode == 0, done.stderr
     same_bytes(np.load(out), in_memory)
+
+
+@pytest.mark.parametrize("op", HOLISTIC)
+def test_parquet_on_stdin_is_read_whole_as_for_other_ops(tmp_path, op):
+    """Parquet cannot stream from a pipe: read whole (it was taken for an Arrow stream)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = tmp_path / "t.parquet"
+    rng = np.random.default_rng(5)
+    pq.write_table(pa.table({"v": sample("float64", (40,)), "id": rng.integers(0, 4, 40)}), table)
+    args = ["--data-column", "v", "--ids-column", "id", *q_args(op), "-q"]
+    from_file = run(op, table, *args)
+    assert from_file.exit_code == 0, from_file.stderr
+    piped = CliRunner().invoke(cli, [op, "-", *args], input=table.read_bytes())
+    assert piped.exit_code == 0, piped.stderr
+    assert piped.stdout == from_file.stdout
 
 
 # --- temporary files: gone on success, on an error, on Ctrl-C ---------------------------------
@@ -320,10 +347,11 @@ def test_agg_columns_equal_the_single_op_commands(tmp_path, options):
         same_bytes(columns[f"q{Q}" if op == "quantile" else op], alone)
 
 
-def test_agg_text_names_the_quantile_column(pair):
-    result = run("agg", *pair, "--op", "median,quantile", "--q", "0.9", "-q")
+@pytest.mark.parametrize(("q", "name"), [("0.9", "q0.9"), (".5", "q0.5"), ("-0", "q0.0")])
+def test_agg_text_names_the_quantile_column(pair, q, name):
+    result = run("agg", *pair, "--op", "median,quantile", "--q", q, "-q")
     assert result.exit_code == 0, result.stderr
-    assert result.stdout.splitlines()[0].split("\t") == ["segment", "median", "q0.9", "count"]
+    assert result.stdout.splitlines()[0].split("\t") == ["segment", "median", name, "count"]
 
 
 def test_agg_reads_the_data_once(tmp_path, pair, monkeypatch):

@@ -300,6 +300,21 @@ def test_agg_has_count_and_rows_columns(tmp_path: Path) -> None:
     assert plain.exit_code == 0
 
 
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "2"]])
+def test_agg_count_alone_writes_npy_like_count(tmp_path: Path, chunk: list[str]) -> None:
+    """``rows`` stands in for the trailing count column, which .npy never holds: one op is one
+    result, so ``agg --op count --skipna`` writes the bytes of ``count --skipna``."""
+    np.save(tmp_path / "d.npy", np.array([[1.0, np.nan], [np.nan, np.nan], [3.0, 4.0]]))
+    np.save(tmp_path / "i.npy", np.array([0, 0, 1]))
+    inputs = [str(tmp_path / "d.npy"), str(tmp_path / "i.npy"), "--skipna", "-q", *chunk]
+    agg, single = tmp_path / "agg.npy", tmp_path / "count.npy"
+    result = run_cli("agg", *inputs, "--op", "count", "-o", str(agg))
+    assert result.exit_code == 0, result.stderr
+    assert run_cli("count", *inputs, "-o", str(single)).exit_code == 0
+    assert agg.read_bytes() == single.read_bytes()
+    np.testing.assert_array_equal(np.load(agg), [[1, 0], [1, 1]])
+
+
 def test_check_accepts_null_values_under_skipna(table: Path) -> None:
     args = ["check", str(table), "--data-column", "i", "--ids-column", "id"]
     assert run_cli(*args).exit_code == 1

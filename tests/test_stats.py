@@ -16,6 +16,7 @@ from segcli import ops
 from segcli.engines import cupy_fold, get_engine
 from segcli.errors import UsageError
 from tests.entry import run_main
+from tests.reference import reference_reduce
 
 NEW_OPS = ["var", "std", "argmin", "argmax", "first", "last", "any", "all", "logsumexp"]
 #: Results computed with arithmetic after the folds; the rest pick a value or a row.
@@ -54,6 +55,16 @@ def test_var_of_large_offsets_meets_1e_9_against_two_passes(engine: str, sorted_
         np.testing.assert_allclose(std, np.sqrt(two_pass), rtol=1e-9, atol=0)
 
 
+def test_the_reference_sums_plus_and_minus_inf_to_nan_as_every_engine(engine: str) -> None:
+    """The oracle's exact float sum (``math.fsum``) raised for +inf and -inf together."""
+    data = np.array([[np.inf, 1.0], [-np.inf, 2.0], [3.0, np.inf]])
+    ids = np.array([0, 0, 1])
+    for op in ("sum", "mean", "sqrt_n"):
+        want = reference_reduce(data, ids, 2, op)
+        np.testing.assert_array_equal(reduce(data, ids, 2, op, engine=engine), want)
+        assert np.isnan(want[0, 0]), op
+
+
 def test_a_sum_of_squares_would_fail_the_rule() -> None:
     """The data of the rule is hard: the textbook formula misses it by far."""
     data = 1e9 + np.random.default_rng(14).random(10_000)
@@ -67,6 +78,23 @@ def test_var_bytes_do_not_depend_on_blocks_lanes_or_engines(engine: str) -> None
     ids = rng.integers(-1, 7, 5_000)
     want = reduce(data, ids, 7, "var", engine="numpy")
     assert reduce(data, ids, 7, "var", engine=engine).tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_var_std_nan_bits_do_not_depend_on_the_engine(
+    tmp_path: Path, engine: str, dtype: type
+) -> None:
+    """inf - inf is x86's negative NaN and a NaN value is positive: which sign their sum keeps
+    is the compiler's choice, so every engine gives the one NaN of NumPy's ``np.nan``."""
+    data = np.array([np.inf, np.nan, -np.inf, 1.0, np.nan, 2.0, np.nan], dtype)
+    ids = np.array([0, 0, 1, 1, 1, 2, 2])
+    nan_bits = np.array([np.nan, np.nan, np.nan], dtype).tobytes()
+    paths, out = save(tmp_path, data, ids), tmp_path / "out.npy"
+    for op in ("var", "std"):
+        assert reduce(data, ids, 3, op, engine=engine).tobytes() == nan_bits, op
+        streamed = invoke(op, *paths, "--engine", engine, "--chunk-rows", 1, "-o", out, "-q")
+        assert streamed.exit_code == 0, streamed.stderr
+        assert np.load(out).tobytes() == nan_bits, op
 
 
 def lane_rule_var(data: np.ndarray, ids: np.ndarray, n: int, lane_rows: int) -> np.ndarray:

@@ -102,6 +102,8 @@ def _streams(spec: RunSpec) -> bool:
     # A sorted stream costs a block and a segment: stream where other runs do. Unsorted rows
     # stream through partition files, which costs a write and a read of the input: only when
     # they must (larger than the memory budget, stdin, rows per block given).
+    if "-" in (spec.data, spec.ids) and not should_stream(spec):
+        return False  # Parquet or an Arrow file on stdin is read whole, as for every other op
     return should_stream(spec) if spec.sorted_ids else must_stream(spec)
 
 

@@ -29,7 +29,7 @@ import numpy as np
 from segcli.errors import UsageError
 from segcli.io.columns import arrow_array
 from segcli.io.npy import to_native
-from segcli.io.text import value_strings
+from segcli.io.text import _printf, value_strings
 from segcli.io.write import json_values
 
 if TYPE_CHECKING:
@@ -68,6 +68,9 @@ def flat_columns(
 def _text_of(values: _Array, float_format: str | None) -> list[str]:
     if float_format is not None and values.dtype.kind == "f":
         return [float_format % v for v in values.tolist()]
+    if float_format is not None and values.dtype.kind == "c":  # each part, as single-op text
+        complex_texts: list[str] = _printf(values, float_format).tolist()
+        return complex_texts
     texts: list[str] = value_strings(values).tolist()
     return texts
 
