@@ -308,9 +308,10 @@ def check_expected_columns(
 ) -> None:
     """Compare every result column with the golden table at ``path`` (a table or .npz with the
     same columns); exit 4 naming the first column and segment that differ. A golden table's
-    ``segment`` column is compared too (a ``--by`` run's key columns, as text), so that rows
-    of other segments or keys, or in another order, fail rather than pass on equal values;
-    a golden result column this run does not give is an error, not a column left unchecked."""
+    ``segment`` column is compared too (a ``--by`` run's key columns, by
+    :mod:`segcli.expect_keys` as for a single op), so that rows of other segments or keys, or
+    in another order, fail rather than pass on equal values; a golden result column this run
+    does not give is an error, not a column left unchecked."""
     key_names = () if keys is None else tuple(keys.column_names)
     golden = _read_golden(path, key_names, tuple(name for name in results if name != "rows"))
     flat = agg_write.flat_columns(results, counts, counted=True)
@@ -319,7 +320,9 @@ def check_expected_columns(
     if "rows" not in golden:  # rows per segment, like the count column: where the golden has it
         flat.pop("rows", None)
     if keys is not None:
-        _check_keys(keys, golden, path)
+        from segcli.expect_keys import check_expected_keys  # a --by run's --expect only
+
+        check_expected_keys(keys, path)
     missing = [name for name in flat if name not in golden]
     if missing:
         raise InvalidInputError(f"--expect {path}: no column {missing[0]!r} to compare with")
@@ -345,26 +348,6 @@ def check_expected_columns(
             raise ExpectationError(
                 f"--expect {path}: column {name} differs in {bad.size:,} segment(s), the first "
                 f"segment {int(bad[0])}: {values[bad[0]]} vs expected {expected[bad[0]]}"
-            )
-
-
-def _check_keys(keys: pa.Table, golden: dict[str, np.ndarray], path: str) -> None:
-    """The golden table's key columns (those it has) hold the run's keys, row by row, as the
-    text a table of this run shows them."""
-    for name in keys.column_names:
-        if name not in golden:
-            continue
-        got, expected = _key_texts(keys.column(name)), golden[name]
-        if expected.shape != got.shape:
-            raise ExpectationError(
-                f"--expect {path}: key column {name} has {expected.shape[0]} rows, the result "
-                f"{got.shape[0]}"
-            )
-        bad = np.flatnonzero(got != expected)
-        if bad.size:
-            raise ExpectationError(
-                f"--expect {path}: key column {name} differs in {bad.size:,} row(s), the first "
-                f"row {int(bad[0])}: {got[bad[0]]!r} vs expected {expected[bad[0]]!r}"
             )
 
 

@@ -9,7 +9,7 @@ CSV/TSV is read in the data's key types where it can be (as ``--keys-from`` is, 
 ``007`` stays a string and ``12.50`` a decimal), JSON holds its ``"keys"`` as JSON values.
 ``.npy`` and ``.npz`` goldens hold no keys (``--keys-out`` writes them apart): nothing to compare.
 
-The single-op commands call it; agg compares its golden table's columns its own way.
+The single-op commands and ``agg`` call it, before they compare the values.
 pyarrow is imported inside the functions: the module loads only for a ``--by`` run's ``--expect``.
 """
 

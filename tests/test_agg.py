@@ -360,8 +360,8 @@ def test_expect_compares_the_key_columns_of_a_by_golden(tmp_path, suffix):
     failed = run(*args, "--keys-from", order, "--expect", golden)
     assert failed.exit_code == 4, failed.stderr
     assert failed.stderr == (
-        f"Error: --expect {golden}: key column zip differs in 2 row(s), the first row 2: "
-        "'9' vs expected '8'\n"
+        f"Error: --expect {golden}: row 2 has key zip='9', the golden file zip='8' (the keys "
+        "differ in 2 of 4 rows)\n"
     )
 
 
