@@ -4,6 +4,7 @@ rest of the input is counted (not folded) once the first null fails the run."""
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from segcli.cli import cli
+from segcli.io import columns
 
 ROWS = 30
 CHUNKS = [["--chunk-rows", "1"], ["--chunk-rows", "4"], ["--chunk-rows", "7"]]
@@ -142,3 +144,31 @@ def test_an_arrow_stream_on_stdin_counts_every_null(tmp_path: Path, chunks: list
         stdin=sink.getvalue().to_pybytes(),
     )  # fmt: skip
     one_error(result, "<stdin>: column 'v' has 10 nulls (first at row 1)", out)
+
+
+@pytest.mark.parametrize("command", ["sum", "check"])
+@pytest.mark.parametrize("chunks", [[], *CHUNKS])
+def test_streamed_null_sorted_ids_are_all_counted(
+    tmp_path: Path, command: str, chunks: list[str]
+) -> None:
+    """Under --skipna a null id drops its row, but sorted ids refuse it: every one counted."""
+    path = write(table([float(i) for i in range(ROWS)], ids()), tmp_path / "t.parquet")
+    out = tmp_path / "out.npy"
+    output = ["-o", out] if command == "sum" else []
+    result = run(
+        command, path, "--data-column", "v", "--ids-column", "k", "--sorted", "--skipna",
+        *chunks, *output,
+    )  # fmt: skip
+    message = (
+        f"{path}:k: segment_ids[2] is null (6 null ids); --sorted ids cannot be null, as they "
+        "cannot be negative"
+    )
+    one_error(result, message, out)
+
+
+def test_null_sorted_ids_error_survives_pickling() -> None:
+    """A Dask worker's error reaches the client pickled: its words and counts must survive."""
+    error = columns.NullIdsError("i.npy", 4, 2)
+    again = pickle.loads(pickle.dumps(error))
+    assert (str(again), again.first, again.nulls) == (str(error), 4, 2)
+    assert str(error.and_more(3)) == str(columns.NullIdsError("i.npy", 4, 5))

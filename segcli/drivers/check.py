@@ -24,9 +24,10 @@ from segcli.drivers.stream import (
     plan_blocks,
     read_ahead,
     rows_of,
+    with_later_null_ids,
 )
 from segcli.errors import NotStreamableError
-from segcli.io.columns import without_null_ids
+from segcli.io.columns import NullIdsError, without_null_ids
 
 if TYPE_CHECKING:
     from segcli.keys.facts import KeyFacts
@@ -103,15 +104,17 @@ def check_streamed(spec: RunSpec) -> CheckResult:
     inner = tuple(data.source.shape[len(ids.source.shape) :])
     counts = SegmentCounts(n, inner, data.source.dtype, spec.sorted_ids)
     nan = NanScan()
-    for data_block, ids_block in read_ahead(
-        aligned_blocks(data.source, ids.source, plan.block_rows)
-    ):
-        flat_ids, _ = without_null_ids(
-            ids_block.reshape(-1),
-            sorted_ids=spec.sorted_ids,
-            label=ids.source.label,
-            first_row=scanner.seen,
-        )
+    blocks = read_ahead(aligned_blocks(data.source, ids.source, plan.block_rows))
+    for data_block, ids_block in blocks:
+        try:
+            flat_ids, _ = without_null_ids(
+                ids_block.reshape(-1),
+                sorted_ids=spec.sorted_ids,
+                label=ids.source.label,
+                first_row=scanner.seen,
+            )
+        except NullIdsError as error:
+            raise with_later_null_ids(error, blocks) from None
         seen = scanner.feed(flat_ids)
         nan.feed(data_block)
         # As in a streamed run: after a failing id, ids are only scanned, to count offenders.

@@ -43,6 +43,27 @@ def nulls_kept(keep: bool = True) -> Iterator[None]:
         _KEEP_NULLS.reset(token)
 
 
+class NullIdsError(InvalidInputError):
+    """Sorted ids holding a null: ``first`` is its position, ``nulls`` how many there are (a
+    streamed run adds those of its later blocks with :meth:`and_more`)."""
+
+    def __init__(self, label: str, first: int, nulls: int) -> None:
+        noun = "null id" if nulls == 1 else "null ids"
+        super().__init__(
+            f"{label}: segment_ids[{first}] is null ({nulls} {noun}); --sorted ids cannot be "
+            "null, as they cannot be negative"
+        )
+        self.label, self.first, self.nulls = label, first, nulls
+
+    def __reduce__(self) -> tuple[type[NullIdsError], tuple[str, int, int]]:
+        # A Dask worker's error travels pickled: rebuilt from these, not from the message.
+        return NullIdsError, (self.label, self.first, self.nulls)
+
+    def and_more(self, nulls: int) -> NullIdsError:
+        """The same error counting ``nulls`` more."""
+        return NullIdsError(self.label, self.first, self.nulls + nulls)
+
+
 def without_null_ids(
     ids: Any, *, sorted_ids: bool = False, label: str = "ids", first_row: int = 0
 ) -> tuple[np.ndarray[Any, Any], int]:
@@ -59,11 +80,7 @@ def without_null_ids(
     nulls = int(np.count_nonzero(mask))
     if sorted_ids and nulls:
         first = first_row + int(np.flatnonzero(mask.reshape(-1))[0])
-        noun = "null id" if nulls == 1 else "null ids"
-        raise InvalidInputError(
-            f"{label}: segment_ids[{first}] is null ({nulls} {noun}); --sorted ids cannot be "
-            "null, as they cannot be negative"
-        )
+        raise NullIdsError(label, first, nulls)
     if values.dtype.kind == "u":
         wide = np.dtype(f"i{min(8, 2 * values.dtype.itemsize)}")
         if values.size and values.dtype.itemsize == 8 and int(values.max()) > np.iinfo(wide).max:
