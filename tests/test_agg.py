@@ -176,7 +176,9 @@ def test_ddof_without_var_or_std_is_a_usage_error(pair, tmp_path):
     assert not out.exists()
 
 
-def test_tmp_dir_without_a_sorting_op_is_a_usage_error(pair, tmp_path):
+def test_tmp_dir_without_a_sorting_op_is_a_usage_error(
+    pair: tuple[Path, Path], tmp_path: Path
+) -> None:
     """As the single-op commands without a sorting op, which have no --tmp-dir: refused, not
     silently unused, before any input is read (a missing DATA does not come first)."""
     out = tmp_path / "out.csv"

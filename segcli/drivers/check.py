@@ -49,6 +49,9 @@ class CheckResult:
     mode: str
     #: A ``--by`` check's keys, in the order of ``counts``.
     keys: KeyFacts | None = None
+    #: ``--skipna``: the nulls of an integer or bool DATA (a float column's read as NaN, and
+    #: are among ``nan_values``); ``first_nan`` is then the first NaN or null.
+    null_values: int = 0
 
 
 def check_inputs(spec: RunSpec) -> CheckResult:
@@ -87,6 +90,7 @@ def check_in_memory(spec: RunSpec) -> CheckResult:
         memory.facts(data),
         memory.facts(ids),
         "in-memory",
+        null_values=nan.nulls,
     )
 
 
@@ -132,6 +136,7 @@ def check_streamed(spec: RunSpec) -> CheckResult:
         data.facts(rows),
         ids.facts(rows),
         "streaming",
+        null_values=nan.nulls,
     )
 
 
@@ -164,28 +169,42 @@ class SegmentCounts:
 
 
 class NanScan:
-    """The NaN values of DATA, block by block: how many, and where the first one is."""
+    """The NaN values of DATA, block by block: how many, and where the first one is; under
+    ``--skipna`` also the nulls of a column that cannot hold NaN (masked values)."""
 
     def __init__(self) -> None:
         self.found = 0
+        self.nulls = 0
         self.first: tuple[int, ...] | None = None
         self._rows = 0
 
     def feed(self, block: np.ndarray) -> None:
         found = _nan_count(block)
-        if found and self.first is None:
+        nulls = _null_count(block)
+        if (found or nulls) and self.first is None:
             self.first = _first_nan_index(block, self._rows)
         self.found += found
+        self.nulls += nulls
         self._rows += block.shape[0] if block.ndim else 1
 
 
 def _first_nan_index(block: np.ndarray, first_row: int) -> tuple[int, ...]:
-    """Index in the whole input of the first NaN of ``block``, whose row 0 is ``first_row``."""
-    flat = int(np.argmax(np.isnan(block.reshape(-1))))
+    """Index in the whole input of the first NaN (or null) of ``block``, whose row 0 is
+    ``first_row``."""
+    if type(block) is np.ndarray:
+        flat = int(np.argmax(np.isnan(block.reshape(-1))))
+    else:  # masked: an integer or bool column's nulls under --skipna
+        flat = int(np.argmax(np.ma.getmaskarray(block).reshape(-1)))
     if not block.ndim:
         return ()
     index = tuple(int(i) for i in np.unravel_index(flat, block.shape))
     return (first_row + index[0], *index[1:])
+
+
+def _null_count(block: np.ndarray) -> int:
+    if type(block) is np.ndarray:  # no mask: numpy.ma (about 8 ms to import) stays unloaded
+        return 0
+    return int(np.count_nonzero(np.ma.getmask(block)))
 
 
 def _nan_count(data: np.ndarray) -> int:
