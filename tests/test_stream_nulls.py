@@ -172,3 +172,16 @@ def test_null_sorted_ids_error_survives_pickling() -> None:
     again = pickle.loads(pickle.dumps(error))
     assert (str(again), again.first, again.nulls) == (str(error), 4, 2)
     assert str(error.and_more(3)) == str(columns.NullIdsError("i.npy", 4, 5))
+
+
+@pytest.mark.parametrize("command", [["sum"], ["median"], ["agg", "--op", "sum,median"]])
+@pytest.mark.parametrize("chunks", [[], *CHUNKS])
+def test_keyed_and_sorting_runs_count_every_null(
+    tmp_path: Path, command: list[str], chunks: list[str]
+) -> None:
+    path = tmp_path / "t.parquet"
+    keys = pa.array([str(i % 4) for i in range(ROWS)])
+    pq.write_table(pa.table({"v": pa.array(values(), pa.float64()), "c": keys}), path, 5)
+    out = tmp_path / "out.csv"
+    result = run(*command, path, "--data-column", "v", "--by", "c", *chunks, "-o", out)
+    one_error(result, f"{path}: column 'v' has 10 nulls (first at row 1)", out)
