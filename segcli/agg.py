@@ -30,7 +30,7 @@ from segcli.io import agg_write
 from segcli.io.formats import BINARY_FORMATS, is_pipe
 from segcli.io.keyed import stage_keys
 from segcli.multi import split, with_ddof
-from segcli.op_names import Q_OPS
+from segcli.op_names import HOLISTIC_OPS, Q_OPS
 from segcli.pipeline import RunRequest, Streams
 from segcli.signals import checkpoint
 from segcli.summary import RunSummary, result_range, run_summary, summary_facts, summary_rows
@@ -98,6 +98,9 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
     for option, given in refused:
         if given:
             raise UsageError(f"agg does not take {option} yet; run one op at a time for it")
+    if request.tmp_dir is not None and not holistic:  # as a single-op command has no --tmp-dir
+        sorting = f"{', '.join(HOLISTIC_OPS[:-1])} and {HOLISTIC_OPS[-1]}"
+        raise UsageError(f"--tmp-dir applies to {sorting} only, not {', '.join(op_names)}")
     fmt = (
         "text"
         if request.output is None

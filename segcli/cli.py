@@ -684,7 +684,9 @@ def agg(
     metavar="K",
     help="Fail (exit 4) if more than K rows were dropped (negative ids; ids >= n under --sorted).",
 )
-@click.option("--no-nan", is_flag=True, help="Fail (exit 4) if DATA holds any NaN.")
+@click.option(
+    "--no-nan", is_flag=True, help="Fail (exit 4) if DATA holds any NaN (with --skipna: or null)."
+)
 @translate_errors
 def check(
     quiet: bool,

@@ -43,6 +43,7 @@ from segcli.summary import (
     check_rows,
     dropped_rows,
     empty_segments,
+    missing_values,
     run_summary,
 )
 
@@ -506,9 +507,11 @@ def check(
             found = check_inputs(spec)
     for name in also_ops:  # check --op a,b: the data's dtype must suit every op
         ops.check_data_dtype(ops.get_op(name), np.dtype(found.data.dtype), found.data.label)
-    failures = _check_failures(found, max_empty=max_empty, no_nan=no_nan, max_dropped=max_dropped)
-    rows = check_rows(found, sorted_ids=request.sorted_ids, failures=failures)
-    facts = check_facts(found, sorted_ids=request.sorted_ids, failures=failures)
+    failures = _check_failures(
+        found, max_empty=max_empty, no_nan=no_nan, max_dropped=max_dropped, skipna=spec.skipna
+    )
+    rows = check_rows(found, sorted_ids=request.sorted_ids, failures=failures, skipna=spec.skipna)
+    facts = check_facts(found, sorted_ids=request.sorted_ids, failures=failures, skipna=spec.skipna)
     return CheckOutcome(rows, facts, failures)
 
 
@@ -518,6 +521,7 @@ def _check_failures(
     max_empty: int | None,
     no_nan: bool,
     max_dropped: int | None,
+    skipna: bool = False,
 ) -> list[str]:
     """The data-quality rules the inputs break, each as one line."""
     counts, report = found.counts, found.id_report
@@ -538,13 +542,16 @@ def _check_failures(
             f"{found.ids.label}: {validate.plural(dropped, 'dropped row')}, more than "
             f"--max-dropped {max_dropped} ({_dropped_causes(report, found.keys)})"
         )
-    if no_nan and found.nan_values:
+    missing = missing_values(found) if skipna else found.nan_values
+    if no_nan and missing:
         assert found.first_nan is not None
         where = ", ".join(str(i) for i in found.first_nan)
-        failures.append(
-            f"{found.data.label}: {validate.plural(found.nan_values, 'NaN value')} (--no-nan), "
-            f"the first at [{where}]"
+        what = (
+            f"{validate.plural(missing, 'missing value')} (NaN or null)"
+            if skipna
+            else validate.plural(missing, "NaN value")
         )
+        failures.append(f"{found.data.label}: {what} (--no-nan), the first at [{where}]")
     return failures
 
 

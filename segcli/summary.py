@@ -247,7 +247,9 @@ def _with_key_rows(rows: list[tuple[str, str]], keys: dict[str, Any]) -> list[tu
     return out
 
 
-def check_facts(found: CheckResult, *, sorted_ids: bool, failures: list[str]) -> dict[str, Any]:
+def check_facts(
+    found: CheckResult, *, sorted_ids: bool, failures: list[str], skipna: bool = False
+) -> dict[str, Any]:
     """What ``segcli check`` found, as its ``--summary-json`` facts."""
     report = found.id_report
     return {
@@ -266,6 +268,7 @@ def check_facts(found: CheckResult, *, sorted_ids: bool, failures: list[str]) ->
         "rows_dropped": dropped_rows(report),
         "empty_segments": empty_segments(found),
         "nan_values": found.nan_values,
+        **({"missing_values": missing_values(found)} if skipna else {}),
         "passed": not failures,
         "failures": failures,
         **({} if found.keys is None else {"keys": found.keys.summary()}),
@@ -273,7 +276,7 @@ def check_facts(found: CheckResult, *, sorted_ids: bool, failures: list[str]) ->
 
 
 def check_rows(
-    found: CheckResult, *, sorted_ids: bool, failures: list[str]
+    found: CheckResult, *, sorted_ids: bool, failures: list[str], skipna: bool = False
 ) -> list[tuple[str, str]]:
     """What ``segcli check`` found, as (label, value) rows."""
     report = found.id_report
@@ -289,12 +292,25 @@ def check_rows(
         ("rows", f"{report.rows_used:,} used of {report.rows:,}"),
         ("empty segments", f"{empty_segments(found):,}"),
         ("dropped rows", f"{dropped_rows(report):,}"),
-        ("NaN values", f"{found.nan_values:,}"),
+        _missing_row(found, skipna),
         ("verdict", "ok" if not failures else "FAILED: " + "; ".join(failures)),
     ]
     if found.keys is not None:
         rows = _with_key_rows(rows, found.keys.summary())
     return rows
+
+
+def _missing_row(found: CheckResult, skipna: bool) -> tuple[str, str]:
+    """DATA's NaN; under ``--skipna`` its nulls too, counted together as the run summary's
+    "missing values (NaN or null)" (a float column's nulls read as NaN: the two are one)."""
+    if not skipna:
+        return ("NaN values", f"{found.nan_values:,}")
+    return ("missing values", f"{missing_values(found):,} (NaN or null)")
+
+
+def missing_values(found: CheckResult) -> int:
+    """``--skipna``: the NaN and null values of DATA."""
+    return found.nan_values + found.null_values
 
 
 def empty_segments(found: CheckResult) -> int:

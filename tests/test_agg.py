@@ -176,6 +176,28 @@ def test_ddof_without_var_or_std_is_a_usage_error(pair, tmp_path):
     assert not out.exists()
 
 
+def test_tmp_dir_without_a_sorting_op_is_a_usage_error(
+    pair: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """As the single-op commands without a sorting op, which have no --tmp-dir: refused, not
+    silently unused, before any input is read (a missing DATA does not come first)."""
+    out = tmp_path / "out.csv"
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    assert run("sum", *pair, "--tmp-dir", spill, "-o", out).exit_code == 2
+    for data in (pair[0], tmp_path / "missing.npy"):
+        result = run("agg", data, pair[1], "--op", "sum,max", "--tmp-dir", spill, "-o", out)
+        assert result.exit_code == 2, result.stderr
+        assert result.stderr.splitlines()[-1] == (
+            "Error: --tmp-dir applies to median, quantile and nunique only, not sum, max"
+        )
+        assert error_lines(result) == 1 and "Traceback" not in result.stderr
+    assert listing(tmp_path) == ["data.npy", "ids.npy", "spill"]
+    result = run("agg", *pair, "--op", "sum,median", "--tmp-dir", spill, "-o", out)
+    assert result.exit_code == 0, result.stderr
+    assert listing(spill) == []
+
+
 def test_joint_ops_keep_their_intermediates_once():
     op = combined_op(("var", "std", "mean", "argmin", "sum"), np.dtype(np.float32), ())
     names = [i.name for i in op.intermediates]

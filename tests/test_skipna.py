@@ -322,6 +322,41 @@ def test_check_accepts_null_values_under_skipna(table: Path) -> None:
     assert result.exit_code == 0, result.stderr
 
 
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "2"]], ids=["memory", "stream"])
+@pytest.mark.parametrize(
+    ("column", "missing", "first"), [("f", 3, 1), ("i", 2, 1)], ids=["float", "int"]
+)
+def test_check_names_nulls_as_missing_values_under_skipna(
+    table: Path, tmp_path: Path, chunk: list[str], column: str, missing: int, first: int
+) -> None:
+    """Not "NaN values": a float column's nulls read as NaN and are counted with them, an int
+    column's are nulls alone; both are the run summary's "missing values (NaN or null)"."""
+    args = ["check", str(table), "--data-column", column, "--ids-column", "id", "--skipna"]
+    facts = tmp_path / "check.json"
+    result = run_cli(*args, *chunk, "--summary-json", str(facts))
+    assert result.exit_code == 0, result.stderr
+    assert f"  missing values  {missing} (NaN or null)\n" in result.stderr
+    assert "NaN values" not in result.stderr
+    assert json.loads(facts.read_text())["missing_values"] == missing
+    failed = run_cli(*args, *chunk, "--no-nan", "-q")
+    assert failed.exit_code == 4
+    assert failed.stderr == (
+        f"Error: {table}:{column}: {missing} missing values (NaN or null) (--no-nan), "
+        f"the first at [{first}]\n"
+    )
+
+
+def test_check_without_skipna_still_counts_nan_values(tmp_path: Path) -> None:
+    np.save(tmp_path / "d.npy", np.array([1.0, np.nan, np.nan]))
+    np.save(tmp_path / "i.npy", np.array([0, 0, 1]))
+    facts = tmp_path / "check.json"
+    args = ["check", str(tmp_path / "d.npy"), str(tmp_path / "i.npy")]
+    result = run_cli(*args, "--summary-json", str(facts))
+    assert result.exit_code == 0, result.stderr
+    assert "  NaN values      2\n" in result.stderr and "missing" not in result.stderr
+    assert "missing_values" not in json.loads(facts.read_text())
+
+
 def test_cupy_refuses_skipna(tmp_path: Path) -> None:
     np.save(tmp_path / "d.npy", np.array([1.0, np.nan]))
     np.save(tmp_path / "i.npy", np.array([0, 0]))

@@ -24,9 +24,10 @@ from segcli.drivers.stream import (
     plan_blocks,
     read_ahead,
     rows_of,
+    with_later_null_ids,
 )
 from segcli.errors import NotStreamableError
-from segcli.io.columns import without_null_ids
+from segcli.io.columns import NullIdsError, without_null_ids
 
 if TYPE_CHECKING:
     from segcli.keys.facts import KeyFacts
@@ -48,6 +49,9 @@ class CheckResult:
     mode: str
     #: A ``--by`` check's keys, in the order of ``counts``.
     keys: KeyFacts | None = None
+    #: ``--skipna``: the nulls of an integer or bool DATA (a float column's read as NaN, and
+    #: are among ``nan_values``); ``first_nan`` is then the first NaN or null.
+    null_values: int = 0
 
 
 def check_inputs(spec: RunSpec) -> CheckResult:
@@ -86,6 +90,7 @@ def check_in_memory(spec: RunSpec) -> CheckResult:
         memory.facts(data),
         memory.facts(ids),
         "in-memory",
+        null_values=nan.nulls,
     )
 
 
@@ -103,15 +108,17 @@ def check_streamed(spec: RunSpec) -> CheckResult:
     inner = tuple(data.source.shape[len(ids.source.shape) :])
     counts = SegmentCounts(n, inner, data.source.dtype, spec.sorted_ids)
     nan = NanScan()
-    for data_block, ids_block in read_ahead(
-        aligned_blocks(data.source, ids.source, plan.block_rows)
-    ):
-        flat_ids, _ = without_null_ids(
-            ids_block.reshape(-1),
-            sorted_ids=spec.sorted_ids,
-            label=ids.source.label,
-            first_row=scanner.seen,
-        )
+    blocks = read_ahead(aligned_blocks(data.source, ids.source, plan.block_rows))
+    for data_block, ids_block in blocks:
+        try:
+            flat_ids, _ = without_null_ids(
+                ids_block.reshape(-1),
+                sorted_ids=spec.sorted_ids,
+                label=ids.source.label,
+                first_row=scanner.seen,
+            )
+        except NullIdsError as error:
+            raise with_later_null_ids(error, blocks) from None
         seen = scanner.feed(flat_ids)
         nan.feed(data_block)
         # As in a streamed run: after a failing id, ids are only scanned, to count offenders.
@@ -129,6 +136,7 @@ def check_streamed(spec: RunSpec) -> CheckResult:
         data.facts(rows),
         ids.facts(rows),
         "streaming",
+        null_values=nan.nulls,
     )
 
 
@@ -161,28 +169,42 @@ class SegmentCounts:
 
 
 class NanScan:
-    """The NaN values of DATA, block by block: how many, and where the first one is."""
+    """The NaN values of DATA, block by block: how many, and where the first one is; under
+    ``--skipna`` also the nulls of a column that cannot hold NaN (masked values)."""
 
     def __init__(self) -> None:
         self.found = 0
+        self.nulls = 0
         self.first: tuple[int, ...] | None = None
         self._rows = 0
 
     def feed(self, block: np.ndarray) -> None:
         found = _nan_count(block)
-        if found and self.first is None:
+        nulls = _null_count(block)
+        if (found or nulls) and self.first is None:
             self.first = _first_nan_index(block, self._rows)
         self.found += found
+        self.nulls += nulls
         self._rows += block.shape[0] if block.ndim else 1
 
 
 def _first_nan_index(block: np.ndarray, first_row: int) -> tuple[int, ...]:
-    """Index in the whole input of the first NaN of ``block``, whose row 0 is ``first_row``."""
-    flat = int(np.argmax(np.isnan(block.reshape(-1))))
+    """Index in the whole input of the first NaN (or null) of ``block``, whose row 0 is
+    ``first_row``."""
+    if type(block) is np.ndarray:
+        flat = int(np.argmax(np.isnan(block.reshape(-1))))
+    else:  # masked: an integer or bool column's nulls under --skipna
+        flat = int(np.argmax(np.ma.getmaskarray(block).reshape(-1)))
     if not block.ndim:
         return ()
     index = tuple(int(i) for i in np.unravel_index(flat, block.shape))
     return (first_row + index[0], *index[1:])
+
+
+def _null_count(block: np.ndarray) -> int:
+    if type(block) is np.ndarray:  # no mask: numpy.ma (about 8 ms to import) stays unloaded
+        return 0
+    return int(np.count_nonzero(np.ma.getmask(block)))
 
 
 def _nan_count(data: np.ndarray) -> int:

@@ -211,4 +211,5 @@ def check_by(spec: RunSpec) -> CheckResult:
         done.ids,
         done.mode,
         done.keys,
+        null_values=nan.nulls,
     )

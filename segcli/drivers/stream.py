@@ -36,7 +36,7 @@ from segcli.drivers.base import (
 )
 from segcli.engines import Engine, EngineChoice, choose_engine
 from segcli.errors import InvalidInputError, UsageError
-from segcli.io.columns import without_null_ids
+from segcli.io.columns import NullIdsError, without_null_ids
 from segcli.io.formats import input_format
 from segcli.io.npy import Readable
 from segcli.multi import fold_rows
@@ -210,10 +210,14 @@ def fold_blocks(
     column's block folded by its fold. Returns the blocks read and the null ids dropped.
     ``on_block`` sees the first column's valid blocks after the fold (see reduce_stream)."""
     done = blocks = null_ids = 0
-    for data_blocks, ids_block in read:
-        flat_ids, nulls = without_null_ids(
-            ids_block.reshape(-1), sorted_ids=sorted_ids, label=ids_label, first_row=done
-        )
+    rest = iter(read)
+    for data_blocks, ids_block in rest:
+        try:
+            flat_ids, nulls = without_null_ids(
+                ids_block.reshape(-1), sorted_ids=sorted_ids, label=ids_label, first_row=done
+            )
+        except NullIdsError as error:
+            raise with_later_null_ids(error, rest) from None
         null_ids += nulls
         block_summary = scanner.feed(flat_ids)
         # Once an id makes the run fail, the rest is only scanned, so that the error counts
@@ -233,6 +237,15 @@ def fold_blocks(
         if progress is not None:
             progress(done, total_rows)
     return blocks, null_ids
+
+
+def with_later_null_ids(
+    error: NullIdsError, rest: Iterable[tuple[object, np.ndarray]]
+) -> NullIdsError:
+    """``error`` (a block's null sorted ids) counting those of the blocks still to come: they
+    are only counted, not folded, so that the error gives the count a whole read gives."""
+    later = sum(int(np.count_nonzero(np.ma.getmask(ids_block))) for _, ids_block in rest)
+    return error.and_more(later)
 
 
 def _row_bytes(source: ChunkSource) -> int:

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from segcli.errors import InvalidInputError, NotStreamableError, ReadError, UsageError
-from segcli.io.columns import ColumnRef, check_type, column_to_numpy, value_layout
+from segcli.io.columns import (
+    ColumnRef,
+    NullsError,
+    NullTally,
+    check_type,
+    column_to_numpy,
+    value_layout,
+)
 from segcli.io.formats import input_format, is_pipe, library_errors, open_binary
 from segcli.io.npy import (
     NpyHeader,
@@ -319,12 +326,19 @@ def _same_inner_shape(
     where: ColumnRef,
     shape: tuple[int, ...],
     to_numpy: Callable[[pa.Array, int], np.ndarray],
+    on_nulls: Callable[[], None] | None = None,
 ) -> Iterator[np.ndarray]:
     """Each Arrow piece as NumPy rows (``to_numpy(piece, first_row)``); a piece whose rows have
-    another inner shape than ``shape`` (a list column's lengths changing) is an error."""
+    another inner shape than ``shape`` (a list column's lengths changing) is an error. A null
+    fails the run: ``on_nulls`` is called, then the rest is only counted (see _null_error)."""
     start = 0
     for piece in pieces:
-        block = to_numpy(piece, start)
+        try:
+            block = to_numpy(piece, start)
+        except NullsError:
+            if on_nulls is not None:
+                on_nulls()
+            raise _null_error(where, piece, start, pieces) from None
         if block.shape[1:] != shape[1:]:
             raise where.fail(
                 f"rows from {start} have inner shape {list(block.shape[1:])}, "
@@ -332,6 +346,21 @@ def _same_inner_shape(
             )
         start += len(block)
         yield block
+
+
+def _null_error(
+    where: ColumnRef, piece: pa.Array, start: int, rest: Iterator[pa.Array]
+) -> InvalidInputError:
+    """The error for a column whose ``piece`` (from row ``start``) holds a null: the rest of
+    the input is read and its nulls counted, unconverted and unfolded, so that the error gives
+    the count and the first row that a whole read of the column gives."""
+    tally = NullTally(where)
+    tally.add(piece, start)
+    start += len(piece)
+    for more in rest:
+        tally.add(more, start)
+        start += len(more)
+    return tally.error()
 
 
 def _reblock(arrays: Iterator[pa.Array], rows: int) -> Iterator[pa.Array]:
@@ -406,6 +435,10 @@ class ArrowStreamColumns:
         while queue or self._pull():
             yield queue.pop(0)
 
+    def feed_only(self, name: str) -> None:
+        """Batches read from now on go to ``name`` alone (see TableBatches.feed_only)."""
+        self._pending = {name: self._pending[name]}
+
 
 class _StreamColumn:
     """One column of an :class:`ArrowStreamColumns`, as a ChunkSource of unknown length."""
@@ -431,6 +464,7 @@ class _StreamColumn:
                 self._where,
                 self.shape,
                 lambda piece, start: column_to_numpy(piece, self._where, first_row=start),
+                on_nulls=lambda: self._owner.feed_only(self._where.column),
             )
 
 

@@ -175,6 +175,12 @@ class TableBatches:
         while queue or self._pull():
             yield queue.pop(0)
 
+    def feed_only(self, queue: list[pa.Array]) -> None:
+        """Batches read from now on go to ``queue`` alone: its column met a null, which fails
+        the run, and counts the rest of the file; the other columns are never read again, and
+        their queues must not grow to the rest of the file meanwhile."""
+        self._queues = [(name, kept) for name, kept in self._queues if kept is queue]
+
     def _type_kept(self) -> contextlib.AbstractContextManager[None]:
         return text_type_kept(f"{self._table.label}:")
 
@@ -220,4 +226,5 @@ class _BatchColumn:
                 lambda piece, start: column_to_numpy(
                     piece, self._where, first_row=start, layout=self._layout
                 ),
+                on_nulls=lambda: self._owner.feed_only(self._queue),
             )

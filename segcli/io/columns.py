@@ -43,6 +43,27 @@ def nulls_kept(keep: bool = True) -> Iterator[None]:
         _KEEP_NULLS.reset(token)
 
 
+class NullIdsError(InvalidInputError):
+    """Sorted ids holding a null: ``first`` is its position, ``nulls`` how many there are (a
+    streamed run adds those of its later blocks with :meth:`and_more`)."""
+
+    def __init__(self, label: str, first: int, nulls: int) -> None:
+        noun = "null id" if nulls == 1 else "null ids"
+        super().__init__(
+            f"{label}: segment_ids[{first}] is null ({nulls} {noun}); --sorted ids cannot be "
+            "null, as they cannot be negative"
+        )
+        self.label, self.first, self.nulls = label, first, nulls
+
+    def __reduce__(self) -> tuple[type[NullIdsError], tuple[str, int, int]]:
+        # A Dask worker's error travels pickled: rebuilt from these, not from the message.
+        return NullIdsError, (self.label, self.first, self.nulls)
+
+    def and_more(self, nulls: int) -> NullIdsError:
+        """The same error counting ``nulls`` more."""
+        return NullIdsError(self.label, self.first, self.nulls + nulls)
+
+
 def without_null_ids(
     ids: Any, *, sorted_ids: bool = False, label: str = "ids", first_row: int = 0
 ) -> tuple[np.ndarray[Any, Any], int]:
@@ -59,11 +80,7 @@ def without_null_ids(
     nulls = int(np.count_nonzero(mask))
     if sorted_ids and nulls:
         first = first_row + int(np.flatnonzero(mask.reshape(-1))[0])
-        noun = "null id" if nulls == 1 else "null ids"
-        raise InvalidInputError(
-            f"{label}: segment_ids[{first}] is null ({nulls} {noun}); --sorted ids cannot be "
-            "null, as they cannot be negative"
-        )
+        raise NullIdsError(label, first, nulls)
     if values.dtype.kind == "u":
         wide = np.dtype(f"i{min(8, 2 * values.dtype.itemsize)}")
         if values.size and values.dtype.itemsize == 8 and int(values.max()) > np.iinfo(wide).max:
@@ -360,12 +377,78 @@ def _common_length(array: pa.Array, where: ColumnRef, first_row: int, per_row: i
 
 
 def _raise_nulls(array: pa.Array, where: ColumnRef, first_row: int, per_row: int) -> None:
+    raise _nulls_error(where, array.null_count, _first_null_row(array, first_row, per_row), per_row)
+
+
+def _first_null_row(array: pa.Array, first_row: int, per_row: int) -> int:
     # Given a Python True, pyarrow's index builds its scalar through pandas (0.2 s).
     first = int(np.argmax(numpy_of(_kernels().is_null(array))))
-    row = first_row + first // per_row
+    return first_row + first // per_row
+
+
+class NullsError(InvalidInputError):
+    """A column holds nulls where it may not: a streamed reader then counts the rest of them
+    (:class:`NullTally`)."""
+
+
+def _nulls_error(where: ColumnRef, nulls: int, row: int, per_row: int) -> NullsError:
     inside = " inside its lists" if per_row > 1 else ""
-    noun = "null" if array.null_count == 1 else "nulls"
-    raise where.fail(f"has {array.null_count} {noun}{inside} (first at row {row})")
+    noun = "null" if nulls == 1 else "nulls"
+    # The words of ColumnRef.fail, in the class a streamed reader recognises.
+    return NullsError(
+        f"{where.file}: column '{where.column}' has {nulls} {noun}{inside} (first at row {row})"
+    )
+
+
+class NullTally:
+    """The nulls of a column read in pieces, counted as :func:`column_to_numpy` names them
+    when it converts the whole column: those of the shallowest list depth holding any (the
+    lists themselves before the values inside them), their number and the first one's row.
+
+    A streamed reader whose block fails on a null counts that block and the rest of its input
+    here, without converting them, so that its error is the one a whole read gives."""
+
+    def __init__(self, where: ColumnRef) -> None:
+        self._where = where
+        self._depth: int | None = None
+        self._nulls = self._row = self._per_row = 0
+
+    def add(self, column: pa.Array | pa.ChunkedArray, first_row: int) -> None:
+        """Count the nulls of the piece ``column``, whose first row is ``first_row``."""
+        import pyarrow as pa
+
+        column = _decoded(column)
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+        self._add(column, first_row, 1, 0)
+
+    def _add(self, array: pa.Array, first_row: int, per_row: int, depth: int) -> None:
+        if self._depth is not None and depth > self._depth:
+            return  # a shallower depth holds nulls: the error names those
+        if array.null_count and not (_KEEP_NULLS.get() and not _is_list(array.type)):
+            if self._depth is None or depth < self._depth:
+                self._depth, self._nulls = depth, 0
+                self._row, self._per_row = _first_null_row(array, first_row, per_row), per_row
+            self._nulls += array.null_count
+            return  # values inside null lists do not count: this depth is the error
+        if _is_list(array.type) and len(array):
+            width = _first_length(array)
+            self._add(array.flatten(), first_row, per_row * max(width, 1), depth + 1)
+
+    def error(self) -> NullsError:
+        """The error naming the nulls counted (at least one)."""
+        assert self._depth is not None, "no null was counted"
+        return _nulls_error(self._where, self._nulls, self._row, self._per_row)
+
+
+def _first_length(array: pa.Array) -> int:
+    """The length of the first list of ``array`` (a list array without nulls): the length all
+    its lists share when they convert to an array."""
+    import pyarrow.types as pt
+
+    if pt.is_fixed_size_list(array.type):
+        return int(array.type.list_size)
+    return int(numpy_of(_kernels().list_value_length(array.slice(0, 1)))[0])
 
 
 def _kernels() -> Any:

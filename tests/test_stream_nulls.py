@@ -1,0 +1,187 @@
+"""A streamed run that meets a null names every null of the column, as a whole read does: the
+rest of the input is counted (not folded) once the first null fails the run."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.csv as pcsv
+import pyarrow.feather as feather
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from segcli.cli import cli
+from segcli.io import columns
+
+ROWS = 30
+CHUNKS = [["--chunk-rows", "1"], ["--chunk-rows", "4"], ["--chunk-rows", "7"]]
+
+
+def run(*args: Any, stdin: bytes | None = None) -> Any:
+    return CliRunner().invoke(cli, [str(a) for a in args], input=stdin, catch_exceptions=False)
+
+
+def values() -> list[float | None]:
+    """Ten nulls, the first at row 1, spread over every block of the chunk sizes above."""
+    return [None if i % 3 == 1 else float(i) for i in range(ROWS)]
+
+
+def ids() -> list[int | None]:
+    """Six null ids, the first at row 2."""
+    return [None if i % 5 == 2 else i % 4 for i in range(ROWS)]
+
+
+def table(v: list[Any], k: list[Any], w: list[Any] | None = None) -> pa.Table:
+    columns = {"v": pa.array(v, pa.float64()), "k": pa.array(k, pa.int64())}
+    if w is not None:
+        columns["w"] = pa.array(w, pa.float64())
+    return pa.table(columns)
+
+
+def write(t: pa.Table, path: Path) -> Path:
+    if path.suffix == ".parquet":
+        pq.write_table(t, path, row_group_size=5)  # row groups across the blocks
+    elif path.suffix == ".arrow":
+        feather.write_feather(t, path, chunksize=5)
+    elif path.suffix == ".csv":
+        pcsv.write_csv(t, path)
+    else:
+        rows = t.to_pylist()
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def one_error(result: Any, message: str, out: Path) -> None:
+    assert result.exit_code == 1, result.output
+    assert result.stderr == f"Error: {message}\n"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow", ".csv", ".jsonl"])
+@pytest.mark.parametrize("chunks", [[], *CHUNKS])
+def test_streamed_data_nulls_are_all_counted(
+    tmp_path: Path, suffix: str, chunks: list[str]
+) -> None:
+    path = write(table(values(), [i % 4 for i in range(ROWS)]), tmp_path / f"t{suffix}")
+    out = tmp_path / "out.npy"
+    result = run("sum", path, "--data-column", "v", "--ids-column", "k", *chunks, "-o", out)
+    one_error(result, f"{path}: column 'v' has 10 nulls (first at row 1)", out)
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow", ".csv"])
+@pytest.mark.parametrize("chunks", [[], *CHUNKS])
+def test_streamed_id_nulls_are_all_counted(tmp_path: Path, suffix: str, chunks: list[str]) -> None:
+    path = write(table([float(i) for i in range(ROWS)], ids()), tmp_path / f"t{suffix}")
+    out = tmp_path / "out.npy"
+    result = run("sum", path, "--data-column", "v", "--ids-column", "k", *chunks, "-o", out)
+    one_error(result, f"{path}: column 'k' has 6 nulls (first at row 2)", out)
+
+
+@pytest.mark.parametrize("chunks", [[], *CHUNKS])
+def test_streamed_nulls_in_separate_files_are_all_counted(
+    tmp_path: Path, chunks: list[str]
+) -> None:
+    data = write(table(values(), [0] * ROWS), tmp_path / "d.parquet")
+    keys = write(table([0.0] * ROWS, [i % 4 for i in range(ROWS)]), tmp_path / "i.arrow")
+    out = tmp_path / "out.npy"
+    result = run("mean", data, keys, "--data-column", "v", "--ids-column", "k", *chunks, "-o", out)
+    one_error(result, f"{data}: column 'v' has 10 nulls (first at row 1)", out)
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+@pytest.mark.parametrize("chunks", [[], *CHUNKS])
+def test_agg_of_several_columns_counts_every_null(
+    tmp_path: Path, suffix: str, chunks: list[str]
+) -> None:
+    w = [float(i) for i in range(ROWS)]
+    path = write(table(values(), [i % 4 for i in range(ROWS)], w), tmp_path / f"t{suffix}")
+    out = tmp_path / "out.parquet"
+    result = run(
+        "agg", path, "--op", "sum,mean", "--data-column", "w,v", "--ids-column", "k",
+        *chunks, "-o", out,
+    )  # fmt: skip
+    one_error(result, f"{path}: column 'v' has 10 nulls (first at row 1)", out)
+
+
+@pytest.mark.parametrize("chunks", [[], *CHUNKS])
+def test_a_null_list_outranks_nulls_inside_lists_met_before_it(
+    tmp_path: Path, chunks: list[str]
+) -> None:
+    """As a whole read: the null lists are named, not the values inside lists before them."""
+    lists: list[Any] = [[1.0, 2.0] for _ in range(ROWS)]
+    lists[3], lists[5], lists[17], lists[26] = [None, 1.0], [2.0, None], None, None
+    t = pa.table({"v": pa.array(lists, pa.list_(pa.float64())), "k": [i % 3 for i in range(ROWS)]})
+    path = tmp_path / "l.parquet"
+    pq.write_table(t, path, row_group_size=5)
+    out = tmp_path / "out.npy"
+    result = run("sum", path, "--data-column", "v", "--ids-column", "k", *chunks, "-o", out)
+    one_error(result, f"{path}: column 'v' has 2 nulls (first at row 17)", out)
+    lists[17] = lists[26] = [3.0, 4.0]
+    lists[20] = [None, None]
+    path.unlink()
+    t = t.set_column(0, "v", pa.array(lists, pa.list_(pa.float64())))
+    pq.write_table(t, path, row_group_size=5)
+    result = run("sum", path, "--data-column", "v", "--ids-column", "k", *chunks, "-o", out)
+    one_error(result, f"{path}: column 'v' has 4 nulls inside its lists (first at row 3)", out)
+
+
+@pytest.mark.parametrize("chunks", [[], *CHUNKS])
+def test_an_arrow_stream_on_stdin_counts_every_null(tmp_path: Path, chunks: list[str]) -> None:
+    sink = pa.BufferOutputStream()
+    t = table(values(), [i % 4 for i in range(ROWS)])
+    with ipc.new_stream(sink, t.schema) as writer:
+        for batch in t.to_batches(max_chunksize=5):
+            writer.write_batch(batch)
+    out = tmp_path / "out.npy"
+    result = run(
+        "sum", "-", "--data-column", "v", "--ids-column", "k", *chunks, "-o", out,
+        stdin=sink.getvalue().to_pybytes(),
+    )  # fmt: skip
+    one_error(result, "<stdin>: column 'v' has 10 nulls (first at row 1)", out)
+
+
+@pytest.mark.parametrize("command", ["sum", "check"])
+@pytest.mark.parametrize("chunks", [[], *CHUNKS])
+def test_streamed_null_sorted_ids_are_all_counted(
+    tmp_path: Path, command: str, chunks: list[str]
+) -> None:
+    """Under --skipna a null id drops its row, but sorted ids refuse it: every one counted."""
+    path = write(table([float(i) for i in range(ROWS)], ids()), tmp_path / "t.parquet")
+    out = tmp_path / "out.npy"
+    output = ["-o", out] if command == "sum" else []
+    result = run(
+        command, path, "--data-column", "v", "--ids-column", "k", "--sorted", "--skipna",
+        *chunks, *output,
+    )  # fmt: skip
+    message = (
+        f"{path}:k: segment_ids[2] is null (6 null ids); --sorted ids cannot be null, as they "
+        "cannot be negative"
+    )
+    one_error(result, message, out)
+
+
+def test_null_sorted_ids_error_survives_pickling() -> None:
+    """A Dask worker's error reaches the client pickled: its words and counts must survive."""
+    error = columns.NullIdsError("i.npy", 4, 2)
+    again = pickle.loads(pickle.dumps(error))
+    assert (str(again), again.first, again.nulls) == (str(error), 4, 2)
+    assert str(error.and_more(3)) == str(columns.NullIdsError("i.npy", 4, 5))
+
+
+@pytest.mark.parametrize("command", [["sum"], ["median"], ["agg", "--op", "sum,median"]])
+@pytest.mark.parametrize("chunks", [[], *CHUNKS])
+def test_keyed_and_sorting_runs_count_every_null(
+    tmp_path: Path, command: list[str], chunks: list[str]
+) -> None:
+    path = tmp_path / "t.parquet"
+    keys = pa.array([str(i % 4) for i in range(ROWS)])
+    pq.write_table(pa.table({"v": pa.array(values(), pa.float64()), "c": keys}), path, 5)
+    out = tmp_path / "out.csv"
+    result = run(*command, path, "--data-column", "v", "--by", "c", *chunks, "-o", out)
+    one_error(result, f"{path}: column 'v' has 10 nulls (first at row 1)", out)
