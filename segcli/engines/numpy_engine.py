@@ -185,8 +185,41 @@ class NumpyEngine(Engine):
             return
         acc = state.acc[0]
         with np.errstate(invalid="ignore", over="ignore"):
-            partial = primitive.reduceat(data.astype(acc.dtype, copy=False), starts, axis=0)
-            acc[segments] = primitive(acc[segments], partial)
+            values = data.astype(acc.dtype, copy=False)
+            partial = primitive.reduceat(values, starts, axis=0)
+            if acc.dtype.kind != "f":
+                acc[segments] = primitive(acc[segments], partial)
+                return
+            # Float min and max: the rule's pick of tied values, then the rule's merge.
+            _pick_ties_by_rule(values, starts, partial)
+            fold = state.op.fold
+            assert fold is not None
+            acc[segments] = fold.merge_values(acc[segments], partial)
+
+
+def _pick_ties_by_rule(values: np.ndarray, starts: np.ndarray, partial: np.ndarray) -> None:
+    """Give float min/max ``partial`` (``reduceat`` of ``values`` on ``starts``) the bits the
+    rule picks among tied values: a run's last zero and its first NaN (see
+    ``ops.Fold.merge_values``).
+
+    NumPy's SIMD ``reduceat`` may return either of 0.0 and -0.0, and any NaN, of a long run,
+    and its float16 loop keeps the earliest zero. Runs whose result is neither zero nor NaN
+    cost one look at ``partial``: no pass over the rows.
+    """
+    for tied, tie_of, last in (
+        (partial == 0, values == 0, True),
+        (np.isnan(partial), np.isnan(values), False),
+    ):
+        if not tied.any():
+            continue
+        # Column by column, rows in order: each (column, run) key is a consecutive stretch.
+        columns, rows = np.nonzero(tie_of.T)
+        keys = columns * partial.shape[0] + np.searchsorted(starts, rows, side="right") - 1
+        bounds = keys[1:] != keys[:-1]
+        picked = np.r_[bounds, True] if last else np.r_[True, bounds]
+        runs, columns, rows = keys[picked] % partial.shape[0], columns[picked], rows[picked]
+        chosen = tied[runs, columns]
+        partial[runs[chosen], columns[chosen]] = values[rows[chosen], columns[chosen]]
 
 
 def _packs_count(state: ops.State, data: np.ndarray) -> bool:
@@ -231,9 +264,14 @@ class _ChunkFolder:
         state = self.state
         primitive = _primitive(state)
         assert state.acc is not None and primitive is not None
+        acc = state.acc
+        if acc.dtype == np.float16:
+            # float16 min/max: NumPy's float16 loops keep the earlier of 0.0 and -0.0, its
+            # float32 loops the later one, the rule of every engine. The widening is exact.
+            acc = acc.astype(np.float32)
         value_buffer = None
-        if self.data.dtype != state.acc.dtype:
-            value_buffer = np.empty((self.index_buffer.size, self.data.shape[1]), state.acc.dtype)
+        if self.data.dtype != acc.dtype:
+            value_buffer = np.empty((self.index_buffer.size, self.data.shape[1]), acc.dtype)
         for rows, lane, index, keep in self.chunks(lanes):
             values = self.data[rows]
             if value_buffer is not None:
@@ -242,7 +280,9 @@ class _ChunkFolder:
             if keep is not None:
                 index, values = index[keep], values[keep]
             _count_into(state.count, index)
-            _fold_in_order(primitive, state.acc[lane], values, index)
+            _fold_in_order(primitive, acc[lane], values, index)
+        if acc is not state.acc:
+            state.acc[...] = acc  # float16 values (or the identity's +-inf): exact
 
 
 class _PackedSumFolder(_ChunkFolder):
