@@ -19,6 +19,7 @@ from click.testing import CliRunner
 import segcli
 from segcli import ops
 from segcli.cli import cli
+from tests.reference import reference_reduce
 from tests.test_engines import fold_in_blocks, needs_numba
 
 FLOATS = ["float16", "float32", "float64"]
@@ -144,3 +145,13 @@ def test_cli_min_max_same_bytes_on_each_engine_streamed_agg_and_skipna(
     with np.load(tmp_path / "reduce-numpy.npz") as arrays:
         result = arrays["result"]
     assert result.tobytes() == rule_reduce(data, ids, N, "min").tobytes()
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_reference_keeps_the_later_zero(dtype: str) -> None:
+    """The oracle of every engine test follows the rule too (Python's min keeps the earlier
+    of 0.0 and -0.0)."""
+    for op in ("min", "max"):
+        data, ids = tied_data(dtype, op, (60, 2), nan=False, sorted_ids=False, seed=3)
+        want = rule_reduce(data, ids, N, op)
+        assert reference_reduce(data, ids, N, op).tobytes() == want.tobytes()
