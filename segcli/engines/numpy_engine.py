@@ -6,7 +6,8 @@ in index order (deterministic) and is fast only when the accumulator and the val
 dtype; they run a chunk of rows at a time through reused buffers, so memory does not grow with
 the input. Each lane (see :mod:`segcli.ops`) folds its rows in row order, so that a segment
 split across streaming blocks gives the same bytes as one in memory. Sorted ids use
-``reduceat`` on run starts where the result cannot depend on the order (integers, min, max).
+``reduceat`` on run starts where the result cannot depend on the order (integers, min, max;
+float min and max then pick the tied zero or NaN that their rule picks).
 """
 
 from __future__ import annotations
