@@ -155,3 +155,27 @@ def test_reference_keeps_the_later_zero(dtype: str) -> None:
         data, ids = tied_data(dtype, op, (60, 2), nan=False, sorted_ids=False, seed=3)
         want = rule_reduce(data, ids, N, op)
         assert reference_reduce(data, ids, N, op).tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("tie_steps", [0, 1, 16])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_numpy_sorted_ties_far_from_the_run_ends(
+    dtype: str, tie_steps: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sorted path looks for a run's last zero from its end and its first NaN from its
+    start, then over every row: ties at any distance from the ends, through either way."""
+    from segcli.engines import numpy_engine
+
+    monkeypatch.setattr(numpy_engine, "_TIE_STEPS", tie_steps)
+    dt = np.dtype(dtype)
+    run = np.ones(200, dt)
+    zeros = run.copy()
+    zeros[[3, 50, 120]] = [0.0, -0.0, 0.0]  # the last zero 80 rows from the end
+    nans = zeros.copy()
+    nans[[90, 150, 199]] = [_negative_nan(dt), np.nan, np.nan]  # the first NaN 90 rows in
+    data = np.concatenate([zeros, nans, -zeros, zeros[::-1]])[:, None].repeat(2, axis=1)
+    data[:, 1] = -data[:, 1]  # both signs of every zero in the other column
+    ids = np.repeat(np.arange(4), 200)
+    for op in ("min", "max"):
+        got = segcli.segment_reduce(data, ids, 4, op, sorted=True, engine="numpy")
+        assert got.tobytes() == rule_reduce(data, ids, 4, op).tobytes()

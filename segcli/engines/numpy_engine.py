@@ -198,6 +198,11 @@ class NumpyEngine(Engine):
             acc[segments] = fold.merge_values(acc[segments], partial)
 
 
+#: Rows a tied run's pick looks at from its end (last zero) or start (first NaN) before a pass
+#: over every row: a tie is usually a few rows away.
+_TIE_STEPS = 16
+
+
 def _pick_ties_by_rule(values: np.ndarray, starts: np.ndarray, partial: np.ndarray) -> None:
     """Give float min/max ``partial`` (``reduceat`` of ``values`` on ``starts``) the bits the
     rule picks among tied values: a run's last zero and its first NaN (see
@@ -207,20 +212,35 @@ def _pick_ties_by_rule(values: np.ndarray, starts: np.ndarray, partial: np.ndarr
     and its float16 loop keeps the earliest zero. Runs whose result is neither zero nor NaN
     cost one look at ``partial``: no pass over the rows.
     """
-    for tied, tie_of, last in (
-        (partial == 0, values == 0, True),
-        (np.isnan(partial), np.isnan(values), False),
-    ):
-        if not tied.any():
-            continue
-        # Column by column, rows in order: each (column, run) key is a consecutive stretch.
-        columns, rows = np.nonzero(tie_of.T)
-        keys = columns * partial.shape[0] + np.searchsorted(starts, rows, side="right") - 1
-        bounds = keys[1:] != keys[:-1]
-        picked = np.r_[bounds, True] if last else np.r_[True, bounds]
-        runs, columns, rows = keys[picked] % partial.shape[0], columns[picked], rows[picked]
-        chosen = tied[runs, columns]
-        partial[runs[chosen], columns[chosen]] = values[rows[chosen], columns[chosen]]
+    for tied, last in ((partial == 0, True), (np.isnan(partial), False)):
+        if tied.any():
+            runs, columns = np.nonzero(tied)
+            rows = _tied_rows(values, starts, runs, columns, last)
+            partial[runs, columns] = values[rows, columns]
+
+
+def _tied_rows(
+    values: np.ndarray, starts: np.ndarray, runs: np.ndarray, columns: np.ndarray, last: bool
+) -> np.ndarray:
+    """The row of the last zero (``last``) or the first NaN of each run's column: each such
+    run holds one. Stepped from the run's end or start, the few left after a few steps from
+    a reduction of row numbers over every row."""
+    ends = np.append(starts[1:], values.shape[0])
+    rows: np.ndarray = ends[runs] - 1 if last else starts[runs].astype(np.intp)
+    pending = np.arange(runs.size)
+    for _ in range(_TIE_STEPS):
+        at = values[rows[pending], columns[pending]]
+        pending = pending[~(at == 0 if last else np.isnan(at))]
+        if pending.size == 0:
+            return rows
+        rows[pending] += -1 if last else 1
+    # Each row's number where it holds a tied value, else one that loses the reduction.
+    tie = values == 0 if last else np.isnan(values)
+    numbers = np.arange(values.shape[0], dtype=np.intp)[:, None]
+    marks = np.where(tie, numbers, -1 if last else values.shape[0])
+    picked = (np.maximum if last else np.minimum).reduceat(marks, starts, axis=0)
+    rows[pending] = picked[runs[pending], columns[pending]]
+    return rows
 
 
 def _packs_count(state: ops.State, data: np.ndarray) -> bool:
