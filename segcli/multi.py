@@ -279,7 +279,7 @@ def _merge_parts(parts: tuple[Part, ...]) -> Any:
             if part.op.merge is None:
                 for intermediate in part.op.intermediates:
                     name = intermediate.name
-                    merged[name] = intermediate.fold.merge(a[name], b[name])
+                    merged[name] = intermediate.fold.merge_values(a[name], b[name])
                 continue
             own_a, own_b = _own_arrays(part, a), _own_arrays(part, b)
             own = part.op.merge(own_a, own_b)

@@ -140,6 +140,18 @@ class Fold:
         """Whether folding in another order could change the bits for ``acc_dtype``."""
         return self.rounds and acc_dtype.kind in "fc"
 
+    def merge_values(self, a: Any, b: Any) -> Any:
+        """``merge(a, b)`` of two partial accumulators, ``b`` the later one.
+
+        min and max break ties by NumPy's float32 rule, as every engine's fold does (see
+        ``numba_kernels.combine``): the earlier NaN wins, and of 0.0 and -0.0 the later one.
+        NumPy's float16 loops keep the earlier zero, so float16 merges in float32 (exact both
+        ways, NaN payloads included).
+        """
+        if self.kind in ("min", "max") and a.dtype == np.float16:
+            return self.merge(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)
+        return self.merge(a, b)
+
 
 FOLDS: dict[str, Fold] = {
     fold.kind: fold
@@ -1040,7 +1052,7 @@ def combine(a: State, b: State) -> State:
     arrays = {"count": a.count + b.count}
     for intermediate in a.op.intermediates:
         name = intermediate.name
-        arrays[name] = intermediate.fold.merge(a.arrays[name], b.arrays[name])
+        arrays[name] = intermediate.fold.merge_values(a.arrays[name], b.arrays[name])
     next_row = max(a.next_row, b.next_row)
     return State(a.op, a.data_dtype, a.inner_shape, arrays, next_row)
 
@@ -1053,7 +1065,7 @@ def merged_lanes(state: State, intermediate: Intermediate | None = None) -> np.n
         (intermediate,) = state.op.intermediates
     acc: np.ndarray = np.asarray(state.arrays[intermediate.name])
     merged: np.ndarray = acc[0]
-    merge = intermediate.fold.merge
+    merge = intermediate.fold.merge_values
     with np.errstate(invalid="ignore", over="ignore"):  # inf - inf, as a row-order fold gives
         for lane in acc[1:]:
             merged = np.asarray(merge(merged, lane))

@@ -140,7 +140,7 @@ def _one(
             return info.max if op == "min" else info.min
         if any(isinstance(v, float) and math.isnan(v) for v in values):
             return math.nan
-        return min(values) if op == "min" else max(values)
+        return _extreme(values, op == "min")
     if op in ("mean", "sqrt_n"):
         if not values:
             return 0
@@ -148,6 +148,17 @@ def _one(
         divisor = len(values) if op == "mean" else math.sqrt(len(values))
         return total / divisor
     raise ValueError(op)
+
+
+def _extreme(values: list[Any], smallest: bool) -> Any:
+    """The least (greatest) value, the later one of equal values (0.0 and -0.0): each step
+    keeps the extreme so far only if it is strictly beyond the value. Python's ``min`` keeps
+    the earlier one."""
+    best = values[0]
+    for value in values[1:]:
+        if not (best < value if smallest else best > value):
+            best = value
+    return best
 
 
 def _fsum(values: list[Any]) -> float:

@@ -47,6 +47,7 @@ from segcli.errors import (  # noqa: E402
     ReadError,
 )
 from segcli.validate import index_text, merge, report, summarize  # noqa: E402
+from tests.test_min_max_ties import rule_reduce, tied_data  # noqa: E402
 
 pytestmark = pytest.mark.dask
 
@@ -373,6 +374,25 @@ def test_order_dependent_folds_give_the_single_machine_bytes(
             engine="numpy",
         )
         assert_same(reduction, expected)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_min_max_ties_merge_by_the_rule_across_partitions(
+    client: Any, tmp_path: Path, dtype: str
+) -> None:
+    """Partial states merge min and max by the rule of every engine: of 0.0 and -0.0 the
+    later partition's, of NaNs the earlier one's (NumPy's float16 maximum keeps the earlier
+    zero)."""
+    for op in ("min", "max"):
+        data, ids = tied_data(dtype, op, (200, 2), nan=True, sorted_ids=False, seed=4)
+        root = tmp_path / op
+        root.mkdir()
+        for k, (a, b) in enumerate(itertools.pairwise([0, 30, 31, 90, 150, 200])):
+            np.save(root / f"data-{k}.npy", data[a:b])
+            np.save(root / f"ids-{k}.npy", ids[a:b])
+        pattern = {"data": str(root / "data-*.npy"), "ids": str(root / "ids-*.npy")}
+        reduction = run(client, op=op, **pattern)[0]
+        assert reduction.result.tobytes() == rule_reduce(data, ids, 5, op).tobytes()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -38,8 +38,10 @@ from segcli.errors import EngineUnavailableError
 
 try:  # `python -m pytest` puts the repository on sys.path; plain `pytest` puts tests/ there
     from tests.reference import reference_reduce
+    from tests.test_min_max_ties import rule_reduce, tied_data
 except ModuleNotFoundError:
     from reference import reference_reduce  # type: ignore[no-redef]
+    from test_min_max_ties import rule_reduce, tied_data  # type: ignore[no-redef]
 
 FLOATS = ["float16", "float32", "float64"]
 INTS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
@@ -783,6 +785,26 @@ def test_cuda_min_max_keys_on_the_cpu(cpp_library: tuple[Any, dict[str, int]]) -
         got = cpu_fold(op, data, ids, 4, sorted_ids=False, kernels=kernels)
         want = numpy_engine_fold(op, data, ids, 4, False)
         assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_cuda_min_max_ties_follow_the_rule(
+    cpp_library: tuple[Any, dict[str, int]], dtype: str, sorted_ids: bool
+) -> None:
+    """Of 0.0 and -0.0 the later row wins, and of NaNs the first one (its bits), as on every
+    engine; the order-keys alone give -0.0 for min, 0.0 for max and one NaN, whatever the
+    order. In one block and in several (a zero or NaN in the state meets the block's)."""
+    for op in ("min", "max"):
+        data, ids = tied_data(dtype, op, (300, 3), nan=True, sorted_ids=sorted_ids)
+        want = numpy_engine_fold(op, data, ids, 5, sorted_ids)
+        assert want.tobytes() == rule_reduce(data, ids, 5, op).tobytes()
+        for blocks in (1, 4, 300):
+            for kernels in (NumpyKernels(), CppKernels(*cpp_library, None)):
+                got = cpu_fold(
+                    op, data, ids, 5, sorted_ids=sorted_ids, kernels=kernels, blocks=blocks
+                )
+                assert got.tobytes() == want.tobytes()
 
 
 # --- CPU: the joint folds and any/all at their edges ---------------------------------------

@@ -18,8 +18,8 @@ row order (parallel across segments, lanes and columns only). The joint folds (v
 argmin, argmax, first, last, logsumexp) always fold each segment in row order, whatever the
 options; logsumexp's ``exp`` is CUDA's, which may differ from NumPy's in the last bit of a
 term, so its results agree to rounding, not to the byte. NaN payloads aside: CUDA
-arithmetic returns its canonical NaN, and min/max return NumPy's ``np.nan``, where x86 may keep
-an operand's payload or sign.
+arithmetic returns its canonical NaN, where x86 may keep an operand's payload or sign (min and
+max copy the first NaN's bits, as the other engines do).
 
 Options (``CupyEngine(...)`` or ``ENGINE.with_options(...)``):
 

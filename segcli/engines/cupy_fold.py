@@ -11,7 +11,8 @@ How one block of rows folds into the state (:func:`fold_block`):
 - ``count``, integer sums, min and max are order-independent, so they fold with integer
   atomics in one pass (``seg_scatter``): the bytes are the same whatever the order of the
   atomics. Floats for min/max go through order-keys (:func:`key_encode`), so NaN propagates
-  and the result is exact.
+  and the result is exact; where it is zero or NaN, a scatter of row numbers then picks the
+  rule's tied value (the later of 0.0 and -0.0, the first NaN), as on the other engines.
 - Float sums and products, every product, and float64-accumulated means of 64-bit integers
   depend on the order of the fold. By default each segment folds strictly in row order,
   starting from the state's value: a stable sort groups the block's rows by segment (none is
@@ -384,7 +385,10 @@ def fold_block(
     if mode in ("min", "max"):
         keys = key_encode(acc, mode == "min", xp)
         kernels.scatter(mode, ids, vals, keys, state.count, n, width)
-        acc[...] = key_decode(keys, acc.dtype, xp)
+        extremes = key_decode(keys, acc.dtype, xp)
+        if acc.dtype.kind == "f":
+            _pick_ties_by_rule(extremes, acc, vals, ids, kernels, xp)
+        acc[...] = extremes
         return
     if mode == "add_int":
         kernels.scatter(mode, ids, vals, acc.view(np.uint64), state.count, n, width)
@@ -427,6 +431,41 @@ def fold_block(
         kernel_width = dst.shape[1]
     piece_rows = options.piece_rows if options.tree_reduce else 0
     fold_ordered(kernels, xp, combine, acc_kind, vals, order, segs, dst, kernel_width, piece_rows)
+
+
+def _pick_ties_by_rule(
+    extremes: Any, acc: Any, vals: Any, ids: Any, kernels: Kernels, xp: Any
+) -> None:
+    """Give float min/max ``extremes`` (``acc`` and this block folded by order-keys) the bits
+    every engine's rule picks among tied values (``ops.Fold.merge_values``): of 0.0 and -0.0
+    the later row's, of NaNs the first one's.
+
+    The keys order -0.0 below 0.0 and give every NaN one key, whatever the rows' order. Only
+    where a result is zero or NaN does the block take one more scatter, of row numbers: the
+    last row holding a zero, or the first holding a NaN, of each such element.
+    """
+    n, width = extremes.shape
+    for tied, tie_of, last in (
+        (extremes == 0, vals == 0, True),
+        (xp.isnan(extremes), xp.isnan(vals), False),
+    ):
+        if not bool(tied.any()):
+            continue
+        if not last:  # a NaN already in the state came from an earlier row: it stays
+            earlier = xp.isnan(acc)
+            extremes[earlier] = acc[earlier]
+            tied = tied & ~earlier
+        # A zero in the state is earlier than the block's: kept (exact through the keys) where
+        # the block holds no zero there.
+        none = np.int64(-1 if last else np.iinfo(np.int64).max)
+        rows = xp.arange(vals.shape[0], dtype=np.int64)[:, None]
+        marks = xp.ascontiguousarray(xp.where(tie_of, rows, none))
+        keys = key_encode(xp.full((n, width), none, np.int64), not last, xp)
+        scratch_count = xp.zeros(n, np.int64)
+        kernels.scatter("max" if last else "min", ids, marks, keys, scratch_count, n, width)
+        picked = key_decode(keys, np.dtype(np.int64), xp)
+        segs, columns = xp.nonzero(tied & (picked != none))
+        extremes[segs, columns] = vals[picked[segs, columns], columns].astype(extremes.dtype)
 
 
 # --- the joint folds -------------------------------------------------------------------------

@@ -6,7 +6,8 @@ in index order (deterministic) and is fast only when the accumulator and the val
 dtype; they run a chunk of rows at a time through reused buffers, so memory does not grow with
 the input. Each lane (see :mod:`segcli.ops`) folds its rows in row order, so that a segment
 split across streaming blocks gives the same bytes as one in memory. Sorted ids use
-``reduceat`` on run starts where the result cannot depend on the order (integers, min, max).
+``reduceat`` on run starts where the result cannot depend on the order (integers, min, max;
+float min and max then pick the tied zero or NaN that their rule picks).
 """
 
 from __future__ import annotations
@@ -185,8 +186,61 @@ class NumpyEngine(Engine):
             return
         acc = state.acc[0]
         with np.errstate(invalid="ignore", over="ignore"):
-            partial = primitive.reduceat(data.astype(acc.dtype, copy=False), starts, axis=0)
-            acc[segments] = primitive(acc[segments], partial)
+            values = data.astype(acc.dtype, copy=False)
+            partial = primitive.reduceat(values, starts, axis=0)
+            if acc.dtype.kind != "f":
+                acc[segments] = primitive(acc[segments], partial)
+                return
+            # Float min and max: the rule's pick of tied values, then the rule's merge.
+            _pick_ties_by_rule(values, starts, partial)
+            fold = state.op.fold
+            assert fold is not None
+            acc[segments] = fold.merge_values(acc[segments], partial)
+
+
+#: Rows a tied run's pick looks at from its end (last zero) or start (first NaN) before a pass
+#: over every row: a tie is usually a few rows away.
+_TIE_STEPS = 16
+
+
+def _pick_ties_by_rule(values: np.ndarray, starts: np.ndarray, partial: np.ndarray) -> None:
+    """Give float min/max ``partial`` (``reduceat`` of ``values`` on ``starts``) the bits the
+    rule picks among tied values: a run's last zero and its first NaN (see
+    ``ops.Fold.merge_values``).
+
+    NumPy's SIMD ``reduceat`` may return either of 0.0 and -0.0, and any NaN, of a long run,
+    and its float16 loop keeps the earliest zero. Runs whose result is neither zero nor NaN
+    cost one look at ``partial``: no pass over the rows.
+    """
+    for tied, last in ((partial == 0, True), (np.isnan(partial), False)):
+        if tied.any():
+            runs, columns = np.nonzero(tied)
+            rows = _tied_rows(values, starts, runs, columns, last)
+            partial[runs, columns] = values[rows, columns]
+
+
+def _tied_rows(
+    values: np.ndarray, starts: np.ndarray, runs: np.ndarray, columns: np.ndarray, last: bool
+) -> np.ndarray:
+    """The row of the last zero (``last``) or the first NaN of each run's column: each such
+    run holds one. Stepped from the run's end or start, the few left after a few steps from
+    a reduction of row numbers over every row."""
+    ends = np.append(starts[1:], values.shape[0])
+    rows: np.ndarray = ends[runs] - 1 if last else starts[runs].astype(np.intp)
+    pending = np.arange(runs.size)
+    for _ in range(_TIE_STEPS):
+        at = values[rows[pending], columns[pending]]
+        pending = pending[~(at == 0 if last else np.isnan(at))]
+        if pending.size == 0:
+            return rows
+        rows[pending] += -1 if last else 1
+    # Each row's number where it holds a tied value, else one that loses the reduction.
+    tie = values == 0 if last else np.isnan(values)
+    numbers = np.arange(values.shape[0], dtype=np.intp)[:, None]
+    marks = np.where(tie, numbers, -1 if last else values.shape[0])
+    picked = (np.maximum if last else np.minimum).reduceat(marks, starts, axis=0)
+    rows[pending] = picked[runs[pending], columns[pending]]
+    return rows
 
 
 def _packs_count(state: ops.State, data: np.ndarray) -> bool:
@@ -231,9 +285,14 @@ class _ChunkFolder:
         state = self.state
         primitive = _primitive(state)
         assert state.acc is not None and primitive is not None
+        acc = state.acc
+        if acc.dtype == np.float16:
+            # float16 min/max: NumPy's float16 loops keep the earlier of 0.0 and -0.0, its
+            # float32 loops the later one, the rule of every engine. The widening is exact.
+            acc = acc.astype(np.float32)
         value_buffer = None
-        if self.data.dtype != state.acc.dtype:
-            value_buffer = np.empty((self.index_buffer.size, self.data.shape[1]), state.acc.dtype)
+        if self.data.dtype != acc.dtype:
+            value_buffer = np.empty((self.index_buffer.size, self.data.shape[1]), acc.dtype)
         for rows, lane, index, keep in self.chunks(lanes):
             values = self.data[rows]
             if value_buffer is not None:
@@ -242,7 +301,9 @@ class _ChunkFolder:
             if keep is not None:
                 index, values = index[keep], values[keep]
             _count_into(state.count, index)
-            _fold_in_order(primitive, state.acc[lane], values, index)
+            _fold_in_order(primitive, acc[lane], values, index)
+        if acc is not state.acc:
+            state.acc[...] = acc  # float16 values (or the identity's +-inf): exact
 
 
 class _PackedSumFolder(_ChunkFolder):
