@@ -371,22 +371,9 @@ def _golden_numbers(expected: np.ndarray, path: str, name: str) -> np.ndarray:
     the first value that is not a number rather than fail inside the comparison."""
     if expected.dtype.kind in "biufc":
         return expected
-    texts = [str(value) for value in expected.tolist()]
-    for dtype in (np.float64, np.complex128):
-        try:
-            return np.array(texts, dtype=str).astype(dtype)
-        except (ValueError, OverflowError):
-            continue
-    bad = next(i for i, text in enumerate(texts) if not _is_number(text))
-    raise ReadError(f"--expect {path}: column {name} row {bad}: {texts[bad]!r} is not a number")
+    from segcli.io.results import parse_numbers
 
-
-def _is_number(text: str) -> bool:
-    try:
-        complex(text.strip())
-    except ValueError:
-        return False
-    return True
+    return parse_numbers([str(value) for value in expected.tolist()], f"--expect {path}", name)
 
 
 def _read_golden(

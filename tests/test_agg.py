@@ -421,7 +421,7 @@ def test_expect_reads_complex_text_and_names_a_word(tmp_path):
     golden.write_text(golden.read_text().replace("4j", "four"))
     word = run("agg", data, ids, "--op", "sum,first", "--expect", golden, "-o", out, "-q")
     assert word.exit_code == 3, word.stderr
-    assert word.stderr == f"Error: --expect {golden}: column sum row 1: 'four' is not a number\n"
+    assert word.stderr == f"Error: --expect {golden}: column 'sum' row 1: 'four' is not a number\n"
     assert not out.exists()
 
 

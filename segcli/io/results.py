@@ -75,13 +75,13 @@ def _read_text_table(path: str, fmt: str) -> _Array:
     columns = _csv_columns(path, "\t" if fmt == "tsv" else ",")
     names = list(columns)
     if VALUE_COLUMN in columns:
-        values = _parse_numbers(columns[VALUE_COLUMN], path, VALUE_COLUMN)
+        values = parse_numbers(columns[VALUE_COLUMN], path, VALUE_COLUMN)
     else:
         chosen, inner = _value_columns(names, path)
         rows = len(next(iter(columns.values()), []))
-        values = _stack([_parse_numbers(columns[n], path, n) for n in chosen], inner, rows)
+        values = _stack([parse_numbers(columns[n], path, n) for n in chosen], inner, rows)
     if "segment" in columns:
-        values = _segment_order(values, _parse_numbers(columns["segment"], path, "segment"), path)
+        values = _segment_order(values, parse_numbers(columns["segment"], path, "segment"), path)
     return values
 
 
@@ -100,8 +100,9 @@ def _csv_columns(path: str, sep: str) -> dict[str, list[str]]:
     return {name: [row[i] for row in body] for i, name in enumerate(header)}
 
 
-def _parse_numbers(texts: list[str], path: str, column: str) -> _Array:
-    """Parse a column of text as the narrowest of int64, uint64, float64, complex128."""
+def parse_numbers(texts: list[str], path: str, column: str) -> _Array:
+    """Parse a column of text as the narrowest of int64, uint64, float64, complex128; a
+    ReadError names the first value that is not a number (``path`` prefixes it)."""
     strings = np.array(texts, dtype=str)
     for dtype in _TEXT_DTYPES:
         try:
