@@ -1049,3 +1049,86 @@ def test_fold_chain_reads_at_most_a_few_partitions_ahead_of_its_folds() -> None:
         else:
             (token,) = waits
             assert token.args == (folds[k - ahead],)
+
+
+# ---------------------------------------------------------------------------------------------
+# Nulls: counted over every partition, as a single machine counts them
+
+#: Rows holding a null, spread over several row groups (of 50 rows) and partitions.
+NULL_ROWS = [15, 90, 150, 160, 210, 250, 290, 310, 350, 399]
+
+
+def _table_with_nulls(path: Path, null_in: str) -> None:
+    rows = 400
+    null = np.zeros(rows, bool)
+    null[NULL_ROWS] = True
+    columns = {
+        "v": pa.array(np.arange(rows, dtype=np.float64), mask=null if null_in == "v" else None),
+        "id": pa.array(np.arange(rows) // 10, mask=null if null_in == "id" else None),
+        "k": pa.array(np.arange(rows) % 3),
+    }
+    lists = [[float(i), float(i)] for i in range(rows)]
+    lists[20] = [1.0, None]  # a null inside a list before the first null list
+    for row in NULL_ROWS[2:]:
+        lists[row] = None
+    columns["l"] = pa.array(lists, pa.list_(pa.float64()))
+    pq.write_table(pa.table(columns), path, row_group_size=50)
+
+
+@pytest.mark.parametrize(
+    ("null_in", "args", "expected"),
+    [
+        ("v", ["--ids-column", "id"], "column 'v' has 10 nulls (first at row 15)"),
+        ("id", ["--ids-column", "id"], "column 'id' has 10 nulls (first at row 15)"),
+        ("id", ["--ids-column", "id", "--skipna", "--sorted"], "segment_ids[15] is null (10 null"),
+        ("v", ["--by", "k"], "column 'v' has 10 nulls (first at row 15)"),
+        ("l", ["--ids-column", "id"], "column 'l' has 8 nulls (first at row 150)"),
+    ],
+)
+def test_nulls_are_counted_over_every_partition(
+    address: str,
+    tmp_path: Path,
+    null_in: str,
+    args: list[str],
+    expected: str,
+) -> None:
+    """A partition fails on its own nulls; the error counts those of every partition and
+    names the file's first, as the in-memory run does."""
+    _table_with_nulls(tmp_path / "t.parquet", null_in)
+    column = "l" if null_in == "l" else "v"
+    common = ["sum", str(tmp_path / "t.parquet"), "--data-column", column, *args]
+    on_one_machine = invoke(*common, "-o", str(tmp_path / "one.parquet"))
+    dask_args = ["--engine", "dask", "--scheduler", address, "--chunk-rows", "50"]
+    on_dask = invoke(*common, *dask_args, "-o", str(tmp_path / "out.parquet"))
+    assert on_one_machine.exit_code == on_dask.exit_code == 1
+    assert on_dask.stderr == on_one_machine.stderr
+    assert on_dask.stderr.count("\n") == 1 and expected in on_dask.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]
+
+
+def test_nulls_of_later_files_count_and_the_first_file_is_named(
+    address: str, tmp_path: Path
+) -> None:
+    null = [False, True, False, True]
+    for k in range(3):
+        table = pa.table({"v": pa.array([1.0] * 4, mask=np.array(null) & (k != 0)), "id": [0] * 4})
+        pq.write_table(table, tmp_path / f"p-{k}.parquet")
+    glob = str(tmp_path / "p-*.parquet")
+    ran = invoke(
+        "sum",
+        glob,
+        "--data-column",
+        "v",
+        "--ids-column",
+        "id",
+        "--engine",
+        "dask",
+        "--scheduler",
+        address,
+        "-o",
+        str(tmp_path / "out.npy"),
+    )
+    assert ran.exit_code == 1
+    first = tmp_path / "p-1.parquet"
+    assert ran.stderr == f"Error: {first}: column 'v' has 4 nulls (first at row 1)\n"
+    assert not (tmp_path / "out.npy").exists()
