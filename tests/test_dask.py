@@ -1067,7 +1067,7 @@ def _table_with_nulls(path: Path, null_in: str) -> None:
         "id": pa.array(np.arange(rows) // 10, mask=null if null_in == "id" else None),
         "k": pa.array(np.arange(rows) % 3),
     }
-    lists = [[float(i), float(i)] for i in range(rows)]
+    lists: list[list[float | None] | None] = [[float(i), float(i)] for i in range(rows)]
     lists[20] = [1.0, None]  # a null inside a list before the first null list
     for row in NULL_ROWS[2:]:
         lists[row] = None
