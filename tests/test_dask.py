@@ -1049,3 +1049,168 @@ def test_fold_chain_reads_at_most_a_few_partitions_ahead_of_its_folds() -> None:
         else:
             (token,) = waits
             assert token.args == (folds[k - ahead],)
+
+
+# ---------------------------------------------------------------------------------------------
+# Nulls: counted over every partition, as a single machine counts them
+
+#: Rows holding a null, spread over several row groups (of 50 rows) and partitions.
+NULL_ROWS = [15, 90, 150, 160, 210, 250, 290, 310, 350, 399]
+
+
+def _table_with_nulls(path: Path, null_in: str) -> None:
+    rows = 400
+    null = np.zeros(rows, bool)
+    null[NULL_ROWS] = True
+    columns = {
+        "v": pa.array(np.arange(rows, dtype=np.float64), mask=null if null_in == "v" else None),
+        "id": pa.array(np.arange(rows) // 10, mask=null if null_in == "id" else None),
+        "k": pa.array(np.arange(rows) % 3),
+    }
+    lists: list[list[float | None] | None] = [[float(i), float(i)] for i in range(rows)]
+    lists[20] = [1.0, None]  # a null inside a list before the first null list
+    for row in NULL_ROWS[2:]:
+        lists[row] = None
+    columns["l"] = pa.array(lists, pa.list_(pa.float64()))
+    pq.write_table(pa.table(columns), path, row_group_size=50)
+
+
+@pytest.mark.parametrize(
+    ("null_in", "args", "expected"),
+    [
+        ("v", ["--ids-column", "id"], "column 'v' has 10 nulls (first at row 15)"),
+        ("id", ["--ids-column", "id"], "column 'id' has 10 nulls (first at row 15)"),
+        ("id", ["--ids-column", "id", "--skipna", "--sorted"], "segment_ids[15] is null (10 null"),
+        ("v", ["--by", "k"], "column 'v' has 10 nulls (first at row 15)"),
+        ("l", ["--ids-column", "id"], "column 'l' has 8 nulls (first at row 150)"),
+    ],
+)
+def test_nulls_are_counted_over_every_partition(
+    address: str,
+    tmp_path: Path,
+    null_in: str,
+    args: list[str],
+    expected: str,
+) -> None:
+    """A partition fails on its own nulls; the error counts those of every partition and
+    names the file's first, as the in-memory run does."""
+    _table_with_nulls(tmp_path / "t.parquet", null_in)
+    column = "l" if null_in == "l" else "v"
+    common = ["sum", str(tmp_path / "t.parquet"), "--data-column", column, *args]
+    on_one_machine = invoke(*common, "-o", str(tmp_path / "one.parquet"))
+    dask_args = ["--engine", "dask", "--scheduler", address, "--chunk-rows", "50"]
+    on_dask = invoke(*common, *dask_args, "-o", str(tmp_path / "out.parquet"))
+    assert on_one_machine.exit_code == on_dask.exit_code == 1
+    assert on_dask.stderr == on_one_machine.stderr
+    assert on_dask.stderr.count("\n") == 1 and expected in on_dask.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]
+
+
+def test_nulls_of_later_files_count_and_the_first_file_is_named(
+    address: str, tmp_path: Path
+) -> None:
+    null = [False, True, False, True]
+    for k in range(3):
+        table = pa.table({"v": pa.array([1.0] * 4, mask=np.array(null) & (k != 0)), "id": [0] * 4})
+        pq.write_table(table, tmp_path / f"p-{k}.parquet")
+    glob = str(tmp_path / "p-*.parquet")
+    ran = invoke(
+        "sum",
+        glob,
+        "--data-column",
+        "v",
+        "--ids-column",
+        "id",
+        "--engine",
+        "dask",
+        "--scheduler",
+        address,
+        "-o",
+        str(tmp_path / "out.npy"),
+    )
+    assert ran.exit_code == 1
+    first = tmp_path / "p-1.parquet"
+    assert ran.stderr == f"Error: {first}: column 'v' has 4 nulls (first at row 1)\n"
+    assert not (tmp_path / "out.npy").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# This session's single-machine rules, on the cluster
+
+
+def _one_machine_and_dask(address: str, out: Path, *args: str) -> tuple[Any, Any]:
+    """The same command in memory and on the cluster (partitions of 30 rows), writing
+    ``one-<out>`` and ``dask-<out>`` (names in out's folder)."""
+    dask = ["--engine", "dask", "--scheduler", address, "--chunk-rows", "30"]
+    return (
+        invoke(*args, "--engine", "numpy", "-o", str(out.with_name(f"one-{out.name}"))),
+        invoke(*args, *dask, "-o", str(out.with_name(f"dask-{out.name}"))),
+    )
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("grouping", [["--ids-column", "id", "--sorted"], ["--by", "id"]])
+def test_min_max_ties_of_sorted_and_keyed_runs_merge_by_the_rule(
+    address: str, tmp_path: Path, dtype: str, grouping: list[str]
+) -> None:
+    """Ties of 0.0 and -0.0, and NaNs, across Parquet partitions: the single machine's bytes."""
+    for op in ("min", "max"):
+        data, ids = tied_data(dtype, op, (200,), nan=True, sorted_ids=True, seed=5)
+        path = tmp_path / f"{op}.parquet"
+        pq.write_table(pa.table({"v": data, "id": ids.astype(np.int64)}), path, row_group_size=30)
+        out = tmp_path / f"{op}-out.parquet"
+        args = [op, str(path), "--data-column", "v", *grouping, "-q"]
+        for result in _one_machine_and_dask(address, out, *args):
+            assert result.exit_code == 0, result.stderr
+        one, dask = (pq.read_table(out.with_name(f"{side}-{out.name}")) for side in ("one", "dask"))
+        assert one.schema == dask.schema
+        for name in one.column_names:
+            assert one[name].to_numpy().tobytes() == dask[name].to_numpy().tobytes()
+
+
+def test_expect_with_by_compares_the_key_columns_on_dask(address: str, tmp_path: Path) -> None:
+    table = pa.table({"k": ["a", "b", "a", "c"] * 20, "x": np.arange(80, dtype=np.float64)})
+    path = str(tmp_path / "t.parquet")
+    pq.write_table(table, path, row_group_size=30)
+    args = ["sum", path, "--data-column", "x", "--by", "k", "-q"]
+    golden = tmp_path / "golden.parquet"
+    assert invoke(*args, "-o", str(golden)).exit_code == 0
+    # The same values under other keys: only the key columns differ.
+    other = pq.read_table(golden).set_column(0, "k", pa.array(["a", "b", "d"]))
+    pq.write_table(other, tmp_path / "other.parquet")
+    dask = ["--engine", "dask", "--scheduler", address, "--chunk-rows", "30"]
+    assert invoke(*args, *dask, "--expect", str(golden)).exit_code == 0
+    one = invoke(*args, "--expect", str(tmp_path / "other.parquet"))
+    on_dask = invoke(*args, *dask, "--expect", str(tmp_path / "other.parquet"))
+    assert one.exit_code == on_dask.exit_code == 4
+    assert on_dask.stderr == one.stderr
+    assert "k='c', the golden file k='d'" in on_dask.stderr and on_dask.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("grouping", [["--ids-column", "id"], ["--by", "k"]])
+def test_agg_skipna_summary_counts_on_dask(
+    address: str, tmp_path: Path, grouping: list[str]
+) -> None:
+    """Missing values and null ids skipped across partitions: the single machine's counts."""
+    rows = np.arange(90)
+    table = pa.table(
+        {
+            "v": pa.array(rows.astype(np.float64), mask=np.isin(rows, [3, 17, 45, 89])),
+            "id": pa.array(rows // 10, mask=np.isin(rows, [8, 30, 61])),
+            "k": pa.array(rows % 4, mask=np.isin(rows, [4])),
+        }
+    )
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path, row_group_size=30)
+    args = ["agg", str(path), "--data-column", "v", *grouping, "--op", "mean,min,count"]
+    ran = _one_machine_and_dask(
+        address, tmp_path / "out.parquet", *args, "--skipna", "--summary-json", "-"
+    )
+    one, dask = (json.loads(result.stderr) for result in ran)
+    assert (
+        one["skipped"]
+        == dask["skipped"]
+        == ({"values": 4, "rows": 3} if "--ids-column" in grouping else {"values": 4, "rows": 0})
+    )
+    for fact in ("rows_used", "rows_total", "rows_dropped_negative", "results"):
+        assert one[fact] == dask[fact]

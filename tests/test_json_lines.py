@@ -159,6 +159,7 @@ def test_a_later_value_that_does_not_fit_a_streamed_column_is_one_line(tmp_path:
         ("", ["--by", "k"], 2, "no column 'k' (columns: none)"),
         ('{"a": 1, "k": {"z": 1}}\n', ["--by", "k"], 1, "t.jsonl: key column 'k' has type struct"),
         ('{"a": 1, "k": "x"}\n', ["--by", "k", "--engine", "dask"], 2, "not jsonl"),
+        ('{"a": 1, "k": 0}\n', ["--ids-column", "k", "--engine", "dask"], 2, "not jsonl"),
     ],
 )
 def test_json_lines_errors_are_one_line_and_write_nothing(

@@ -435,6 +435,22 @@ class NullTally:
             width = _first_length(array)
             self._add(array.flatten(), first_row, per_row * max(width, 1), depth + 1)
 
+    @property
+    def counted(self) -> bool:
+        """Whether any null was counted."""
+        return self._depth is not None
+
+    def add_tally(self, later: NullTally) -> None:
+        """Count the nulls ``later`` counted in pieces after this tally's (a Dask partition's
+        further on, perhaps of a later file, which the error then names)."""
+        if later._depth is None:
+            return
+        if self._depth is None or later._depth < self._depth:
+            self._where, self._depth, self._nulls = later._where, later._depth, later._nulls
+            self._row, self._per_row = later._row, later._per_row
+        elif later._depth == self._depth:
+            self._nulls += later._nulls
+
     def error(self) -> NullsError:
         """The error naming the nulls counted (at least one)."""
         assert self._depth is not None, "no null was counted"

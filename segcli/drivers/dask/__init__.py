@@ -62,13 +62,16 @@ from segcli.drivers.dask.tasks import (
     Job,
     PartResult,
     combine_results,
+    count_partition_nulls,
     fold_rows,
     id_summary_of,
+    nulls_error,
     order_matters,
     read_partition_rows,
     run_partition,
 )
 from segcli.errors import ClusterError, EngineUnavailableError, SegcliError, UsageError
+from segcli.io.columns import NullIdsError, NullsError
 from segcli.io.formats import first_line, input_format
 from segcli.validate import IdSummary, Locator, index_text, report
 
@@ -110,7 +113,10 @@ def run(
     with _cluster(address, client) as (client, where):
         workers = len(client.nthreads())
         connected = time.perf_counter()
-        id_report, state, engines, null_ids = _map_reduce(client, plan, job, op, progress)
+        try:
+            id_report, state, engines, null_ids = _map_reduce(client, plan, job, op, progress)
+        except (NullsError, NullIdsError) as error:
+            raise counted_nulls(client, plan.partitions, op, spec.sorted_ids, error) from None
         reduction = Reduction.finish(
             state,
             id_report,
@@ -544,6 +550,39 @@ def _cluster_failure(exc: Exception, what: str) -> ClusterError:
             f"{what}: lost the Dask cluster ({first_line(exc)}); nothing was written"
         )
     return ClusterError(f"{what} failed on a Dask worker: {name}: {first_line(exc)}")
+
+
+def counted_nulls(
+    client: Client,
+    partitions: tuple[Partition, ...],
+    op: ops.Op,
+    sorted_ids: bool,
+    error: SegcliError,
+) -> SegcliError:
+    """The error for the nulls of every partition, where ``error`` (a partition's) names those
+    of the first partition that failed: a task per partition counts them, on this error path
+    only, so that the count and the first row are a single machine's."""
+    token = uuid.uuid4().hex[:12]
+    futures = [
+        client.submit(
+            count_partition_nulls,
+            part,
+            op,
+            sorted_ids,
+            key=f"segcli-nulls-{token}-{part.index}",
+            retries=RETRIES,
+        )
+        for part in partitions
+    ]
+    try:
+        counts = [
+            _outcome(future, part.describe())
+            for future, part in zip(futures, partitions, strict=True)
+        ]
+    finally:
+        for future in futures:
+            future.release()
+    return nulls_error(counts) or error
 
 
 def _locator(plan: Plan) -> Locator:

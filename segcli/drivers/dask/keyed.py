@@ -38,7 +38,7 @@ from segcli.drivers.base import DriverResult, Progress, RunSpec, op_and_fill
 from segcli.drivers.dask.plan import Partition, Plan, expand, open_dataset, plan_partitions
 from segcli.drivers.dask.tasks import cpu_engine, order_matters
 from segcli.errors import SegcliError
-from segcli.io.columns import nulls_kept
+from segcli.io.columns import NullsError, nulls_kept
 from segcli.io.keys import check_key_columns, key_schema, key_table_file, pick_data_column
 from segcli.io.rows import read_key_rows, read_rows
 from segcli.keys import KeyEncoder
@@ -261,7 +261,7 @@ def plan_keyed(spec: RunSpec) -> tuple[Plan, pa.Schema]:
 
 def run(spec: RunSpec, progress: Progress | None = None, *, client: Any = None) -> DriverResult:
     """``--by`` on a Dask cluster; see :func:`segcli.drivers.dask.run` for ``client``."""
-    from segcli.drivers.dask import _cluster, _facts
+    from segcli.drivers.dask import _cluster, _facts, counted_nulls
     from segcli.drivers.keys import encoder_for, key_input_facts, put_in_key_order
 
     plan, schema = plan_keyed(spec)
@@ -296,6 +296,8 @@ def run(spec: RunSpec, progress: Progress | None = None, *, client: Any = None) 
         workers = len(client.nthreads())
         connected = time.perf_counter()
         merged = _map_reduce(client, plan, job, progress)
+        if isinstance(merged.error, NullsError):
+            raise counted_nulls(client, plan.partitions, op, False, merged.error) from None
         if merged.error is not None:
             raise merged.error
         assert merged.encoder is not None and merged.state is not None

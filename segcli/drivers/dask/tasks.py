@@ -24,9 +24,16 @@ from segcli import ops
 from segcli.core import check_output_fits
 from segcli.drivers.dask.plan import Partition
 from segcli.engines import Engine, choose_engine, get_engine
-from segcli.errors import EngineUnavailableError
-from segcli.io.columns import nulls_kept, without_null_ids
-from segcli.io.rows import FileRef, read_parquet_rows, read_rows
+from segcli.errors import EngineUnavailableError, SegcliError
+from segcli.io.columns import (
+    ColumnRef,
+    NullIdsError,
+    NullsError,
+    NullTally,
+    nulls_kept,
+    without_null_ids,
+)
+from segcli.io.rows import FileRef, read_key_rows, read_parquet_rows, read_rows
 from segcli.multi import fold_rows as fold_block
 from segcli.validate import IdSummary, merge, summarize
 
@@ -187,6 +194,75 @@ def fold_rows(before: PartResult | None, rows: PartRows, job: Job) -> PartResult
     state.next_row = rows.first_row
     fold_block(engine, state, rows.data, rows.ids, sorted_ids=job.sorted_ids)
     return PartResult(summary, state.to_host(), engines | {engine.name}, null_ids)
+
+
+# ---------------------------------------------------------------------------------------------
+# Counting nulls, once a partition failed on one
+
+
+@dataclass
+class PartNulls:
+    """The nulls of one partition's columns, counted as a whole read of each column counts
+    them, so that the client can give the error a single machine gives (:func:`nulls_error`)."""
+
+    data: NullTally
+    ids: NullTally | None
+    #: Null ``--sorted`` ids kept by ``--skipna``: the partition's first and their count.
+    null_ids: NullIdsError | None
+
+
+def count_partition_nulls(part: Partition, op: str | ops.Op, sorted_ids: bool) -> PartNulls:
+    """Count the nulls of the partition's DATA and IDS columns, converting nothing but the ids
+    of a ``--sorted --skipna`` run. Only run after a partition failed on a null: the normal
+    path counts nothing."""
+    with nulls_kept(ops.get_op(op).skipna_of is not None):
+        data = _column_nulls(part.data, part)
+        ids = _column_nulls(part.ids, part) if part.ids != part.data else None  # not --by
+        null_ids = _null_sorted_ids(part) if sorted_ids and ids is not None else None
+    return PartNulls(data, ids, null_ids)
+
+
+def _column_nulls(ref: FileRef, part: Partition) -> NullTally:
+    tally = NullTally(ColumnRef(ref.path, ref.column or ""))
+    if ref.column is not None and part.stop > part.start:  # .npy and .npz hold no nulls
+        tally.add(read_key_rows(ref, [ref.column], part.start, part.stop).column(0), part.start)
+    return tally
+
+
+def _null_sorted_ids(part: Partition) -> NullIdsError | None:
+    if part.ids.column is None or part.stop == part.start:
+        return None
+    try:
+        ids = read_rows(part.ids, part.start, part.stop)
+        without_null_ids(
+            ids.reshape(-1),
+            sorted_ids=True,
+            label=part.ids.label,
+            first_row=part.start * _per_row(part.ids),
+        )
+    except NullsError:
+        return None  # null lists: the ids' tally names those
+    except NullIdsError as error:
+        return error
+    return None
+
+
+def nulls_error(counts: list[PartNulls]) -> SegcliError | None:
+    """The error a single machine gives for the nulls counted, in partition order: DATA's
+    before IDS' (DATA converts first), each counting every null and naming the first."""
+    data, ids, null_ids = counts[0].data, counts[0].ids, counts[0].null_ids
+    for later in counts[1:]:
+        data.add_tally(later.data)
+        if ids is not None and later.ids is not None:
+            ids.add_tally(later.ids)
+        if later.null_ids is not None:
+            more = later.null_ids
+            null_ids = more if null_ids is None else null_ids.and_more(more.nulls)
+    if data.counted:
+        return data.error()
+    if ids is not None and ids.counted:
+        return ids.error()
+    return null_ids
 
 
 # ---------------------------------------------------------------------------------------------
