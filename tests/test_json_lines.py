@@ -209,3 +209,43 @@ def test_sparse_and_sorting_ops_read_json_lines_as_parquet(tmp_path: Path) -> No
         )
         outs.append(out.read_bytes())
     assert outs[0] == outs[1] == outs[2]
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "1"]])
+def test_strings_that_are_not_utf8_are_one_line_naming_the_row(
+    tmp_path: Path, chunk: list[str]
+) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"k": "a", "v": 1}\n{"k": "caf\xe9", "v": 2}\n')
+    out = tmp_path / "out.parquet"
+    result = run_main("sum", path, "--data-column", "v", "--by", "k", *chunk, "-o", out)
+    assert result.exit_code == 3, result.stderr
+    assert result.stderr.count("\n") == 1
+    assert "column 'k' row 1 holds b'caf\\xe9', which is not UTF-8" in result.stderr
+    assert list(tmp_path.iterdir()) == [path]
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "1"], ["--chunk-rows", "3"]])
+def test_a_streamed_list_column_keeps_its_inner_shape(tmp_path: Path, chunk: list[str]) -> None:
+    rows = [{"k": i % 2, "v": [i, 2 * i]} for i in range(7)]
+    path = write_lines(tmp_path / "t.jsonl", rows)
+    out = tmp_path / "out.npy"
+    ok("sum", path, "--data-column", "v", "--ids-column", "k", *chunk, "-o", out)
+    values = np.array([r["v"] for r in rows])
+    ids = np.array([r["k"] for r in rows])
+    np.testing.assert_array_equal(np.load(out), [values[ids == 0].sum(0), values[ids == 1].sum(0)])
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "1"]])
+@pytest.mark.parametrize("long_line", [0, 1])
+def test_lines_longer_than_a_block_of_text_are_read(
+    tmp_path: Path, chunk: list[str], long_line: int
+) -> None:
+    rows: list[dict[str, Any]] = [{"k": "a", "v": 1}, {"k": "b", "v": 2}, {"k": "a", "v": 4}]
+    rows[long_line]["pad"] = "x" * (3 << 20)  # pyarrow reads 1 MiB blocks by default
+    path = write_lines(tmp_path / "t.jsonl", rows)
+    out = tmp_path / "out.parquet"
+    ok("sum", path, "--data-column", "v", "--by", "k", *chunk, "-o", out)
+    table = pq.read_table(out)
+    assert table.column("k").to_pylist() == ["a", "b"]
+    assert table.column("value").to_pylist() == [5, 2]
