@@ -249,3 +249,28 @@ def test_lines_longer_than_a_block_of_text_are_read(
     table = pq.read_table(out)
     assert table.column("k").to_pylist() == ["a", "b"]
     assert table.column("value").to_pylist() == [5, 2]
+
+
+@pytest.mark.parametrize(("chunk", "at"), [([], ""), (["--chunk-rows", "1000"], " at row 60000")])
+def test_a_field_whose_json_type_changes_names_the_field_and_its_row(
+    tmp_path: Path, chunk: list[str], at: str
+) -> None:
+    # Past the first block of text: pyarrow's own row counts from the block's start.
+    lines = [{"k": i % 3, "a": i} for i in range(60_000)] + [{"k": 1, "a": "oops"}]
+    path = write_lines(tmp_path / "t.jsonl", lines)
+    out = tmp_path / "out.npy"
+    result = run_main("sum", path, "--data-column", "a", "--ids-column", "k", *chunk, "-o", out)
+    assert result.exit_code == 3, result.stderr
+    assert result.stderr.count("\n") == 1
+    assert f"field 'a' changes from number to string{at};" in result.stderr
+    assert list(tmp_path.iterdir()) == [path]
+
+
+@pytest.mark.parametrize("line", ["[1, 2]", "3", '"text"'])
+def test_a_line_that_is_not_an_object_is_one_line(tmp_path: Path, line: str) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(f'{{"k": 1, "v": 2}}\n{line}\n')
+    result = run_main("sum", path, "--data-column", "v", "--by", "k", "--chunk-rows", "1")
+    assert result.exit_code == 3, result.stderr
+    assert result.stderr.count("\n") == 1
+    assert "a line is a JSON " in result.stderr and ", not an object" in result.stderr

@@ -7,6 +7,7 @@ kept, as for CSV. A field a line lacks is null; fields not asked for are never c
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -20,6 +21,12 @@ _EMPTY = "Empty JSON file"
 _STRADDLING = "straddling object"
 #: pyarrow's default block of text (1 MiB); a longer line needs a larger block.
 _BLOCK_BYTES = 1 << 20
+
+#: pyarrow's word for a field whose JSON type changes; its row counts from the block's start.
+_CHANGED = re.compile(
+    r"JSON parse error: Column\((?P<path>[^)]*)\) changed from (?P<old>\w+) to (?P<new>\w+) "
+    r"in row (?P<row>\d+)"
+)
 
 Opener = Callable[[], "pa.NativeFile"]
 
@@ -48,7 +55,7 @@ def _read_all(open_source: Opener) -> pa.Table:
             if str(exc) == _EMPTY:
                 return pa.table({})
             if not str(exc).startswith(_STRADDLING):
-                raise
+                raise _type_changed(exc, None) from exc
             block_size *= 4  # pyarrow needs each line within a block: read again in larger ones
 
 
@@ -95,8 +102,27 @@ def _batches(open_source: Opener, schema: pa.Schema, block_size: int) -> Iterato
             return
         except pa.ArrowInvalid as exc:
             if not str(exc).startswith(_STRADDLING):
-                raise
+                raise _type_changed(exc, given) from exc
             block_size *= 4
+
+
+def _type_changed(exc: pa.ArrowInvalid, first_row: int | None) -> pa.ArrowInvalid:
+    """pyarrow's error for a field whose JSON type changes, or a line that is not an object,
+    said without its row within a block (read whole, blocks are parsed out of order); streamed,
+    ``first_row`` (the rows before the block) makes it the file's row."""
+    import pyarrow as pa
+
+    found = _CHANGED.search(str(exc))
+    if found is None:
+        return exc
+    at = "" if first_row is None else f" at row {first_row + int(found['row'])}"
+    if not found["path"]:
+        return pa.ArrowInvalid(f"a line{at} is a JSON {found['new']}, not an object")
+    field = found["path"].lstrip("/")
+    return pa.ArrowInvalid(
+        f"field '{field}' changes from {found['old']} to {found['new']}{at}; a field needs one "
+        "JSON type in every line (null aside)"
+    )
 
 
 def check_utf8(table: pa.Table | pa.RecordBatch, first_row: int) -> None:
