@@ -274,3 +274,75 @@ def test_a_line_that_is_not_an_object_is_one_line(tmp_path: Path, line: str) -> 
     assert result.exit_code == 3, result.stderr
     assert result.stderr.count("\n") == 1
     assert "a line is a JSON " in result.stderr and ", not an object" in result.stderr
+
+
+def _fifo_fed_with(tmp_path: Path, payload: bytes) -> Path:
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe"
+    if fifo.exists():
+        fifo.unlink()
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        with open(fifo, "wb") as pipe:
+            pipe.write(payload)
+
+    threading.Thread(target=feed, daemon=True).start()
+    return fifo
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--by", "carrier,origin"],
+        ["--by", "carrier", "--chunk-rows", "1"],
+        ["--ids-column", "sensor", "--chunk-rows", "3"],
+    ],
+)
+def test_json_lines_from_a_pipe_are_found_by_their_bytes(tmp_path: Path, args: list[str]) -> None:
+    """A pipe has no suffix: its first byte, '{', says JSON lines. It is read once, though the
+    key columns and the data column are each opened (the second open found it empty)."""
+    path = write_lines(tmp_path / "f.jsonl", flights(4))
+    run = ["agg", "--data-column", "delay", "--op", "sum,max", "--skipna", *args, "-q"]
+    want = ok(run[0], path, *run[1:]).stdout
+    assert ok(run[0], _fifo_fed_with(tmp_path, path.read_bytes()), *run[1:]).stdout == want
+    shown = ok("info", _fifo_fed_with(tmp_path, path.read_bytes())).stdout
+    assert "format: jsonl" in shown and "rows: 200" in shown
+
+
+def test_json_lines_on_stdin_and_json_input_are_refused_in_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = write_lines(tmp_path / "f.jsonl", flights())
+    args = ["sum", "-", "--data-column", "delay", "--ids-column", "sensor", "--skipna"]
+    ran = subprocess.run(
+        [sys.executable, "-m", "segcli", *args],
+        input=path.read_bytes(),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 3 and ran.stderr.decode().count("\n") == 1
+    assert "JSON lines are not read from '-'" in ran.stderr.decode()
+    json_input = tmp_path / "f.json"
+    json_input.write_bytes(path.read_bytes())
+    result = run_main("sum", json_input, "--data-column", "delay", "--by", "carrier")
+    assert result.exit_code == 3 and result.stderr.count("\n") == 1
+    assert "f.json: .json is an output format" in result.stderr
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
+@pytest.mark.parametrize("args", [["--by", "carrier"], ["--ids-column", "sensor"]])
+def test_the_same_rows_as_parquet_from_a_pipe_stream_too(tmp_path: Path, args: list[str]) -> None:
+    # Streamed, the Parquet reader was handed the pipe's bytes as if they were a path.
+    rows = [row for row in flights(5) if row["delay"] is not None]
+    path = write_lines(tmp_path / "f.jsonl", rows)
+    parquet = tmp_path / "f.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), parquet)
+    run = ["--data-column", "delay", *args, "--chunk-rows", "1", "-q"]
+    want = ok("sum", path, *run).stdout
+    assert ok("sum", _fifo_fed_with(tmp_path, parquet.read_bytes()), *run).stdout == want

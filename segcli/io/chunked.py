@@ -299,7 +299,7 @@ class TableChunks:
         if self._table.fmt == "parquet":
             import pyarrow.parquet as pq
 
-            parquet = pq.ParquetFile(self._table.source, pre_buffer=False)
+            parquet = pq.ParquetFile(self._table.parquet_source(), pre_buffer=False)
             for batch in parquet.iter_batches(batch_size=rows, columns=[name]):
                 yield batch.column(0)
             return
@@ -320,7 +320,7 @@ class TableChunks:
         if self._table.fmt == "parquet":
             import pyarrow.parquet as pq
 
-            return int(pq.ParquetFile(self._table.source).metadata.num_rows)
+            return int(pq.ParquetFile(self._table.parquet_source()).metadata.num_rows)
         # Memory-mapped: counting the batches' rows reads no column data.
         return sum(batch.num_rows for batch in self._ipc_batches())
 

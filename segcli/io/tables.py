@@ -21,7 +21,7 @@ from segcli.io.formats import (
     check_readable,
     is_pipe,
     library_errors,
-    open_binary,
+    pipe_bytes,
     suffix_format,
 )
 
@@ -339,7 +339,6 @@ def open_table(path: str, fmt: str, csv: CsvOptions | None = None) -> TableFile:
     if csv is None or fmt not in ("csv", "tsv"):
         csv = CsvOptions()
     if is_pipe(path):
-        with open_binary(path) as stream:
-            return TableFile(path, fmt, stream.read(), csv)
+        return TableFile(path, fmt, pipe_bytes(path), csv)
     check_readable(path)
     return TableFile(path, fmt, path, csv)
