@@ -251,18 +251,29 @@ def test_lines_longer_than_a_block_of_text_are_read(
     assert table.column("value").to_pylist() == [5, 2]
 
 
-@pytest.mark.parametrize(("chunk", "at"), [([], ""), (["--chunk-rows", "1000"], " at row 60000")])
-def test_a_field_whose_json_type_changes_names_the_field_and_its_row(
-    tmp_path: Path, chunk: list[str], at: str
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "1000"]])
+@pytest.mark.parametrize(
+    ("last", "said"),
+    [
+        ('{"k": 1, "a": "oops"}', "field 'a' changes from number to string at row 60000;"),
+        ('{"k": 1, "a": }', "(Invalid value at row 60000)"),
+        ('{"k": 1, "a": 1, "a": 2}', "(field 'a' was specified twice at row 60000)"),
+    ],
+)
+@pytest.mark.parametrize("by", [["--by", "k"], ["--ids-column", "k"]])
+def test_a_bad_line_past_the_first_block_names_its_row_in_the_file(
+    tmp_path: Path, chunk: list[str], last: str, said: str, by: list[str]
 ) -> None:
-    # Past the first block of text: pyarrow's own row counts from the block's start.
-    lines = [{"k": i % 3, "a": i} for i in range(60_000)] + [{"k": 1, "a": "oops"}]
+    # pyarrow's own row counts from its block's start, and a whole read parses blocks at once.
+    lines = [{"k": i % 3, "a": i} for i in range(60_000)]
     path = write_lines(tmp_path / "t.jsonl", lines)
-    out = tmp_path / "out.npy"
-    result = run_main("sum", path, "--data-column", "a", "--ids-column", "k", *chunk, "-o", out)
+    with path.open("a") as text:
+        text.write(last + "\n")
+    out = tmp_path / "out.npy" if by[0] == "--ids-column" else tmp_path / "out.parquet"
+    result = run_main("sum", path, "--data-column", "a", *by, *chunk, "-o", out)
     assert result.exit_code == 3, result.stderr
     assert result.stderr.count("\n") == 1
-    assert f"field 'a' changes from number to string{at};" in result.stderr
+    assert "t.jsonl: cannot parse JSON lines (" in result.stderr and said in result.stderr
     assert list(tmp_path.iterdir()) == [path]
 
 
@@ -273,7 +284,7 @@ def test_a_line_that_is_not_an_object_is_one_line(tmp_path: Path, line: str) -> 
     result = run_main("sum", path, "--data-column", "v", "--by", "k", "--chunk-rows", "1")
     assert result.exit_code == 3, result.stderr
     assert result.stderr.count("\n") == 1
-    assert "a line is a JSON " in result.stderr and ", not an object" in result.stderr
+    assert "a line at row 1 is a JSON " in result.stderr and ", not an object" in result.stderr
 
 
 def _fifo_fed_with(tmp_path: Path, payload: bytes) -> Path:

@@ -22,11 +22,11 @@ _STRADDLING = "straddling object"
 #: pyarrow's default block of text (1 MiB); a longer line needs a larger block.
 _BLOCK_BYTES = 1 << 20
 
-#: pyarrow's word for a field whose JSON type changes; its row counts from the block's start.
-_CHANGED = re.compile(
-    r"JSON parse error: Column\((?P<path>[^)]*)\) changed from (?P<old>\w+) to (?P<new>\w+) "
-    r"in row (?P<row>\d+)"
-)
+#: pyarrow's parse errors; their row counts from the start of the block of text.
+_PARSE_ERROR = re.compile(r"^JSON parse error: (?P<what>.*?)\.? in row (?P<row>\d+)$")
+_CHANGED = re.compile(r"^Column\((?P<path>[^)]*)\) changed from (?P<old>\w+) to (?P<new>\w+)$")
+_ROW = re.compile(r" in row \d+$")
+_FIELD = re.compile(r"Column\(/?([^)]*)\)")
 
 Opener = Callable[[], "pa.NativeFile"]
 
@@ -55,7 +55,7 @@ def _read_all(open_source: Opener) -> pa.Table:
             if str(exc) == _EMPTY:
                 return pa.table({})
             if not str(exc).startswith(_STRADDLING):
-                raise _type_changed(exc, None) from exc
+                raise _said(exc, _rows_before(open_source, block_size, str(exc))) from exc
             block_size *= 4  # pyarrow needs each line within a block: read again in larger ones
 
 
@@ -102,27 +102,49 @@ def _batches(open_source: Opener, schema: pa.Schema, block_size: int) -> Iterato
             return
         except pa.ArrowInvalid as exc:
             if not str(exc).startswith(_STRADDLING):
-                raise _type_changed(exc, given) from exc
+                raise _said(exc, given) from exc
             block_size *= 4
 
 
-def _type_changed(exc: pa.ArrowInvalid, first_row: int | None) -> pa.ArrowInvalid:
-    """pyarrow's error for a field whose JSON type changes, or a line that is not an object,
-    said without its row within a block (read whole, blocks are parsed out of order); streamed,
-    ``first_row`` (the rows before the block) makes it the file's row."""
+def _said(exc: pa.ArrowInvalid, first_row: int | None) -> pa.ArrowInvalid:
+    """pyarrow's parse error at the file's row (``first_row``: the rows before its block of
+    text; None: unknown, and the row left out); a field whose JSON type changes, or a line
+    that is not an object, said plainly."""
     import pyarrow as pa
 
-    found = _CHANGED.search(str(exc))
+    found = _PARSE_ERROR.match(str(exc))
     if found is None:
         return exc
     at = "" if first_row is None else f" at row {first_row + int(found['row'])}"
-    if not found["path"]:
-        return pa.ArrowInvalid(f"a line{at} is a JSON {found['new']}, not an object")
-    field = found["path"].lstrip("/")
-    return pa.ArrowInvalid(
-        f"field '{field}' changes from {found['old']} to {found['new']}{at}; a field needs one "
-        "JSON type in every line (null aside)"
-    )
+    changed = _CHANGED.match(found["what"])
+    if changed is None:
+        return pa.ArrowInvalid(_FIELD.sub(r"field '\1'", found["what"]) + at)
+    if not changed["path"]:
+        return pa.ArrowInvalid(f"a line{at} is a JSON {changed['new']}, not an object")
+    field = changed["path"].lstrip("/")
+    said = f"field '{field}' changes from {changed['old']} to {changed['new']}{at}"
+    if changed["old"] == "null":  # streamed, after a first block of nulls only
+        return pa.ArrowInvalid(said)
+    return pa.ArrowInvalid(f"{said}; a field needs one JSON type in every line (null aside)")
+
+
+def _rows_before(open_source: Opener, block_size: int, message: str) -> int | None:
+    """The rows before the block a whole read failed in (its blocks are parsed out of order):
+    a streamed read of the same blocks that fails the same way counts them. None if it does
+    not (it keeps the first block's types, and may fail earlier on another error)."""
+    import pyarrow as pa
+    import pyarrow.json as pjson
+
+    given = 0
+    try:
+        with open_source() as source:
+            read = pjson.ReadOptions(block_size=block_size)
+            for batch in pjson.open_json(source, read_options=read):
+                given += batch.num_rows
+    except pa.ArrowInvalid as exc:
+        if _ROW.sub("", str(exc)) == _ROW.sub("", message):
+            return given
+    return None
 
 
 def check_utf8(table: pa.Table | pa.RecordBatch, first_row: int) -> None:
