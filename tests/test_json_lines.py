@@ -357,3 +357,18 @@ def test_the_same_rows_as_parquet_from_a_pipe_stream_too(tmp_path: Path, args: l
     run = ["--data-column", "delay", *args, "--chunk-rows", "1", "-q"]
     want = ok("sum", path, *run).stdout
     assert ok("sum", _fifo_fed_with(tmp_path, parquet.read_bytes()), *run).stdout == want
+
+
+@pytest.mark.parametrize("by", [["--by", "k"], ["--ids-column", "k"]])
+def test_a_long_line_met_while_streaming_starts_again_past_the_rows_given(
+    tmp_path: Path, by: list[str]
+) -> None:
+    rows: list[dict[str, Any]] = [{"k": i % 3, "a": i} for i in range(40_000)]
+    rows.append({"k": 1, "a": 7, "pad": "x" * (3 << 20)})
+    rows += [{"k": i % 3, "a": i} for i in range(40_000)]
+    path = write_lines(tmp_path / "t.jsonl", rows)
+    shown = ok("agg", path, "--data-column", "a", "--op", "sum,count", *by, "--chunk-rows", "999")
+    ids = np.array([row["k"] for row in rows])
+    values = np.array([row["a"] for row in rows])
+    want = [f"{k}\t{values[ids == k].sum()}\t{(ids == k).sum()}" for k in range(3)]
+    assert shown.stdout.splitlines()[1:] == want  # after the header line
