@@ -372,3 +372,12 @@ def test_a_long_line_met_while_streaming_starts_again_past_the_rows_given(
     values = np.array([row["a"] for row in rows])
     want = [f"{k}\t{values[ids == k].sum()}\t{(ids == k).sum()}" for k in range(3)]
     assert shown.stdout.splitlines()[1:] == want  # after the header line
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
+def test_a_named_pipe_made_again_is_read_again(tmp_path: Path) -> None:
+    # Made again, a named pipe may get its old inode back: nothing of the last run's is kept.
+    for rows in ([{"k": 1, "v": 1}], [{"k": 1, "v": 5}, {"k": 2, "v": 6}]):
+        payload = "".join(json.dumps(row) + "\n" for row in rows).encode()
+        shown = ok("sum", _fifo_fed_with(tmp_path, payload), "--data-column", "v", "--by", "k")
+        assert shown.stdout.splitlines()[1:] == [f"{r['k']}\t{r['v']}" for r in rows]

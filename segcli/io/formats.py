@@ -123,6 +123,13 @@ _PIPE_FORMATS: dict[tuple[str, int, int], str] = {}
 _PIPE_BYTES: dict[tuple[str, int, int], bytes] = {}
 
 
+def forget_pipes() -> None:
+    """Drop what was kept of the run's pipes: the next run's pipe may have the same name and
+    inode (a named pipe made again)."""
+    _PIPE_FORMATS.clear()
+    _PIPE_BYTES.clear()
+
+
 def pipe_bytes(path: str) -> bytes:
     """All the bytes of the pipe ``path``, read once: a run that opens its table again (the
     key columns, then the data column) gets them again instead of an empty pipe."""
