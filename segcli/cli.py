@@ -98,6 +98,10 @@ def translate_errors(command: F) -> F:
             raise click.ClickException(
                 "out of memory; try a smaller --num-segments or a machine with more memory"
             ) from None
+        finally:
+            from segcli.io.formats import forget_pipes
+
+            forget_pipes()  # a pipe's bytes are one run's: the next may reuse its name
 
     return wrapper  # type: ignore[return-value]
 

@@ -210,3 +210,175 @@ def test_sparse_and_sorting_ops_read_json_lines_as_parquet(tmp_path: Path) -> No
         )
         outs.append(out.read_bytes())
     assert outs[0] == outs[1] == outs[2]
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "1"]])
+def test_strings_that_are_not_utf8_are_one_line_naming_the_row(
+    tmp_path: Path, chunk: list[str]
+) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b'{"k": "a", "v": 1}\n{"k": "caf\xe9", "v": 2}\n')
+    out = tmp_path / "out.parquet"
+    result = run_main("sum", path, "--data-column", "v", "--by", "k", *chunk, "-o", out)
+    assert result.exit_code == 3, result.stderr
+    assert result.stderr.count("\n") == 1
+    assert "column 'k' row 1 holds b'caf\\xe9', which is not UTF-8" in result.stderr
+    assert list(tmp_path.iterdir()) == [path]
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "1"], ["--chunk-rows", "3"]])
+def test_a_streamed_list_column_keeps_its_inner_shape(tmp_path: Path, chunk: list[str]) -> None:
+    rows = [{"k": i % 2, "v": [i, 2 * i]} for i in range(7)]
+    path = write_lines(tmp_path / "t.jsonl", rows)
+    out = tmp_path / "out.npy"
+    ok("sum", path, "--data-column", "v", "--ids-column", "k", *chunk, "-o", out)
+    values = np.array([r["v"] for r in rows])
+    ids = np.array([r["k"] for r in rows])
+    np.testing.assert_array_equal(np.load(out), [values[ids == 0].sum(0), values[ids == 1].sum(0)])
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "1"]])
+@pytest.mark.parametrize("long_line", [0, 1])
+def test_lines_longer_than_a_block_of_text_are_read(
+    tmp_path: Path, chunk: list[str], long_line: int
+) -> None:
+    rows: list[dict[str, Any]] = [{"k": "a", "v": 1}, {"k": "b", "v": 2}, {"k": "a", "v": 4}]
+    rows[long_line]["pad"] = "x" * (3 << 20)  # pyarrow reads 1 MiB blocks by default
+    path = write_lines(tmp_path / "t.jsonl", rows)
+    out = tmp_path / "out.parquet"
+    ok("sum", path, "--data-column", "v", "--by", "k", *chunk, "-o", out)
+    table = pq.read_table(out)
+    assert table.column("k").to_pylist() == ["a", "b"]
+    assert table.column("value").to_pylist() == [5, 2]
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "1000"]])
+@pytest.mark.parametrize(
+    ("last", "said"),
+    [
+        ('{"k": 1, "a": "oops"}', "field 'a' changes from number to string at row 60000;"),
+        ('{"k": 1, "a": }', "(Invalid value at row 60000)"),
+        ('{"k": 1, "a": 1, "a": 2}', "(field 'a' was specified twice at row 60000)"),
+    ],
+)
+@pytest.mark.parametrize("by", [["--by", "k"], ["--ids-column", "k"]])
+def test_a_bad_line_past_the_first_block_names_its_row_in_the_file(
+    tmp_path: Path, chunk: list[str], last: str, said: str, by: list[str]
+) -> None:
+    # pyarrow's own row counts from its block's start, and a whole read parses blocks at once.
+    lines = [{"k": i % 3, "a": i} for i in range(60_000)]
+    path = write_lines(tmp_path / "t.jsonl", lines)
+    with path.open("a") as text:
+        text.write(last + "\n")
+    out = tmp_path / "out.npy" if by[0] == "--ids-column" else tmp_path / "out.parquet"
+    result = run_main("sum", path, "--data-column", "a", *by, *chunk, "-o", out)
+    assert result.exit_code == 3, result.stderr
+    assert result.stderr.count("\n") == 1
+    assert "t.jsonl: cannot parse JSON lines (" in result.stderr and said in result.stderr
+    assert list(tmp_path.iterdir()) == [path]
+
+
+@pytest.mark.parametrize("line", ["[1, 2]", "3", '"text"'])
+def test_a_line_that_is_not_an_object_is_one_line(tmp_path: Path, line: str) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(f'{{"k": 1, "v": 2}}\n{line}\n')
+    result = run_main("sum", path, "--data-column", "v", "--by", "k", "--chunk-rows", "1")
+    assert result.exit_code == 3, result.stderr
+    assert result.stderr.count("\n") == 1
+    assert "a line at row 1 is a JSON " in result.stderr and ", not an object" in result.stderr
+
+
+def _fifo_fed_with(tmp_path: Path, payload: bytes) -> Path:
+    import os
+    import threading
+
+    fifo = tmp_path / "pipe"
+    if fifo.exists():
+        fifo.unlink()
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        with open(fifo, "wb") as pipe:
+            pipe.write(payload)
+
+    threading.Thread(target=feed, daemon=True).start()
+    return fifo
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--by", "carrier,origin"],
+        ["--by", "carrier", "--chunk-rows", "1"],
+        ["--ids-column", "sensor", "--chunk-rows", "3"],
+    ],
+)
+def test_json_lines_from_a_pipe_are_found_by_their_bytes(tmp_path: Path, args: list[str]) -> None:
+    """A pipe has no suffix: its first byte, '{', says JSON lines. It is read once, though the
+    key columns and the data column are each opened (the second open found it empty)."""
+    path = write_lines(tmp_path / "f.jsonl", flights(4))
+    run = ["agg", "--data-column", "delay", "--op", "sum,max", "--skipna", *args, "-q"]
+    want = ok(run[0], path, *run[1:]).stdout
+    assert ok(run[0], _fifo_fed_with(tmp_path, path.read_bytes()), *run[1:]).stdout == want
+    shown = ok("info", _fifo_fed_with(tmp_path, path.read_bytes())).stdout
+    assert "format: jsonl" in shown and "rows: 200" in shown
+
+
+def test_json_lines_on_stdin_and_json_input_are_refused_in_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    path = write_lines(tmp_path / "f.jsonl", flights())
+    args = ["sum", "-", "--data-column", "delay", "--ids-column", "sensor", "--skipna"]
+    ran = subprocess.run(
+        [sys.executable, "-m", "segcli", *args],
+        input=path.read_bytes(),
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert ran.returncode == 3 and ran.stderr.decode().count("\n") == 1
+    assert "JSON lines are not read from '-'" in ran.stderr.decode()
+    json_input = tmp_path / "f.json"
+    json_input.write_bytes(path.read_bytes())
+    result = run_main("sum", json_input, "--data-column", "delay", "--by", "carrier")
+    assert result.exit_code == 3 and result.stderr.count("\n") == 1
+    assert "f.json: .json is an output format" in result.stderr
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
+@pytest.mark.parametrize("args", [["--by", "carrier"], ["--ids-column", "sensor"]])
+def test_the_same_rows_as_parquet_from_a_pipe_stream_too(tmp_path: Path, args: list[str]) -> None:
+    # Streamed, the Parquet reader was handed the pipe's bytes as if they were a path.
+    rows = [row for row in flights(5) if row["delay"] is not None]
+    path = write_lines(tmp_path / "f.jsonl", rows)
+    parquet = tmp_path / "f.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), parquet)
+    run = ["--data-column", "delay", *args, "--chunk-rows", "1", "-q"]
+    want = ok("sum", path, *run).stdout
+    assert ok("sum", _fifo_fed_with(tmp_path, parquet.read_bytes()), *run).stdout == want
+
+
+@pytest.mark.parametrize("by", [["--by", "k"], ["--ids-column", "k"]])
+def test_a_long_line_met_while_streaming_starts_again_past_the_rows_given(
+    tmp_path: Path, by: list[str]
+) -> None:
+    rows: list[dict[str, Any]] = [{"k": i % 3, "a": i} for i in range(40_000)]
+    rows.append({"k": 1, "a": 7, "pad": "x" * (3 << 20)})
+    rows += [{"k": i % 3, "a": i} for i in range(40_000)]
+    path = write_lines(tmp_path / "t.jsonl", rows)
+    shown = ok("agg", path, "--data-column", "a", "--op", "sum,count", *by, "--chunk-rows", "999")
+    ids = np.array([row["k"] for row in rows])
+    values = np.array([row["a"] for row in rows])
+    want = [f"{k}\t{values[ids == k].sum()}\t{(ids == k).sum()}" for k in range(3)]
+    assert shown.stdout.splitlines()[1:] == want  # after the header line
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
+def test_a_named_pipe_made_again_is_read_again(tmp_path: Path) -> None:
+    # Made again, a named pipe may get its old inode back: nothing of the last run's is kept.
+    for rows in ([{"k": 1, "v": 1}], [{"k": 1, "v": 5}, {"k": 2, "v": 6}]):
+        payload = "".join(json.dumps(row) + "\n" for row in rows).encode()
+        shown = ok("sum", _fifo_fed_with(tmp_path, payload), "--data-column", "v", "--by", "k")
+        assert shown.stdout.splitlines()[1:] == [f"{r['k']}\t{r['v']}" for r in rows]

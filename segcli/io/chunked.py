@@ -207,8 +207,12 @@ class TextChunks:
         self._type = head.schema.field(column).type
         check_type(self._type, self._where)
         self._row_bytes = max(1, CSV_HEAD_BYTES // max(head.num_rows, 1))
-        sample = column_to_numpy(pa.array([], type=self._type), self._where)
-        self.shape: tuple[int, ...] = (UNKNOWN_ROWS,)
+        # A list column's first row fixes the inner shape (JSON lines), as for Parquet.
+        first = head.column(column).slice(0, 1).combine_chunks() if head.num_rows else None
+        if first is None or not pa.types.is_nested(self._type):
+            first = pa.array([], type=self._type)
+        sample = column_to_numpy(first, self._where)
+        self.shape: tuple[int, ...] = (UNKNOWN_ROWS, *sample.shape[1:])
         self.dtype: np.dtype[Any] = sample.dtype
 
     def chunks(self, rows: int) -> Iterator[_Array]:
@@ -295,7 +299,7 @@ class TableChunks:
         if self._table.fmt == "parquet":
             import pyarrow.parquet as pq
 
-            parquet = pq.ParquetFile(self._table.source, pre_buffer=False)
+            parquet = pq.ParquetFile(self._table.parquet_source(), pre_buffer=False)
             for batch in parquet.iter_batches(batch_size=rows, columns=[name]):
                 yield batch.column(0)
             return
@@ -316,7 +320,7 @@ class TableChunks:
         if self._table.fmt == "parquet":
             import pyarrow.parquet as pq
 
-            return int(pq.ParquetFile(self._table.source).metadata.num_rows)
+            return int(pq.ParquetFile(self._table.parquet_source()).metadata.num_rows)
         # Memory-mapped: counting the batches' rows reads no column data.
         return sum(batch.num_rows for batch in self._ipc_batches())
 

@@ -14,6 +14,7 @@ from segcli.io.formats import (
     file_size,
     input_format,
     is_pipe,
+    looks_like_json_lines,
     open_binary,
     read_up_to,
 )
@@ -69,6 +70,13 @@ def _describe_stream(stream: BinaryIO, path: str, label: str) -> dict[str, objec
         _skip_body(counted, header, label)
         return {"path": path, "format": "npy", "size": counted.count, **header.as_dict()}
     body = head + stream.read()
+    if looks_like_json_lines(head):
+        return {
+            "path": path,
+            "format": "jsonl",
+            "size": len(body),
+            **_text_table(TableFile(label, "jsonl", body)),
+        }
     fmt = "parquet" if head.startswith(PARQUET_MAGIC) else "arrow"
     table = TableFile(label, fmt, body)
     tables = _parquet_table if fmt == "parquet" else _arrow_table
@@ -186,7 +194,10 @@ def _arrow_table(table: TableFile) -> dict[str, object]:
 
 
 def _text(path: str, fmt: str) -> dict[str, object]:
-    table: TableFile = open_table(path, fmt)
+    return _text_table(open_table(path, fmt))
+
+
+def _text_table(table: TableFile) -> dict[str, object]:
     data = table.read(table.schema().names)
     nulls = [data.column(i).null_count for i in range(data.num_columns)]
     return {"rows": data.num_rows, "columns": _columns(data.schema, nulls)}

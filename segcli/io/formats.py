@@ -66,7 +66,15 @@ def sniff(head: bytes) -> str | None:
         return "parquet"
     if head.startswith(ARROW_FILE_MAGIC):
         return "arrow"
+    if looks_like_json_lines(head):
+        return "jsonl"
     return None
+
+
+def looks_like_json_lines(head: bytes) -> bool:
+    """Whether the first bytes open a JSON object (after a byte order mark or blanks): no
+    binary format starts so, and a CSV header rarely does."""
+    return head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{")
 
 
 def suffix_format(path: str, table: dict[str, str]) -> str | None:
@@ -88,7 +96,15 @@ def input_format(path: str) -> str:
     fmt = suffix_format(path, INPUT_SUFFIXES)
     if fmt is not None:
         return fmt
-    if is_pipe(path):
+    if suffix_format(path, OUTPUT_SUFFIXES) == "json":
+        raise ReadError(
+            f"{path}: .json is an output format (one document), not an input; "
+            "JSON lines (one object a line) are read from .jsonl or .ndjson"
+        )
+    pipe = _pipe_identity(path)
+    if pipe in _PIPE_FORMATS:
+        return _PIPE_FORMATS[pipe]
+    if pipe is not None:
         head = _sniff_pipe(path)
     else:
         with open_binary(path) as f:
@@ -96,7 +112,44 @@ def input_format(path: str) -> str:
     sniffed = sniff(head)
     if sniffed is None:
         raise ReadError(f"{path}: unknown file format (supported: {SUPPORTED_INPUTS})")
+    if pipe is not None:
+        _PIPE_FORMATS[pipe] = sniffed
     return sniffed
+
+
+# A pipe's format, by the pipe: asked again once its bytes are read (the run's summary), it
+# has none left to sniff.
+_PIPE_FORMATS: dict[tuple[str, int, int], str] = {}
+_PIPE_BYTES: dict[tuple[str, int, int], bytes] = {}
+
+
+def forget_pipes() -> None:
+    """Drop what was kept of the run's pipes: the next run's pipe may have the same name and
+    inode (a named pipe made again)."""
+    _PIPE_FORMATS.clear()
+    _PIPE_BYTES.clear()
+
+
+def pipe_bytes(path: str) -> bytes:
+    """All the bytes of the pipe ``path``, read once: a run that opens its table again (the
+    key columns, then the data column) gets them again instead of an empty pipe."""
+    pipe = _pipe_identity(path)
+    if pipe not in _PIPE_BYTES:
+        with open_binary(path) as stream:
+            body = stream.read()
+        if pipe is None:
+            return body
+        _PIPE_BYTES[pipe] = body
+    return _PIPE_BYTES[pipe]
+
+
+def _pipe_identity(path: str) -> tuple[str, int, int] | None:
+    """The path and the pipe it names now (one ``/dev/fd/63`` path names many pipes in
+    turn), or None for a file that is not a pipe."""
+    if not is_pipe(path):
+        return None
+    found = os.stat(path)
+    return path, found.st_dev, found.st_ino
 
 
 def output_format(path: str, fmt: str | None) -> str:

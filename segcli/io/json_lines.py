@@ -7,45 +7,177 @@ kept, as for CSV. A field a line lacks is null; fields not asked for are never c
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    import pyarrow.json as pjson
 
 
 #: pyarrow's word for a file of no lines (an empty table here, whose columns are none).
 _EMPTY = "Empty JSON file"
+#: pyarrow's word for a line longer than its block of text.
+_STRADDLING = "straddling object"
+#: pyarrow's default block of text (1 MiB); a longer line needs a larger block.
+_BLOCK_BYTES = 1 << 20
+
+#: pyarrow's parse errors; their row counts from the start of the block of text.
+_PARSE_ERROR = re.compile(r"^JSON parse error: (?P<what>.*?)\.? in row (?P<row>\d+)$")
+_CHANGED = re.compile(r"^Column\((?P<path>[^)]*)\) changed from (?P<old>\w+) to (?P<new>\w+)$")
+_ROW = re.compile(r" in row \d+$")
+_FIELD = re.compile(r"Column\(/?([^)]*)\)")
+
+Opener = Callable[[], "pa.NativeFile"]
 
 
-def read_table(source: pa.NativeFile, columns: list[str] | None) -> pa.Table:
+def read_table(open_source: Opener, columns: list[str] | None) -> pa.Table:
     """The whole file's ``columns`` (all if None); an empty file is a table of no columns."""
+    table = _read_all(open_source)
+    if columns is None:
+        return table  # the schema: only columns asked for are checked
+    table = table.select(columns)
+    check_utf8(table, 0)
+    return table
+
+
+def _read_all(open_source: Opener) -> pa.Table:
     import pyarrow as pa
     import pyarrow.json as pjson
 
-    try:
-        table = pjson.read_json(source)
-    except pa.ArrowInvalid as exc:
-        if str(exc) != _EMPTY:
-            raise
-        table = pa.table({})
-    return table if columns is None else table.select(columns)
+    block_size = _BLOCK_BYTES
+    while True:
+        try:
+            with open_source() as source:
+                read = pjson.ReadOptions(block_size=block_size)
+                return pjson.read_json(source, read_options=read)
+        except pa.ArrowInvalid as exc:
+            if str(exc) == _EMPTY:
+                return pa.table({})
+            if not str(exc).startswith(_STRADDLING):
+                raise _said(exc, _rows_before(open_source, block_size, str(exc))) from exc
+            block_size *= 4  # pyarrow needs each line within a block: read again in larger ones
 
 
 def read_head(text: bytes, columns: list[str] | None) -> pa.Table:
     """``columns`` (all if None) of the whole lines in ``text``, types inferred from them."""
     import pyarrow as pa
 
-    return read_table(pa.BufferReader(text), columns)
+    return read_table(lambda: pa.BufferReader(text), columns)
 
 
 def open_batches(
-    source: pa.NativeFile, schema: pa.Schema, block_size: int | None
-) -> pjson.JSONStreamingReader:
+    open_source: Opener, schema: pa.Schema, block_size: int | None
+) -> pa.RecordBatchReader:
     """A streaming reader of ``schema``'s columns in ``schema``'s types, about ``block_size``
     bytes of text a batch; other fields are skipped unconverted."""
+    import pyarrow as pa
+
+    return pa.RecordBatchReader.from_batches(
+        schema, _batches(open_source, schema, block_size or _BLOCK_BYTES)
+    )
+
+
+def _batches(open_source: Opener, schema: pa.Schema, block_size: int) -> Iterator[pa.RecordBatch]:
+    """Batches of the file; a line longer than a block starts the file again in larger blocks,
+    past the rows already given (a line's length is known only once it is met)."""
+    import pyarrow as pa
     import pyarrow.json as pjson
 
-    read = pjson.ReadOptions() if block_size is None else pjson.ReadOptions(block_size=block_size)
     parse = pjson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    return pjson.open_json(source, read_options=read, parse_options=parse)
+    given = 0
+    while True:
+        skip = given
+        try:
+            with open_source() as source:
+                read = pjson.ReadOptions(block_size=block_size)
+                for batch in pjson.open_json(source, read_options=read, parse_options=parse):
+                    if skip >= batch.num_rows:
+                        skip -= batch.num_rows
+                        continue
+                    batch, skip = batch.slice(skip), 0
+                    check_utf8(batch, given)
+                    given += batch.num_rows
+                    yield batch
+            return
+        except pa.ArrowInvalid as exc:
+            if not str(exc).startswith(_STRADDLING):
+                raise _said(exc, given) from exc
+            block_size *= 4
+
+
+def _said(exc: pa.ArrowInvalid, first_row: int | None) -> pa.ArrowInvalid:
+    """pyarrow's parse error at the file's row (``first_row``: the rows before its block of
+    text; None: unknown, and the row left out); a field whose JSON type changes, or a line
+    that is not an object, said plainly."""
+    import pyarrow as pa
+
+    found = _PARSE_ERROR.match(str(exc))
+    if found is None:
+        return exc
+    at = "" if first_row is None else f" at row {first_row + int(found['row'])}"
+    changed = _CHANGED.match(found["what"])
+    if changed is None:
+        return pa.ArrowInvalid(_FIELD.sub(r"field '\1'", found["what"]) + at)
+    if not changed["path"]:
+        return pa.ArrowInvalid(f"a line{at} is a JSON {changed['new']}, not an object")
+    field = changed["path"].lstrip("/")
+    said = f"field '{field}' changes from {changed['old']} to {changed['new']}{at}"
+    if changed["old"] == "null":  # streamed, after a first block of nulls only
+        return pa.ArrowInvalid(said)
+    return pa.ArrowInvalid(f"{said}; a field needs one JSON type in every line (null aside)")
+
+
+def _rows_before(open_source: Opener, block_size: int, message: str) -> int | None:
+    """The rows before the block a whole read failed in (its blocks are parsed out of order):
+    a streamed read of the same blocks that fails the same way counts them. None if it does
+    not (it keeps the first block's types, and may fail earlier on another error)."""
+    import pyarrow as pa
+    import pyarrow.json as pjson
+
+    given = 0
+    try:
+        with open_source() as source:
+            read = pjson.ReadOptions(block_size=block_size)
+            for batch in pjson.open_json(source, read_options=read):
+                given += batch.num_rows
+    except pa.ArrowInvalid as exc:
+        if _ROW.sub("", str(exc)) == _ROW.sub("", message):
+            return given
+    return None
+
+
+def check_utf8(table: pa.Table | pa.RecordBatch, first_row: int) -> None:
+    """pyarrow's JSON reader does not check that strings are UTF-8 (JSON text must be): a
+    string that is not would reach the output as it is, or fail later on decoding."""
+    import pyarrow as pa
+
+    try:
+        table.validate(full=True)
+    except pa.ArrowInvalid:
+        for name in table.column_names:
+            column = table.column(name)
+            try:
+                column.validate(full=True)
+            except pa.ArrowInvalid:
+                raise pa.ArrowInvalid(
+                    f"column '{name}'{_first_invalid(column, first_row)} not UTF-8"
+                ) from None
+        raise
+
+
+def _first_invalid(column: pa.ChunkedArray | pa.Array, first_row: int) -> str:
+    """Where the first string that is not UTF-8 is: its row and bytes in a string column (a
+    Python pass, on the error path only), none for a nested column."""
+    import pyarrow as pa
+    import pyarrow.types as pt
+
+    if not (pt.is_string(column.type) or pt.is_large_string(column.type)):
+        return " holds a string that is"
+    for row, value in enumerate(column.cast(pa.large_binary()).to_pylist()):
+        try:
+            if value is not None:
+                value.decode()
+        except UnicodeDecodeError:
+            return f" row {first_row + row} holds {value!r}, which is"
+    return " holds a string that is"

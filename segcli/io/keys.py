@@ -9,6 +9,7 @@ pyarrow is imported inside the functions, as in the rest of :mod:`segcli.io`.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
@@ -404,11 +405,18 @@ class KeyIdsChunks:
             try:
                 yield from self._table.text_batches(self._by, None, types=types)
             except ValueError as exc:
+                if _WIDENED_WHOLE.search(str(exc)) is None:
+                    raise  # bad text, not a type: a whole read fails the same way
                 raise ReadError(
                     f"{self._table.label}: a key column holds a value its first rows' type "
                     f"cannot take ({str(exc).splitlines()[0]}); read the file whole (no "
                     "--chunk-rows and a --memory-limit above its size)"
                 ) from exc
+
+
+# A streamed text value that the type of its column's first block cannot take, where a whole
+# read widens the column (whole numbers, then a fraction; nulls, then strings).
+_WIDENED_WHOLE = re.compile(r"CSV conversion error|Failed to convert JSON|changes from null to")
 
 
 def _ipc_batches(table: TableFile) -> Iterator[pa.RecordBatch]:

@@ -17,6 +17,7 @@ from segcli.io.formats import (
     PARQUET_MAGIC,
     input_format,
     is_pipe,
+    looks_like_json_lines,
     open_binary,
 )
 from segcli.io.npy import open_npz, pick_key, read_header, read_npz_header
@@ -45,7 +46,10 @@ def holds_npy(stdin: BinaryIO) -> bool:
 def holds_arrow_stream(stdin: BinaryIO) -> bool:
     """Neither .npy nor a file format (Parquet, Arrow file) that must be read whole to seek."""
     head = _head(stdin)
-    return bool(head) and not head.startswith((NPY_MAGIC, PARQUET_MAGIC, ARROW_FILE_MAGIC))
+    binary = not looks_like_json_lines(head)  # JSON lines on stdin are refused by name
+    return (
+        bool(head) and binary and not head.startswith((NPY_MAGIC, PARQUET_MAGIC, ARROW_FILE_MAGIC))
+    )
 
 
 def npy_shape(path: str, key: str | None, stdin: BinaryIO | None) -> tuple[int, ...] | None:

@@ -9,7 +9,14 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from segcli.errors import ReadError, UsageError
-from segcli.io.formats import NPY_MAGIC, PARQUET_MAGIC, STDIN_LABEL, input_format, read_up_to
+from segcli.io.formats import (
+    NPY_MAGIC,
+    PARQUET_MAGIC,
+    STDIN_LABEL,
+    input_format,
+    looks_like_json_lines,
+    read_up_to,
+)
 from segcli.io.npy import (
     PrefixedReader,
     npz_keys,
@@ -191,6 +198,11 @@ def read_stdin(stdin: BinaryIO | None) -> np.ndarray[Any, Any] | TableFile:
         raise ReadError(f"{STDIN_LABEL}: no input (expected a .npy or Arrow IPC stream)")
     if head == NPY_MAGIC:
         return read_npy_stream(PrefixedReader(head, stream), STDIN_LABEL)
+    if looks_like_json_lines(head):
+        raise ReadError(
+            f"{STDIN_LABEL}: JSON lines are not read from '-' (a .npy or Arrow IPC stream, or "
+            "a Parquet or Arrow file); give the path /dev/stdin instead"
+        )
     # Parquet needs to seek, which a pipe cannot: it is read into memory, like an Arrow file.
     fmt = "parquet" if head.startswith(PARQUET_MAGIC) else "arrow"
     return TableFile(STDIN_LABEL, fmt, head + stream.read())

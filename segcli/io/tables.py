@@ -21,7 +21,7 @@ from segcli.io.formats import (
     check_readable,
     is_pipe,
     library_errors,
-    open_binary,
+    pipe_bytes,
     suffix_format,
 )
 
@@ -118,7 +118,7 @@ class TableFile:
             if self.fmt == "arrow":
                 return self.ipc_reader().read_all().select(columns)
             if self.fmt == "jsonl":
-                return json_lines.read_table(self._input(), columns)
+                return json_lines.read_table(self._input, columns)
             import pyarrow.csv as pcsv
 
             return pcsv.read_csv(
@@ -273,7 +273,9 @@ class TableFile:
         """The whole lines within the first ``size`` bytes of text (decompressed)."""
         with self._input() as stream:
             head: bytes = stream.read(size)
-        if len(head) == size and b"\n" in head:
+            if len(head) == size and b"\n" not in head:
+                head = _to_line_end(head, stream, size)
+        if len(head) >= size and b"\n" in head:
             head = head[: head.rindex(b"\n") + 1]
         return head
 
@@ -294,7 +296,7 @@ class TableFile:
             names = head.names if columns is None else columns
             given = types or {}
             schema = pa.schema([(name, given.get(name, head.field(name).type)) for name in names])
-            return json_lines.open_batches(self._input(), schema, block_size)
+            return json_lines.open_batches(self._input, schema, block_size)
 
         convert = self._convert_all() if columns is None else self.convert_options(columns)
         if types:
@@ -309,6 +311,17 @@ class TableFile:
     def errors(self) -> Any:
         """Context manager: library exceptions become one-line ReadErrors about this table."""
         return library_errors(self.label, _WHAT[self.fmt])
+
+
+def _to_line_end(head: bytes, stream: pa.NativeFile, size: int) -> bytes:
+    """``head`` and what follows it up to the end of its line: a first line longer than the
+    head still gives the columns (its fields)."""
+    pieces = [head]
+    while piece := stream.read(size):
+        pieces.append(piece)
+        if b"\n" in piece:
+            break
+    return b"".join(pieces)
 
 
 def is_csv_path(path: str) -> bool:
@@ -326,7 +339,6 @@ def open_table(path: str, fmt: str, csv: CsvOptions | None = None) -> TableFile:
     if csv is None or fmt not in ("csv", "tsv"):
         csv = CsvOptions()
     if is_pipe(path):
-        with open_binary(path) as stream:
-            return TableFile(path, fmt, stream.read(), csv)
+        return TableFile(path, fmt, pipe_bytes(path), csv)
     check_readable(path)
     return TableFile(path, fmt, path, csv)
