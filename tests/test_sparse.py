@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,9 @@ from segcli.engines import Engine
 from segcli.errors import InvalidInputError, UsageError
 from segcli.sparse import Labeled, sparse_reduce
 from tests.peak import run_measured
+
+#: The rarer cases, collected with ``SEGCLI_FULL_MATRIX=1`` (as in tests/test_engines.py).
+FULL_MATRIX = os.environ.get("SEGCLI_FULL_MATRIX") == "1"
 
 OPS = ("sum", "mean", "min", "max", "prod", "sqrt_n", "count")
 
@@ -344,13 +348,29 @@ def _wide_table(rng: np.random.Generator, width: int, dtype: str) -> np.ndarray:
     return data.astype(dtype)
 
 
+def _wide_cases() -> list[Any]:
+    """(dtype, weights, width) of the register fold's test. Each pair and width compiles
+    kernels of its own (a few seconds each on a cold cache): the default run folds float32
+    tables, the common case, at every width and the other pairs at one width; with
+    ``SEGCLI_FULL_MATRIX=1`` every pair at every width (``-m full_matrix``)."""
+    cases = []
+    for dtype, weights in [
+        ("float32", None), ("float64", None), ("float32", "float32"), ("float64", "int32"),
+        ("int16", "float64"),
+    ]:  # fmt: skip
+        for width in (8, 13, 64, 75, 136):
+            case = f"{dtype}-{weights}-{width}"
+            if dtype == "float32" or width == 13:
+                cases.append(pytest.param(dtype, weights, width, id=case))
+            elif FULL_MATRIX:
+                cases.append(
+                    pytest.param(dtype, weights, width, id=case, marks=pytest.mark.full_matrix)
+                )
+    return cases
+
+
 @pytest.mark.parametrize("op", ["sum", "mean", "sqrt_n"])
-@pytest.mark.parametrize(
-    ("dtype", "weights"),
-    [("float32", None), ("float64", None), ("float32", "float32"), ("float64", "int32"),
-     ("int16", "float64")],
-)  # fmt: skip
-@pytest.mark.parametrize("width", [8, 13, 64, 75, 136])
+@pytest.mark.parametrize(("dtype", "weights", "width"), _wide_cases())
 def test_numba_register_fold_of_wide_rows_gives_the_numpy_bytes(
     wide_case, monkeypatch, op, dtype, weights, width
 ):
