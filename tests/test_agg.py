@@ -15,6 +15,7 @@ from click.testing import CliRunner
 from segcli import ops
 from segcli.cli import cli
 from segcli.multi import combined_op
+from tests.pipes import fifo_fed_with
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
 
@@ -767,25 +768,9 @@ def test_several_columns_read_the_table_once(wide, tmp_path, monkeypatch, chunk)
     assert reads == (["read"] if chunk is None else ["_open"])
 
 
-def _fifo_fed_with(tmp_path: Path, payload: bytes) -> Path:
-    """A named pipe a thread writes ``payload`` into once (when a reader opens it)."""
-    import os
-    import threading
-
-    fifo = tmp_path / "pipe"
-    os.mkfifo(fifo)
-
-    def feed() -> None:
-        with open(fifo, "wb") as pipe:
-            pipe.write(payload)
-
-    threading.Thread(target=feed, daemon=True).start()
-    return fifo
-
-
 @pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
 def test_several_columns_from_a_pipe_that_can_be_read_once(wide, tmp_path):
-    fifo = _fifo_fed_with(tmp_path, wide["parquet"].read_bytes())
+    fifo = fifo_fed_with(tmp_path, wide["parquet"].read_bytes())
     args = (*SEVERAL, "--op", "sum,argmax", "-q")
     from_pipe = run("agg", fifo, *args)
     assert from_pipe.exit_code == 0, from_pipe.stderr
@@ -799,7 +784,7 @@ def test_a_pipe_without_a_suffix_is_read_once_by_a_single_op(wide, tmp_path):
     import subprocess
     import sys
 
-    fifo = _fifo_fed_with(tmp_path, wide["parquet"].read_bytes())
+    fifo = fifo_fed_with(tmp_path, wide["parquet"].read_bytes())
     column = SEVERAL[1].split(",")[0]
     args = ["sum", "--data-column", column, "--ids-column", "id", "-q"]
     ran = subprocess.run(
@@ -945,7 +930,7 @@ def test_several_columns_with_a_sorting_op_from_a_pipe_are_a_usage_error(wide, t
 
     out = tmp_path / "o.csv"
     payload = wide["parquet"].read_bytes()
-    data = "-" if source == "stdin" else str(_fifo_fed_with(tmp_path, payload))
+    data = "-" if source == "stdin" else str(fifo_fed_with(tmp_path, payload))
     args = ["agg", data, *SEVERAL, "--op", "sum,median", "-o", str(out)]
     # A process with a timeout: the hang, were it back, fails the test instead of the suite.
     ran = subprocess.run(

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.entry import Ran, run_main
+from tests.pipes import fifo_fed_with
 
 pd = pytest.importorskip("pandas")
 
@@ -288,23 +289,6 @@ def test_a_line_that_is_not_an_object_is_one_line(tmp_path: Path, line: str) -> 
     assert "a line at row 1 is a JSON " in result.stderr and ", not an object" in result.stderr
 
 
-def _fifo_fed_with(tmp_path: Path, payload: bytes) -> Path:
-    import os
-    import threading
-
-    fifo = tmp_path / "pipe"
-    if fifo.exists():
-        fifo.unlink()
-    os.mkfifo(fifo)
-
-    def feed() -> None:
-        with open(fifo, "wb") as pipe:
-            pipe.write(payload)
-
-    threading.Thread(target=feed, daemon=True).start()
-    return fifo
-
-
 @pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
 @pytest.mark.parametrize(
     "args",
@@ -320,8 +304,8 @@ def test_json_lines_from_a_pipe_are_found_by_their_bytes(tmp_path: Path, args: l
     path = write_lines(tmp_path / "f.jsonl", flights(4))
     run = ["agg", "--data-column", "delay", "--op", "sum,max", "--skipna", *args, "-q"]
     want = ok(run[0], path, *run[1:]).stdout
-    assert ok(run[0], _fifo_fed_with(tmp_path, path.read_bytes()), *run[1:]).stdout == want
-    shown = ok("info", _fifo_fed_with(tmp_path, path.read_bytes())).stdout
+    assert ok(run[0], fifo_fed_with(tmp_path, path.read_bytes()), *run[1:]).stdout == want
+    shown = ok("info", fifo_fed_with(tmp_path, path.read_bytes())).stdout
     assert "format: jsonl" in shown and "rows: 200" in shown
 
 
@@ -357,7 +341,7 @@ def test_the_same_rows_as_parquet_from_a_pipe_stream_too(tmp_path: Path, args: l
     pq.write_table(pa.Table.from_pylist(rows), parquet)
     run = ["--data-column", "delay", *args, "--chunk-rows", "1", "-q"]
     want = ok("sum", path, *run).stdout
-    assert ok("sum", _fifo_fed_with(tmp_path, parquet.read_bytes()), *run).stdout == want
+    assert ok("sum", fifo_fed_with(tmp_path, parquet.read_bytes()), *run).stdout == want
 
 
 @pytest.mark.parametrize("by", [["--by", "k"], ["--ids-column", "k"]])
@@ -380,5 +364,5 @@ def test_a_named_pipe_made_again_is_read_again(tmp_path: Path) -> None:
     # Made again, a named pipe may get its old inode back: nothing of the last run's is kept.
     for rows in ([{"k": 1, "v": 1}], [{"k": 1, "v": 5}, {"k": 2, "v": 6}]):
         payload = "".join(json.dumps(row) + "\n" for row in rows).encode()
-        shown = ok("sum", _fifo_fed_with(tmp_path, payload), "--data-column", "v", "--by", "k")
+        shown = ok("sum", fifo_fed_with(tmp_path, payload), "--data-column", "v", "--by", "k")
         assert shown.stdout.splitlines()[1:] == [f"{r['k']}\t{r['v']}" for r in rows]
