@@ -487,6 +487,12 @@ class _JointBlock:
         lanes = 1 if self.sorted_ids else self.state.lanes
         return ops.lane_pieces(self.first_row, int(self.ids.size), lanes)
 
+    def lane_runs(self) -> list[tuple[int, list[tuple[int, int]]]]:
+        """Each lane the block reaches, in lane order, with its runs of rows in row order."""
+        pieces = self.lane_pieces()
+        lanes = sorted({lane for _, _, lane in pieces})
+        return [(lane, [(a, b) for a, b, k in pieces if k == lane]) for lane in lanes]
+
     def chunks(
         self, *, reverse: bool = False, rows: tuple[int, int] | None = None
     ) -> Iterator[_Chunk]:
@@ -558,9 +564,7 @@ def _fold_moments(block: _JointBlock) -> None:
     if block.width == 0:
         _count_block(block)
         return
-    pieces = block.lane_pieces()
-    for lane in sorted({lane for _, _, lane in pieces}):
-        rows = [(a, b) for a, b, k in pieces if k == lane]
+    for lane, rows in block.lane_runs():
         state.count += _fold_moments_lane(block, lane, rows)
 
 
@@ -802,11 +806,8 @@ def _fold_logsumexp(block: _JointBlock) -> None:
     if block.width == 0:
         _count_block(block)
         return
-    pieces = block.lane_pieces()
-    for lane in sorted({lane for _, _, lane in pieces}):
-        ranges = [(start, stop) for start, stop, k in pieces if k == lane]
-        lane_block = replace(block, ranges=ranges)
-        _fold_logsumexp_lane(lane_block, flat_intermediates(block.state, lane))
+    for lane, ranges in block.lane_runs():
+        _fold_logsumexp_lane(replace(block, ranges=ranges), flat_intermediates(block.state, lane))
 
 
 def _fold_logsumexp_lane(block: _JointBlock, arrays: dict[str, np.ndarray]) -> None:
