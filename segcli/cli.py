@@ -99,9 +99,11 @@ def translate_errors(command: F) -> F:
                 "out of memory; try a smaller --num-segments or a machine with more memory"
             ) from None
         finally:
-            from segcli.io.formats import forget_pipes
-
-            forget_pipes()  # a pipe's bytes are one run's: the next may reuse its name
+            # A pipe's bytes are one run's (a next run in this process may reuse its name);
+            # none were kept where the formats module never loaded: no import for that.
+            formats = sys.modules.get("segcli.io.formats")
+            if formats is not None:
+                formats.forget_pipes()
 
     return wrapper  # type: ignore[return-value]
 
