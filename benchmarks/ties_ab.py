@@ -14,13 +14,12 @@ the median of ``R`` alternating calls. Nothing here asserts a time.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
-import sys
 import time
 from typing import Any
 
 import numpy as np
+from engine_ab import load
 
 from segcli import ops
 from segcli.engines import numpy_engine
@@ -34,15 +33,6 @@ CASES = (
     ("min", "float16", "normal"),
     ("min", "float32", "relu"),
 )
-
-
-def load(path: str) -> Any:
-    spec = importlib.util.spec_from_file_location("old_numpy_engine", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def fold(engine: Any, op: str, data: np.ndarray, ids: np.ndarray, sorted_ids: bool) -> Any:
