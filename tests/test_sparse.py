@@ -284,12 +284,23 @@ def fused_case() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     return data, ids, indices, weights
 
 
+def _fused_pairs() -> list[Any]:
+    """(dtype, weights) of the fused gather's test; each pair compiles kernels of its own.
+    float64 tables with int32 weights and int16 tables also fold in the register fold's test
+    of the default run: here they are in the full matrix (``SEGCLI_FULL_MATRIX=1``)."""
+    pairs = [pytest.param(dtype, weights, id=f"{dtype}-{weights}") for dtype, weights in (
+        ("float32", None), ("float64", None), ("float32", "float64"), ("uint8", "int64"),
+    )]  # fmt: skip
+    if FULL_MATRIX:
+        pairs += [
+            pytest.param(dtype, weights, id=f"{dtype}-{weights}", marks=pytest.mark.full_matrix)
+            for dtype, weights in (("float64", "int32"), ("int16", "float32"))
+        ]
+    return pairs
+
+
 @pytest.mark.parametrize("op", ["sum", "mean", "sqrt_n"])
-@pytest.mark.parametrize(
-    ("dtype", "weights"),
-    [("float32", None), ("float64", None), ("float32", "float64"), ("float64", "int32"),
-     ("int16", "float32"), ("uint8", "int64")],
-)  # fmt: skip
+@pytest.mark.parametrize(("dtype", "weights"), _fused_pairs())
 @pytest.mark.parametrize("block_rows", [None, 1, 3, 64])
 def test_numba_fuses_the_gather_with_the_numpy_bytes(
     fused_case, monkeypatch, op, dtype, weights, block_rows
