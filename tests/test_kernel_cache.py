@@ -119,3 +119,27 @@ def test_folder_owned_by_someone_else_is_refused(tmp_path, monkeypatch):
     assert folder != str(tmp_path / "plain")
     assert note is not None and "cannot create it" in note
     assert os.stat(folder).st_mode & 0o777 == 0o700
+
+
+def test_every_compiled_kernel_caches_in_segclis_folder():
+    """numba's own default is the package's ``__pycache__``, which whoever installed segcli
+    may write: every caching kernel of every numba module goes to the trusted folder."""
+    from numba.core.caching import NullCache
+    from numba.core.dispatcher import Dispatcher
+
+    import segcli
+    from segcli.engines import numba_engine, numba_hash, numba_kernels, numba_sparse
+
+    numba_stats = numba_engine._stats_kernels()
+    numba_sparse._install()
+    numba_hash.install()
+    package = Path(segcli.__file__).resolve().parent
+    checked = 0
+    for module in (numba_kernels, numba_stats, numba_sparse, numba_hash):
+        for name, value in vars(module).items():
+            for kernel in value if isinstance(value, tuple) else (value,):
+                if isinstance(kernel, Dispatcher) and not isinstance(kernel._cache, NullCache):
+                    where = Path(kernel.stats.cache_path).resolve()
+                    assert not where.is_relative_to(package), f"{module.__name__}.{name}"
+                    checked += 1
+    assert checked > 40

@@ -111,18 +111,27 @@ def _cache_class(folder: str) -> type[FunctionCache]:
 
 
 def install(namespace: dict[str, Any], folder: str | None = None) -> str | None:
-    """Give every caching kernel in ``namespace`` (a module's globals) a cache in a trusted
-    folder, before any of them has loaded from numba's default one. Returns the note to show
-    the user, if the folder was refused."""
+    """Give every caching kernel in ``namespace`` (a module's globals, and the tuples of
+    kernels there, such as one kernel per op kind) a cache in a trusted folder, before any of
+    them has loaded from numba's default one, the package's own folder. Returns the note to
+    show the user, if the folder was refused."""
     chosen, note = choose_folder(folder or default_folder())
     cache_class = _cache_class(chosen)
-    for kernel in namespace.values():
-        if isinstance(kernel, Dispatcher) and not isinstance(
-            getattr(kernel, "_cache", None), NullCache
-        ):
+    for kernel in _kernels(namespace):
+        if not isinstance(getattr(kernel, "_cache", None), NullCache):
             try:
                 cache: Any = cache_class(kernel.py_func)
             except (OSError, RuntimeError):
                 cache = NullCache()  # no usable folder: compile every run
             kernel._cache = cache  # type: ignore[attr-defined]  # read at each compile
     return note
+
+
+def _kernels(namespace: dict[str, Any]) -> list[Dispatcher]:
+    """The kernels of a namespace: its values and the members of its tuples."""
+    found = []
+    for value in namespace.values():
+        for item in value if isinstance(value, tuple) else (value,):
+            if isinstance(item, Dispatcher):
+                found.append(item)
+    return found

@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from glob import glob
 from itertools import pairwise
+from types import ModuleType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -131,7 +132,7 @@ def _fold_stats(
     primitive: str, state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int
 ) -> None:
     """One compiled fold of :mod:`segcli.engines.numba_stats` on the calling thread."""
-    from segcli.engines import numba_stats
+    numba_stats = _stats_kernels()
 
     flat = flat_intermediates(state)
     count = state.count
@@ -156,7 +157,7 @@ def _fold_moments(
 ) -> None:
     """var/std's shifted sums: one thread per lane with rows in this block, each folding its
     lane's rows in row order (sorted ids: every row into lane 0, on this thread)."""
-    from segcli.engines import numba_stats
+    numba_stats = _stats_kernels()
 
     if data.shape[1] == 0:  # rows without values: counted only
         kernels.count_ids(ids, state.count)
@@ -199,7 +200,7 @@ def _fold_moments_packed(
 ) -> None:
     """1-D rows into a small state: each lane's four intermediates packed side by side per
     segment (the lanes apart, so two threads never share a cache line), folded, unpacked."""
-    from segcli.engines import numba_stats
+    numba_stats = _stats_kernels()
 
     n = state.num_segments
     packed = _apart((arrays[0].shape[0], n, 4))
@@ -307,7 +308,7 @@ def _fold_logsumexp_rows(
     ``together``: a second thread prepares the next chunk while this one folds (two buffers,
     taken in turn; one otherwise, which the fold reads from the cache the ``exp`` left it
     in)."""
-    from segcli.engines import numba_stats
+    numba_stats = _stats_kernels()
 
     step = max(1, _EXP_CHUNK_ELEMENTS // max(1, data.shape[1]))
     chunks = [(a, min(high, a + step)) for low, high in ranges for a in range(low, high, step)]
@@ -400,6 +401,7 @@ class _PlainPairs:
 
 _pool: ThreadPoolExecutor | None = None
 _announced = False
+_stats_installed = False
 
 
 def _kernel_cache_is_cold() -> bool:
@@ -421,6 +423,19 @@ def _announce_compilation() -> None:
             notices.send(note)
         if _kernel_cache_is_cold():
             notices.send("segcli: compiling kernels, first run only")
+
+
+def _stats_kernels() -> ModuleType:
+    """:mod:`segcli.engines.numba_stats`, imported when a joint fold first runs, its kernels
+    cached in the engine's trusted folder (numba's default is the package's own folder)."""
+    global _stats_installed
+    from segcli.engines import numba_stats
+
+    _announce_compilation()
+    if not _stats_installed:
+        _stats_installed = True
+        numba_cache.install(vars(numba_stats))
+    return numba_stats
 
 
 def _run(tasks: list[Callable[[], Any]]) -> list[Any]:
