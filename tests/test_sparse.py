@@ -360,30 +360,38 @@ def _wide_table(rng: np.random.Generator, width: int, dtype: str) -> np.ndarray:
 
 
 def _wide_cases() -> list[Any]:
-    """(dtype, weights, width) of the register fold's test. Each pair and width compiles
-    kernels of its own (a few seconds each on a cold cache): the default run folds float32
-    tables, the common case, at every width and the other pairs at one width; with
-    ``SEGCLI_FULL_MATRIX=1`` every pair at every width (``-m full_matrix``)."""
+    """(dtype, weights, width, index dtype) of the register fold's test. Each pair and index
+    dtype compiles kernels of its own (a few seconds each on a cold cache): the default run
+    folds float32 tables, the common case, at every width and the other pairs at one width,
+    and reads narrow indices into unweighted float32 tables only; with
+    ``SEGCLI_FULL_MATRIX=1`` every pair at every width with every index dtype
+    (``-m full_matrix``)."""
     cases = []
     for dtype, weights in [
         ("float32", None), ("float64", None), ("float32", "float32"), ("float64", "int32"),
         ("int16", "float64"),
     ]:  # fmt: skip
         for width in (8, 13, 64, 75, 136):
-            case = f"{dtype}-{weights}-{width}"
-            if dtype == "float32" or width == 13:
-                cases.append(pytest.param(dtype, weights, width, id=case))
-            elif FULL_MATRIX:
-                cases.append(
-                    pytest.param(dtype, weights, width, id=case, marks=pytest.mark.full_matrix)
-                )
+            for index_dtype in ("int64", "int32", "uint16"):
+                case = f"{dtype}-{weights}-{width}-{index_dtype}"
+                common_pair = dtype == "float32" or width == 13
+                narrow_too = (dtype, weights) == ("float32", None)
+                if common_pair and (index_dtype == "int64" or narrow_too):
+                    cases.append(pytest.param(dtype, weights, width, index_dtype, id=case))
+                elif FULL_MATRIX:
+                    cases.append(
+                        pytest.param(
+                            dtype, weights, width, index_dtype, id=case,
+                            marks=pytest.mark.full_matrix,
+                        )
+                    )  # fmt: skip
     return cases
 
 
 @pytest.mark.parametrize("op", ["sum", "mean", "sqrt_n"])
-@pytest.mark.parametrize(("dtype", "weights", "width"), _wide_cases())
+@pytest.mark.parametrize(("dtype", "weights", "width", "index_dtype"), _wide_cases())
 def test_numba_register_fold_of_wide_rows_gives_the_numpy_bytes(
-    wide_case, monkeypatch, op, dtype, weights, width
+    wide_case, monkeypatch, op, dtype, weights, width, index_dtype
 ):
     """Rows of 8 columns or more fold in registers (64 and 8 at a time, then one by one)."""
     from segcli.engines import numba_engine
@@ -396,11 +404,11 @@ def test_numba_register_fold_of_wide_rows_gives_the_numpy_bytes(
     want = _sparse(data, ids, 32, op, indices, w, engine="numpy").result
     monkeypatch.setattr("segcli.sparse.SparseFold", _no_blocked_fold)
     monkeypatch.setattr(numba_engine, "PARALLEL_MIN_ELEMENTS", 1)
+    picks = indices.astype(index_dtype)
     for threads, rows in ((1, None), (1, 7), (3, None), (3, 40)):
         monkeypatch.setattr(numba_engine, "THREADS", threads)
-        for picks in (indices, indices.astype(np.int32), indices.astype(np.uint16)):
-            got = _sparse(data, ids, 32, op, picks, w, engine="numba", block_rows=rows).result
-            assert got.tobytes() == want.tobytes()
+        got = _sparse(data, ids, 32, op, picks, w, engine="numba", block_rows=rows).result
+        assert got.tobytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("width", [8, 64])
