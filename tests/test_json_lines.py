@@ -366,3 +366,41 @@ def test_a_named_pipe_made_again_is_read_again(tmp_path: Path) -> None:
         payload = "".join(json.dumps(row) + "\n" for row in rows).encode()
         shown = ok("sum", fifo_fed_with(tmp_path, payload), "--data-column", "v", "--by", "k")
         assert shown.stdout.splitlines()[1:] == [f"{r['k']}\t{r['v']}" for r in rows]
+
+
+def test_a_long_line_pyarrow_calls_an_empty_document_reads_again_in_larger_blocks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyarrow's threads, meeting a line longer than a block, now and then say "The document
+    is empty" (a block inside the line) instead of "straddling object": the same retry."""
+    import pyarrow.json as pjson
+
+    from segcli.io import json_lines
+
+    path = write_lines(tmp_path / "t.jsonl", [{"a": i} for i in range(5000)])
+    real_open = pjson.open_json
+    sizes: list[int] = []
+
+    def first_one_fails(source: Any, read_options: Any, **kw: Any) -> Any:
+        sizes.append(read_options.block_size)
+        reader = real_open(source, read_options=read_options, **kw)
+        if len(sizes) > 1:
+            return reader
+
+        def batches() -> Any:
+            yield next(iter(reader))
+            raise pa.ArrowInvalid("JSON parse error: The document is empty.")
+
+        return batches()
+
+    monkeypatch.setattr(pjson, "open_json", first_one_fails)
+    schema = pa.schema([("a", pa.int64())])
+    read = json_lines.open_batches(lambda: pa.OSFile(str(path)), schema, 4096)
+    assert pa.Table.from_batches(list(read), schema).column("a").to_pylist() == list(range(5000))
+    assert sizes == [4096, 4 * 4096]
+    # Another parse error, or a line past the largest block, is the file's.
+    monkeypatch.setattr(json_lines, "_LARGEST_BLOCK_BYTES", 4096)
+    sizes.clear()
+    read = json_lines.open_batches(lambda: pa.OSFile(str(path)), schema, 4096)
+    with pytest.raises(pa.ArrowInvalid, match="document is empty"):
+        list(read)

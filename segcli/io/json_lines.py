@@ -19,8 +19,13 @@ if TYPE_CHECKING:
 _EMPTY = "Empty JSON file"
 #: pyarrow's word for a line longer than its block of text.
 _STRADDLING = "straddling object"
+#: What pyarrow says instead, now and then, when its threads parse the blocks of a line
+#: longer than a block out of order (a block inside the line has no whole line to parse).
+_INSIDE_A_LINE = "JSON parse error: The document is empty."
 #: pyarrow's default block of text (1 MiB); a longer line needs a larger block.
 _BLOCK_BYTES = 1 << 20
+#: The largest block tried (pyarrow's block size is a 32-bit count): a longer line is an error.
+_LARGEST_BLOCK_BYTES = 1 << 30
 
 #: pyarrow's parse errors; their row counts from the start of the block of text.
 _PARSE_ERROR = re.compile(r"^JSON parse error: (?P<what>.*?)\.? in row (?P<row>\d+)$")
@@ -54,7 +59,7 @@ def _read_all(open_source: Opener) -> pa.Table:
         except pa.ArrowInvalid as exc:
             if str(exc) == _EMPTY:
                 return pa.table({})
-            if not str(exc).startswith(_STRADDLING):
+            if not _longer_than_a_block(exc, block_size):
                 raise _said(exc, _rows_before(open_source, block_size, str(exc))) from exc
             block_size *= 4  # pyarrow needs each line within a block: read again in larger ones
 
@@ -101,9 +106,17 @@ def _batches(open_source: Opener, schema: pa.Schema, block_size: int) -> Iterato
                     yield batch
             return
         except pa.ArrowInvalid as exc:
-            if not str(exc).startswith(_STRADDLING):
+            if not _longer_than_a_block(exc, block_size):
                 raise _said(exc, given) from exc
             block_size *= 4
+
+
+def _longer_than_a_block(exc: pa.ArrowInvalid, block_size: int) -> bool:
+    """Whether pyarrow failed on a line longer than ``block_size`` (one that a larger block
+    may read), not on the text itself."""
+    said = str(exc)
+    long_line = said.startswith(_STRADDLING) or said == _INSIDE_A_LINE
+    return long_line and block_size < _LARGEST_BLOCK_BYTES
 
 
 def _said(exc: pa.ArrowInvalid, first_row: int | None) -> pa.ArrowInvalid:
