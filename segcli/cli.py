@@ -137,7 +137,7 @@ def input_options(command: F) -> F:
             "[default: ',', a tab for .tsv].",
         ),
         click.option(
-            "--no-header",
+            "--no-input-header",
             is_flag=True,
             help="CSV/TSV input has no header line: columns are named by position from 1 "
             "(--data-column 1 is the first field).",
@@ -591,9 +591,12 @@ def tmp_dir_option(command: F) -> F:
     help="printf format of float values in text, csv and tsv output (e.g. %.6g).",
 )
 @click.option(
+    "--no-header",
     "--no-output-header",
+    "no_output_header",
     is_flag=True,
-    help="Text on stdout, csv and tsv output: no header line (--no-header is for CSV input).",
+    help="Text on stdout, csv and tsv output: no header line (--no-input-header is for "
+    "CSV/TSV input).",
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar on long runs.")
 @click.option(
@@ -650,7 +653,7 @@ def agg(
         request = _request("agg", **options)
         fmt = agg_module.check_request(request, op_names)
         if no_output_header and fmt not in ("text", "csv", "tsv"):  # else silently no effect
-            raise UsageError(f"--no-output-header applies to text, csv and tsv output, not {fmt}")
+            raise UsageError(f"--no-header applies to text, csv and tsv output, not {fmt}")
         pipeline.reserve_outputs(request, outputs)
         with progress_bar(enabled=not (quiet or no_progress)) as progress:
             outcome = agg_module.run(

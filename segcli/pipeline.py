@@ -89,7 +89,7 @@ class RunRequest:
     #: CSV/TSV input: the field delimiter (default ``,``, a tab for .tsv) and no header line
     #: (columns then named "1", "2", ... by position).
     delimiter: str | None = None
-    no_header: bool = False
+    no_input_header: bool = False
     #: ``--by``: key columns of DATA's table (comma-separated) that give the groups.
     by: str | None = None
     #: ``--null-keys``: "drop" (the default) or "group"; None when not given.
@@ -122,13 +122,13 @@ class RunRequest:
 
     def csv_options(self) -> io.CsvOptions | None:
         """How to split CSV/TSV inputs; a UsageError if given and no input is CSV/TSV."""
-        if self.delimiter is None and not self.no_header:
+        if self.delimiter is None and not self.no_input_header:
             return None
         delimiter = io.check_delimiter(self.delimiter)
         if not any(io.is_csv_path(p) for p in (self.data, self.ids) if p is not None):
-            option = "--delimiter" if self.delimiter is not None else "--no-header"
+            option = "--delimiter" if self.delimiter is not None else "--no-input-header"
             raise UsageError(f"{option} applies to CSV/TSV inputs only")
-        return io.CsvOptions(delimiter, header=not self.no_header)
+        return io.CsvOptions(delimiter, header=not self.no_input_header)
 
     def spec(self, stdin: BinaryIO | None = None) -> RunSpec:
         """The request as a driver-neutral spec; usage errors of options that cannot apply."""

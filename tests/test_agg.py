@@ -234,13 +234,16 @@ def test_shared_intermediates_are_kept_once():
     ]
 
 
-def test_agg_sum_equals_segcli_sum(pair):
+@pytest.mark.parametrize("option", ["--no-header", "--no-output-header"])
+def test_agg_sum_equals_segcli_sum(pair, option):
+    """SPEC's ``--no-header`` drops the header line (``--no-output-header``: the same)."""
     single = run("sum", *pair, "-q")
-    agg = run("agg", *pair, "--op", "sum", "-q", "--no-output-header")
+    agg = run("agg", *pair, "--op", "sum", "-q", option)
     assert agg.exit_code == 0, agg.stderr
     expected = [line.split("\t") for line in single.stdout.splitlines()]
     got = [line.split("\t") for line in agg.stdout.splitlines()]
     assert [row[:2] for row in got] == expected
+    assert run("agg", *pair, "--op", "sum", "-q").stdout.splitlines()[0] == "segment\tsum\tcount"
 
 
 def test_text_on_stdout_has_a_header_then_count(pair):
@@ -467,9 +470,9 @@ def test_refused_options_write_nothing(pair, tmp_path, extra, message):
 def test_no_output_header_with_a_binary_or_json_output_is_a_usage_error(pair, tmp_path, suffix):
     """It has no header line to drop: refused like --float-format, not silently ignored."""
     out = tmp_path / f"out.{suffix}"
-    result = run("agg", *pair, "--op", "sum,max", "--no-output-header", "-o", out)
+    result = run("agg", *pair, "--op", "sum,max", "--no-header", "-o", out)
     assert result.exit_code == 2, result.stderr
-    assert f"--no-output-header applies to text, csv and tsv output, not {suffix}" in result.stderr
+    assert f"--no-header applies to text, csv and tsv output, not {suffix}" in result.stderr
     assert error_lines(result) == 1
     assert listing(tmp_path) == ["data.npy", "ids.npy"]
 

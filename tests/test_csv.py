@@ -148,7 +148,7 @@ def test_empty_cell_is_still_a_null(tmp_path: Path, chunks: list[str]) -> None:
     one_error_line(run(*SUM, path, *chunks), 1, "t.csv: column 'v' has 1 null (first at row 1)")
 
 
-# --delimiter and --no-header ---------------------------------------------------------------
+# --delimiter and --no-input-header ---------------------------------------------------------------
 
 
 @pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1"]])
@@ -160,7 +160,7 @@ def test_delimiter_and_no_header(tmp_path: Path, chunks: list[str]) -> None:
         path,
         "--delimiter",
         ";",
-        "--no-header",
+        "--no-input-header",
         "--data-column",
         "1",
         "--ids-column",
@@ -182,7 +182,7 @@ def test_delimiter_tab_spelling_and_header(tmp_path: Path) -> None:
 def test_no_header_names_columns_from_one(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("1,0\n2,1\n")
-    result = run("sum", path, "--no-header", "--data-column", "0", "--ids-column", "2")
+    result = run("sum", path, "--no-input-header", "--data-column", "0", "--ids-column", "2")
     one_error_line(result, 2, "no column '0' (columns: 1, 2)", "numbered from 1")
 
 
@@ -193,12 +193,31 @@ def test_bad_delimiter_is_a_usage_error(tmp_path: Path, bad: str) -> None:
     one_error_line(run(*SUM, path, "--delimiter", bad), 2, "--delimiter", "need one character")
 
 
+def test_csv_without_a_header_read_with_one_hints_at_the_option(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("1,0\n2,1\n")
+    result = run("sum", path, "--data-column", "1", "--ids-column", "2")
+    one_error_line(result, 2, "no column '2' (columns: 1, 0)", "--no-input-header")
+    # --no-header is agg's, for its text output (SPEC), not the CSV input's.
+    one_error_line(
+        run("sum", path, "--no-header"), 2, "No such option '--no-header'", "--no-input-header"
+    )
+    headerless = run(
+        "agg", path, "--op", "sum", "--no-input-header", "--no-header",
+        "--data-column", "1", "--ids-column", "2",
+    )  # fmt: skip
+    assert headerless.exit_code == 0, headerless.stderr
+    assert headerless.stdout.splitlines() == ["0\t1\t1", "1\t2\t1"]
+
+
 def test_csv_options_refused_for_other_inputs(tmp_path: Path) -> None:
     data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
     np.save(data, np.ones(2))
     np.save(ids, np.zeros(2, np.int64))
     one_error_line(
-        run("sum", data, ids, "--no-header"), 2, "--no-header applies to CSV/TSV inputs only"
+        run("sum", data, ids, "--no-input-header"),
+        2,
+        "--no-input-header applies to CSV/TSV inputs only",
     )
     one_error_line(run("sum", data, ids, "--delimiter", ";"), 2, "--delimiter applies to CSV/TSV")
 
@@ -321,7 +340,7 @@ def test_no_header_gzipped_tsv(tmp_path: Path, chunks: list[str]) -> None:
     path = tmp_path / "t.tsv.gz"
     path.write_bytes(gzip.compress(b"0\t1.5\n0\t2\n1\t-inf\n"))
     result = run(
-        "sum", path, "--no-header", "--data-column", "2", "--ids-column", "1", "-q", *chunks
+        "sum", path, "--no-input-header", "--data-column", "2", "--ids-column", "1", "-q", *chunks
     )
     assert result.exit_code == 0, result.stderr
     assert result.stdout == "0\t3.5\n1\t-inf\n"

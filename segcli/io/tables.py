@@ -203,9 +203,13 @@ class TableFile:
         listing = ", ".join(names) if names else "none"
         if column is not None:
             if column not in self.schema().names:
-                hint = " (no header: columns are numbered from 1)" if not self.csv.header else ""
+                hint = ""
                 if self.fmt == "jsonl":
                     hint = " (the fields of its first megabyte of lines)"
+                elif self.is_text and not self.csv.header:
+                    hint = " (no header: columns are numbered from 1)"
+                elif self.is_text and column.isdigit():
+                    hint = " (for a CSV without a header line: --no-input-header)"
                 raise UsageError(f"{self.label}: no column '{column}' (columns: {listing}){hint}")
             self._check_unique([column])
             return column
