@@ -608,12 +608,17 @@ def _alternate(
 
 
 def _with_section(text: str, section: str | None) -> str:
-    """The report with the in-process comparison at its end (a new one, or the last kept)."""
-    if section is None and RESULTS.exists():
-        old = RESULTS.read_text()
-        section = old[old.index(VERSUS_MARK) :] if VERSUS_MARK in old else None
+    """The report with the in-process comparison at its end (a new one, or the last kept),
+    followed by the notes written under it by hand (its ``###`` subsections), kept."""
+    old = RESULTS.read_text() if RESULTS.exists() else ""
+    kept = old[old.index(VERSUS_MARK) :] if VERSUS_MARK in old else ""
+    notes_at = kept.find("\n### ")
+    notes = kept[notes_at:].strip() if notes_at >= 0 else ""
+    if section is None:
+        section = (kept[:notes_at] if notes_at >= 0 else kept).strip() or None
     head = text[: text.index(VERSUS_MARK)] if VERSUS_MARK in text else text
-    return head if section is None else f"{head.rstrip()}\n\n{section}"
+    parts = [head.rstrip(), section.strip() if section else "", notes]
+    return "\n\n".join(part for part in parts if part) + "\n"
 
 
 def main() -> None:
