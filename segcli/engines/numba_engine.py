@@ -30,6 +30,7 @@ an untrusted cache folder) go to :mod:`segcli.notices`.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -402,6 +403,7 @@ class _PlainPairs:
 _pool: ThreadPoolExecutor | None = None
 _announced = False
 _stats_installed = False
+_stats_lock = threading.Lock()
 
 
 def _kernel_cache_is_cold() -> bool:
@@ -432,9 +434,10 @@ def _stats_kernels() -> ModuleType:
     from segcli.engines import numba_stats
 
     _announce_compilation()
-    if not _stats_installed:
-        _stats_installed = True
-        numba_cache.install(vars(numba_stats))
+    with _stats_lock:  # lane threads may ask at once: none compiles before the caches are set
+        if not _stats_installed:
+            numba_cache.install(vars(numba_stats))
+            _stats_installed = True
     return numba_stats
 
 
