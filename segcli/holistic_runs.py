@@ -10,10 +10,12 @@ the same rows, read once, go to :mod:`segcli.holistic` beside the fold:
   :class:`~segcli.holistic.SortedHolisticReducer` per op (memory: a block plus the largest
   segment);
 - over an unsorted stream, to partition files in a temporary directory (:class:`Partitions`):
-  the rows of segment ``k`` go to partition ``k % parts``, each partition small enough to
-  finish in memory afterwards. Residue classes, not ranges of ids: they need no ``n`` up front
-  (an inferred ``n`` is known only at the end), and they spread a run of busy neighbouring
-  segments over every partition. The directory goes when the run ends, however it ends.
+  the rows of segment ``k`` go to the partition a multiplicative hash of ``k`` picks, each
+  partition small enough to finish in memory afterwards. A hash, not ranges of ids: it needs
+  no ``n`` up front (an inferred ``n`` is known only at the end), and it spreads a run of busy
+  neighbouring segments over every partition. Nor plain residues ``k % parts``: ids with a
+  stride (multiples of 1024, say) would all land in one partition, which then holds the whole
+  input. The directory goes when the run ends, however it ends.
 
 Each path gives the bytes of the in-memory one: a segment's answer depends only on its values.
 """
@@ -175,6 +177,18 @@ class SortedRows:
         return [reducer.finish(num_segments) for reducer in self._reducers]
 
 
+#: Knuth's multiplicative hash constant (2**64 / the golden ratio): its product with an id
+#: mixes every bit of the id into the high bits, whatever stride the ids have.
+_FIBONACCI = np.uint64(0x9E3779B97F4A7C15)
+
+
+def partition_of(ids: np.ndarray, parts: int) -> np.ndarray:
+    """The partition of each (non-negative) id: the top 32 bits of its product with
+    :data:`_FIBONACCI` (wrapping), modulo ``parts``."""
+    mixed = ids.astype(np.uint64) * _FIBONACCI
+    return ((mixed >> np.uint64(32)) % np.uint64(parts)).astype(np.int64)
+
+
 def partition_count(rows: int, row_bytes: int, memory_limit: int | None) -> int:
     """How many partitions make each small enough to finish within the memory budget (an
     input of unknown length, a stream, gets the most)."""
@@ -200,8 +214,8 @@ def _most_partitions() -> int:
 
 
 class Partitions:
-    """Rows of an unsorted stream dealt to partition files by segment (``id % parts``), then
-    each partition finished in memory. A context manager: the directory is removed on exit,
+    """Rows of an unsorted stream dealt to partition files by segment (:func:`partition_of`),
+    then each partition finished in memory. A context manager: the directory is removed on exit,
     after success, an error or a signal."""
 
     def __init__(
@@ -277,7 +291,7 @@ class Partitions:
         if not self._files:
             self._open()
         ids = ids.astype(np.int64, copy=False)
-        part = ids % self._parts
+        part = partition_of(ids, self._parts)
         # One stable sort by partition (a radix sort on narrow integers), then a slice each.
         order = np.argsort(part.astype(np.uint16), kind="stable")  # parts <= MAX_PARTITIONS
         bounds = np.searchsorted(part[order], np.arange(self._parts + 1))
@@ -311,7 +325,7 @@ class Partitions:
         self._flush_files()
         if not had_rows:
             return results
-        for part in range(min(self._parts, num_segments)):
+        for part in range(self._parts):
             values_path, ids_path = self._paths(part)
             values = np.fromfile(values_path, self._dtype).reshape(-1, self._width)
             ids = np.fromfile(ids_path, np.int64)
@@ -319,10 +333,12 @@ class Partitions:
             os.remove(ids_path)
             if not len(ids):
                 continue
-            # Partition ``part`` holds segments part, part + parts, ...: local id = id // parts.
-            local_n = len(range(part, num_segments, self._parts))
+            # A partition holds scattered segments: reduce them numbered 0, 1, ... in its own
+            # order, then put each result at its segment.
+            segments, local_ids = np.unique(ids, return_inverse=True)
+            del ids
             for result, got in zip(
-                results, self._job.reduce(values, ids // self._parts, local_n), strict=True
+                results, self._job.reduce(values, local_ids, len(segments)), strict=True
             ):
-                result[part :: self._parts] = got
+                result[segments] = got
         return results

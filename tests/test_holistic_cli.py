@@ -400,6 +400,28 @@ def test_median_through_tmp_dir_keeps_to_the_memory_limit(tmp_path):
         assert got[segment] == np.median(values[ids == segment])
 
 
+def test_strided_ids_spread_over_the_partitions(tmp_path):
+    """Ids that are all multiples of 1024 (so of any power-of-two partition count) must not
+    land in one partition: that one would hold the whole input and finish it in memory."""
+    rows = np.arange(2_000_000, dtype=np.int64)
+    np.save(tmp_path / "ids.npy", rows * 7919 % 1000 * 1024)
+    np.save(tmp_path / "data.npy", (rows * 104729 % 100_003).astype(np.float64))
+    del rows
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    out = tmp_path / "out.npy"
+    args = ["--memory-limit", "4MB", "--tmp-dir", scratch, "--summary-json", "-", "-o", out]
+    measured = run_measured("median", tmp_path / "data.npy", tmp_path / "ids.npy", *args)
+    assert measured.returncode == 0, measured.stderr
+    assert json.loads(measured.stderr)["extra"]["partitions"] == 64  # 1024 is a multiple
+    # 32 MB of input in one partition peaked at 186 MiB (its sort); spread, at 98.
+    peak = measured.peak_bytes / 2**20
+    assert peak < 130, f"peak {peak:.0f} MiB"
+    assert names(scratch) == []
+    in_memory = result_of(tmp_path, "median", tmp_path / "data.npy", tmp_path / "ids.npy")
+    same_bytes(np.load(out), in_memory)
+
+
 class _FullDisk:
     """A partition file on a full disk: every write fails, as ENOSPC does."""
 

@@ -371,6 +371,32 @@ def test_inputs_of_different_lengths_are_an_error_when_streaming(tmp_path):
         stream(paths[0], str(short_ids), 1, "sum", rows=3)
 
 
+@pytest.mark.parametrize("ids_rows", [8, 12])
+@pytest.mark.parametrize(
+    "command",
+    [["sum", "data.csv"], ["sum", "--sorted", "data.csv"], ["agg", "--op", "sum,max", "data.csv"]],
+)
+def test_text_inputs_found_to_differ_in_length_give_the_in_memory_error(
+    tmp_path, monkeypatch, command, ids_rows
+):
+    """CSV lengths are known only at their end: a streamed run then names the input that
+    ended first and both lengths, as the whole read does, whichever block it stops in."""
+    from tests.entry import run_main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data.csv").write_text("x,y\n" + "".join(f"{i}.5,{i}\n" for i in range(10)))
+    (tmp_path / "ids.csv").write_text("s\n" + "".join(f"{i // 3}\n" for i in range(ids_rows)))
+    columns = ["--data-column", "x,y" if command[0] == "agg" else "x", "--ids-column", "s"]
+    args = [*command, "ids.csv", *columns, "-q", "-o", "out.npz"]
+    want = run_main(*args)
+    assert want.exit_code == 1 and len(want.stderr.splitlines()) == 1
+    assert want.stderr.startswith("Error: ids.csv:s: ") and f"{ids_rows}" in want.stderr
+    for rows in (3, 5, 7):
+        got = run_main(*args, "--chunk-rows", rows)
+        assert (got.exit_code, got.stderr) == (want.exit_code, want.stderr)
+        assert not (tmp_path / "out.npz").exists()
+
+
 # --- reading ahead ----------------------------------------------------------------------------
 
 

@@ -43,10 +43,12 @@ from segcli.drivers.stream import (
     _GrowingState,
     check_sources,
     fold_blocks,
+    refuse_lengths,
+    rows_left,
     rows_of,
 )
 from segcli.engines import choose_engine
-from segcli.errors import InvalidInputError, UsageError
+from segcli.errors import UsageError
 from segcli.io.column_set import TableBatches, read_columns
 from segcli.io.columns import nulls_kept, without_null_ids
 from segcli.io.formats import input_format, is_pipe
@@ -355,7 +357,7 @@ def reduce_columns(
     rows = _block_rows(data, ids, spec.block_rows, spec.memory_budget)
     total_rows = max(int(np.prod(ids.shape, dtype=np.int64)), 0)  # 0: not known yet
     # Reading starts before the engines load, as in reduce_stream.
-    with ReadAhead(_in_step(data, ids, rows)) as read:
+    with ReadAhead(_in_step(data, ids, rows, sorted_ids=sorted_ids)) as read:
         folds = []
         for (op, _), source in zip(chosen, data, strict=True):
             # Each column picks its engine as a run of it alone would.
@@ -389,23 +391,26 @@ def reduce_columns(
 
 
 def _in_step(
-    data: list[ChunkSource], ids: ChunkSource, rows: int
+    data: list[ChunkSource], ids: ChunkSource, rows: int, *, sorted_ids: bool
 ) -> Generator[tuple[list[np.ndarray], np.ndarray], None, None]:
     """Blocks of every data column and of the ids, the same rows each; inputs of different
     lengths are an error."""
     columns = [source.chunks(rows) for source in data]
-    for ids_block in ids.chunks(rows):
+    ids_blocks = ids.chunks(rows)
+    done = 0
+    for ids_block in ids_blocks:
         blocks = []
         for source, chunks in zip(data, columns, strict=True):
             block = next(chunks, None)
             if block is None or block.shape[0] != ids_block.shape[0]:
-                raise _differ(source.label, ids.label)
+                data_rows = done + rows_left(chunks, block)
+                ids_rows = done + rows_left(ids_blocks, ids_block)
+                refuse_lengths(source, ids, data_rows, ids_rows, sorted_ids=sorted_ids)
             blocks.append(block)
+        done += ids_block.shape[0]
         yield blocks, ids_block
     for source, chunks in zip(data, columns, strict=True):
-        if next(chunks, None) is not None:
-            raise _differ(ids.label, source.label)
-
-
-def _differ(first: str, second: str) -> InvalidInputError:
-    return InvalidInputError(f"{first}: ended before {second} (the two inputs differ in length)")
+        more = next(chunks, None)
+        if more is not None:
+            data_rows = done + rows_left(chunks, more)
+            refuse_lengths(source, ids, data_rows, done, sorted_ids=sorted_ids)

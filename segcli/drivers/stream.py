@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from queue import Full, Queue
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, NoReturn, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -35,7 +35,7 @@ from segcli.drivers.base import (
     op_and_fill,
 )
 from segcli.engines import Engine, EngineChoice, choose_engine
-from segcli.errors import InvalidInputError, UsageError
+from segcli.errors import UsageError
 from segcli.io.columns import NullIdsError, without_null_ids
 from segcli.io.formats import input_format
 from segcli.io.npy import Readable
@@ -138,7 +138,7 @@ def reduce_stream(
     # third of a second of one core, in which the other opens the input and decodes the
     # first blocks. (A deeper queue, to decode more of the input meanwhile, measured slower:
     # blocks left waiting cost fresh memory and its page faults.)
-    with ReadAhead(aligned_blocks(data, ids, plan.block_rows)) as read:
+    with ReadAhead(aligned_blocks(data, ids, plan.block_rows, sorted_ids=sorted_ids)) as read:
         # An input of unknown length (a stream) counts as small: auto then keeps to NumPy.
         choice = choose_engine(
             engine,
@@ -368,21 +368,43 @@ def _put(queue: Queue[tuple[bool, Any]], item: tuple[bool, Any], stop: threading
 
 
 def aligned_blocks(
-    data: ChunkSource, ids: ChunkSource, rows: int
+    data: ChunkSource, ids: ChunkSource, rows: int, *, sorted_ids: bool = False
 ) -> Generator[tuple[np.ndarray, np.ndarray], None, None]:
     """Pairs of blocks with the same rows; inputs of different lengths are an error."""
     data_blocks = data.chunks(rows)
-    for ids_block in ids.chunks(rows):
+    ids_blocks = ids.chunks(rows)
+    done = 0
+    for ids_block in ids_blocks:
         data_block = next(data_blocks, None)
         if data_block is None or data_block.shape[0] != ids_block.shape[0]:
-            raise InvalidInputError(
-                f"{data.label}: ended before {ids.label} (the two inputs differ in length)"
-            )
+            data_rows = done + rows_left(data_blocks, data_block)
+            ids_rows = done + rows_left(ids_blocks, ids_block)
+            refuse_lengths(data, ids, data_rows, ids_rows, sorted_ids=sorted_ids)
+        done += ids_block.shape[0]
         yield data_block, ids_block
-    if next(data_blocks, None) is not None:
-        raise InvalidInputError(
-            f"{ids.label}: ended before {data.label} (the two inputs differ in length)"
-        )
+    more = next(data_blocks, None)
+    if more is not None:
+        refuse_lengths(data, ids, done + rows_left(data_blocks, more), done, sorted_ids=sorted_ids)
+
+
+def rows_left(blocks: Iterator[np.ndarray], current: np.ndarray | None) -> int:
+    """The rows of ``current`` and of every block still to come (read only to count them)."""
+    return (0 if current is None else int(current.shape[0])) + sum(int(b.shape[0]) for b in blocks)
+
+
+def refuse_lengths(
+    data: ChunkSource, ids: ChunkSource, data_rows: int, ids_rows: int, *, sorted_ids: bool
+) -> NoReturn:
+    """Inputs found to differ in length only at their end (text, streams): the error a whole
+    read gives, with both lengths, counted to the end."""
+    validate.check_shapes(
+        (data_rows, *data.shape[1:]),
+        (ids_rows, *ids.shape[1:]),
+        sorted_ids=sorted_ids,
+        data_label=data.label,
+        ids_label=ids.label,
+    )
+    raise AssertionError(f"{data_rows} rows of {data.label} are a prefix of {ids_rows} ids")
 
 
 # ---------------------------------------------------------------------------------------------
