@@ -183,10 +183,17 @@ _FIBONACCI = np.uint64(0x9E3779B97F4A7C15)
 
 
 def partition_of(ids: np.ndarray, parts: int) -> np.ndarray:
-    """The partition of each (non-negative) id: the top 32 bits of its product with
-    :data:`_FIBONACCI` (wrapping), modulo ``parts``."""
-    mixed = ids.astype(np.uint64) * _FIBONACCI
-    return ((mixed >> np.uint64(32)) % np.uint64(parts)).astype(np.int64)
+    """The partition of each (non-negative) id: the fraction ``id / golden ratio mod 1`` (the
+    top 32 bits of the wrapping product with :data:`_FIBONACCI`) scaled to ``[0, parts)``.
+    Those fractions of consecutive ids, or of ids with any stride, spread about evenly over
+    [0, 1) (Fibonacci hashing): 1,000 dense ids fall 5 or 6 to each of 188 partitions (1 to 8
+    with the same bits taken modulo ``parts``), and a partition's size decides the peak."""
+    part = ids.astype(np.uint64)  # in place from here: one array of a block's length
+    part *= _FIBONACCI
+    part >>= np.uint64(32)
+    part *= np.uint64(parts)
+    part >>= np.uint64(32)
+    return part.view(np.int64)
 
 
 def partition_count(rows: int, row_bytes: int, memory_limit: int | None) -> int:
@@ -325,6 +332,7 @@ class Partitions:
         self._flush_files()
         if not had_rows:
             return results
+        numbering = _LocalNumbering(num_segments)
         for part in range(self._parts):
             values_path, ids_path = self._paths(part)
             values = np.fromfile(values_path, self._dtype).reshape(-1, self._width)
@@ -333,12 +341,30 @@ class Partitions:
             os.remove(ids_path)
             if not len(ids):
                 continue
-            # A partition holds scattered segments: reduce them numbered 0, 1, ... in its own
-            # order, then put each result at its segment.
-            segments, local_ids = np.unique(ids, return_inverse=True)
+            # A partition holds scattered segments: reduce them numbered 0, 1, ... in id order,
+            # then put each result at its segment.
+            segments, local_ids = numbering.of(ids)
             del ids
             for result, got in zip(
                 results, self._job.reduce(values, local_ids, len(segments)), strict=True
             ):
                 result[segments] = got
         return results
+
+
+class _LocalNumbering:
+    """The segments a partition holds, and each row's segment numbered among them from 0 in
+    id order. Two arrays of ``num_segments`` made once and reused by every partition: the
+    ``np.unique`` that gives the same numbers sorts a copy of the partition's ids and keeps
+    three more arrays of its length (a 4 GB input's median peaked 185 MiB higher with it)."""
+
+    def __init__(self, num_segments: int) -> None:
+        self._present = np.zeros(num_segments, bool)
+        self._number = np.empty(num_segments, np.int64)
+
+    def of(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        self._present[ids] = True
+        segments = np.flatnonzero(self._present)
+        self._present[segments] = False  # clean for the next partition
+        self._number[segments] = np.arange(len(segments))
+        return segments, self._number[ids]
