@@ -29,6 +29,7 @@ from segcli.errors import (
 from segcli.io import agg_write
 from segcli.io.formats import BINARY_FORMATS, is_pipe
 from segcli.io.keyed import stage_keys
+from segcli.io.write import write_all
 from segcli.multi import split, with_ddof
 from segcli.op_names import HOLISTIC_OPS, Q_OPS
 from segcli.pipeline import RunRequest, Streams
@@ -240,7 +241,7 @@ def _write(
             f"refusing to write binary {fmt} to a terminal; redirect stdout or use -o FILE"
         )
     try:
-        out.write(body)
+        write_all(out, body)  # a pipe's reader leaving mid-write shows as a short count
         out.flush()
     except BrokenPipeError:
         raise

@@ -432,7 +432,7 @@ def _write(
         text = streams.stdout_text or sys.stdout
         try:
             for block in _text_lines(reduction.result, keys, request.float_format):
-                text.write(block.decode())
+                _write_text(text, block)
             text.flush()
         except BrokenPipeError:
             raise  # the reader went away: the CLI decides how quietly to stop
@@ -449,6 +449,20 @@ def _write(
         float_format=request.float_format,
         keys=None if keys is None else keys.table,
     )
+
+
+def _write_text(text: TextIO, block: bytes) -> None:
+    """Write a block of text lines whole: a pipe whose reader leaves mid-write takes part of
+    it without an error, and only the binary layer reports the short count (then retried, so
+    that the broken pipe is raised)."""
+    from segcli.io.write import write_all
+
+    binary = getattr(text, "buffer", None)
+    if binary is None:
+        text.write(block.decode())
+        return
+    text.flush()
+    write_all(binary, block)
 
 
 def _text_lines(

@@ -54,6 +54,44 @@ def test_closed_stdout_exits_141_silently_for_every_format(wide_pair, fmt):
     assert stderr == b""
 
 
+@pytest.fixture
+def one_block_table(tmp_path: Path) -> Path:
+    """200,000 segments: text that leaves in one write, longer than a pipe's buffer."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "one_block.parquet"
+    rows = np.arange(200_000)
+    pq.write_table(pa.table({"k": rows.astype(str), "s": rows, "v": np.ones(rows.size)}), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sum", "--ids-column", "s"],
+        ["sum", "--by", "k"],
+        ["agg", "--op", "sum", "--ids-column", "s"],
+        ["agg", "--op", "sum", "--ids-column", "s", "-o", "-", "--format", "csv"],
+        ["agg", "--op", "sum", "--ids-column", "s", "-o", "-", "--format", "npz"],
+    ],
+)
+def test_reader_leaving_mid_write_of_one_block_is_141(one_block_table, args):
+    # A pipe takes part of one large write and returns the count, no error: a writer that
+    # ignores the count drops the rest and exits 0 as if all of it had been read.
+    command, *options = args
+    argv = [sys.executable, "-m", "segcli", command, one_block_table, "--data-column", "v"]
+    with subprocess.Popen(
+        [*map(str, argv), *options, "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as child:
+        assert child.stdout is not None and child.stderr is not None
+        child.stdout.read(10)
+        child.stdout.close()
+        stderr = child.stderr.read()
+        assert child.wait(timeout=60) == EXIT_BROKEN_PIPE
+    assert stderr == b""
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 @pytest.mark.parametrize("output", [[], ["-o", "-", "--format", "csv"]])
 def test_full_stdout_is_exit_5_in_one_line(pair, output):
