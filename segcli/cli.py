@@ -769,10 +769,21 @@ def info(path: str, as_json: bool) -> None:
 
     facts = describe(path)
     if as_json:
-        click.echo(json.dumps(facts, indent=2, default=str))
+        _print_stdout([json.dumps(facts, indent=2, default=str)])
         return
-    for line in _describe_lines(facts):
-        click.echo(line)
+    _print_stdout(_describe_lines(facts))
+
+
+def _print_stdout(lines: list[str]) -> None:
+    """Lines on stdout; a full or closed stdout is a write error (exit 5), not a bug."""
+    try:
+        for line in lines:
+            click.echo(line)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise  # the reader went away: main() stops quietly
+    except OSError as error:
+        raise WriteError(f"<stdout>: cannot write ({error.strerror or error})") from error
 
 
 def _describe_lines(facts: dict[str, Any], indent: str = "") -> list[str]:

@@ -101,6 +101,15 @@ def test_full_stdout_is_exit_5_in_one_line(pair, output):
     assert stderr_lines(result) == ["Error: <stdout>: cannot write (No space left on device)"]
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_info_to_a_full_stdout_is_exit_5_in_one_line(pair, json_flag):
+    with open("/dev/full", "wb") as full:
+        result = segcli("info", pair[0], *json_flag, stdout=full, stderr=subprocess.PIPE)
+    assert result.returncode == 5
+    assert stderr_lines(result) == ["Error: <stdout>: cannot write (No space left on device)"]
+
+
 def test_closed_stdin_reads_as_no_input(pair):
     result = segcli("sum", "-", pair[1], "-q", stdin=subprocess.DEVNULL)
     closed = segcli("sum", "-", pair[1], "-q", preexec_fn=lambda: os.close(0))
