@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from segcli.cli import cli
 from segcli.errors import EXIT_BROKEN_PIPE, EXIT_CODES
+from tests.pipes import fifo_fed_with
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -300,6 +301,30 @@ def test_parquet_and_feather_on_stdin_are_read(table_bytes, fmt):
     )
     assert result.exit_code == 0, result.stderr
     assert result.stdout == "0\t1.0\n1\t5.0\n"
+
+
+def _arrow_stream_bytes() -> bytes:
+    import pyarrow as pa
+
+    table = pa.table({"v": np.arange(4.0), "s": np.array([0, 0, 1, 1])})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue())
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "2"]])
+def test_arrow_stream_through_a_pipe_path_reads_as_through_stdin(tmp_path, chunk):
+    # ``<(...)`` and ``/dev/stdin`` name a pipe without a suffix: the bytes must say the format.
+    stream = _arrow_stream_bytes()
+    columns = ["--data-column", "v", "--ids-column", "s", "-q", *chunk]
+    through_stdin = segcli("sum", "-", *columns, input=stream)
+    fifo = fifo_fed_with(tmp_path, stream)
+    through_path = segcli("sum", fifo, *columns)
+    assert through_stdin.returncode == 0, through_stdin.stderr
+    assert through_path.returncode == 0, through_path.stderr
+    assert through_path.stdout == through_stdin.stdout == b"0\t1.0\n1\t5.0\n"
+    assert "ipc: stream" in segcli("info", fifo_fed_with(tmp_path, stream)).stdout.decode()
 
 
 @pytest.mark.parametrize("ids", ["-", "ids"])

@@ -53,6 +53,8 @@ NPY_MAGIC = b"\x93NUMPY"
 ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
 PARQUET_MAGIC = b"PAR1"
 ARROW_FILE_MAGIC = b"ARROW1"
+#: An Arrow IPC stream opens with a message's continuation marker (since Arrow 0.15).
+ARROW_STREAM_MARKER = b"\xff\xff\xff\xff"
 SNIFF_BYTES = 8
 
 
@@ -64,7 +66,7 @@ def sniff(head: bytes) -> str | None:
         return "npz"
     if head.startswith(PARQUET_MAGIC):
         return "parquet"
-    if head.startswith(ARROW_FILE_MAGIC):
+    if head.startswith((ARROW_FILE_MAGIC, ARROW_STREAM_MARKER)):
         return "arrow"
     if looks_like_json_lines(head):
         return "jsonl"
