@@ -713,6 +713,8 @@ def test_stdin_garbage_and_empty() -> None:
     with pytest.raises(ReadError, match=r"^<stdin>: no input"):
         read_inputs("-", "x.npy", stdin=io.BytesIO())
     with pytest.raises(ReadError, match=r"^<stdin>: not a valid Arrow IPC file"):
+        read_inputs("-", None, data_column="a", ids_column="b", stdin=io.BytesIO(b"\x01hello"))
+    with pytest.raises(ReadError, match=r"^<stdin>: this looks like CSV/TSV text"):
         read_inputs("-", None, data_column="a", ids_column="b", stdin=io.BytesIO(b"hello"))
     with pytest.raises(UsageError, match=r"a \.npy stream holds one array"):
         read_inputs("-", None, stdin=io.BytesIO(npy_bytes(np.arange(3))))

@@ -327,6 +327,36 @@ def test_arrow_stream_through_a_pipe_path_reads_as_through_stdin(tmp_path, chunk
     assert "ipc: stream" in segcli("info", fifo_fed_with(tmp_path, stream)).stdout.decode()
 
 
+CSV_TEXT = b"v,s\n1.0,0\n2.0,1\n"
+TEXT_REFUSED = (
+    "this looks like CSV/TSV text, which is read from a .csv or .tsv file only, not from "
+    "stdin or a pipe; save it to such a file first"
+)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sum", "-", "--data-column", "v", "--ids-column", "s"],
+        ["sum", "-", "IDS"],
+        ["info", "-"],
+    ],
+)
+def test_csv_on_stdin_is_refused_by_name(pair, args):
+    args = [pair[1] if arg == "IDS" else arg for arg in args]
+    result = segcli(*args, "-q" if args[0] == "sum" else "--json", input=CSV_TEXT)
+    assert result.returncode == 3
+    assert stderr_lines(result) == [f"Error: <stdin>: {TEXT_REFUSED}"]
+
+
+@pytest.mark.parametrize("command", [["sum", "--data-column", "v", "--ids-column", "s"], ["info"]])
+def test_csv_through_a_pipe_path_is_refused_by_name(tmp_path, command):
+    fifo = fifo_fed_with(tmp_path, CSV_TEXT)
+    result = segcli(command[0], fifo, *command[1:])
+    assert result.returncode == 3
+    assert stderr_lines(result) == [f"Error: {fifo}: {TEXT_REFUSED}"]
+
+
 @pytest.mark.parametrize("ids", ["-", "ids"])
 def test_npy_on_stdin_for_both_inputs_says_what_stdin_takes(pair, ids):
     args = ["sum", "-", "-"] if ids == "-" else ["sum", "-"]

@@ -79,6 +79,31 @@ def looks_like_json_lines(head: bytes) -> bool:
     return head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{")
 
 
+def refuse_text_table(head: bytes, label: str) -> None:
+    """Refuse by name a CSV/TSV on stdin or a pipe (``head``: its first bytes): it has no
+    suffix to say how to read it, and would otherwise be reported as a broken Arrow stream."""
+    if looks_like_text_table(head):
+        raise ReadError(
+            f"{label}: this looks like CSV/TSV text, which is read from a .csv or .tsv file "
+            "only, not from stdin or a pipe; save it to such a file first"
+        )
+
+
+def looks_like_text_table(head: bytes) -> bool:
+    """Whether the first bytes are text in no format the bytes name (JSON lines do): CSV/TSV."""
+    return sniff(head) is None and _looks_like_text(head)
+
+
+def _looks_like_text(head: bytes) -> bool:
+    try:
+        text = head.decode()
+    except UnicodeDecodeError as exc:
+        if exc.reason != "unexpected end of data":  # else a character cut off by the head
+            return False
+        text = head[: exc.start].decode()
+    return bool(text) and all(c.isprintable() or c in "\t\r\n" for c in text)
+
+
 def suffix_format(path: str, table: dict[str, str]) -> str | None:
     """Format named by the file suffix (case-insensitive), or None; ``x.csv.gz`` counts as csv
     (a text format, which pyarrow decompresses by the name)."""
@@ -112,6 +137,8 @@ def input_format(path: str) -> str:
         with open_binary(path) as f:
             head = f.read(SNIFF_BYTES)
     sniffed = sniff(head)
+    if sniffed is None and pipe is not None:
+        refuse_text_table(head, path)
     if sniffed is None:
         raise ReadError(f"{path}: unknown file format (supported: {SUPPORTED_INPUTS})")
     if pipe is not None:
