@@ -752,8 +752,18 @@ def check(
 @cli.command(epilog=EXIT_CODES_HELP)
 @click.argument("path", metavar="FILE")
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON on stdout.")
+@click.option(
+    "--delimiter",
+    metavar="CHAR",
+    help="Field delimiter of a CSV/TSV FILE ('\\t' for a tab) [default: ',', a tab for .tsv].",
+)
+@click.option(
+    "--no-input-header",
+    is_flag=True,
+    help="A CSV/TSV FILE without a header line: columns are named by position from 1.",
+)
 @translate_errors
-def info(path: str, as_json: bool) -> None:
+def info(path: str, as_json: bool, delimiter: str | None, no_input_header: bool) -> None:
     """Show what FILE holds (shape, dtype, columns with their types and nulls, row groups,
     size) without reading its data. FILE '-' reads stdin (.npy, Parquet or Arrow IPC) through.
 
@@ -765,9 +775,12 @@ def info(path: str, as_json: bool) -> None:
     """
     import json
 
-    from segcli.io import describe
+    from segcli.io import CsvOptions, check_delimiter, describe
 
-    facts = describe(path)
+    csv = None
+    if delimiter is not None or no_input_header:
+        csv = CsvOptions(check_delimiter(delimiter), header=not no_input_header)
+    facts = describe(path, csv=csv)
     if as_json:
         _print_stdout([json.dumps(facts, indent=2, default=str)])
         return

@@ -475,6 +475,29 @@ def test_info_shows_each_column_type_and_null_count(tmp_path):
     assert "  v: double, nulls 2\n  s: int64, nulls 1\n" in result.stdout
 
 
+@pytest.mark.parametrize(
+    ("text", "options", "columns"),
+    [
+        ("1.5,0\n2.5,1\n", ["--no-input-header"], "rows: 2\ncolumns:\n  1: double, nulls 0\n"),
+        ("v;s\n1.5;0\n", ["--delimiter", ";"], "rows: 1\ncolumns:\n  v: double, nulls 0\n"),
+        ("1.5;0\n", ["--delimiter", ";", "--no-input-header"], "  2: int64, nulls 0\n"),
+    ],
+)
+def test_info_reads_a_csv_as_the_commands_would(tmp_path, text, options, columns):
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    result = cli_run("info", path, *options)
+    assert result.exit_code == 0, result.output
+    assert columns in result.stdout
+
+
+@pytest.mark.parametrize("option", [["--no-input-header"], ["--delimiter", ";"]])
+def test_info_csv_options_on_another_format_are_a_usage_error(pair, option):
+    result = cli_run("info", pair[0], *option)
+    assert result.exit_code == 2
+    assert f"{option[0]} applies to CSV/TSV inputs only" in result.stderr
+
+
 def test_info_help_examples_name_files_that_exist(monkeypatch):
     monkeypatch.chdir(SAMPLES.parent)
     help_text = CliRunner().invoke(cli, ["info", "--help"]).stdout
