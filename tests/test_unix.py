@@ -233,6 +233,27 @@ def test_malformed_expect_json_is_one_line_exit_3(pair, tmp_path, golden, messag
     assert line.startswith(f"Error: {path}: ") and message in line
 
 
+@pytest.mark.parametrize("suffix", ["csv", "parquet"])
+def test_golden_table_without_its_value_column_says_so(pair, tmp_path, suffix):
+    # Only a segcli table of an (n, 0) result has no value column; one whose value column was
+    # renamed must not read as that and fail as a shape mismatch, (3, 0) against (3,).
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    path = tmp_path / f"golden.{suffix}"
+    table = pa.table({"segment": [0, 1, 2], "val": [3.0, 0.0, 7.0], "count": [2, 0, 2]})
+    if suffix == "parquet":
+        pq.write_table(table, path)
+    else:
+        pcsv.write_csv(table, path)
+    result = cli_run("sum", *pair, "-q", "--expect", path)
+    assert result.exit_code == 3
+    assert result.stderr.splitlines() == [
+        f"Error: {path}: no 'value' or 'value_*' columns (columns: segment, val, count)"
+    ]
+
+
 def test_expect_with_a_two_array_npz_names_no_missing_option(pair, tmp_path):
     golden = tmp_path / "two.npz"
     np.savez(golden, a=np.zeros(3), b=np.zeros(3))

@@ -128,7 +128,7 @@ def _value_columns(names: list[str], path: str) -> tuple[list[str], tuple[int, .
         match = _VALUE_N.fullmatch(name)
         if match:
             indexed[tuple(int(i) for i in match.group(1).split("_"))] = name
-    if not indexed and "segment" in names:
+    if not indexed and "segment" in names and set(names) <= {"segment", "count"}:
         return [], (0,)  # a (n, 0) result: the header names no value columns at all
     if not indexed:
         raise ReadError(f"{path}: no 'value' or 'value_*' columns (columns: {', '.join(names)})")
