@@ -21,7 +21,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from segcli.errors import InvalidInputError, ReadError, UsageError, WriteError
+from segcli.errors import ExpectationError, InvalidInputError, ReadError, UsageError, WriteError
 from segcli.io import (
     atomic_output,
     describe,
@@ -208,7 +208,7 @@ def test_segment_column_orders_rows(tmp_path: Path) -> None:
     path.write_text("segment,value\n1,20\n0,10\n")
     np.testing.assert_array_equal(read_result_table(str(path)), [10, 20])
     path.write_text("segment,value\n1,20\n5,10\n")
-    with pytest.raises(ReadError, match=r"golden.csv: the segment column is not 0..1"):
+    with pytest.raises(ExpectationError, match=r"golden.csv: row 1 has segment 5, not one of"):
         read_result_table(str(path))
 
 

@@ -254,6 +254,27 @@ def test_golden_table_without_its_value_column_says_so(pair, tmp_path, suffix):
     ]
 
 
+@pytest.mark.parametrize(
+    ("segments", "line"),
+    [
+        ("0,7,2", "row 1 has segment 7, not one of the result's segments 0..2 (1 row differs)"),
+        ("2,0,2", "row 2 has segment 2 again (first at row 0); the result has each of "),
+    ],
+)
+def test_golden_with_other_segments_is_a_failed_check_naming_the_row(
+    pair, tmp_path, segments, line
+):
+    # Like agg's golden and --by's keys: other segments are a mismatch (exit 4), not a
+    # corrupt file (exit 3).
+    path = tmp_path / "golden.csv"
+    rows = zip(segments.split(","), ["3.0", "0.0", "7.0"], strict=True)
+    path.write_text("segment,value\n" + "".join(f"{s},{v}\n" for s, v in rows))
+    result = cli_run("sum", *pair, "-q", "--expect", path)
+    assert result.exit_code == 4
+    [got] = result.stderr.splitlines()
+    assert got.startswith(f"Error: {path}: {line}")
+
+
 def test_expect_with_a_two_array_npz_names_no_missing_option(pair, tmp_path):
     golden = tmp_path / "two.npz"
     np.savez(golden, a=np.zeros(3), b=np.zeros(3))
