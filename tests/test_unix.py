@@ -399,6 +399,25 @@ def test_csv_through_a_pipe_path_is_refused_by_name(tmp_path, command):
     assert stderr_lines(result) == [f"Error: {fifo}: {TEXT_REFUSED}"]
 
 
+GZIP_REFUSED = (
+    "this is gzip-compressed, which is read from a file with its suffix (.csv.gz, .jsonl.gz, "
+    "...) only, not from stdin or a pipe; decompress it first, e.g. <(zcat FILE)"
+)
+
+
+@pytest.mark.parametrize("command", [["sum", "--data-column", "v", "--ids-column", "s"], ["info"]])
+def test_compressed_stdin_and_pipe_are_refused_by_name(tmp_path, command):
+    import gzip
+
+    packed = gzip.compress(b'{"v": 1.0, "s": 0}\n')
+    through_stdin = segcli(command[0], "-", *command[1:], input=packed)
+    fifo = fifo_fed_with(tmp_path, packed)
+    through_path = segcli(command[0], fifo, *command[1:])
+    for result, label in ((through_stdin, "<stdin>"), (through_path, str(fifo))):
+        assert result.returncode == 3
+        assert stderr_lines(result) == [f"Error: {label}: {GZIP_REFUSED}"]
+
+
 @pytest.mark.parametrize("ids", ["-", "ids"])
 def test_npy_on_stdin_for_both_inputs_says_what_stdin_takes(pair, ids):
     args = ["sum", "-", "-"] if ids == "-" else ["sum", "-"]

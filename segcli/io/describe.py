@@ -17,7 +17,7 @@ from segcli.io.formats import (
     looks_like_json_lines,
     open_binary,
     read_up_to,
-    refuse_text_table,
+    refuse_unreadable_stream,
 )
 from segcli.io.npy import (
     NpyHeader,
@@ -88,7 +88,7 @@ def _describe_stream(stream: BinaryIO, path: str, label: str) -> dict[str, objec
             "size": len(body),
             **_text_table(TableFile(label, "jsonl", body)),
         }
-    refuse_text_table(head, label)
+    refuse_unreadable_stream(head, label)
     fmt = "parquet" if head.startswith(PARQUET_MAGIC) else "arrow"
     table = TableFile(label, fmt, body)
     tables = _parquet_table if fmt == "parquet" else _arrow_table

@@ -79,19 +79,39 @@ def looks_like_json_lines(head: bytes) -> bool:
     return head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{")
 
 
-def refuse_text_table(head: bytes, label: str) -> None:
-    """Refuse by name a CSV/TSV on stdin or a pipe (``head``: its first bytes): it has no
-    suffix to say how to read it, and would otherwise be reported as a broken Arrow stream."""
-    if looks_like_text_table(head):
-        raise ReadError(
-            f"{label}: this looks like CSV/TSV text, which is read from a .csv or .tsv file "
-            "only, not from stdin or a pipe; save it to such a file first"
+#: Compressed streams: pyarrow decompresses a CSV or JSON-lines file by its suffix only.
+_COMPRESSED_MAGICS = {
+    b"\x1f\x8b": ("gzip", "zcat"),
+    b"BZh": ("bzip2", "bzcat"),
+    b"\x28\xb5\x2f\xfd": ("zstd", "zstdcat"),
+    b"\x04\x22\x4d\x18": ("lz4", "lz4cat"),
+}
+
+
+def refuse_unreadable_stream(head: bytes, label: str) -> None:
+    """Refuse by name what stdin or a pipe (``head``: its first bytes) cannot hold: CSV/TSV
+    text or a compressed stream, which need a file suffix to be read; otherwise they would
+    be reported as a broken Arrow stream or an unknown format."""
+    problem = unreadable_stream(head)
+    if problem is not None:
+        raise ReadError(f"{label}: {problem}")
+
+
+def unreadable_stream(head: bytes) -> str | None:
+    """Why a stream opening with ``head`` cannot be read from stdin or a pipe, or None."""
+    for magic, (name, tool) in _COMPRESSED_MAGICS.items():
+        if head.startswith(magic):
+            return (
+                f"this is {name}-compressed, which is read from a file with its suffix "
+                "(.csv.gz, .jsonl.gz, ...) only, not from stdin or a pipe; decompress it "
+                f"first, e.g. <({tool} FILE)"
+            )
+    if sniff(head) is None and _looks_like_text(head):
+        return (
+            "this looks like CSV/TSV text, which is read from a .csv or .tsv file only, not "
+            "from stdin or a pipe; save it to such a file first"
         )
-
-
-def looks_like_text_table(head: bytes) -> bool:
-    """Whether the first bytes are text in no format the bytes name (JSON lines do): CSV/TSV."""
-    return sniff(head) is None and _looks_like_text(head)
+    return None
 
 
 def _looks_like_text(head: bytes) -> bool:
@@ -138,7 +158,7 @@ def input_format(path: str) -> str:
             head = f.read(SNIFF_BYTES)
     sniffed = sniff(head)
     if sniffed is None and pipe is not None:
-        refuse_text_table(head, path)
+        refuse_unreadable_stream(head, path)
     if sniffed is None:
         raise ReadError(f"{path}: unknown file format (supported: {SUPPORTED_INPUTS})")
     if pipe is not None:
