@@ -27,6 +27,7 @@ from segcli.errors import (
     WriteError,
 )
 from segcli.io import agg_write
+from segcli.io.commit import refuse_empty_path
 from segcli.io.formats import BINARY_FORMATS, is_pipe
 from segcli.io.keyed import stage_keys
 from segcli.io.write import write_all
@@ -102,6 +103,8 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
     if request.tmp_dir is not None and not holistic:  # as a single-op command has no --tmp-dir
         sorting = f"{', '.join(HOLISTIC_OPS[:-1])} and {HOLISTIC_OPS[-1]}"
         raise UsageError(f"--tmp-dir applies to {sorting} only, not {', '.join(op_names)}")
+    if request.output is not None:
+        refuse_empty_path(request.output, "-o")
     fmt = (
         "text"
         if request.output is None

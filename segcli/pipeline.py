@@ -26,6 +26,7 @@ from segcli.errors import ExpectationError, UsageError, WriteError
 from segcli.expect import check_expected
 from segcli.io import peek
 from segcli.io.columns import nulls_kept
+from segcli.io.commit import refuse_empty_path
 from segcli.io.formats import input_format
 from segcli.io.key_names import refuse_clashing_keys
 from segcli.io.keyed import (
@@ -299,6 +300,7 @@ def _check_keys_out(request: RunRequest) -> None:
 def reserve_outputs(request: RunRequest, outputs: io.OutputSet) -> None:
     """Check the output path before any input is read; an output that is an input is refused."""
     if request.output is not None:
+        refuse_empty_path(request.output, "-o")
         io.output_format(request.output, request.output_format)  # a usage error, before any work
     if request.output not in (None, "-"):
         outputs.reserve(request.output, "-o")
