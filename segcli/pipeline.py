@@ -299,6 +299,8 @@ def _check_keys_out(request: RunRequest) -> None:
 
 def reserve_outputs(request: RunRequest, outputs: io.OutputSet) -> None:
     """Check the output path before any input is read; an output that is an input is refused."""
+    if request.expect == "-":
+        raise UsageError("--expect reads a file, not stdin")
     if request.output is not None:
         refuse_empty_path(request.output, "-o")
         io.output_format(request.output, request.output_format)  # a usage error, before any work
