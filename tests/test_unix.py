@@ -418,6 +418,24 @@ def test_compressed_stdin_and_pipe_are_refused_by_name(tmp_path, command):
         assert stderr_lines(result) == [f"Error: {label}: {GZIP_REFUSED}"]
 
 
+NPZ_REFUSED = (
+    "this is an .npz archive, which is read from a file only (a zip archive is read by "
+    "seeking), not from stdin or a pipe; save it to a file first"
+)
+
+
+@pytest.mark.parametrize("command", [["sum", "--data-key", "d", "--ids-key", "i"], ["info"]])
+def test_npz_on_stdin_and_through_a_pipe_is_refused_by_name(tmp_path, command):
+    archive = tmp_path / "a.npz"
+    np.savez(archive, d=np.arange(3.0), i=np.array([0, 1, 1]))
+    through_stdin = segcli(command[0], "-", *command[1:], input=archive.read_bytes())
+    fifo = fifo_fed_with(tmp_path, archive.read_bytes())
+    through_path = segcli(command[0], fifo, *command[1:])
+    for result, label in ((through_stdin, "<stdin>"), (through_path, str(fifo))):
+        assert result.returncode == 3
+        assert stderr_lines(result) == [f"Error: {label}: {NPZ_REFUSED}"]
+
+
 @pytest.mark.parametrize("ids", ["-", "ids"])
 def test_npy_on_stdin_for_both_inputs_says_what_stdin_takes(pair, ids):
     args = ["sum", "-", "-"] if ids == "-" else ["sum", "-"]

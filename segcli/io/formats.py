@@ -89,9 +89,9 @@ _COMPRESSED_MAGICS = {
 
 
 def refuse_unreadable_stream(head: bytes, label: str) -> None:
-    """Refuse by name what stdin or a pipe (``head``: its first bytes) cannot hold: CSV/TSV
-    text or a compressed stream, which need a file suffix to be read; otherwise they would
-    be reported as a broken Arrow stream or an unknown format."""
+    """Refuse by name what stdin or a pipe (``head``: its first bytes) cannot hold: an .npz
+    archive, CSV/TSV text or a compressed stream, which need a file; otherwise they would be
+    reported as a broken Arrow stream, a broken zip or an unknown format."""
     problem = unreadable_stream(head)
     if problem is not None:
         raise ReadError(f"{label}: {problem}")
@@ -99,6 +99,11 @@ def refuse_unreadable_stream(head: bytes, label: str) -> None:
 
 def unreadable_stream(head: bytes) -> str | None:
     """Why a stream opening with ``head`` cannot be read from stdin or a pipe, or None."""
+    if head.startswith(ZIP_MAGICS):
+        return (
+            "this is an .npz archive, which is read from a file only (a zip archive is read "
+            "by seeking), not from stdin or a pipe; save it to a file first"
+        )
     for magic, (name, tool) in _COMPRESSED_MAGICS.items():
         if head.startswith(magic):
             return (
@@ -156,9 +161,9 @@ def input_format(path: str) -> str:
     else:
         with open_binary(path) as f:
             head = f.read(SNIFF_BYTES)
-    sniffed = sniff(head)
-    if sniffed is None and pipe is not None:
+    if pipe is not None:
         refuse_unreadable_stream(head, path)
+    sniffed = sniff(head)
     if sniffed is None:
         raise ReadError(f"{path}: unknown file format (supported: {SUPPORTED_INPUTS})")
     if pipe is not None:
