@@ -864,6 +864,18 @@ def _silence_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
+def _raised_echoing_to_stdout(error: BaseException) -> bool:
+    """Whether ``error`` came out of ``click.echo`` writing to stdout: the commands turn their
+    own write errors into WriteErrors, but click prints --help and --version itself."""
+    trace = error.__traceback__
+    while trace is not None:
+        frame = trace.tb_frame
+        if frame.f_code is click.utils.echo.__code__ and not frame.f_locals.get("err"):
+            return True
+        trace = trace.tb_next
+    return False
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: click's own handling, plus signals (128 + signal), broken pipes
     (141) and one-line usage errors."""
@@ -895,6 +907,11 @@ def main(argv: list[str] | None = None) -> None:
         _silence_stdout()
         sys.exit(EXIT_BROKEN_PIPE)
     except Exception as error:  # a bug: say so in one line, traceback only on request
+        if isinstance(error, OSError) and _raised_echoing_to_stdout(error):
+            # click's own output (--help, --version) met a full or closed stdout
+            click.echo(f"Error: <stdout>: cannot write ({error.strerror or error})", err=True)
+            _silence_stdout()
+            sys.exit(EXIT_WRITE)
         if os.environ.get("SEGCLI_DEBUG"):
             raise
         click.echo(

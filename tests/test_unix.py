@@ -111,6 +111,21 @@ def test_info_to_a_full_stdout_is_exit_5_in_one_line(pair, json_flag):
     assert stderr_lines(result) == ["Error: <stdout>: cannot write (No space left on device)"]
 
 
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["sum", "--help"]])
+def test_help_and_version_to_a_full_stdout_are_exit_5_in_one_line(args):
+    with open("/dev/full", "wb") as full:
+        result = segcli(*args, stdout=full, stderr=subprocess.PIPE)
+    assert result.returncode == 5
+    assert stderr_lines(result) == ["Error: <stdout>: cannot write (No space left on device)"]
+
+
+def test_version_to_a_closed_stdout_is_exit_5_in_one_line():
+    result = segcli("--version", preexec_fn=lambda: os.close(1))
+    assert result.returncode == 5
+    assert stderr_lines(result) == ["Error: <stdout>: cannot write (Bad file descriptor)"]
+
+
 def test_closed_stdin_reads_as_no_input(pair):
     result = segcli("sum", "-", pair[1], "-q", stdin=subprocess.DEVNULL)
     closed = segcli("sum", "-", pair[1], "-q", preexec_fn=lambda: os.close(0))
