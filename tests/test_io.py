@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -707,6 +708,20 @@ def test_stdin_arrow_stream_and_file() -> None:
     stdin = io.BytesIO(sink.getvalue())
     data, _ = read_inputs("-", None, data_column="value", ids_column="segment", stdin=stdin)
     np.testing.assert_array_equal(data.array, [1.0, 2.0])
+
+
+@pytest.mark.filterwarnings("ignore:Feather V1 files are deprecated:DeprecationWarning")
+def test_feather_v1_is_refused_by_name(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.feather as feather
+
+    path = tmp_path / "old.feather"
+    feather.write_feather(pa.table({"v": [1.0], "s": [0]}), path, version=1)
+    message = rf"^{re.escape(str(path))}: a Feather v1 file, which is not read: write it as"
+    with pytest.raises(ReadError, match=message):
+        read_inputs(str(path), None, data_column="v", ids_column="s")
+    with pytest.raises(ReadError, match=message):
+        describe(str(path))
 
 
 def test_stdin_garbage_and_empty() -> None:

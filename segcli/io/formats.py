@@ -55,6 +55,7 @@ PARQUET_MAGIC = b"PAR1"
 ARROW_FILE_MAGIC = b"ARROW1"
 #: An Arrow IPC stream opens with a message's continuation marker (since Arrow 0.15).
 ARROW_STREAM_MARKER = b"\xff\xff\xff\xff"
+FEATHER_V1_MAGIC = b"FEA1"
 SNIFF_BYTES = 8
 
 

@@ -16,6 +16,7 @@ from segcli.io import json_lines
 from segcli.io.columns import ColumnRef, column_to_numpy, read_as_note, value_layout
 from segcli.io.formats import (
     ARROW_FILE_MAGIC,
+    FEATHER_V1_MAGIC,
     INPUT_SUFFIXES,
     TEXT_FORMATS,
     check_readable,
@@ -137,6 +138,11 @@ class TableFile:
         source.seek(0)
         if head == ARROW_FILE_MAGIC:
             return ipc.open_file(source)
+        if head.startswith(FEATHER_V1_MAGIC):  # else "expected to read 826361158 bytes"
+            raise ReadError(
+                f"{self.label}: a Feather v1 file, which is not read: write it as Feather v2 "
+                "(Arrow IPC), pyarrow.feather.write_feather's default"
+            )
         return ipc.open_stream(source)
 
     def parse_options(self) -> pcsv.ParseOptions:
