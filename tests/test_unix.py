@@ -386,8 +386,8 @@ def test_arrow_stream_through_a_pipe_path_reads_as_through_stdin(tmp_path, chunk
 
 CSV_TEXT = b"v,s\n1.0,0\n2.0,1\n"
 TEXT_REFUSED = (
-    "this looks like CSV/TSV text, which is read from a .csv or .tsv file only, not from "
-    "stdin or a pipe; save it to such a file first"
+    "this looks like CSV/TSV text, which is read only from a path ending in .csv or .tsv (a "
+    "file, or a named pipe), not from stdin or <(...); save it to such a file"
 )
 
 
@@ -406,6 +406,24 @@ def test_csv_on_stdin_is_refused_by_name(pair, args):
     assert stderr_lines(result) == [f"Error: <stdin>: {TEXT_REFUSED}"]
 
 
+@pytest.mark.parametrize("suffix", ["csv", "jsonl"])
+def test_info_reads_a_named_pipe_with_a_text_suffix_as_the_commands_do(tmp_path, suffix):
+    text = CSV_TEXT if suffix == "csv" else b'{"v": 1.0, "s": 0}\n{"v": 2.0, "s": 1}\n'
+    fifo = tmp_path / f"named.{suffix}"
+    os.mkfifo(fifo)
+    with subprocess.Popen(
+        [sys.executable, "-m", "segcli", "info", str(fifo)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as child:
+        fifo.write_bytes(text)  # opens once segcli has, as a shell's writer would
+        out, err = child.communicate(timeout=60)
+    result = subprocess.CompletedProcess(child.args, child.returncode, out, err)
+    assert result.returncode == 0, result.stderr
+    assert f"size: {len(text)} bytes\nrows: 2\n".encode() in result.stdout
+    assert b"  v: double, nulls 0\n  s: int64, nulls 0\n" in result.stdout
+
+
 @pytest.mark.parametrize("command", [["sum", "--data-column", "v", "--ids-column", "s"], ["info"]])
 def test_csv_through_a_pipe_path_is_refused_by_name(tmp_path, command):
     fifo = fifo_fed_with(tmp_path, CSV_TEXT)
@@ -415,8 +433,8 @@ def test_csv_through_a_pipe_path_is_refused_by_name(tmp_path, command):
 
 
 GZIP_REFUSED = (
-    "this is gzip-compressed, which is read from a file with its suffix (.csv.gz, .jsonl.gz, "
-    "...) only, not from stdin or a pipe; decompress it first, e.g. <(zcat FILE)"
+    "this is gzip-compressed, which is read only from a path whose suffix says so (.csv.gz, "
+    ".jsonl.gz, ...), not from stdin or <(...); decompress it first, e.g. <(zcat FILE)"
 )
 
 

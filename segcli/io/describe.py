@@ -8,16 +8,20 @@ from typing import TYPE_CHECKING, BinaryIO
 
 from segcli.errors import ReadError, UsageError
 from segcli.io.formats import (
+    INPUT_SUFFIXES,
     NPY_MAGIC,
     PARQUET_MAGIC,
     STDIN_LABEL,
+    TEXT_FORMATS,
     file_size,
     input_format,
     is_pipe,
     looks_like_json_lines,
     open_binary,
+    pipe_bytes,
     read_up_to,
     refuse_unreadable_stream,
+    suffix_format,
 )
 from segcli.io.npy import (
     NpyHeader,
@@ -59,15 +63,20 @@ def describe(
         raise UsageError(f"{option} applies to CSV/TSV inputs only")
     if path == "-":
         return _describe_stream(stdin if stdin is not None else sys.stdin.buffer, "-", STDIN_LABEL)
-    if is_pipe(path):  # ``<(cat x.npy)``: no size to ask for, and only one pass
+    if is_pipe(path) and suffix_format(path, INPUT_SUFFIXES) not in TEXT_FORMATS:
+        # ``<(cat x.npy)``: no size to ask for, and only one pass; a named pipe ``x.csv`` is
+        # parsed as text tables are, as the commands read it
         with open_binary(path) as stream:
             return _describe_stream(stream, path, path)
     fmt = input_format(path)
-    info: dict[str, object] = {"path": path, "format": fmt, "size": file_size(path)}
+    pipe = is_pipe(path)
+    info: dict[str, object] = {"path": path, "format": fmt, "size": 0 if pipe else file_size(path)}
     if fmt in ("csv", "tsv"):
         info.update(_text_table(open_table(path, fmt, csv)))
     else:
         info.update(_DESCRIBERS[fmt](path, fmt))
+    if pipe:  # read whole by now, and kept
+        info["size"] = len(pipe_bytes(path))
     return info
 
 

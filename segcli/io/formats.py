@@ -108,14 +108,14 @@ def unreadable_stream(head: bytes) -> str | None:
     for magic, (name, tool) in _COMPRESSED_MAGICS.items():
         if head.startswith(magic):
             return (
-                f"this is {name}-compressed, which is read from a file with its suffix "
-                "(.csv.gz, .jsonl.gz, ...) only, not from stdin or a pipe; decompress it "
-                f"first, e.g. <({tool} FILE)"
+                f"this is {name}-compressed, which is read only from a path whose suffix says "
+                f"so (.csv.gz, .jsonl.gz, ...), not from stdin or <(...); decompress it first, "
+                f"e.g. <({tool} FILE)"
             )
     if sniff(head) is None and _looks_like_text(head):
         return (
-            "this looks like CSV/TSV text, which is read from a .csv or .tsv file only, not "
-            "from stdin or a pipe; save it to such a file first"
+            "this looks like CSV/TSV text, which is read only from a path ending in .csv or "
+            ".tsv (a file, or a named pipe), not from stdin or <(...); save it to such a file"
         )
     return None
 
