@@ -424,6 +424,27 @@ def test_info_reads_a_named_pipe_with_a_text_suffix_as_the_commands_do(tmp_path,
     assert b"  v: double, nulls 0\n  s: int64, nulls 0\n" in result.stdout
 
 
+@pytest.mark.parametrize("name", ["named.csv.gz", "named.jsonl.bz2"])
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "1"]])
+def test_compressed_named_pipe_is_decompressed_by_its_suffix(tmp_path, name, chunk):
+    import bz2
+    import gzip
+
+    text = CSV_TEXT if ".csv" in name else b'{"v": 1.0, "s": 0}\n{"v": 2.0, "s": 1}\n'
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    args = ["sum", fifo, "--data-column", "v", "--ids-column", "s", "-q", *chunk]
+    with subprocess.Popen(
+        [sys.executable, "-m", "segcli", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as child:
+        fifo.write_bytes(gzip.compress(text) if name.endswith(".gz") else bz2.compress(text))
+        out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert out == b"0\t1.0\n1\t2.0\n"
+
+
 @pytest.mark.parametrize("command", [["sum", "--data-column", "v", "--ids-column", "s"], ["info"]])
 def test_csv_through_a_pipe_path_is_refused_by_name(tmp_path, command):
     fifo = fifo_fed_with(tmp_path, CSV_TEXT)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -349,6 +350,24 @@ def open_table(path: str, fmt: str, csv: CsvOptions | None = None) -> TableFile:
     if csv is None or fmt not in ("csv", "tsv"):
         csv = CsvOptions()
     if is_pipe(path):
-        return TableFile(path, fmt, pipe_bytes(path), csv)
+        return TableFile(path, fmt, _decompressed(path, pipe_bytes(path)), csv)
     check_readable(path)
     return TableFile(path, fmt, path, csv)
+
+
+#: pyarrow's codecs by suffix: it decompresses a file by its name, but not bytes in memory.
+_CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
+
+
+def _decompressed(path: str, body: bytes) -> bytes:
+    """The bytes of a named pipe (``x.csv.gz``), decompressed as its suffix says."""
+    codec = _CODECS.get(PurePath(path).suffix.lower())
+    if codec is None:
+        return body
+    import pyarrow as pa
+
+    with (
+        library_errors(path, f"not valid {codec} data"),
+        pa.CompressedInputStream(pa.BufferReader(body), codec) as stream,
+    ):
+        return bytes(stream.read())
