@@ -382,6 +382,12 @@ def test_uppercase_and_unknown_suffixes(tmp_path: Path) -> None:
     message = r"junk.dat: unknown file format \(supported: .npy, .npz, .parquet/.pq"
     with pytest.raises(ReadError, match=message):
         read_inputs(str(tmp_path / "junk.dat"), str(tmp_path / "ids.bin"))
+    # Text under another name is most likely a CSV/TSV: say how to have it read as one.
+    with pytest.raises(ReadError, match=r"\); text: if it is CSV or TSV, name it \.csv or \.tsv$"):
+        read_inputs(str(tmp_path / "junk.dat"), str(tmp_path / "ids.bin"))
+    (tmp_path / "bin.dat").write_bytes(b"\x00\x01\x02junk")
+    with pytest.raises(ReadError, match=r"\(supported: [^)]*\)$"):
+        read_inputs(str(tmp_path / "bin.dat"), str(tmp_path / "ids.bin"))
 
 
 def test_npz_keys_and_single_array(tmp_path: Path) -> None:

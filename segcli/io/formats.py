@@ -166,7 +166,8 @@ def input_format(path: str) -> str:
         refuse_unreadable_stream(head, path)
     sniffed = sniff(head)
     if sniffed is None:
-        raise ReadError(f"{path}: unknown file format (supported: {SUPPORTED_INPUTS})")
+        hint = "; text: if it is CSV or TSV, name it .csv or .tsv" if _looks_like_text(head) else ""
+        raise ReadError(f"{path}: unknown file format (supported: {SUPPORTED_INPUTS}){hint}")
     if pipe is not None:
         _PIPE_FORMATS[pipe] = sniffed
     return sniffed
