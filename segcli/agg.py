@@ -9,9 +9,11 @@ compared with ``--expect`` column by column, and summarised with one range per r
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import time
 from dataclasses import dataclass, field
+from io import BytesIO
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -27,8 +29,19 @@ from segcli.errors import (
     WriteError,
 )
 from segcli.io import agg_write
-from segcli.io.formats import BINARY_FORMATS, is_pipe
+from segcli.io.commit import refuse_empty_path
+from segcli.io.formats import (
+    ARROW_FILE_MAGIC,
+    BINARY_FORMATS,
+    OUTPUT_SUFFIXES,
+    first_line,
+    input_format,
+    is_pipe,
+    pipe_bytes,
+    suffix_format,
+)
 from segcli.io.keyed import stage_keys
+from segcli.io.write import write_all
 from segcli.multi import split, with_ddof
 from segcli.op_names import HOLISTIC_OPS, Q_OPS
 from segcli.pipeline import RunRequest, Streams
@@ -101,6 +114,8 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
     if request.tmp_dir is not None and not holistic:  # as a single-op command has no --tmp-dir
         sorting = f"{', '.join(HOLISTIC_OPS[:-1])} and {HOLISTIC_OPS[-1]}"
         raise UsageError(f"--tmp-dir applies to {sorting} only, not {', '.join(op_names)}")
+    if request.output is not None:
+        refuse_empty_path(request.output, "-o")
     fmt = (
         "text"
         if request.output is None
@@ -240,7 +255,7 @@ def _write(
             f"refusing to write binary {fmt} to a terminal; redirect stdout or use -o FILE"
         )
     try:
-        out.write(body)
+        write_all(out, body)  # a pipe's reader leaving mid-write shows as a short count
         out.flush()
     except BrokenPipeError:
         raise
@@ -381,12 +396,21 @@ def _read_golden(
 ) -> dict[str, np.ndarray]:
     """The golden file's columns; ``key_names``' as text (CSV's read as written, not parsed:
     a key "007" stays "007"); a .npy's one array as the run's one result column."""
+    if not os.path.exists(path):
+        raise _missing(path)
     try:
-        fmt = io.output_format(path, None)
+        # By suffix, else by its first bytes (a pipe, kept for the read), as for one op.
+        fmt = suffix_format(path, OUTPUT_SUFFIXES) or input_format(path)
+        if fmt not in ("npy", "npz", "parquet", "arrow", "csv", "tsv"):
+            raise UsageError(
+                f"--expect {path}: agg compares with .npy (one result), .npz, .parquet, "
+                ".arrow, .csv, .tsv"
+            )
+        body = pipe_bytes(path)  # a golden is small; read once, a pipe included
         if fmt == "npy":
-            return _npy_golden(path, results)
+            return _npy_golden(body, path, results)
         if fmt == "npz":
-            with np.load(path) as archive:
+            with np.load(BytesIO(body)) as archive:
                 flat: dict[str, np.ndarray] = {}
                 for name in archive.files:
                     values = archive[name]
@@ -394,45 +418,44 @@ def _read_golden(
                     del columns["segment"]  # numbers of no segment: an .npz holds none
                     flat.update(columns)
                 return flat
-        if fmt in ("csv", "tsv"):
-            import pyarrow as pa
-            import pyarrow.csv as pacsv
-
-            options = pacsv.ParseOptions(delimiter=agg_write.SEPARATORS[fmt])
-            as_text = pacsv.ConvertOptions(column_types=dict.fromkeys(key_names, pa.string()))
-            table = pacsv.read_csv(path, parse_options=options, convert_options=as_text)
-        elif fmt == "parquet":
-            import pyarrow.parquet as pq
-
-            table = pq.read_table(path)
-        elif fmt == "arrow":
-            import pyarrow as pa
-
-            with pa.memory_map(path) as source:
-                table = pa.ipc.open_file(source).read_all()
-        else:
-            raise UsageError(
-                f"--expect {path}: agg compares with .npy (one result), .npz, .parquet, "
-                ".arrow, .csv, .tsv"
-            )
-    except FileNotFoundError:
-        raise _missing(path) from None
+        table = _golden_table(body, fmt, key_names)
     except (OSError, ValueError) as exc:
-        raise InvalidInputError(f"--expect {path}: cannot read ({exc})") from None
+        raise ReadError(f"--expect {path}: cannot read ({first_line(exc)})") from None
     return {
         name: _key_texts(table.column(name)) if name in key_names else table.column(name).to_numpy()
         for name in table.column_names
     }
 
 
-def _npy_golden(path: str, results: tuple[str, ...]) -> dict[str, np.ndarray]:
+def _golden_table(body: bytes, fmt: str, key_names: tuple[str, ...]) -> pa.Table:
+    """A golden table from its bytes; CSV keys as text, an Arrow file or stream alike."""
+    import pyarrow as pa
+
+    source = pa.BufferReader(body)
+    if fmt in ("csv", "tsv"):
+        import pyarrow.csv as pacsv
+
+        options = pacsv.ParseOptions(delimiter=agg_write.SEPARATORS[fmt])
+        as_text = pacsv.ConvertOptions(column_types=dict.fromkeys(key_names, pa.string()))
+        return pacsv.read_csv(source, parse_options=options, convert_options=as_text)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_table(source)
+    # ``-o - --format arrow`` writes the IPC stream format, a file the IPC file format.
+    if body.startswith(ARROW_FILE_MAGIC):
+        return pa.ipc.open_file(source).read_all()
+    return pa.ipc.open_stream(source).read_all()
+
+
+def _npy_golden(body: bytes, path: str, results: tuple[str, ...]) -> dict[str, np.ndarray]:
     """A golden .npy holds one result column, as ``agg -o x.npy`` writes it."""
     if len(results) != 1:
         raise UsageError(
             f"--expect {path}: .npy holds one array, and this run gives {len(results)} result "
             f"columns ({', '.join(results)}): compare with .npz or a table"
         )
-    values = np.atleast_1d(np.load(path, allow_pickle=False))
+    values = np.atleast_1d(np.load(BytesIO(body), allow_pickle=False))
     columns = agg_write.flat_columns({results[0]: values}, values[:0], counted=True)
     del columns["segment"]
     return columns

@@ -752,8 +752,18 @@ def check(
 @cli.command(epilog=EXIT_CODES_HELP)
 @click.argument("path", metavar="FILE")
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON on stdout.")
+@click.option(
+    "--delimiter",
+    metavar="CHAR",
+    help="Field delimiter of a CSV/TSV FILE ('\\t' for a tab) [default: ',', a tab for .tsv].",
+)
+@click.option(
+    "--no-input-header",
+    is_flag=True,
+    help="A CSV/TSV FILE without a header line: columns are named by position from 1.",
+)
 @translate_errors
-def info(path: str, as_json: bool) -> None:
+def info(path: str, as_json: bool, delimiter: str | None, no_input_header: bool) -> None:
     """Show what FILE holds (shape, dtype, columns with their types and nulls, row groups,
     size) without reading its data. FILE '-' reads stdin (.npy, Parquet or Arrow IPC) through.
 
@@ -765,14 +775,28 @@ def info(path: str, as_json: bool) -> None:
     """
     import json
 
-    from segcli.io import describe
+    from segcli.io import CsvOptions, check_delimiter, describe
 
-    facts = describe(path)
+    csv = None
+    if delimiter is not None or no_input_header:
+        csv = CsvOptions(check_delimiter(delimiter), header=not no_input_header)
+    facts = describe(path, csv=csv)
     if as_json:
-        click.echo(json.dumps(facts, indent=2, default=str))
+        _print_stdout([json.dumps(facts, indent=2, default=str)])
         return
-    for line in _describe_lines(facts):
-        click.echo(line)
+    _print_stdout(_describe_lines(facts))
+
+
+def _print_stdout(lines: list[str]) -> None:
+    """Lines on stdout; a full or closed stdout is a write error (exit 5), not a bug."""
+    try:
+        for line in lines:
+            click.echo(line)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise  # the reader went away: main() stops quietly
+    except OSError as error:
+        raise WriteError(f"<stdout>: cannot write ({error.strerror or error})") from error
 
 
 def _describe_lines(facts: dict[str, Any], indent: str = "") -> list[str]:
@@ -840,6 +864,18 @@ def _silence_stdout() -> None:
     os.dup2(devnull, sys.stdout.fileno())
 
 
+def _raised_echoing_to_stdout(error: BaseException) -> bool:
+    """Whether ``error`` came out of ``click.echo`` writing to stdout: the commands turn their
+    own write errors into WriteErrors, but click prints --help and --version itself."""
+    trace = error.__traceback__
+    while trace is not None:
+        frame = trace.tb_frame
+        if frame.f_code is click.utils.echo.__code__ and not frame.f_locals.get("err"):
+            return True
+        trace = trace.tb_next
+    return False
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: click's own handling, plus signals (128 + signal), broken pipes
     (141) and one-line usage errors."""
@@ -871,6 +907,11 @@ def main(argv: list[str] | None = None) -> None:
         _silence_stdout()
         sys.exit(EXIT_BROKEN_PIPE)
     except Exception as error:  # a bug: say so in one line, traceback only on request
+        if isinstance(error, OSError) and _raised_echoing_to_stdout(error):
+            # click's own output (--help, --version) met a full or closed stdout
+            click.echo(f"Error: <stdout>: cannot write ({error.strerror or error})", err=True)
+            _silence_stdout()
+            sys.exit(EXIT_WRITE)
         if os.environ.get("SEGCLI_DEBUG"):
             raise
         click.echo(

@@ -26,6 +26,7 @@ from segcli.errors import ExpectationError, UsageError, WriteError
 from segcli.expect import check_expected
 from segcli.io import peek
 from segcli.io.columns import nulls_kept
+from segcli.io.commit import refuse_empty_path
 from segcli.io.formats import input_format
 from segcli.io.key_names import refuse_clashing_keys
 from segcli.io.keyed import (
@@ -298,7 +299,10 @@ def _check_keys_out(request: RunRequest) -> None:
 
 def reserve_outputs(request: RunRequest, outputs: io.OutputSet) -> None:
     """Check the output path before any input is read; an output that is an input is refused."""
+    if request.expect == "-":
+        raise UsageError("--expect reads a file, not stdin")
     if request.output is not None:
+        refuse_empty_path(request.output, "-o")
         io.output_format(request.output, request.output_format)  # a usage error, before any work
     if request.output not in (None, "-"):
         outputs.reserve(request.output, "-o")
@@ -432,7 +436,7 @@ def _write(
         text = streams.stdout_text or sys.stdout
         try:
             for block in _text_lines(reduction.result, keys, request.float_format):
-                text.write(block.decode())
+                _write_text(text, block)
             text.flush()
         except BrokenPipeError:
             raise  # the reader went away: the CLI decides how quietly to stop
@@ -449,6 +453,20 @@ def _write(
         float_format=request.float_format,
         keys=None if keys is None else keys.table,
     )
+
+
+def _write_text(text: TextIO, block: bytes) -> None:
+    """Write a block of text lines whole: a pipe whose reader leaves mid-write takes part of
+    it without an error, and only the binary layer reports the short count (then retried, so
+    that the broken pipe is raised)."""
+    from segcli.io.write import write_all
+
+    binary = getattr(text, "buffer", None)
+    if binary is None:
+        text.write(block.decode())
+        return
+    text.flush()
+    write_all(binary, block)
 
 
 def _text_lines(

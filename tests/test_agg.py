@@ -391,6 +391,53 @@ def test_expect_compares_the_key_columns_of_a_by_golden(tmp_path, suffix):
     )
 
 
+@pytest.mark.parametrize("by", [False, True])
+def test_expect_takes_the_arrow_stream_agg_writes_on_stdout(pair, tmp_path, by):
+    """``-o - --format arrow > golden.arrow`` is an Arrow IPC stream, not the file format:
+    the golden the single-op command takes back, agg takes too."""
+    args = ["--op", "sum,max", "-q"]
+    if by:
+        table = tmp_path / "t.parquet"
+        pq.write_table(pa.table({"k": ["a", "b", "a"], "v": [1.0, 2.0, 3.0]}), table)
+        inputs: list[object] = [table, "--data-column", "v", "--by", "k"]
+    else:
+        inputs = list(pair)
+    written = run("agg", *inputs, *args, "-o", "-", "--format", "arrow")
+    assert written.exit_code == 0, written.stderr
+    golden = tmp_path / "golden.arrow"
+    golden.write_bytes(written.stdout_bytes)
+    passed = run("agg", *inputs, *args, "--expect", golden)
+    assert passed.exit_code == 0, passed.stderr
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
+def test_expect_reads_a_golden_table_through_a_pipe(pair, tmp_path):
+    golden = tmp_path / "golden.parquet"
+    assert run("agg", *pair, "--op", "sum,max", "-o", golden, "-q").exit_code == 0
+    fifo = fifo_fed_with(tmp_path, golden.read_bytes())
+    passed = run("agg", *pair, "--op", "sum,max", "--expect", fifo, "-q")
+    assert passed.exit_code == 0, passed.stderr
+
+
+@pytest.mark.parametrize("suffix", ["parquet", "arrow", "csv"])
+def test_expect_with_a_corrupt_golden_is_exit_3(pair, tmp_path, suffix):
+    """A file that cannot be read is exit 3, as the single-op command says, not invalid data."""
+    golden = tmp_path / f"golden.{suffix}"
+    golden.write_bytes(b"\x00\x01junk" if suffix != "csv" else b'a,b\n"1,2\n')
+    failed = run("agg", *pair, "--op", "sum,max", "--expect", golden, "-q")
+    assert failed.exit_code == 3, failed.stderr
+    assert failed.stderr.startswith(f"Error: --expect {golden}: cannot read (")
+    assert error_lines(failed) == 1
+
+
+@pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum,max"]])
+def test_expect_from_stdin_is_a_usage_error(pair, command):
+    failed = run(command[0], *pair, *command[1:], "--expect", "-", "-q", input=b"")
+    assert failed.exit_code == 2, failed.stderr
+    assert "Error: --expect reads a file, not stdin" in failed.stderr
+    assert error_lines(failed) == 1
+
+
 @pytest.mark.parametrize("extra", [[], ["--chunk-rows", "3"]])
 def test_expect_takes_the_npy_a_one_result_run_writes(pair, tmp_path, extra):
     """agg writes a one-result run to .npy; it takes that file back as a golden, as the

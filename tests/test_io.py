@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -21,7 +22,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from segcli.errors import InvalidInputError, ReadError, UsageError, WriteError
+from segcli.errors import ExpectationError, InvalidInputError, ReadError, UsageError, WriteError
 from segcli.io import (
     atomic_output,
     describe,
@@ -208,7 +209,7 @@ def test_segment_column_orders_rows(tmp_path: Path) -> None:
     path.write_text("segment,value\n1,20\n0,10\n")
     np.testing.assert_array_equal(read_result_table(str(path)), [10, 20])
     path.write_text("segment,value\n1,20\n5,10\n")
-    with pytest.raises(ReadError, match=r"golden.csv: the segment column is not 0..1"):
+    with pytest.raises(ExpectationError, match=r"golden.csv: row 1 has segment 5, not one of"):
         read_result_table(str(path))
 
 
@@ -381,6 +382,12 @@ def test_uppercase_and_unknown_suffixes(tmp_path: Path) -> None:
     message = r"junk.dat: unknown file format \(supported: .npy, .npz, .parquet/.pq"
     with pytest.raises(ReadError, match=message):
         read_inputs(str(tmp_path / "junk.dat"), str(tmp_path / "ids.bin"))
+    # Text under another name is most likely a CSV/TSV: say how to have it read as one.
+    with pytest.raises(ReadError, match=r"\); text: if it is CSV or TSV, name it \.csv or \.tsv$"):
+        read_inputs(str(tmp_path / "junk.dat"), str(tmp_path / "ids.bin"))
+    (tmp_path / "bin.dat").write_bytes(b"\x00\x01\x02junk")
+    with pytest.raises(ReadError, match=r"\(supported: [^)]*\)$"):
+        read_inputs(str(tmp_path / "bin.dat"), str(tmp_path / "ids.bin"))
 
 
 def test_npz_keys_and_single_array(tmp_path: Path) -> None:
@@ -709,10 +716,26 @@ def test_stdin_arrow_stream_and_file() -> None:
     np.testing.assert_array_equal(data.array, [1.0, 2.0])
 
 
+@pytest.mark.filterwarnings("ignore:Feather V1 files are deprecated:DeprecationWarning")
+def test_feather_v1_is_refused_by_name(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.feather as feather
+
+    path = tmp_path / "old.feather"
+    feather.write_feather(pa.table({"v": [1.0], "s": [0]}), path, version=1)
+    message = rf"^{re.escape(str(path))}: a Feather v1 file, which is not read: write it as"
+    with pytest.raises(ReadError, match=message):
+        read_inputs(str(path), None, data_column="v", ids_column="s")
+    with pytest.raises(ReadError, match=message):
+        describe(str(path))
+
+
 def test_stdin_garbage_and_empty() -> None:
     with pytest.raises(ReadError, match=r"^<stdin>: no input"):
         read_inputs("-", "x.npy", stdin=io.BytesIO())
     with pytest.raises(ReadError, match=r"^<stdin>: not a valid Arrow IPC file"):
+        read_inputs("-", None, data_column="a", ids_column="b", stdin=io.BytesIO(b"\x01hello"))
+    with pytest.raises(ReadError, match=r"^<stdin>: this looks like CSV/TSV text"):
         read_inputs("-", None, data_column="a", ids_column="b", stdin=io.BytesIO(b"hello"))
     with pytest.raises(UsageError, match=r"a \.npy stream holds one array"):
         read_inputs("-", None, stdin=io.BytesIO(npy_bytes(np.arange(3))))

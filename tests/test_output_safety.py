@@ -197,6 +197,24 @@ def test_an_unknown_output_format_is_refused_before_any_input_is_read(tmp_path):
     assert names(tmp_path) == []
 
 
+@pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum,max"]])
+@pytest.mark.parametrize("option", ["-o", "--summary-json"])
+def test_an_empty_output_path_is_refused_before_anything_is_written(
+    pair, tmp_path, monkeypatch, option, command
+):
+    # '' resolves to the working folder: once, the result went to stdout, then the summary
+    # failed to replace the folder (exit 5), its temporary file left in the folder above.
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    before = names(tmp_path)
+    result = run(command[0], *pair, *command[1:], "-q", option, "")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    assert error_lines(result.stderr) == [f"Error: {option} '': an empty path names no file"]
+    assert names(tmp_path) == before and names(work) == []
+
+
 def test_missing_summary_folder_fails_before_any_input_is_read(tmp_path):
     # The inputs do not even exist: exit 5 (not 3) proves the outputs were checked first.
     result = run(

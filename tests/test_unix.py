@@ -16,6 +16,7 @@ from click.testing import CliRunner
 
 from segcli.cli import cli
 from segcli.errors import EXIT_BROKEN_PIPE, EXIT_CODES
+from tests.pipes import fifo_fed_with
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -54,6 +55,44 @@ def test_closed_stdout_exits_141_silently_for_every_format(wide_pair, fmt):
     assert stderr == b""
 
 
+@pytest.fixture
+def one_block_table(tmp_path: Path) -> Path:
+    """200,000 segments: text that leaves in one write, longer than a pipe's buffer."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "one_block.parquet"
+    rows = np.arange(200_000)
+    pq.write_table(pa.table({"k": rows.astype(str), "s": rows, "v": np.ones(rows.size)}), path)
+    return path
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sum", "--ids-column", "s"],
+        ["sum", "--by", "k"],
+        ["agg", "--op", "sum", "--ids-column", "s"],
+        ["agg", "--op", "sum", "--ids-column", "s", "-o", "-", "--format", "csv"],
+        ["agg", "--op", "sum", "--ids-column", "s", "-o", "-", "--format", "npz"],
+    ],
+)
+def test_reader_leaving_mid_write_of_one_block_is_141(one_block_table, args):
+    # A pipe takes part of one large write and returns the count, no error: a writer that
+    # ignores the count drops the rest and exits 0 as if all of it had been read.
+    command, *options = args
+    argv = [sys.executable, "-m", "segcli", command, one_block_table, "--data-column", "v"]
+    with subprocess.Popen(
+        [*map(str, argv), *options, "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as child:
+        assert child.stdout is not None and child.stderr is not None
+        child.stdout.read(10)
+        child.stdout.close()
+        stderr = child.stderr.read()
+        assert child.wait(timeout=60) == EXIT_BROKEN_PIPE
+    assert stderr == b""
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
 @pytest.mark.parametrize("output", [[], ["-o", "-", "--format", "csv"]])
 def test_full_stdout_is_exit_5_in_one_line(pair, output):
@@ -61,6 +100,30 @@ def test_full_stdout_is_exit_5_in_one_line(pair, output):
         result = segcli("sum", *pair, "-q", *output, stdout=full, stderr=subprocess.PIPE)
     assert result.returncode == 5
     assert stderr_lines(result) == ["Error: <stdout>: cannot write (No space left on device)"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("json_flag", [[], ["--json"]])
+def test_info_to_a_full_stdout_is_exit_5_in_one_line(pair, json_flag):
+    with open("/dev/full", "wb") as full:
+        result = segcli("info", pair[0], *json_flag, stdout=full, stderr=subprocess.PIPE)
+    assert result.returncode == 5
+    assert stderr_lines(result) == ["Error: <stdout>: cannot write (No space left on device)"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["sum", "--help"]])
+def test_help_and_version_to_a_full_stdout_are_exit_5_in_one_line(args):
+    with open("/dev/full", "wb") as full:
+        result = segcli(*args, stdout=full, stderr=subprocess.PIPE)
+    assert result.returncode == 5
+    assert stderr_lines(result) == ["Error: <stdout>: cannot write (No space left on device)"]
+
+
+def test_version_to_a_closed_stdout_is_exit_5_in_one_line():
+    result = segcli("--version", preexec_fn=lambda: os.close(1))
+    assert result.returncode == 5
+    assert stderr_lines(result) == ["Error: <stdout>: cannot write (Bad file descriptor)"]
 
 
 def test_closed_stdin_reads_as_no_input(pair):
@@ -185,6 +248,48 @@ def test_malformed_expect_json_is_one_line_exit_3(pair, tmp_path, golden, messag
     assert line.startswith(f"Error: {path}: ") and message in line
 
 
+@pytest.mark.parametrize("suffix", ["csv", "parquet"])
+def test_golden_table_without_its_value_column_says_so(pair, tmp_path, suffix):
+    # Only a segcli table of an (n, 0) result has no value column; one whose value column was
+    # renamed must not read as that and fail as a shape mismatch, (3, 0) against (3,).
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+    import pyarrow.parquet as pq
+
+    path = tmp_path / f"golden.{suffix}"
+    table = pa.table({"segment": [0, 1, 2], "val": [3.0, 0.0, 7.0], "count": [2, 0, 2]})
+    if suffix == "parquet":
+        pq.write_table(table, path)
+    else:
+        pcsv.write_csv(table, path)
+    result = cli_run("sum", *pair, "-q", "--expect", path)
+    assert result.exit_code == 3
+    assert result.stderr.splitlines() == [
+        f"Error: {path}: no 'value' or 'value_*' columns (columns: segment, val, count)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("segments", "line"),
+    [
+        ("0,7,2", "row 1 has segment 7, not one of the result's segments 0..2 (1 row differs)"),
+        ("2,0,2", "row 2 has segment 2 again (first at row 0); the result has each of "),
+    ],
+)
+def test_golden_with_other_segments_is_a_failed_check_naming_the_row(
+    pair, tmp_path, segments, line
+):
+    # Like agg's golden and --by's keys: other segments are a mismatch (exit 4), not a
+    # corrupt file (exit 3).
+    path = tmp_path / "golden.csv"
+    rows = zip(segments.split(","), ["3.0", "0.0", "7.0"], strict=True)
+    path.write_text("segment,value\n" + "".join(f"{s},{v}\n" for s, v in rows))
+    result = cli_run("sum", *pair, "-q", "--expect", path)
+    assert result.exit_code == 4
+    [got] = result.stderr.splitlines()
+    assert got.startswith(f"Error: {path}: {line}")
+
+
 def test_expect_with_a_two_array_npz_names_no_missing_option(pair, tmp_path):
     golden = tmp_path / "two.npz"
     np.savez(golden, a=np.zeros(3), b=np.zeros(3))
@@ -253,6 +358,136 @@ def test_parquet_and_feather_on_stdin_are_read(table_bytes, fmt):
     )
     assert result.exit_code == 0, result.stderr
     assert result.stdout == "0\t1.0\n1\t5.0\n"
+
+
+def _arrow_stream_bytes() -> bytes:
+    import pyarrow as pa
+
+    table = pa.table({"v": np.arange(4.0), "s": np.array([0, 0, 1, 1])})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue())
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "2"]])
+def test_arrow_stream_through_a_pipe_path_reads_as_through_stdin(tmp_path, chunk):
+    # ``<(...)`` and ``/dev/stdin`` name a pipe without a suffix: the bytes must say the format.
+    stream = _arrow_stream_bytes()
+    columns = ["--data-column", "v", "--ids-column", "s", "-q", *chunk]
+    through_stdin = segcli("sum", "-", *columns, input=stream)
+    fifo = fifo_fed_with(tmp_path, stream)
+    through_path = segcli("sum", fifo, *columns)
+    assert through_stdin.returncode == 0, through_stdin.stderr
+    assert through_path.returncode == 0, through_path.stderr
+    assert through_path.stdout == through_stdin.stdout == b"0\t1.0\n1\t5.0\n"
+    assert "ipc: stream" in segcli("info", fifo_fed_with(tmp_path, stream)).stdout.decode()
+
+
+CSV_TEXT = b"v,s\n1.0,0\n2.0,1\n"
+TEXT_REFUSED = (
+    "this looks like CSV/TSV text, which is read only from a path ending in .csv or .tsv (a "
+    "file, or a named pipe), not from stdin or <(...); save it to such a file"
+)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["sum", "-", "--data-column", "v", "--ids-column", "s"],
+        ["sum", "-", "IDS"],
+        ["info", "-"],
+    ],
+)
+def test_csv_on_stdin_is_refused_by_name(pair, args):
+    args = [pair[1] if arg == "IDS" else arg for arg in args]
+    result = segcli(*args, "-q" if args[0] == "sum" else "--json", input=CSV_TEXT)
+    assert result.returncode == 3
+    assert stderr_lines(result) == [f"Error: <stdin>: {TEXT_REFUSED}"]
+
+
+@pytest.mark.parametrize("suffix", ["csv", "jsonl"])
+def test_info_reads_a_named_pipe_with_a_text_suffix_as_the_commands_do(tmp_path, suffix):
+    text = CSV_TEXT if suffix == "csv" else b'{"v": 1.0, "s": 0}\n{"v": 2.0, "s": 1}\n'
+    fifo = tmp_path / f"named.{suffix}"
+    os.mkfifo(fifo)
+    with subprocess.Popen(
+        [sys.executable, "-m", "segcli", "info", str(fifo)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as child:
+        fifo.write_bytes(text)  # opens once segcli has, as a shell's writer would
+        out, err = child.communicate(timeout=60)
+    result = subprocess.CompletedProcess(child.args, child.returncode, out, err)
+    assert result.returncode == 0, result.stderr
+    assert f"size: {len(text)} bytes\nrows: 2\n".encode() in result.stdout
+    assert b"  v: double, nulls 0\n  s: int64, nulls 0\n" in result.stdout
+
+
+@pytest.mark.parametrize("name", ["named.csv.gz", "named.jsonl.bz2"])
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "1"]])
+def test_compressed_named_pipe_is_decompressed_by_its_suffix(tmp_path, name, chunk):
+    import bz2
+    import gzip
+
+    text = CSV_TEXT if ".csv" in name else b'{"v": 1.0, "s": 0}\n{"v": 2.0, "s": 1}\n'
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    args = ["sum", fifo, "--data-column", "v", "--ids-column", "s", "-q", *chunk]
+    with subprocess.Popen(
+        [sys.executable, "-m", "segcli", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    ) as child:
+        fifo.write_bytes(gzip.compress(text) if name.endswith(".gz") else bz2.compress(text))
+        out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert out == b"0\t1.0\n1\t2.0\n"
+
+
+@pytest.mark.parametrize("command", [["sum", "--data-column", "v", "--ids-column", "s"], ["info"]])
+def test_csv_through_a_pipe_path_is_refused_by_name(tmp_path, command):
+    fifo = fifo_fed_with(tmp_path, CSV_TEXT)
+    result = segcli(command[0], fifo, *command[1:])
+    assert result.returncode == 3
+    assert stderr_lines(result) == [f"Error: {fifo}: {TEXT_REFUSED}"]
+
+
+GZIP_REFUSED = (
+    "this is gzip-compressed, which is read only from a path whose suffix says so (.csv.gz, "
+    ".jsonl.gz, ...), not from stdin or <(...); decompress it first, e.g. <(zcat FILE)"
+)
+
+
+@pytest.mark.parametrize("command", [["sum", "--data-column", "v", "--ids-column", "s"], ["info"]])
+def test_compressed_stdin_and_pipe_are_refused_by_name(tmp_path, command):
+    import gzip
+
+    packed = gzip.compress(b'{"v": 1.0, "s": 0}\n')
+    through_stdin = segcli(command[0], "-", *command[1:], input=packed)
+    fifo = fifo_fed_with(tmp_path, packed)
+    through_path = segcli(command[0], fifo, *command[1:])
+    for result, label in ((through_stdin, "<stdin>"), (through_path, str(fifo))):
+        assert result.returncode == 3
+        assert stderr_lines(result) == [f"Error: {label}: {GZIP_REFUSED}"]
+
+
+NPZ_REFUSED = (
+    "this is an .npz archive, which is read from a file only (a zip archive is read by "
+    "seeking), not from stdin or a pipe; save it to a file first"
+)
+
+
+@pytest.mark.parametrize("command", [["sum", "--data-key", "d", "--ids-key", "i"], ["info"]])
+def test_npz_on_stdin_and_through_a_pipe_is_refused_by_name(tmp_path, command):
+    archive = tmp_path / "a.npz"
+    np.savez(archive, d=np.arange(3.0), i=np.array([0, 1, 1]))
+    through_stdin = segcli(command[0], "-", *command[1:], input=archive.read_bytes())
+    fifo = fifo_fed_with(tmp_path, archive.read_bytes())
+    through_path = segcli(command[0], fifo, *command[1:])
+    for result, label in ((through_stdin, "<stdin>"), (through_path, str(fifo))):
+        assert result.returncode == 3
+        assert stderr_lines(result) == [f"Error: {label}: {NPZ_REFUSED}"]
 
 
 @pytest.mark.parametrize("ids", ["-", "ids"])
@@ -371,6 +606,29 @@ def test_info_shows_each_column_type_and_null_count(tmp_path):
     result = cli_run("info", path)
     assert result.exit_code == 0
     assert "  v: double, nulls 2\n  s: int64, nulls 1\n" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("text", "options", "columns"),
+    [
+        ("1.5,0\n2.5,1\n", ["--no-input-header"], "rows: 2\ncolumns:\n  1: double, nulls 0\n"),
+        ("v;s\n1.5;0\n", ["--delimiter", ";"], "rows: 1\ncolumns:\n  v: double, nulls 0\n"),
+        ("1.5;0\n", ["--delimiter", ";", "--no-input-header"], "  2: int64, nulls 0\n"),
+    ],
+)
+def test_info_reads_a_csv_as_the_commands_would(tmp_path, text, options, columns):
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    result = cli_run("info", path, *options)
+    assert result.exit_code == 0, result.output
+    assert columns in result.stdout
+
+
+@pytest.mark.parametrize("option", [["--no-input-header"], ["--delimiter", ";"]])
+def test_info_csv_options_on_another_format_are_a_usage_error(pair, option):
+    result = cli_run("info", pair[0], *option)
+    assert result.exit_code == 2
+    assert f"{option[0]} applies to CSV/TSV inputs only" in result.stderr
 
 
 def test_info_help_examples_name_files_that_exist(monkeypatch):

@@ -69,6 +69,7 @@ class OutputSet:
     def reserve(self, path: str, option: str = "-o") -> None:
         """Check now that ``path`` can be written (WriteError, exit 5, if not) and that no other
         output of the run names the same file (UsageError)."""
+        refuse_empty_path(path, option)
         output = _plan(path, option)
         for other in self._outputs.values():
             if not output.direct and _same_file(output, other):
@@ -164,6 +165,13 @@ def atomic_output(path: str) -> Iterator[BinaryIO]:
         outputs.reserve(path)
         with outputs.stage(path) as handle:
             yield handle
+
+
+def refuse_empty_path(path: str, option: str) -> None:
+    """A UsageError for ``''`` (an unset shell variable): it would resolve to the working
+    folder, a file to replace nowhere."""
+    if not path:
+        raise UsageError(f"{option} '': an empty path names no file")
 
 
 def _plan(path: str, option: str) -> _Output:

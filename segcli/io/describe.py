@@ -6,17 +6,22 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO
 
-from segcli.errors import ReadError
+from segcli.errors import ReadError, UsageError
 from segcli.io.formats import (
+    INPUT_SUFFIXES,
     NPY_MAGIC,
     PARQUET_MAGIC,
     STDIN_LABEL,
+    TEXT_FORMATS,
     file_size,
     input_format,
     is_pipe,
     looks_like_json_lines,
     open_binary,
+    pipe_bytes,
     read_up_to,
+    refuse_unreadable_stream,
+    suffix_format,
 )
 from segcli.io.npy import (
     NpyHeader,
@@ -28,7 +33,7 @@ from segcli.io.npy import (
     read_header,
     read_npz_header,
 )
-from segcli.io.tables import TableFile, open_table
+from segcli.io.tables import CsvOptions, TableFile, is_csv_path, open_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -37,7 +42,9 @@ if TYPE_CHECKING:
 _COUNT_BLOCK = 1 << 20
 
 
-def describe(path: str, stdin: BinaryIO | None = None) -> dict[str, object]:
+def describe(
+    path: str, stdin: BinaryIO | None = None, csv: CsvOptions | None = None
+) -> dict[str, object]:
     """Format, size in bytes and the layout of ``path``, without reading array data.
 
     npy: ``shape``, ``dtype``, ``fortran_order``; npz: ``arrays`` (per key the same three);
@@ -48,15 +55,28 @@ def describe(path: str, stdin: BinaryIO | None = None) -> dict[str, object]:
     ``-`` describes stdin (``sys.stdin.buffer`` unless ``stdin`` is given): a ``.npy`` stream,
     or a Parquet or Arrow IPC file or stream. A stream is read through to its end, so a body
     that ends early is reported, as it is for a ``.npy`` file.
+
+    ``csv`` (delimiter, header line) applies to a CSV/TSV file only, else a UsageError.
     """
+    if csv is not None and not is_csv_path(path):
+        option = "--delimiter" if csv.delimiter is not None else "--no-input-header"
+        raise UsageError(f"{option} applies to CSV/TSV inputs only")
     if path == "-":
         return _describe_stream(stdin if stdin is not None else sys.stdin.buffer, "-", STDIN_LABEL)
-    if is_pipe(path):  # ``<(cat x.npy)``: no size to ask for, and only one pass
+    if is_pipe(path) and suffix_format(path, INPUT_SUFFIXES) not in TEXT_FORMATS:
+        # ``<(cat x.npy)``: no size to ask for, and only one pass; a named pipe ``x.csv`` is
+        # parsed as text tables are, as the commands read it
         with open_binary(path) as stream:
             return _describe_stream(stream, path, path)
     fmt = input_format(path)
-    info: dict[str, object] = {"path": path, "format": fmt, "size": file_size(path)}
-    info.update(_DESCRIBERS[fmt](path, fmt))
+    pipe = is_pipe(path)
+    info: dict[str, object] = {"path": path, "format": fmt, "size": 0 if pipe else file_size(path)}
+    if fmt in ("csv", "tsv"):
+        info.update(_text_table(open_table(path, fmt, csv)))
+    else:
+        info.update(_DESCRIBERS[fmt](path, fmt))
+    if pipe:  # read whole by now, and kept
+        info["size"] = len(pipe_bytes(path))
     return info
 
 
@@ -77,6 +97,7 @@ def _describe_stream(stream: BinaryIO, path: str, label: str) -> dict[str, objec
             "size": len(body),
             **_text_table(TableFile(label, "jsonl", body)),
         }
+    refuse_unreadable_stream(head, label)
     fmt = "parquet" if head.startswith(PARQUET_MAGIC) else "arrow"
     table = TableFile(label, fmt, body)
     tables = _parquet_table if fmt == "parquet" else _arrow_table

@@ -53,6 +53,9 @@ NPY_MAGIC = b"\x93NUMPY"
 ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
 PARQUET_MAGIC = b"PAR1"
 ARROW_FILE_MAGIC = b"ARROW1"
+#: An Arrow IPC stream opens with a message's continuation marker (since Arrow 0.15).
+ARROW_STREAM_MARKER = b"\xff\xff\xff\xff"
+FEATHER_V1_MAGIC = b"FEA1"
 SNIFF_BYTES = 8
 
 
@@ -64,7 +67,7 @@ def sniff(head: bytes) -> str | None:
         return "npz"
     if head.startswith(PARQUET_MAGIC):
         return "parquet"
-    if head.startswith(ARROW_FILE_MAGIC):
+    if head.startswith((ARROW_FILE_MAGIC, ARROW_STREAM_MARKER)):
         return "arrow"
     if looks_like_json_lines(head):
         return "jsonl"
@@ -75,6 +78,56 @@ def looks_like_json_lines(head: bytes) -> bool:
     """Whether the first bytes open a JSON object (after a byte order mark or blanks): no
     binary format starts so, and a CSV header rarely does."""
     return head.removeprefix(b"\xef\xbb\xbf").lstrip().startswith(b"{")
+
+
+#: Compressed streams: pyarrow decompresses a CSV or JSON-lines file by its suffix only.
+_COMPRESSED_MAGICS = {
+    b"\x1f\x8b": ("gzip", "zcat"),
+    b"BZh": ("bzip2", "bzcat"),
+    b"\x28\xb5\x2f\xfd": ("zstd", "zstdcat"),
+    b"\x04\x22\x4d\x18": ("lz4", "lz4cat"),
+}
+
+
+def refuse_unreadable_stream(head: bytes, label: str) -> None:
+    """Refuse by name what stdin or a pipe (``head``: its first bytes) cannot hold: an .npz
+    archive, CSV/TSV text or a compressed stream, which need a file; otherwise they would be
+    reported as a broken Arrow stream, a broken zip or an unknown format."""
+    problem = unreadable_stream(head)
+    if problem is not None:
+        raise ReadError(f"{label}: {problem}")
+
+
+def unreadable_stream(head: bytes) -> str | None:
+    """Why a stream opening with ``head`` cannot be read from stdin or a pipe, or None."""
+    if head.startswith(ZIP_MAGICS):
+        return (
+            "this is an .npz archive, which is read from a file only (a zip archive is read "
+            "by seeking), not from stdin or a pipe; save it to a file first"
+        )
+    for magic, (name, tool) in _COMPRESSED_MAGICS.items():
+        if head.startswith(magic):
+            return (
+                f"this is {name}-compressed, which is read only from a path whose suffix says "
+                f"so (.csv.gz, .jsonl.gz, ...), not from stdin or <(...); decompress it first, "
+                f"e.g. <({tool} FILE)"
+            )
+    if sniff(head) is None and _looks_like_text(head):
+        return (
+            "this looks like CSV/TSV text, which is read only from a path ending in .csv or "
+            ".tsv (a file, or a named pipe), not from stdin or <(...); save it to such a file"
+        )
+    return None
+
+
+def _looks_like_text(head: bytes) -> bool:
+    try:
+        text = head.decode()
+    except UnicodeDecodeError as exc:
+        if exc.reason != "unexpected end of data":  # else a character cut off by the head
+            return False
+        text = head[: exc.start].decode()
+    return bool(text) and all(c.isprintable() or c in "\t\r\n" for c in text)
 
 
 def suffix_format(path: str, table: dict[str, str]) -> str | None:
@@ -109,9 +162,12 @@ def input_format(path: str) -> str:
     else:
         with open_binary(path) as f:
             head = f.read(SNIFF_BYTES)
+    if pipe is not None:
+        refuse_unreadable_stream(head, path)
     sniffed = sniff(head)
     if sniffed is None:
-        raise ReadError(f"{path}: unknown file format (supported: {SUPPORTED_INPUTS})")
+        hint = "; text: if it is CSV or TSV, name it .csv or .tsv" if _looks_like_text(head) else ""
+        raise ReadError(f"{path}: unknown file format (supported: {SUPPORTED_INPUTS}){hint}")
     if pipe is not None:
         _PIPE_FORMATS[pipe] = sniffed
     return sniffed

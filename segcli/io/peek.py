@@ -19,6 +19,7 @@ from segcli.io.formats import (
     is_pipe,
     looks_like_json_lines,
     open_binary,
+    unreadable_stream,
 )
 from segcli.io.npy import open_npz, pick_key, read_header, read_npz_header
 
@@ -46,7 +47,9 @@ def holds_npy(stdin: BinaryIO) -> bool:
 def holds_arrow_stream(stdin: BinaryIO) -> bool:
     """Neither .npy nor a file format (Parquet, Arrow file) that must be read whole to seek."""
     head = _head(stdin)
-    binary = not looks_like_json_lines(head)  # JSON lines on stdin are refused by name
+    # JSON lines, CSV/TSV text and compressed bytes on stdin are refused by name, when stdin
+    # is read whole.
+    binary = not looks_like_json_lines(head) and unreadable_stream(head) is None
     return (
         bool(head) and binary and not head.startswith((NPY_MAGIC, PARQUET_MAGIC, ARROW_FILE_MAGIC))
     )

@@ -16,6 +16,7 @@ from segcli.io.formats import (
     input_format,
     looks_like_json_lines,
     read_up_to,
+    refuse_unreadable_stream,
 )
 from segcli.io.npy import (
     PrefixedReader,
@@ -203,6 +204,7 @@ def read_stdin(stdin: BinaryIO | None) -> np.ndarray[Any, Any] | TableFile:
             f"{STDIN_LABEL}: JSON lines are not read from '-' (a .npy or Arrow IPC stream, or "
             "a Parquet or Arrow file); give the path /dev/stdin instead"
         )
+    refuse_unreadable_stream(head, STDIN_LABEL)
     # Parquet needs to seek, which a pipe cannot: it is read into memory, like an Arrow file.
     fmt = "parquet" if head.startswith(PARQUET_MAGIC) else "arrow"
     return TableFile(STDIN_LABEL, fmt, head + stream.read())

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from segcli.errors import ReadError
+from segcli.errors import ExpectationError, ReadError
 from segcli.io.columns import VALUE_COLUMN
 from segcli.io.formats import (
     OUTPUT_SUFFIXES,
@@ -128,7 +128,7 @@ def _value_columns(names: list[str], path: str) -> tuple[list[str], tuple[int, .
         match = _VALUE_N.fullmatch(name)
         if match:
             indexed[tuple(int(i) for i in match.group(1).split("_"))] = name
-    if not indexed and "segment" in names:
+    if not indexed and "segment" in names and set(names) <= {"segment", "count"}:
         return [], (0,)  # a (n, 0) result: the header names no value columns at all
     if not indexed:
         raise ReadError(f"{path}: no 'value' or 'value_*' columns (columns: {', '.join(names)})")
@@ -153,8 +153,32 @@ def _segment_order(values: _Array, segments: _Array, path: str) -> _Array:
         return values
     order = np.argsort(segments, kind="stable")
     if not np.array_equal(segments[order], expected):
-        raise ReadError(f"{path}: the segment column is not 0..{len(values) - 1}")
+        raise _other_segments(segments, expected, path)
     return values[order]
+
+
+def _other_segments(segments: _Array, expected: _Array, path: str) -> ExpectationError:
+    """A golden whose segments are not the result's 0..n-1 differs from it (as agg's and
+    --by's goldens do): name the first row whose segment is out of range or repeated."""
+    _, first_rows = np.unique(segments, return_index=True)
+    repeated = np.ones(len(segments), dtype=bool)
+    repeated[first_rows] = False
+    stray = ~np.isin(segments, expected)
+    bad = stray | repeated
+    row = int(np.argmax(bad))
+    count = int(bad.sum())
+    rows = f"({count} row{'s' if count != 1 else ''} differ{'s' if count == 1 else ''})"
+    last = len(expected) - 1
+    if stray[row]:
+        return ExpectationError(
+            f"{path}: row {row} has segment {segments[row]}, not one of the result's segments "
+            f"0..{last} {rows}"
+        )
+    first = int(np.flatnonzero(segments == segments[row])[0])
+    return ExpectationError(
+        f"{path}: row {row} has segment {segments[row]} again (first at row {first}); the "
+        f"result has each of segments 0..{last} once {rows}"
+    )
 
 
 def _read_json(path: str) -> _Array:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import PurePath
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -16,6 +17,7 @@ from segcli.io import json_lines
 from segcli.io.columns import ColumnRef, column_to_numpy, read_as_note, value_layout
 from segcli.io.formats import (
     ARROW_FILE_MAGIC,
+    FEATHER_V1_MAGIC,
     INPUT_SUFFIXES,
     TEXT_FORMATS,
     check_readable,
@@ -137,6 +139,11 @@ class TableFile:
         source.seek(0)
         if head == ARROW_FILE_MAGIC:
             return ipc.open_file(source)
+        if head.startswith(FEATHER_V1_MAGIC):  # else "expected to read 826361158 bytes"
+            raise ReadError(
+                f"{self.label}: a Feather v1 file, which is not read: write it as Feather v2 "
+                "(Arrow IPC), pyarrow.feather.write_feather's default"
+            )
         return ipc.open_stream(source)
 
     def parse_options(self) -> pcsv.ParseOptions:
@@ -343,6 +350,24 @@ def open_table(path: str, fmt: str, csv: CsvOptions | None = None) -> TableFile:
     if csv is None or fmt not in ("csv", "tsv"):
         csv = CsvOptions()
     if is_pipe(path):
-        return TableFile(path, fmt, pipe_bytes(path), csv)
+        return TableFile(path, fmt, _decompressed(path, pipe_bytes(path)), csv)
     check_readable(path)
     return TableFile(path, fmt, path, csv)
+
+
+#: pyarrow's codecs by suffix: it decompresses a file by its name, but not bytes in memory.
+_CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4"}
+
+
+def _decompressed(path: str, body: bytes) -> bytes:
+    """The bytes of a named pipe (``x.csv.gz``), decompressed as its suffix says."""
+    codec = _CODECS.get(PurePath(path).suffix.lower())
+    if codec is None:
+        return body
+    import pyarrow as pa
+
+    with (
+        library_errors(path, f"not valid {codec} data"),
+        pa.CompressedInputStream(pa.BufferReader(body), codec) as stream,
+    ):
+        return bytes(stream.read())
