@@ -397,6 +397,24 @@ def test_text_inputs_found_to_differ_in_length_give_the_in_memory_error(
         assert not (tmp_path / "out.npz").exists()
 
 
+@pytest.mark.parametrize("ids_rows", [8, 12])
+def test_check_of_text_inputs_that_differ_in_length_gives_the_in_memory_error(
+    tmp_path, monkeypatch, ids_rows
+):
+    """``check --sorted`` streams through its own driver: the same message as in memory."""
+    from tests.entry import run_main
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data.csv").write_text("x\n" + "".join(f"{i}.5\n" for i in range(10)))
+    (tmp_path / "ids.csv").write_text("s\n" + "".join(f"{i // 3}\n" for i in range(ids_rows)))
+    args = ["check", "--sorted", "data.csv", "ids.csv", "--data-column", "x", "--ids-column", "s"]
+    want = run_main(*args, "-q")
+    assert want.exit_code == 1 and len(want.stderr.splitlines()) == 1
+    for rows in (3, 5, 7):
+        got = run_main(*args, "-q", "--chunk-rows", rows)
+        assert (got.exit_code, got.stderr) == (want.exit_code, want.stderr)
+
+
 # --- reading ahead ----------------------------------------------------------------------------
 
 

@@ -108,7 +108,9 @@ def check_streamed(spec: RunSpec) -> CheckResult:
     inner = tuple(data.source.shape[len(ids.source.shape) :])
     counts = SegmentCounts(n, inner, data.source.dtype, spec.sorted_ids)
     nan = NanScan()
-    blocks = read_ahead(aligned_blocks(data.source, ids.source, plan.block_rows))
+    blocks = read_ahead(
+        aligned_blocks(data.source, ids.source, plan.block_rows, sorted_ids=spec.sorted_ids)
+    )
     for data_block, ids_block in blocks:
         try:
             flat_ids, _ = without_null_ids(
