@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from segcli import __version__, notices
 from segcli.errors import (
@@ -272,10 +273,22 @@ def _request(op: str, **options: Any) -> Any:
 
     if options.get("memory_limit") is not None:
         options["memory_limit"] = parse_size(options["memory_limit"])
+    _refuse_tolerances_without_expect(options)
     unknown = sorted(set(options) - set(RunRequest.__dataclass_fields__))
     if unknown:
         raise TypeError(f"options that are no RunRequest field: {', '.join(unknown)}")
     return RunRequest(op=op, **options)
+
+
+def _refuse_tolerances_without_expect(options: dict[str, Any]) -> None:
+    """``--rtol``/``--atol`` given with nothing to compare would be silently ignored: a user
+    who meant ``--expect`` learns it now, as ``--q`` without quantile does."""
+    context = click.get_current_context(silent=True)
+    if context is None or options.get("expect") is not None:
+        return
+    for name in ("rtol", "atol"):
+        if name in options and context.get_parameter_source(name) is not ParameterSource.DEFAULT:
+            raise UsageError(f"--{name} applies only with --expect (a golden file to compare)")
 
 
 def _emit_summary(

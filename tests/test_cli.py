@@ -164,6 +164,16 @@ def test_expect_tolerance(pair, tmp_path):
     assert run("sum", *pair, "-n", "4", "-q", "--expect", golden, "--atol", "0.01").exit_code == 0
 
 
+@pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum,max"]])
+@pytest.mark.parametrize("tolerance", ["--rtol", "--atol"])
+def test_a_tolerance_without_expect_is_a_usage_error(pair, tmp_path, command, tolerance):
+    out = tmp_path / "out.npz"
+    result = run(*command, *pair, "-q", tolerance, "0.1", "-o", out)
+    assert result.exit_code == 2
+    assert f"--{tolerance[2:]} applies only with --expect" in result.stderr
+    assert not out.exists()
+
+
 def test_output_to_stdout_as_npy(pair):
     result = run("sum", *pair, "-n", "4", "-q", "-o", "-")
     import io
