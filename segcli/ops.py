@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import dataclasses
 import decimal
+import fractions
 import importlib
 import math
 from collections.abc import Callable, Mapping
@@ -1086,6 +1087,8 @@ def parse_fill(fill: Any, op: Op, data_dtype: np.dtype[Any]) -> Any:
         raise UsageError(f"--fill {fill!r} is not a number") from None
     with np.errstate(over="ignore"):
         stored = out_dtype.type(value)
+    if isinstance(value, float) and isinstance(fill, str):
+        stored = _rounded_once(fill, value, stored)
     if _overflowed(fill, stored):
         raise UsageError(
             f"--fill {fill} cannot be stored in the {out_dtype} result of {op.name} "
@@ -1127,6 +1130,38 @@ def _integer_fill(fill: Any, out_dtype: np.dtype[Any], op: Op) -> Any:
             f"(integers from {info.min} to {info.max})"
         )
     return out_dtype.type(int(value))
+
+
+def _rounded_once(text: str, value: float, stored: Any) -> Any:
+    """``text`` rounded once to ``stored``'s dtype, not twice (to float64, then to it).
+
+    Rounding to float64 first goes wrong only where it lands exactly halfway between two
+    values of the narrower dtype (ties to even may then pick the far one):
+    "1.0000000596046448" for float32 is above the tie 1 + 2**-24, so 1 + 2**-23, not 1."""
+    if not math.isfinite(value) or float(stored) == value:
+        return stored
+    kind = type(stored)
+    with np.errstate(over="ignore"):  # the neighbour of the largest finite value is inf
+        if float(stored) > value:
+            low, high = np.nextafter(stored, kind(-np.inf)), stored
+        else:
+            low, high = stored, np.nextafter(stored, kind(np.inf))
+    # Beyond the largest finite value, the tie with inf is half the last spacing beyond it.
+    if math.isinf(float(high)):
+        halfway = float(low) + (float(low) - float(np.nextafter(low, kind(0)))) / 2
+    elif math.isinf(float(low)):
+        halfway = float(high) - (float(np.nextafter(high, kind(0))) - float(high)) / 2
+    else:
+        halfway = (float(low) + float(high)) / 2
+    if value != halfway:
+        return stored
+    try:
+        exact = fractions.Fraction(text.strip())
+    except (ValueError, ZeroDivisionError):
+        return stored
+    if exact == fractions.Fraction(value):
+        return stored  # a true tie: ties to even, as the cast did
+    return high if exact > fractions.Fraction(value) else low
 
 
 def _overflowed(fill: Any, stored: Any) -> bool:

@@ -336,7 +336,31 @@ def test_a_key_not_in_keys_from_is_an_error(tmp_path: Path) -> None:
     result = run("sum", path, "--by", "sensor", "--keys-from", sensors, "-o", out)
     assert result.exit_code == 1
     assert result.stderr == (
-        f"Error: {path}: row 1 has key sensor='s9', which is not in --keys-from {sensors}\n"
+        f"Error: {path}: row 1 has key sensor='s9', which is not in --keys-from {sensors} "
+        "(1 row with a key not in it)\n"
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("engine", ["numpy", "numba"])
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize("op", ["sum", "median"])
+def test_a_key_not_in_keys_from_counts_every_such_row(
+    tmp_path: Path, engine: str, streamed: bool, op: str
+) -> None:
+    # Like an id >= n: the first offender named, and the number of offenders, in every block.
+    keys = ["s1", "s9", "s2", "s1", "s8", "s9", "s2", "s7"]
+    table = pa.table({"sensor": keys, "v": np.arange(8.0)})
+    path = write_table(tmp_path / "t.parquet", table)
+    sensors = write_table(tmp_path / "sensors.csv", pa.table({"sensor": ["s1", "s2"]}))
+    out = tmp_path / "o.parquet"
+    chunks = ["--chunk-rows", "3"] if streamed else []
+    args = [op, path, "--data-column", "v", "--by", "sensor", "--keys-from", sensors]
+    result = run(*args, "--engine", engine, *chunks, "-o", out)
+    assert (result.exit_code, result.stderr) == (
+        1,
+        f"Error: {path}: row 1 has key sensor='s9', which is not in --keys-from {sensors} "
+        "(4 rows with a key not in it)\n",
     )
     assert not out.exists()
 
@@ -728,7 +752,8 @@ def test_errors_name_a_key_as_the_output_writes_it(
     result = run("sum", path, "--by", "k", "--keys-from", first_only, "-q")
     assert (result.exit_code, result.stderr) == (
         1,
-        f"Error: {path}: row 1 has key k={text}, which is not in --keys-from {first_only}\n",
+        f"Error: {path}: row 1 has key k={text}, which is not in --keys-from {first_only} "
+        "(1 row with a key not in it)\n",
     )
     both = write_table(tmp_path / "both.parquet", pa.table({"k": keys}))
     first_row = write_table(tmp_path / "one.parquet", pa.table({"k": keys[:1], "v": [1.0]}))

@@ -87,6 +87,42 @@ def test_float_fills_keep_their_bytes(dtype, fill):
     assert got[1].tobytes() == want.tobytes()
 
 
+# Each text is just past a tie of its dtype that it rounds to in float64: read through float64,
+# ties to even would give the value below (1.0, 1.0 and 65504.0); read once, the one above.
+ONE_ROUNDING = [
+    ("float32", "1.0000000596046447762", np.float32(1 + 2**-23)),
+    ("float16", "1.00048828125000000001", np.float16(1 + 2**-10)),
+    ("float16", "-1.00048828125000000001", np.float16(-1 - 2**-10)),
+]
+
+
+@pytest.mark.parametrize(("dtype", "fill", "want"), ONE_ROUNDING)
+@pytest.mark.parametrize("engine", ["numpy", "numba"])
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("op", ["sum", "std", "first"])
+def test_float_fill_is_rounded_once_in_the_result_dtype(
+    tmp_path, dtype, fill, want, engine, stream, op
+):
+    out = tmp_path / "out.npy"
+    chunking = ["--chunk-rows", "1"] if stream else []
+    args = [op, *inputs(tmp_path, dtype), "-n", "3", "--fill", fill, "--engine", engine]
+    result = run(*args, "-q", "-o", out, *chunking)
+    assert result.exit_code == 0, result.stderr
+    got = np.load(out)
+    assert got.dtype == want.dtype
+    assert got[1:].tobytes() == np.array([want, want]).tobytes()
+
+
+def test_a_float_fill_below_the_overflow_tie_is_the_largest_value():
+    # float64 reads it as 65520.0, the tie with inf, which float16 rounds to inf (an error).
+    got = segcli.segment_reduce(
+        np.array([1], np.float16), np.array([0]), 2, "sum", fill="65519.99999999999999999"
+    )
+    assert got[1] == np.finfo(np.float16).max
+    with pytest.raises(UsageError, match="cannot be stored in the float16"):
+        segcli.segment_reduce(np.array([1], np.float16), np.array([0]), 2, "sum", fill="65520")
+
+
 def test_complex_fill_accepts_complex_literals():
     got = segcli.segment_reduce(np.array([1], np.complex64), np.array([0]), 2, "sum", fill="1+2j")
     assert got[1] == np.complex64(1 + 2j)

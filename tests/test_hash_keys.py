@@ -212,8 +212,9 @@ def test_keys_from_looks_keys_up_in_the_table(hashed: None) -> None:
     data = pa.table({"s": ["é", "b", None, "", "b"], "i": [3, 1, 4, 2, 1]})
     encoder = KeyEncoder(["s", "i"], null_keys="group", keys_from=keys, _dense_limit=1)
     assert encoder.encode(data).tolist() == [2, 0, 3, 1, 0]
+    encoder.encode(pa.table({"s": ["zz"], "i": [1]}))
     with pytest.raises(InvalidInputError, match=r"row 5 has key \(s='zz', i=1\)"):
-        encoder.encode(pa.table({"s": ["zz"], "i": [1]}))
+        encoder.finish()
 
 
 # --- the command line, bytes against pyarrow's path --------------------------------------------

@@ -173,9 +173,11 @@ def test_keys_from_gives_its_order_and_fills_empty_groups(tmp_path: Path) -> Non
     some = write(tmp_path / "some.csv", pa.table({"city": CITIES[:-1]}))
     result = run_main(*args, "--keys-from", some, "-o", tmp_path / "no.parquet")
     assert result.exit_code == 1
-    first = data.column("city").to_pylist().index("lima")
+    cities = data.column("city").to_pylist()
+    first, count = cities.index("lima"), cities.count("lima")
     assert error_lines(result) == [
-        f"Error: {path}: row {first} has key city='lima', which is not in --keys-from {some}"
+        f"Error: {path}: row {first} has key city='lima', which is not in --keys-from {some} "
+        f"({count} row{'s' if count != 1 else ''} with a key not in it)"
     ]
     assert not (tmp_path / "no.parquet").exists()
 

@@ -445,17 +445,38 @@ def test_keys_from_unknown_key_names_the_key_and_its_global_row() -> None:
     data = pa.table({"a": ["x", "y", "y", "x", "x"], "b": [1, 2, 2, 1, 2]})
     encoder = KeyEncoder(["a", "b"], keys_from=keys_table, keys_from_label="--keys-from k.csv")
     encoder.encode(data.slice(0, 3))
+    encoder.encode(data.slice(3), source="d.parquet")
     with pytest.raises(InvalidInputError) as err:
-        encoder.encode(data.slice(3), source="d.parquet")
+        encoder.finish()
     assert str(err.value) == (
-        "d.parquet: row 4 has key (a='x', b=2), which is not in --keys-from k.csv"
+        "d.parquet: row 4 has key (a='x', b=2), which is not in --keys-from k.csv "
+        "(1 row with a key not in it)"
+    )
+
+
+def test_keys_from_unknown_keys_are_counted_across_blocks_and_merges() -> None:
+    """Like ids >= n, every offending row is counted, and the first one named: the error
+    comes from finish(), once every block (or merged part) is in."""
+    keys_table = pa.table({"a": ["x"]})
+    first = KeyEncoder(["a"], keys_from=keys_table)
+    first.encode(pa.table({"a": ["x", "q", "x"]}), source="one.parquet")
+    first.encode(pa.table({"a": ["r", "x"]}), source="one.parquet")
+    second = KeyEncoder(["a"], keys_from=keys_table)
+    second.encode(pa.table({"a": ["s", "s"]}), source="two.parquet")
+    first.merge(second)
+    with pytest.raises(InvalidInputError) as err:
+        first.finish()
+    assert str(err.value) == (
+        "one.parquet: row 1 has key a='q', which is not in the keys table "
+        "(4 rows with a key not in it)"
     )
 
 
 def test_keys_from_value_absent_from_a_column() -> None:
     encoder = KeyEncoder(["a"], keys_from=pa.table({"a": ["x"]}))
-    with pytest.raises(InvalidInputError, match="row 2 has key a='q', which is not in"):
-        encoder.encode(pa.table({"a": ["x", None, "q", "r"]}))
+    encoder.encode(pa.table({"a": ["x", None, "q", "r"]}))
+    with pytest.raises(InvalidInputError, match=r"row 2 has key a='q', .* table \(2 rows"):
+        encoder.finish()
 
 
 def test_keys_from_null_keys() -> None:
@@ -544,8 +565,9 @@ def test_a_big_block_is_encoded_in_slices_with_the_same_answer(
     assert sliced[1].tobytes() == expected[1].tobytes()
     assert sliced[3].missing_rows == expected[3].missing_rows
     encoder = KeyEncoder(["a"], keys_from=pa.table({"a": ["x"]}))
-    with pytest.raises(InvalidInputError, match="row 9 has key a='y'"):
-        encoder.encode(pa.table({"a": ["x"] * 9 + ["y"]}))
+    encoder.encode(pa.table({"a": ["x"] * 9 + ["y", "z", "x", "y"]}))
+    with pytest.raises(InvalidInputError, match=r"row 9 has key a='y', .* \(3 rows with a key"):
+        encoder.finish()
 
 
 def test_a_key_column_given_twice_is_a_usage_error() -> None:

@@ -45,8 +45,10 @@ one). Its columns are cast to the data's types at the first block by a value-pre
 (so ``int64`` matches ``int32``, a string column matches a ``dictionary<string>`` one, an
 integer column matches a float one where exact); a value of another kind (a string key against
 integer data) is an error.
-A row whose key is not in it is an error naming the key and the row (0-based, counted across
-every block encoded); a key present twice in it is an error naming both rows. With
+A row whose key is not in it is an error naming the first such key and its row (0-based,
+counted across every block encoded) and the number of such rows, raised by ``finish()`` once
+every block is in (such rows get the id UNKNOWN, negative, until then); a key present twice in
+it is an error naming both rows. With
 ``null_keys="drop"`` data rows with a null key are dropped (never matched); with ``"group"`` they
 must match a row of ``keys_from`` whose key is null.
 
@@ -134,6 +136,10 @@ class KeyEncoder:
         self.keys_from_label = keys_from_label
         self.rows = 0
         self.missing_rows = 0
+        #: Rows whose key is not among the ``keys_from`` keys, and the first one's text: the
+        #: error waits for :meth:`finish`, so it counts every such row, as ids >= n are counted.
+        self.unknown_rows = 0
+        self._first_unknown: str | None = None
         self._columns: list[KeyColumn] | None = None
         #: Each key column's codes of the ``keys_from`` rows, once the data's types are known.
         self._seed_codes: list[np.ndarray] | None = None
@@ -175,13 +181,16 @@ class KeyEncoder:
         if self.keys_from is not None:
             unknown = np.flatnonzero(ids == UNKNOWN)
             if len(unknown):
-                raise self._unknown_key(part, int(unknown[0]), source)
+                self._note_unknown(part, int(unknown[0]), len(unknown), source)
         self.missing_rows += int(np.count_nonzero(ids == MISSING))
         self.rows += part.num_rows
         return ids
 
     def finish(self) -> KeyTable:
-        """The key table in output order and the permutation of the results to match it."""
+        """The key table in output order and the permutation of the results to match it.
+
+        Raises :class:`InvalidInputError` if a row's key is not among the ``keys_from`` keys."""
+        self._raise_unknown()
         if self.keys_from is not None:
             return KeyTable(
                 self._keys_from_in_data_types(), np.arange(self.n_groups, dtype=np.int64)
@@ -214,6 +223,9 @@ class KeyEncoder:
             raise ValueError("only encoders that both have keys_from, or both not, merge")
         self.rows += other.rows
         self.missing_rows += other.missing_rows
+        self.unknown_rows += other.unknown_rows
+        if self._first_unknown is None:  # parts merge in row order: the earlier row is named
+            self._first_unknown = other._first_unknown
         if other.keys_from is not None or other._columns is None:
             if self._seed_codes is None and other._seed_codes is not None:
                 # The data's key types, for the key table of finish().
@@ -372,11 +384,21 @@ class KeyEncoder:
             return ids
         return self._groups.ids(codes, [len(column.index) for column in columns], add=add)
 
-    def _unknown_key(self, block: Block, row: int, source: str | None) -> InvalidInputError:
-        where = f"{source}: " if source else ""
-        return InvalidInputError(
-            f"{where}row {self.rows + row} has key {_key_text(block, row, self.by)}, "
-            f"which is not in {self.keys_from_label}"
+    def _note_unknown(self, block: Block, row: int, count: int, source: str | None) -> None:
+        self.unknown_rows += count
+        if self._first_unknown is None:
+            where = f"{source}: " if source else ""
+            self._first_unknown = (
+                f"{where}row {self.rows + row} has key {_key_text(block, row, self.by)}"
+            )
+
+    def _raise_unknown(self) -> None:
+        if self._first_unknown is None:
+            return
+        rows = f"{self.unknown_rows} row{'s' if self.unknown_rows != 1 else ''}"
+        raise InvalidInputError(
+            f"{self._first_unknown}, which is not in {self.keys_from_label} "
+            f"({rows} with a key not in it)"
         )
 
 
