@@ -458,6 +458,14 @@ def _make_op_command(op: str) -> click.Command:
         help="printf format of float values in text, csv and tsv output (e.g. %.6g) "
         "[default: the shortest text that reads back exactly].",
     )
+    @click.option(
+        "--no-header",
+        "--no-output-header",
+        "no_output_header",
+        is_flag=True,
+        help="csv and tsv output, and the text on stdout of a --by run: no header line "
+        "(--no-input-header is for CSV/TSV input).",
+    )
     @click.option("--no-progress", is_flag=True, help="No progress bar on long runs.")
     @scheduler_option
     @click.option(

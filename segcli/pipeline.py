@@ -91,6 +91,8 @@ class RunRequest:
     #: (columns then named "1", "2", ... by position).
     delimiter: str | None = None
     no_input_header: bool = False
+    #: ``--no-header``: text, csv and tsv outputs without their header line.
+    no_output_header: bool = False
     #: ``--by``: key columns of DATA's table (comma-separated) that give the groups.
     by: str | None = None
     #: ``--null-keys``: "drop" (the default) or "group"; None when not given.
@@ -417,12 +419,12 @@ def _warn_of_huge_inferred_n(report: validate.IdReport, warn: Callable[[str], No
 
 def _check_output_options(request: RunRequest) -> None:
     """Output options that cannot apply fail before any input is read."""
-    if request.float_format is None:
+    if request.float_format is None and not request.no_output_header:
         return
     fmt = None
     if request.output is not None:
         fmt = io.output_format(request.output, request.output_format)
-    io.check_text_output(fmt, request.float_format)
+    io.check_text_output(fmt, request.float_format, header=not request.no_output_header)
 
 
 def _write(
@@ -435,7 +437,8 @@ def _write(
     if request.output is None:
         text = streams.stdout_text or sys.stdout
         try:
-            for block in _text_lines(reduction.result, keys, request.float_format):
+            header = not request.no_output_header
+            for block in _text_lines(reduction.result, keys, request.float_format, header):
                 _write_text(text, block)
             text.flush()
         except BrokenPipeError:
@@ -452,6 +455,7 @@ def _write(
         outputs=outputs,
         float_format=request.float_format,
         keys=None if keys is None else keys.table,
+        header=not request.no_output_header,
     )
 
 
@@ -470,13 +474,15 @@ def _write_text(text: TextIO, block: bytes) -> None:
 
 
 def _text_lines(
-    result: np.ndarray, keys: KeyFacts | None, float_format: str | None
+    result: np.ndarray, keys: KeyFacts | None, float_format: str | None, header: bool
 ) -> Iterator[bytes]:
-    """The lines on stdout: ``segment<TAB>value``, or with --by a header and key fields."""
+    """The lines on stdout: ``segment<TAB>value``, or with --by a header (unless ``header`` is
+    False) and key fields."""
     if keys is None:
         yield from io.text_blocks(result, "\t", float_format=float_format)
         return
-    yield keyed_header(keys.table, result, "\t", count=False).encode()
+    if header:
+        yield keyed_header(keys.table, result, "\t", count=False).encode()
     yield from keyed_text_blocks(result, keys.table, "\t", float_format=float_format)
 
 

@@ -174,6 +174,28 @@ def test_a_tolerance_without_expect_is_a_usage_error(pair, tmp_path, command, to
     assert not out.exists()
 
 
+def test_no_header_drops_the_header_of_single_op_text_outputs(pair, tmp_path):
+    """As ``agg --no-header`` does (SPEC: a single-op command is agg with one op)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"k": ["b", "a", "b"], "x": [1.0, 2.0, 4.0]}), table)
+    by = ["sum", table, "--data-column", "x", "--by", "k", "-q"]
+    assert run(*by).stdout.splitlines() == ["k\tvalue", "a\t2.0", "b\t5.0"]
+    assert run(*by, "--no-header").stdout.splitlines() == ["a\t2.0", "b\t5.0"]
+    keyed = run(*by, "--no-output-header", "-o", tmp_path / "keyed.csv")
+    assert keyed.exit_code == 0, keyed.stderr
+    assert (tmp_path / "keyed.csv").read_text().splitlines() == ["a,2.0,1", "b,5.0,2"]
+    plain = run("sum", *pair, "-q", "--no-header", "-o", tmp_path / "plain.tsv")
+    assert plain.exit_code == 0, plain.stderr
+    assert (tmp_path / "plain.tsv").read_text().splitlines()[0] == "0\t3.0\t2"
+    refused = run(*by, "--no-header", "-o", tmp_path / "out.parquet")
+    assert refused.exit_code == 2
+    assert "--no-header applies to text, csv and tsv output, not parquet" in refused.stderr
+    assert not (tmp_path / "out.parquet").exists()
+
+
 def test_output_to_stdout_as_npy(pair):
     result = run("sum", *pair, "-n", "4", "-q", "-o", "-")
     import io

@@ -55,6 +55,7 @@ def write_result(
     outputs: OutputSet | None = None,
     float_format: str | None = None,
     keys: pa.Table | None = None,
+    header: bool = True,
 ) -> str:
     """Write ``result`` (at least 1-D) to ``path`` (``-``: stdout); return the format used.
 
@@ -67,9 +68,10 @@ def write_result(
     ``float_format`` (printf style, csv and tsv only) formats float values.
     ``keys`` (a ``--by`` run's key table, row i for result row i) replaces ``segment`` in table,
     text and JSON outputs (see :mod:`segcli.io.keyed`); npy and npz leave it out.
+    ``header``: False leaves csv and tsv without their header line.
     """
     chosen = output_format(path, fmt)
-    check_text_output(chosen, float_format)
+    check_text_output(chosen, float_format, header=header)
     result = np.asarray(result)
     if result.ndim == 0:
         raise ValueError("a result has at least one axis (the segments)")
@@ -77,9 +79,11 @@ def write_result(
         counts = np.asarray(counts)
         if counts.shape != result.shape[:1]:
             raise ValueError(f"counts has shape {counts.shape}, need {result.shape[:1]}")
-    writer = _WRITERS[chosen] if float_format is None else _text_writer(_SEPS[chosen], float_format)
+    writer = _WRITERS[chosen]
+    if float_format is not None or not header:
+        writer = _text_writer(_SEPS[chosen], float_format, header=header)
     if keys is not None and chosen not in ("npy", "npz"):
-        writer = _keyed_writer(chosen, keys, float_format)
+        writer = _keyed_writer(chosen, keys, float_format, header=header)
     if path != "-":
         if outputs is not None:
             _stage(outputs, path, writer, result, counts)
@@ -171,8 +175,11 @@ def _write_arrow(result: _Array, counts: _Array | None, out: BinaryIO, stream: b
 _SEPS = {"csv": ",", "tsv": "\t"}
 
 
-def check_text_output(fmt: str | None, float_format: str | None) -> None:
-    """A ``float_format`` is for text outputs (stdout lines when ``fmt`` is None, csv, tsv)."""
+def check_text_output(fmt: str | None, float_format: str | None, *, header: bool = True) -> None:
+    """A ``float_format``, and leaving out the header line (``header`` False), are for text
+    outputs (stdout lines when ``fmt`` is None, csv, tsv)."""
+    if not header and fmt is not None and fmt not in _SEPS:
+        raise UsageError(f"--no-header applies to text, csv and tsv output, not {fmt}")
     if float_format is None:
         return
     if fmt is not None and fmt not in _SEPS:
@@ -180,25 +187,29 @@ def check_text_output(fmt: str | None, float_format: str | None) -> None:
     check_float_format(float_format)
 
 
-def _text_writer(sep: str, float_format: str | None = None) -> _Writer:
+def _text_writer(sep: str, float_format: str | None = None, *, header: bool = True) -> _Writer:
     def write(result: _Array, counts: _Array | None, out: BinaryIO, stream: bool) -> None:
         names = ["segment", *value_headers(result.shape[1:])]
         if counts is not None:
             names.append("count")
-        out.write((sep.join(names) + "\n").encode())
+        if header:
+            out.write((sep.join(names) + "\n").encode())
         for block in text_blocks(result, sep, counts, float_format=float_format):
             out.write(block)
 
     return write
 
 
-def _keyed_writer(fmt: str, keys: pa.Table, float_format: str | None) -> _Writer:
+def _keyed_writer(
+    fmt: str, keys: pa.Table, float_format: str | None, *, header: bool = True
+) -> _Writer:
     from segcli.io import keyed
 
     def write(result: _Array, counts: _Array | None, out: BinaryIO, stream: bool) -> None:
         if fmt in _SEPS:
             sep = _SEPS[fmt]
-            out.write(keyed.keyed_header(keys, result, sep, count=counts is not None).encode())
+            if header:
+                out.write(keyed.keyed_header(keys, result, sep, count=counts is not None).encode())
             for block in keyed.keyed_text_blocks(
                 result, keys, sep, counts, float_format=float_format
             ):
