@@ -340,9 +340,14 @@ def _variance(ddof: int, root: bool) -> Finalize:
 
     def finalize(parts: Mapping[str, np.ndarray], out_dtype: np.dtype[Any], owned: bool) -> Any:
         count = _per_element(parts["count"].astype(np.float64))
-        shifted = parts["shifted_sum"]
-        m2 = parts["shifted_squares"] - shifted * (shifted / np.maximum(count, 1))
+        shifted, squares = parts["shifted_sum"], parts["shifted_squares"]
+        with np.errstate(over="ignore", invalid="ignore"):
+            m2 = squares - shifted * (shifted / np.maximum(count, 1))
         m2 = np.maximum(m2, 0.0)  # rounding may leave -tiny; NaN stays NaN
+        # Finite values whose squared deviations overflow (1e154 apart and more): +inf, as
+        # NumPy's var gives, not the inf - inf of the formula. An inf or NaN value makes the
+        # shifted sum inf or NaN too, and stays NaN (NumPy: var([1, inf]) is NaN).
+        m2[np.isposinf(squares) & np.isfinite(shifted)] = np.inf
         var = np.where(count > ddof, m2 / np.maximum(count - ddof, 1), np.nan)
         # Of two NaN terms a sum keeps either one's sign bit, as the compiler orders the
         # operands (NumPy's add.at and a compiled loop differ): one NaN for every engine.

@@ -167,6 +167,25 @@ def test_var_of_integers_is_a_float_and_nan_propagates(engine: str) -> None:
     assert np.isnan(got).all()
 
 
+@pytest.mark.parametrize("op", ["var", "std"])
+def test_var_whose_squares_overflow_is_inf_as_numpys(engine: str, op: str, tmp_path: Path) -> None:
+    """Finite values 1e154 apart and more: the squared deviations overflow, +inf as NumPy's
+    var gives (the formula's inf - inf gave NaN); an inf value stays NaN."""
+    data = np.array([1e300, -1e300, 2e200, -2e200, 3.0, 5.0, 1.0, np.inf, -1e200, 1e200, 7.0])
+    ids = np.array([0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 4])
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = [getattr(np, op)(data[ids == k]) for k in range(5)]
+    assert np.isinf(want[0]) and np.isnan(want[3])  # what the rule is about
+    np.testing.assert_array_equal(reduce(data, ids, 5, op, engine=engine), want)
+    paths, out = save(tmp_path, data, ids), tmp_path / "out.npy"
+    for rows in ("1", "3"):  # streamed, merging blocks of the same segments
+        ran = invoke(
+            op, *paths, "-n", "5", "--chunk-rows", rows, "--engine", engine, "-q", "-o", out
+        )
+        assert ran.exit_code == 0, ran.stderr
+        np.testing.assert_array_equal(np.load(out), want)
+
+
 # --- argmin and argmax --------------------------------------------------------------------------
 
 
