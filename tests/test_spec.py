@@ -271,6 +271,25 @@ def test_sorted_negative_id_is_an_error():
     assert message == "segment_ids[0] = -1 is negative; --sorted ids must be >= 0 (1 negative id)"
 
 
+@pytest.mark.parametrize(
+    ("ids", "expected"),
+    [
+        (
+            [0, 2, 1, -1, 3],
+            "segment_ids[2] = 1 < segment_ids[1] = 2: --sorted ids must be "
+            "non-decreasing (2 decreases)",
+        ),
+        (
+            [0, 2, -1, 1, 0],
+            "segment_ids[2] = -1 is negative; --sorted ids must be >= 0 (1 negative id)",
+        ),
+    ],
+)
+def test_sorted_error_names_the_first_offending_position(engine, ids, expected):
+    # A decrease before the first negative id is the first offender, whichever rule it breaks.
+    assert error_of([1.0] * 5, ids, None, "sum", engine=engine, sorted=True) == expected
+
+
 def test_sorted_needs_one_dimensional_ids_of_full_length():
     assert "--sorted needs 1-D segment_ids" in error_of(
         np.ones((2, 2)), [[0, 0], [1, 1]], sorted=True
