@@ -540,6 +540,16 @@ def test_fortran_order_npy_over_the_threshold_is_read_whole(tmp_path, monkeypatc
 
 
 @pytest.mark.parametrize("engine", ["numpy", "numba"])
+def test_sorted_decrease_after_an_id_too_large_for_memory_is_the_error(tmp_path, engine):
+    # The first block's id 2**40 alone would need terabytes; the decrease after it makes the
+    # ids invalid, which the in-memory path reports first (it checks every id before sizing).
+    data, ids = np.ones(4), np.array([0, 2**40, 1, 1])
+    message = streaming_error(tmp_path, data, ids, None, rows=2, sorted_ids=True, engine=engine)
+    assert message == in_memory_error(data, ids, None, sorted=True)
+    assert message.startswith("ids: segment_ids[2] = 1 < segment_ids[1] = 1099511627776")
+
+
+@pytest.mark.parametrize("engine", ["numpy", "numba"])
 def test_sorted_ids_out_of_order_in_a_block_are_an_error_not_a_crash(tmp_path, engine):
     """A block whose ids are not sorted must never reach the sorted fold (which indexes the
     state by them): the run ends with the in-memory path's error, exit 1."""
