@@ -381,7 +381,7 @@ def _reduce_holistic(
             "on the CPU); use engine numpy or numba"
         )
     # A masked array (nulls read under --skipna) keeps its mask: its rows are left out.
-    data = data if _is_masked(data) else np.asarray(data)
+    data = data if _is_masked(data) else _native(np.asarray(data))
     ids = np.asarray(segment_ids)
     job = HolisticJob.of(
         (op.name,), data.dtype, q=q, skipna=skipna, fill=fill, label=data_label or "data"

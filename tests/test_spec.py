@@ -304,6 +304,16 @@ def test_ids_shape_must_be_a_prefix_of_data_shape():
     assert message == "segment_ids shape (4, 2) is not a prefix of data shape (3, 2)"
 
 
+@pytest.mark.parametrize("op", [name for name, op in segcli.OPS.items() if op.holistic])
+def test_big_endian_data_gives_the_native_result_for_holistic_ops(op):
+    # As for the folded ops (tests/test_engines.py): the result of the values read from a file.
+    data = np.array([3.0, 1.0, 2.0], ">f8")
+    want = reduce(data.astype(np.float64), [0, 1, 1], 2, op, q=0.5 if op == "quantile" else None)
+    got = reduce(data, [0, 1, 1], 2, op, q=0.5 if op == "quantile" else None)
+    assert got.dtype == want.dtype and got.dtype.isnative
+    assert got.tobytes() == want.tobytes()
+
+
 @pytest.mark.parametrize("op", list(segcli.OPS))
 @pytest.mark.parametrize("dtype", [bool, object])
 def test_bool_and_object_data_are_errors(dtype, op):
