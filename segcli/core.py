@@ -309,7 +309,7 @@ def reduce_arrays(
     if skipna:
         op_def = ops.skipna_op(op_def)
     # A masked array (nulls read under --skipna) keeps its mask: the values it hides are missing.
-    data = data if _is_masked(data) else np.asarray(data)
+    data = data if _is_masked(data) else _native(np.asarray(data))
     ids = np.asarray(segment_ids)
     started = time.perf_counter()
     inner_shape = tuple(data.shape[ids.ndim :])
@@ -344,6 +344,12 @@ def reduce_arrays(
     return reduction
 
 
+def _native(data: np.ndarray) -> np.ndarray:
+    """Big-endian data in native byte order, as the file readers give it: the engines' state
+    takes the data's dtype, and compiled kernels read native byte order only."""
+    return data if data.dtype.isnative else data.astype(data.dtype.newbyteorder("="))
+
+
 def _is_masked(data: Any) -> bool:
     """Whether ``data`` is a NumPy masked array, without importing numpy.ma (about 8 ms of
     start-up): no masked array can exist before that module is loaded."""
@@ -375,7 +381,7 @@ def _reduce_holistic(
             "on the CPU); use engine numpy or numba"
         )
     # A masked array (nulls read under --skipna) keeps its mask: its rows are left out.
-    data = data if _is_masked(data) else np.asarray(data)
+    data = data if _is_masked(data) else _native(np.asarray(data))
     ids = np.asarray(segment_ids)
     job = HolisticJob.of(
         (op.name,), data.dtype, q=q, skipna=skipna, fill=fill, label=data_label or "data"

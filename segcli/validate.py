@@ -351,7 +351,7 @@ def report(
     """The ids' report, or the first error with its position and the number of offenders."""
     n = num_segments
     if sorted_ids:
-        if summary.negative.count:
+        if summary.negative.count and not _decreases_first(summary):
             raise _error(
                 summary.negative,
                 locate,
@@ -384,6 +384,13 @@ def report(
     if n is None:
         n = summary.max_id + 1 if summary.max_id is not None and summary.max_id >= 0 else 0
     return IdReport(n, inferred, summary.size, summary.negative.count, 0)
+
+
+def _decreases_first(summary: IdSummary) -> bool:
+    """Whether sorted ids decrease before their first negative id: the error names the first
+    offending position (a negative id after a larger one is both; its message says negative)."""
+    decrease, negative = summary.decrease, summary.negative
+    return bool(decrease.count) and decrease.position < negative.position
 
 
 def _prefix(label: str | None) -> str:

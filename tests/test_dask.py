@@ -487,6 +487,26 @@ def test_sorted_decrease_at_a_file_boundary_names_both_files(client: Any, tmp_pa
     )
 
 
+@pytest.mark.parametrize("op", ["sum", "max", "count"])
+def test_sorted_decrease_after_an_id_too_large_for_memory_is_the_error(
+    client: Any, tmp_path: Path, op: str
+) -> None:
+    # The first partition's id 2**40 alone would need terabytes on its worker; the decrease in
+    # the next one makes the ids invalid, the error one machine gives.
+    data, ids = _shards(tmp_path, [[0, 2**40], [1, 1]], "int64")
+    with pytest.raises(InvalidInputError) as raised:
+        run(client, op=op, data=data, ids=ids, sorted_ids=True)
+    assert str(raised.value) == (
+        f"{tmp_path / 'i-1.npy'}: segment_ids[0] = 1 < segment_ids[1] = 1099511627776 in "
+        f"{tmp_path / 'i-0.npy'}: --sorted ids must be non-decreasing (1 decrease)"
+    )
+    valid = tmp_path / "valid"
+    valid.mkdir()
+    data, ids = _shards(valid, [[0, 2**40], [2**40]], "int64")
+    with pytest.raises(InvalidInputError, match=r"^num_segments = 1099511627777: the output"):
+        run(client, op=op, data=data, ids=ids, sorted_ids=True)
+
+
 def test_sorted_negative_id(client: Any, tmp_path: Path) -> None:
     data, ids = _shards(tmp_path, [[0, 0], [1, -1, -3]])
     with pytest.raises(InvalidInputError) as raised:

@@ -271,6 +271,25 @@ def test_sorted_negative_id_is_an_error():
     assert message == "segment_ids[0] = -1 is negative; --sorted ids must be >= 0 (1 negative id)"
 
 
+@pytest.mark.parametrize(
+    ("ids", "expected"),
+    [
+        (
+            [0, 2, 1, -1, 3],
+            "segment_ids[2] = 1 < segment_ids[1] = 2: --sorted ids must be "
+            "non-decreasing (2 decreases)",
+        ),
+        (
+            [0, 2, -1, 1, 0],
+            "segment_ids[2] = -1 is negative; --sorted ids must be >= 0 (1 negative id)",
+        ),
+    ],
+)
+def test_sorted_error_names_the_first_offending_position(engine, ids, expected):
+    # A decrease before the first negative id is the first offender, whichever rule it breaks.
+    assert error_of([1.0] * 5, ids, None, "sum", engine=engine, sorted=True) == expected
+
+
 def test_sorted_needs_one_dimensional_ids_of_full_length():
     assert "--sorted needs 1-D segment_ids" in error_of(
         np.ones((2, 2)), [[0, 0], [1, 1]], sorted=True
@@ -283,6 +302,16 @@ def test_sorted_needs_one_dimensional_ids_of_full_length():
 def test_ids_shape_must_be_a_prefix_of_data_shape():
     message = error_of(np.ones((3, 2)), [[0, 1], [0, 1], [0, 1], [0, 1]])
     assert message == "segment_ids shape (4, 2) is not a prefix of data shape (3, 2)"
+
+
+@pytest.mark.parametrize("op", [name for name, op in segcli.OPS.items() if op.holistic])
+def test_big_endian_data_gives_the_native_result_for_holistic_ops(op):
+    # As for the folded ops (tests/test_engines.py): the result of the values read from a file.
+    data = np.array([3.0, 1.0, 2.0], ">f8")
+    want = reduce(data.astype(np.float64), [0, 1, 1], 2, op, q=0.5 if op == "quantile" else None)
+    got = reduce(data, [0, 1, 1], 2, op, q=0.5 if op == "quantile" else None)
+    assert got.dtype == want.dtype and got.dtype.isnative
+    assert got.tobytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("op", list(segcli.OPS))

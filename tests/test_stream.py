@@ -540,6 +540,28 @@ def test_fortran_order_npy_over_the_threshold_is_read_whole(tmp_path, monkeypatc
 
 
 @pytest.mark.parametrize("engine", ["numpy", "numba"])
+def test_sorted_decrease_after_an_id_too_large_for_memory_is_the_error(tmp_path, engine):
+    # The first block's id 2**40 alone would need terabytes; the decrease after it makes the
+    # ids invalid, which the in-memory path reports first (it checks every id before sizing).
+    data, ids = np.ones(4), np.array([0, 2**40, 1, 1])
+    message = streaming_error(tmp_path, data, ids, None, rows=2, sorted_ids=True, engine=engine)
+    assert message == in_memory_error(data, ids, None, sorted=True)
+    assert message.startswith("ids: segment_ids[2] = 1 < segment_ids[1] = 1099511627776")
+
+
+@pytest.mark.parametrize("command", ["sum", "check"])
+def test_cli_sorted_decrease_after_an_id_too_large_for_memory_is_the_error(tmp_path, command):
+    paths = save_pair(tmp_path, np.ones(4), np.array([0, 2**40, 1, 1]))
+    for extra in ((), ("--chunk-rows", "1"), ("--chunk-rows", "2")):
+        got = run_cli(command, *paths, "--sorted", "-q", *extra)
+        assert got.exit_code == 1
+        assert got.stderr == (
+            f"Error: {paths[1]}: segment_ids[2] = 1 < segment_ids[1] = 1099511627776: "
+            "--sorted ids must be non-decreasing (1 decrease)\n"
+        )
+
+
+@pytest.mark.parametrize("engine", ["numpy", "numba"])
 def test_sorted_ids_out_of_order_in_a_block_are_an_error_not_a_crash(tmp_path, engine):
     """A block whose ids are not sorted must never reach the sorted fold (which indexes the
     state by them): the run ends with the in-memory path's error, exit 1."""

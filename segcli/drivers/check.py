@@ -26,7 +26,7 @@ from segcli.drivers.stream import (
     rows_of,
     with_later_null_ids,
 )
-from segcli.errors import NotStreamableError
+from segcli.errors import InvalidInputError, NotStreamableError
 from segcli.io.columns import NullIdsError, without_null_ids
 
 if TYPE_CHECKING:
@@ -108,6 +108,7 @@ def check_streamed(spec: RunSpec) -> CheckResult:
     inner = tuple(data.source.shape[len(ids.source.shape) :])
     counts = SegmentCounts(n, inner, data.source.dtype, spec.sorted_ids)
     nan = NanScan()
+    too_large: InvalidInputError | None = None
     blocks = read_ahead(
         aligned_blocks(data.source, ids.source, plan.block_rows, sorted_ids=spec.sorted_ids)
     )
@@ -124,11 +125,19 @@ def check_streamed(spec: RunSpec) -> CheckResult:
         seen = scanner.feed(flat_ids)
         nan.feed(data_block)
         # As in a streamed run: after a failing id, ids are only scanned, to count offenders.
-        if not scanner.failed:
-            if n is None and seen.max_id is not None:
-                counts.ensure(seen.max_id + 1)
+        if not scanner.failed and too_large is None:
+            try:
+                if n is None and seen.max_id is not None:
+                    counts.ensure(seen.max_id + 1)
+            except InvalidInputError as error:
+                if not spec.sorted_ids:
+                    raise
+                too_large = error  # a later decrease is the error, as in memory
+                continue
             counts.add(flat_ids)
     report = scanner.finish()
+    if too_large is not None:
+        raise too_large
     rows = rows_of(report, ids.source)
     return CheckResult(
         report,

@@ -35,7 +35,7 @@ from segcli.drivers.base import (
     op_and_fill,
 )
 from segcli.engines import Engine, EngineChoice, choose_engine
-from segcli.errors import UsageError
+from segcli.errors import InvalidInputError, UsageError
 from segcli.io.columns import NullIdsError, without_null_ids
 from segcli.io.formats import input_format
 from segcli.io.npy import Readable
@@ -210,6 +210,7 @@ def fold_blocks(
     column's block folded by its fold. Returns the blocks read and the null ids dropped.
     ``on_block`` sees the first column's valid blocks after the fold (see reduce_stream)."""
     done = blocks = null_ids = 0
+    too_large: InvalidInputError | None = None
     rest = iter(read)
     for data_blocks, ids_block in rest:
         try:
@@ -222,10 +223,17 @@ def fold_blocks(
         block_summary = scanner.feed(flat_ids)
         # Once an id makes the run fail, the rest is only scanned, so that the error counts
         # every offender; ids out of order must never reach a fold that assumes order.
-        if not scanner.failed:
+        if not scanner.failed and too_large is None:
+            try:
+                _grow(folds, block_summary, n)
+            except InvalidInputError as error:
+                if not sorted_ids:
+                    raise
+                # Sorted ids may still decrease further on: that error comes first, as it
+                # does in memory, where every id is checked before the output is sized.
+                too_large = error
+        if not scanner.failed and too_large is None:
             for fold, block in zip(folds, data_blocks, strict=True):
-                if n is None and block_summary.max_id is not None:
-                    fold.grow.ensure(block_summary.max_id + 1)
                 rows = block.reshape(flat_ids.size, fold.width)
                 fold_rows(
                     fold.choice.engine, fold.grow.state, rows, flat_ids, sorted_ids=sorted_ids
@@ -236,7 +244,17 @@ def fold_blocks(
         blocks += 1
         if progress is not None:
             progress(done, total_rows)
+    if too_large is not None:
+        scanner.finish()
+        raise too_large
     return blocks, null_ids
+
+
+def _grow(folds: list[BlockFold], block: validate.IdSummary, n: int | None) -> None:
+    """Grow each fold's state, when n is inferred, to hold the block's largest id."""
+    if n is None and block.max_id is not None:
+        for fold in folds:
+            fold.grow.ensure(block.max_id + 1)
 
 
 def with_later_null_ids(

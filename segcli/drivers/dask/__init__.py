@@ -70,7 +70,13 @@ from segcli.drivers.dask.tasks import (
     read_partition_rows,
     run_partition,
 )
-from segcli.errors import ClusterError, EngineUnavailableError, SegcliError, UsageError
+from segcli.errors import (
+    ClusterError,
+    EngineUnavailableError,
+    InvalidInputError,
+    SegcliError,
+    UsageError,
+)
 from segcli.io.columns import NullIdsError, NullsError
 from segcli.io.formats import first_line, input_format
 from segcli.validate import IdSummary, Locator, index_text, report
@@ -397,6 +403,8 @@ def _map_reduce(
         # The client's memory now.
         check_output_fits(op, n, _inner(plan), plan.data.dtype, sorted_ids=job.sorted_ids)
         merged: PartResult = _outcome(root, "combining the partitions")
+        if merged.too_large is not None:  # a worker's memory, with the ids found valid
+            raise InvalidInputError(merged.too_large)
     finally:
         # Release every key now, whatever happened: an exception's traceback would keep these
         # futures alive, and a shared cluster would keep (and recompute) their tasks. (Not

@@ -24,7 +24,7 @@ from segcli import ops
 from segcli.core import check_output_fits
 from segcli.drivers.dask.plan import Partition
 from segcli.engines import Engine, choose_engine, get_engine
-from segcli.errors import EngineUnavailableError, SegcliError
+from segcli.errors import EngineUnavailableError, InvalidInputError, SegcliError
 from segcli.io.columns import (
     ColumnRef,
     NullIdsError,
@@ -62,6 +62,9 @@ class PartResult:
     engines: frozenset[str] = frozenset()
     #: ``--skipna``: rows dropped for a null id.
     null_ids: int = 0
+    #: ``--sorted`` with n inferred: why a state would not fit a worker's memory, held until
+    #: the client has checked every id (a later decrease is the error to give, as in memory).
+    too_large: str | None = None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -109,7 +112,9 @@ def run_partition(part: Partition, job: Job) -> PartResult:
         # n is inferred: the state covers this partition's ids only and grows on combine.
         size = max(id_summary.max_id + 1, 0) if id_summary.max_id is not None else 0
         # On this worker, before allocating.
-        check_output_fits(op, size, inner, data.dtype, sorted_ids=job.sorted_ids)
+        too_large = _fits_or_held(op, size, inner, data.dtype, job)
+        if too_large is not None:
+            return PartResult(id_summary, None, null_ids=null_ids, too_large=too_large)
     engine = cpu_engine(job.elements)
     state = engine.new_state(op, size, inner, data.dtype, sorted_ids=job.sorted_ids)
     state.next_row = first_row  # lanes follow global row numbers
@@ -177,14 +182,17 @@ def fold_rows(before: PartResult | None, rows: PartRows, job: Job) -> PartResult
     state = None if before is None else before.state
     engines = frozenset() if before is None else before.engines
     null_ids = rows.null_ids + (0 if before is None else before.null_ids)
-    if rows.data is None or rows.ids is None:
-        return PartResult(summary, state, engines, null_ids)
+    too_large = None if before is None else before.too_large
+    if rows.data is None or rows.ids is None or too_large is not None:
+        return PartResult(summary, state, engines, null_ids, too_large)
     op = ops.get_op(job.op)
     size = job.num_segments
     if size is None:
         assert rows.id_summary.max_id is not None
         size = max(rows.id_summary.max_id + 1, 0 if state is None else state.num_segments)
-        check_output_fits(op, size, rows.inner, rows.data.dtype, sorted_ids=job.sorted_ids)
+        too_large = _fits_or_held(op, size, rows.inner, rows.data.dtype, job)
+        if too_large is not None:
+            return PartResult(summary, state, engines, null_ids, too_large)
     engine = cpu_engine(job.elements)
     if state is None:
         state = engine.new_state(op, size, rows.inner, rows.data.dtype, sorted_ids=job.sorted_ids)
@@ -278,8 +286,23 @@ def combine_results(*parts: PartResult) -> PartResult:
             combine_states(merged.state, part.state),
             merged.engines | part.engines,
             merged.null_ids + part.null_ids,
+            merged.too_large or part.too_large,
         )
     return merged
+
+
+def _fits_or_held(
+    op: ops.Op, size: int, inner: tuple[int, ...], dtype: np.dtype[Any], job: Job
+) -> str | None:
+    """:func:`check_output_fits` on this worker; under ``--sorted`` its error is returned for
+    the client to raise once the ids are known valid (see :attr:`PartResult.too_large`)."""
+    try:
+        check_output_fits(op, size, inner, dtype, sorted_ids=job.sorted_ids)
+    except InvalidInputError as error:
+        if not job.sorted_ids:
+            raise
+        return str(error)
+    return None
 
 
 def combine_states(a: ops.State | None, b: ops.State | None) -> ops.State | None:
