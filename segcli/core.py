@@ -415,11 +415,14 @@ def segment_reduce(
     fill: Any = None,
     q: float | None = None,
     skipna: bool = False,
+    ddof: int | None = None,
 ) -> np.ndarray:
     """Reduce the rows of ``data`` per segment, with TensorFlow's segment-reduction semantics.
 
     ``data`` has shape ``segment_ids.shape + inner``; the result has shape ``(n,) + inner``.
-    ``op`` is one of ``sum, mean, min, max, prod, sqrt_n, count``. With ``sorted=False``
+    ``op`` names an op of :data:`segcli.OPS`: TensorFlow's ``sum, mean, min, max, prod,
+    sqrt_n`` and ``count``, then ``var, std, argmin, argmax, first, last, any, all, logsumexp,
+    median, quantile, nunique``; ``ddof`` is var's and std's (default 0). With ``sorted=False``
     (``unsorted_segment_*``) negative ids drop their rows and ids ``>= n`` are an error; with
     ``sorted=True`` (``Segment*V2``) ids must be 1-D, non-negative and non-decreasing, and ids
     ``>= n`` drop their rows. ``num_segments`` defaults to the number the ids imply.
@@ -435,7 +438,7 @@ def segment_reduce(
         data,
         segment_ids,
         num_segments,
-        op,
+        op if ddof is None else ops.with_ddof(op, ddof),
         sorted=sorted,
         engine=engine,
         fill=fill,

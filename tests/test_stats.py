@@ -339,6 +339,11 @@ def test_ddof_in_the_library() -> None:
         ops.with_ddof("mean", 1)
     assert ops.with_ddof("var", 2) is ops.with_ddof("var", 2)
     assert ops.with_ddof("std", 0) is ops.OPS["std"]
+    data, ids = np.array([1.0, 2.0, 4.0, 5.0]), np.array([0, 0, 1, 1])
+    got = segcli.segment_reduce(data, ids, 2, "var", ddof=1)
+    np.testing.assert_array_equal(got, [np.var([1.0, 2.0], ddof=1), np.var([4.0, 5.0], ddof=1)])
+    with pytest.raises(UsageError, match="not mean"):
+        segcli.segment_reduce(data, ids, 2, "mean", ddof=1)
 
 
 def test_ddof_on_the_command_line(tmp_path: Path) -> None:
