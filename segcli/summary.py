@@ -263,8 +263,10 @@ def check_facts(
         "num_segments_inferred": report.inferred,
         "rows_total": report.rows,
         "rows_used": report.rows_used,
-        "rows_dropped_negative": report.dropped_negative,
+        # As in a run's summary: a null id's row is not counted as a negative id's.
+        "rows_dropped_negative": report.dropped_negative - found.null_ids,
         "rows_dropped_beyond_n": report.dropped_beyond,
+        **({"rows_dropped_null_id": found.null_ids} if skipna else {}),
         "rows_dropped": dropped_rows(report),
         "empty_segments": empty_segments(found),
         "nan_values": found.nan_values,
@@ -291,13 +293,17 @@ def check_rows(
         ),
         ("rows", f"{report.rows_used:,} used of {report.rows:,}"),
         ("empty segments", f"{empty_segments(found):,}"),
-        ("dropped rows", f"{dropped_rows(report):,}"),
+        ("dropped rows", f"{dropped_rows(report):,}" + _null_id_rows(found)),
         _missing_row(found, skipna),
         ("verdict", "ok" if not failures else "FAILED: " + "; ".join(failures)),
     ]
     if found.keys is not None:
         rows = _with_key_rows(rows, found.keys.summary())
     return rows
+
+
+def _null_id_rows(found: CheckResult) -> str:
+    return f" ({found.null_ids:,} with a null id)" if found.null_ids else ""
 
 
 def _missing_row(found: CheckResult, skipna: bool) -> tuple[str, str]:
