@@ -46,7 +46,14 @@ from segcli.multi import split, with_ddof
 from segcli.op_names import HOLISTIC_OPS, Q_OPS
 from segcli.pipeline import RunRequest, Streams
 from segcli.signals import checkpoint
-from segcli.summary import RunSummary, result_range, run_summary, summary_facts, summary_rows
+from segcli.summary import (
+    RunSummary,
+    fill_note,
+    result_range,
+    run_summary,
+    summary_facts,
+    summary_rows,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -76,7 +83,8 @@ class AggOutcome:
                 rows.append(
                     (
                         f"result {column['name']}",
-                        f"range [{_number(low)}, {_number(high)}], {column['nan_count']:,} NaN",
+                        f"range [{_number(low)}, {_number(high)}]{fill_note(self.summary)}, "
+                        f"{column['nan_count']:,} NaN",
                     )
                 )
         return rows

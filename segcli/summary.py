@@ -212,7 +212,8 @@ def summary_rows(summary: RunSummary) -> list[tuple[str, str]]:
         ),
         (
             "result",
-            f"range [{_number(s.result_min)}, {_number(s.result_max)}], {s.nan_count:,} NaN",
+            f"range [{_number(s.result_min)}, {_number(s.result_max)}]{fill_note(s)}, "
+            f"{s.nan_count:,} NaN",
         ),
         ("time", f"{s.total_seconds * 1000:.1f} ms ({times})"),
     ]
@@ -230,6 +231,18 @@ def summary_rows(summary: RunSummary) -> list[tuple[str, str]]:
     if s.keys is not None:
         rows = _with_key_rows(rows, s.keys)
     return rows
+
+
+def fill_note(summary: RunSummary) -> str:
+    """Says that the range (and NaN count) hold the fill of empty segments, where some are:
+    a min's range of ``[1, 3.40282e+38]`` is the fill, not a value of the data."""
+    empty, skipped = summary.empty_segments, summary.skipped
+    what = "group" if summary.keys is not None else "segment"
+    causes = [f"{empty:,} empty {what}{'' if empty == 1 else 's'}"] if empty else []
+    if skipped is not None and skipped["values"]:
+        # Per element, a non-empty segment whose values were all missing gets the fill too.
+        causes.append(f"any all-skipped {what}")
+    return f" (includes the fill of {' and '.join(causes)})" if causes else ""
 
 
 def _with_key_rows(rows: list[tuple[str, str]], keys: dict[str, Any]) -> list[tuple[str, str]]:

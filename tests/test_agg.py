@@ -1039,3 +1039,15 @@ def test_gathered_rows_refuse_the_sorting_ops(tmp_path):
     assert result.exit_code == 2
     assert error_lines(result) == 1 and "median" in result.stderr
     assert not (tmp_path / "a.npz").exists()
+
+
+def test_summary_says_each_result_range_holds_the_fill_of_empty_segments(tmp_path: Path) -> None:
+    np.save(tmp_path / "d.npy", np.array([1.0, 2.0, 4.0]))
+    np.save(tmp_path / "i.npy", np.array([0, 0, 2]))
+    inputs = [str(tmp_path / "d.npy"), str(tmp_path / "i.npy")]
+    out = str(tmp_path / "out.csv")
+    result = CliRunner().invoke(cli, ["agg", *inputs, "--op", "sum,min", "-o", out])
+    assert result.exit_code == 0, result.stderr
+    note = "(includes the fill of 1 empty segment)"
+    assert f"  result sum      range [0, 4] {note}, 0 NaN\n" in result.stderr
+    assert f"  result min      range [1, 1.79769e+308] {note}, 0 NaN\n" in result.stderr

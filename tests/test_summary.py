@@ -45,6 +45,20 @@ def test_rows_report_drops_empties_and_nan():
     assert rows["result"].endswith("1 NaN")
 
 
+def test_result_range_says_it_holds_the_fill_of_empty_segments():
+    """max's fill is -FLT_MAX: a range reaching it without a word would read as data."""
+    rows = dict(summary_rows(make_summary()))
+    assert (
+        rows["result"] == "range [-3.40282e+38, 3] (includes the fill of 2 empty segments), 1 NaN"
+    )
+    data, ids = np.array([1.0, 2.0]), np.array([0, 1])
+    reduction = segcli.reduce_arrays(data, ids, 2, "sum", engine="numpy")
+    facts = input_facts("d.npy", "d.npy", "npy", data.shape, data.dtype)
+    run = DriverResult(reduction, facts, facts, "in-memory", timings={"compute": 0.001})
+    summary = run_summary(run, output_path=None, output_format=None, write_s=0.001)
+    assert dict(summary_rows(summary))["result"] == "range [1, 2], 0 NaN"
+
+
 def test_json_is_valid_and_has_no_bare_nan_or_inf():
     summary = make_summary()
     summary.result_max = float("inf")
