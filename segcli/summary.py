@@ -223,7 +223,9 @@ def summary_rows(summary: RunSummary) -> list[tuple[str, str]]:
     if s.skipped is not None:
         values = s.skipped["values"]
         skipped = f"{values:,} missing value{'' if values == 1 else 's'} (NaN or null)"
-        rows.append(("skipped", f"{skipped}, {_rows(s.skipped['rows'])} with a null id"))
+        if s.keys is None:  # a --by run has no ids: a null key is a missing key, counted above
+            skipped += f", {_rows(s.skipped['rows'])} with a null id"
+        rows.append(("skipped", skipped))
     if rate is not None:
         rows.append(
             ("throughput", f"{rate:,.0f} rows/s, {human_bytes(s.data.bytes / s.work_seconds())}/s")

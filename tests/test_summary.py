@@ -59,6 +59,19 @@ def test_result_range_says_it_holds_the_fill_of_empty_segments():
     assert dict(summary_rows(summary))["result"] == "range [1, 2], 0 NaN"
 
 
+def test_skipped_row_names_null_ids_only_where_there_are_ids():
+    """A --by run has no ids; its null keys are the "missing key" rows already counted."""
+    summary = make_summary()
+    summary.skipped = {"values": 2, "rows": 0}
+    skipped = "2 missing values (NaN or null)"
+    assert dict(summary_rows(summary))["skipped"] == f"{skipped}, 0 rows with a null id"
+    summary.keys = {
+        "columns": ["k"], "types": ["string"], "distinct": 2, "rows_dropped_missing_key": 1,
+        "null_keys": "drop", "keys_from": None,
+    }  # fmt: skip
+    assert dict(summary_rows(summary))["skipped"] == skipped
+
+
 def test_json_is_valid_and_has_no_bare_nan_or_inf():
     summary = make_summary()
     summary.result_max = float("inf")
