@@ -49,6 +49,7 @@ from segcli.signals import checkpoint
 from segcli.summary import (
     RunSummary,
     fill_note,
+    json_number,
     result_range,
     run_summary,
     summary_facts,
@@ -69,7 +70,15 @@ class AggOutcome:
 
     def facts(self) -> dict[str, Any]:
         """The ``--summary-json`` facts, with one entry per result column."""
-        return {**summary_facts(self.summary), "results": self.columns}
+        results = [
+            {
+                **column,
+                "result_min": json_number(column["result_min"]),
+                "result_max": json_number(column["result_max"]),
+            }
+            for column in self.columns
+        ]
+        return {**summary_facts(self.summary), "results": results}
 
     def rows(self) -> list[tuple[str, str]]:
         """The summary rows, the single ``result`` row replaced by one per result column."""

@@ -81,7 +81,7 @@ def summary_facts(summary: RunSummary) -> dict[str, Any]:
     """The summary as the documented ``--summary-json`` facts."""
     facts = asdict(summary)
     for key in ("result_min", "result_max"):
-        facts[key] = _json_number(facts[key])
+        facts[key] = json_number(facts[key])
     facts["timings_s"] = {k: round(v, 6) for k, v in summary.timings_s.items()}
     facts["timings_s"]["total"] = round(summary.total_seconds, 6)
     rate = summary.rows_per_second()
@@ -93,7 +93,7 @@ def summary_facts(summary: RunSummary) -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, **facts}
 
 
-def _json_number(value: float | None) -> float | str | None:
+def json_number(value: float | None) -> float | str | None:
     """JSON has no inf or NaN: those become the strings "inf", "-inf", "nan"."""
     if value is None or math.isfinite(value):
         return value

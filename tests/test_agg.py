@@ -1051,3 +1051,20 @@ def test_summary_says_each_result_range_holds_the_fill_of_empty_segments(tmp_pat
     note = "(includes the fill of 1 empty segment)"
     assert f"  result sum      range [0, 4] {note}, 0 NaN\n" in result.stderr
     assert f"  result min      range [1, 1.79769e+308] {note}, 0 NaN\n" in result.stderr
+
+
+def test_summary_json_of_infinite_columns_is_written_with_inf_strings(tmp_path: Path) -> None:
+    """An infinite column range crashed the JSON (no inf in JSON) and the run wrote nothing."""
+    np.save(tmp_path / "d.npy", np.array([np.inf, -np.inf, np.nan]))
+    np.save(tmp_path / "i.npy", np.array([0, 1, 2]))
+    inputs = [str(tmp_path / "d.npy"), str(tmp_path / "i.npy")]
+    out, facts = tmp_path / "out.csv", tmp_path / "s.json"
+    args = ["agg", *inputs, "--op", "sum,max", "-o", str(out), "--summary-json", str(facts), "-q"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == "" and out.exists()
+    columns = json.loads(facts.read_text())["results"]
+    assert [(c["result_min"], c["result_max"], c["nan_count"]) for c in columns] == [
+        ("-inf", "inf", 1),
+        ("-inf", "inf", 1),
+    ]
