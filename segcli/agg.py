@@ -50,6 +50,7 @@ from segcli.summary import (
     RunSummary,
     fill_note,
     json_number,
+    range_text,
     result_range,
     run_summary,
     summary_facts,
@@ -92,7 +93,7 @@ class AggOutcome:
                 rows.append(
                     (
                         f"result {column['name']}",
-                        f"range [{_number(low)}, {_number(high)}]{fill_note(self.summary)}, "
+                        f"{range_text(column['dtype'], low, high)}{fill_note(self.summary)}, "
                         f"{column['nan_count']:,} NaN",
                     )
                 )

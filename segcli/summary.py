@@ -103,7 +103,10 @@ def json_number(value: float | None) -> float | str | None:
 def result_range(result: np.ndarray) -> tuple[int, float | None, float | None]:
     """NaN count and the range of the non-NaN values (real part for complex)."""
     values = result.real if result.dtype.kind == "c" else result
-    nan_count = int(np.count_nonzero(np.isnan(values))) if values.dtype.kind == "f" else 0
+    # A complex value is NaN when either part is, as NumPy's isnan says.
+    nan_count = int(np.count_nonzero(np.isnan(result))) if result.dtype.kind in "fc" else 0
+    if result.dtype.kind == "c" and nan_count:  # a NaN imaginary part leaves the range too
+        values = np.where(np.isnan(result), np.nan, values)
     if values.size == nan_count:
         return nan_count, None, None
     # fmin/fmax pass NaN over without a copy of the other values (a whole result's bytes).
@@ -212,7 +215,7 @@ def summary_rows(summary: RunSummary) -> list[tuple[str, str]]:
         ),
         (
             "result",
-            f"range [{_number(s.result_min)}, {_number(s.result_max)}]{fill_note(s)}, "
+            f"{range_text(s.output_dtype, s.result_min, s.result_max)}{fill_note(s)}, "
             f"{s.nan_count:,} NaN",
         ),
         ("time", f"{s.total_seconds * 1000:.1f} ms ({times})"),
@@ -233,6 +236,12 @@ def summary_rows(summary: RunSummary) -> list[tuple[str, str]]:
     if s.keys is not None:
         rows = _with_key_rows(rows, s.keys)
     return rows
+
+
+def range_text(dtype: str, low: float | None, high: float | None) -> str:
+    """``range [low, high]``; a complex result's range is of its real parts, and says so."""
+    part = " (real part)" if dtype.startswith("complex") else ""
+    return f"range [{_number(low)}, {_number(high)}]{part}"
 
 
 def fill_note(summary: RunSummary) -> str:

@@ -72,6 +72,16 @@ def test_skipped_row_names_null_ids_only_where_there_are_ids():
     assert dict(summary_rows(summary))["skipped"] == skipped
 
 
+def test_complex_result_counts_a_nan_imaginary_part_and_says_its_range_is_real():
+    data = np.array([1 + 2j, complex(5, np.nan), 3j], np.complex64)
+    reduction = segcli.reduce_arrays(data, np.array([0, 1, 2]), 3, "sum", engine="numpy")
+    facts = input_facts("d.npy", "d.npy", "npy", data.shape, data.dtype)
+    run = DriverResult(reduction, facts, facts, "in-memory", timings={"compute": 0.001})
+    summary = run_summary(run, output_path=None, output_format=None, write_s=0.001)
+    assert (summary.nan_count, summary.result_min, summary.result_max) == (1, 0.0, 1.0)
+    assert dict(summary_rows(summary))["result"] == "range [0, 1] (real part), 1 NaN"
+
+
 def test_json_is_valid_and_has_no_bare_nan_or_inf():
     summary = make_summary()
     summary.result_max = float("inf")
