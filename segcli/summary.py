@@ -21,6 +21,7 @@ from segcli.memory import human_bytes
 
 if TYPE_CHECKING:
     from segcli.drivers.check import CheckResult
+    from segcli.keys.facts import KeyFacts
 
 __all__ = ["InputFacts", "RunSummary", "input_facts"]
 
@@ -152,7 +153,7 @@ def run_summary(
         timings_s={**run.timings, "write": write_s},
         mode=run.mode,
         extra=dict(run.mode_facts),
-        keys=None if run.keys is None else run.keys.summary(),
+        keys=None if run.keys is None else key_facts(run.keys, reduction.empty_segments),
         skipped=None
         if reduction.skipped_values is None
         else {"values": reduction.skipped_values, "rows": reduction.null_ids},
@@ -234,7 +235,7 @@ def summary_rows(summary: RunSummary) -> list[tuple[str, str]]:
             ("throughput", f"{rate:,.0f} rows/s, {human_bytes(s.data.bytes / s.work_seconds())}/s")
         )
     if s.keys is not None:
-        rows = _with_key_rows(rows, s.keys)
+        rows = _with_key_rows(rows, s.keys, s.num_segments)
     return rows
 
 
@@ -256,12 +257,20 @@ def fill_note(summary: RunSummary) -> str:
     return f" (includes the fill of {' and '.join(causes)})" if causes else ""
 
 
-def _with_key_rows(rows: list[tuple[str, str]], keys: dict[str, Any]) -> list[tuple[str, str]]:
+def key_facts(keys: KeyFacts, empty_groups: int) -> dict[str, Any]:
+    """A ``--by`` run's ``keys`` facts; ``distinct`` counts the keys found in DATA, which
+    leaves out the empty groups that ``--keys-from`` adds (``num_segments`` counts those)."""
+    return {**keys.summary(), "distinct": keys.distinct - empty_groups}
+
+
+def _with_key_rows(
+    rows: list[tuple[str, str]], keys: dict[str, Any], groups: int
+) -> list[tuple[str, str]]:
     """A ``--by`` run's rows: the key columns for ``ids``, distinct keys for ``segments``."""
     fixed = f"from --keys-from {keys['keys_from']}" if keys["keys_from"] else "distinct"
     replaced = {
         "ids": ("keys", f"{', '.join(keys['columns'])}  ({', '.join(keys['types'])})"),
-        "segments": ("groups", f"{keys['distinct']:,} ({fixed}; null keys {keys['null_keys']})"),
+        "segments": ("groups", f"{groups:,} ({fixed}; null keys {keys['null_keys']})"),
         "empty segments": ("empty groups", None),
     }
     out = []
@@ -297,7 +306,7 @@ def check_facts(
         **({"missing_values": missing_values(found)} if skipna else {}),
         "passed": not failures,
         "failures": failures,
-        **({} if found.keys is None else {"keys": found.keys.summary()}),
+        **({} if found.keys is None else {"keys": key_facts(found.keys, empty_segments(found))}),
     }
 
 
@@ -322,7 +331,9 @@ def check_rows(
         ("verdict", "ok" if not failures else "FAILED: " + "; ".join(failures)),
     ]
     if found.keys is not None:
-        rows = _with_key_rows(rows, found.keys.summary())
+        rows = _with_key_rows(
+            rows, key_facts(found.keys, empty_segments(found)), report.num_segments
+        )
     return rows
 
 
