@@ -93,8 +93,8 @@ class AggOutcome:
                 rows.append(
                     (
                         f"result {column['name']}",
-                        f"{range_text(column['dtype'], low, high)}{fill_note(self.summary)}, "
-                        f"{column['nan_count']:,} NaN",
+                        f"{range_text(column['dtype'], low, high)}, "
+                        f"{column['nan_count']:,} NaN{fill_note(self.summary)}",
                     )
                 )
         return rows

@@ -216,8 +216,8 @@ def summary_rows(summary: RunSummary) -> list[tuple[str, str]]:
         ),
         (
             "result",
-            f"{range_text(s.output_dtype, s.result_min, s.result_max)}{fill_note(s)}, "
-            f"{s.nan_count:,} NaN",
+            f"{range_text(s.output_dtype, s.result_min, s.result_max)}, "
+            f"{s.nan_count:,} NaN{fill_note(s)}",
         ),
         ("time", f"{s.total_seconds * 1000:.1f} ms ({times})"),
     ]
@@ -246,15 +246,16 @@ def range_text(dtype: str, low: float | None, high: float | None) -> str:
 
 
 def fill_note(summary: RunSummary) -> str:
-    """Says that the range (and NaN count) hold the fill of empty segments, where some are:
-    a min's range of ``[1, 3.40282e+38]`` is the fill, not a value of the data."""
+    """Says that the range and NaN count hold the fill of empty segments, where some are: a
+    min's range of ``[1, 3.40282e+38]`` is the fill, not a value of the data; so are the NaN
+    of ``--fill nan``."""
     empty, skipped = summary.empty_segments, summary.skipped
     what = "group" if summary.keys is not None else "segment"
     causes = [f"{empty:,} empty {what}{'' if empty == 1 else 's'}"] if empty else []
     if skipped is not None and skipped["values"]:
         # Per element, a non-empty segment whose values were all missing gets the fill too.
         causes.append(f"any all-skipped {what}")
-    return f" (includes the fill of {' and '.join(causes)})" if causes else ""
+    return f" (the fill of {' and '.join(causes)} included)" if causes else ""
 
 
 def key_facts(keys: KeyFacts, empty_groups: int) -> dict[str, Any]:

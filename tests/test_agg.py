@@ -1048,9 +1048,9 @@ def test_summary_says_each_result_range_holds_the_fill_of_empty_segments(tmp_pat
     out = str(tmp_path / "out.csv")
     result = CliRunner().invoke(cli, ["agg", *inputs, "--op", "sum,min", "-o", out])
     assert result.exit_code == 0, result.stderr
-    note = "(includes the fill of 1 empty segment)"
-    assert f"  result sum      range [0, 4] {note}, 0 NaN\n" in result.stderr
-    assert f"  result min      range [1, 1.79769e+308] {note}, 0 NaN\n" in result.stderr
+    note = "(the fill of 1 empty segment included)"
+    assert f"  result sum      range [0, 4], 0 NaN {note}\n" in result.stderr
+    assert f"  result min      range [1, 1.79769e+308], 0 NaN {note}\n" in result.stderr
 
 
 def test_summary_json_of_infinite_columns_is_written_with_inf_strings(tmp_path: Path) -> None:
