@@ -1068,3 +1068,24 @@ def test_summary_json_of_infinite_columns_is_written_with_inf_strings(tmp_path: 
         ("-inf", "inf", 1),
         ("-inf", "inf", 1),
     ]
+
+
+def test_summary_names_the_ops_asked_and_every_data_column(tmp_path: Path) -> None:
+    """``op`` is the ops (not the result columns, nor the ``rows`` count column); ``data``
+    names every column read, not only the first."""
+    path = tmp_path / "t.parquet"
+    table = {"a": [1.0, 2.0], "b": pa.array([4, 5], pa.int32()), "id": [0, 1]}
+    pq.write_table(pa.table(table), path)
+    facts = tmp_path / "s.json"
+    args = ["agg", str(path), "--data-column", "a,b", "--ids-column", "id", "--skipna"]
+    args += ["--op", "sum,count", "-o", str(tmp_path / "o.csv"), "--summary-json", str(facts)]
+    result = CliRunner().invoke(cli, [*args, "--no-progress"])
+    assert result.exit_code == 0, result.stderr
+    assert f"  data            {path}:a, {path}:b  (2,) float64,int32\n" in result.stderr
+    assert "  op              sum,count (unsorted)\n" in result.stderr
+    summary = json.loads(facts.read_text())
+    assert summary["op"] == "sum,count"
+    assert summary["data"]["label"] == f"{path}:a, {path}:b"
+    assert summary["data"]["dtype"] == "float64,int32" and summary["data"]["bytes"] == 16 + 8
+    names = [column["name"] for column in summary["results"]]
+    assert names == ["a_sum", "a_count", "b_sum", "b_count", "rows"]
