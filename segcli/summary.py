@@ -300,7 +300,7 @@ def check_facts(
         # As in a run's summary: a null id's row is not counted as a negative id's.
         "rows_dropped_negative": report.dropped_negative - found.null_ids,
         "rows_dropped_beyond_n": report.dropped_beyond,
-        **({"rows_dropped_null_id": found.null_ids} if skipna else {}),
+        **({"rows_dropped_null_id": found.null_ids} if skipna and found.keys is None else {}),
         "rows_dropped": dropped_rows(report),
         "empty_segments": empty_segments(found),
         "nan_values": found.nan_values,

@@ -369,6 +369,8 @@ def test_check_tells_null_ids_from_negative_ids_as_a_run_does(
     assert check_facts["rows_dropped_negative"] == run_facts["rows_dropped_negative"] == 1
     assert check_facts["rows_dropped_null_id"] == run_facts["skipped"]["rows"] == 2
     assert check_facts["rows_dropped"] == 3
+    by_key = run_cli("check", *inputs[:3], "--by", "id", "--skipna", "--summary-json", "-")
+    assert "rows_dropped_null_id" not in json.loads(by_key.stderr)  # no ids: missing keys
 
 
 def test_check_without_skipna_still_counts_nan_values(tmp_path: Path) -> None:
