@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from segcli import core, io, ops
-from segcli.drivers.base import DriverResult, Progress
+from segcli.drivers.base import DriverResult, InputFacts, Progress
 from segcli.drivers.choose import carry_out
 from segcli.errors import (
     ExpectationError,
@@ -46,7 +46,16 @@ from segcli.multi import split, with_ddof
 from segcli.op_names import HOLISTIC_OPS, Q_OPS
 from segcli.pipeline import RunRequest, Streams
 from segcli.signals import checkpoint
-from segcli.summary import RunSummary, result_range, run_summary, summary_facts, summary_rows
+from segcli.summary import (
+    RunSummary,
+    fill_note,
+    json_number,
+    range_text,
+    result_range,
+    run_summary,
+    summary_facts,
+    summary_rows,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -62,7 +71,15 @@ class AggOutcome:
 
     def facts(self) -> dict[str, Any]:
         """The ``--summary-json`` facts, with one entry per result column."""
-        return {**summary_facts(self.summary), "results": self.columns}
+        results = [
+            {
+                **column,
+                "result_min": json_number(column["result_min"]),
+                "result_max": json_number(column["result_max"]),
+            }
+            for column in self.columns
+        ]
+        return {**summary_facts(self.summary), "results": results}
 
     def rows(self) -> list[tuple[str, str]]:
         """The summary rows, the single ``result`` row replaced by one per result column."""
@@ -76,7 +93,8 @@ class AggOutcome:
                 rows.append(
                     (
                         f"result {column['name']}",
-                        f"range [{_number(low)}, {_number(high)}], {column['nan_count']:,} NaN",
+                        f"{range_text(column['dtype'], low, high)}, "
+                        f"{column['nan_count']:,} NaN{fill_note(self.summary)}",
                     )
                 )
         return rows
@@ -237,7 +255,8 @@ def _run(
     _write(body, request, fmt, outputs, streams)
     if request.keys_out is not None and keys is not None:
         stage_keys(keys.table, request.keys_out, outputs)
-    return _outcome(runs, results, counts, request, fmt, time.perf_counter() - started)
+    written = time.perf_counter() - started
+    return _outcome(runs, op_names, results, counts, request, fmt, written)
 
 
 def _write(
@@ -265,6 +284,7 @@ def _write(
 
 def _outcome(
     runs: list[DriverResult],
+    op_names: tuple[str, ...],
     results: dict[str, np.ndarray],
     counts: np.ndarray,
     request: RunRequest,
@@ -276,7 +296,7 @@ def _outcome(
     for done in runs:
         for step, seconds in done.timings.items():
             timings[step] = timings.get(step, 0.0) + seconds
-    first = dataclasses.replace(runs[0], timings=timings)
+    first = dataclasses.replace(runs[0], data=_data_facts(runs), timings=timings)
     one = next(iter(results.values()))
     shown = dataclasses.replace(first.reduction, result=one, skipped_values=_skipped(runs))
     summary = run_summary(
@@ -285,7 +305,8 @@ def _outcome(
         output_format=None if fmt == "text" else fmt,
         write_s=write_s,
     )
-    summary.op = ",".join(results)
+    # The ops asked for: the columns (a_sum, the rows count) are in ``results``.
+    summary.op = ",".join(op_names)
     summary.output_shape = [int(counts.shape[0]), len(results)]
     summary.output_dtype = "columns"
     # One range per column (``results``); the run's own NaN count adds up every column.
@@ -306,6 +327,19 @@ def _outcome(
             }
         )
     return AggOutcome(summary, results, counts, facts)
+
+
+def _data_facts(runs: list[DriverResult]) -> InputFacts:
+    """DATA as every column read: each one's label and dtype, and their bytes together."""
+    if len(runs) == 1:
+        return runs[0].data
+    dtypes = dict.fromkeys(done.data.dtype for done in runs)  # each once, in column order
+    return dataclasses.replace(
+        runs[0].data,
+        label=", ".join(done.data.label for done in runs),
+        dtype=",".join(dtypes),
+        bytes=sum(done.data.bytes for done in runs),
+    )
 
 
 def _skipped(runs: list[DriverResult]) -> int | None:

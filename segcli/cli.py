@@ -401,6 +401,13 @@ def _verdict(error: SegcliError | None) -> dict[str, Any]:
     return {"exit_code": error.exit_code, "error": f"Error: {error}"}
 
 
+def _command(command: str) -> dict[str, Any]:
+    """The JSON summary's ``command``, first after ``schema_version``, as in a failed run's."""
+    from segcli.summary import SCHEMA_VERSION
+
+    return {"schema_version": SCHEMA_VERSION, "command": command}
+
+
 @contextlib.contextmanager
 def _summary_on_failure(command: str, summary_json: str | None) -> Iterator[None]:
     """On a failed run, ``--summary-json`` still gets written, saying why, so CI can read it.
@@ -521,14 +528,14 @@ def _make_op_command(op: str) -> click.Command:
             pipeline.reserve_outputs(request, outputs)
             with progress_bar(enabled=not (quiet or no_progress)) as progress:
                 outcome = pipeline.run(request, progress=progress, outputs=outputs, warn=_warn)
-            facts = {**summary_facts(outcome.summary), **_verdict(None)}
+            facts = {**_command(op), **summary_facts(outcome.summary), **_verdict(None)}
             _stage_summary_json(outputs, summary_json, facts)
 
         summary = outcome.summary
         _emit_summary(
             f"segcli {op}",
             summary_rows(summary),
-            {**summary_facts(summary), **_verdict(None)},
+            {**_command(op), **summary_facts(summary), **_verdict(None)},
             quiet=quiet,
             summary_json=summary_json,
             alert=frozenset({"result"}) if summary.nan_count else frozenset(),
@@ -680,7 +687,7 @@ def agg(
             outcome = agg_module.run(
                 request, op_names, outputs, header=not no_output_header, progress=progress
             )
-        facts = {**outcome.facts(), **_verdict(None)}
+        facts = {**_command("agg"), **outcome.facts(), **_verdict(None)}
         _stage_summary_json(outputs, summary_json, facts)
     _emit_summary(
         "segcli agg",

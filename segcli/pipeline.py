@@ -564,7 +564,7 @@ def _check_failures(
     if max_dropped is not None and dropped > max_dropped:
         failures.append(
             f"{found.ids.label}: {validate.plural(dropped, 'dropped row')}, more than "
-            f"--max-dropped {max_dropped} ({_dropped_causes(report, found.keys)})"
+            f"--max-dropped {max_dropped} ({_dropped_causes(report, found.keys, found.null_ids)})"
         )
     missing = missing_values(found) if skipna else found.nan_values
     if no_nan and missing:
@@ -591,12 +591,17 @@ def _empty_groups_failure(keys: KeyFacts, empty: int, max_empty: int, first: int
     )
 
 
-def _dropped_causes(report: validate.IdReport, keys: KeyFacts | None = None) -> str:
+def _dropped_causes(
+    report: validate.IdReport, keys: KeyFacts | None = None, null_ids: int = 0
+) -> str:
     if keys is not None:
         return f"{report.dropped_negative:,} with a missing key"
     causes = []
-    if report.dropped_negative:
-        causes.append(f"{report.dropped_negative:,} with a negative id")
+    # --skipna: the report counts a null id's row as a negative id's; they are told apart.
+    if report.dropped_negative - null_ids:
+        causes.append(f"{report.dropped_negative - null_ids:,} with a negative id")
+    if null_ids:
+        causes.append(f"{null_ids:,} with a null id")
     if report.dropped_beyond:
         causes.append(f"{report.dropped_beyond:,} with an id >= n under --sorted")
     return ", ".join(causes)

@@ -21,6 +21,7 @@ from segcli.memory import human_bytes
 
 if TYPE_CHECKING:
     from segcli.drivers.check import CheckResult
+    from segcli.keys.facts import KeyFacts
 
 __all__ = ["InputFacts", "RunSummary", "input_facts"]
 
@@ -81,7 +82,7 @@ def summary_facts(summary: RunSummary) -> dict[str, Any]:
     """The summary as the documented ``--summary-json`` facts."""
     facts = asdict(summary)
     for key in ("result_min", "result_max"):
-        facts[key] = _json_number(facts[key])
+        facts[key] = json_number(facts[key])
     facts["timings_s"] = {k: round(v, 6) for k, v in summary.timings_s.items()}
     facts["timings_s"]["total"] = round(summary.total_seconds, 6)
     rate = summary.rows_per_second()
@@ -93,7 +94,7 @@ def summary_facts(summary: RunSummary) -> dict[str, Any]:
     return {"schema_version": SCHEMA_VERSION, **facts}
 
 
-def _json_number(value: float | None) -> float | str | None:
+def json_number(value: float | None) -> float | str | None:
     """JSON has no inf or NaN: those become the strings "inf", "-inf", "nan"."""
     if value is None or math.isfinite(value):
         return value
@@ -103,7 +104,10 @@ def _json_number(value: float | None) -> float | str | None:
 def result_range(result: np.ndarray) -> tuple[int, float | None, float | None]:
     """NaN count and the range of the non-NaN values (real part for complex)."""
     values = result.real if result.dtype.kind == "c" else result
-    nan_count = int(np.count_nonzero(np.isnan(values))) if values.dtype.kind == "f" else 0
+    # A complex value is NaN when either part is, as NumPy's isnan says.
+    nan_count = int(np.count_nonzero(np.isnan(result))) if result.dtype.kind in "fc" else 0
+    if result.dtype.kind == "c" and nan_count:  # a NaN imaginary part leaves the range too
+        values = np.where(np.isnan(result), np.nan, values)
     if values.size == nan_count:
         return nan_count, None, None
     # fmin/fmax pass NaN over without a copy of the other values (a whole result's bytes).
@@ -149,7 +153,7 @@ def run_summary(
         timings_s={**run.timings, "write": write_s},
         mode=run.mode,
         extra=dict(run.mode_facts),
-        keys=None if run.keys is None else run.keys.summary(),
+        keys=None if run.keys is None else key_facts(run.keys, reduction.empty_segments),
         skipped=None
         if reduction.skipped_values is None
         else {"values": reduction.skipped_values, "rows": reduction.null_ids},
@@ -212,7 +216,8 @@ def summary_rows(summary: RunSummary) -> list[tuple[str, str]]:
         ),
         (
             "result",
-            f"range [{_number(s.result_min)}, {_number(s.result_max)}], {s.nan_count:,} NaN",
+            f"{range_text(s.output_dtype, s.result_min, s.result_max)}, "
+            f"{s.nan_count:,} NaN{fill_note(s)}",
         ),
         ("time", f"{s.total_seconds * 1000:.1f} ms ({times})"),
     ]
@@ -222,22 +227,51 @@ def summary_rows(summary: RunSummary) -> list[tuple[str, str]]:
     if s.skipped is not None:
         values = s.skipped["values"]
         skipped = f"{values:,} missing value{'' if values == 1 else 's'} (NaN or null)"
-        rows.append(("skipped", f"{skipped}, {_rows(s.skipped['rows'])} with a null id"))
+        if s.keys is None:  # a --by run has no ids: a null key is a missing key, counted above
+            skipped += f", {_rows(s.skipped['rows'])} with a null id"
+        rows.append(("skipped", skipped))
     if rate is not None:
         rows.append(
             ("throughput", f"{rate:,.0f} rows/s, {human_bytes(s.data.bytes / s.work_seconds())}/s")
         )
     if s.keys is not None:
-        rows = _with_key_rows(rows, s.keys)
+        rows = _with_key_rows(rows, s.keys, s.num_segments)
     return rows
 
 
-def _with_key_rows(rows: list[tuple[str, str]], keys: dict[str, Any]) -> list[tuple[str, str]]:
+def range_text(dtype: str, low: float | None, high: float | None) -> str:
+    """``range [low, high]``; a complex result's range is of its real parts, and says so."""
+    part = " (real part)" if dtype.startswith("complex") else ""
+    return f"range [{_number(low)}, {_number(high)}]{part}"
+
+
+def fill_note(summary: RunSummary) -> str:
+    """Says that the range and NaN count hold the fill of empty segments, where some are: a
+    min's range of ``[1, 3.40282e+38]`` is the fill, not a value of the data; so are the NaN
+    of ``--fill nan``."""
+    empty, skipped = summary.empty_segments, summary.skipped
+    what = "group" if summary.keys is not None else "segment"
+    causes = [f"{empty:,} empty {what}{'' if empty == 1 else 's'}"] if empty else []
+    if skipped is not None and skipped["values"]:
+        # Per element, a non-empty segment whose values were all missing gets the fill too.
+        causes.append(f"any all-skipped {what}")
+    return f" (the fill of {' and '.join(causes)} included)" if causes else ""
+
+
+def key_facts(keys: KeyFacts, empty_groups: int) -> dict[str, Any]:
+    """A ``--by`` run's ``keys`` facts; ``distinct`` counts the keys found in DATA, which
+    leaves out the empty groups that ``--keys-from`` adds (``num_segments`` counts those)."""
+    return {**keys.summary(), "distinct": keys.distinct - empty_groups}
+
+
+def _with_key_rows(
+    rows: list[tuple[str, str]], keys: dict[str, Any], groups: int
+) -> list[tuple[str, str]]:
     """A ``--by`` run's rows: the key columns for ``ids``, distinct keys for ``segments``."""
     fixed = f"from --keys-from {keys['keys_from']}" if keys["keys_from"] else "distinct"
     replaced = {
         "ids": ("keys", f"{', '.join(keys['columns'])}  ({', '.join(keys['types'])})"),
-        "segments": ("groups", f"{keys['distinct']:,} ({fixed}; null keys {keys['null_keys']})"),
+        "segments": ("groups", f"{groups:,} ({fixed}; null keys {keys['null_keys']})"),
         "empty segments": ("empty groups", None),
     }
     out = []
@@ -263,15 +297,17 @@ def check_facts(
         "num_segments_inferred": report.inferred,
         "rows_total": report.rows,
         "rows_used": report.rows_used,
-        "rows_dropped_negative": report.dropped_negative,
+        # As in a run's summary: a null id's row is not counted as a negative id's.
+        "rows_dropped_negative": report.dropped_negative - found.null_ids,
         "rows_dropped_beyond_n": report.dropped_beyond,
+        **({"rows_dropped_null_id": found.null_ids} if skipna and found.keys is None else {}),
         "rows_dropped": dropped_rows(report),
         "empty_segments": empty_segments(found),
         "nan_values": found.nan_values,
         **({"missing_values": missing_values(found)} if skipna else {}),
         "passed": not failures,
         "failures": failures,
-        **({} if found.keys is None else {"keys": found.keys.summary()}),
+        **({} if found.keys is None else {"keys": key_facts(found.keys, empty_segments(found))}),
     }
 
 
@@ -291,13 +327,19 @@ def check_rows(
         ),
         ("rows", f"{report.rows_used:,} used of {report.rows:,}"),
         ("empty segments", f"{empty_segments(found):,}"),
-        ("dropped rows", f"{dropped_rows(report):,}"),
+        ("dropped rows", f"{dropped_rows(report):,}" + _null_id_rows(found)),
         _missing_row(found, skipna),
         ("verdict", "ok" if not failures else "FAILED: " + "; ".join(failures)),
     ]
     if found.keys is not None:
-        rows = _with_key_rows(rows, found.keys.summary())
+        rows = _with_key_rows(
+            rows, key_facts(found.keys, empty_segments(found)), report.num_segments
+        )
     return rows
+
+
+def _null_id_rows(found: CheckResult) -> str:
+    return f" ({found.null_ids:,} with a null id)" if found.null_ids else ""
 
 
 def _missing_row(found: CheckResult, skipna: bool) -> tuple[str, str]:

@@ -1039,3 +1039,53 @@ def test_gathered_rows_refuse_the_sorting_ops(tmp_path):
     assert result.exit_code == 2
     assert error_lines(result) == 1 and "median" in result.stderr
     assert not (tmp_path / "a.npz").exists()
+
+
+def test_summary_says_each_result_range_holds_the_fill_of_empty_segments(tmp_path: Path) -> None:
+    np.save(tmp_path / "d.npy", np.array([1.0, 2.0, 4.0]))
+    np.save(tmp_path / "i.npy", np.array([0, 0, 2]))
+    inputs = [str(tmp_path / "d.npy"), str(tmp_path / "i.npy")]
+    out = str(tmp_path / "out.csv")
+    result = CliRunner().invoke(cli, ["agg", *inputs, "--op", "sum,min", "-o", out])
+    assert result.exit_code == 0, result.stderr
+    note = "(the fill of 1 empty segment included)"
+    assert f"  result sum      range [0, 4], 0 NaN {note}\n" in result.stderr
+    assert f"  result min      range [1, 1.79769e+308], 0 NaN {note}\n" in result.stderr
+
+
+def test_summary_json_of_infinite_columns_is_written_with_inf_strings(tmp_path: Path) -> None:
+    """An infinite column range crashed the JSON (no inf in JSON) and the run wrote nothing."""
+    np.save(tmp_path / "d.npy", np.array([np.inf, -np.inf, np.nan]))
+    np.save(tmp_path / "i.npy", np.array([0, 1, 2]))
+    inputs = [str(tmp_path / "d.npy"), str(tmp_path / "i.npy")]
+    out, facts = tmp_path / "out.csv", tmp_path / "s.json"
+    args = ["agg", *inputs, "--op", "sum,max", "-o", str(out), "--summary-json", str(facts), "-q"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.stderr
+    assert result.stderr == "" and out.exists()
+    columns = json.loads(facts.read_text())["results"]
+    assert [(c["result_min"], c["result_max"], c["nan_count"]) for c in columns] == [
+        ("-inf", "inf", 1),
+        ("-inf", "inf", 1),
+    ]
+
+
+def test_summary_names_the_ops_asked_and_every_data_column(tmp_path: Path) -> None:
+    """``op`` is the ops (not the result columns, nor the ``rows`` count column); ``data``
+    names every column read, not only the first."""
+    path = tmp_path / "t.parquet"
+    table = {"a": [1.0, 2.0], "b": pa.array([4, 5], pa.int32()), "id": [0, 1]}
+    pq.write_table(pa.table(table), path)
+    facts = tmp_path / "s.json"
+    args = ["agg", str(path), "--data-column", "a,b", "--ids-column", "id", "--skipna"]
+    args += ["--op", "sum,count", "-o", str(tmp_path / "o.csv"), "--summary-json", str(facts)]
+    result = CliRunner().invoke(cli, [*args, "--no-progress"])
+    assert result.exit_code == 0, result.stderr
+    assert f"  data            {path}:a, {path}:b  (2,) float64,int32\n" in result.stderr
+    assert "  op              sum,count (unsorted)\n" in result.stderr
+    summary = json.loads(facts.read_text())
+    assert summary["op"] == "sum,count"
+    assert summary["data"]["label"] == f"{path}:a, {path}:b"
+    assert summary["data"]["dtype"] == "float64,int32" and summary["data"]["bytes"] == 16 + 8
+    names = [column["name"] for column in summary["results"]]
+    assert names == ["a_sum", "a_count", "b_sum", "b_count", "rows"]

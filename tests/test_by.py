@@ -328,6 +328,23 @@ def test_keys_from_fixes_keys_and_order_with_empty_groups(tmp_path: Path) -> Non
     assert out.read_text() == "sensor,value,count\ns3,0.0,0\ns2,4.0,2\ns1,2.0,1\n"
 
 
+@pytest.mark.parametrize("streaming", [[], ["--chunk-rows", "1"]], ids=["memory", "stream"])
+def test_keys_from_summary_counts_groups_and_the_distinct_keys_found_apart(
+    tmp_path: Path, streaming: list[str]
+) -> None:
+    table = pa.table({"sensor": ["s2", "s1", "s2", None], "v": [1.0, 2.0, 3.0, 4.0]})
+    path = write_table(tmp_path / "t.parquet", table)
+    sensors = write_table(tmp_path / "sensors.csv", pa.table({"sensor": ["s3", "s2", "s1", "s4"]}))
+    summary = tmp_path / "s.json"
+    args = ["sum", path, "--by", "sensor", "--keys-from", sensors, "-o", tmp_path / "o.csv"]
+    result = ok(*args, *streaming, "--no-progress", "--summary-json", summary)
+    assert f"  groups        4 (from --keys-from {sensors}; null keys drop)\n" in result.stderr
+    assert "  empty groups  2\n" in result.stderr
+    facts = json.loads(summary.read_text())
+    assert facts["num_segments"] == 4 and facts["empty_segments"] == 2
+    assert facts["keys"]["distinct"] == 2 and facts["keys"]["rows_dropped_missing_key"] == 1
+
+
 def test_a_key_not_in_keys_from_is_an_error(tmp_path: Path) -> None:
     table = pa.table({"sensor": ["s2", "s9", "s1"], "v": [1.0, 2.0, 3.0]})
     path = write_table(tmp_path / "t.parquet", table)
@@ -382,7 +399,8 @@ def test_check_every_sensor_reported(tmp_path: Path) -> None:
         )
         facts = json.loads(summary.read_text())
         assert facts["empty_segments"] == 2 and facts["nan_values"] == 1
-        assert facts["keys"]["distinct"] == 4
+        # distinct counts the keys found in the data; the groups are num_segments.
+        assert facts["keys"]["distinct"] == 2 and facts["num_segments"] == 4
 
 
 USAGE_ERRORS = [

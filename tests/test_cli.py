@@ -61,6 +61,19 @@ def test_summary_json_schema(pair, tmp_path):
     assert set(facts["timings_s"]) >= {"read", "validate", "compute", "write", "total"}
 
 
+@pytest.mark.parametrize("command", [["max"], ["agg", "--op", "sum,max"]])
+def test_summary_json_names_its_command_whether_the_run_failed_or_not(pair, tmp_path, command):
+    """CI reads ``command`` and ``exit_code`` from every JSON, not only from a failed run's."""
+    ok, failed = tmp_path / "ok.json", tmp_path / "failed.json"
+    assert run(*command, *pair, "-q", "--summary-json", ok, "-o", tmp_path / "o.csv").exit_code == 0
+    result = run(*command, *pair, "-n", "1", "-q", "--summary-json", failed)
+    assert result.exit_code == 1
+    for path in (ok, failed):
+        facts = json.loads(path.read_text())
+        assert list(facts)[:2] == ["schema_version", "command"]
+        assert facts["command"] == command[0]
+
+
 def test_summary_json_to_stderr(pair):
     result = run("count", *pair, "--summary-json", "-")
     assert json.loads(result.stderr)["op"] == "count"

@@ -346,6 +346,33 @@ def test_check_names_nulls_as_missing_values_under_skipna(
     )
 
 
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "2"]], ids=["memory", "stream"])
+def test_check_tells_null_ids_from_negative_ids_as_a_run_does(
+    tmp_path: Path, chunk: list[str]
+) -> None:
+    """A null id's row is dropped like a negative id's, but counted apart, as in the run's
+    summary: rows_dropped_negative is the same number in both JSONs."""
+    path = tmp_path / "t.parquet"
+    ids = pa.array([0, None, -1, 1, None, 1], pa.int32())
+    pq.write_table(pa.table({"v": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0], "id": ids}), path)
+    inputs = [str(path), "--data-column", "v", "--ids-column", "id", "--skipna", *chunk]
+    checked, ran = tmp_path / "check.json", tmp_path / "run.json"
+    result = run_cli("check", *inputs, "--max-dropped", "2", "--summary-json", str(checked))
+    assert result.exit_code == 4
+    assert result.stderr.endswith(
+        "more than --max-dropped 2 (1 with a negative id, 2 with a null id)\n"
+    )
+    assert "  dropped rows    3 (2 with a null id)\n" in result.stderr
+    out = tmp_path / "out.npy"
+    assert run_cli("sum", *inputs, "-o", str(out), "--summary-json", str(ran)).exit_code == 0
+    check_facts, run_facts = json.loads(checked.read_text()), json.loads(ran.read_text())
+    assert check_facts["rows_dropped_negative"] == run_facts["rows_dropped_negative"] == 1
+    assert check_facts["rows_dropped_null_id"] == run_facts["skipped"]["rows"] == 2
+    assert check_facts["rows_dropped"] == 3
+    by_key = run_cli("check", *inputs[:3], "--by", "id", "--skipna", "--summary-json", "-")
+    assert "rows_dropped_null_id" not in json.loads(by_key.stderr)  # no ids: missing keys
+
+
 def test_check_without_skipna_still_counts_nan_values(tmp_path: Path) -> None:
     np.save(tmp_path / "d.npy", np.array([1.0, np.nan, np.nan]))
     np.save(tmp_path / "i.npy", np.array([0, 0, 1]))

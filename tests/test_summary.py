@@ -42,7 +42,44 @@ def test_rows_report_drops_empties_and_nan():
     assert rows["rows"] == "3 used of 4; dropped: 1 row with a negative id"
     assert rows["empty segments"] == "2"
     assert rows["segments"] == "4 (given)"
-    assert rows["result"].endswith("1 NaN")
+    assert ", 1 NaN" in rows["result"]
+
+
+def test_result_range_says_it_holds_the_fill_of_empty_segments():
+    """max's fill is -FLT_MAX: a range reaching it without a word would read as data."""
+    rows = dict(summary_rows(make_summary()))
+    assert (
+        rows["result"] == "range [-3.40282e+38, 3], 1 NaN (the fill of 2 empty segments included)"
+    )
+    data, ids = np.array([1.0, 2.0]), np.array([0, 1])
+    reduction = segcli.reduce_arrays(data, ids, 2, "sum", engine="numpy")
+    facts = input_facts("d.npy", "d.npy", "npy", data.shape, data.dtype)
+    run = DriverResult(reduction, facts, facts, "in-memory", timings={"compute": 0.001})
+    summary = run_summary(run, output_path=None, output_format=None, write_s=0.001)
+    assert dict(summary_rows(summary))["result"] == "range [1, 2], 0 NaN"
+
+
+def test_skipped_row_names_null_ids_only_where_there_are_ids():
+    """A --by run has no ids; its null keys are the "missing key" rows already counted."""
+    summary = make_summary()
+    summary.skipped = {"values": 2, "rows": 0}
+    skipped = "2 missing values (NaN or null)"
+    assert dict(summary_rows(summary))["skipped"] == f"{skipped}, 0 rows with a null id"
+    summary.keys = {
+        "columns": ["k"], "types": ["string"], "distinct": 2, "rows_dropped_missing_key": 1,
+        "null_keys": "drop", "keys_from": None,
+    }  # fmt: skip
+    assert dict(summary_rows(summary))["skipped"] == skipped
+
+
+def test_complex_result_counts_a_nan_imaginary_part_and_says_its_range_is_real():
+    data = np.array([1 + 2j, complex(5, np.nan), 3j], np.complex64)
+    reduction = segcli.reduce_arrays(data, np.array([0, 1, 2]), 3, "sum", engine="numpy")
+    facts = input_facts("d.npy", "d.npy", "npy", data.shape, data.dtype)
+    run = DriverResult(reduction, facts, facts, "in-memory", timings={"compute": 0.001})
+    summary = run_summary(run, output_path=None, output_format=None, write_s=0.001)
+    assert (summary.nan_count, summary.result_min, summary.result_max) == (1, 0.0, 1.0)
+    assert dict(summary_rows(summary))["result"] == "range [0, 1] (real part), 1 NaN"
 
 
 def test_json_is_valid_and_has_no_bare_nan_or_inf():

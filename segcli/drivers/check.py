@@ -52,6 +52,8 @@ class CheckResult:
     #: ``--skipna``: the nulls of an integer or bool DATA (a float column's read as NaN, and
     #: are among ``nan_values``); ``first_nan`` is then the first NaN or null.
     null_values: int = 0
+    #: ``--skipna``: the rows dropped for a null id (the id report counts them as negative).
+    null_ids: int = 0
 
 
 def check_inputs(spec: RunSpec) -> CheckResult:
@@ -70,9 +72,10 @@ def check_in_memory(spec: RunSpec) -> CheckResult:
     """Read the inputs whole; a ``count`` reduction validates the ids and counts the rows."""
     data, ids = memory.read(spec)
     ops.check_data_dtype(ops.get_op(spec.op), data.array.dtype, data.label)
+    flat_ids, null_ids = without_null_ids(ids.array, sorted_ids=spec.sorted_ids, label=ids.label)
     reduction = core.reduce_arrays(
         data.array,
-        without_null_ids(ids.array, sorted_ids=spec.sorted_ids, label=ids.label)[0],
+        flat_ids,
         spec.num_segments,
         "count",
         sorted=spec.sorted_ids,
@@ -91,6 +94,7 @@ def check_in_memory(spec: RunSpec) -> CheckResult:
         memory.facts(ids),
         "in-memory",
         null_values=nan.nulls,
+        null_ids=null_ids,
     )
 
 
@@ -112,9 +116,10 @@ def check_streamed(spec: RunSpec) -> CheckResult:
     blocks = read_ahead(
         aligned_blocks(data.source, ids.source, plan.block_rows, sorted_ids=spec.sorted_ids)
     )
+    null_ids = 0
     for data_block, ids_block in blocks:
         try:
-            flat_ids, _ = without_null_ids(
+            flat_ids, block_nulls = without_null_ids(
                 ids_block.reshape(-1),
                 sorted_ids=spec.sorted_ids,
                 label=ids.source.label,
@@ -122,6 +127,7 @@ def check_streamed(spec: RunSpec) -> CheckResult:
             )
         except NullIdsError as error:
             raise with_later_null_ids(error, blocks) from None
+        null_ids += block_nulls
         seen = scanner.feed(flat_ids)
         nan.feed(data_block)
         # As in a streamed run: after a failing id, ids are only scanned, to count offenders.
@@ -148,6 +154,7 @@ def check_streamed(spec: RunSpec) -> CheckResult:
         ids.facts(rows),
         "streaming",
         null_values=nan.nulls,
+        null_ids=null_ids,
     )
 
 
