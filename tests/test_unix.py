@@ -464,12 +464,19 @@ def test_compressed_stdin_and_pipe_are_refused_by_name(tmp_path, command):
     import gzip
 
     packed = gzip.compress(b'{"v": 1.0, "s": 0}\n')
-    through_stdin = segcli(command[0], "-", *command[1:], input=packed)
-    fifo = fifo_fed_with(tmp_path, packed)
+    _refused_through_stdin_and_a_pipe(tmp_path, command, packed, GZIP_REFUSED)
+
+
+def _refused_through_stdin_and_a_pipe(
+    tmp_path: Path, command: list[str], payload: bytes, message: str
+) -> None:
+    """``payload`` given as ``-`` and through a named pipe: exit 3 and the one line."""
+    through_stdin = segcli(command[0], "-", *command[1:], input=payload)
+    fifo = fifo_fed_with(tmp_path, payload)
     through_path = segcli(command[0], fifo, *command[1:])
     for result, label in ((through_stdin, "<stdin>"), (through_path, str(fifo))):
         assert result.returncode == 3
-        assert stderr_lines(result) == [f"Error: {label}: {GZIP_REFUSED}"]
+        assert stderr_lines(result) == [f"Error: {label}: {message}"]
 
 
 NPZ_REFUSED = (
@@ -482,12 +489,7 @@ NPZ_REFUSED = (
 def test_npz_on_stdin_and_through_a_pipe_is_refused_by_name(tmp_path, command):
     archive = tmp_path / "a.npz"
     np.savez(archive, d=np.arange(3.0), i=np.array([0, 1, 1]))
-    through_stdin = segcli(command[0], "-", *command[1:], input=archive.read_bytes())
-    fifo = fifo_fed_with(tmp_path, archive.read_bytes())
-    through_path = segcli(command[0], fifo, *command[1:])
-    for result, label in ((through_stdin, "<stdin>"), (through_path, str(fifo))):
-        assert result.returncode == 3
-        assert stderr_lines(result) == [f"Error: {label}: {NPZ_REFUSED}"]
+    _refused_through_stdin_and_a_pipe(tmp_path, command, archive.read_bytes(), NPZ_REFUSED)
 
 
 @pytest.mark.parametrize("ids", ["-", "ids"])
