@@ -414,9 +414,17 @@ def test_strided_ids_spread_over_the_partitions(tmp_path):
     measured = run_measured("median", tmp_path / "data.npy", tmp_path / "ids.npy", *args)
     assert measured.returncode == 0, measured.stderr
     assert json.loads(measured.stderr)["extra"]["partitions"] == 64  # 1024 is a multiple
-    # 32 MB of input in one partition peaked at 186 MiB (its sort); spread, at 98.
-    peak = measured.peak_bytes / 2**20
-    assert peak < 130, f"peak {peak:.0f} MiB"
+    # What the imports take depends on the install (a fresh one's libraries map larger
+    # pages): the run is measured beside the same command on a tiny input.
+    np.save(tmp_path / "tiny-ids.npy", np.arange(3) * 1024)
+    np.save(tmp_path / "tiny-data.npy", np.arange(3.0))
+    tiny = [tmp_path / "tiny-data.npy", tmp_path / "tiny-ids.npy", *args[:-1], tmp_path / "t.npy"]
+    baseline = run_measured("median", *tiny)
+    assert baseline.returncode == 0, baseline.stderr
+    # 32 MB of input in one partition took 108 MiB more than the tiny run (its sort); spread,
+    # 32 to 35 MiB more.
+    beyond = (measured.peak_bytes - baseline.peak_bytes) / 2**20
+    assert beyond < 70, f"{beyond:.0f} MiB beyond the tiny run's peak"
     assert names(scratch) == []
     in_memory = result_of(tmp_path, "median", tmp_path / "data.npy", tmp_path / "ids.npy")
     same_bytes(np.load(out), in_memory)
