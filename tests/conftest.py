@@ -10,20 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from segcli.engines import get_engine
-from segcli.errors import EngineUnavailableError
-
-
-def _engine_param(name: str) -> object:
-    marks = [pytest.mark.gpu] if name == "cupy" else []
-    try:
-        get_engine(name)
-    except EngineUnavailableError as exc:
-        marks.append(pytest.mark.skip(reason=str(exc)))
-    return pytest.param(name, marks=marks, id=name)
-
-
-ENGINES = [_engine_param(name) for name in ("numpy", "numba", "cupy")]
+from tests.engine_params import ENGINES
 
 
 @pytest.fixture(params=ENGINES)
