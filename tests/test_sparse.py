@@ -779,6 +779,21 @@ def test_cli_gathers_and_writes(files, tmp_path):
     np.testing.assert_allclose(np.load(out), sparse_loop(data, ids, indices, 6, "mean"), rtol=1e-6)
 
 
+@pytest.mark.parametrize("streamed", [[], ["--chunk-rows", "4"]], ids=["memory", "stream"])
+def test_summary_names_the_indices_and_weights_read(files, tmp_path, streamed):
+    """A CI reader tells a gathered run from a plain one by the summary alone."""
+    import json
+
+    paths = [files["data"], files["ids"], "--indices", files["idx"], "--weights", files["w"]]
+    result = run("mean", *paths, *streamed, "--summary-json", "-", "-o", tmp_path / "o.npy")
+    assert result.exit_code == 0, result.stderr
+    extra = json.loads(result.stderr)["extra"]
+    assert (extra["indices"], extra["weights"]) == (str(files["idx"]), str(files["w"]))
+    shown = run("mean", *paths, *streamed, "-o", tmp_path / "o.npy").stderr
+    [mode] = [line for line in shown.splitlines() if line.lstrip().startswith("mode")]
+    assert f"indices {files['idx']}" in mode and f"weights {files['w']}" in mode
+
+
 @pytest.mark.parametrize(
     ("extra", "code", "message"),
     [

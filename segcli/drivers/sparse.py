@@ -56,8 +56,17 @@ def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
         "validate": reduction.timings["validate"],
         "compute": reduction.timings["compute"],
     }
-    mode_facts = {"gathered" if indices is not None else "weighted": "in blocks"}
+    mode_facts = {
+        "gathered" if indices is not None else "weighted": "in blocks",
+        **_extra_labels(indices, weights),
+    }
     return DriverResult(reduction, facts(data), facts(ids), "in-memory", mode_facts, timings)
+
+
+def _extra_labels(indices: Any, weights: Any) -> dict[str, str]:
+    """What the summary says the indices and weights were read from (the inputs it names)."""
+    named = {"indices": indices, "weights": weights}
+    return {name: item.label for name, item in named.items() if item is not None}
 
 
 def run_streamed(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
@@ -86,7 +95,10 @@ def run_streamed(spec: RunSpec, progress: Progress | None = None) -> DriverResul
         facts(data),
         ids.facts(reduction.id_report.rows),
         "streaming",
-        {"chunks": blocks},
+        {
+            "chunks": blocks,
+            **_extra_labels(indices.source, None if weights is None else weights.source),
+        },
         {"read+compute": reduction.timings["compute"]},
     )
 
