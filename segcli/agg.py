@@ -139,8 +139,8 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
         if request.output is None
         else io.output_format(request.output, request.output_format)
     )
-    if request.float_format is not None:
-        io.check_text_output(None if fmt == "text" else fmt, request.float_format)
+    header = not request.no_output_header
+    io.check_text_output(None if fmt == "text" else fmt, request.float_format, header=header)
     with_ddof(op_names, request.ddof)
     request.key_columns()
     columns = data_columns(request)
@@ -189,14 +189,13 @@ def run(
     op_names: tuple[str, ...],
     outputs: io.OutputSet,
     *,
-    header: bool = True,
     streams: Streams | None = None,
     progress: Progress | None = None,
 ) -> AggOutcome:
     """Reduce every data column by every op; check ``--expect``; stage the output."""
     token = core.OUTPUT_FORMAT.set(None)
     try:
-        return _run(request, op_names, outputs, header, streams or Streams(), progress)
+        return _run(request, op_names, outputs, streams or Streams(), progress)
     finally:
         core.OUTPUT_FORMAT.reset(token)
 
@@ -205,7 +204,6 @@ def _run(
     request: RunRequest,
     op_names: tuple[str, ...],
     outputs: io.OutputSet,
-    header: bool,
     streams: Streams,
     progress: Progress | None,
 ) -> AggOutcome:
@@ -246,7 +244,7 @@ def _run(
         fmt,
         results,
         counts,
-        header=header,
+        header=not request.no_output_header,
         counted="count" in op_names,
         float_format=request.float_format,
         to_stream=request.output == "-",

@@ -244,6 +244,18 @@ def indices_options(command: F) -> F:
     )(command)
 
 
+def no_header_option(command: F) -> F:
+    """``--no-header`` (SPEC's name; ``--no-output-header`` too): the output's header line."""
+    return click.option(
+        "--no-header",
+        "--no-output-header",
+        "no_output_header",
+        is_flag=True,
+        help="No header line in csv and tsv output, nor in the text on stdout (agg's, a --by "
+        "run's); --no-input-header is for CSV/TSV input.",
+    )(command)
+
+
 def tolerance_options(command: F) -> F:
     """``--rtol`` and ``--atol``: how close a result must be to the ``--expect`` golden file."""
     command = click.option(
@@ -465,14 +477,7 @@ def _make_op_command(op: str) -> click.Command:
         help="printf format of float values in text, csv and tsv output (e.g. %.6g) "
         "[default: the shortest text that reads back exactly].",
     )
-    @click.option(
-        "--no-header",
-        "--no-output-header",
-        "no_output_header",
-        is_flag=True,
-        help="csv and tsv output, and the text on stdout of a --by run: no header line "
-        "(--no-input-header is for CSV/TSV input).",
-    )
+    @no_header_option
     @click.option("--no-progress", is_flag=True, help="No progress bar on long runs.")
     @scheduler_option
     @click.option(
@@ -618,14 +623,7 @@ def tmp_dir_option(command: F) -> F:
     metavar="FMT",
     help="printf format of float values in text, csv and tsv output (e.g. %.6g).",
 )
-@click.option(
-    "--no-header",
-    "--no-output-header",
-    "no_output_header",
-    is_flag=True,
-    help="Text on stdout, csv and tsv output: no header line (--no-input-header is for "
-    "CSV/TSV input).",
-)
+@no_header_option
 @click.option("--no-progress", is_flag=True, help="No progress bar on long runs.")
 @click.option(
     "--fill",
@@ -649,7 +647,6 @@ def agg(
     summary_json: str | None,
     no_progress: bool,
     op_list: str,
-    no_output_header: bool,
     **options: Any,
 ) -> None:
     """Several ops, over one or several data columns, in one pass: one row per segment.
@@ -679,14 +676,10 @@ def agg(
         raise UsageError("--scheduler applies to --engine dask only; add --engine dask")
     with _summary_on_failure("agg", summary_json), _run_outputs(summary_json) as outputs:
         request = _request("agg", **options)
-        fmt = agg_module.check_request(request, op_names)
-        if no_output_header and fmt not in ("text", "csv", "tsv"):  # else silently no effect
-            raise UsageError(f"--no-header applies to text, csv and tsv output, not {fmt}")
+        agg_module.check_request(request, op_names)
         pipeline.reserve_outputs(request, outputs)
         with progress_bar(enabled=not (quiet or no_progress)) as progress:
-            outcome = agg_module.run(
-                request, op_names, outputs, header=not no_output_header, progress=progress
-            )
+            outcome = agg_module.run(request, op_names, outputs, progress=progress)
         facts = {**_command("agg"), **outcome.facts(), **_verdict(None)}
         _stage_summary_json(outputs, summary_json, facts)
     _emit_summary(
