@@ -106,7 +106,7 @@ def check_streamed(spec: RunSpec) -> CheckResult:
         COUNT, data.source, ids.source, spec.num_segments, sorted_ids=spec.sorted_ids
     )
     plan = plan_blocks(
-        data.source, ids.source, block_rows=spec.block_rows, memory_limit=spec.memory_budget
+        [data.source], ids.source, block_rows=spec.block_rows, memory_limit=spec.memory_budget
     )
     scanner = validate.IdScanner(ids_shape, n, spec.sorted_ids, ids.source.label)
     inner = tuple(data.source.shape[len(ids.source.shape) :])

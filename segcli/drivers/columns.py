@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Generator
 from typing import cast
 
 import numpy as np
 
-from segcli import core, io, ops, validate
+from segcli import core, io, ops
 from segcli.core import Reduction
 from segcli.drivers.base import (
     DriverResult,
@@ -35,19 +34,14 @@ from segcli.drivers.base import (
 from segcli.drivers.choose import carry_out, should_stream
 from segcli.drivers.memory import facts
 from segcli.drivers.stream import (
-    DEFAULT_BLOCK_BYTES,
-    BlockFold,
     ChunkSource,
-    ReadAhead,
+    FoldedColumn,
     StreamInput,
-    _GrowingState,
     check_sources,
-    fold_blocks,
-    refuse_lengths,
-    rows_left,
+    fold_in_step,
+    plan_blocks,
     rows_of,
 )
-from segcli.engines import choose_engine
 from segcli.errors import UsageError
 from segcli.io.column_set import TableBatches, read_columns
 from segcli.io.columns import nulls_kept, without_null_ids
@@ -318,20 +312,6 @@ def _run_streaming(
     ]
 
 
-def _block_rows(
-    data: list[ChunkSource], ids: ChunkSource, block_rows: int | None, limit: int | None
-) -> int:
-    """As :func:`segcli.drivers.stream.plan_blocks` sizes a block, over every column."""
-    if block_rows is not None:
-        return block_rows
-    row_bytes = sum(
-        source.dtype.itemsize * int(np.prod(source.shape[1:], dtype=np.int64))
-        for source in (*data, ids)
-    )
-    budget = DEFAULT_BLOCK_BYTES if limit is None else min(DEFAULT_BLOCK_BYTES, max(limit // 8, 1))
-    return max(1, budget // max(row_bytes, 1))
-
-
 def reduce_columns(
     data: list[ChunkSource],
     ids: ChunkSource,
@@ -343,74 +323,30 @@ def reduce_columns(
     reductions, in order, and how many blocks there were. The ids are validated once; each
     column folds as :func:`segcli.drivers.stream.reduce_stream` folds one."""
     sorted_ids = spec.sorted_ids
-    chosen = []
+    columns = []
     for source in data:
-        op, fill = op_and_fill(
-            spec, source.dtype, tuple(source.shape[len(ids.shape) :]), source.label
-        )
-        chosen.append((ops.get_op(op), fill))
+        inner = tuple(source.shape[len(ids.shape) :])
+        op, fill = op_and_fill(spec, source.dtype, inner, source.label)
+        columns.append(FoldedColumn(source, ops.get_op(op), fill))
     n, ids_shape = None, ids.shape
-    for (op, fill), source in zip(chosen, data, strict=True):
+    for column in columns:
         n, ids_shape = check_sources(
-            op, source, ids, spec.num_segments, sorted_ids=sorted_ids, fill=fill
-        )
-    rows = _block_rows(data, ids, spec.block_rows, spec.memory_budget)
-    total_rows = max(int(np.prod(ids.shape, dtype=np.int64)), 0)  # 0: not known yet
-    # Reading starts before the engines load, as in reduce_stream.
-    with ReadAhead(_in_step(data, ids, rows, sorted_ids=sorted_ids)) as read:
-        folds = []
-        for (op, _), source in zip(chosen, data, strict=True):
-            # Each column picks its engine as a run of it alone would.
-            elements = max(int(np.prod(source.shape, dtype=np.int64)), 0)
-            choice = choose_engine(engine_of(spec), elements=elements, skipna=spec.skipna)
-            inner = tuple(source.shape[len(ids.shape) :])
-            grow = _GrowingState(choice.engine, op, n or 0, inner, source.dtype, sorted_ids)
-            folds.append(BlockFold(choice, grow, ops.inner_size(inner)))
-        scanner = validate.IdScanner(ids_shape, n, sorted_ids, ids.label)
-        started = time.perf_counter()
-        blocks, null_ids = fold_blocks(
-            read,
-            folds,
-            scanner,
-            n=n,
-            ids_label=ids.label,
+            column.op,
+            column.source,
+            ids,
+            spec.num_segments,
             sorted_ids=sorted_ids,
-            total_rows=total_rows,
-            progress=progress,
+            fill=column.fill,
         )
-    report = scanner.finish()  # raises on the first invalid id, before anything is written
-    compute_s = time.perf_counter() - started
-    reductions = []
-    for fold, (_, fill) in zip(folds, chosen, strict=True):
-        reduction = fold.reduction(report, sorted_ids=sorted_ids, fill=fill)
-        reduction.timings["compute"] = compute_s
-        reduction.null_ids = null_ids
-        compute_s = 0.0  # one pass for every column
-        reductions.append(reduction)
-    return reductions, blocks
-
-
-def _in_step(
-    data: list[ChunkSource], ids: ChunkSource, rows: int, *, sorted_ids: bool
-) -> Generator[tuple[list[np.ndarray], np.ndarray], None, None]:
-    """Blocks of every data column and of the ids, the same rows each; inputs of different
-    lengths are an error."""
-    columns = [source.chunks(rows) for source in data]
-    ids_blocks = ids.chunks(rows)
-    done = 0
-    for ids_block in ids_blocks:
-        blocks = []
-        for source, chunks in zip(data, columns, strict=True):
-            block = next(chunks, None)
-            if block is None or block.shape[0] != ids_block.shape[0]:
-                data_rows = done + rows_left(chunks, block)
-                ids_rows = done + rows_left(ids_blocks, ids_block)
-                refuse_lengths(source, ids, data_rows, ids_rows, sorted_ids=sorted_ids)
-            blocks.append(block)
-        done += ids_block.shape[0]
-        yield blocks, ids_block
-    for source, chunks in zip(data, columns, strict=True):
-        more = next(chunks, None)
-        if more is not None:
-            data_rows = done + rows_left(chunks, more)
-            refuse_lengths(source, ids, data_rows, done, sorted_ids=sorted_ids)
+    plan = plan_blocks(data, ids, block_rows=spec.block_rows, memory_limit=spec.memory_budget)
+    return fold_in_step(
+        columns,
+        ids,
+        n=n,
+        ids_shape=ids_shape,
+        rows=plan.block_rows,
+        sorted_ids=sorted_ids,
+        engine=engine_of(spec),
+        skipna=spec.skipna,
+        progress=progress,
+    )

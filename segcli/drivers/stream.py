@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from queue import Full, Queue
 from typing import Any, NoReturn, Protocol, TypeVar, cast
@@ -67,12 +67,17 @@ class StreamPlan:
 
 
 def plan_blocks(
-    data: ChunkSource, ids: ChunkSource, *, block_rows: int | None, memory_limit: int | None
+    data: Sequence[ChunkSource],
+    ids: ChunkSource,
+    *,
+    block_rows: int | None,
+    memory_limit: int | None,
 ) -> StreamPlan:
-    """Rows per block: as asked, or what fits an eighth of the memory budget (8 MB at most)."""
-    rows = data.shape[0] if data.shape else 0
+    """Rows per block: as asked, or what fits an eighth of the memory budget (8 MB at most)
+    with a row of every data column and of the ids."""
+    rows = data[0].shape[0] if data[0].shape else 0
     if block_rows is None:
-        row_bytes = max(1, _row_bytes(data) + _row_bytes(ids))
+        row_bytes = max(1, sum(_row_bytes(source) for source in (*data, ids)))
         budget = (
             DEFAULT_BLOCK_BYTES
             if memory_limit is None
@@ -131,32 +136,63 @@ def reduce_stream(
     rows included): the holistic ops take the same read."""
     op_def = ops.get_op(op)
     n, ids_shape = check_sources(op_def, data, ids, num_segments, sorted_ids=sorted_ids, fill=fill)
-    inner = tuple(data.shape[len(ids.shape) :])
-    plan = plan_blocks(data, ids, block_rows=block_rows, memory_limit=memory_limit)
+    plan = plan_blocks([data], ids, block_rows=block_rows, memory_limit=memory_limit)
+    (reduction,), blocks = fold_in_step(
+        [FoldedColumn(data, op_def, fill)],
+        ids,
+        n=n,
+        ids_shape=ids_shape,
+        rows=plan.block_rows,
+        sorted_ids=sorted_ids,
+        engine=engine,
+        skipna=op_def.skipna_of is not None,
+        progress=progress,
+        on_block=on_block,
+    )
+    return reduction, StreamPlan(plan.block_rows, blocks)
+
+
+@dataclass(frozen=True)
+class FoldedColumn:
+    """A data column of a streamed pass and what it is reduced by."""
+
+    source: ChunkSource
+    op: ops.Op
+    fill: Any
+
+
+def fold_in_step(
+    columns: list[FoldedColumn],
+    ids: ChunkSource,
+    *,
+    n: int | None,
+    ids_shape: tuple[int, ...],
+    rows: int,
+    sorted_ids: bool,
+    engine: str | Engine,
+    skipna: bool,
+    progress: Progress | None = None,
+    on_block: Callable[[np.ndarray, np.ndarray], None] | None = None,
+) -> tuple[list[Reduction], int]:
+    """Each column reduced by its op from one read of blocks of ``rows`` rows, read in step
+    with the ids, which are validated once: the reductions, in order, and how many blocks
+    there were. ``n`` and ``ids_shape`` are :func:`check_sources`'s."""
     total_rows = max(int(np.prod(ids.shape, dtype=np.int64)), 0)  # 0: not known yet
+    sources = [column.source for column in columns]
     # Reading starts before the engine is loaded: numba's import and first kernel take a
     # third of a second of one core, in which the other opens the input and decodes the
     # first blocks. (A deeper queue, to decode more of the input meanwhile, measured slower:
     # blocks left waiting cost fresh memory and its page faults.)
-    with ReadAhead(aligned_blocks(data, ids, plan.block_rows, sorted_ids=sorted_ids)) as read:
-        # An input of unknown length (a stream) counts as small: auto then keeps to NumPy.
-        choice = choose_engine(
-            engine,
-            elements=max(int(np.prod(data.shape, dtype=np.int64)), 0),
-            skipna=op_def.skipna_of is not None,
-        )
-        fold = BlockFold(
-            choice,
-            _GrowingState(
-                choice.engine, op_def, n if n is not None else 0, inner, data.dtype, sorted_ids
-            ),
-            ops.inner_size(inner),
-        )
+    with ReadAhead(blocks_in_step(sources, ids, rows, sorted_ids=sorted_ids)) as read:
+        folds = [
+            _block_fold(column, ids, n, sorted_ids=sorted_ids, engine=engine, skipna=skipna)
+            for column in columns
+        ]
         scanner = validate.IdScanner(ids_shape, n, sorted_ids, ids.label)
         started = time.perf_counter()
-        blocks, null_ids = fold_blocks(
-            (([data_block], ids_block) for data_block, ids_block in read),
-            [fold],
+        blocks, null_ids = _fold_blocks(
+            read,
+            folds,
             scanner,
             n=n,
             ids_label=ids.label,
@@ -166,10 +202,35 @@ def reduce_stream(
             on_block=on_block,
         )
     report = scanner.finish()  # raises on the first invalid id, before anything is written
-    reduction = fold.reduction(report, sorted_ids=sorted_ids, fill=fill)
-    reduction.null_ids = null_ids
-    reduction.timings["compute"] = time.perf_counter() - started
-    return reduction, StreamPlan(plan.block_rows, blocks)
+    compute_s = time.perf_counter() - started
+    reductions = []
+    for fold, column in zip(folds, columns, strict=True):
+        reduction = fold.reduction(report, sorted_ids=sorted_ids, fill=column.fill)
+        reduction.timings["compute"] = compute_s
+        reduction.null_ids = null_ids
+        compute_s = 0.0  # one pass for every column
+        reductions.append(reduction)
+    return reductions, blocks
+
+
+def _block_fold(
+    column: FoldedColumn,
+    ids: ChunkSource,
+    n: int | None,
+    *,
+    sorted_ids: bool,
+    engine: str | Engine,
+    skipna: bool,
+) -> BlockFold:
+    source = column.source
+    # Each column picks its engine as a run of it alone would. An input of unknown length
+    # (a stream) counts as small: auto then keeps to NumPy.
+    choice = choose_engine(
+        engine, elements=max(int(np.prod(source.shape, dtype=np.int64)), 0), skipna=skipna
+    )
+    inner = tuple(source.shape[len(ids.shape) :])
+    grow = _GrowingState(choice.engine, column.op, n or 0, inner, source.dtype, sorted_ids)
+    return BlockFold(choice, grow, ops.inner_size(inner))
 
 
 @dataclass
@@ -194,7 +255,7 @@ class BlockFold:
         )
 
 
-def fold_blocks(
+def _fold_blocks(
     read: Iterable[tuple[list[np.ndarray], np.ndarray]],
     folds: list[BlockFold],
     scanner: validate.IdScanner,
@@ -389,20 +450,34 @@ def aligned_blocks(
     data: ChunkSource, ids: ChunkSource, rows: int, *, sorted_ids: bool = False
 ) -> Generator[tuple[np.ndarray, np.ndarray], None, None]:
     """Pairs of blocks with the same rows; inputs of different lengths are an error."""
-    data_blocks = data.chunks(rows)
+    for (data_block,), ids_block in blocks_in_step([data], ids, rows, sorted_ids=sorted_ids):
+        yield data_block, ids_block
+
+
+def blocks_in_step(
+    data: Sequence[ChunkSource], ids: ChunkSource, rows: int, *, sorted_ids: bool
+) -> Generator[tuple[list[np.ndarray], np.ndarray], None, None]:
+    """Blocks of every data column and of the ids, the same rows each; inputs of different
+    lengths are an error."""
+    columns = [source.chunks(rows) for source in data]
     ids_blocks = ids.chunks(rows)
     done = 0
     for ids_block in ids_blocks:
-        data_block = next(data_blocks, None)
-        if data_block is None or data_block.shape[0] != ids_block.shape[0]:
-            data_rows = done + rows_left(data_blocks, data_block)
-            ids_rows = done + rows_left(ids_blocks, ids_block)
-            refuse_lengths(data, ids, data_rows, ids_rows, sorted_ids=sorted_ids)
+        blocks = []
+        for source, chunks in zip(data, columns, strict=True):
+            block = next(chunks, None)
+            if block is None or block.shape[0] != ids_block.shape[0]:
+                data_rows = done + rows_left(chunks, block)
+                ids_rows = done + rows_left(ids_blocks, ids_block)
+                refuse_lengths(source, ids, data_rows, ids_rows, sorted_ids=sorted_ids)
+            blocks.append(block)
         done += ids_block.shape[0]
-        yield data_block, ids_block
-    more = next(data_blocks, None)
-    if more is not None:
-        refuse_lengths(data, ids, done + rows_left(data_blocks, more), done, sorted_ids=sorted_ids)
+        yield blocks, ids_block
+    for source, chunks in zip(data, columns, strict=True):
+        more = next(chunks, None)
+        if more is not None:
+            data_rows = done + rows_left(chunks, more)
+            refuse_lengths(source, ids, data_rows, done, sorted_ids=sorted_ids)
 
 
 def rows_left(blocks: Iterator[np.ndarray], current: np.ndarray | None) -> int:
