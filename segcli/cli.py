@@ -546,6 +546,8 @@ def _make_op_command(op: str) -> click.Command:
             alert=frozenset({"result"}) if summary.nan_count else frozenset(),
         )
 
+    # quantile cannot run without --q: its examples must carry one to be copied as they are.
+    q = " --q 0.9" if op in Q_OPS else ""
     command.__doc__ = f"""{OP_SUMMARIES[op]}
 
     DATA holds the values and IDS one segment id per row (IDS may be omitted when both are
@@ -554,11 +556,11 @@ def _make_op_command(op: str) -> click.Command:
 
     \b
     Examples:
-      segcli {op} data.npy ids.npy -n 4
-      segcli {op} data.npy ids.npy --sorted -o result.npy
-      segcli {op} table.parquet --data-column value --ids-column segment -o out.parquet
-      segcli {op} flights.parquet --data-column arr_delay --by carrier,origin -o out.csv
-      segcli {op} data.npy ids.npy -q | sort -k2 -g | tail -3     # the 3 largest
+      segcli {op} data.npy ids.npy -n 4{q}
+      segcli {op} data.npy ids.npy --sorted -o result.npy{q}
+      segcli {op} table.parquet --data-column value --ids-column segment -o out.parquet{q}
+      segcli {op} flights.parquet --data-column arr_delay --by carrier,origin -o out.csv{q}
+      segcli {op} data.npy ids.npy{q} -q | sort -k2 -g | tail -3     # the 3 largest
     """
     if op in DDOF_OPS:
         command = ddof_option(command)
@@ -621,7 +623,8 @@ def tmp_dir_option(command: F) -> F:
 @click.option(
     "--float-format",
     metavar="FMT",
-    help="printf format of float values in text, csv and tsv output (e.g. %.6g).",
+    help="printf format of float values in text, csv and tsv output (e.g. %.6g) "
+    "[default: the shortest text that reads back exactly].",
 )
 @no_header_option
 @click.option("--no-progress", is_flag=True, help="No progress bar on long runs.")
@@ -658,7 +661,7 @@ def agg(
 
     \b
     Examples:
-      segcli agg sample_data/readings.parquet --data-column value --ids-column sensor \\
+      segcli agg sample_data/table.parquet --data-column value --ids-column segment \\
           --op mean,min,max,count
       segcli agg data.npy ids.npy --op sum,mean -o out.parquet
       segcli agg table.csv --data-column a,b --ids-column id --op max -o out.npz
@@ -738,7 +741,8 @@ def check(
       segcli check data.npy ids.npy -n 1000 --max-empty 0 --no-nan
       segcli check data.npy ids.npy --max-dropped 0 --summary-json check.json
       segcli check table.parquet --data-column value --ids-column segment --sorted
-      segcli check flights.parquet --by carrier --keys-from carriers.csv --max-empty 0
+      segcli check flights.parquet --data-column arr_delay --by carrier \\
+          --keys-from carriers.csv --max-empty 0
     """
     from segcli import pipeline
 
