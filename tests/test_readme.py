@@ -1,8 +1,11 @@
 """The README's commands run as written, so the README cannot rot.
 
-Every ``$ segcli ...`` line of a ``console`` block runs in a folder holding ``sample_data/``;
-its exit code must match (``# exits N`` or 0), its stdout must be the lines shown after it that
-are data (tab-separated), and an ``Error:`` line shown must be its stderr exactly.
+Every ``console`` block runs in a folder of its own holding ``sample_data/``, its ``$ segcli ...``
+lines in order (a later line may read what an earlier one wrote, as ``--expect golden.npy``
+does). Each line's exit code must match (``# exits N`` or 0), its stdout must be the lines shown
+after it that are data (tab-separated), an ``Error:`` line shown must be its stderr exactly, a
+summary line shown must be one of its summary's (the timings by their label only), and its
+``-o`` file must exist after a run that succeeded and not after one that failed.
 """
 
 from __future__ import annotations
@@ -19,54 +22,127 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 
+#: Summary lines whose values change from run to run: compared by their label.
+TIMED_LABELS = ("time", "throughput")
 
-def console_commands() -> list[tuple[str, list[str]]]:
-    commands: list[tuple[str, list[str]]] = []
+
+def console_blocks() -> list[list[tuple[str, list[str]]]]:
+    blocks = []
     for block in re.findall(r"```console\n(.*?)```", README, flags=re.S):
+        commands: list[tuple[str, list[str]]] = []
         for line in block.splitlines():
             if line.startswith("$ "):
                 commands.append((line[2:], []))
             elif commands:
                 commands[-1][1].append(line)
-    return commands
+        blocks.append(commands)
+    return blocks
 
 
-COMMANDS = console_commands()
+BLOCKS = console_blocks()
 
 
-def test_readme_has_the_two_setup_commands():
-    assert "    pip install . && segcli sum sample_data/data.npy sample_data/ids.npy -n 4" in README
-    assert "    pip install '.[test]' && pytest -n auto" in README
+def section(title: str) -> str:
+    return README.split(f"\n## {title}\n")[1].split("\n## ")[0]
 
 
-@pytest.fixture(scope="module")
-def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = tmp_path_factory.mktemp("readme")
-    shutil.copytree(ROOT / "sample_data", folder / "sample_data")
-    return folder
+def setup_commands() -> list[str]:
+    """The indented command lines of the Set-up section, in order."""
+    return [line.strip() for line in section("Set-up").splitlines() if line.startswith("    ")]
 
 
-@pytest.mark.parametrize(("command", "shown"), COMMANDS, ids=[c for c, _ in COMMANDS])
-def test_readme_command(workdir: Path, command: str, shown: list[str]):
-    text, _, comment = command.partition("#")
-    expected_exit = int(re.search(r"exits (\d+)", comment)[1]) if "exits" in comment else 0
-    argv = shlex.split(text)
+def run_segcli(argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     assert argv[0] == "segcli"
-    done = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-m", "segcli", *argv[1:]],
-        cwd=workdir,
+        cwd=cwd,
         capture_output=True,
         text=True,
         check=False,
         timeout=120,
     )
-    assert done.returncode == expected_exit, done.stderr
+
+
+def check_shown(command: str, shown: list[str], done: subprocess.CompletedProcess[str]) -> None:
     # Data: tab-separated lines (``segment<TAB>value``, or --by's header and key rows).
     data_lines = [line for line in shown if "\t" in line and not line.startswith("  ")]
-    assert done.stdout.splitlines() == data_lines
+    assert done.stdout.splitlines() == data_lines, command
     errors = [line for line in shown if line.startswith("Error:")]
     if errors:
-        assert done.stderr.splitlines() == errors
-    summary_labels = [line.split()[0] for line in shown if line.startswith("  ")]
-    for label in summary_labels:
-        assert re.search(rf"^\s+{re.escape(label)}\s", done.stderr, flags=re.M), label
+        assert done.stderr.splitlines() == errors, command
+    stderr_lines = done.stderr.splitlines()
+    for line in shown:
+        if not line.startswith("  "):
+            continue
+        label = line.split()[0]
+        if label in TIMED_LABELS:
+            assert re.search(rf"^\s+{label}\s", done.stderr, flags=re.M), (command, label)
+        else:
+            assert line in stderr_lines, (command, line)
+
+
+def output_path(argv: list[str]) -> str | None:
+    for flag in ("-o", "--output"):
+        if flag in argv:
+            return argv[argv.index(flag) + 1]
+    return None
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[b[0][0] for b in BLOCKS])
+def test_readme_block(tmp_path: Path, block: list[tuple[str, list[str]]]):
+    shutil.copytree(ROOT / "sample_data", tmp_path / "sample_data")
+    for command, shown in block:
+        text, _, comment = command.partition("#")
+        expected_exit = int(re.search(r"exits (\d+)", comment)[1]) if "exits" in comment else 0
+        argv = shlex.split(text)
+        done = run_segcli(argv, tmp_path)
+        assert done.returncode == expected_exit, (command, done.stderr)
+        check_shown(command, shown, done)
+        written = output_path(argv)
+        if written is not None and written != "-":
+            # A failed run writes nothing; a run that succeeded wrote what -o names.
+            assert (tmp_path / written).exists() == (expected_exit == 0), command
+
+
+def test_readme_has_the_two_setup_commands():
+    assert setup_commands() == [
+        "pip install . && segcli sum sample_data/data.npy sample_data/ids.npy -n 4",
+        "pip install '.[test]' && pytest -n auto",
+    ]
+
+
+def test_setup_installs_the_segcli_command_and_runs_the_quick_start():
+    """``pip install . && segcli ...``: the install gives a ``segcli`` command (the project's
+    console script, installed beside this Python), and the command after it is the Quick
+    start's first, whose output it prints."""
+    install, run = setup_commands()[0].split(" && ")
+    assert install == "pip install ."
+    assert 'segcli = "segcli.__main__:main"' in (ROOT / "pyproject.toml").read_text()
+    script = Path(sys.executable).with_name("segcli")
+    assert script.exists(), "the segcli console script is not installed"
+    first_command, first_shown = BLOCKS[0][0]
+    assert run == first_command
+    done = subprocess.run(
+        [str(script), *shlex.split(run)[1:]],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    check_shown(run, first_shown, done)
+
+
+def test_setup_test_extras_give_pytest_and_its_n_option():
+    """``pip install '.[test]' && pytest -n auto``: the test extra holds pytest and
+    pytest-xdist, which gives ``-n``."""
+    install, run = setup_commands()[1].split(" && ")
+    extra = re.fullmatch(r"pip install '\.\[(\w+)\]'", install)
+    assert extra is not None
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    listed = re.search(rf"^{extra[1]} = \[(.*)\]$", pyproject, flags=re.M)
+    assert listed is not None, f"no extra {extra[1]!r} in pyproject.toml"
+    packages = {re.split(r"[<>=\[ ]", p.strip().strip('"'))[0] for p in listed[1].split(",")}
+    assert {"pytest", "pytest-xdist"} <= packages
+    assert run == "pytest -n auto"
