@@ -146,3 +146,38 @@ def test_setup_test_extras_give_pytest_and_its_n_option():
     packages = {re.split(r"[<>=\[ ]", p.strip().strip('"'))[0] for p in listed[1].split(",")}
     assert {"pytest", "pytest-xdist"} <= packages
     assert run == "pytest -n auto"
+
+
+def test_library_use_runs_as_written():
+    """The Library use block: its first call prints what its comment shows, the second runs
+    on the sample data (``data``, ``ids``), and the signature and errors are the package's."""
+    import inspect
+
+    import numpy as np
+
+    import segcli
+    import segcli.errors
+
+    text = section("Library use")
+    code = re.search(r"```python\n(.*?)```", text, flags=re.S)
+    assert code is not None
+    lines = code[1].splitlines()
+    call = next(i for i, line in enumerate(lines) if line.startswith("segcli.segment_reduce("))
+    shown = lines[call + 1].removeprefix("# ")
+    namespace = {
+        "data": np.load(ROOT / "sample_data" / "accel.npy"),
+        "ids": np.load(ROOT / "sample_data" / "sorted_ids.npy"),
+    }
+    exec("\n".join(lines[:call]), namespace)
+    assert repr(eval(lines[call], namespace)) == shown
+    exec("\n".join(lines[call + 2 :]), namespace)
+
+    signature = re.search(r"`segment_reduce(\(.*?\)) -> numpy.ndarray`", " ".join(text.split()))
+    assert signature is not None
+    parameters = inspect.signature(segcli.segment_reduce).parameters.values()
+    bare = inspect.Signature([p.replace(annotation=inspect.Parameter.empty) for p in parameters])
+    assert signature[1] == str(bare).replace("'", '"')
+    errors = re.search(r"`segcli.SegcliError` subclasses \((.*?)\)", " ".join(text.split()))
+    assert errors is not None
+    for name in re.findall(r"`(?:segcli\.errors\.)?(\w+)`", errors[1]):
+        assert issubclass(getattr(segcli.errors, name), segcli.SegcliError), name
