@@ -127,10 +127,27 @@ def input_options(command: F) -> F:
             is_flag=True,
             help="Sorted family (Segment*V2): ids 1-D, non-decreasing; ids >= n dropped.",
         ),
-        click.option("--data-column", metavar="NAME", help="Column of DATA in a table file."),
-        click.option("--ids-column", metavar="NAME", help="Column of the ids in a table file."),
-        click.option("--data-key", metavar="KEY", help="Array of DATA in an .npz file."),
-        click.option("--ids-key", metavar="KEY", help="Array of the ids in an .npz file."),
+        click.option(
+            "--data-column",
+            metavar="NAME",
+            help="Column of DATA in a table file [default: its only column; with --by, its "
+            "only column besides the keys].",
+        ),
+        click.option(
+            "--ids-column",
+            metavar="NAME",
+            help="Column of the ids in a table file [default: its only column].",
+        ),
+        click.option(
+            "--data-key",
+            metavar="KEY",
+            help="Array of DATA in an .npz file [default: its only array].",
+        ),
+        click.option(
+            "--ids-key",
+            metavar="KEY",
+            help="Array of the ids in an .npz file [default: its only array].",
+        ),
         click.option(
             "--delimiter",
             metavar="CHAR",
@@ -154,7 +171,8 @@ def input_options(command: F) -> F:
             # Bounded so that every reader can take it as a C int64 row count.
             type=click.IntRange(min=1, max=2**62),
             metavar="N",
-            help="Always stream, N rows per block (with --engine dask: rows per partition).",
+            help="Always stream, N rows per block (with --engine dask: rows per partition) "
+            "[default: stream only inputs over --memory-limit].",
         ),
         click.option(
             "--by",
@@ -172,7 +190,8 @@ def input_options(command: F) -> F:
             "--keys-from",
             metavar="FILE",
             help="With --by: a table of the key columns that fixes the output keys and their "
-            "order (empty groups included; a key not in it is an error).",
+            "order (empty groups included; a key not in it is an error) [default: the keys "
+            "found in DATA].",
         ),
         click.option(
             "--skipna",
@@ -631,7 +650,8 @@ def tmp_dir_option(command: F) -> F:
 @click.option(
     "--fill",
     metavar="VALUE",
-    help="Value for empty segments in every result column, read in each op's result dtype.",
+    help="Value for empty segments in every result column, read in each op's result dtype "
+    "[default: each op's own].",
 )
 @click.option(
     "--expect",
@@ -709,13 +729,14 @@ def agg(
     "--max-empty",
     type=click.IntRange(min=0),
     metavar="K",
-    help="Fail (exit 4) if more than K segments are empty.",
+    help="Fail (exit 4) if more than K segments are empty [default: no limit].",
 )
 @click.option(
     "--max-dropped",
     type=click.IntRange(min=0),
     metavar="K",
-    help="Fail (exit 4) if more than K rows were dropped (negative ids; ids >= n under --sorted).",
+    help="Fail (exit 4) if more than K rows were dropped (negative ids; ids >= n under --sorted) "
+    "[default: no limit].",
 )
 @click.option(
     "--no-nan", is_flag=True, help="Fail (exit 4) if DATA holds any NaN (with --skipna: or null)."

@@ -149,3 +149,28 @@ def test_the_readme_options_table_covers_the_reductions_options() -> None:
         for param in command(name).get_params(CONTEXT):
             if isinstance(param, click.Option) and "--help" not in param.opts:
                 assert set(param.opts) & named, (name, param.opts)
+
+
+#: Options that do nothing unless given: no default to state.
+OFF_UNLESS_GIVEN = {
+    "--by",
+    "--expect",
+    "--indices",
+    "--indices-column",
+    "--keys-out",
+    "--q",
+    "--summary-json",
+    "--weights",
+    "--weights-column",
+}
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_every_option_with_a_default_states_it(name: str) -> None:
+    for param in command(name).get_params(CONTEXT):
+        if not isinstance(param, click.Option) or param.is_flag or param.required:
+            continue
+        if set(param.opts) & OFF_UNLESS_GIVEN:
+            continue
+        stated = param.show_default or "default" in (param.help or "").lower()
+        assert stated, (name, param.opts)
