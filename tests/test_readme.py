@@ -181,3 +181,14 @@ def test_library_use_runs_as_written():
     assert errors is not None
     for name in re.findall(r"`(?:segcli\.errors\.)?(\w+)`", errors[1]):
         assert issubclass(getattr(segcli.errors, name), segcli.SegcliError), name
+
+
+def test_every_extra_the_readme_installs_is_declared():
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    declared = pyproject.split("[project.optional-dependencies]")[1].split("\n[")[0]
+    extras = set(re.findall(r"^(\w+) = \[", declared, flags=re.M))
+    named = set(re.findall(r"pip install (?:-e )?'\.\[(\w+)\]'", README))
+    assert named and named <= extras
+    version = re.search(r"Python (3\.\d+) or newer", README)
+    assert version is not None
+    assert f'requires-python = ">={version[1]}"' in pyproject
