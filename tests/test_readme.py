@@ -10,6 +10,7 @@ summary line shown must be one of its summary's (the timings by their label only
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -192,3 +193,69 @@ def test_every_extra_the_readme_installs_is_declared():
     version = re.search(r"Python (3\.\d+) or newer", README)
     assert version is not None
     assert f'requires-python = ">={version[1]}"' in pyproject
+
+
+#: A stand-in for the README's ``producer``: an Arrow IPC stream of columns x and seg.
+PRODUCER = (
+    f"{shlex.quote(sys.executable)} -c 'import sys, numpy as np, pyarrow as pa; "
+    't = pa.table({"x": np.load("data.npy"), "seg": np.load("ids.npy")}); '
+    "w = pa.ipc.new_stream(sys.stdout.buffer, t.schema); w.write_table(t); w.close()'"
+)
+
+#: The shell lines the README's prose shows, as written there, and the line run here (the
+#: same, with the ``producer`` stand-in and the wait for a process substitution's gzip).
+PROSE_COMMANDS = [
+    ("segcli sum <(zcat data.npy.gz) ids.npy", "segcli sum <(zcat data.npy.gz) ids.npy"),
+    (
+        "cat data.npy | segcli sum /dev/stdin ids.npy",
+        "cat data.npy | segcli sum /dev/stdin ids.npy",
+    ),
+    (
+        "producer | segcli sum - --data-column x --ids-column seg",
+        f"{PRODUCER} | segcli sum - --data-column x --ids-column seg",
+    ),
+    (
+        "-o >(gzip > out.npy.gz) --format npy",
+        "segcli sum data.npy ids.npy -o >(gzip > out.npy.gz) --format npy; wait $!; "
+        "zcat out.npy.gz > out.npy && segcli sum data.npy ids.npy --expect out.npy",
+    ),
+]
+
+
+@pytest.fixture
+def shell_folder(tmp_path: Path) -> Path:
+    for name in ("data.npy", "ids.npy"):
+        shutil.copy(ROOT / "sample_data" / name, tmp_path / name)
+    subprocess.run(["gzip", "-k", "data.npy"], cwd=tmp_path, check=True)
+    return tmp_path
+
+
+def run_shell(line: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    # The installed segcli command first on PATH, as after the set-up's ``pip install``.
+    path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}"
+    return subprocess.run(
+        ["bash", "-c", line],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        env={**os.environ, "PATH": path},
+    )
+
+
+@pytest.mark.parametrize(("shown", "line"), PROSE_COMMANDS, ids=[s for s, _ in PROSE_COMMANDS])
+def test_readme_shell_lines_run(shell_folder: Path, shown: str, line: str):
+    assert shown in " ".join(README.split()), shown
+    done = run_shell(line + " -q", shell_folder)
+    assert done.returncode == 0, done.stderr
+    plain = run_shell("segcli sum data.npy ids.npy -q", shell_folder)
+    assert done.stdout == plain.stdout != ""
+
+
+def test_readme_usage_error_example_is_the_program_s(shell_folder: Path):
+    shown = re.search(r"`(Error: No such option '--fil'\..*?)`", " ".join(README.split()))
+    assert shown is not None
+    done = run_shell("segcli sum data.npy ids.npy --fil 0", shell_folder)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [shown[1]]
