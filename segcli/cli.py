@@ -629,7 +629,7 @@ def tmp_dir_option(command: F) -> F:
     "--format",
     "output_format",
     type=click.Choice(FORMATS),
-    help="Output format (default: from the suffix of --output).",
+    help="Output format (default: from the suffix of --output; npy for '-').",
 )
 @engine_option
 @scheduler_option
