@@ -127,10 +127,27 @@ def input_options(command: F) -> F:
             is_flag=True,
             help="Sorted family (Segment*V2): ids 1-D, non-decreasing; ids >= n dropped.",
         ),
-        click.option("--data-column", metavar="NAME", help="Column of DATA in a table file."),
-        click.option("--ids-column", metavar="NAME", help="Column of the ids in a table file."),
-        click.option("--data-key", metavar="KEY", help="Array of DATA in an .npz file."),
-        click.option("--ids-key", metavar="KEY", help="Array of the ids in an .npz file."),
+        click.option(
+            "--data-column",
+            metavar="NAME",
+            help="Column of DATA in a table file [default: its only column; with --by, its "
+            "only column besides the keys].",
+        ),
+        click.option(
+            "--ids-column",
+            metavar="NAME",
+            help="Column of the ids in a table file [default: its only column].",
+        ),
+        click.option(
+            "--data-key",
+            metavar="KEY",
+            help="Array of DATA in an .npz file [default: its only array].",
+        ),
+        click.option(
+            "--ids-key",
+            metavar="KEY",
+            help="Array of the ids in an .npz file [default: its only array].",
+        ),
         click.option(
             "--delimiter",
             metavar="CHAR",
@@ -154,7 +171,8 @@ def input_options(command: F) -> F:
             # Bounded so that every reader can take it as a C int64 row count.
             type=click.IntRange(min=1, max=2**62),
             metavar="N",
-            help="Always stream, N rows per block (with --engine dask: rows per partition).",
+            help="Always stream, N rows per block (with --engine dask: rows per partition) "
+            "[default: stream only inputs over --memory-limit].",
         ),
         click.option(
             "--by",
@@ -172,7 +190,8 @@ def input_options(command: F) -> F:
             "--keys-from",
             metavar="FILE",
             help="With --by: a table of the key columns that fixes the output keys and their "
-            "order (empty groups included; a key not in it is an error).",
+            "order (empty groups included; a key not in it is an error) [default: the keys "
+            "found in DATA].",
         ),
         click.option(
             "--skipna",
@@ -546,6 +565,8 @@ def _make_op_command(op: str) -> click.Command:
             alert=frozenset({"result"}) if summary.nan_count else frozenset(),
         )
 
+    # quantile cannot run without --q: its examples must carry one to be copied as they are.
+    q = " --q 0.9" if op in Q_OPS else ""
     command.__doc__ = f"""{OP_SUMMARIES[op]}
 
     DATA holds the values and IDS one segment id per row (IDS may be omitted when both are
@@ -554,11 +575,11 @@ def _make_op_command(op: str) -> click.Command:
 
     \b
     Examples:
-      segcli {op} data.npy ids.npy -n 4
-      segcli {op} data.npy ids.npy --sorted -o result.npy
-      segcli {op} table.parquet --data-column value --ids-column segment -o out.parquet
-      segcli {op} flights.parquet --data-column arr_delay --by carrier,origin -o out.csv
-      segcli {op} data.npy ids.npy -q | sort -k2 -g | tail -3     # the 3 largest
+      segcli {op} data.npy ids.npy -n 4{q}
+      segcli {op} data.npy ids.npy --sorted -o result.npy{q}
+      segcli {op} table.parquet --data-column value --ids-column segment -o out.parquet{q}
+      segcli {op} flights.parquet --data-column arr_delay --by carrier,origin -o out.csv{q}
+      segcli {op} data.npy ids.npy{q} -q | sort -k2 -g | tail -3     # the 3 largest
     """
     if op in DDOF_OPS:
         command = ddof_option(command)
@@ -608,7 +629,7 @@ def tmp_dir_option(command: F) -> F:
     "--format",
     "output_format",
     type=click.Choice(FORMATS),
-    help="Output format (default: from the suffix of --output).",
+    help="Output format (default: from the suffix of --output; npy for '-').",
 )
 @engine_option
 @scheduler_option
@@ -621,14 +642,16 @@ def tmp_dir_option(command: F) -> F:
 @click.option(
     "--float-format",
     metavar="FMT",
-    help="printf format of float values in text, csv and tsv output (e.g. %.6g).",
+    help="printf format of float values in text, csv and tsv output (e.g. %.6g) "
+    "[default: the shortest text that reads back exactly].",
 )
 @no_header_option
 @click.option("--no-progress", is_flag=True, help="No progress bar on long runs.")
 @click.option(
     "--fill",
     metavar="VALUE",
-    help="Value for empty segments in every result column, read in each op's result dtype.",
+    help="Value for empty segments in every result column, read in each op's result dtype "
+    "[default: each op's own].",
 )
 @click.option(
     "--expect",
@@ -658,7 +681,7 @@ def agg(
 
     \b
     Examples:
-      segcli agg sample_data/readings.parquet --data-column value --ids-column sensor \\
+      segcli agg sample_data/table.parquet --data-column value --ids-column segment \\
           --op mean,min,max,count
       segcli agg data.npy ids.npy --op sum,mean -o out.parquet
       segcli agg table.csv --data-column a,b --ids-column id --op max -o out.npz
@@ -706,13 +729,14 @@ def agg(
     "--max-empty",
     type=click.IntRange(min=0),
     metavar="K",
-    help="Fail (exit 4) if more than K segments are empty.",
+    help="Fail (exit 4) if more than K segments are empty [default: no limit].",
 )
 @click.option(
     "--max-dropped",
     type=click.IntRange(min=0),
     metavar="K",
-    help="Fail (exit 4) if more than K rows were dropped (negative ids; ids >= n under --sorted).",
+    help="Fail (exit 4) if more than K rows were dropped (negative ids; ids >= n under --sorted) "
+    "[default: no limit].",
 )
 @click.option(
     "--no-nan", is_flag=True, help="Fail (exit 4) if DATA holds any NaN (with --skipna: or null)."
@@ -738,7 +762,8 @@ def check(
       segcli check data.npy ids.npy -n 1000 --max-empty 0 --no-nan
       segcli check data.npy ids.npy --max-dropped 0 --summary-json check.json
       segcli check table.parquet --data-column value --ids-column segment --sorted
-      segcli check flights.parquet --by carrier --keys-from carriers.csv --max-empty 0
+      segcli check flights.parquet --data-column arr_delay --by carrier \\
+          --keys-from carriers.csv --max-empty 0
     """
     from segcli import pipeline
 
