@@ -25,7 +25,9 @@ class EngineEntry:
 _REGISTRY: dict[str, EngineEntry] = {
     "cupy": EngineEntry(
         ENGINE_MODULES["cupy"],
-        "pip install 'segcli[gpu]' (needs an NVIDIA GPU and CUDA 12)",
+        # The extra's two spellings: from an index, and from a source checkout (the README's).
+        "pip install 'segcli[gpu]' (or '.[gpu]' in a segcli checkout; needs an NVIDIA GPU and "
+        "CUDA 12)",
         50_000_000,
     ),
     "numba": EngineEntry(ENGINE_MODULES["numba"], "pip install numba", 100_000_000),

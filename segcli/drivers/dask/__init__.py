@@ -151,7 +151,8 @@ def _distributed() -> Any:
         import distributed
     except ImportError as exc:
         raise EngineUnavailableError(
-            f"engine 'dask' is not available ({exc}); install it with: pip install 'segcli[dask]'"
+            f"engine 'dask' is not available ({exc}); install it with: pip install "
+            "'segcli[dask]' (or '.[dask]' in a segcli checkout)"
         ) from None
     return distributed
 
