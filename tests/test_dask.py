@@ -705,7 +705,7 @@ def test_missing_dask_is_an_engine_error(monkeypatch: pytest.MonkeyPatch) -> Non
     with pytest.raises(
         EngineUnavailableError,
         match=r"^engine 'dask' is not available .*; "
-        r"install it with: pip install 'segcli\[dask\]'$",
+        r"install it with: pip install 'segcli\[dask\]' \(or '\.\[dask\]' in a segcli checkout\)$",
     ):
         seg_dask.run(spec(op="sum", data="x.npy", ids="y.npy"))
 
