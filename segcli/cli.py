@@ -69,11 +69,26 @@ def _is_broken_pipe(error: OSError) -> bool:
     return isinstance(error, BrokenPipeError) or error.errno == errno.EPIPE or _stdout_reader_gone()
 
 
+def terminal_safe(text: str) -> str:
+    """``text`` with its control characters written as escapes (``\\x1b``, ``\\r``, ...):
+    an error names the first offending value, which may come from a corrupt file or a
+    hostile one, and its raw bytes must neither break the one line nor drive the terminal
+    (colours, cursor moves, a carriage return that hides the start of the line)."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _escaped(char) for char in text)
+
+
+def _escaped(char: str) -> str:
+    # repr's own spelling of the character (\n, \x1b, \u2028), without its quotes.
+    return repr(char)[1:-1]
+
+
 class SegcliClickError(click.ClickException):
     """A :class:`SegcliError` on its way to the user, with its own exit code."""
 
     def __init__(self, error: SegcliError) -> None:
-        super().__init__(str(error))
+        super().__init__(terminal_safe(str(error)))
         # click declares exit_code a ClassVar; each instance here carries its error's own code.
         self.exit_code = error.exit_code  # type: ignore[misc]
 
@@ -86,7 +101,7 @@ def translate_errors(command: F) -> F:
         try:
             return command(*args, **kwargs)
         except UsageError as error:
-            raise click.UsageError(str(error)) from None
+            raise click.UsageError(terminal_safe(str(error))) from None
         except SegcliError as error:
             if isinstance(error, WriteError) and _stdout_reader_gone():
                 raise StdoutClosed from None
@@ -429,7 +444,7 @@ def _verdict(error: SegcliError | None) -> dict[str, Any]:
     """The JSON summary's ``exit_code`` and ``error`` (the line printed on stderr, or null)."""
     if error is None:
         return {"exit_code": 0, "error": None}
-    return {"exit_code": error.exit_code, "error": f"Error: {error}"}
+    return {"exit_code": error.exit_code, "error": f"Error: {terminal_safe(str(error))}"}
 
 
 def _command(command: str) -> dict[str, Any]:
@@ -464,7 +479,7 @@ def _summary_on_failure(command: str, summary_json: str | None) -> Iterator[None
 
 
 def _warn(message: str) -> None:
-    click.echo(f"Warning: {message}", err=True)
+    click.echo(f"Warning: {terminal_safe(message)}", err=True)
 
 
 def _make_op_command(op: str) -> click.Command:
@@ -877,7 +892,7 @@ _NO_ARGS_IS_HELP: tuple[type[Exception], ...] = tuple(
 def usage_error_line(error: click.UsageError) -> str:
     """click's usage error as one line, its hint folded in: ``Error: No such option '--foo'.
     Did you mean '--fill'? (see 'segcli sum --help')``."""
-    message = " ".join(error.format_message().split())
+    message = terminal_safe(" ".join(error.format_message().split()))
     command = error.ctx.command_path if error.ctx is not None else "segcli"
     return f"Error: {message} (see '{command} --help')"
 
@@ -961,7 +976,7 @@ def main(argv: list[str] | None = None) -> None:
         if os.environ.get("SEGCLI_DEBUG"):
             raise
         click.echo(
-            f"segcli: internal error: {type(error).__name__}: {error} "
+            f"segcli: internal error: {type(error).__name__}: {terminal_safe(str(error))} "
             "(set SEGCLI_DEBUG=1 for the traceback, and please report it)",
             err=True,
         )

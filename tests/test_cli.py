@@ -291,3 +291,45 @@ def test_fast_atomics_needs_the_gpu_engine(pair):
     result = run("sum", *pair, "--fast-atomics")
     assert result.exit_code == 2
     assert "--fast-atomics applies to --engine cupy only" in result.stderr
+
+
+def test_error_lines_write_control_characters_from_the_data_as_escapes(tmp_path: Path) -> None:
+    """The first offending value of a corrupt file may hold an escape sequence or a carriage
+    return: the error line shows them escaped, so that they neither drive the terminal nor
+    hide the start of the line."""
+    import subprocess
+    import sys
+
+    table = tmp_path / "t.csv"
+    table.write_bytes(b"v,id\n1.5,0\n\x1b[31mred\x08,2,3\n")
+    out = tmp_path / "out.npy"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "segcli",
+            "sum",
+            str(table),
+            "--data-column",
+            "v",
+            "--ids-column",
+            "id",
+            "-o",
+            str(out),
+        ],
+        capture_output=True,
+        check=False,
+    )
+    assert done.returncode == 3
+    line = done.stderr.decode()
+    assert line.count("\n") == 1 and line.startswith("Error: ")
+    assert "\\x1b[31mred\\x08" in line
+    assert not any(ord(char) < 32 for char in line.rstrip("\n"))
+    assert not out.exists()
+
+
+def test_terminal_safe_keeps_printable_text_whole() -> None:
+    from segcli.cli import terminal_safe
+
+    assert terminal_safe("ids.npy: ids[3] = -1 é ☃") == "ids.npy: ids[3] = -1 é ☃"
+    assert terminal_safe("a\tb\x7f\u2028\x85") == "a\\tb\\x7f\\u2028\\x85"
