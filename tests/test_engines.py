@@ -228,10 +228,23 @@ def test_numba_equals_numpy_bit_for_bit(
     assert results[0].counts.tobytes() == results[1].counts.tobytes()
 
 
+#: Id widths read by every fold kernel in the default run; the others compile a kernel family
+#: each for the same loops, and run in the full matrix.
+COMMON_ID_WIDTHS = ("uint8", "int16", "int32", "uint64")
+
+
+def _id_widths() -> list[Any]:
+    return [
+        pytest.param(width)
+        if width in COMMON_ID_WIDTHS
+        else pytest.param(width, marks=pytest.mark.full_matrix)
+        for width in ("int8", "uint8", "int16", "uint16", "int32", "uint32", "uint64")
+        if width in COMMON_ID_WIDTHS or FULL_MATRIX
+    ]
+
+
 @needs_numba
-@pytest.mark.parametrize(
-    "ids_dtype", ["int8", "uint8", "int16", "uint16", "int32", "uint32", "uint64"]
-)
+@pytest.mark.parametrize("ids_dtype", _id_widths())
 @pytest.mark.parametrize("sorted_ids", [False, True])
 def test_numba_reads_ids_of_every_width(ids_dtype: str, sorted_ids: bool) -> None:
     """int64 ids: every other test. Every op reads ids the same way, so one fold op (and
