@@ -369,6 +369,7 @@ def check_expected_columns(
         del flat["segment"]
     if "rows" not in golden:  # rows per segment, like the count column: where the golden has it
         flat.pop("rows", None)
+    flat.update(_golden_counts(golden, results, counts))
     if keys is not None:
         from segcli.expect_keys import check_expected_keys  # a --by run's --expect only
 
@@ -389,7 +390,7 @@ def check_expected_columns(
                 f"--expect {path}: column {name} has {expected.shape[0]} rows, the result "
                 f"{values.shape[0]}"
             )
-        exact = name == "segment"  # numbers of segments, not measured: no tolerance
+        exact = name in _ROWS  # numbers of segments and of rows, not measured: no tolerance
         same = np.isclose(
             values, expected, rtol=0 if exact else rtol, atol=0 if exact else atol, equal_nan=True
         )
@@ -410,6 +411,15 @@ def _key_texts(column: Any) -> np.ndarray:
 
 #: A golden table's columns of rows per segment (and segment numbers), which no op gives.
 _ROWS = ("segment", "count", "counts", "rows")
+
+
+def _golden_counts(
+    golden: dict[str, np.ndarray], results: dict[str, np.ndarray], counts: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The rows per segment to compare, under each name the golden holds them by: a table's
+    trailing ``count`` (unless the count op's column has that name), an .npz's ``counts``."""
+    names = [name for name in ("count", "counts") if name in golden and name not in results]
+    return dict.fromkeys(names, np.asarray(counts, dtype=np.int64))
 
 
 def _golden_numbers(expected: np.ndarray, path: str, name: str) -> np.ndarray:

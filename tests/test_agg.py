@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -354,6 +355,49 @@ def test_expect_compares_the_segment_column_of_a_golden_table(pair, tmp_path):
         assert failed.exit_code == 4, failed.stderr
         assert failed.stderr.startswith(f"Error: --expect {golden}: column segment differs in 2")
         assert error_lines(failed) == 1
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".npz"])
+def test_expect_compares_the_rows_per_segment_of_a_golden(pair, tmp_path, suffix):
+    """The trailing count column (an .npz's ``counts``) is a column like the others: a golden
+    whose count differs fails, naming it and the first segment, even where every value agrees."""
+    golden, out = tmp_path / f"golden{suffix}", tmp_path / "out.csv"
+    args = ["--op", "sum,max", "-q"]
+    assert run("agg", *pair, *args, "-o", golden).exit_code == 0
+    assert run("agg", *pair, *args, "--expect", golden).exit_code == 0
+    name = "counts" if suffix == ".npz" else "count"
+    if suffix == ".npz":
+        arrays = dict(np.load(golden))
+        arrays[name][3] += 1
+        np.savez(golden, **arrays)
+    else:
+        table = pq.read_table(golden) if suffix == ".parquet" else pacsv.read_csv(golden)
+        counts = table.column(name).to_numpy().copy()
+        counts[3] += 1
+        table = table.set_column(table.column_names.index(name), name, pa.array(counts))
+        (pq.write_table if suffix == ".parquet" else pacsv.write_csv)(table, golden)
+    failed = run("agg", *pair, *args, "--expect", golden, "-o", out)
+    assert failed.exit_code == 4, failed.stderr
+    assert failed.stderr.startswith(f"Error: --expect {golden}: column {name} differs in 1 ")
+    assert "the first segment 3:" in failed.stderr
+    assert error_lines(failed) == 1
+    assert not out.exists()
+
+
+def test_expect_compares_the_count_column_of_a_by_golden(keyed, tmp_path):
+    golden = tmp_path / "golden.csv"
+    args = ("--data-column", "delay", "--by", "carrier", "--op", "mean", "-q")
+    assert run("agg", keyed, *args, "-o", golden).exit_code == 0
+    assert run("agg", keyed, *args, "--expect", golden).exit_code == 0
+    lines = golden.read_text().splitlines()
+    fields = lines[2].split(",")
+    fields[-1] = str(int(fields[-1]) + 1)
+    lines[2] = ",".join(fields)
+    golden.write_text("\n".join(lines) + "\n")
+    failed = run("agg", keyed, *args, "--expect", golden)
+    assert failed.exit_code == 4, failed.stderr
+    assert "column count differs in 1 segment(s), the first segment 1:" in failed.stderr
+    assert error_lines(failed) == 1
 
 
 def test_expect_refuses_a_golden_result_column_the_run_does_not_give(pair, tmp_path):
