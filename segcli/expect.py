@@ -44,6 +44,25 @@ def check_expected(
     )
 
 
+def check_expected_counts(counts: np.ndarray, expected: np.ndarray | None, label: str) -> None:
+    """Raise :class:`ExpectationError` where the golden's rows per segment (its ``count``
+    column, when it has one) differ from the run's: numbers of rows, compared exactly."""
+    if expected is None:
+        return
+    if expected.shape != counts.shape:
+        raise ExpectationError(
+            f"{label}: column count has {expected.shape[0]} rows, the result {counts.shape[0]}"
+        )
+    bad = np.flatnonzero(np.asarray(counts) != expected)
+    if bad.size == 0:
+        return
+    first = int(bad[0])
+    raise ExpectationError(
+        f"{label}: column count differs in {bad.size:,} of {counts.shape[0]} segments, the "
+        f"first segment {first}: {counts[first]} vs expected {expected[first]}"
+    )
+
+
 def _got_vs_expected(result: np.ndarray, expected: np.ndarray, bad: np.ndarray) -> str:
     return ", ".join(
         f"segment {int(i)} got {_show(result[i])} expected {_show(expected[i])}"
