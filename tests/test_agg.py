@@ -520,6 +520,42 @@ def test_expect_reads_complex_text_and_names_a_word(tmp_path):
     assert not out.exists()
 
 
+def test_expect_takes_the_json_agg_writes(tmp_path):
+    """The .json agg writes is a golden like its tables: NaN and infinities written as text,
+    complex as [re, im] pairs and inner dimensions as nested lists read back; a changed value
+    or count fails (exit 4, one line naming the column and the segment)."""
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.array([[1, np.nan], [np.inf, 2], [3, 4], [5, 6]], np.float32))
+    np.save(ids, np.array([0, 0, 2, -1]))
+    cdata = tmp_path / "c.npy"
+    np.save(cdata, np.array([1 + 2j, 3, 4j, 5], np.complex64))
+    golden, out = tmp_path / "golden.json", tmp_path / "out.npz"
+    for inputs, names in (([data, ids], "sum,argmax,any,count"), ([cdata, ids], "sum,first")):
+        args = [*inputs, "--op", names, "-q"]
+        assert run("agg", *args, "-o", golden).exit_code == 0
+        passed = run("agg", *args, "--expect", golden)
+        assert passed.exit_code == 0, passed.stderr
+    doc = json.loads(golden.read_text())
+    assert doc["sum"][0] == [4.0, 2.0]  # the run's 1+2j and 3 as [re, im]
+    doc["sum"][2] = [0.0, 4.5]
+    golden.write_text(json.dumps(doc))
+    failed = run("agg", cdata, ids, "--op", "sum,first", "--expect", golden, "-o", out, "-q")
+    assert failed.exit_code == 4, failed.stderr
+    assert failed.stderr.startswith(f"Error: --expect {golden}: column sum differs in 1 ")
+    assert "the first segment 2:" in failed.stderr and error_lines(failed) == 1
+    assert not out.exists()
+
+
+def test_expect_with_a_json_that_is_no_agg_result_is_exit_3(pair, tmp_path):
+    golden = tmp_path / "golden.json"
+    for text in ("[1, 2]", '{"sum": [[1, 2], [3]]}', '{"sum": "1"}', "{"):
+        golden.write_text(text)
+        failed = run("agg", *pair, "--op", "sum,max", "--expect", golden, "-q")
+        assert failed.exit_code == 3, (text, failed.stderr)
+        assert failed.stderr.startswith(f"Error: --expect {golden}: cannot read (")
+        assert error_lines(failed) == 1
+
+
 @pytest.mark.parametrize(
     ("ops_list", "message"),
     [
@@ -735,6 +771,20 @@ def test_expect_compares_by_results(keyed, tmp_path):
     failed = run("agg", keyed, *args, "--expect", golden)
     assert failed.exit_code == 4 and "column argmin" in failed.stderr
     assert error_lines(failed) == 1
+
+
+def test_expect_takes_the_json_of_a_by_run(keyed, tmp_path):
+    golden = tmp_path / "golden.json"
+    args = ("--data-column", "delay", "--by", "carrier", "--op", "mean,last", "-q")
+    assert run("agg", keyed, *args, "-o", golden).exit_code == 0
+    passed = run("agg", keyed, *args, "--expect", golden)
+    assert passed.exit_code == 0, passed.stderr
+    doc = json.loads(golden.read_text())
+    doc["count"][1] += 1
+    golden.write_text(json.dumps(doc))
+    failed = run("agg", keyed, *args, "--expect", golden)
+    assert failed.exit_code == 4, failed.stderr
+    assert "column count differs in 1 segment(s), the first segment 1:" in failed.stderr
 
 
 @pytest.fixture(scope="module")
