@@ -29,6 +29,7 @@ from segcli.errors import (
     UsageError,
     WriteError,
 )
+from segcli.expect import differing_segments
 from segcli.io import agg_write
 from segcli.io.commit import refuse_empty_path
 from segcli.io.formats import (
@@ -392,11 +393,12 @@ def check_expected_columns(
                 f"{values.shape[0]}"
             )
         exact = name in _ROWS  # numbers of segments and of rows, not measured: no tolerance
-        same = np.isclose(
-            values, expected, rtol=0 if exact else rtol, atol=0 if exact else atol, equal_nan=True
+        # As for one op: the tolerances apply to floats; integers (argmax's row numbers, an
+        # integer sum) and booleans must be equal.
+        bad = differing_segments(
+            values, expected, rtol=0 if exact else rtol, atol=0 if exact else atol
         )
-        if not same.all():
-            bad = np.flatnonzero(~same)
+        if bad.size:
             raise ExpectationError(
                 f"--expect {path}: column {name} differs in {bad.size:,} segment(s), the first "
                 f"segment {int(bad[0])}: {values[bad[0]]} vs expected {expected[bad[0]]}"

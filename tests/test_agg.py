@@ -338,6 +338,34 @@ def test_expect_passes_and_fails(pair, tmp_path):
     assert not out.exists()
 
 
+def test_expect_compares_integer_columns_exactly(tmp_path):
+    """As the single-op --expect: --rtol and --atol apply to float columns; a row number or
+    an integer sum one off is a mismatch, however large the number."""
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    values = np.zeros(300_001, np.int64)
+    values[200_000] = 7
+    np.save(data, values)
+    np.save(ids, np.zeros(values.size, np.int64))
+    golden = tmp_path / "golden.csv"
+    args = ["--op", "argmax,sum,mean", "-q"]
+    assert run("agg", data, ids, *args, "-o", golden).exit_code == 0
+    header, row = golden.read_text().splitlines()
+    assert row.split(",")[:3] == ["0", "200000", "7"]
+    for column, name in ((1, "argmax"), (2, "sum"), (3, "mean")):
+        fields = row.split(",")
+        fields[column] = str(
+            float(fields[column]) * 1.001 if name == "mean" else int(fields[column]) + 1
+        )
+        golden.write_text(f"{header}\n{','.join(fields)}\n")
+        ran = run("agg", data, ids, *args, "--expect", golden, "--rtol", "0.01")
+        if name == "mean":  # the float column keeps its tolerance
+            assert ran.exit_code == 0, ran.stderr
+            continue
+        assert ran.exit_code == 4, ran.stderr
+        assert f"column {name} differs in 1 segment(s), the first segment 0:" in ran.stderr
+        assert error_lines(ran) == 1
+
+
 def test_expect_compares_the_segment_column_of_a_golden_table(pair, tmp_path):
     """Rows of a golden table in another order are other segments: a mismatch, even where the
     values happen to agree (here: two empty segments, swapped)."""
