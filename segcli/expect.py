@@ -20,7 +20,8 @@ def differing_segments(
         close = np.isclose(result, expected, rtol=rtol, atol=atol, equal_nan=True)
     else:
         close = result == expected
-    per_segment = close.reshape(close.shape[0], -1).all(axis=1) if close.ndim else close
+    # Over the inner axes (none for a 1-D result); a reshape to (n, -1) fails for n = 0.
+    per_segment = close.all(axis=tuple(range(1, close.ndim)))
     return np.flatnonzero(~per_segment)
 
 

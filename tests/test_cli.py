@@ -223,6 +223,22 @@ def test_expect_compares_the_count_the_golden_holds(pair, tmp_path, suffix):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("command", [["median"], ["agg", "--op", "sum,argmin"]])
+@pytest.mark.parametrize("suffix", [".npy", ".npz", ".csv", ".json"])
+def test_expect_of_a_result_with_no_segments(tmp_path, command, suffix):
+    """No rows and no segments (n = 0), with inner dimensions: the golden written matches."""
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.zeros((0, 2), np.float32))
+    np.save(ids, np.zeros(0, np.int64))
+    if suffix == ".npy" and command[0] == "agg":
+        command = ["agg", "--op", "sum"]
+    golden = tmp_path / f"golden{suffix}"
+    assert run(*command, data, ids, "-q", "-o", golden).exit_code == 0
+    passed = run(*command, data, ids, "-q", "--expect", golden)
+    assert passed.exit_code == 0, passed.stderr
+    assert passed.stdout.splitlines()[1:] == []
+
+
 @pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum,max"]])
 @pytest.mark.parametrize("tolerance", ["--rtol", "--atol"])
 def test_a_tolerance_without_expect_is_a_usage_error(pair, tmp_path, command, tolerance):
