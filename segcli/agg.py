@@ -9,6 +9,7 @@ compared with ``--expect`` column by column, and summarised with one range per r
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import sys
 import time
@@ -28,6 +29,7 @@ from segcli.errors import (
     UsageError,
     WriteError,
 )
+from segcli.expect import differing_segments
 from segcli.io import agg_write
 from segcli.io.commit import refuse_empty_path
 from segcli.io.formats import (
@@ -363,12 +365,13 @@ def check_expected_columns(
     in another order, fail rather than pass on equal values; a golden result column this run
     does not give is an error, not a column left unchecked."""
     key_names = () if keys is None else tuple(keys.column_names)
-    golden = _read_golden(path, key_names, tuple(name for name in results if name != "rows"))
+    golden = _read_golden(path, key_names, results)
     flat = agg_write.flat_columns(results, counts, counted=True)
     if keys is not None or "segment" not in golden:
         del flat["segment"]
     if "rows" not in golden:  # rows per segment, like the count column: where the golden has it
         flat.pop("rows", None)
+    flat.update(_golden_counts(golden, results, counts))
     if keys is not None:
         from segcli.expect_keys import check_expected_keys  # a --by run's --expect only
 
@@ -389,12 +392,13 @@ def check_expected_columns(
                 f"--expect {path}: column {name} has {expected.shape[0]} rows, the result "
                 f"{values.shape[0]}"
             )
-        exact = name == "segment"  # numbers of segments, not measured: no tolerance
-        same = np.isclose(
-            values, expected, rtol=0 if exact else rtol, atol=0 if exact else atol, equal_nan=True
+        exact = name in _ROWS  # numbers of segments and of rows, not measured: no tolerance
+        # As for one op: the tolerances apply to floats; integers (argmax's row numbers, an
+        # integer sum) and booleans must be equal.
+        bad = differing_segments(
+            values, expected, rtol=0 if exact else rtol, atol=0 if exact else atol
         )
-        if not same.all():
-            bad = np.flatnonzero(~same)
+        if bad.size:
             raise ExpectationError(
                 f"--expect {path}: column {name} differs in {bad.size:,} segment(s), the first "
                 f"segment {int(bad[0])}: {values[bad[0]]} vs expected {expected[bad[0]]}"
@@ -412,6 +416,15 @@ def _key_texts(column: Any) -> np.ndarray:
 _ROWS = ("segment", "count", "counts", "rows")
 
 
+def _golden_counts(
+    golden: dict[str, np.ndarray], results: dict[str, np.ndarray], counts: np.ndarray
+) -> dict[str, np.ndarray]:
+    """The rows per segment to compare, under each name the golden holds them by: a table's
+    trailing ``count`` (unless the count op's column has that name), an .npz's ``counts``."""
+    names = [name for name in ("count", "counts") if name in golden and name not in results]
+    return dict.fromkeys(names, np.asarray(counts, dtype=np.int64))
+
+
 def _golden_numbers(expected: np.ndarray, path: str, name: str) -> np.ndarray:
     """A golden column as numbers. A CSV reader leaves text where no number type fits (complex
     values as ``(1+2j)``, or a stray word): parse it as the single-op ``--expect`` does, and name
@@ -424,23 +437,26 @@ def _golden_numbers(expected: np.ndarray, path: str, name: str) -> np.ndarray:
 
 
 def _read_golden(
-    path: str, key_names: tuple[str, ...] = (), results: tuple[str, ...] = ()
+    path: str, key_names: tuple[str, ...], results: dict[str, np.ndarray]
 ) -> dict[str, np.ndarray]:
     """The golden file's columns; ``key_names``' as text (CSV's read as written, not parsed:
-    a key "007" stays "007"); a .npy's one array as the run's one result column."""
+    a key "007" stays "007"); a .npy's one array as the run's one result column; a JSON's
+    columns read with the run's ``results`` to tell complex ``[re, im]`` pairs apart."""
     if not os.path.exists(path):
         raise _missing(path)
     try:
         # By suffix, else by its first bytes (a pipe, kept for the read), as for one op.
         fmt = suffix_format(path, OUTPUT_SUFFIXES) or input_format(path)
-        if fmt not in ("npy", "npz", "parquet", "arrow", "csv", "tsv"):
+        if fmt not in ("npy", "npz", "parquet", "arrow", "csv", "tsv", "json"):
             raise UsageError(
                 f"--expect {path}: agg compares with .npy (one result), .npz, .parquet, "
-                ".arrow, .csv, .tsv"
+                ".arrow, .csv, .tsv, .json"
             )
         body = pipe_bytes(path)  # a golden is small; read once, a pipe included
         if fmt == "npy":
-            return _npy_golden(body, path, results)
+            return _npy_golden(body, path, tuple(name for name in results if name != "rows"))
+        if fmt == "json":
+            return _json_golden(body, results)
         if fmt == "npz":
             with np.load(BytesIO(body)) as archive:
                 flat: dict[str, np.ndarray] = {}
@@ -478,6 +494,41 @@ def _golden_table(body: bytes, fmt: str, key_names: tuple[str, ...]) -> pa.Table
     if body.startswith(ARROW_FILE_MAGIC):
         return pa.ipc.open_file(source).read_all()
     return pa.ipc.open_stream(source).read_all()
+
+
+def _json_golden(body: bytes, results: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The columns of the JSON agg writes (``{"segment": [...], "<name>": [...], "count":
+    [...]}``), inner dimensions flattened as a table's; a ``--by`` run's ``keys`` are compared
+    by :mod:`segcli.expect_keys`. ValueError where it is not such a document."""
+    doc = json.loads(body)
+    if not isinstance(doc, dict):
+        raise ValueError(f"not an object of columns but a {type(doc).__name__}")
+    flat: dict[str, np.ndarray] = {}
+    for name, values in doc.items():
+        if name == "keys":
+            continue
+        if not isinstance(values, list):
+            raise ValueError(f"column {name!r} is not a list")
+        like = results.get(name)
+        column = np.asarray(_json_numbers(values))
+        if like is not None and like.dtype.kind == "c" and column.size:
+            column = column[..., 0] + 1j * column[..., 1]  # written as [re, im] pairs
+        if like is not None and not values:  # [] keeps no inner shape: the run's, with 0 rows
+            column = np.zeros((0, *like.shape[1:]), like.dtype)
+        columns = agg_write.flat_columns({name: column}, column[:0], counted=True)
+        del columns["segment"]
+        flat.update(columns)
+    return flat
+
+
+def _json_numbers(values: Any) -> Any:
+    """Nested lists with the strings JSON writes for non-finite floats ("nan", "inf",
+    "-inf") as floats."""
+    if isinstance(values, list):
+        return [_json_numbers(value) for value in values]
+    if isinstance(values, str):
+        return float(values)
+    return values
 
 
 def _npy_golden(body: bytes, path: str, results: tuple[str, ...]) -> dict[str, np.ndarray]:

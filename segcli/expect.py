@@ -20,7 +20,8 @@ def differing_segments(
         close = np.isclose(result, expected, rtol=rtol, atol=atol, equal_nan=True)
     else:
         close = result == expected
-    per_segment = close.reshape(close.shape[0], -1).all(axis=1) if close.ndim else close
+    # Over the inner axes (none for a 1-D result); a reshape to (n, -1) fails for n = 0.
+    per_segment = close.all(axis=tuple(range(1, close.ndim)))
     return np.flatnonzero(~per_segment)
 
 
@@ -41,6 +42,25 @@ def check_expected(
         f"{label}: {bad.size} of {result.shape[0]} segments differ (rtol={rtol}, atol={atol}): "
         f"{listed}{more}; {_got_vs_expected(result, expected, bad)}"
         f"{_largest_differences(result, expected, bad)}"
+    )
+
+
+def check_expected_counts(counts: np.ndarray, expected: np.ndarray | None, label: str) -> None:
+    """Raise :class:`ExpectationError` where the golden's rows per segment (its ``count``
+    column, when it has one) differ from the run's: numbers of rows, compared exactly."""
+    if expected is None:
+        return
+    if expected.shape != counts.shape:
+        raise ExpectationError(
+            f"{label}: column count has {expected.shape[0]} rows, the result {counts.shape[0]}"
+        )
+    bad = np.flatnonzero(np.asarray(counts) != expected)
+    if bad.size == 0:
+        return
+    first = int(bad[0])
+    raise ExpectationError(
+        f"{label}: column count differs in {bad.size:,} of {counts.shape[0]} segments, the "
+        f"first segment {first}: {counts[first]} vs expected {expected[first]}"
     )
 
 

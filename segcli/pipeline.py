@@ -23,7 +23,7 @@ from segcli import core, io, ops, validate
 from segcli.drivers.base import Progress, RunSpec
 from segcli.drivers.choose import carry_out
 from segcli.errors import ExpectationError, UsageError, WriteError
-from segcli.expect import check_expected
+from segcli.expect import check_expected, check_expected_counts
 from segcli.io import peek
 from segcli.io.columns import nulls_kept
 from segcli.io.commit import refuse_empty_path
@@ -384,10 +384,11 @@ def _run(
             from segcli.expect_keys import check_expected_keys
 
             check_expected_keys(done.keys.table, request.expect)
-        expected = io.read_result_table(request.expect)
+        expected, expected_counts = io.read_result_and_counts(request.expect)
         check_expected(
             reduction.result, expected, request.expect, rtol=request.rtol, atol=request.atol
         )
+        check_expected_counts(reduction.counts, expected_counts, request.expect)
     started = time.perf_counter()
     output_format = _write(reduction, request, streams, outputs, done.keys)
     _stage_keys_out(request, done.keys, outputs)

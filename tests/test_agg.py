@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
@@ -337,6 +338,34 @@ def test_expect_passes_and_fails(pair, tmp_path):
     assert not out.exists()
 
 
+def test_expect_compares_integer_columns_exactly(tmp_path):
+    """As the single-op --expect: --rtol and --atol apply to float columns; a row number or
+    an integer sum one off is a mismatch, however large the number."""
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    values = np.zeros(300_001, np.int64)
+    values[200_000] = 7
+    np.save(data, values)
+    np.save(ids, np.zeros(values.size, np.int64))
+    golden = tmp_path / "golden.csv"
+    args = ["--op", "argmax,sum,mean", "-q"]
+    assert run("agg", data, ids, *args, "-o", golden).exit_code == 0
+    header, row = golden.read_text().splitlines()
+    assert row.split(",")[:3] == ["0", "200000", "7"]
+    for column, name in ((1, "argmax"), (2, "sum"), (3, "mean")):
+        fields = row.split(",")
+        fields[column] = str(
+            float(fields[column]) * 1.001 if name == "mean" else int(fields[column]) + 1
+        )
+        golden.write_text(f"{header}\n{','.join(fields)}\n")
+        ran = run("agg", data, ids, *args, "--expect", golden, "--rtol", "0.01")
+        if name == "mean":  # the float column keeps its tolerance
+            assert ran.exit_code == 0, ran.stderr
+            continue
+        assert ran.exit_code == 4, ran.stderr
+        assert f"column {name} differs in 1 segment(s), the first segment 0:" in ran.stderr
+        assert error_lines(ran) == 1
+
+
 def test_expect_compares_the_segment_column_of_a_golden_table(pair, tmp_path):
     """Rows of a golden table in another order are other segments: a mismatch, even where the
     values happen to agree (here: two empty segments, swapped)."""
@@ -354,6 +383,49 @@ def test_expect_compares_the_segment_column_of_a_golden_table(pair, tmp_path):
         assert failed.exit_code == 4, failed.stderr
         assert failed.stderr.startswith(f"Error: --expect {golden}: column segment differs in 2")
         assert error_lines(failed) == 1
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".npz"])
+def test_expect_compares_the_rows_per_segment_of_a_golden(pair, tmp_path, suffix):
+    """The trailing count column (an .npz's ``counts``) is a column like the others: a golden
+    whose count differs fails, naming it and the first segment, even where every value agrees."""
+    golden, out = tmp_path / f"golden{suffix}", tmp_path / "out.csv"
+    args = ["--op", "sum,max", "-q"]
+    assert run("agg", *pair, *args, "-o", golden).exit_code == 0
+    assert run("agg", *pair, *args, "--expect", golden).exit_code == 0
+    name = "counts" if suffix == ".npz" else "count"
+    if suffix == ".npz":
+        arrays = dict(np.load(golden))
+        arrays[name][3] += 1
+        np.savez(golden, **arrays)
+    else:
+        table = pq.read_table(golden) if suffix == ".parquet" else pacsv.read_csv(golden)
+        counts = table.column(name).to_numpy().copy()
+        counts[3] += 1
+        table = table.set_column(table.column_names.index(name), name, pa.array(counts))
+        (pq.write_table if suffix == ".parquet" else pacsv.write_csv)(table, golden)
+    failed = run("agg", *pair, *args, "--expect", golden, "-o", out)
+    assert failed.exit_code == 4, failed.stderr
+    assert failed.stderr.startswith(f"Error: --expect {golden}: column {name} differs in 1 ")
+    assert "the first segment 3:" in failed.stderr
+    assert error_lines(failed) == 1
+    assert not out.exists()
+
+
+def test_expect_compares_the_count_column_of_a_by_golden(keyed, tmp_path):
+    golden = tmp_path / "golden.csv"
+    args = ("--data-column", "delay", "--by", "carrier", "--op", "mean", "-q")
+    assert run("agg", keyed, *args, "-o", golden).exit_code == 0
+    assert run("agg", keyed, *args, "--expect", golden).exit_code == 0
+    lines = golden.read_text().splitlines()
+    fields = lines[2].split(",")
+    fields[-1] = str(int(fields[-1]) + 1)
+    lines[2] = ",".join(fields)
+    golden.write_text("\n".join(lines) + "\n")
+    failed = run("agg", keyed, *args, "--expect", golden)
+    assert failed.exit_code == 4, failed.stderr
+    assert "column count differs in 1 segment(s), the first segment 1:" in failed.stderr
+    assert error_lines(failed) == 1
 
 
 def test_expect_refuses_a_golden_result_column_the_run_does_not_give(pair, tmp_path):
@@ -474,6 +546,42 @@ def test_expect_reads_complex_text_and_names_a_word(tmp_path):
     assert word.exit_code == 3, word.stderr
     assert word.stderr == f"Error: --expect {golden}: column 'sum' row 1: 'four' is not a number\n"
     assert not out.exists()
+
+
+def test_expect_takes_the_json_agg_writes(tmp_path):
+    """The .json agg writes is a golden like its tables: NaN and infinities written as text,
+    complex as [re, im] pairs and inner dimensions as nested lists read back; a changed value
+    or count fails (exit 4, one line naming the column and the segment)."""
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.array([[1, np.nan], [np.inf, 2], [3, 4], [5, 6]], np.float32))
+    np.save(ids, np.array([0, 0, 2, -1]))
+    cdata = tmp_path / "c.npy"
+    np.save(cdata, np.array([1 + 2j, 3, 4j, 5], np.complex64))
+    golden, out = tmp_path / "golden.json", tmp_path / "out.npz"
+    for inputs, names in (([data, ids], "sum,argmax,any,count"), ([cdata, ids], "sum,first")):
+        args = [*inputs, "--op", names, "-q"]
+        assert run("agg", *args, "-o", golden).exit_code == 0
+        passed = run("agg", *args, "--expect", golden)
+        assert passed.exit_code == 0, passed.stderr
+    doc = json.loads(golden.read_text())
+    assert doc["sum"][0] == [4.0, 2.0]  # the run's 1+2j and 3 as [re, im]
+    doc["sum"][2] = [0.0, 4.5]
+    golden.write_text(json.dumps(doc))
+    failed = run("agg", cdata, ids, "--op", "sum,first", "--expect", golden, "-o", out, "-q")
+    assert failed.exit_code == 4, failed.stderr
+    assert failed.stderr.startswith(f"Error: --expect {golden}: column sum differs in 1 ")
+    assert "the first segment 2:" in failed.stderr and error_lines(failed) == 1
+    assert not out.exists()
+
+
+def test_expect_with_a_json_that_is_no_agg_result_is_exit_3(pair, tmp_path):
+    golden = tmp_path / "golden.json"
+    for text in ("[1, 2]", '{"sum": [[1, 2], [3]]}', '{"sum": "1"}', "{"):
+        golden.write_text(text)
+        failed = run("agg", *pair, "--op", "sum,max", "--expect", golden, "-q")
+        assert failed.exit_code == 3, (text, failed.stderr)
+        assert failed.stderr.startswith(f"Error: --expect {golden}: cannot read (")
+        assert error_lines(failed) == 1
 
 
 @pytest.mark.parametrize(
@@ -691,6 +799,20 @@ def test_expect_compares_by_results(keyed, tmp_path):
     failed = run("agg", keyed, *args, "--expect", golden)
     assert failed.exit_code == 4 and "column argmin" in failed.stderr
     assert error_lines(failed) == 1
+
+
+def test_expect_takes_the_json_of_a_by_run(keyed, tmp_path):
+    golden = tmp_path / "golden.json"
+    args = ("--data-column", "delay", "--by", "carrier", "--op", "mean,last", "-q")
+    assert run("agg", keyed, *args, "-o", golden).exit_code == 0
+    passed = run("agg", keyed, *args, "--expect", golden)
+    assert passed.exit_code == 0, passed.stderr
+    doc = json.loads(golden.read_text())
+    doc["count"][1] += 1
+    golden.write_text(json.dumps(doc))
+    failed = run("agg", keyed, *args, "--expect", golden)
+    assert failed.exit_code == 4, failed.stderr
+    assert "column count differs in 1 segment(s), the first segment 1:" in failed.stderr
 
 
 @pytest.fixture(scope="module")

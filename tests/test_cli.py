@@ -177,6 +177,68 @@ def test_expect_tolerance(pair, tmp_path):
     assert run("sum", *pair, "-n", "4", "-q", "--expect", golden, "--atol", "0.01").exit_code == 0
 
 
+def _one_count_more(golden: Path, segment: int) -> None:
+    """Add one to the golden's rows per segment of ``segment``, values kept as written."""
+    suffix = golden.suffix
+    if suffix == ".npz":
+        arrays = dict(np.load(golden))
+        arrays["counts"][segment] += 1
+        np.savez(golden, **arrays)
+    elif suffix == ".json":
+        doc = json.loads(golden.read_text())
+        doc["counts"][segment] += 1
+        golden.write_text(json.dumps(doc))
+    elif suffix == ".csv":
+        lines = golden.read_text().splitlines()
+        fields = lines[segment + 1].split(",")
+        fields[-1] = str(int(fields[-1]) + 1)
+        lines[segment + 1] = ",".join(fields)
+        golden.write_text("\n".join(lines) + "\n")
+    else:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(golden)
+        counts = table.column("count").to_numpy().copy()
+        counts[segment] += 1
+        pq.write_table(
+            table.set_column(table.column_names.index("count"), "count", pa.array(counts)), golden
+        )
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".npz", ".json"])
+def test_expect_compares_the_count_the_golden_holds(pair, tmp_path, suffix):
+    """A golden written with its rows per segment is checked on them too: equal values with
+    another count fail (exit 4, one line naming the column and the first segment)."""
+    golden, out = tmp_path / f"golden{suffix}", tmp_path / "o.npy"
+    assert run("sum", *pair, "-n", "4", "-q", "-o", golden).exit_code == 0
+    assert run("sum", *pair, "-n", "4", "-q", "--expect", golden).exit_code == 0
+    _one_count_more(golden, 1)
+    result = run("sum", *pair, "-n", "4", "-q", "--expect", golden, "-o", out)
+    assert result.exit_code == 4, result.stderr
+    assert result.stderr == (
+        f"Error: {golden}: column count differs in 1 of 4 segments, the first segment 1: "
+        "0 vs expected 1\n"
+    )
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("command", [["median"], ["agg", "--op", "sum,argmin"]])
+@pytest.mark.parametrize("suffix", [".npy", ".npz", ".csv", ".json"])
+def test_expect_of_a_result_with_no_segments(tmp_path, command, suffix):
+    """No rows and no segments (n = 0), with inner dimensions: the golden written matches."""
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.zeros((0, 2), np.float32))
+    np.save(ids, np.zeros(0, np.int64))
+    if suffix == ".npy" and command[0] == "agg":
+        command = ["agg", "--op", "sum"]
+    golden = tmp_path / f"golden{suffix}"
+    assert run(*command, data, ids, "-q", "-o", golden).exit_code == 0
+    passed = run(*command, data, ids, "-q", "--expect", golden)
+    assert passed.exit_code == 0, passed.stderr
+    assert passed.stdout.splitlines()[1:] == []
+
+
 @pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum,max"]])
 @pytest.mark.parametrize("tolerance", ["--rtol", "--atol"])
 def test_a_tolerance_without_expect_is_a_usage_error(pair, tmp_path, command, tolerance):

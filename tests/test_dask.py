@@ -376,6 +376,35 @@ def test_order_dependent_folds_give_the_single_machine_bytes(
         assert_same(reduction, expected)
 
 
+@pytest.mark.parametrize("names", ["var", "std,var", "logsumexp", "logsumexp,argmax"])
+@pytest.mark.parametrize("skipna", [[], ["--skipna"]])
+def test_agg_of_joint_folds_alone_gives_the_single_machine_bytes(
+    address: str, tmp_path: Path, names: str, skipna: list[str]
+) -> None:
+    """agg's combined op keeps var's shifted sums and logsumexp's sum as folds of no lanes of
+    their own; with no plain float sum beside them its partitions still fold in a chain."""
+    from segcli.multi import combined_op
+
+    rng = np.random.default_rng(17)
+    data = 1e6 + rng.normal(size=(300, 2))
+    data[::11, 0] = np.nan
+    paths = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(paths[0], data)
+    np.save(paths[1], rng.integers(-1, 7, 300))
+    combined = combined_op(tuple(names.split(",")), data.dtype, (2,))
+    assert distributed_tasks.order_matters(combined, data.dtype)
+    assert distributed_tasks.order_matters(ops.skipna_op(combined), data.dtype)
+    args = ["agg", *map(str, paths), "--op", names, "-q", *skipna]
+    assert invoke(*args, "-o", str(tmp_path / "one.npz")).exit_code == 0
+    dask = ["--engine", "dask", "--scheduler", address, "--chunk-rows", "7"]
+    ran = invoke(*args, *dask, "-o", str(tmp_path / "dask.npz"))
+    assert ran.exit_code == 0, ran.stderr
+    with np.load(tmp_path / "one.npz") as one, np.load(tmp_path / "dask.npz") as got:
+        assert one.files == got.files
+        for name in one.files:
+            assert one[name].tobytes() == got[name].tobytes(), name
+
+
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 def test_min_max_ties_merge_by_the_rule_across_partitions(
     client: Any, tmp_path: Path, dtype: str

@@ -121,6 +121,24 @@ def test_null_reported_at_its_global_row(tmp_path: Path) -> None:
         list(source.chunks(5))
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_a_null_first_row_counts_every_null_of_the_column(tmp_path: Path, fmt: str) -> None:
+    """The first row, read on opening for the dtype, may be null: the error counts the
+    column's nulls as a read of its blocks does, not the first row's one."""
+    values: list[float | None] = [1.0] * 20
+    values[0] = values[9] = values[17] = None
+    table = pa.table({"v": values})
+    path = tmp_path / f"t.{fmt}"
+    if fmt == "parquet":
+        pq.write_table(table, path, row_group_size=6)
+    else:
+        with ipc.new_file(path, table.schema) as writer:
+            for batch in table.to_batches(max_chunksize=6):
+                writer.write_batch(batch)
+    with pytest.raises(InvalidInputError, match=r"column 'v' has 3 nulls \(first at row 0\)$"):
+        open_chunked(str(path), column="v")
+
+
 def test_fortran_order_npy(tmp_path: Path) -> None:
     path = tmp_path / "f.npy"
     np.save(path, np.asfortranarray(np.zeros((4, 3))))

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from segcli.io.commit import OutputSet
     from segcli.io.formats import output_format
     from segcli.io.read import ArrayInput, read_inputs
-    from segcli.io.results import read_result_table
+    from segcli.io.results import read_result_and_counts, read_result_table
     from segcli.io.tables import CsvOptions, check_delimiter, is_csv_path
     from segcli.io.text import format_text_lines, text_blocks
     from segcli.io.write import check_text_output, write_result
@@ -36,6 +36,7 @@ _HOMES = {
     "output_format": "formats",
     "ArrayInput": "read",
     "read_inputs": "read",
+    "read_result_and_counts": "results",
     "read_result_table": "results",
     "CsvOptions": "tables",
     "check_delimiter": "tables",
@@ -71,6 +72,7 @@ __all__ = [
     "open_chunked",
     "output_format",
     "read_inputs",
+    "read_result_and_counts",
     "read_result_table",
     "text_blocks",
     "write_result",

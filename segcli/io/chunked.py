@@ -45,6 +45,8 @@ if TYPE_CHECKING:
 
 _Array = np.ndarray[Any, Any]
 _Opener = Callable[[], contextlib.AbstractContextManager[Readable]]
+#: Rows per batch when a column's nulls are only counted, not converted.
+_COUNTED_ROWS = 65_536
 
 
 class ChunkSource(Protocol):
@@ -277,9 +279,19 @@ class TableChunks:
 
             first = pa.array([], type=schema.field(column).type)
         # The first row fixes the inner shape (variable-size lists) and the dtype (metadata).
-        sample = column_to_numpy(first, self._where, layout=self._layout)
+        try:
+            sample = column_to_numpy(first, self._where, layout=self._layout)
+        except NullsError:
+            raise self._nulls_counted() from None
         self.shape: tuple[int, ...] = (total, *sample.shape[1:])
         self.dtype: np.dtype[Any] = sample.dtype
+
+    def _nulls_counted(self) -> InvalidInputError:
+        """The error for a null in the first row: every null of the column counted, as a
+        read of its blocks counts them (the first row's alone would say "1 null")."""
+        with self._table.errors():
+            batches = self._batches(_COUNTED_ROWS)
+            return _null_error(self._where, next(batches), 0, batches)
 
     def chunks(self, rows: int) -> Iterator[_Array]:
         """Blocks of exactly ``rows`` rows but the last, checked for nulls and inner shape."""

@@ -41,12 +41,23 @@ def read_result_table(path: str, *, dtype: DTypeLike | None = None) -> _Array:
     float64 or complex128, whichever reads every value, unless ``dtype`` is given. Rows are put
     in ``segment`` order when a ``segment`` column is present.
     """
-    fmt = suffix_format(path, OUTPUT_SUFFIXES) or input_format(path)
-    array = _READERS[fmt](path)
+    array, _ = read_result_and_counts(path)
     return array if dtype is None else array.astype(dtype)
 
 
-def _read_npz(path: str) -> _Array:
+def read_result_and_counts(path: str) -> tuple[_Array, _Array | None]:
+    """The result, as :func:`read_result_table`, and the rows per segment written with it
+    (a table's ``count`` column, npz's and JSON's ``counts``), None where the file holds none.
+    One read of the file, which may be a pipe."""
+    fmt = suffix_format(path, OUTPUT_SUFFIXES) or input_format(path)
+    return _READERS[fmt](path)
+
+
+def _read_npy(path: str) -> tuple[_Array, None]:
+    return read_npy(path), None
+
+
+def _read_npz(path: str) -> tuple[_Array, _Array | None]:
     with open_npz(path) as archive:
         keys = npz_keys(archive)
         if "result" not in keys and len(keys) != 1:
@@ -55,10 +66,13 @@ def _read_npz(path: str) -> _Array:
                 f"{', '.join(keys) or 'none'}); a golden .npz needs a 'result' array or one array"
             )
         key = "result" if "result" in keys else keys[0]
-        return read_npz_member(archive, key, f"{path}:{key}")
+        values = read_npz_member(archive, key, f"{path}:{key}")
+        if key != "result" or "counts" not in keys:
+            return values, None
+        return values, read_npz_member(archive, "counts", f"{path}:counts")
 
 
-def _read_arrow_table(path: str, fmt: str) -> _Array:
+def _read_arrow_table(path: str, fmt: str) -> tuple[_Array, _Array | None]:
     table = open_table(path, fmt)
     names = table.schema().names
     if VALUE_COLUMN in names:
@@ -66,12 +80,14 @@ def _read_arrow_table(path: str, fmt: str) -> _Array:
     else:
         columns, inner = _value_columns(names, path)
         values = _stack(table.arrays(columns), inner, table.read([]).num_rows)
+    counts = table.arrays([_COUNT_COLUMN])[0] if _COUNT_COLUMN in names else None
     if "segment" in names:
-        values = _segment_order(values, table.arrays(["segment"])[0], path)
-    return values
+        segments = table.arrays(["segment"])[0]
+        values, counts = _in_segment_order(values, counts, segments, path)
+    return values, counts
 
 
-def _read_text_table(path: str, fmt: str) -> _Array:
+def _read_text_table(path: str, fmt: str) -> tuple[_Array, _Array | None]:
     columns = _csv_columns(path, "\t" if fmt == "tsv" else ",")
     names = list(columns)
     if VALUE_COLUMN in columns:
@@ -80,9 +96,24 @@ def _read_text_table(path: str, fmt: str) -> _Array:
         chosen, inner = _value_columns(names, path)
         rows = len(next(iter(columns.values()), []))
         values = _stack([parse_numbers(columns[n], path, n) for n in chosen], inner, rows)
+    counts = None
+    if _COUNT_COLUMN in columns:
+        counts = parse_numbers(columns[_COUNT_COLUMN], path, _COUNT_COLUMN)
     if "segment" in columns:
-        values = _segment_order(values, parse_numbers(columns["segment"], path, "segment"), path)
-    return values
+        segments = parse_numbers(columns["segment"], path, "segment")
+        values, counts = _in_segment_order(values, counts, segments, path)
+    return values, counts
+
+
+#: The rows per segment that a table result carries after its values.
+_COUNT_COLUMN = "count"
+
+
+def _in_segment_order(
+    values: _Array, counts: _Array | None, segments: _Array, path: str
+) -> tuple[_Array, _Array | None]:
+    values = _segment_order(values, segments, path)
+    return values, None if counts is None else _segment_order(counts, segments, path)
 
 
 def _csv_columns(path: str, sep: str) -> dict[str, list[str]]:
@@ -181,11 +212,11 @@ def _other_segments(segments: _Array, expected: _Array, path: str) -> Expectatio
     )
 
 
-def _read_json(path: str) -> _Array:
+def _read_json(path: str) -> tuple[_Array, _Array | None]:
     with open_binary(path) as f, library_errors(path, "not a segcli result JSON"):
         doc = json.loads(f.read(), parse_float=partial(_finite_float, path))
         try:
-            return _json_result(doc, path)
+            return _json_result(doc, path), _json_counts(doc, path)
         except KeyError as exc:
             raise ReadError(f"{path}: not a segcli result JSON (no {exc} key)") from exc
         except (TypeError, OverflowError) as exc:
@@ -216,6 +247,15 @@ def _json_result(doc: Any, path: str) -> _Array:
     return _json_array(flat, dtype).reshape(shape)
 
 
+def _json_counts(doc: dict[str, Any], path: str) -> _Array | None:
+    counts = doc.get("counts")
+    if counts is None:
+        return None
+    if not isinstance(counts, list):
+        raise ReadError(f"{path}: 'counts' is not a list of numbers")
+    return parse_numbers([str(count) for count in counts], path, "counts")
+
+
 def _json_array(flat: list[Any], dtype: np.dtype[Any]) -> _Array:
     if dtype.kind == "c":
         return np.array([complex(float(re), float(im)) for re, im in flat], dtype=dtype)
@@ -231,8 +271,8 @@ def _flatten(values: list[Any], depth: int) -> list[Any]:
     return values
 
 
-_READERS: dict[str, Callable[[str], _Array]] = {
-    "npy": read_npy,
+_READERS: dict[str, Callable[[str], tuple[_Array, _Array | None]]] = {
+    "npy": _read_npy,
     "npz": _read_npz,
     "parquet": partial(_read_arrow_table, fmt="parquet"),
     "arrow": partial(_read_arrow_table, fmt="arrow"),

@@ -141,7 +141,11 @@ def _per_row(ref: FileRef) -> int:
 def order_matters(op: str | ops.Op, data_dtype: np.dtype[Any]) -> bool:
     """Whether folding ``op`` over ``data_dtype`` in another order could change its bits."""
     op = ops.get_op(op)
-    return any(i.fold.order_matters(i.acc_dtype(np.dtype(data_dtype))) for i in op.intermediates)
+    # agg's combined op holds a joint op's intermediates (var's shifted sums, logsumexp's sum)
+    # as folds that keep no lanes of their own; the joint op's own say whether they round.
+    parts = getattr(op.skipna_of or op, "parts", ())
+    folded = [i for part in parts for i in part.op.intermediates] or op.intermediates
+    return any(i.fold.order_matters(i.acc_dtype(np.dtype(data_dtype))) for i in folded)
 
 
 @dataclass
