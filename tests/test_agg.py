@@ -1211,3 +1211,22 @@ def test_summary_names_the_ops_asked_and_every_data_column(tmp_path: Path) -> No
     assert summary["data"]["dtype"] == "float64,int32" and summary["data"]["bytes"] == 16 + 8
     names = [column["name"] for column in summary["results"]]
     assert names == ["a_sum", "a_count", "b_sum", "b_count", "rows"]
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
+def test_complex_result_columns_refuse_parquet_and_arrow_and_write_nothing(
+    tmp_path: Path, suffix: str
+) -> None:
+    data, ids = tmp_path / "c.npy", tmp_path / "i.npy"
+    np.save(data, (np.arange(6) + 1j * np.arange(6)).astype(np.complex64))
+    np.save(ids, np.array([0, 0, 1, 1, 2, 2]))
+    out = tmp_path / f"out{suffix}"
+    result = run("agg", data, ids, "--op", "sum,mean", "-o", out)
+    assert result.exit_code == 2  # the command line prints click's usage error as one line
+    assert "Error: column sum is complex" in result.output and ".npz" in result.output
+    assert sorted(tmp_path.iterdir()) == sorted([data, ids])
+    # The same run into .npz keeps the complex values.
+    npz = tmp_path / "out.npz"
+    assert run("agg", data, ids, "--op", "sum,mean", "-o", npz).exit_code == 0
+    with np.load(npz) as saved:
+        assert saved["sum"].dtype == np.complex64 and saved["sum"][1] == 5 + 5j
