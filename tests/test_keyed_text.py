@@ -3,6 +3,7 @@ a text run that does not load pandas."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from segcli.io.keyed import key_strings
+from tests.entry import run_main
 
 VALUES = [b"\x00\xff", None, b"", b"ab\x10", None, b"z"]
 
@@ -38,6 +40,32 @@ def test_dictionary_chunked_and_empty_binary_keys() -> None:
     assert key_strings(chunked).to_pylist() == hexed(VALUES[:2] + VALUES[3:])
     assert key_strings(pa.array([], pa.binary())).to_pylist() == []
     assert key_strings(pa.array([None, None], pa.binary())).to_pylist() == [None, None]
+
+
+@pytest.mark.parametrize("type_", [pa.binary(2), pa.binary_view()], ids=["fixed", "view"])
+def test_fixed_size_and_view_binary_keys_are_hex_text(type_: pa.DataType) -> None:
+    values = [b"\xff\x00", None, b"ab", b"\x80\x01"]
+    text = key_strings(pa.array(values, type_))
+    assert text.type == pa.string()
+    assert text.to_pylist() == hexed(values)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "stdout"])
+def test_fixed_size_binary_keys_that_are_not_utf8_are_written(tmp_path: Path, fmt: str) -> None:
+    keys = pa.array([b"\xff\xfe", b"ab", None, b"ab"], pa.binary(2))
+    table = pa.table({"k": keys, "x": pa.array([1.0, 2.0, 3.0, 4.0])})
+    pq.write_table(table, tmp_path / "t.parquet")
+    out = tmp_path / f"out.{fmt}"
+    target = ["--format", "tsv", "-o", "-"] if fmt == "stdout" else ["-o", str(out)]
+    argv = ["sum", tmp_path / "t.parquet", "--by", "k", "-q", "--null-keys", "group", *target]
+    done = run_main(*argv)
+    assert done.exit_code == 0, done.stderr
+    text = done.stdout if fmt == "stdout" else out.read_text()
+    if fmt == "json":
+        assert json.loads(text)["keys"] == {"k": ["6162", "fffe", None]}
+    else:
+        sep = "\t" if fmt == "stdout" else ","
+        assert [line.split(sep)[0] for line in text.splitlines()] == ["k", "6162", "fffe", ""]
 
 
 def test_a_binary_key_run_writing_csv_loads_no_pandas(tmp_path: Path) -> None:

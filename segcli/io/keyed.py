@@ -5,7 +5,8 @@
   ``count``; no ``segment`` column.
 - CSV / TSV and the text lines on stdout: a header of the key names, the value headers (and
   ``count`` in files), then one row per group. A key field is the value as Arrow casts it to
-  text (``2024-05-01``, ``2024-05-01 06:00:00``, ``12.50``, ``true``); a null key is an empty
+  text (``2024-05-01``, ``2024-05-01 06:00:00``, ``12.50``, ``true``), binary keys of every
+  kind (variable, fixed size, view) as lowercase hex; a null key is an empty
   field and an empty string is ``""``, as pyarrow's CSV writer and reader tell them apart; a
   field holding the separator, a quote or a line break, or a string that would read as null
   (``NA``, ``null``), is quoted CSV-style (quotes doubled).
@@ -59,6 +60,9 @@ def key_strings(column: pa.ChunkedArray | pa.Array) -> pa.Array:
         column = kernels.dictionary_decode(column)
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
         return _hex_text(column)
+    if pa.types.is_fixed_size_binary(column.type) or pa.types.is_binary_view(column.type):
+        # Bytes as text only where they are UTF-8: hex, as a binary key, whatever they hold.
+        return _hex_text(kernels.cast(column, pa.binary()))
     return kernels.cast(column, pa.string())
 
 
