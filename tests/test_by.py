@@ -128,6 +128,8 @@ KEY_KINDS = {
     "float_nan": pa.array(pick([1.5, float("nan"), -0.5, 2.0], 8), pa.float64()),
     "large_string": pa.array(pick(["zz", "a", "b"], 9), pa.large_string()),
     "binary": pa.array(pick([b"\x00\xff", b"ab"], 10), pa.binary()),
+    "fixed_binary": pa.array(pick([b"\xff\xfe", b"ab"], 11), pa.binary(2)),
+    "decimal256": pa.array(pick([Decimal("1.50"), Decimal("-3.25")], 12), pa.decimal256(40, 2)),
 }
 
 
@@ -553,6 +555,11 @@ CSV_KEYS_IN_DATA_TYPES = {
     "digits": (pa.array(["007", "010", "007"]), ["010", "007", "003"]),
     "decimal": (
         pa.array([Decimal("1.50"), Decimal("2.25"), Decimal("1.50")], pa.decimal128(5, 2)),
+        ["2.25", "1.50", "9"],
+    ),
+    # pyarrow's CSV reader converts no text to decimal256.
+    "decimal256": (
+        pa.array([Decimal("1.50"), Decimal("2.25"), Decimal("1.50")], pa.decimal256(40, 2)),
         ["2.25", "1.50", "9"],
     ),
     "zoned": (
