@@ -375,6 +375,26 @@ def test_a_later_block_of_another_kind_is_an_error() -> None:
         encoder.encode(pa.table({"k": pa.array(["1"])}), source="b.parquet")
 
 
+def test_parts_of_another_kind_or_unit_name_both_files_when_merged() -> None:
+    # Dask merges each file's encoder into the run's: the error names the files, as a block
+    # of a single-machine run does.
+    def part(values: pa.Array, source: str) -> KeyEncoder:
+        encoder = KeyEncoder(["k"])
+        encoder.encode(pa.table({"k": values}), source=source)
+        return encoder
+
+    first = part(pa.array(["x"]), "a.parquet")
+    with pytest.raises(
+        InvalidInputError,
+        match=r"^key column 'k' has type int64 in b\.parquet, but string in a\.parquet: ",
+    ):
+        first.merge(part(pa.array([1]), "b.parquet"))
+    merged = KeyEncoder(["k"])
+    merged.merge(part(pa.array([1_000], pa.timestamp("ms")), "a.parquet"))
+    with pytest.raises(InvalidInputError, match=r"^key column 'k' in b\.parquet does not fit"):
+        merged.merge(part(pa.array([1_000_001], pa.timestamp("us")), "b.parquet"))
+
+
 def test_a_block_without_the_key_column_lists_the_columns() -> None:
     with pytest.raises(InvalidInputError, match=r"a.parquet has no column 'c' \(columns: k, v\)"):
         KeyEncoder(["c"]).encode(pa.table({"k": [1], "v": [2.0]}), source="a.parquet")
@@ -503,6 +523,9 @@ def test_keys_from_of_another_kind_is_an_error() -> None:
     encoder = KeyEncoder(["a"], keys_from=pa.table({"a": ["1", "2"]}))
     with pytest.raises(InvalidInputError, match="key column 'a' has type string in the keys table"):
         encoder.encode(pa.table({"a": [1, 2]}))
+    named = KeyEncoder(["a"], keys_from=pa.table({"a": ["1"]}), keys_from_label="k.csv")
+    with pytest.raises(InvalidInputError, match=r"in k\.csv, but int64 in d\.parquet: values"):
+        named.encode(pa.table({"a": [1, 2]}), source="d.parquet")
 
 
 def test_keys_from_missing_column_lists_its_columns() -> None:

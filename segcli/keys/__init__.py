@@ -233,7 +233,12 @@ class KeyEncoder:
             return np.arange(other.n_groups, dtype=np.int64)
         if self._columns is None:
             self._columns = [
-                KeyColumn(column.name, column.dictionary_type or column.value_type, self.null_keys)
+                KeyColumn(
+                    column.name,
+                    column.dictionary_type or column.value_type,
+                    self.null_keys,
+                    column.source,
+                )
                 for column in other._columns
             ]
         block = pa.table(
@@ -245,7 +250,8 @@ class KeyEncoder:
             ],
             names=self.by,
         )
-        return self._ids(block, "a merged part", add=True)
+        # The part's values all have the types of its first file: errors name that file.
+        return self._ids(block, other._columns[0].source or "a merged part", add=True)
 
     # --- internals ---
 

@@ -247,6 +247,8 @@ class KeyColumn:
     ) -> None:
         check_key_type(name, type_, source)
         self.name = name
+        #: The file the column's type came from (None: not known), for errors.
+        self.source = source
         self.dictionary_type = type_ if pt.is_dictionary(type_) else None
         self.value_type = _value_type(type_)
         self.kind = key_kind(type_)
@@ -269,7 +271,8 @@ class KeyColumn:
         ):
             raise InvalidInputError(
                 f"key column '{self.name}' has type {values.type} in {what}, "
-                f"but {self.value_type} in the first block: values of another kind never match"
+                f"but {self.value_type} in {self.source or 'the first block'}: "
+                "values of another kind never match"
             )
         values = cast_values(
             values,
