@@ -457,6 +457,7 @@ def test_by_on_npy_input_says_to_use_ids(tmp_path: Path) -> None:
     result = run("sum", data, "--by", "k")
     assert result.exit_code == 2
     assert "give the segment ids as IDS instead" in result.stderr
+    assert "(Parquet, Arrow, CSV/TSV, JSON lines)" in result.stderr  # every table --by reads
     assert len(result.stderr.splitlines()) == 1
 
 
