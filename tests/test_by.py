@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import math
 import re
+import uuid
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -130,6 +131,10 @@ KEY_KINDS = {
     "binary": pa.array(pick([b"\x00\xff", b"ab"], 10), pa.binary()),
     "fixed_binary": pa.array(pick([b"\xff\xfe", b"ab"], 11), pa.binary(2)),
     "decimal256": pa.array(pick([Decimal("1.50"), Decimal("-3.25")], 12), pa.decimal256(40, 2)),
+    # An extension type groups by its stored values and comes out in its own type.
+    "uuid": pa.array(
+        pick([uuid.UUID(int=2**127 + 5).bytes, uuid.UUID(int=7).bytes], 13), pa.uuid()
+    ),
 }
 
 
@@ -143,6 +148,9 @@ def test_every_key_kind_like_pandas(tmp_path: Path, kind: str) -> None:
     assert written.column_names == ["k", "value", "count"]
     assert written.schema.field("k").type == table.schema.field("k").type
     assert got(out, ["k"]) == expected(table, ["k"])
+    streamed = tmp_path / "streamed.parquet"
+    ok("sum", path, "--by", "k", "--data-column", "v", "-o", streamed, "-q", "--chunk-rows", 7)
+    assert streamed.read_bytes() == out.read_bytes()
 
 
 def test_several_keys_and_nulls_grouped(tmp_path: Path) -> None:

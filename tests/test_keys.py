@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import uuid
 from decimal import Decimal
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 import segcli
 from segcli.errors import InvalidInputError, UsageError
 from segcli.keys import MISSING, KeyEncoder, KeyTable
+from segcli.keys.values import UNKNOWN
 
 pd = pytest.importorskip("pandas")
 
@@ -393,6 +395,26 @@ def test_parts_of_another_kind_or_unit_name_both_files_when_merged() -> None:
     merged.merge(part(pa.array([1_000], pa.timestamp("ms")), "a.parquet"))
     with pytest.raises(InvalidInputError, match=r"^key column 'k' in b\.parquet does not fit"):
         merged.merge(part(pa.array([1_000_001], pa.timestamp("us")), "b.parquet"))
+
+
+def test_extension_keys_group_by_their_storage_and_keep_their_type() -> None:
+    ids = [uuid.UUID(int=n).bytes for n in (9, 2**127, 9, 3)]
+    keys = pa.array([*ids, None], pa.uuid())
+    encoder = KeyEncoder(["u"], null_keys="group")
+    for block in blocks_of(pa.table({"u": keys}), 2):
+        encoder.encode(block)
+    table = encoder.finish().keys
+    assert table.schema.field("u").type == pa.uuid()
+    assert table.column("u").to_pylist() == [uuid.UUID(int=n) for n in (3, 9, 2**127)] + [None]
+    merged = KeyEncoder(["u"], null_keys="group")  # as Dask merges the partitions
+    merged.merge(encoder)
+    assert merged.finish().keys == table
+    # A keys table of the stored values matches, and the keys come out in the data's type.
+    plain = pa.table({"u": pa.array([ids[3], ids[0]], pa.binary(16))})
+    fixed = KeyEncoder(["u"], keys_from=plain)
+    assert fixed.encode(pa.table({"u": keys.slice(0, 3)})).tolist() == [1, UNKNOWN, 1]
+    with pytest.raises(InvalidInputError, match="row 1 has key u=80000000000000000000000000000000"):
+        fixed.finish()
 
 
 def test_a_block_without_the_key_column_lists_the_columns() -> None:

@@ -56,6 +56,8 @@ def key_strings(column: pa.ChunkedArray | pa.Array) -> pa.Array:
 
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
+    if isinstance(column, pa.ExtensionArray):  # a UUID, say: written as its stored value
+        column = column.storage
     if pa.types.is_dictionary(column.type):
         column = kernels.dictionary_decode(column)
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):

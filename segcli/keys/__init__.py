@@ -28,7 +28,8 @@ Value rules (each column separately):
 - strings (string, large_string, string_view, and dictionaries of them) compare as strings,
   binaries likewise; integers of every width compare by value, so do floats (``-0.0 == 0.0``;
   NaN is a missing key and comes out as null), decimals and temporal types (timestamps compare
-  the instants they store, whatever the unit or time zone).
+  the instants they store, whatever the unit or time zone); extension types (``arrow.uuid``,
+  ``arrow.json``) compare as the values they store and come out in their own type.
 - A later block may have another type of the same kind (``int32`` then ``int64``, ``string``
   then ``dictionary<string>``): its values are cast to the first block's type, and a value that
   does not fit is an error. The key table has the first block's types; a dictionary column keeps
@@ -233,12 +234,7 @@ class KeyEncoder:
             return np.arange(other.n_groups, dtype=np.int64)
         if self._columns is None:
             self._columns = [
-                KeyColumn(
-                    column.name,
-                    column.dictionary_type or column.value_type,
-                    self.null_keys,
-                    column.source,
-                )
+                KeyColumn(column.name, column.type, self.null_keys, column.source)
                 for column in other._columns
             ]
         block = pa.table(
