@@ -83,3 +83,36 @@ def test_a_binary_key_run_writing_csv_loads_no_pandas(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip() == "False"
     assert out.read_text().splitlines() == ["k,value,count", "01,2.0,2", "ab,2.0,1"]
+
+
+@pytest.mark.parametrize(
+    ("command", "target", "sep"),
+    [
+        (["sum"], "out.csv", ","),
+        (["sum"], "out.tsv", "\t"),
+        (["sum"], "-", "\t"),
+        (["agg", "--op", "sum,max"], "out.csv", ","),
+        (["agg", "--op", "sum,max"], "-", "\t"),
+        (["sum"], "keys.tsv", "\t"),  # --keys-out of an .npy output
+    ],
+)
+def test_key_names_with_quotes_or_the_separator_read_back(
+    tmp_path: Path, command: list[str], target: str, sep: str
+) -> None:
+    import pyarrow.csv as pcsv
+
+    names = ['say "hi"', "tab\there", "plain"]
+    table = pa.table({**{name: ["a", "b", "a"] for name in names}, "x": [1.0, 2.0, 3.0]})
+    pq.write_table(table, tmp_path / "t.parquet")
+    out = tmp_path / target
+    if target == "keys.tsv":
+        where = ["-o", str(tmp_path / "r.npy"), "--keys-out", str(out)]
+    else:  # "-": the text lines on stdout
+        where = [] if target == "-" else ["-o", str(out)]
+    by = ["--data-column", "x", "--by", ",".join(names), "-q"]
+    done = run_main(*command, tmp_path / "t.parquet", *by, *where)
+    assert done.exit_code == 0, done.stderr
+    text = done.stdout.encode() if target == "-" else out.read_bytes()
+    read = pcsv.read_csv(pa.BufferReader(text), parse_options=pcsv.ParseOptions(delimiter=sep))
+    assert read.column_names[:3] == names
+    assert read.column("plain").to_pylist() == ["a", "b"]

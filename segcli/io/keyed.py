@@ -3,13 +3,13 @@
 - Parquet / Arrow: the key columns with their own names and Arrow types, then ``value`` (the
   layout of :func:`segcli.io.write.result_table` for inner dims and complex values), then
   ``count``; no ``segment`` column.
-- CSV / TSV and the text lines on stdout: a header of the key names, the value headers (and
-  ``count`` in files), then one row per group. A key field is the value as Arrow casts it to
-  text (``2024-05-01``, ``2024-05-01 06:00:00``, ``12.50``, ``true``), binary keys of every
-  kind (variable, fixed size, view) as lowercase hex; a null key is an empty
-  field and an empty string is ``""``, as pyarrow's CSV writer and reader tell them apart; a
-  field holding the separator, a quote or a line break, or a string that would read as null
-  (``NA``, ``null``), is quoted CSV-style (quotes doubled).
+- CSV / TSV and the text lines on stdout: a header of the key names (quoted as fields are),
+  the value headers (and ``count`` in files), then one row per group. A key field is the
+  value as Arrow casts it to text (``2024-05-01``, ``2024-05-01 06:00:00``, ``12.50``,
+  ``true``), binary keys of every kind (variable, fixed size, view) as lowercase hex; a null
+  key is an empty field and an empty string is ``""``, as pyarrow's CSV writer and reader tell
+  them apart; a field holding the separator, a quote or a line break, or a string that would
+  read as null (``NA``, ``null``), is quoted CSV-style (quotes doubled).
 - JSON: the usual document plus ``"keys": {name: [values...]}``, column by column; strings,
   integers, floats and booleans as JSON values, other types as the text above, null as null.
 """
@@ -156,8 +156,18 @@ def _text_scalar(text: str) -> pa.Scalar:
     return pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(data)])[0]
 
 
+def header_names(names: list[str], sep: str) -> list[str]:
+    """Key column names for a text header, quoted as key fields are where one holds the
+    separator, a quote or a line break, so that the header reads back as these names."""
+    special = (sep, '"', "\r", "\n")
+    return [
+        '"' + name.replace('"', '""') + '"' if any(c in name for c in special) else name
+        for name in names
+    ]
+
+
 def keyed_header(keys: pa.Table, result: _Array, sep: str, *, count: bool) -> str:
-    names = [*keys.column_names, *value_headers(result.shape[1:])]
+    names = [*header_names(keys.column_names, sep), *value_headers(result.shape[1:])]
     return sep.join([*names, "count"] if count else names) + "\n"
 
 
@@ -224,7 +234,7 @@ def stage_keys(keys: pa.Table, path: str, outputs: OutputSet) -> None:
     with outputs.stage(path) as out:
         if fmt in _SEPS:
             sep = _SEPS[fmt]
-            out.write((sep.join(keys.column_names) + "\n").encode())
+            out.write((sep.join(header_names(keys.column_names, sep)) + "\n").encode())
             out.write("".join(line + "\n" for line in key_fields(keys, sep)).encode())
         else:
             _write_table(keys, fmt, out, stream=outputs.is_direct(path))
