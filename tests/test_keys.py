@@ -521,6 +521,19 @@ def test_keys_from_value_absent_from_a_column() -> None:
         encoder.finish()
 
 
+@pytest.mark.parametrize("size", BLOCK_SIZES)
+def test_keys_from_drops_a_row_with_a_missing_key_whatever_its_other_keys(
+    size: int | None,
+) -> None:
+    # -3 is in no keys row, but its row's other key is null: dropped, as without --keys-from.
+    keys_table = pa.table({"a": [True], "b": pa.array([1], pa.int16())})
+    data = pa.table({"a": [None, True, None], "b": pa.array([-3, 1, None], pa.int16())})
+    encoder = KeyEncoder(["a", "b"], keys_from=keys_table)
+    assert encode(encoder, blocks_of(data, size)).tolist() == [MISSING, 0, MISSING]
+    assert encoder.finish().keys == keys_table
+    assert (encoder.missing_rows, encoder.unknown_rows) == (2, 0)
+
+
 def test_keys_from_null_keys() -> None:
     keys_table = pa.table({"a": ["x", None]})
     data = pa.table({"a": ["x", None, None], "v": [1.0, 2.0, 4.0]})

@@ -374,10 +374,14 @@ class KeyEncoder:
     ) -> np.ndarray:
         rows = len(codes[0])
         if self.keys_from is not None and any(bool((c == UNKNOWN).any()) for c in codes):
-            # A value unknown in one column: the whole row is unknown, whatever the others say.
+            # A value unknown in one column: the whole row is unknown, whatever the others say,
+            # unless another column's key is missing: such a row is dropped, never matched.
             unknown = np.zeros(rows, np.bool_)
+            missing = np.zeros(rows, np.bool_)
             for column_codes in codes:
                 unknown |= column_codes == UNKNOWN
+                missing |= column_codes == MISSING
+            unknown &= ~missing
             ids = np.full(rows, UNKNOWN, np.int64)
             known = ~unknown
             ids[known] = self._groups.ids(
