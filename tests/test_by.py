@@ -329,6 +329,28 @@ def test_array_outputs_with_keys_out(tmp_path: Path, fmt: str, keys_fmt: str) ->
         assert keys.schema.field("k").type == pa.int32()
 
 
+@pytest.mark.parametrize("keys_fmt", ["csv", "tsv"])
+@pytest.mark.parametrize("kind", ["string", "int"])
+def test_a_one_column_text_keys_out_keeps_the_null_key_row(
+    tmp_path: Path, keys_fmt: str, kind: str
+) -> None:
+    # An empty field alone is an empty line, which CSV readers skip.
+    keys = KEY_KINDS[kind] if kind == "int" else pa.array(["NA", "", None, "x", None])
+    path = write_table(tmp_path / "t.parquet", values_table({"k": keys}))
+    out, keys_out = tmp_path / "o.npy", tmp_path / f"k.{keys_fmt}"
+    args = ["--by", "k", "--null-keys", "group", "-q"]
+    ok("sum", path, *args, "-o", out, "--keys-out", keys_out)
+    parse = pcsv.ParseOptions(delimiter="\t" if keys_fmt == "tsv" else ",")
+    assert pcsv.read_csv(keys_out, parse_options=parse).num_rows == len(np.load(out))
+    pd_keys = pd.read_csv(keys_out, sep=parse.delimiter, keep_default_na=False, na_values=["NA"])
+    assert len(pd_keys) == len(np.load(out))
+    # The key file fixes the same keys again: read back with its null and its "NA" string.
+    table_out, again = tmp_path / "o.parquet", tmp_path / "again.parquet"
+    ok("sum", path, *args, "-o", table_out)
+    ok("sum", path, *args, "--keys-from", keys_out, "-o", again)
+    assert pq.read_table(again) == pq.read_table(table_out)
+
+
 def test_keys_from_fixes_keys_and_order_with_empty_groups(tmp_path: Path) -> None:
     table = pa.table({"sensor": ["s2", "s1", "s2", None], "v": [1.0, 2.0, 3.0, 4.0]})
     path = write_table(tmp_path / "t.parquet", table)

@@ -209,6 +209,8 @@ def json_keys(keys: pa.Table) -> dict[str, list[Any]]:
     return out
 
 
+_ONE_COLUMN_NULL = "NA"
+
 #: Formats ``--keys-out`` writes: tables that keep the key types, or CSV/TSV text.
 KEYS_OUT_FORMATS = ("parquet", "arrow", "csv", "tsv")
 
@@ -235,6 +237,12 @@ def stage_keys(keys: pa.Table, path: str, outputs: OutputSet) -> None:
         if fmt in _SEPS:
             sep = _SEPS[fmt]
             out.write((sep.join(header_names(keys.column_names, sep)) + "\n").encode())
-            out.write("".join(line + "\n" for line in key_fields(keys, sep)).encode())
+            lines = key_fields(keys, sep)
+            if keys.num_columns == 1:
+                # A null key's empty field would be an empty line, which CSV readers skip:
+                # row i would no longer be result row i. NA reads as null (an "NA" string key
+                # is quoted).
+                lines = [line or _ONE_COLUMN_NULL for line in lines]
+            out.write("".join(line + "\n" for line in lines).encode())
         else:
             _write_table(keys, fmt, out, stream=outputs.is_direct(path))
