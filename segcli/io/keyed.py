@@ -209,6 +209,7 @@ def json_keys(keys: pa.Table) -> dict[str, list[Any]]:
     return out
 
 
+#: A null key alone on a line of a one-column key file (see :func:`stage_keys`).
 _ONE_COLUMN_NULL = "NA"
 
 #: Formats ``--keys-out`` writes: tables that keep the key types, or CSV/TSV text.
