@@ -269,8 +269,8 @@ def _check_by(request: RunRequest) -> None:
         raise UsageError("--keys-from reads a table file, not stdin")
     if input_format(request.data) in ("npy", "npz"):
         raise UsageError(
-            f"--by reads key columns of a table (Parquet, Arrow, CSV/TSV); {request.data} is "
-            ".npy/.npz: give the segment ids as IDS instead"
+            "--by reads key columns of a table (Parquet, Arrow, CSV/TSV, JSON lines); "
+            f"{request.data} is .npy/.npz: give the segment ids as IDS instead"
         )
     if request.null_keys is not None and request.null_keys not in ("drop", "group"):
         raise UsageError(f"--null-keys {request.null_keys!r}: need drop or group")

@@ -11,6 +11,7 @@ import datetime as dt
 import json
 import math
 import re
+import uuid
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,12 @@ KEY_KINDS = {
     "float_nan": pa.array(pick([1.5, float("nan"), -0.5, 2.0], 8), pa.float64()),
     "large_string": pa.array(pick(["zz", "a", "b"], 9), pa.large_string()),
     "binary": pa.array(pick([b"\x00\xff", b"ab"], 10), pa.binary()),
+    "fixed_binary": pa.array(pick([b"\xff\xfe", b"ab"], 11), pa.binary(2)),
+    "decimal256": pa.array(pick([Decimal("1.50"), Decimal("-3.25")], 12), pa.decimal256(40, 2)),
+    # An extension type groups by its stored values and comes out in its own type.
+    "uuid": pa.array(
+        pick([uuid.UUID(int=2**127 + 5).bytes, uuid.UUID(int=7).bytes], 13), pa.uuid()
+    ),
 }
 
 
@@ -141,6 +148,9 @@ def test_every_key_kind_like_pandas(tmp_path: Path, kind: str) -> None:
     assert written.column_names == ["k", "value", "count"]
     assert written.schema.field("k").type == table.schema.field("k").type
     assert got(out, ["k"]) == expected(table, ["k"])
+    streamed = tmp_path / "streamed.parquet"
+    ok("sum", path, "--by", "k", "--data-column", "v", "-o", streamed, "-q", "--chunk-rows", 7)
+    assert streamed.read_bytes() == out.read_bytes()
 
 
 def test_several_keys_and_nulls_grouped(tmp_path: Path) -> None:
@@ -319,6 +329,28 @@ def test_array_outputs_with_keys_out(tmp_path: Path, fmt: str, keys_fmt: str) ->
         assert keys.schema.field("k").type == pa.int32()
 
 
+@pytest.mark.parametrize("keys_fmt", ["csv", "tsv"])
+@pytest.mark.parametrize("kind", ["string", "int"])
+def test_a_one_column_text_keys_out_keeps_the_null_key_row(
+    tmp_path: Path, keys_fmt: str, kind: str
+) -> None:
+    # An empty field alone is an empty line, which CSV readers skip.
+    keys = KEY_KINDS[kind] if kind == "int" else pa.array(["NA", "", None, "x", None])
+    path = write_table(tmp_path / "t.parquet", values_table({"k": keys}))
+    out, keys_out = tmp_path / "o.npy", tmp_path / f"k.{keys_fmt}"
+    args = ["--by", "k", "--null-keys", "group", "-q"]
+    ok("sum", path, *args, "-o", out, "--keys-out", keys_out)
+    parse = pcsv.ParseOptions(delimiter="\t" if keys_fmt == "tsv" else ",")
+    assert pcsv.read_csv(keys_out, parse_options=parse).num_rows == len(np.load(out))
+    pd_keys = pd.read_csv(keys_out, sep=parse.delimiter, keep_default_na=False, na_values=["NA"])
+    assert len(pd_keys) == len(np.load(out))
+    # The key file fixes the same keys again: read back with its null and its "NA" string.
+    table_out, again = tmp_path / "o.parquet", tmp_path / "again.parquet"
+    ok("sum", path, *args, "-o", table_out)
+    ok("sum", path, *args, "--keys-from", keys_out, "-o", again)
+    assert pq.read_table(again) == pq.read_table(table_out)
+
+
 def test_keys_from_fixes_keys_and_order_with_empty_groups(tmp_path: Path) -> None:
     table = pa.table({"sensor": ["s2", "s1", "s2", None], "v": [1.0, 2.0, 3.0, 4.0]})
     path = write_table(tmp_path / "t.parquet", table)
@@ -455,6 +487,7 @@ def test_by_on_npy_input_says_to_use_ids(tmp_path: Path) -> None:
     result = run("sum", data, "--by", "k")
     assert result.exit_code == 2
     assert "give the segment ids as IDS instead" in result.stderr
+    assert "(Parquet, Arrow, CSV/TSV, JSON lines)" in result.stderr  # every table --by reads
     assert len(result.stderr.splitlines()) == 1
 
 
@@ -553,6 +586,11 @@ CSV_KEYS_IN_DATA_TYPES = {
     "digits": (pa.array(["007", "010", "007"]), ["010", "007", "003"]),
     "decimal": (
         pa.array([Decimal("1.50"), Decimal("2.25"), Decimal("1.50")], pa.decimal128(5, 2)),
+        ["2.25", "1.50", "9"],
+    ),
+    # pyarrow's CSV reader converts no text to decimal256.
+    "decimal256": (
+        pa.array([Decimal("1.50"), Decimal("2.25"), Decimal("1.50")], pa.decimal256(40, 2)),
         ["2.25", "1.50", "9"],
     ),
     "zoned": (

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import uuid
 from decimal import Decimal
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 import segcli
 from segcli.errors import InvalidInputError, UsageError
 from segcli.keys import MISSING, KeyEncoder, KeyTable
+from segcli.keys.values import UNKNOWN
 
 pd = pytest.importorskip("pandas")
 
@@ -375,6 +377,46 @@ def test_a_later_block_of_another_kind_is_an_error() -> None:
         encoder.encode(pa.table({"k": pa.array(["1"])}), source="b.parquet")
 
 
+def test_parts_of_another_kind_or_unit_name_both_files_when_merged() -> None:
+    # Dask merges each file's encoder into the run's: the error names the files, as a block
+    # of a single-machine run does.
+    def part(values: pa.Array, source: str) -> KeyEncoder:
+        encoder = KeyEncoder(["k"])
+        encoder.encode(pa.table({"k": values}), source=source)
+        return encoder
+
+    first = part(pa.array(["x"]), "a.parquet")
+    with pytest.raises(
+        InvalidInputError,
+        match=r"^key column 'k' has type int64 in b\.parquet, but string in a\.parquet: ",
+    ):
+        first.merge(part(pa.array([1]), "b.parquet"))
+    merged = KeyEncoder(["k"])
+    merged.merge(part(pa.array([1_000], pa.timestamp("ms")), "a.parquet"))
+    with pytest.raises(InvalidInputError, match=r"^key column 'k' in b\.parquet does not fit"):
+        merged.merge(part(pa.array([1_000_001], pa.timestamp("us")), "b.parquet"))
+
+
+def test_extension_keys_group_by_their_storage_and_keep_their_type() -> None:
+    ids = [uuid.UUID(int=n).bytes for n in (9, 2**127, 9, 3)]
+    keys = pa.array([*ids, None], pa.uuid())
+    encoder = KeyEncoder(["u"], null_keys="group")
+    for block in blocks_of(pa.table({"u": keys}), 2):
+        encoder.encode(block)
+    table = encoder.finish().keys
+    assert table.schema.field("u").type == pa.uuid()
+    assert table.column("u").to_pylist() == [uuid.UUID(int=n) for n in (3, 9, 2**127)] + [None]
+    merged = KeyEncoder(["u"], null_keys="group")  # as Dask merges the partitions
+    merged.merge(encoder)
+    assert merged.finish().keys == table
+    # A keys table of the stored values matches, and the keys come out in the data's type.
+    plain = pa.table({"u": pa.array([ids[3], ids[0]], pa.binary(16))})
+    fixed = KeyEncoder(["u"], keys_from=plain)
+    assert fixed.encode(pa.table({"u": keys.slice(0, 3)})).tolist() == [1, UNKNOWN, 1]
+    with pytest.raises(InvalidInputError, match="row 1 has key u=80000000000000000000000000000000"):
+        fixed.finish()
+
+
 def test_a_block_without_the_key_column_lists_the_columns() -> None:
     with pytest.raises(InvalidInputError, match=r"a.parquet has no column 'c' \(columns: k, v\)"):
         KeyEncoder(["c"]).encode(pa.table({"k": [1], "v": [2.0]}), source="a.parquet")
@@ -479,6 +521,19 @@ def test_keys_from_value_absent_from_a_column() -> None:
         encoder.finish()
 
 
+@pytest.mark.parametrize("size", BLOCK_SIZES)
+def test_keys_from_drops_a_row_with_a_missing_key_whatever_its_other_keys(
+    size: int | None,
+) -> None:
+    # -3 is in no keys row, but its row's other key is null: dropped, as without --keys-from.
+    keys_table = pa.table({"a": [True], "b": pa.array([1], pa.int16())})
+    data = pa.table({"a": [None, True, None], "b": pa.array([-3, 1, None], pa.int16())})
+    encoder = KeyEncoder(["a", "b"], keys_from=keys_table)
+    assert encode(encoder, blocks_of(data, size)).tolist() == [MISSING, 0, MISSING]
+    assert encoder.finish().keys == keys_table
+    assert (encoder.missing_rows, encoder.unknown_rows) == (2, 0)
+
+
 def test_keys_from_null_keys() -> None:
     keys_table = pa.table({"a": ["x", None]})
     data = pa.table({"a": ["x", None, None], "v": [1.0, 2.0, 4.0]})
@@ -503,6 +558,9 @@ def test_keys_from_of_another_kind_is_an_error() -> None:
     encoder = KeyEncoder(["a"], keys_from=pa.table({"a": ["1", "2"]}))
     with pytest.raises(InvalidInputError, match="key column 'a' has type string in the keys table"):
         encoder.encode(pa.table({"a": [1, 2]}))
+    named = KeyEncoder(["a"], keys_from=pa.table({"a": ["1"]}), keys_from_label="k.csv")
+    with pytest.raises(InvalidInputError, match=r"in k\.csv, but int64 in d\.parquet: values"):
+        named.encode(pa.table({"a": [1, 2]}), source="d.parquet")
 
 
 def test_keys_from_missing_column_lists_its_columns() -> None:

@@ -610,6 +610,30 @@ def test_info_shows_each_column_type_and_null_count(tmp_path):
     assert "  v: double, nulls 2\n  s: int64, nulls 1\n" in result.stdout
 
 
+@pytest.mark.parametrize("kind", ["file", "stream"])
+def test_info_counts_rows_on_a_null_dictionary_entry_as_nulls(tmp_path, kind):
+    # As --by counts them missing: a null index and an index to a null entry.
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    def batch(indices, entries):
+        keys = pa.DictionaryArray.from_arrays(pa.array(indices, pa.int8()), pa.array(entries))
+        return pa.record_batch({"k": keys})
+
+    path = tmp_path / "t.arrow"
+    first, second = batch([0, None, 1], ["a", None]), batch([1, 1, 0], ["b", None])
+    new = ipc.new_file if kind == "file" else ipc.new_stream
+    with new(path, first.schema) as writer:
+        writer.write_batch(first)
+        if kind == "stream":  # a file holds one dictionary for every batch
+            writer.write_batch(second)
+    result = cli_run("info", path)
+    assert result.exit_code == 0
+    assert f"k: {first.schema.field('k').type}, nulls {2 if kind == 'file' else 4}\n" in (
+        result.stdout
+    )
+
+
 @pytest.mark.parametrize(
     ("text", "options", "columns"),
     [

@@ -87,9 +87,9 @@ def text_lines(
     names = list(columns)
     texts = [_text_of(values, float_format) for values in columns.values()]
     if keys is not None:
-        from segcli.io.keyed import key_fields
+        from segcli.io.keyed import header_names, key_fields
 
-        names = [*keys.column_names, *names]
+        names = [*header_names(keys.column_names, sep), *names]
         texts = [key_fields(keys, sep), *texts]
     if header:
         yield sep.join(names) + "\n"

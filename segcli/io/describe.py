@@ -204,7 +204,7 @@ def _arrow_table(table: TableFile) -> dict[str, object]:
             batches = list(reader)
             kind = "stream"
         nulls = [
-            sum(batch.column(i).null_count for batch in batches) for i in range(len(reader.schema))
+            sum(_nulls(batch.column(i)) for batch in batches) for i in range(len(reader.schema))
         ]
         return {
             "ipc": kind,
@@ -212,6 +212,18 @@ def _arrow_table(table: TableFile) -> dict[str, object]:
             "record_batches": len(batches),
             "columns": _columns(reader.schema, nulls),
         }
+
+
+def _nulls(array: pa.Array) -> int:
+    """Rows of ``array`` that are null: a dictionary's null entries count too where rows use
+    them, as ``--by`` drops such rows (``null_count`` counts null indices only)."""
+    import pyarrow.types as pt
+
+    from segcli.io import arrow_kernels as kernels
+
+    if pt.is_dictionary(array.type) and array.dictionary.null_count:
+        return int(kernels.total(kernels.is_null(array)).as_py())
+    return int(array.null_count)
 
 
 def _text(path: str, fmt: str) -> dict[str, object]:

@@ -3,12 +3,13 @@
 - Parquet / Arrow: the key columns with their own names and Arrow types, then ``value`` (the
   layout of :func:`segcli.io.write.result_table` for inner dims and complex values), then
   ``count``; no ``segment`` column.
-- CSV / TSV and the text lines on stdout: a header of the key names, the value headers (and
-  ``count`` in files), then one row per group. A key field is the value as Arrow casts it to
-  text (``2024-05-01``, ``2024-05-01 06:00:00``, ``12.50``, ``true``); a null key is an empty
-  field and an empty string is ``""``, as pyarrow's CSV writer and reader tell them apart; a
-  field holding the separator, a quote or a line break, or a string that would read as null
-  (``NA``, ``null``), is quoted CSV-style (quotes doubled).
+- CSV / TSV and the text lines on stdout: a header of the key names (quoted as fields are),
+  the value headers (and ``count`` in files), then one row per group. A key field is the
+  value as Arrow casts it to text (``2024-05-01``, ``2024-05-01 06:00:00``, ``12.50``,
+  ``true``), binary keys of every kind (variable, fixed size, view) as lowercase hex; a null
+  key is an empty field and an empty string is ``""``, as pyarrow's CSV writer and reader tell
+  them apart; a field holding the separator, a quote or a line break, or a string that would
+  read as null (``NA``, ``null``), is quoted CSV-style (quotes doubled).
 - JSON: the usual document plus ``"keys": {name: [values...]}``, column by column; strings,
   integers, floats and booleans as JSON values, other types as the text above, null as null.
 """
@@ -55,10 +56,15 @@ def key_strings(column: pa.ChunkedArray | pa.Array) -> pa.Array:
 
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks()
+    if isinstance(column, pa.ExtensionArray):  # a UUID, say: written as its stored value
+        column = column.storage
     if pa.types.is_dictionary(column.type):
         column = kernels.dictionary_decode(column)
     if pa.types.is_binary(column.type) or pa.types.is_large_binary(column.type):
         return _hex_text(column)
+    if pa.types.is_fixed_size_binary(column.type) or pa.types.is_binary_view(column.type):
+        # Bytes as text only where they are UTF-8: hex, as a binary key, whatever they hold.
+        return _hex_text(kernels.cast(column, pa.binary()))
     return kernels.cast(column, pa.string())
 
 
@@ -150,8 +156,18 @@ def _text_scalar(text: str) -> pa.Scalar:
     return pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(data)])[0]
 
 
+def header_names(names: list[str], sep: str) -> list[str]:
+    """Key column names for a text header, quoted as key fields are where one holds the
+    separator, a quote or a line break, so that the header reads back as these names."""
+    special = (sep, '"', "\r", "\n")
+    return [
+        '"' + name.replace('"', '""') + '"' if any(c in name for c in special) else name
+        for name in names
+    ]
+
+
 def keyed_header(keys: pa.Table, result: _Array, sep: str, *, count: bool) -> str:
-    names = [*keys.column_names, *value_headers(result.shape[1:])]
+    names = [*header_names(keys.column_names, sep), *value_headers(result.shape[1:])]
     return sep.join([*names, "count"] if count else names) + "\n"
 
 
@@ -193,6 +209,9 @@ def json_keys(keys: pa.Table) -> dict[str, list[Any]]:
     return out
 
 
+#: A null key alone on a line of a one-column key file (see :func:`stage_keys`).
+_ONE_COLUMN_NULL = "NA"
+
 #: Formats ``--keys-out`` writes: tables that keep the key types, or CSV/TSV text.
 KEYS_OUT_FORMATS = ("parquet", "arrow", "csv", "tsv")
 
@@ -218,7 +237,13 @@ def stage_keys(keys: pa.Table, path: str, outputs: OutputSet) -> None:
     with outputs.stage(path) as out:
         if fmt in _SEPS:
             sep = _SEPS[fmt]
-            out.write((sep.join(keys.column_names) + "\n").encode())
-            out.write("".join(line + "\n" for line in key_fields(keys, sep)).encode())
+            out.write((sep.join(header_names(keys.column_names, sep)) + "\n").encode())
+            lines = key_fields(keys, sep)
+            if keys.num_columns == 1:
+                # A null key's empty field would be an empty line, which CSV readers skip:
+                # row i would no longer be result row i. NA reads as null (an "NA" string key
+                # is quoted).
+                lines = [line or _ONE_COLUMN_NULL for line in lines]
+            out.write("".join(line + "\n" for line in lines).encode())
         else:
             _write_table(keys, fmt, out, stream=outputs.is_direct(path))

@@ -235,7 +235,10 @@ def csv_readable_types(schema: pa.Schema) -> dict[str, pa.DataType]:
 
     types = {}
     for field in schema:
-        type_ = field.type.value_type if pt.is_dictionary(field.type) else field.type
+        type_ = (
+            field.type.storage_type if isinstance(field.type, pa.BaseExtensionType) else field.type
+        )
+        type_ = type_.value_type if pt.is_dictionary(type_) else type_
         if pt.is_string_view(type_):
             type_ = pa.string()
         elif pt.is_binary_view(type_):

@@ -121,14 +121,24 @@ class TableFile:
                 return self.ipc_reader().read_all().select(columns)
             if self.fmt == "jsonl":
                 return json_lines.read_table(self._input, columns)
+            import pyarrow as pa
             import pyarrow.csv as pcsv
 
-            return pcsv.read_csv(
+            types = dict(csv_types or {})
+            # The CSV reader converts no text to decimal256: such a column is read as text and
+            # cast (a text that is no such decimal fails the read, as the reader's own would).
+            wide = {name: type_ for name, type_ in types.items() if pa.types.is_decimal256(type_)}
+            types.update({name: pa.string() for name in wide})
+            table = pcsv.read_csv(
                 self._input(),
                 read_options=self.read_options(),
                 parse_options=self.parse_options(),
-                convert_options=self.convert_options(columns, csv_types),
+                convert_options=self.convert_options(columns, types or None),
             )
+            for name, type_ in wide.items():
+                index = table.schema.get_field_index(name)
+                table = table.set_column(index, name, table.column(index).cast(type_))
+            return table
 
     def ipc_reader(self) -> ipc.RecordBatchFileReader | ipc.RecordBatchStreamReader:
         """Open the Arrow IPC file or stream (told apart by the file magic)."""

@@ -28,7 +28,8 @@ Value rules (each column separately):
 - strings (string, large_string, string_view, and dictionaries of them) compare as strings,
   binaries likewise; integers of every width compare by value, so do floats (``-0.0 == 0.0``;
   NaN is a missing key and comes out as null), decimals and temporal types (timestamps compare
-  the instants they store, whatever the unit or time zone).
+  the instants they store, whatever the unit or time zone); extension types (``arrow.uuid``,
+  ``arrow.json``) compare as the values they store and come out in their own type.
 - A later block may have another type of the same kind (``int32`` then ``int64``, ``string``
   then ``dictionary<string>``): its values are cast to the first block's type, and a value that
   does not fit is an error. The key table has the first block's types; a dictionary column keeps
@@ -233,7 +234,7 @@ class KeyEncoder:
             return np.arange(other.n_groups, dtype=np.int64)
         if self._columns is None:
             self._columns = [
-                KeyColumn(column.name, column.dictionary_type or column.value_type, self.null_keys)
+                KeyColumn(column.name, column.type, self.null_keys, column.source)
                 for column in other._columns
             ]
         block = pa.table(
@@ -245,7 +246,8 @@ class KeyEncoder:
             ],
             names=self.by,
         )
-        return self._ids(block, "a merged part", add=True)
+        # The part's values all have the types of its first file: errors name that file.
+        return self._ids(block, other._columns[0].source or "a merged part", add=True)
 
     # --- internals ---
 
@@ -372,10 +374,14 @@ class KeyEncoder:
     ) -> np.ndarray:
         rows = len(codes[0])
         if self.keys_from is not None and any(bool((c == UNKNOWN).any()) for c in codes):
-            # A value unknown in one column: the whole row is unknown, whatever the others say.
+            # A value unknown in one column: the whole row is unknown, whatever the others say,
+            # unless another column's key is missing: such a row is dropped, never matched.
             unknown = np.zeros(rows, np.bool_)
+            missing = np.zeros(rows, np.bool_)
             for column_codes in codes:
                 unknown |= column_codes == UNKNOWN
+                missing |= column_codes == MISSING
+            unknown &= ~missing
             ids = np.full(rows, UNKNOWN, np.int64)
             known = ~unknown
             ids[known] = self._groups.ids(

@@ -40,9 +40,19 @@ def _value_type(type_: pa.DataType) -> pa.DataType:
     return type_.value_type if pt.is_dictionary(type_) else type_
 
 
+def storage_type(type_: pa.DataType) -> pa.DataType:
+    """The type an extension type (``arrow.uuid``, ``arrow.json``, ...) stores its values in;
+    other types as they are. Keys of an extension type compare as their stored values."""
+    return type_.storage_type if isinstance(type_, pa.BaseExtensionType) else type_
+
+
+def _storage(values: pa.Array) -> pa.Array:
+    return values.storage if isinstance(values, pa.ExtensionArray) else values
+
+
 def key_kind(type_: pa.DataType) -> str | None:
     """The equality domain of a key type (values of one kind compare by value), or None."""
-    t = _value_type(type_)
+    t = _value_type(storage_type(type_))
     checks: list[tuple[str, Any]] = [
         ("string", lambda t: pt.is_string(t) or pt.is_large_string(t) or pt.is_string_view(t)),
         ("binary", lambda t: pt.is_binary(t) or pt.is_large_binary(t) or pt.is_binary_view(t)),
@@ -247,6 +257,12 @@ class KeyColumn:
     ) -> None:
         check_key_type(name, type_, source)
         self.name = name
+        #: The file the column's type came from (None: not known), for errors.
+        self.source = source
+        #: The column's type as declared; an extension type's values are its storage's.
+        self.type = type_
+        self.extension_type = type_ if isinstance(type_, pa.BaseExtensionType) else None
+        type_ = storage_type(type_)
         self.dictionary_type = type_ if pt.is_dictionary(type_) else None
         self.value_type = _value_type(type_)
         self.kind = key_kind(type_)
@@ -264,12 +280,14 @@ class KeyColumn:
         """Values (a chunk's dictionary, a keys table's column) in this column's lookup type
         (``any_offsets``: strings and binaries of either offset width, as the hash table
         reads both, to save widening a block's offsets)."""
+        values = _storage(values)
         if key_kind(values.type) != self.kind and not (
             self.kind == "float" and key_kind(values.type) == "integer"
         ):
             raise InvalidInputError(
                 f"key column '{self.name}' has type {values.type} in {what}, "
-                f"but {self.value_type} in the first block: values of another kind never match"
+                f"but {self.value_type} in {self.source or 'the first block'}: "
+                "values of another kind never match"
             )
         values = cast_values(
             values,
@@ -291,9 +309,14 @@ class KeyColumn:
         """The codes as ``table[rows]``: ``table`` holds a code per slot of the block's
         dictionary (and one for null), ``rows`` each row's slot; ``table`` is small when the
         block has few distinct values, so the codes need not be gathered row by row."""
-        chunks = data.chunks if isinstance(data, pa.ChunkedArray) else [data]
+        chunks = [
+            _storage(chunk)
+            for chunk in (data.chunks if isinstance(data, pa.ChunkedArray) else [data])
+        ]
         if not chunks:
             return np.empty(0, np.int64), np.empty(0, np.int64)
+        if isinstance(data, pa.ChunkedArray) and data.type != chunks[0].type:  # an extension
+            data = pa.chunked_array(chunks, chunks[0].type)
         # One dictionary for the whole block, so the run's dictionary is probed once per block.
         if not pt.is_dictionary(chunks[0].type):
             if self.index.hashed is not None:
@@ -440,6 +463,8 @@ class KeyColumn:
             self.value_type,
             f"key column '{self.name}' does not fit {self.value_type}",
         )
+        if self.extension_type is not None:
+            return pa.ExtensionArray.from_storage(self.extension_type, values)
         if self.dictionary_type is None:
             return values
         # dictionary_encode of sorted values gives a dictionary sorted by value.
