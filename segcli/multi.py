@@ -190,7 +190,7 @@ def combined_op(
     fills = [
         op.empty_value(op.out_dtype(data_dtype))
         if fill is None
-        else ops.parse_fill(fill, op, data_dtype)
+        else _parsed_fill(fill, op, data_dtype, label)
         for op in chosen
     ]
     ddof = next((op.ddof for op in chosen if op.ddof), None)
@@ -205,6 +205,15 @@ def combined_op(
     if recipe not in _CACHE:
         _CACHE[recipe] = _build(chosen, fills, data_dtype, tuple(inner_shape), recipe, skipna)
     return _CACHE[recipe]
+
+
+def _parsed_fill(fill: Any, op: ops.Op, data_dtype: np.dtype[Any], label: str) -> Any:
+    """``fill`` in ``op``'s output dtype; a value that does not fit names the data column
+    too, since agg's columns may hold different dtypes."""
+    try:
+        return ops.parse_fill(fill, op, data_dtype)
+    except UsageError as error:
+        raise UsageError(f"{label}: {error}") from None
 
 
 def _build(

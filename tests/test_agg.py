@@ -1230,3 +1230,26 @@ def test_complex_result_columns_refuse_parquet_and_arrow_and_write_nothing(
     assert run("agg", data, ids, "--op", "sum,mean", "-o", npz).exit_code == 0
     with np.load(npz) as saved:
         assert saved["sum"].dtype == np.complex64 and saved["sum"][1] == 5 + 5j
+
+
+def test_a_fill_one_column_cannot_hold_names_that_column(tmp_path: Path) -> None:
+    path = tmp_path / "t.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "a": np.array([1.5, 2.5, 3.5], np.float32),
+                "b": np.array([1, 2, 3], np.int8),
+                "id": np.array([0, 0, 2]),
+            }
+        ),
+        path,
+    )
+    out = tmp_path / "out.csv"
+    args = ["agg", path, "--data-column", "a,b", "--ids-column", "id", "--op", "sum,max"]
+    result = run(*args, "--fill", "300", "-o", out)
+    assert result.exit_code == 2
+    assert f"Error: {path}:b: --fill 300 cannot be stored in the int8 result of sum" in (
+        result.output
+    )
+    assert not out.exists()
+    assert run(*args, "--fill", "100", "-o", out).exit_code == 0
