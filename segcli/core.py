@@ -289,9 +289,33 @@ def reduce_arrays(
     ids_label: str | None = None,
     q: float | None = None,
     skipna: bool = False,
+    ddof: int | None = None,
 ) -> Reduction:
-    """Like :func:`segment_reduce`, returning the result with counts, report and timings."""
-    op_def = ops.get_op(op)
+    """Like :func:`segment_reduce`, returning a :class:`Reduction`: the result with the
+    counts, the id report (``id_report.dropped_negative``, ``dropped_beyond``, ...), the engine
+    that ran and why, and timings. ``data_label`` and ``ids_label`` name the inputs in error
+    messages."""
+    _check_library_engine(engine)
+    op_def = ops.get_op(op) if ddof is None else ops.with_ddof(op, ddof)
+    skipping = skipna or op_def.skipna_of is not None  # the CLI passes the --skipna op
+    # count reads no values: a masked one is still a row (the check command counts so).
+    data = _data_array(data, skipna=skipping or op_def.name == "count", label=data_label)
+    segment_ids, null_ids = _ids_array(segment_ids, skipna=skipping, sorted=sorted, label=ids_label)
+    if null_ids:
+        reduction = reduce_arrays(
+            data,
+            segment_ids,
+            num_segments,
+            op_def,
+            sorted=sorted,
+            engine=engine,
+            fill=fill,
+            data_label=data_label,
+            ids_label=ids_label,
+            q=q,
+            skipna=skipna,
+        )
+        return replace(reduction, null_ids=null_ids)
     if op_def.holistic or q is not None:
         return _reduce_holistic(
             data,
@@ -342,6 +366,72 @@ def reduce_arrays(
     )
     reduction.timings["compute"] = time.perf_counter() - validated
     return reduction
+
+
+def _check_library_engine(engine: Any) -> None:
+    """Dask runs the CLI's file inputs on a cluster; arrays already in memory have no use
+    for it, so the library says where it lives rather than calling it an unknown engine."""
+    if engine == "dask":
+        raise EngineUnavailableError(
+            "engine 'dask' reduces files on a Dask cluster from the command line "
+            "(segcli ... --engine dask, installed with pip install 'segcli[dask]'); for arrays "
+            "in memory use engine 'auto', 'numpy' or 'numba'"
+        )
+
+
+def _as_array(value: Any, label: str) -> np.ndarray:
+    """``np.asarray(value)``; a value NumPy cannot make into an array (ragged lists) is an
+    input error, as a bad dtype is."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise InvalidInputError(f"{label}: not an array ({exc})") from None
+
+
+def _data_array(data: Any, *, skipna: bool, label: str | None) -> np.ndarray:
+    """The caller's data as an array. A masked array's hidden values are missing: an error
+    without ``skipna`` (as nulls in a table column are), left out with it; float ones become
+    NaN, which every op (median and quantile too) then leaves out element by element."""
+    if not _is_masked(data):
+        return data if isinstance(data, np.ndarray) else _as_array(data, label or "data")
+    mask = np.ma.getmaskarray(data)
+    if not mask.any():
+        return np.ma.getdata(data)
+    if not skipna:
+        first = int(np.argmax(mask.reshape(-1)))
+        where = np.unravel_index(first, mask.shape) if mask.ndim > 1 else (first,)
+        raise InvalidInputError(
+            f"{label or 'data'}[{', '.join(str(int(k)) for k in where)}] is masked "
+            f"({validate.plural(int(np.count_nonzero(mask)), 'masked value')}); pass skipna=True "
+            "to leave masked values out"
+        )
+    if data.dtype.kind == "f":
+        filled: np.ndarray = np.ma.filled(data, np.nan)
+        return filled
+    return data  # type: ignore[no-any-return]
+
+
+def _ids_array(
+    segment_ids: Any, *, skipna: bool, sorted: bool, label: str | None
+) -> tuple[np.ndarray, int]:
+    """The caller's ids as an array, and how many were masked. Under ``skipna`` a masked id
+    drops its row, as a null id in a table column does (an error for sorted ids); without it,
+    an error. An empty list has no dtype of its own: it holds no id that is not an integer."""
+    if isinstance(segment_ids, (list, tuple)) and len(segment_ids) == 0:
+        return np.zeros(0, np.int64), 0
+    if not _is_masked(segment_ids):
+        return _as_array(segment_ids, label or "segment_ids"), 0
+    mask = np.ma.getmaskarray(segment_ids)
+    if mask.any() and not skipna:
+        first = int(np.argmax(mask.reshape(-1)))
+        raise InvalidInputError(
+            f"{validate.index_text(mask.shape, first)} is masked "
+            f"({validate.plural(int(np.count_nonzero(mask)), 'masked id')}); pass skipna=True "
+            "to drop their rows"
+        )
+    from segcli.io.columns import without_null_ids
+
+    return without_null_ids(segment_ids, sorted_ids=sorted, label=label or "segment_ids")
 
 
 def _native(data: np.ndarray) -> np.ndarray:
@@ -438,10 +528,11 @@ def segment_reduce(
         data,
         segment_ids,
         num_segments,
-        op if ddof is None else ops.with_ddof(op, ddof),
+        op,
         sorted=sorted,
         engine=engine,
         fill=fill,
         q=q,
         skipna=skipna,
+        ddof=ddof,
     ).result

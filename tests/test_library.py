@@ -1,0 +1,98 @@
+"""``import segcli`` as a notebook or a pipeline calls it: the inputs a Python user passes
+(lists, masked arrays, odd layouts), the errors they get, and what the package promises to
+type checkers."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import segcli
+from segcli.errors import EngineUnavailableError, InvalidInputError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_package_ships_py_typed_for_type_checkers() -> None:
+    assert resources.files("segcli").joinpath("py.typed").is_file()
+    assert 'segcli = ["py.typed"]' in (ROOT / "pyproject.toml").read_text()
+
+
+def test_reduce_arrays_takes_ddof_as_segment_reduce_does() -> None:
+    data, ids = [1.0, 2.0, 4.0, 5.0], [0, 0, 0, 1]
+    got = segcli.reduce_arrays(data, ids, op="var", ddof=1)
+    np.testing.assert_allclose(got.result, [np.var([1, 2, 4], ddof=1), np.nan])
+    assert got.result.tobytes() == segcli.segment_reduce(data, ids, op="var", ddof=1).tobytes()
+
+
+def test_engine_dask_says_where_it_runs() -> None:
+    with pytest.raises(EngineUnavailableError, match=r"--engine dask.*segcli\[dask\]"):
+        segcli.segment_reduce([1.0], [0], engine="dask")
+
+
+def test_a_ragged_list_is_an_input_error() -> None:
+    with pytest.raises(InvalidInputError, match=r"^data: not an array"):
+        segcli.segment_reduce([[1.0, 2.0], [3.0]], [0, 1])
+    with pytest.raises(InvalidInputError, match=r"^segment_ids: not an array"):
+        segcli.segment_reduce([1.0, 2.0], [[0, 1], [1]])
+
+
+@pytest.mark.parametrize("ids", [[], ()], ids=["list", "tuple"])
+def test_empty_python_ids_are_integers(ids: list[int]) -> None:
+    got = segcli.segment_reduce(np.zeros(0, np.float32), ids, 3)
+    assert got.dtype == np.float32 and got.tolist() == [0.0, 0.0, 0.0]
+    assert segcli.segment_reduce([], ids).shape == (0,)
+
+
+def test_masked_data_without_skipna_is_an_error_naming_the_first() -> None:
+    data = np.ma.masked_array([[1.0, 2.0], [3.0, 4.0]], mask=[[0, 0], [1, 0]])
+    with pytest.raises(InvalidInputError) as caught:
+        segcli.segment_reduce(data, [0, 1])
+    assert str(caught.value) == (
+        "data[1, 0] is masked (1 masked value); pass skipna=True to leave masked values out"
+    )
+
+
+@pytest.mark.parametrize("op", ["sum", "median", "quantile", "nunique", "max"])
+def test_masked_floats_under_skipna_are_left_out_element_by_element(op: str) -> None:
+    values = np.array([[1.0, 10.0], [2.0, 20.0], [4.0, 40.0], [8.0, 80.0]])
+    mask = np.array([[0, 1], [1, 0], [0, 0], [0, 0]], bool)
+    ids = [0, 0, 0, 1]
+    kw = {"q": 0.25} if op == "quantile" else {}
+    got = segcli.segment_reduce(
+        np.ma.masked_array(values, mask=mask), ids, op=op, skipna=True, **kw
+    )
+    as_nan = np.where(mask, np.nan, values)
+    assert got.tobytes() == segcli.segment_reduce(as_nan, ids, op=op, skipna=True, **kw).tobytes()
+
+
+def test_a_mask_hiding_nothing_is_plain_data() -> None:
+    data = np.ma.masked_array([1.0, 2.0, 3.0])
+    assert segcli.segment_reduce(data, [0, 0, 1]).tolist() == [3.0, 3.0]
+
+
+def test_masked_ids_are_an_error_without_skipna() -> None:
+    ids = np.ma.masked_array([0, 1, 1], mask=[0, 1, 0])
+    with pytest.raises(InvalidInputError) as caught:
+        segcli.segment_reduce([1.0, 2.0, 3.0], ids)
+    assert str(caught.value) == (
+        "segment_ids[1] is masked (1 masked id); pass skipna=True to drop their rows"
+    )
+
+
+@pytest.mark.parametrize("op", ["sum", "median"])
+def test_masked_ids_under_skipna_drop_their_rows_as_null_ids(op: str) -> None:
+    ids = np.ma.masked_array(np.array([0, 1, 1, 2], np.uint8), mask=[0, 1, 0, 0])
+    got = segcli.reduce_arrays([1.0, 2.0, 3.0, 4.0], ids, op=op, skipna=True)
+    assert got.result.tolist() == [1.0, 3.0, 4.0]
+    assert got.null_ids == 1 and got.id_report.dropped_negative == 1
+    assert got.counts.tolist() == [1, 1, 1]
+
+
+def test_masked_sorted_ids_are_an_error_even_under_skipna() -> None:
+    ids = np.ma.masked_array([0, 1, 1], mask=[0, 1, 0])
+    with pytest.raises(InvalidInputError, match=r"segment_ids\[1\] is null"):
+        segcli.segment_reduce([1.0, 2.0, 3.0], ids, sorted=True, skipna=True)
