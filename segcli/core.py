@@ -18,7 +18,7 @@ import numpy as np
 
 from segcli import ops, validate
 from segcli.engines import Engine, choose_engine
-from segcli.errors import EngineUnavailableError, InvalidInputError
+from segcli.errors import EngineUnavailableError, InvalidInputError, UsageError
 from segcli.memory import available_bytes, human_bytes, writer_bytes
 from segcli.multi import fold_rows
 
@@ -296,6 +296,8 @@ def reduce_arrays(
     that ran and why, and timings. ``data_label`` and ``ids_label`` name the inputs in error
     messages."""
     _check_library_engine(engine)
+    if not isinstance(op, (str, ops.Op)):  # a list would fail the table's lookup unhashed
+        raise UsageError(f"unknown op {op!r} (ops: {', '.join(ops.OPS)})")
     op_def = ops.get_op(op) if ddof is None else ops.with_ddof(op, ddof)
     skipping = skipna or op_def.skipna_of is not None  # the CLI passes the --skipna op
     # count reads no values: a masked one is still a row (the check command counts so).

@@ -11,6 +11,7 @@ offender at the same position and report the same totals. Nothing here looks at 
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -141,13 +142,16 @@ def check_num_segments(num_segments: Any) -> int | None:
     """n must be a non-negative integer (or None to infer it)."""
     if num_segments is None:
         return None
-    if isinstance(num_segments, (bool, np.bool_)) or not isinstance(
-        num_segments, (int, np.integer)
-    ):
-        raise InvalidInputError(f"num_segments must be an integer, got {num_segments!r}")
-    if num_segments < 0:
-        raise InvalidInputError(f"num_segments = {num_segments} must not be negative")
-    return int(num_segments)
+    try:
+        if isinstance(num_segments, (bool, np.bool_)):
+            raise TypeError
+        # Any integer, including a 0-d integer array (``np.array(4)``, a framework's scalar).
+        count = operator.index(num_segments)
+    except TypeError:
+        raise InvalidInputError(f"num_segments must be an integer, got {num_segments!r}") from None
+    if count < 0:
+        raise InvalidInputError(f"num_segments = {count} must not be negative")
+    return count
 
 
 # --- the mergeable summary ---------------------------------------------------------------------

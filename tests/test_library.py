@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import segcli
-from segcli.errors import EngineUnavailableError, InvalidInputError
+from segcli.errors import EngineUnavailableError, InvalidInputError, UsageError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -96,3 +96,19 @@ def test_masked_sorted_ids_are_an_error_even_under_skipna() -> None:
     ids = np.ma.masked_array([0, 1, 1], mask=[0, 1, 0])
     with pytest.raises(InvalidInputError, match=r"segment_ids\[1\] is null"):
         segcli.segment_reduce([1.0, 2.0, 3.0], ids, sorted=True, skipna=True)
+
+
+@pytest.mark.parametrize("n", [np.array(4), np.uint8(4), 4], ids=["0-d array", "uint8", "int"])
+def test_num_segments_is_any_integer_scalar(n: object) -> None:
+    assert segcli.segment_reduce([1.0, 2.0], [0, 1], n).tolist() == [1.0, 2.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("n", [np.array(True), np.array(4.0), np.array([4]), 4.0, True])
+def test_num_segments_not_an_integer_is_an_error(n: object) -> None:
+    with pytest.raises(InvalidInputError, match=r"^num_segments must be an integer, got "):
+        segcli.segment_reduce([1.0, 2.0], [0, 1], n)
+
+
+def test_an_op_that_is_no_name_lists_the_ops() -> None:
+    with pytest.raises(UsageError, match=r"^unknown op \['sum'\] \(ops: sum, mean, "):
+        segcli.segment_reduce([1.0], [0], op=["sum"])
