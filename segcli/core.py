@@ -29,7 +29,14 @@ OUTPUT_FORMAT: ContextVar[str | None] = ContextVar("segcli_output_format", defau
 
 @dataclass
 class Reduction:
-    """A finished reduction and what the summary reports about it."""
+    """A finished reduction and what the summary reports about it.
+
+    ``result`` is the answer, shape ``(n,) + inner`` (what ``segment_reduce`` returns);
+    ``counts`` the rows of each segment after the dropped ones, shape ``(n,)`` (with
+    ``skipna`` too); ``id_report`` holds n, whether it was inferred, the rows and those dropped
+    (``dropped_negative``, ``dropped_beyond``); ``engine`` and ``engine_reason`` say which
+    engine ran and why; ``timings`` the seconds of ``"validate"`` and ``"compute"``.
+    """
 
     result: np.ndarray
     counts: np.ndarray
@@ -520,8 +527,9 @@ def segment_reduce(
     ``>= n`` drop their rows. ``num_segments`` defaults to the number the ids imply.
     ``fill`` replaces the op's value for empty segments. ``q`` is quantile's (0 to 1; median,
     quantile and nunique sort each segment's values). ``skipna`` leaves NaN values out, element
-    by element (an element with none present is empty; count counts them). Raises
-    :class:`segcli.SegcliError`.
+    by element (an element with none present is empty; count counts them), and a masked
+    array's masked values; a masked id drops its row (without ``skipna`` either is an error).
+    Raises :class:`segcli.SegcliError`.
 
     >>> segment_reduce([1.0, 2.0, 3.0, 4.0], [0, 0, 2, 2], 4, "sum")
     array([3., 0., 7., 0.])

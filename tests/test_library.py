@@ -112,3 +112,16 @@ def test_num_segments_not_an_integer_is_an_error(n: object) -> None:
 def test_an_op_that_is_no_name_lists_the_ops() -> None:
     with pytest.raises(UsageError, match=r"^unknown op \['sum'\] \(ops: sum, mean, "):
         segcli.segment_reduce([1.0], [0], op=["sum"])
+
+
+def test_reduction_fields_are_as_documented() -> None:
+    data = np.array([[1.0, np.nan], [np.nan, np.nan], [3.0, 4.0], [5.0, 6.0]])
+    got = segcli.reduce_arrays(data, [0, 0, -1, 2], 4, "mean", skipna=True, engine="numpy")
+    assert got.result.shape == (4, 2) and got.counts.tolist() == [2, 0, 1, 0]
+    report = got.id_report
+    assert (report.num_segments, report.inferred, report.rows) == (4, False, 4)
+    assert (report.dropped_negative, report.dropped_beyond) == (1, 0)
+    assert (got.engine, got.engine_reason) == ("numpy", "asked for")
+    assert set(got.timings) == {"validate", "compute"} and got.empty_segments == 2
+    for name in ("result", "counts", "id_report", "engine_reason", "timings"):
+        assert f"``{name}``" in (segcli.Reduction.__doc__ or "")
