@@ -417,7 +417,7 @@ def _data_array(data: Any, *, skipna: bool, label: str | None) -> np.ndarray:
     if data.dtype.kind == "f":
         filled: np.ndarray = np.ma.filled(data, np.nan)
         return filled
-    return data  # type: ignore[no-any-return]
+    return _native(data)  # masked, so the caller does not convert it
 
 
 def _ids_array(

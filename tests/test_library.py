@@ -125,3 +125,16 @@ def test_reduction_fields_are_as_documented() -> None:
     assert set(got.timings) == {"validate", "compute"} and got.empty_segments == 2
     for name in ("result", "counts", "id_report", "engine_reason", "timings"):
         assert f"``{name}``" in (segcli.Reduction.__doc__ or "")
+
+
+@pytest.mark.parametrize("op", ["min", "argmax", "first", "sum"])
+@pytest.mark.parametrize("engine", ["numpy", "numba"])
+def test_big_endian_masked_ints_under_skipna(op: str, engine: str) -> None:
+    values = np.arange(6)
+    mask = [0, 1, 0, 0, 1, 0]
+    ids = [0, 0, 1, 1, 2, 2]
+    native = np.ma.masked_array(values.astype("<i4"), mask=mask)
+    swapped = np.ma.masked_array(values.astype(">i4"), mask=mask)
+    want = segcli.segment_reduce(native, ids, op=op, skipna=True, engine=engine)
+    got = segcli.segment_reduce(swapped, ids, op=op, skipna=True, engine=engine)
+    assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
