@@ -397,10 +397,35 @@ def _as_array(value: Any, label: str) -> np.ndarray:
         raise InvalidInputError(f"{label}: not an array ({exc})") from None
 
 
+def _nulls_masked(value: Any) -> Any:
+    """A pyarrow array or a pandas Series of a nullable dtype holding nulls, as a masked array
+    of its own dtype (NumPy's conversion would turn the nulls into NaN and integers into
+    floats), so that its nulls follow the rules of a table column's; any other value as it
+    is."""
+    package = type(value).__module__.partition(".")[0]
+    try:
+        if package == "pyarrow" and hasattr(value, "is_null") and value.null_count:
+            mask = np.asarray(value.is_null())
+            values = np.asarray(value.fill_null(False if value.type.id == 1 else 0))
+        elif package == "pandas" and hasattr(getattr(value, "dtype", None), "numpy_dtype"):
+            mask = np.asarray(value.isna())
+            if not mask.any():
+                return value
+            values = value.to_numpy(dtype=value.dtype.numpy_dtype, na_value=0)
+        else:
+            return value
+    except (TypeError, ValueError, AttributeError, NotImplementedError):
+        return value  # a type without a zero (strings): NumPy's conversion and its error
+    import numpy.ma
+
+    return numpy.ma.MaskedArray(values, mask=mask)
+
+
 def _data_array(data: Any, *, skipna: bool, label: str | None) -> np.ndarray:
     """The caller's data as an array. A masked array's hidden values are missing: an error
     without ``skipna`` (as nulls in a table column are), left out with it; float ones become
     NaN, which every op (median and quantile too) then leaves out element by element."""
+    data = _nulls_masked(data)
     if not _is_masked(data):
         return data if isinstance(data, np.ndarray) else _as_array(data, label or "data")
     mask = np.ma.getmaskarray(data)
@@ -410,9 +435,9 @@ def _data_array(data: Any, *, skipna: bool, label: str | None) -> np.ndarray:
         first = int(np.argmax(mask.reshape(-1)))
         where = np.unravel_index(first, mask.shape) if mask.ndim > 1 else (first,)
         raise InvalidInputError(
-            f"{label or 'data'}[{', '.join(str(int(k)) for k in where)}] is masked "
-            f"({validate.plural(int(np.count_nonzero(mask)), 'masked value')}); pass skipna=True "
-            "to leave masked values out"
+            f"{label or 'data'}[{', '.join(str(int(k)) for k in where)}] is null or masked "
+            f"({validate.plural(int(np.count_nonzero(mask)), 'missing value')}); pass "
+            "skipna=True to leave missing values out"
         )
     if data.dtype.kind == "f":
         filled: np.ndarray = np.ma.filled(data, np.nan)
@@ -428,14 +453,15 @@ def _ids_array(
     an error. An empty list has no dtype of its own: it holds no id that is not an integer."""
     if isinstance(segment_ids, (list, tuple)) and len(segment_ids) == 0:
         return np.zeros(0, np.int64), 0
+    segment_ids = _nulls_masked(segment_ids)
     if not _is_masked(segment_ids):
         return _as_array(segment_ids, label or "segment_ids"), 0
     mask = np.ma.getmaskarray(segment_ids)
     if mask.any() and not skipna:
         first = int(np.argmax(mask.reshape(-1)))
         raise InvalidInputError(
-            f"{validate.index_text(mask.shape, first)} is masked "
-            f"({validate.plural(int(np.count_nonzero(mask)), 'masked id')}); pass skipna=True "
+            f"{validate.index_text(mask.shape, first)} is null or masked "
+            f"({validate.plural(int(np.count_nonzero(mask)), 'missing id')}); pass skipna=True "
             "to drop their rows"
         )
     from segcli.io.columns import without_null_ids
@@ -527,8 +553,9 @@ def segment_reduce(
     ``>= n`` drop their rows. ``num_segments`` defaults to the number the ids imply.
     ``fill`` replaces the op's value for empty segments. ``q`` is quantile's (0 to 1; median,
     quantile and nunique sort each segment's values). ``skipna`` leaves NaN values out, element
-    by element (an element with none present is empty; count counts them), and a masked
-    array's masked values; a masked id drops its row (without ``skipna`` either is an error).
+    by element (an element with none present is empty; count counts them), and the nulls of
+    a pandas or pyarrow column or the masked values of a masked array; a null or masked id
+    drops its row (without ``skipna``, either is an error).
     Raises :class:`segcli.SegcliError`.
 
     >>> segment_reduce([1.0, 2.0, 3.0, 4.0], [0, 0, 2, 2], 4, "sum")

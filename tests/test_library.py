@@ -52,7 +52,8 @@ def test_masked_data_without_skipna_is_an_error_naming_the_first() -> None:
     with pytest.raises(InvalidInputError) as caught:
         segcli.segment_reduce(data, [0, 1])
     assert str(caught.value) == (
-        "data[1, 0] is masked (1 masked value); pass skipna=True to leave masked values out"
+        "data[1, 0] is null or masked (1 missing value); pass skipna=True to leave missing "
+        "values out"
     )
 
 
@@ -79,7 +80,7 @@ def test_masked_ids_are_an_error_without_skipna() -> None:
     with pytest.raises(InvalidInputError) as caught:
         segcli.segment_reduce([1.0, 2.0, 3.0], ids)
     assert str(caught.value) == (
-        "segment_ids[1] is masked (1 masked id); pass skipna=True to drop their rows"
+        "segment_ids[1] is null or masked (1 missing id); pass skipna=True to drop their rows"
     )
 
 
@@ -138,3 +139,37 @@ def test_big_endian_masked_ints_under_skipna(op: str, engine: str) -> None:
     want = segcli.segment_reduce(native, ids, op=op, skipna=True, engine=engine)
     got = segcli.segment_reduce(swapped, ids, op=op, skipna=True, engine=engine)
     assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
+
+
+def nullable_columns() -> list[tuple[str, object, object]]:
+    """(name, int column [1, null, 3], ids [0, null, 1]) in each library a user holds them."""
+    import pyarrow as pa
+
+    columns = [
+        ("pyarrow", pa.array([1, None, 3]), pa.array([0, None, 1])),
+        ("pyarrow chunked", pa.chunked_array([[1, None], [3]]), pa.chunked_array([[0], [None, 1]])),
+    ]
+    pd = pytest.importorskip("pandas")
+    columns.append(
+        (
+            "pandas Int64",
+            pd.Series([1, None, 3], dtype="Int64"),
+            pd.Series([0, None, 1], dtype="Int64"),
+        )
+    )
+    return columns
+
+
+@pytest.mark.parametrize("kind", range(3), ids=["pyarrow", "chunked", "pandas"])
+def test_nulls_of_pyarrow_and_pandas_are_missing_values(kind: int) -> None:
+    name, data, ids = nullable_columns()[kind]
+    with pytest.raises(InvalidInputError, match=r"^data\[1\] is null or masked \(1 missing"):
+        segcli.segment_reduce(data, [0, 0, 1])
+    with pytest.raises(InvalidInputError, match=r"^segment_ids\[1\] is null or masked"):
+        segcli.segment_reduce([1.0, 2.0, 3.0], ids)
+    for op in ("sum", "median"):
+        got = segcli.segment_reduce(data, [0, 0, 1], op=op, skipna=True)
+        want = segcli.segment_reduce(np.array([1, 3]), [0, 1], op=op)
+        assert got.dtype == want.dtype and got.tolist() == want.tolist(), name
+    dropped = segcli.reduce_arrays([1.0, 2.0, 3.0], ids, skipna=True)
+    assert dropped.result.tolist() == [1.0, 3.0] and dropped.null_ids == 1
