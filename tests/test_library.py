@@ -173,3 +173,12 @@ def test_nulls_of_pyarrow_and_pandas_are_missing_values(kind: int) -> None:
         assert got.dtype == want.dtype and got.tolist() == want.tolist(), name
     dropped = segcli.reduce_arrays([1.0, 2.0, 3.0], ids, skipna=True)
     assert dropped.result.tolist() == [1.0, 3.0] and dropped.null_ids == 1
+
+
+def test_completion_and_help_list_the_public_api() -> None:
+    import pydoc
+
+    assert set(segcli.__all__) <= set(dir(segcli))
+    text = pydoc.render_doc(segcli, renderer=pydoc.plaintext)
+    for name in ("segment_reduce(", "reduce_arrays(", "class Reduction"):
+        assert name in text
