@@ -303,7 +303,7 @@ def reduce_arrays(
     that ran and why, and timings. ``data_label`` and ``ids_label`` name the inputs in error
     messages."""
     _check_library_engine(engine)
-    if not isinstance(op, (str, ops.Op)):  # a list would fail the table's lookup unhashed
+    if not isinstance(op, (str, ops.Op)):  # unhashable (a list): a TypeError in the lookup
         raise UsageError(f"unknown op {op!r} (ops: {', '.join(ops.OPS)})")
     op_def = ops.get_op(op) if ddof is None else ops.with_ddof(op, ddof)
     skipping = skipna or op_def.skipna_of is not None  # the CLI passes the --skipna op
@@ -422,9 +422,9 @@ def _nulls_masked(value: Any) -> Any:
 
 
 def _data_array(data: Any, *, skipna: bool, label: str | None) -> np.ndarray:
-    """The caller's data as an array. A masked array's hidden values are missing: an error
-    without ``skipna`` (as nulls in a table column are), left out with it; float ones become
-    NaN, which every op (median and quantile too) then leaves out element by element."""
+    """The caller's data as an array. Nulls and a masked array's hidden values are missing:
+    an error without ``skipna`` (as nulls in a table column are), left out with it; float ones
+    become NaN, which every op (median and quantile too) then leaves out element by element."""
     data = _nulls_masked(data)
     if not _is_masked(data):
         return data if isinstance(data, np.ndarray) else _as_array(data, label or "data")
@@ -440,8 +440,7 @@ def _data_array(data: Any, *, skipna: bool, label: str | None) -> np.ndarray:
             "skipna=True to leave missing values out"
         )
     if data.dtype.kind == "f":
-        filled: np.ndarray = np.ma.filled(data, np.nan)
-        return filled
+        return np.ma.filled(data, np.nan)
     return _native(data)  # masked, so the caller does not convert it
 
 

@@ -11,6 +11,7 @@ offender at the same position and report the same totals. Nothing here looks at 
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -142,13 +143,13 @@ def check_num_segments(num_segments: Any) -> int | None:
     """n must be a non-negative integer (or None to infer it)."""
     if num_segments is None:
         return None
-    try:
-        if isinstance(num_segments, (bool, np.bool_)):
-            raise TypeError
-        # Any integer, including a 0-d integer array (``np.array(4)``, a framework's scalar).
-        count = operator.index(num_segments)
-    except TypeError:
-        raise InvalidInputError(f"num_segments must be an integer, got {num_segments!r}") from None
+    count: int | None = None
+    if not isinstance(num_segments, (bool, np.bool_)):
+        # Any integer, a 0-d integer array too (``np.array(4)``, another framework's scalar).
+        with contextlib.suppress(TypeError):
+            count = operator.index(num_segments)
+    if count is None:
+        raise InvalidInputError(f"num_segments must be an integer, got {num_segments!r}")
     if count < 0:
         raise InvalidInputError(f"num_segments = {count} must not be negative")
     return count
