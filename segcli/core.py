@@ -523,9 +523,21 @@ def _reduce_holistic(
         ids_label=ids_label,
     )
     started = time.perf_counter()
-    (result,) = job.reduce_arrays(data, ids, counted.id_report.num_segments)
+    result = _holistic_result(job, data, ids, counted.id_report.num_segments)
     counted.timings["compute"] += time.perf_counter() - started
     return replace(counted, result=result, op=op)
+
+
+def _holistic_result(job: Any, data: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
+    """The job's one result. A masked array with inner axes goes a column at a time: the
+    sort leaves out a masked row, and a column's masked values are whole rows of it."""
+    inner = data.shape[ids.ndim :]
+    if not _is_masked(data) or ops.inner_size(inner) <= 1:
+        (result,) = job.reduce_arrays(data, ids, n)
+        return np.asarray(result)
+    columns = data.reshape((*ids.shape, -1))
+    parts = [job.reduce_arrays(columns[..., k], ids, n)[0] for k in range(columns.shape[-1])]
+    return np.stack(parts, axis=-1).reshape((n, *inner))
 
 
 def segment_reduce(

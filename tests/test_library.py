@@ -182,3 +182,23 @@ def test_completion_and_help_list_the_public_api() -> None:
     text = pydoc.render_doc(segcli, renderer=pydoc.plaintext)
     for name in ("segment_reduce(", "reduce_arrays(", "class Reduction"):
         assert name in text
+
+
+@pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
+@pytest.mark.parametrize("op", ["median", "quantile", "nunique"])
+def test_masked_ints_with_inner_axes_under_skipna_for_sorting_ops(
+    op: str, sorted_ids: bool
+) -> None:
+    """Each element's masked values are left out, as the NaN of float data are."""
+    rng = np.random.default_rng(5)
+    values = rng.integers(-9, 9, (40, 2, 3)).astype(np.int16)
+    mask = rng.random(values.shape) < 0.3
+    ids = rng.integers(0 if sorted_ids else -1, 7, 40)
+    ids = np.sort(ids) if sorted_ids else ids
+    kw = {"q": 0.3} if op == "quantile" else {}
+    masked = np.ma.masked_array(values, mask=mask)
+    got = segcli.segment_reduce(masked, ids, 8, op, sorted=sorted_ids, skipna=True, **kw)
+    as_nan = np.where(mask, np.nan, values.astype(np.float64))
+    want = segcli.segment_reduce(as_nan, ids, 8, op, sorted=sorted_ids, skipna=True, **kw)
+    assert got.shape == (8, 2, 3)
+    np.testing.assert_array_equal(got, want.astype(got.dtype))
