@@ -383,8 +383,9 @@ def _check_library_engine(engine: Any) -> None:
     if engine == "dask":
         raise EngineUnavailableError(
             "engine 'dask' reduces files on a Dask cluster from the command line "
-            "(segcli ... --engine dask, installed with pip install 'segcli[dask]'); for arrays "
-            "in memory use engine 'auto', 'numpy' or 'numba'"
+            "(segcli ... --engine dask; install it with pip install 'segcli[dask]', or "
+            "'.[dask]' in a segcli checkout); for arrays in memory use engine 'auto', 'numpy' "
+            "or 'numba'"
         )
 
 
