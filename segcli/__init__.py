@@ -31,4 +31,9 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'segcli' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:
+    # Tab completion and help() list the names that load on first use too.
+    return sorted({*globals(), *_LAZY})
+
+
 __all__ = ["OPS", "Reduction", "SegcliError", "__version__", "reduce_arrays", "segment_reduce"]

@@ -18,7 +18,7 @@ import numpy as np
 
 from segcli import ops, validate
 from segcli.engines import Engine, choose_engine
-from segcli.errors import EngineUnavailableError, InvalidInputError
+from segcli.errors import EngineUnavailableError, InvalidInputError, UsageError
 from segcli.memory import available_bytes, human_bytes, writer_bytes
 from segcli.multi import fold_rows
 
@@ -29,7 +29,14 @@ OUTPUT_FORMAT: ContextVar[str | None] = ContextVar("segcli_output_format", defau
 
 @dataclass
 class Reduction:
-    """A finished reduction and what the summary reports about it."""
+    """A finished reduction and what the summary reports about it.
+
+    ``result`` is the answer, shape ``(n,) + inner`` (what ``segment_reduce`` returns);
+    ``counts`` the rows of each segment after the dropped ones, shape ``(n,)`` (with
+    ``skipna`` too); ``id_report`` holds n, whether it was inferred, the rows and those dropped
+    (``dropped_negative``, ``dropped_beyond``); ``engine`` and ``engine_reason`` say which
+    engine ran and why; ``timings`` the seconds of ``"validate"`` and ``"compute"``.
+    """
 
     result: np.ndarray
     counts: np.ndarray
@@ -289,9 +296,35 @@ def reduce_arrays(
     ids_label: str | None = None,
     q: float | None = None,
     skipna: bool = False,
+    ddof: int | None = None,
 ) -> Reduction:
-    """Like :func:`segment_reduce`, returning the result with counts, report and timings."""
-    op_def = ops.get_op(op)
+    """Like :func:`segment_reduce`, returning a :class:`Reduction`: the result with the
+    counts, the id report (``id_report.dropped_negative``, ``dropped_beyond``, ...), the engine
+    that ran and why, and timings. ``data_label`` and ``ids_label`` name the inputs in error
+    messages."""
+    _check_library_engine(engine)
+    if not isinstance(op, (str, ops.Op)):  # unhashable (a list): a TypeError in the lookup
+        raise UsageError(f"unknown op {op!r} (ops: {', '.join(ops.OPS)})")
+    op_def = ops.get_op(op) if ddof is None else ops.with_ddof(op, ddof)
+    skipping = skipna or op_def.skipna_of is not None  # the CLI passes the --skipna op
+    # count reads no values: a masked one is still a row (the check command counts so).
+    data = _data_array(data, skipna=skipping or op_def.name == "count", label=data_label)
+    segment_ids, null_ids = _ids_array(segment_ids, skipna=skipping, sorted=sorted, label=ids_label)
+    if null_ids:
+        reduction = reduce_arrays(
+            data,
+            segment_ids,
+            num_segments,
+            op_def,
+            sorted=sorted,
+            engine=engine,
+            fill=fill,
+            data_label=data_label,
+            ids_label=ids_label,
+            q=q,
+            skipna=skipna,
+        )
+        return replace(reduction, null_ids=null_ids)
     if op_def.holistic or q is not None:
         return _reduce_holistic(
             data,
@@ -342,6 +375,98 @@ def reduce_arrays(
     )
     reduction.timings["compute"] = time.perf_counter() - validated
     return reduction
+
+
+def _check_library_engine(engine: Any) -> None:
+    """Dask runs the CLI's file inputs on a cluster; arrays already in memory have no use
+    for it, so the library says where it lives rather than calling it an unknown engine."""
+    if engine == "dask":
+        raise EngineUnavailableError(
+            "engine 'dask' reduces files on a Dask cluster from the command line "
+            "(segcli ... --engine dask; install it with pip install 'segcli[dask]', or "
+            "'.[dask]' in a segcli checkout); for arrays in memory use engine 'auto', 'numpy' "
+            "or 'numba'"
+        )
+
+
+def _as_array(value: Any, label: str) -> np.ndarray:
+    """``np.asarray(value)``; a value NumPy cannot make into an array (ragged lists) is an
+    input error, as a bad dtype is."""
+    try:
+        return np.asarray(value)
+    except (ValueError, TypeError) as exc:
+        raise InvalidInputError(f"{label}: not an array ({exc})") from None
+
+
+def _nulls_masked(value: Any) -> Any:
+    """A pyarrow array or a pandas Series of a nullable dtype holding nulls, as a masked array
+    of its own dtype (NumPy's conversion would turn the nulls into NaN and integers into
+    floats), so that its nulls follow the rules of a table column's; any other value as it
+    is."""
+    package = type(value).__module__.partition(".")[0]
+    try:
+        if package == "pyarrow" and hasattr(value, "is_null") and value.null_count:
+            mask = np.asarray(value.is_null())
+            values = np.asarray(value.fill_null(False if value.type.id == 1 else 0))
+        elif package == "pandas" and hasattr(getattr(value, "dtype", None), "numpy_dtype"):
+            mask = np.asarray(value.isna())
+            if not mask.any():
+                return value
+            values = value.to_numpy(dtype=value.dtype.numpy_dtype, na_value=0)
+        else:
+            return value
+    except (TypeError, ValueError, AttributeError, NotImplementedError):
+        return value  # a type without a zero (strings): NumPy's conversion and its error
+    import numpy.ma
+
+    return numpy.ma.MaskedArray(values, mask=mask)
+
+
+def _data_array(data: Any, *, skipna: bool, label: str | None) -> np.ndarray:
+    """The caller's data as an array. Nulls and a masked array's hidden values are missing:
+    an error without ``skipna`` (as nulls in a table column are), left out with it; float ones
+    become NaN, which every op (median and quantile too) then leaves out element by element."""
+    data = _nulls_masked(data)
+    if not _is_masked(data):
+        return data if isinstance(data, np.ndarray) else _as_array(data, label or "data")
+    mask = np.ma.getmaskarray(data)
+    if not mask.any():
+        return np.ma.getdata(data)
+    if not skipna:
+        first = int(np.argmax(mask.reshape(-1)))
+        where = np.unravel_index(first, mask.shape) if mask.ndim > 1 else (first,)
+        raise InvalidInputError(
+            f"{label or 'data'}[{', '.join(str(int(k)) for k in where)}] is null or masked "
+            f"({validate.plural(int(np.count_nonzero(mask)), 'missing value')}); pass "
+            "skipna=True to leave missing values out"
+        )
+    if data.dtype.kind == "f":
+        return np.ma.filled(data, np.nan)
+    return _native(data)  # masked, so the caller does not convert it
+
+
+def _ids_array(
+    segment_ids: Any, *, skipna: bool, sorted: bool, label: str | None
+) -> tuple[np.ndarray, int]:
+    """The caller's ids as an array, and how many were masked. Under ``skipna`` a masked id
+    drops its row, as a null id in a table column does (an error for sorted ids); without it,
+    an error. An empty list has no dtype of its own: it holds no id that is not an integer."""
+    if isinstance(segment_ids, (list, tuple)) and len(segment_ids) == 0:
+        return np.zeros(0, np.int64), 0
+    segment_ids = _nulls_masked(segment_ids)
+    if not _is_masked(segment_ids):
+        return _as_array(segment_ids, label or "segment_ids"), 0
+    mask = np.ma.getmaskarray(segment_ids)
+    if mask.any() and not skipna:
+        first = int(np.argmax(mask.reshape(-1)))
+        raise InvalidInputError(
+            f"{validate.index_text(mask.shape, first)} is null or masked "
+            f"({validate.plural(int(np.count_nonzero(mask)), 'missing id')}); pass skipna=True "
+            "to drop their rows"
+        )
+    from segcli.io.columns import without_null_ids
+
+    return without_null_ids(segment_ids, sorted_ids=sorted, label=label or "segment_ids")
 
 
 def _native(data: np.ndarray) -> np.ndarray:
@@ -399,9 +524,21 @@ def _reduce_holistic(
         ids_label=ids_label,
     )
     started = time.perf_counter()
-    (result,) = job.reduce_arrays(data, ids, counted.id_report.num_segments)
+    result = _holistic_result(job, data, ids, counted.id_report.num_segments)
     counted.timings["compute"] += time.perf_counter() - started
     return replace(counted, result=result, op=op)
+
+
+def _holistic_result(job: Any, data: np.ndarray, ids: np.ndarray, n: int) -> np.ndarray:
+    """The job's one result. A masked array with inner axes goes a column at a time: the
+    sort leaves out a masked row, and a column's masked values are whole rows of it."""
+    inner = data.shape[ids.ndim :]
+    if not _is_masked(data) or ops.inner_size(inner) <= 1:
+        (result,) = job.reduce_arrays(data, ids, n)
+        return np.asarray(result)
+    columns = data.reshape((*ids.shape, -1))
+    parts = [job.reduce_arrays(columns[..., k], ids, n)[0] for k in range(columns.shape[-1])]
+    return np.stack(parts, axis=-1).reshape((n, *inner))
 
 
 def segment_reduce(
@@ -428,8 +565,10 @@ def segment_reduce(
     ``>= n`` drop their rows. ``num_segments`` defaults to the number the ids imply.
     ``fill`` replaces the op's value for empty segments. ``q`` is quantile's (0 to 1; median,
     quantile and nunique sort each segment's values). ``skipna`` leaves NaN values out, element
-    by element (an element with none present is empty; count counts them). Raises
-    :class:`segcli.SegcliError`.
+    by element (an element with none present is empty; count counts them), and the nulls of
+    a pandas or pyarrow column or the masked values of a masked array; a null or masked id
+    drops its row (without ``skipna``, either is an error).
+    Raises :class:`segcli.SegcliError`.
 
     >>> segment_reduce([1.0, 2.0, 3.0, 4.0], [0, 0, 2, 2], 4, "sum")
     array([3., 0., 7., 0.])
@@ -438,10 +577,11 @@ def segment_reduce(
         data,
         segment_ids,
         num_segments,
-        op if ddof is None else ops.with_ddof(op, ddof),
+        op,
         sorted=sorted,
         engine=engine,
         fill=fill,
         q=q,
         skipna=skipna,
+        ddof=ddof,
     ).result

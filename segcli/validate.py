@@ -11,6 +11,8 @@ offender at the same position and report the same totals. Nothing here looks at 
 
 from __future__ import annotations
 
+import contextlib
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -141,13 +143,16 @@ def check_num_segments(num_segments: Any) -> int | None:
     """n must be a non-negative integer (or None to infer it)."""
     if num_segments is None:
         return None
-    if isinstance(num_segments, (bool, np.bool_)) or not isinstance(
-        num_segments, (int, np.integer)
-    ):
+    count: int | None = None
+    if not isinstance(num_segments, (bool, np.bool_)):
+        # Any integer, a 0-d integer array too (``np.array(4)``, another framework's scalar).
+        with contextlib.suppress(TypeError):
+            count = operator.index(num_segments)
+    if count is None:
         raise InvalidInputError(f"num_segments must be an integer, got {num_segments!r}")
-    if num_segments < 0:
-        raise InvalidInputError(f"num_segments = {num_segments} must not be negative")
-    return int(num_segments)
+    if count < 0:
+        raise InvalidInputError(f"num_segments = {count} must not be negative")
+    return count
 
 
 # --- the mergeable summary ---------------------------------------------------------------------
