@@ -406,8 +406,11 @@ def _nulls_masked(value: Any) -> Any:
     package = type(value).__module__.partition(".")[0]
     try:
         if package == "pyarrow" and hasattr(value, "is_null") and value.null_count:
+            import pyarrow.types
+
             mask = np.asarray(value.is_null())
-            values = np.asarray(value.fill_null(False if value.type.id == 1 else 0))
+            zero = False if pyarrow.types.is_boolean(value.type) else 0
+            values = np.asarray(value.fill_null(zero))
         elif package == "pandas" and hasattr(getattr(value, "dtype", None), "numpy_dtype"):
             mask = np.asarray(value.isna())
             if not mask.any():
