@@ -106,16 +106,18 @@ def check_output_fits(
     data_dtype: np.dtype[Any],
     *,
     sorted_ids: bool = False,
+    inferred: bool = False,
 ) -> None:
     """docs/semantics.md: n so large that the output would not fit in memory is an error, before any
-    work."""
+    work. ``inferred``: n comes from the largest id (no -n given), which the message names."""
     writer = OUTPUT_FORMAT.get()
     needed = output_bytes(op, num_segments, inner_shape, data_dtype, sorted_ids, writer)
     available = available_bytes()
     if needed > available:
         writing = f" to write {writer}" if writer else ""
+        source = f" (inferred: the largest id is {num_segments - 1})" if inferred else ""
         raise InvalidInputError(
-            f"num_segments = {num_segments}: the output needs {needed:,} bytes "
+            f"num_segments = {num_segments}{source}: the output needs {needed:,} bytes "
             f"({human_bytes(needed)}){writing}, more than the {human_bytes(available)} of "
             "memory available"
         )
@@ -224,7 +226,12 @@ def validate_inputs(
     )
     report = validate.check_ids(ids, n, sorted_ids=sorted_ids, label=ids_label)
     check_output_fits(
-        op, report.num_segments, data.shape[ids.ndim :], data.dtype, sorted_ids=sorted_ids
+        op,
+        report.num_segments,
+        data.shape[ids.ndim :],
+        data.dtype,
+        sorted_ids=sorted_ids,
+        inferred=report.inferred,
     )
     return report
 
@@ -251,7 +258,7 @@ def _check_unsorted_before_fold(
     )
     n = validate.implied_num_segments(ids) if given is None else given
     try:
-        check_output_fits(op, n, data.shape[ids.ndim :], data.dtype)
+        check_output_fits(op, n, data.shape[ids.ndim :], data.dtype, inferred=given is None)
     except InvalidInputError:
         validate.check_ids(ids, given, sorted_ids=False, label=ids_label)  # ids come first
         raise

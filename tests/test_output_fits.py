@@ -95,3 +95,27 @@ def test_available_memory_is_the_smaller_of_host_and_cgroup(monkeypatch):
     assert memory.available_bytes() == 1 << 30
     monkeypatch.setattr(memory, "cgroup_room_bytes", lambda: None)
     assert memory.available_bytes() == 8 << 30
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["in-memory", "streamed"])
+@pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
+def test_an_inferred_n_too_large_names_the_largest_id(
+    tmp_path: Path, streamed: bool, sorted_ids: bool
+) -> None:
+    """Without -n the user never wrote the n the message names: it says where n came from."""
+    data, ids = tmp_path / "data.npy", tmp_path / "ids.npy"
+    np.save(data, np.ones(2, np.float32))
+    np.save(ids, np.array([0, 2**62], np.int64))
+    args = ["sum", str(data), str(ids), "-q", "-o", str(tmp_path / "out.npy")]
+    args += ["--chunk-rows", "1"] if streamed else []
+    args += ["--sorted"] if sorted_ids else []
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1
+    assert result.stderr.startswith(
+        f"Error: num_segments = {2**62 + 1} (inferred: the largest id is {2**62}): "
+        "the output needs "
+    )
+    given = CliRunner().invoke(cli, [*args, "-n", str(2**62 + 1)])
+    assert given.exit_code == 1
+    assert given.stderr.startswith(f"Error: num_segments = {2**62 + 1}: the output needs ")
+    assert not (tmp_path / "out.npy").exists()

@@ -174,7 +174,9 @@ class SegmentCounts:
         current = len(self.counts)
         if needed <= current:
             return
-        core.check_output_fits(COUNT, needed, self.inner, self.dtype, sorted_ids=self.sorted_ids)
+        core.check_output_fits(
+            COUNT, needed, self.inner, self.dtype, sorted_ids=self.sorted_ids, inferred=True
+        )
         grown = np.zeros(max(needed, 2 * current), np.int64)
         grown[:current] = self.counts
         self.counts = grown

@@ -109,7 +109,10 @@ class _GrowingState:
         if needed <= current:
             return
         grown = max(needed, 2 * current)
-        check_output_fits(self.op, needed, self.inner, self.dtype, sorted_ids=self.sorted_ids)
+        # Only an inferred n grows: the ids themselves asked for this many segments.
+        check_output_fits(
+            self.op, needed, self.inner, self.dtype, sorted_ids=self.sorted_ids, inferred=True
+        )
         # The segments not seen yet start empty; the engine keeps its own state's layout.
         self.state = self.state.grown(grown)
 

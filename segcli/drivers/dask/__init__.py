@@ -402,7 +402,14 @@ def _map_reduce(
         )
         n = id_report.num_segments
         # The client's memory now.
-        check_output_fits(op, n, _inner(plan), plan.data.dtype, sorted_ids=job.sorted_ids)
+        check_output_fits(
+            op,
+            n,
+            _inner(plan),
+            plan.data.dtype,
+            sorted_ids=job.sorted_ids,
+            inferred=id_report.inferred,
+        )
         merged: PartResult = _outcome(root, "combining the partitions")
         if merged.too_large is not None:  # a worker's memory, with the ids found valid
             raise InvalidInputError(merged.too_large)

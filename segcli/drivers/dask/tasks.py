@@ -301,7 +301,7 @@ def _fits_or_held(
     """:func:`check_output_fits` on this worker; under ``--sorted`` its error is returned for
     the client to raise once the ids are known valid (see :attr:`PartResult.too_large`)."""
     try:
-        check_output_fits(op, size, inner, dtype, sorted_ids=job.sorted_ids)
+        check_output_fits(op, size, inner, dtype, sorted_ids=job.sorted_ids, inferred=True)
     except InvalidInputError as error:
         if not job.sorted_ids:
             raise
