@@ -532,7 +532,8 @@ def test_sorted_decrease_after_an_id_too_large_for_memory_is_the_error(
     valid = tmp_path / "valid"
     valid.mkdir()
     data, ids = _shards(valid, [[0, 2**40], [2**40]], "int64")
-    with pytest.raises(InvalidInputError, match=r"^num_segments = 1099511627777: the output"):
+    too_large = r"^num_segments = 1099511627777 \(inferred: the largest id is 1099511627776\): "
+    with pytest.raises(InvalidInputError, match=too_large + "the output"):
         run(client, op=op, data=data, ids=ids, sorted_ids=True)
 
 
