@@ -368,16 +368,27 @@ def test_a_named_pipe_made_again_is_read_again(tmp_path: Path) -> None:
         assert shown.stdout.splitlines()[1:] == [f"{r['k']}\t{r['v']}" for r in rows]
 
 
-def test_a_long_line_pyarrow_calls_an_empty_document_reads_again_in_larger_blocks(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    "said",
+    [
+        "straddling object straddling block boundaries (try to increase block size?)",
+        "JSON parse error: The document is empty.",
+        "JSON parse error: Invalid value. in row 0",
+    ],
+)
+def test_a_long_line_reads_again_in_larger_blocks_whatever_pyarrow_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, said: str
 ) -> None:
-    """pyarrow's threads, meeting a line longer than a block, now and then say "The document
-    is empty" (a block inside the line) instead of "straddling object": the same retry."""
+    """pyarrow's threads, meeting a line longer than a block, say one of several things
+    depending on where a block starts inside it: the file's lines decide the retry."""
     import pyarrow.json as pjson
 
     from segcli.io import json_lines
 
-    path = write_lines(tmp_path / "t.jsonl", [{"a": i} for i in range(5000)])
+    rows: list[dict[str, Any]] = [{"a": i} for i in range(5000)]
+    rows.insert(2500, {"a": -1, "pad": "x" * 10_000})
+    long_path = write_lines(tmp_path / "long.jsonl", rows)
+    short_path = write_lines(tmp_path / "short.jsonl", [{"a": i} for i in range(5000)])
     real_open = pjson.open_json
     sizes: list[int] = []
 
@@ -389,18 +400,44 @@ def test_a_long_line_pyarrow_calls_an_empty_document_reads_again_in_larger_block
 
         def batches() -> Any:
             yield next(iter(reader))
-            raise pa.ArrowInvalid("JSON parse error: The document is empty.")
+            raise pa.ArrowInvalid(said)
 
         return batches()
 
     monkeypatch.setattr(pjson, "open_json", first_one_fails)
     schema = pa.schema([("a", pa.int64())])
-    read = json_lines.open_batches(lambda: pa.OSFile(str(path)), schema, 4096)
-    assert pa.Table.from_batches(list(read), schema).column("a").to_pylist() == list(range(5000))
-    assert sizes == [4096, 4 * 4096]
-    # Another parse error, or a line past the largest block, is the file's.
+    read = json_lines.open_batches(lambda: pa.OSFile(str(long_path)), schema, 4096)
+    values = pa.Table.from_batches(list(read), schema).column("a").to_pylist()
+    assert values == [row["a"] for row in rows]
+    assert sizes == [4096, 4 * 4096]  # the first block that holds the 10 kB line
+    # A file without such a line: the error is the text's, said at once.
+    sizes.clear()
+    read = json_lines.open_batches(lambda: pa.OSFile(str(short_path)), schema, 4096)
+    with pytest.raises(pa.ArrowInvalid):
+        list(read)
+    assert sizes == [4096]
+    # A line past the largest block is the file's error too.
     monkeypatch.setattr(json_lines, "_LARGEST_BLOCK_BYTES", 4096)
     sizes.clear()
-    read = json_lines.open_batches(lambda: pa.OSFile(str(path)), schema, 4096)
-    with pytest.raises(pa.ArrowInvalid, match="document is empty"):
+    read = json_lines.open_batches(lambda: pa.OSFile(str(long_path)), schema, 4096)
+    with pytest.raises(pa.ArrowInvalid):
         list(read)
+    assert sizes == [4096]
+
+
+@pytest.mark.parametrize("scan_bytes", [3, 7, 1 << 20])
+def test_the_first_line_longer_than_a_block_is_found_across_reads(
+    monkeypatch: pytest.MonkeyPatch, scan_bytes: int
+) -> None:
+    from segcli.io import json_lines
+
+    monkeypatch.setattr(json_lines, "_SCAN_BYTES", scan_bytes)
+
+    def longest(text: bytes, limit: int) -> int | None:
+        return json_lines._first_line_longer_than(lambda: pa.BufferReader(text), limit)
+
+    assert longest(b"ab\ncd\nef\n", 2) is None
+    assert longest(b"ab\ncdefgh\nij\n", 5) == 6
+    assert longest(b"ab\ncd\nefghijk", 5) == 7  # the last line, without its newline
+    assert longest(b"abcdefgh\n", 7) == 8
+    assert longest(b"", 0) is None
