@@ -341,3 +341,21 @@ def test_no_header_gzipped_tsv(tmp_path: Path, chunks: list[str]) -> None:
     )
     assert result.exit_code == 0, result.stderr
     assert result.stdout == "0\t3.5\n1\t-inf\n"
+
+
+# Text as other tools write it ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("a.csv", "s,vál\n0,1\n"), ("a.jsonl", '{"s": 0, "vál": 1}\n')],
+)
+@pytest.mark.parametrize("command", ["sum", "info"])
+def test_latin1_column_name_is_a_read_error(
+    tmp_path: Path, name: str, text: str, command: str
+) -> None:
+    path, out = tmp_path / name, tmp_path / "out.npy"
+    path.write_bytes(text.encode("latin-1"))
+    args = [*SUM, path, "-q", "-o", out] if command == "sum" else ["info", path]
+    one_error_line(run(*args), 3, name, "b'v\\xe1l' is not UTF-8", "iconv")
+    assert not out.exists()

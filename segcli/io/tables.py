@@ -101,7 +101,15 @@ class TableFile:
     @cached_property
     def _text_schema(self) -> pa.Schema:
         # Types as inferred from the first block: what a streaming read of the file will use.
-        return self.text_head(None, CSV_HEAD_BYTES).schema
+        schema = self.text_head(None, CSV_HEAD_BYTES).schema
+        try:
+            schema.names  # noqa: B018 -- pyarrow decodes the names only when asked
+        except UnicodeDecodeError as exc:
+            raise ReadError(
+                f"{self.label}: the column name {exc.object!r} is not UTF-8; convert the file "
+                "to UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+            ) from None
+        return schema
 
     @property
     def is_text(self) -> bool:
