@@ -359,3 +359,51 @@ def test_latin1_column_name_is_a_read_error(
     args = [*SUM, path, "-q", "-o", out] if command == "sum" else ["info", path]
     one_error_line(run(*args), 3, name, "b'v\\xe1l' is not UTF-8", "iconv")
     assert not out.exists()
+
+
+def expected_sums(path: Path) -> list[str]:
+    """The sum of ``v`` per ``s``, as segcli prints it, by pandas."""
+    import pandas as pd
+
+    sums = pd.read_csv(path).groupby("s")["v"].sum()
+    return [f"{s}\t{v}" for s, v in sums.items()]
+
+
+STREAMS = [[], ["--chunk-rows", "1000"]]
+
+
+@pytest.mark.parametrize("chunks", STREAMS)
+def test_quoted_line_breaks_across_blocks(tmp_path: Path, chunks: list[str]) -> None:
+    path = tmp_path / "notes.csv"
+    rows = [f'{i % 3},"line one\nline {i}, ""quoted""",{i}' for i in range(60_000)]
+    path.write_text("s,note,v\n" + "\n".join(rows) + "\n")
+    assert path.stat().st_size > 2 << 20  # several blocks of text
+    result = run(*SUM, path, "-q", *chunks)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == expected_sums(path)
+
+
+@pytest.mark.parametrize("chunks", STREAMS)
+def test_first_megabyte_ends_inside_a_quoted_line_break(tmp_path: Path, chunks: list[str]) -> None:
+    """The column types come from the first megabyte's whole lines: a line break in a quoted
+    field there does not end a line."""
+    path = tmp_path / "cut.csv"
+    plain = "0,plain,1\n" * ((1 << 20) // 10 - 20)
+    path.write_text("s,note,v\n" + plain + '1,"first\n' + "x" * 400 + '",2\n' + "2,plain,3\n")
+    result = run(*SUM, path, "-q", *chunks)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == expected_sums(path)
+
+
+@pytest.mark.parametrize("chunks", STREAMS)
+@pytest.mark.parametrize("long", ["header", "row"])
+def test_line_longer_than_a_block(tmp_path: Path, chunks: list[str], long: str) -> None:
+    path = tmp_path / "wide.csv"
+    if long == "header":
+        names = ",".join(f"{i}{'c' * 1000}" for i in range(1200))  # over a megabyte
+        path.write_text(f"s,v,{names}\n0,1.5{',1' * 1200}\n1,2{',2' * 1200}\n")
+    else:
+        path.write_text(f"s,v,note\n0,1.5,a\n1,2,{'x' * (3 << 20)}\n0,3,b\n")
+    result = run(*SUM, path, "-q", *chunks)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == expected_sums(path)

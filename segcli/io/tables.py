@@ -5,10 +5,11 @@ pyarrow is imported inside the functions so that ``.npy`` work never loads it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -53,6 +54,17 @@ _CSV_NULLS = [
 # An empty field of a string column is null (a missing --by key), a quoted "" the empty string:
 # the way pyarrow's CSV writer, and segcli's own CSV output, tell them apart.
 _CSV_STRING_NULLS = {"strings_can_be_null": True, "quoted_strings_can_be_null": False}
+#: pyarrow's CSV block of text (1 MiB); a line longer than a block needs a larger one.
+_CSV_BLOCK_BYTES = 1 << 20
+#: The largest block tried (pyarrow's block size is a 32-bit count): a longer line is an error.
+_CSV_LARGEST_BLOCK_BYTES = 1 << 30
+#: What pyarrow says of a line longer than its block of text (the first line, a later one).
+_CSV_LONG_LINE = ("Empty CSV file or block: cannot infer", "straddling object")
+#: What pyarrow says when a block ends inside a quoted field that holds a line break (the
+#: streaming reader, the whole read); a short line itself says the latter too, and fails again.
+_CSV_QUOTED_LINE_BREAK = ("got out of sync with chunker", "CSV parse error: Expected ")
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -137,11 +149,11 @@ class TableFile:
             # cast (a text that is no such decimal fails the read, as the reader's own would).
             wide = {name: type_ for name, type_ in types.items() if pa.types.is_decimal256(type_)}
             types.update({name: pa.string() for name in wide})
-            table = pcsv.read_csv(
-                self._input(),
-                read_options=self.read_options(),
-                parse_options=self.parse_options(),
-                convert_options=self.convert_options(columns, types or None),
+            convert = self.convert_options(columns, types or None)
+            table = self._csv_retried(
+                lambda read, parse: pcsv.read_csv(
+                    self._input(), read_options=read, parse_options=parse, convert_options=convert
+                )
             )
             for name, type_ in wide.items():
                 index = table.schema.get_field_index(name)
@@ -164,12 +176,33 @@ class TableFile:
             )
         return ipc.open_stream(source)
 
-    def parse_options(self) -> pcsv.ParseOptions:
-        """CSV parse options: the delimiter given, else a tab for TSV and a comma for CSV."""
+    def parse_options(self, line_breaks_quoted: bool = False) -> pcsv.ParseOptions:
+        """CSV parse options: the delimiter given, else a tab for TSV and a comma for CSV;
+        ``line_breaks_quoted``: quoted fields may hold line breaks (slower to split in blocks)."""
         import pyarrow.csv as pcsv
 
         default = "\t" if self.fmt == "tsv" else ","
-        return pcsv.ParseOptions(delimiter=self.csv.delimiter or default)
+        return pcsv.ParseOptions(
+            delimiter=self.csv.delimiter or default, newlines_in_values=line_breaks_quoted
+        )
+
+    def _csv_retried(
+        self,
+        read: Callable[[pcsv.ReadOptions, pcsv.ParseOptions], _T],
+        block_size: int | None = None,
+    ) -> _T:
+        """``read(read options, parse options)``, read again in larger blocks while a line is
+        longer than a block, and with line breaks in quoted fields once a block ended in one
+        (pyarrow splits its blocks at line breaks, and tells these apart only when it fails)."""
+        import pyarrow as pa
+
+        block_size = block_size or _CSV_BLOCK_BYTES
+        line_breaks_quoted = False
+        while True:
+            try:
+                return read(self.read_options(block_size), self.parse_options(line_breaks_quoted))
+            except pa.ArrowInvalid as exc:
+                block_size, line_breaks_quoted = _csv_retry(exc, block_size, line_breaks_quoted)
 
     def read_options(self, block_size: int | None = None) -> pcsv.ReadOptions:
         """CSV read options: positional column names when there is no header."""
@@ -207,9 +240,12 @@ class TableFile:
         import pyarrow.csv as pcsv
 
         with self.errors():
+            head = self._head(CSV_HEAD_BYTES)
             first = pcsv.read_csv(
-                pa.BufferReader(self._head(CSV_HEAD_BYTES)),
-                read_options=pcsv.ReadOptions(autogenerate_column_names=True),
+                pa.BufferReader(head),
+                read_options=pcsv.ReadOptions(
+                    autogenerate_column_names=True, block_size=_one_block(head)
+                ),
                 parse_options=self.parse_options(),
             )
         return [str(i) for i in range(1, first.num_columns + 1)]
@@ -289,9 +325,10 @@ class TableFile:
 
         if self.fmt == "jsonl":
             return json_lines.read_head(self._head(size), columns)
+        head = self._head(size)
         return pcsv.read_csv(
-            pa.BufferReader(self._head(size)),
-            read_options=self.read_options(),
+            pa.BufferReader(head),
+            read_options=self.read_options(_one_block(head)),
             parse_options=self.parse_options(),
             convert_options=self._convert_all()
             if columns is None
@@ -304,8 +341,10 @@ class TableFile:
             head: bytes = stream.read(size)
             if len(head) == size and b"\n" not in head:
                 head = _to_line_end(head, stream, size)
+                if self.fmt != "jsonl" and self.csv.header:  # the types come from rows
+                    head += stream.read(size)
         if len(head) >= size and b"\n" in head:
-            head = head[: head.rindex(b"\n") + 1]
+            head = head[: _last_line_end(head, self.fmt != "jsonl") + 1]
         return head
 
     def text_batches(
@@ -330,10 +369,54 @@ class TableFile:
         convert = self._convert_all() if columns is None else self.convert_options(columns)
         if types:
             convert.column_types = types
-        return pcsv.open_csv(
+        block_size = block_size or _CSV_BLOCK_BYTES
+        reader = self._csv_retried(
+            lambda read, parse: pcsv.open_csv(
+                self._input(), read_options=read, parse_options=parse, convert_options=convert
+            ),
+            block_size,
+        )
+        return pa.RecordBatchReader.from_batches(
+            reader.schema, self._csv_batches(reader, convert, block_size)
+        )
+
+    def _csv_batches(
+        self, reader: pcsv.CSVStreamingReader, convert: pcsv.ConvertOptions, block_size: int
+    ) -> Iterator[pa.RecordBatch]:
+        """The batches of ``reader``; where a later block needs larger blocks or quoted line
+        breaks, the file is read again so, in the types already given, past the rows given."""
+        import pyarrow as pa
+
+        schema = reader.schema
+        given, line_breaks_quoted = 0, False
+        batches: Iterator[pa.RecordBatch] = iter(reader)
+        while True:
+            skip = given
+            try:
+                for batch in batches:
+                    if skip >= batch.num_rows:
+                        skip -= batch.num_rows
+                        continue
+                    batch, skip = batch.slice(skip), 0
+                    given += batch.num_rows
+                    yield batch
+                return
+            except pa.ArrowInvalid as exc:
+                block_size, line_breaks_quoted = _csv_retry(exc, block_size, line_breaks_quoted)
+            convert.column_types = dict(zip(schema.names, schema.types, strict=True))
+            batches = self._csv_reopened(convert, block_size, line_breaks_quoted)
+
+    def _csv_reopened(
+        self, convert: pcsv.ConvertOptions, block_size: int, line_breaks_quoted: bool
+    ) -> Iterator[pa.RecordBatch]:
+        """The batches of the CSV read again from its start (opened at the first batch asked
+        for, so that an error on opening is met, and retried, where the batches are read)."""
+        import pyarrow.csv as pcsv
+
+        yield from pcsv.open_csv(
             self._input(),
             read_options=self.read_options(block_size),
-            parse_options=self.parse_options(),
+            parse_options=self.parse_options(line_breaks_quoted),
             convert_options=convert,
         )
 
@@ -351,6 +434,41 @@ def _to_line_end(head: bytes, stream: pa.NativeFile, size: int) -> bytes:
         if b"\n" in piece:
             break
     return b"".join(pieces)
+
+
+def _csv_retry(exc: Exception, block_size: int, line_breaks_quoted: bool) -> tuple[int, bool]:
+    """The block size and line-break option to read a CSV again with after ``exc``; ``exc``
+    itself when neither would help."""
+    said = str(exc)
+    if any(long in said for long in _CSV_LONG_LINE) and block_size < _CSV_LARGEST_BLOCK_BYTES:
+        return block_size * 4, line_breaks_quoted
+    if any(cut in said for cut in _CSV_QUOTED_LINE_BREAK) and not line_breaks_quoted:
+        return block_size, True
+    raise exc
+
+
+def _one_block(head: bytes) -> int:
+    """A block size that holds all of ``head``: a first line longer than pyarrow's default
+    block still parses."""
+    return max(_CSV_BLOCK_BYTES, len(head) + 1)
+
+
+def _last_line_end(head: bytes, quoted_line_breaks: bool) -> int:
+    """The index of ``head``'s last line break outside a quoted field (CSV quotes, a doubled
+    quote escaping one: an odd count of quotes before a line break puts it inside a field);
+    the last line break if there is none such, or for JSON lines."""
+    end = head.rindex(b"\n")
+    if not quoted_line_breaks:
+        return end
+    quotes = head.count(b'"', 0, end)
+    candidate = end
+    while quotes % 2:
+        before = head.rfind(b"\n", 0, candidate)
+        if before < 0:
+            return end
+        quotes -= head.count(b'"', before, candidate)
+        candidate = before
+    return candidate
 
 
 def is_csv_path(path: str) -> bool:
