@@ -3,6 +3,7 @@ duplicate names, decimal and dictionary columns, crafted segcli metadata."""
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
 from decimal import Decimal
@@ -407,3 +408,32 @@ def test_line_longer_than_a_block(tmp_path: Path, chunks: list[str], long: str) 
     result = run(*SUM, path, "-q", *chunks)
     assert result.exit_code == 0, result.stderr
     assert result.stdout.splitlines() == expected_sums(path)
+
+
+TEXTS = {".csv": "s,v\n0,1\n", ".tsv": "s\tv\n0\t1\n", ".jsonl": '{"s": 0, "v": 1}\n'}
+
+
+@pytest.mark.parametrize(
+    ("name", "compress", "said"),
+    [
+        ("a.csv", gzip.compress, "gzip"),
+        ("a.tsv", bz2.compress, "bzip2"),
+        ("a.jsonl", gzip.compress, "gzip"),
+    ],
+)
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1"]])
+def test_compressed_file_without_its_suffix(
+    tmp_path: Path, name: str, compress: Any, said: str, chunks: list[str]
+) -> None:
+    path, out = tmp_path / name, tmp_path / "out.npy"
+    path.write_bytes(compress(TEXTS[path.suffix].encode()))
+    one_error_line(run(*SUM, path, "-q", "-o", out, *chunks), 3, name, f"{said}-compressed")
+    assert not out.exists()
+
+
+def test_header_starting_like_bzip2_is_text(tmp_path: Path) -> None:
+    path = tmp_path / "a.csv"
+    path.write_text("BZh,s,v\n1,0,2\n")
+    result = run(*SUM, path, "-q")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "0\t2\n"

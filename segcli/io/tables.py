@@ -22,6 +22,7 @@ from segcli.io.formats import (
     INPUT_SUFFIXES,
     TEXT_FORMATS,
     check_readable,
+    compression_of,
     is_pipe,
     library_errors,
     pipe_bytes,
@@ -343,6 +344,12 @@ class TableFile:
                 head = _to_line_end(head, stream, size)
                 if self.fmt != "jsonl" and self.csv.header:  # the types come from rows
                     head += stream.read(size)
+        compressed = compression_of(head)
+        if compressed is not None:  # pyarrow decompresses by the name only
+            raise ReadError(
+                f"{self.label}: this is {compressed[0]}-compressed, but its name does not say "
+                "so; name it with the compression's suffix (.csv.gz, .jsonl.zst, ...)"
+            )
         if len(head) >= size and b"\n" in head:
             head = head[: _last_line_end(head, self.fmt != "jsonl") + 1]
         return head
