@@ -437,3 +437,32 @@ def test_header_starting_like_bzip2_is_text(tmp_path: Path) -> None:
     result = run(*SUM, path, "-q")
     assert result.exit_code == 0, result.stderr
     assert result.stdout == "0\t2\n"
+
+
+@pytest.mark.parametrize(
+    ("cells", "said"),
+    [
+        (["1.5", "x"], "row 1 holds 'x'"),
+        (['"1,000"', "2"], "row 0 holds '1,000' (thousands separators and decimal commas"),
+        (["1.5", '"2,5"'], "row 1 holds '2,5' (thousands separators and decimal commas"),
+    ],
+)
+@pytest.mark.parametrize("command", [SUM, ["agg", "--op", "sum,mean", "--data-column", "v,s"]])
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1"]])
+def test_text_in_a_numeric_column_names_its_first_value(
+    tmp_path: Path, cells: list[str], said: str, command: list[str], chunks: list[str]
+) -> None:
+    path, out = tmp_path / "t.csv", tmp_path / "out.csv"
+    path.write_text("s,v\n" + "".join(f"{i},{cell}\n" for i, cell in enumerate(cells)))
+    args = [*command, "--ids-column", "s"] if command == SUM else [*command, "--by", "s"]
+    result = run(*args, path, "-q", "-o", out, *chunks)
+    one_error_line(result, 1, "t.csv: column 'v' has type string", said)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1"]])
+def test_latin1_value_in_a_numeric_column(tmp_path: Path, chunks: list[str]) -> None:
+    path = tmp_path / "t.csv"
+    path.write_bytes("s,v\n0,1\n1,2°\n".encode("latin-1"))
+    result = run(*SUM, path, "-q", *chunks)
+    one_error_line(result, 1, "column 'v' has type binary", "row 1 holds b'2\\xb0'", "UTF-8")

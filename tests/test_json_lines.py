@@ -404,3 +404,24 @@ def test_a_long_line_pyarrow_calls_an_empty_document_reads_again_in_larger_block
     read = json_lines.open_batches(lambda: pa.OSFile(str(path)), schema, 4096)
     with pytest.raises(pa.ArrowInvalid, match="document is empty"):
         list(read)
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "1"]])
+@pytest.mark.parametrize(
+    ("values", "said"),
+    [
+        (["1", "2"], "row 0 holds the text '1' (a number in quotes is text)"),
+        ([None, "n/a"], "row 1 holds 'n/a'"),
+    ],
+)
+def test_a_text_value_column_names_its_first_value(
+    tmp_path: Path, chunk: list[str], values: list[Any], said: str
+) -> None:
+    path = write_lines(tmp_path / "t.jsonl", [{"s": i, "v": v} for i, v in enumerate(values)])
+    out = tmp_path / "out.npy"
+    result = run_main("sum", path, "--data-column", "v", "--ids-column", "s", "-o", out, *chunk)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"Error: {path}: column 'v' has type string, not a numeric type: {said}"
+    ]
+    assert not out.exists()

@@ -19,6 +19,7 @@ from segcli.io.columns import (
     ColumnRef,
     NullsError,
     NullTally,
+    check_text_type,
     check_type,
     column_to_numpy,
     value_layout,
@@ -207,7 +208,7 @@ class TextChunks:
         with table.errors():
             head = table.text_head([column], CSV_HEAD_BYTES)
         self._type = head.schema.field(column).type
-        check_type(self._type, self._where)
+        check_text_type(head.column(column), self._where)
         self._row_bytes = max(1, CSV_HEAD_BYTES // max(head.num_rows, 1))
         # A list column's first row fixes the inner shape (JSON lines), as for Parquet.
         first = head.column(column).slice(0, 1).combine_chunks() if head.num_rows else None

@@ -5,7 +5,7 @@ pyarrow is imported inside the functions so that ``.npy`` work never loads it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import PurePath
@@ -15,7 +15,13 @@ import numpy as np
 
 from segcli.errors import ReadError, UsageError
 from segcli.io import json_lines
-from segcli.io.columns import ColumnRef, column_to_numpy, read_as_note, value_layout
+from segcli.io.columns import (
+    ColumnRef,
+    check_text_type,
+    column_to_numpy,
+    read_as_note,
+    value_layout,
+)
 from segcli.io.formats import (
     ARROW_FILE_MAGIC,
     FEATHER_V1_MAGIC,
@@ -285,6 +291,7 @@ class TableFile:
         """Read ``columns`` and convert each to NumPy (checked for type and nulls)."""
         self._check_unique(columns)
         table = self.read(columns)
+        self.check_text_types(table, columns)
         return [
             column_to_numpy(
                 table.column(name),
@@ -293,6 +300,13 @@ class TableFile:
             )
             for name in columns
         ]
+
+    def check_text_types(self, table: pa.Table, columns: Sequence[str]) -> None:
+        """In a text table, a value column that is text names its first value that is not a
+        number (the type alone would not say which)."""
+        if self.is_text:
+            for name in columns:
+                check_text_type(table.column(name), ColumnRef(self.label, name))
 
     def _check_unique(self, columns: list[str]) -> None:
         """A name the table uses for several columns cannot say which one is meant."""
