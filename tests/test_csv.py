@@ -466,3 +466,24 @@ def test_latin1_value_in_a_numeric_column(tmp_path: Path, chunks: list[str]) -> 
     path.write_bytes("s,v\n0,1\n1,2°\n".encode("latin-1"))
     result = run(*SUM, path, "-q", *chunks)
     one_error_line(result, 1, "column 'v' has type binary", "row 1 holds b'2\\xb0'", "UTF-8")
+
+
+@pytest.mark.parametrize(
+    ("command", "column"),
+    [
+        (SUM, "v"),
+        (["agg", "--op", "sum", "--data-column", "v", "--ids-column", "s"], "v"),
+        (["agg", "--op", "sum", "--data-column", "w,v", "--ids-column", "s"], "v"),
+        (["agg", "--op", "sum", "--data-column", "w,v", "--by", "s"], "v"),
+    ],
+)
+@pytest.mark.parametrize("late", ["1.5", "abc"])
+def test_streamed_value_of_another_type_names_its_row(
+    tmp_path: Path, command: list[str], column: str, late: str
+) -> None:
+    path, out = tmp_path / "t.csv", tmp_path / "o.parquet"
+    path.write_text("w,v,s\n" + "2,1,0\n" * 200_000 + "2,1,1\n" * 1000 + f"2,{late},0\n2,7,1\n")
+    result = run(*command, path, "--chunk-rows", 1000, "-o", out)
+    said = f"t.csv: column '{column}' holds '{late}' after its first rows"
+    one_error_line(result, 3, said, "(first at row 201000)")
+    assert not out.exists()

@@ -190,7 +190,7 @@ class TableBatches:
         self._queues = [(name, kept) for name, kept in self._queues if kept is queue]
 
     def _type_kept(self) -> contextlib.AbstractContextManager[None]:
-        return text_type_kept(f"{self._table.label}:")
+        return text_type_kept(self._table)
 
 
 class _BatchColumn:

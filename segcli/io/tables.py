@@ -401,6 +401,23 @@ class TableFile:
             reader.schema, self._csv_batches(reader, convert, block_size)
         )
 
+    def first_row_holding(self, column: str, text: str) -> int | None:
+        """The first row whose ``column`` field of a CSV/TSV file is ``text``, read again as
+        text (the error path of a streamed read, whose message names no row); None if none,
+        or for JSON lines."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if self.fmt == "jsonl":
+            return None
+        rows = 0
+        for batch in self.text_batches([column], None, types={column: pa.string()}):
+            found = pc.index(batch.column(0), text).as_py()
+            if found >= 0:
+                return rows + int(found)
+            rows += batch.num_rows
+        return None
+
     def _csv_batches(
         self, reader: pcsv.CSVStreamingReader, convert: pcsv.ConvertOptions, block_size: int
     ) -> Iterator[pa.RecordBatch]:
