@@ -487,3 +487,32 @@ def test_streamed_value_of_another_type_names_its_row(
     said = f"t.csv: column '{column}' holds '{late}' after its first rows"
     one_error_line(result, 3, said, "(first at row 201000)")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1"]])
+@pytest.mark.parametrize(
+    ("big", "args"),
+    [
+        ("18446744073709551615", ["--data-column", "v", "--ids-column", "s"]),
+        ("-99999999999999999999", ["--data-column", "v", "--ids-column", "s"]),
+        ("99999999999999999999", ["--data-column", "s", "--ids-column", "v"]),
+        ("18446744073709551615", ["--data-column", "s", "--by", "v"]),
+    ],
+)
+def test_integer_beyond_int64_is_not_read_rounded(
+    tmp_path: Path, chunks: list[str], big: str, args: list[str]
+) -> None:
+    path, out = tmp_path / "t.csv", tmp_path / "out.parquet"
+    path.write_text(f"s,v\n0,2.5\n1,{big}\n0,1\n")
+    result = run("sum", path, *args, "-o", out, "-q", *chunks)
+    one_error_line(result, 1, f"t.csv: column 'v' holds {big} at row 1, an integer beyond int64")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1"]])
+def test_large_floats_and_int64_bounds_are_read(tmp_path: Path, chunks: list[str]) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("s,v\n0,1e20\n1,-9223372036854775808\n2,9223372036854775807\n0,1.5e19\n")
+    result = run(*SUM, path, "-q", *chunks)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == expected_sums(path)

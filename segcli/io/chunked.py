@@ -209,6 +209,7 @@ class TextChunks:
             head = table.text_head([column], CSV_HEAD_BYTES)
         self._type = head.schema.field(column).type
         check_text_type(head.column(column), self._where)
+        table.check_not_rounded(head)  # before a float64 type turns ids away with a hint
         self._row_bytes = max(1, CSV_HEAD_BYTES // max(head.num_rows, 1))
         # A list column's first row fixes the inner shape (JSON lines), as for Parquet.
         first = head.column(column).slice(0, 1).combine_chunks() if head.num_rows else None

@@ -133,6 +133,7 @@ class TableBatches:
             head = self._table.text_head(self._columns, CSV_HEAD_BYTES)
             for name in self._columns:
                 check_text_type(head.column(name), ColumnRef(self._table.label, name))
+            self._table.check_not_rounded(head)
             return {name: head.schema.field(name).type for name in self._columns}
         return {name: schema.field(name).type for name in self._columns}
 

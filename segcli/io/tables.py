@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from segcli.errors import ReadError, UsageError
+from segcli.errors import InvalidInputError, ReadError, UsageError
 from segcli.io import json_lines
 from segcli.io.columns import (
     ColumnRef,
@@ -71,6 +71,12 @@ _CSV_LONG_LINE = ("Empty CSV file or block: cannot infer", "straddling object")
 #: streaming reader, the whole read); a short line itself says the latter too, and fails again.
 _CSV_QUOTED_LINE_BREAK = ("got out of sync with chunker", "CSV parse error: Expected ")
 
+#: Whole numbers from this magnitude on do not fit int64: pyarrow's CSV reader reads a column
+#: holding one as float64, rounded to 53 bits (pandas reads it as uint64, or as text).
+_INT64_BOUND = 2.0**63
+#: An integer of 19 digits or more: the text of a value that may lie beyond int64.
+_LONG_INTEGER = r"^\s*[-+]?\d{19,}\s*$"
+
 _T = TypeVar("_T")
 
 
@@ -105,6 +111,8 @@ class TableFile:
     fmt: str
     source: str | bytes
     csv: CsvOptions = field(default_factory=CsvOptions)
+    #: Columns whose text was searched for an integer beyond int64, and held none.
+    _exact: set[str] = field(default_factory=set, compare=False, repr=False)
 
     def schema(self) -> pa.Schema:
         """The table's schema, read from metadata where the format has it."""
@@ -165,6 +173,7 @@ class TableFile:
             for name, type_ in wide.items():
                 index = table.schema.get_field_index(name)
                 table = table.set_column(index, name, table.column(index).cast(type_))
+            self.check_not_rounded(table)
             return table
 
     def ipc_reader(self) -> ipc.RecordBatchFileReader | ipc.RecordBatchStreamReader:
@@ -401,6 +410,46 @@ class TableFile:
             reader.schema, self._csv_batches(reader, convert, block_size)
         )
 
+    def check_not_rounded(self, data: pa.Table | pa.RecordBatch) -> None:
+        """A float64 column of a CSV holding a value beyond int64 may be an integer column that
+        pyarrow rounded (an integer text beyond int64 makes it float64): the file's text says,
+        once per column, and an integer there is an error naming it, not a rounded sum."""
+        import pyarrow.compute as pc
+        import pyarrow.types as pt
+
+        if self.fmt == "jsonl":
+            return
+        for name, column in zip(data.column_names, data.columns, strict=True):
+            if not pt.is_float64(column.type) or name in self._exact:
+                continue
+            huge = pc.and_(pc.is_finite(column), pc.greater_equal(pc.abs(column), _INT64_BOUND))
+            if not pc.any(huge).as_py():
+                continue
+            found = self._first_integer_beyond_int64(name)
+            if found is not None:
+                row, text = found
+                raise InvalidInputError(
+                    f"{self.label}: column '{name}' holds {text.strip()} at row {row}, an "
+                    "integer beyond int64, which would be read rounded, as a float64"
+                )
+            self._exact.add(name)
+
+    def _first_integer_beyond_int64(self, column: str) -> tuple[int, str] | None:
+        """The first row of ``column`` written as an integer beyond int64, and its text."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        rows = 0
+        for batch in self.text_batches([column], None, types={column: pa.string()}):
+            texts = batch.column(0)
+            long = pc.fill_null(pc.match_substring_regex(texts, _LONG_INTEGER), False)
+            for row in np.flatnonzero(long.to_numpy(zero_copy_only=False)):
+                text = texts[int(row)].as_py()
+                if not -(2**63) <= int(text) < 2**63:
+                    return rows + int(row), text
+            rows += batch.num_rows
+        return None
+
     def first_row_holding(self, column: str, text: str) -> int | None:
         """The first row whose ``column`` field of a CSV/TSV file is ``text``, read again as
         text (the error path of a streamed read, whose message names no row); None if none,
@@ -436,6 +485,7 @@ class TableFile:
                         skip -= batch.num_rows
                         continue
                     batch, skip = batch.slice(skip), 0
+                    self.check_not_rounded(batch)
                     given += batch.num_rows
                     yield batch
                 return
