@@ -516,3 +516,17 @@ def test_large_floats_and_int64_bounds_are_read(tmp_path: Path, chunks: list[str
     result = run(*SUM, path, "-q", *chunks)
     assert result.exit_code == 0, result.stderr
     assert result.stdout.splitlines() == expected_sums(path)
+
+
+@pytest.mark.parametrize(
+    ("header", "said"),
+    [
+        ("s, v", "(the header names it ' v', with blanks: ask for it so)"),
+        ("s;v", "(the header is one field: split with --delimiter ';'?)"),
+        ("s|v", "(the header is one field: split with --delimiter '|'?)"),
+    ],
+)
+def test_a_header_that_lacks_the_column_says_why(tmp_path: Path, header: str, said: str) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(header + "\n")
+    one_error_line(run(*SUM, path, "-q"), 2, "t.csv: no column 'v'", said)

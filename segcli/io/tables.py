@@ -287,6 +287,8 @@ class TableFile:
                     hint = " (no header: columns are numbered from 1)"
                 elif self.is_text and column.isdigit():
                     hint = " (for a CSV without a header line: --no-input-header)"
+                elif self.is_text:
+                    hint = _csv_header_hint(column, names)
                 raise UsageError(f"{self.label}: no column '{column}' (columns: {listing}){hint}")
             self._check_unique([column])
             return column
@@ -522,6 +524,22 @@ def _to_line_end(head: bytes, stream: pa.NativeFile, size: int) -> bytes:
         if b"\n" in piece:
             break
     return b"".join(pieces)
+
+
+#: Delimiters other tools write, which a header read with another delimiter keeps whole.
+_OTHER_DELIMITERS = (";", "|", "\t", ",", " ")
+
+
+def _csv_header_hint(column: str, names: list[str]) -> str:
+    """Why a CSV header may lack ``column``: blanks around a name, or another delimiter."""
+    spaced = [name for name in names if name.strip() == column]
+    if spaced:
+        return f" (the header names it {spaced[0]!r}, with blanks: ask for it so)"
+    if len(names) == 1:
+        for char in _OTHER_DELIMITERS:
+            if char in names[0] and column in names[0].split(char):
+                return f" (the header is one field: split with --delimiter {char!r}?)"
+    return ""
 
 
 def _csv_retry(exc: Exception, block_size: int, line_breaks_quoted: bool) -> tuple[int, bool]:
