@@ -507,6 +507,7 @@ def test_integer_beyond_int64_is_not_read_rounded(
     result = run("sum", path, *args, "-o", out, "-q", *chunks)
     one_error_line(result, 1, f"t.csv: column 'v' holds {big} at row 1, an integer beyond int64")
     assert not out.exists()
+    assert run("info", path).exit_code == 0  # described as pyarrow reads it
 
 
 @pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1"]])

@@ -5,6 +5,8 @@ pyarrow is imported inside the functions so that ``.npy`` work never loads it.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -76,6 +78,7 @@ _CSV_QUOTED_LINE_BREAK = ("got out of sync with chunker", "CSV parse error: Expe
 _INT64_BOUND = 2.0**63
 #: An integer of 19 digits or more: the text of a value that may lie beyond int64.
 _LONG_INTEGER = r"^\s*[-+]?\d{19,}\s*$"
+_NINETEEN_DIGITS = re.compile(rb"\d{19}")
 
 _T = TypeVar("_T")
 
@@ -144,9 +147,17 @@ class TableFile:
         column's type inferred from its first block, the number of rows known at the end."""
         return self.fmt in TEXT_FORMATS
 
-    def read(self, columns: list[str], csv_types: dict[str, pa.DataType] | None = None) -> pa.Table:
+    def read(
+        self,
+        columns: list[str],
+        csv_types: dict[str, pa.DataType] | None = None,
+        *,
+        rounded: bool = False,
+    ) -> pa.Table:
         """Read only ``columns`` (all of them for Arrow IPC, which is memory-mapped anyway);
-        ``csv_types``: types some CSV columns are read as, instead of inferred ones."""
+        ``csv_types``: types some CSV columns are read as, instead of inferred ones;
+        ``rounded``: a text integer beyond int64 may be read as a rounded float64 (else it is
+        an error)."""
         with self.errors():
             if self.fmt == "parquet":
                 import pyarrow.parquet as pq
@@ -155,7 +166,10 @@ class TableFile:
             if self.fmt == "arrow":
                 return self.ipc_reader().read_all().select(columns)
             if self.fmt == "jsonl":
-                return json_lines.read_table(self._input, columns)
+                table = json_lines.read_table(self._input, columns)
+                if not rounded:
+                    self.check_not_rounded(table)
+                return table
             import pyarrow as pa
             import pyarrow.csv as pcsv
 
@@ -173,7 +187,8 @@ class TableFile:
             for name, type_ in wide.items():
                 index = table.schema.get_field_index(name)
                 table = table.set_column(index, name, table.column(index).cast(type_))
-            self.check_not_rounded(table)
+            if not rounded:
+                self.check_not_rounded(table)
             return table
 
     def ipc_reader(self) -> ipc.RecordBatchFileReader | ipc.RecordBatchStreamReader:
@@ -396,7 +411,8 @@ class TableFile:
             names = head.names if columns is None else columns
             given = types or {}
             schema = pa.schema([(name, given.get(name, head.field(name).type)) for name in names])
-            return json_lines.open_batches(self._input, schema, block_size)
+            reader = json_lines.open_batches(self._input, schema, block_size)
+            return pa.RecordBatchReader.from_batches(schema, self._not_rounded(reader))
 
         convert = self._convert_all() if columns is None else self.convert_options(columns)
         if types:
@@ -419,8 +435,6 @@ class TableFile:
         import pyarrow.compute as pc
         import pyarrow.types as pt
 
-        if self.fmt == "jsonl":
-            return
         for name, column in zip(data.column_names, data.columns, strict=True):
             if not pt.is_float64(column.type) or name in self._exact:
                 continue
@@ -436,11 +450,18 @@ class TableFile:
                 )
             self._exact.add(name)
 
+    def _not_rounded(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            self.check_not_rounded(batch)
+            yield batch
+
     def _first_integer_beyond_int64(self, column: str) -> tuple[int, str] | None:
         """The first row of ``column`` written as an integer beyond int64, and its text."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
+        if self.fmt == "jsonl":
+            return self._first_json_integer_beyond_int64(column)
         rows = 0
         for batch in self.text_batches([column], None, types={column: pa.string()}):
             texts = batch.column(0)
@@ -451,6 +472,26 @@ class TableFile:
                     return rows + int(row), text
             rows += batch.num_rows
         return None
+
+    def _first_json_integer_beyond_int64(self, field: str) -> tuple[int, str] | None:
+        """:meth:`_first_integer_beyond_int64` of JSON lines: the lines with 19 digits in a row
+        parsed by Python's json, which keeps integers whole (pyarrow skips blank lines)."""
+        rows, rest = 0, b""
+        with self._input() as stream:
+            while True:
+                block = stream.read(_CSV_BLOCK_BYTES)
+                lines = (rest + block).split(b"\n")
+                rest = lines.pop() if block else b""
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    if _NINETEEN_DIGITS.search(line):
+                        value = json.loads(line).get(field)
+                        if type(value) is int and not -(2**63) <= value < 2**63:
+                            return rows, str(value)
+                    rows += 1
+                if not block:
+                    return None
 
     def first_row_holding(self, column: str, text: str) -> int | None:
         """The first row whose ``column`` field of a CSV/TSV file is ``text``, read again as
