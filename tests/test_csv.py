@@ -477,14 +477,18 @@ def test_latin1_value_in_a_numeric_column(tmp_path: Path, chunks: list[str]) -> 
         (["agg", "--op", "sum", "--data-column", "w,v", "--by", "s"], "v"),
     ],
 )
-@pytest.mark.parametrize("late", ["1.5", "abc"])
+@pytest.mark.parametrize(
+    ("late", "said", "line_end"),
+    [("1.5", "1.5", "\n"), ("abc", "abc", "\n"), ('" 2.5"', "2.5", "\r\n")],
+)
 def test_streamed_value_of_another_type_names_its_row(
-    tmp_path: Path, command: list[str], column: str, late: str
+    tmp_path: Path, command: list[str], column: str, late: str, said: str, line_end: str
 ) -> None:
     path, out = tmp_path / "t.csv", tmp_path / "o.parquet"
-    path.write_text("w,v,s\n" + "2,1,0\n" * 200_000 + "2,1,1\n" * 1000 + f"2,{late},0\n2,7,1\n")
+    lines = ["w,v,s", *["2,1,0"] * 200_000, *["2,1,1"] * 1000, f"2,{late},0", "2,7,1"]
+    path.write_bytes((line_end.join(lines) + line_end).encode())
     result = run(*command, path, "--chunk-rows", 1000, "-o", out)
-    said = f"t.csv: column '{column}' holds '{late}' after its first rows"
+    said = f"t.csv: column '{column}' holds '{said}' after its first rows"
     one_error_line(result, 3, said, "(first at row 201000)")
     assert not out.exists()
 

@@ -504,7 +504,8 @@ class TableFile:
             return None
         rows = 0
         for batch in self.text_batches([column], None, types={column: pa.string()}):
-            found = pc.index(batch.column(0), text).as_py()
+            # pyarrow's message shows the value without the blanks it trims before converting
+            found = pc.index(pc.utf8_trim_whitespace(batch.column(0)), text.strip()).as_py()
             if found >= 0:
                 return rows + int(found)
             rows += batch.num_rows
