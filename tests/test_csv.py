@@ -461,11 +461,25 @@ def test_text_in_a_numeric_column_names_its_first_value(
 
 
 @pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1"]])
-def test_latin1_value_in_a_numeric_column(tmp_path: Path, chunks: list[str]) -> None:
-    path = tmp_path / "t.csv"
-    path.write_bytes("s,v\n0,1\n1,2°\n".encode("latin-1"))
-    result = run(*SUM, path, "-q", *chunks)
-    one_error_line(result, 1, "column 'v' has type binary", "row 1 holds b'2\\xb0'", "UTF-8")
+@pytest.mark.parametrize(
+    ("args", "column"),
+    [
+        (["--data-column", "v", "--ids-column", "s"], "v"),
+        (["--data-column", "s", "--by", "k"], "k"),
+        (["--op", "sum,max", "--data-column", "s", "--by", "k"], "k"),
+    ],
+)
+def test_latin1_text_is_a_read_error_naming_its_row(
+    tmp_path: Path, chunks: list[str], args: list[str], column: str
+) -> None:
+    path, out = tmp_path / "t.csv", tmp_path / "out.csv"
+    path.write_bytes("s,v,k\n0,1,a\n1,2,b\n1,2°,café\n".encode("latin-1"))
+    command = "agg" if "--op" in args else "sum"
+    result = run(command, path, *args, "-o", out, *chunks)
+    said = f"t.csv: column '{column}' row 2 holds b'"
+    one_error_line(result, 3, said, "which is not UTF-8; convert the file to UTF-8")
+    assert not out.exists()
+    assert run("info", path).exit_code == 0  # described as pyarrow reads it: binary
 
 
 @pytest.mark.parametrize(

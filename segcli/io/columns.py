@@ -206,6 +206,7 @@ _UTF8_SCAN_ROWS = 1 << 16  # rows decoded at once when looking for the first non
 def check_text_type(values: pa.Array | pa.ChunkedArray, where: ColumnRef) -> None:
     """:func:`check_type` for a column read from text (CSV/TSV, JSON lines), whose first rows
     are ``values``: a column that is text names its first value that is not a number."""
+    check_utf8(values, where)
     try:
         check_type(values.type, where)
     except InvalidInputError as exc:
@@ -221,8 +222,6 @@ def _first_non_number(values: pa.Array | pa.ChunkedArray) -> str | None:
     import pyarrow.types as pt
 
     type_ = values.type
-    if pt.is_binary(type_) or pt.is_large_binary(type_):  # text that is not UTF-8
-        return _first_not_utf8(values)
     if not (pt.is_string(type_) or pt.is_large_string(type_)):
         return None
     numbers = pc.fill_null(pc.match_substring_regex(values, _NUMBER), True)
@@ -239,19 +238,24 @@ def _first_non_number(values: pa.Array | pa.ChunkedArray) -> str | None:
     return f"row {row} holds {value!r}{hint}"
 
 
-def _first_not_utf8(values: pa.Array | pa.ChunkedArray) -> str | None:
-    """The first value that is not UTF-8, decoded a slice at a time (the error path only)."""
+def check_utf8(values: pa.Array | pa.ChunkedArray, where: ColumnRef, first_row: int = 0) -> None:
+    """pyarrow's CSV reader makes a column binary when its text is not all UTF-8: a ReadError
+    naming the first value that is not, rather than keys shown as hex or a type error."""
+    import pyarrow.types as pt
+
+    if not (pt.is_binary(values.type) or pt.is_large_binary(values.type)):
+        return
     for start in range(0, len(values), _UTF8_SCAN_ROWS):
         for row, value in enumerate(values[start : start + _UTF8_SCAN_ROWS].to_pylist(), start):
             try:
                 if value is not None:
                     value.decode()
             except UnicodeDecodeError:
-                return (
-                    f"row {row} holds {value!r}, which is not UTF-8; convert the file to UTF-8 "
+                raise ReadError(
+                    f"{where.file}: column '{where.column}' row {first_row + row} holds "
+                    f"{value!r}, which is not UTF-8; convert the file to UTF-8 "
                     "(e.g. iconv -f latin1 -t utf-8)"
-                )
-    return None
+                ) from None
 
 
 def numpy_dtype(type_: pa.DataType) -> np.dtype[Any]:

@@ -20,6 +20,7 @@ from segcli.io import json_lines
 from segcli.io.columns import (
     ColumnRef,
     check_text_type,
+    check_utf8,
     column_to_numpy,
     read_as_note,
     value_layout,
@@ -152,12 +153,12 @@ class TableFile:
         columns: list[str],
         csv_types: dict[str, pa.DataType] | None = None,
         *,
-        rounded: bool = False,
+        as_is: bool = False,
     ) -> pa.Table:
         """Read only ``columns`` (all of them for Arrow IPC, which is memory-mapped anyway);
-        ``csv_types``: types some CSV columns are read as, instead of inferred ones;
-        ``rounded``: a text integer beyond int64 may be read as a rounded float64 (else it is
-        an error)."""
+        ``csv_types``: types some CSV columns are read as, instead of inferred ones; ``as_is``:
+        text read as pyarrow reads it (else an integer beyond int64, which it rounds to a
+        float64, and CSV text that is not UTF-8, which it keeps as binary, are errors)."""
         with self.errors():
             if self.fmt == "parquet":
                 import pyarrow.parquet as pq
@@ -167,7 +168,7 @@ class TableFile:
                 return self.ipc_reader().read_all().select(columns)
             if self.fmt == "jsonl":
                 table = json_lines.read_table(self._input, columns)
-                if not rounded:
+                if not as_is:
                     self.check_not_rounded(table)
                 return table
             import pyarrow as pa
@@ -187,8 +188,8 @@ class TableFile:
             for name, type_ in wide.items():
                 index = table.schema.get_field_index(name)
                 table = table.set_column(index, name, table.column(index).cast(type_))
-            if not rounded:
-                self.check_not_rounded(table)
+            if not as_is:
+                self.check_read_text(table, 0)
             return table
 
     def ipc_reader(self) -> ipc.RecordBatchFileReader | ipc.RecordBatchStreamReader:
@@ -450,6 +451,13 @@ class TableFile:
                 )
             self._exact.add(name)
 
+    def check_read_text(self, data: pa.Table | pa.RecordBatch, first_row: int) -> None:
+        """The checks of CSV text as read (``first_row``: the rows before ``data``): UTF-8
+        text, and no integer beyond int64."""
+        for name, column in zip(data.column_names, data.columns, strict=True):
+            check_utf8(column, ColumnRef(self.label, name), first_row)
+        self.check_not_rounded(data)
+
     def _not_rounded(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             self.check_not_rounded(batch)
@@ -529,7 +537,7 @@ class TableFile:
                         skip -= batch.num_rows
                         continue
                     batch, skip = batch.slice(skip), 0
-                    self.check_not_rounded(batch)
+                    self.check_read_text(batch, given)
                     given += batch.num_rows
                     yield batch
                 return
