@@ -549,3 +549,16 @@ def test_a_header_that_lacks_the_column_says_why(tmp_path: Path, header: str, sa
     path = tmp_path / "t.csv"
     path.write_text(header + "\n")
     one_error_line(run(*SUM, path, "-q"), 2, "t.csv: no column 'v'", said)
+
+
+@pytest.mark.parametrize("chunks", STREAMS)
+def test_a_quote_inside_a_plain_field_is_a_character(tmp_path: Path, chunks: list[str]) -> None:
+    """``12"`` (inches) opens no quoted field: the first megabyte's lines, and so the column
+    types, are what pyarrow reads them to be."""
+    path = tmp_path / "inches.csv"
+    rows = [f"x,{i},{i % 3}" for i in range(200_000)]
+    rows[5], rows[1000] = '12",5,2', "x,1000.5,1"
+    path.write_text("a,v,s\n" + "\n".join(rows) + "\n")
+    result = run(*SUM, path, "-q", *chunks)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == expected_sums(path)

@@ -272,13 +272,15 @@ class TableFile:
         import pyarrow.csv as pcsv
 
         with self.errors():
-            head = self._head(CSV_HEAD_BYTES)
-            first = pcsv.read_csv(
-                pa.BufferReader(head),
-                read_options=pcsv.ReadOptions(
-                    autogenerate_column_names=True, block_size=_one_block(head)
+            first = self._csv_head(
+                CSV_HEAD_BYTES,
+                lambda head: pcsv.read_csv(
+                    pa.BufferReader(head),
+                    read_options=pcsv.ReadOptions(
+                        autogenerate_column_names=True, block_size=_one_block(head)
+                    ),
+                    parse_options=self.parse_options(),
                 ),
-                parse_options=self.parse_options(),
             )
         return [str(i) for i in range(1, first.num_columns + 1)]
 
@@ -367,18 +369,36 @@ class TableFile:
 
         if self.fmt == "jsonl":
             return json_lines.read_head(self._head(size), columns)
-        head = self._head(size)
-        return pcsv.read_csv(
-            pa.BufferReader(head),
-            read_options=self.read_options(_one_block(head)),
-            parse_options=self.parse_options(),
-            convert_options=self._convert_all()
-            if columns is None
-            else self.convert_options(columns),
+        return self._csv_head(
+            size,
+            lambda head: pcsv.read_csv(
+                pa.BufferReader(head),
+                read_options=self.read_options(_one_block(head)),
+                parse_options=self.parse_options(),
+                convert_options=self._convert_all()
+                if columns is None
+                else self.convert_options(columns),
+            ),
         )
 
-    def _head(self, size: int) -> bytes:
-        """The whole lines within the first ``size`` bytes of text (decompressed)."""
+    def _csv_head(self, size: int, parse: Callable[[bytes], _T]) -> _T:
+        """``parse`` of the CSV's head; if that fails, of the head cut at a line break outside
+        quoted fields instead (the last line break may lie inside one). Not always so: a quote
+        inside a field that is not quoted (``12"``) is a plain character."""
+        import pyarrow as pa
+
+        head = self._head(size)
+        try:
+            return parse(head)
+        except pa.ArrowInvalid:
+            quoted = self._head(size, quoted_line_breaks=True)
+            if quoted == head:
+                raise
+            return parse(quoted)
+
+    def _head(self, size: int, quoted_line_breaks: bool = False) -> bytes:
+        """The whole lines within the first ``size`` bytes of text (decompressed); with
+        ``quoted_line_breaks``, a line break within quotes does not end a line."""
         with self._input() as stream:
             head: bytes = stream.read(size)
             if len(head) == size and b"\n" not in head:
@@ -392,7 +412,7 @@ class TableFile:
                 "so; name it with the compression's suffix (.csv.gz, .jsonl.zst, ...)"
             )
         if len(head) >= size and b"\n" in head:
-            head = head[: _last_line_end(head, self.fmt != "jsonl") + 1]
+            head = head[: _last_line_end(head, quoted_line_breaks) + 1]
         return head
 
     def text_batches(
@@ -610,9 +630,9 @@ def _one_block(head: bytes) -> int:
 
 
 def _last_line_end(head: bytes, quoted_line_breaks: bool) -> int:
-    """The index of ``head``'s last line break outside a quoted field (CSV quotes, a doubled
-    quote escaping one: an odd count of quotes before a line break puts it inside a field);
-    the last line break if there is none such, or for JSON lines."""
+    """The index of ``head``'s last line break; with ``quoted_line_breaks``, the last outside
+    a quoted field (CSV quotes, a doubled quote escaping one: an odd count of quotes before a
+    line break puts it inside a field), or the last if there is none such."""
     end = head.rindex(b"\n")
     if not quoted_line_breaks:
         return end
