@@ -432,8 +432,9 @@ class TableFile:
             names = head.names if columns is None else columns
             given = types or {}
             schema = pa.schema([(name, given.get(name, head.field(name).type)) for name in names])
-            reader = json_lines.open_batches(self._input, schema, block_size)
-            return pa.RecordBatchReader.from_batches(schema, self._not_rounded(reader))
+            return json_lines.open_batches(
+                self._input, schema, block_size, check=self.check_not_rounded
+            )
 
         convert = self._convert_all() if columns is None else self.convert_options(columns)
         if types:
@@ -477,11 +478,6 @@ class TableFile:
         for name, column in zip(data.column_names, data.columns, strict=True):
             check_utf8(column, ColumnRef(self.label, name), first_row)
         self.check_not_rounded(data)
-
-    def _not_rounded(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for batch in batches:
-            self.check_not_rounded(batch)
-            yield batch
 
     def _first_integer_beyond_int64(self, column: str) -> tuple[int, str] | None:
         """The first row of ``column`` written as an integer beyond int64, and its text."""
