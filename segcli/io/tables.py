@@ -451,9 +451,9 @@ class TableFile:
         )
 
     def check_not_rounded(self, data: pa.Table | pa.RecordBatch) -> None:
-        """A float64 column of a CSV holding a value beyond int64 may be an integer column that
-        pyarrow rounded (an integer text beyond int64 makes it float64): the file's text says,
-        once per column, and an integer there is an error naming it, not a rounded sum."""
+        """A float64 column of a text table holding a value beyond int64 may hold an integer
+        that pyarrow rounded (an integer beyond int64 makes its column float64): the file's
+        text says, once per column, and such an integer is an error naming it."""
         import pyarrow.compute as pc
         import pyarrow.types as pt
 
