@@ -3,6 +3,7 @@ duplicate names, decimal and dictionary columns, crafted segcli metadata."""
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import json
 from decimal import Decimal
@@ -341,3 +342,223 @@ def test_no_header_gzipped_tsv(tmp_path: Path, chunks: list[str]) -> None:
     )
     assert result.exit_code == 0, result.stderr
     assert result.stdout == "0\t3.5\n1\t-inf\n"
+
+
+# Text as other tools write it ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "text"),
+    [("a.csv", "s,vál\n0,1\n"), ("a.jsonl", '{"s": 0, "vál": 1}\n')],
+)
+@pytest.mark.parametrize("command", ["sum", "info"])
+def test_latin1_column_name_is_a_read_error(
+    tmp_path: Path, name: str, text: str, command: str
+) -> None:
+    path, out = tmp_path / name, tmp_path / "out.npy"
+    path.write_bytes(text.encode("latin-1"))
+    args = [*SUM, path, "-q", "-o", out] if command == "sum" else ["info", path]
+    one_error_line(run(*args), 3, name, "b'v\\xe1l' is not UTF-8", "iconv")
+    assert not out.exists()
+
+
+def expected_sums(path: Path) -> list[str]:
+    """The sum of ``v`` per ``s``, as segcli prints it, by pandas."""
+    import pandas as pd
+
+    sums = pd.read_csv(path).groupby("s")["v"].sum()
+    return [f"{s}\t{v}" for s, v in sums.items()]
+
+
+STREAMS = [[], ["--chunk-rows", "1000"]]
+
+
+@pytest.mark.parametrize("chunks", STREAMS)
+def test_quoted_line_breaks_across_blocks(tmp_path: Path, chunks: list[str]) -> None:
+    path = tmp_path / "notes.csv"
+    rows = [f'{i % 3},"line one\nline {i}, ""quoted""",{i}' for i in range(60_000)]
+    path.write_text("s,note,v\n" + "\n".join(rows) + "\n")
+    assert path.stat().st_size > 2 << 20  # several blocks of text
+    result = run(*SUM, path, "-q", *chunks)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == expected_sums(path)
+
+
+@pytest.mark.parametrize("chunks", STREAMS)
+def test_first_megabyte_ends_inside_a_quoted_line_break(tmp_path: Path, chunks: list[str]) -> None:
+    """The column types come from the first megabyte's whole lines: a line break in a quoted
+    field there does not end a line."""
+    path = tmp_path / "cut.csv"
+    plain = "0,plain,1\n" * ((1 << 20) // 10 - 20)
+    path.write_text("s,note,v\n" + plain + '1,"first\n' + "x" * 400 + '",2\n' + "2,plain,3\n")
+    result = run(*SUM, path, "-q", *chunks)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == expected_sums(path)
+
+
+@pytest.mark.parametrize("chunks", STREAMS)
+@pytest.mark.parametrize("long", ["header", "row"])
+def test_line_longer_than_a_block(tmp_path: Path, chunks: list[str], long: str) -> None:
+    path = tmp_path / "wide.csv"
+    if long == "header":
+        names = ",".join(f"{i}{'c' * 1000}" for i in range(1200))  # over a megabyte
+        path.write_text(f"s,v,{names}\n0,1.5{',1' * 1200}\n1,2{',2' * 1200}\n")
+    else:
+        path.write_text(f"s,v,note\n0,1.5,a\n1,2,{'x' * (3 << 20)}\n0,3,b\n")
+    result = run(*SUM, path, "-q", *chunks)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == expected_sums(path)
+
+
+TEXTS = {".csv": "s,v\n0,1\n", ".tsv": "s\tv\n0\t1\n", ".jsonl": '{"s": 0, "v": 1}\n'}
+
+
+@pytest.mark.parametrize(
+    ("name", "compress", "said"),
+    [
+        ("a.csv", gzip.compress, "gzip"),
+        ("a.tsv", bz2.compress, "bzip2"),
+        ("a.jsonl", gzip.compress, "gzip"),
+    ],
+)
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1"]])
+def test_compressed_file_without_its_suffix(
+    tmp_path: Path, name: str, compress: Any, said: str, chunks: list[str]
+) -> None:
+    path, out = tmp_path / name, tmp_path / "out.npy"
+    path.write_bytes(compress(TEXTS[path.suffix].encode()))
+    one_error_line(run(*SUM, path, "-q", "-o", out, *chunks), 3, name, f"{said}-compressed")
+    assert not out.exists()
+
+
+def test_header_starting_like_bzip2_is_text(tmp_path: Path) -> None:
+    path = tmp_path / "a.csv"
+    path.write_text("BZh,s,v\n1,0,2\n")
+    result = run(*SUM, path, "-q")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "0\t2\n"
+
+
+@pytest.mark.parametrize(
+    ("cells", "said"),
+    [
+        (["1.5", "x"], "row 1 holds 'x'"),
+        (['"1,000"', "2"], "row 0 holds '1,000' (thousands separators and decimal commas"),
+        (["1.5", '"2,5"'], "row 1 holds '2,5' (thousands separators and decimal commas"),
+    ],
+)
+@pytest.mark.parametrize("command", [SUM, ["agg", "--op", "sum,mean", "--data-column", "v,s"]])
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1"]])
+def test_text_in_a_numeric_column_names_its_first_value(
+    tmp_path: Path, cells: list[str], said: str, command: list[str], chunks: list[str]
+) -> None:
+    path, out = tmp_path / "t.csv", tmp_path / "out.csv"
+    path.write_text("s,v\n" + "".join(f"{i},{cell}\n" for i, cell in enumerate(cells)))
+    args = [*command, "--ids-column", "s"] if command == SUM else [*command, "--by", "s"]
+    result = run(*args, path, "-q", "-o", out, *chunks)
+    one_error_line(result, 1, "t.csv: column 'v' has type string", said)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1"]])
+@pytest.mark.parametrize(
+    ("args", "column"),
+    [
+        (["--data-column", "v", "--ids-column", "s"], "v"),
+        (["--data-column", "s", "--by", "k"], "k"),
+        (["--op", "sum,max", "--data-column", "s", "--by", "k"], "k"),
+    ],
+)
+def test_latin1_text_is_a_read_error_naming_its_row(
+    tmp_path: Path, chunks: list[str], args: list[str], column: str
+) -> None:
+    path, out = tmp_path / "t.csv", tmp_path / "out.csv"
+    path.write_bytes("s,v,k\n0,1,a\n1,2,b\n1,2°,café\n".encode("latin-1"))
+    command = "agg" if "--op" in args else "sum"
+    result = run(command, path, *args, "-o", out, *chunks)
+    said = f"t.csv: column '{column}' row 2 holds b'"
+    one_error_line(result, 3, said, "which is not UTF-8; convert the file to UTF-8")
+    assert not out.exists()
+    assert run("info", path).exit_code == 0  # described as pyarrow reads it: binary
+
+
+@pytest.mark.parametrize(
+    ("command", "column"),
+    [
+        (SUM, "v"),
+        (["agg", "--op", "sum", "--data-column", "v", "--ids-column", "s"], "v"),
+        (["agg", "--op", "sum", "--data-column", "w,v", "--ids-column", "s"], "v"),
+        (["agg", "--op", "sum", "--data-column", "w,v", "--by", "s"], "v"),
+    ],
+)
+@pytest.mark.parametrize(
+    ("late", "said", "line_end"),
+    [("1.5", "1.5", "\n"), ("abc", "abc", "\n"), ('" 2.5"', "2.5", "\r\n")],
+)
+def test_streamed_value_of_another_type_names_its_row(
+    tmp_path: Path, command: list[str], column: str, late: str, said: str, line_end: str
+) -> None:
+    path, out = tmp_path / "t.csv", tmp_path / "o.parquet"
+    lines = ["w,v,s", *["2,1,0"] * 200_000, *["2,1,1"] * 1000, f"2,{late},0", "2,7,1"]
+    path.write_bytes((line_end.join(lines) + line_end).encode())
+    result = run(*command, path, "--chunk-rows", 1000, "-o", out)
+    said = f"t.csv: column '{column}' holds '{said}' after its first rows"
+    one_error_line(result, 3, said, "(first at row 201000)")
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1"]])
+@pytest.mark.parametrize(
+    ("big", "args"),
+    [
+        ("18446744073709551615", ["--data-column", "v", "--ids-column", "s"]),
+        ("-99999999999999999999", ["--data-column", "v", "--ids-column", "s"]),
+        ("99999999999999999999", ["--data-column", "s", "--ids-column", "v"]),
+        ("18446744073709551615", ["--data-column", "s", "--by", "v"]),
+    ],
+)
+def test_integer_beyond_int64_is_not_read_rounded(
+    tmp_path: Path, chunks: list[str], big: str, args: list[str]
+) -> None:
+    path, out = tmp_path / "t.csv", tmp_path / "out.parquet"
+    path.write_text(f"s,v\n0,2.5\n1,{big}\n0,1\n")
+    result = run("sum", path, *args, "-o", out, "-q", *chunks)
+    one_error_line(result, 1, f"t.csv: column 'v' holds {big} at row 1, an integer beyond int64")
+    assert not out.exists()
+    assert run("info", path).exit_code == 0  # described as pyarrow reads it
+
+
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1"]])
+def test_large_floats_and_int64_bounds_are_read(tmp_path: Path, chunks: list[str]) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("s,v\n0,1e20\n1,-9223372036854775808\n2,9223372036854775807\n0,1.5e19\n")
+    result = run(*SUM, path, "-q", *chunks)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == expected_sums(path)
+
+
+@pytest.mark.parametrize(
+    ("header", "said"),
+    [
+        ("s, v", "(the header names it ' v', with blanks: ask for it so)"),
+        ("s;v", "(the header is one field: split with --delimiter ';'?)"),
+        ("s|v", "(the header is one field: split with --delimiter '|'?)"),
+    ],
+)
+def test_a_header_that_lacks_the_column_says_why(tmp_path: Path, header: str, said: str) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(header + "\n")
+    one_error_line(run(*SUM, path, "-q"), 2, "t.csv: no column 'v'", said)
+
+
+@pytest.mark.parametrize("chunks", STREAMS)
+def test_a_quote_inside_a_plain_field_is_a_character(tmp_path: Path, chunks: list[str]) -> None:
+    """``12"`` (inches) opens no quoted field: the first megabyte's lines, and so the column
+    types, are what pyarrow reads them to be."""
+    path = tmp_path / "inches.csv"
+    rows = [f"x,{i},{i % 3}" for i in range(200_000)]
+    rows[5], rows[1000] = '12",5,2', "x,1000.5,1"
+    path.write_text("a,v,s\n" + "\n".join(rows) + "\n")
+    result = run(*SUM, path, "-q", *chunks)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.splitlines() == expected_sums(path)

@@ -441,3 +441,54 @@ def test_the_first_line_longer_than_a_block_is_found_across_reads(
     assert longest(b"ab\ncd\nefghijk", 5) == 7  # the last line, without its newline
     assert longest(b"abcdefgh\n", 7) == 8
     assert longest(b"", 0) is None
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "1"]])
+@pytest.mark.parametrize(
+    ("values", "said"),
+    [
+        (["1", "2"], "row 0 holds the text '1' (a number in quotes is text)"),
+        ([None, "n/a"], "row 1 holds 'n/a'"),
+    ],
+)
+def test_a_text_value_column_names_its_first_value(
+    tmp_path: Path, chunk: list[str], values: list[Any], said: str
+) -> None:
+    path = write_lines(tmp_path / "t.jsonl", [{"s": i, "v": v} for i, v in enumerate(values)])
+    out = tmp_path / "out.npy"
+    result = run_main("sum", path, "--data-column", "v", "--ids-column", "s", "-o", out, *chunk)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"Error: {path}: column 'v' has type string, not a numeric type: {said}"
+    ]
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "1"]])
+@pytest.mark.parametrize("args", [["--ids-column", "s"], ["--by", "s"]])
+def test_an_integer_beyond_int64_is_not_read_rounded(
+    tmp_path: Path, chunk: list[str], args: list[str]
+) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        '{"s": 0, "v": 1.5}\n\n{"s": 1, "v": 18446744073709551615}\n{"s": 0, "v": 1e20}\n'
+    )
+    out = tmp_path / "out.parquet"
+    result = run_main("sum", path, "--data-column", "v", *args, "-o", out, *chunk)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines() == [
+        f"Error: {path}: column 'v' holds 18446744073709551615 at row 1, an integer beyond "
+        "int64, which would be read rounded, as a float64"
+    ]
+    assert not out.exists()
+    ok("info", path)  # described as pyarrow reads it
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "1"]])
+def test_large_floats_are_read(tmp_path: Path, chunk: list[str]) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        '{"s": 0, "v": 1e20}\n{"s": 0, "v": 12345678901234567890.0}\n{"s": 1, "v": 1}\n'
+    )
+    result = ok("sum", path, "--data-column", "v", "--ids-column", "s", "-q", *chunk)
+    assert result.stdout.splitlines() == [f"0\t{1e20 + 12345678901234567890.0!r}", "1\t1.0"]

@@ -521,7 +521,10 @@ def test_cut_off_npy_stream_says_how_many_rows_arrived(tmp_path):
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("v,s\n1,0\n2,99999999999999999999\n", "segment_ids[1] = 1e+20 does not fit in int64"),
+        (
+            "v,s\n1,0\n2,99999999999999999999\n",
+            "column 's' holds 99999999999999999999 at row 1, an integer beyond int64",
+        ),
         ("v,s\n", "segment_ids has no values, so no type to tell (read as float64: a header-only"),
         ("v,s\n1,0\n2,1.5\n", "segment_ids[1] = 1.5 is not a whole number (1 such id)"),
         (

@@ -19,6 +19,7 @@ from segcli.io.columns import (
     ColumnRef,
     NullsError,
     NullTally,
+    check_text_type,
     check_type,
     column_to_numpy,
     value_layout,
@@ -207,7 +208,8 @@ class TextChunks:
         with table.errors():
             head = table.text_head([column], CSV_HEAD_BYTES)
         self._type = head.schema.field(column).type
-        check_type(self._type, self._where)
+        check_text_type(head.column(column), self._where)
+        table.check_not_rounded(head)  # before a float64 type turns ids away with a hint
         self._row_bytes = max(1, CSV_HEAD_BYTES // max(head.num_rows, 1))
         # A list column's first row fixes the inner shape (JSON lines), as for Parquet.
         first = head.column(column).slice(0, 1).combine_chunks() if head.num_rows else None
@@ -234,13 +236,16 @@ class TextChunks:
             )
 
     def _type_kept(self) -> contextlib.AbstractContextManager[None]:
-        return text_type_kept(f"{self._where.file}: column '{self._where.column}'", self._type)
+        return text_type_kept(self._table, self._where.column, self._type)
 
 
 @contextlib.contextmanager
-def text_type_kept(where: str, column_type: Any = None) -> Iterator[None]:
+def text_type_kept(
+    table: TableFile, column: str | None = None, column_type: Any = None
+) -> Iterator[None]:
     """A value past a streamed text table's first block that does not fit the type its first
-    rows gave the column: say so, and how to get the widened column a whole read gives."""
+    rows gave the column (``column``, else the one pyarrow names): say so, where, and how to
+    get the widened column a whole read gives."""
     try:
         yield
     except ValueError as exc:
@@ -248,16 +253,30 @@ def text_type_kept(where: str, column_type: Any = None) -> Iterator[None]:
         if found is None:
             raise
         value = found["value"] or f"'{found['json'].strip()}'"
+        if column is None:
+            column = _csv_column_named(table, str(exc))
+        where = f"{table.label}:" if column is None else f"{table.label}: column '{column}'"
         made = (
             ", in a column those rows made another type"
             if column_type is None
             else f", which made it {column_type}"
         )
+        row = None
+        if column is not None and found["value"]:
+            row = table.first_row_holding(column, found["value"][1:-1])
+        at = "" if row is None else f" (first at row {row})"
         raise ReadError(
-            f"{where} holds {value} after its first rows{made}; a streamed CSV or "
+            f"{where} holds {value} after its first rows{made}{at}; a streamed CSV or "
             "JSON-lines file keeps that type (write the early values in the wider type, or "
             "read the file whole: no --chunk-rows and a --memory-limit above its size)"
         ) from exc
+
+
+def _csv_column_named(table: TableFile, said: str) -> str | None:
+    """The column of pyarrow's CSV error (``In CSV column #2``: the file's third column)."""
+    found = _CSV_COLUMN.search(said)
+    names = table.schema().names
+    return names[int(found[1])] if found and int(found[1]) < len(names) else None
 
 
 class TableChunks:
@@ -405,6 +424,8 @@ _TEXT_CONVERSION = re.compile(
     r"CSV conversion error to \w+: invalid value (?P<value>'.*')"
     r"|Failed to convert JSON to \w+, couldn't parse:(?P<json>.*)"
 )
+
+_CSV_COLUMN = re.compile(r"^In CSV column #(\d+):")
 
 #: ``shape[0]`` of a source whose length is known only once it has been read (a stream).
 UNKNOWN_ROWS = -1

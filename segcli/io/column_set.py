@@ -25,7 +25,13 @@ from segcli.io.chunked import (
     _same_inner_shape,
     text_type_kept,
 )
-from segcli.io.columns import ColumnRef, check_type, column_to_numpy, value_layout
+from segcli.io.columns import (
+    ColumnRef,
+    check_text_type,
+    check_type,
+    column_to_numpy,
+    value_layout,
+)
 from segcli.io.formats import input_format, is_pipe
 from segcli.io.read import DATA_ROLE, IDS_ROLE, ArrayInput, refuse_option
 from segcli.io.tables import CSV_HEAD_BYTES, TableFile, open_table
@@ -125,6 +131,9 @@ class TableBatches:
         if self._table.is_text:
             # Inferred from the first block of text and then kept, as a one-column stream does.
             head = self._table.text_head(self._columns, CSV_HEAD_BYTES)
+            for name in self._columns:
+                check_text_type(head.column(name), ColumnRef(self._table.label, name))
+            self._table.check_not_rounded(head)
             return {name: head.schema.field(name).type for name in self._columns}
         return {name: schema.field(name).type for name in self._columns}
 
@@ -182,7 +191,7 @@ class TableBatches:
         self._queues = [(name, kept) for name, kept in self._queues if kept is queue]
 
     def _type_kept(self) -> contextlib.AbstractContextManager[None]:
-        return text_type_kept(f"{self._table.label}:")
+        return text_type_kept(self._table)
 
 
 class _BatchColumn:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -193,6 +194,68 @@ def check_type(type_: pa.DataType, where: ColumnRef) -> None:
     if pt.is_null(leaf):
         return  # an all-null column: reported as nulls, with their count
     raise where.fail(f"has type {type_}, not a numeric type")
+
+
+# A number as pyarrow's CSV reader reads one (blanks around it are trimmed).
+_NUMBER = r"^\s*[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|(?i:inf|infinity|nan))\s*$"
+# A number written with thousands separators or a decimal comma: "1,000", "2,5", "1.234,5".
+_LOCALE_NUMBER = re.compile(r"\s*[-+]?\d[\d.,' ]*,[\d.,' ]*\d\s*|\s*[-+]?\d+,\d+\s*")
+_UTF8_SCAN_ROWS = 1 << 16  # rows decoded at once when looking for the first non-UTF-8 value
+
+
+def check_text_type(values: pa.Array | pa.ChunkedArray, where: ColumnRef) -> None:
+    """:func:`check_type` for a column read from text (CSV/TSV, JSON lines), whose first rows
+    are ``values``: a column that is text names its first value that is not a number."""
+    check_utf8(values, where)
+    try:
+        check_type(values.type, where)
+    except InvalidInputError as exc:
+        found = _first_non_number(values)
+        if found is None:
+            raise
+        raise InvalidInputError(f"{exc}: {found}") from None
+
+
+def _first_non_number(values: pa.Array | pa.ChunkedArray) -> str | None:
+    """Where the first value of a text column that is not a number is, and what it holds."""
+    import pyarrow.compute as pc
+    import pyarrow.types as pt
+
+    type_ = values.type
+    if not (pt.is_string(type_) or pt.is_large_string(type_)):
+        return None
+    numbers = pc.fill_null(pc.match_substring_regex(values, _NUMBER), True)
+    row = pc.index(numbers, False).as_py()
+    if row < 0:  # numbers, each as text: quoted in JSON lines
+        row = pc.index(pc.is_valid(values), True).as_py()
+        if row < 0:
+            return None
+        return f"row {row} holds the text {values[row].as_py()!r} (a number in quotes is text)"
+    value = values[row].as_py()
+    hint = ""
+    if _LOCALE_NUMBER.fullmatch(value):
+        hint = " (thousands separators and decimal commas are not read: write 1234.5)"
+    return f"row {row} holds {value!r}{hint}"
+
+
+def check_utf8(values: pa.Array | pa.ChunkedArray, where: ColumnRef, first_row: int = 0) -> None:
+    """pyarrow's CSV reader makes a column binary when its text is not all UTF-8: a ReadError
+    naming the first value that is not, rather than keys shown as hex or a type error."""
+    import pyarrow.types as pt
+
+    if not (pt.is_binary(values.type) or pt.is_large_binary(values.type)):
+        return
+    for start in range(0, len(values), _UTF8_SCAN_ROWS):
+        for row, value in enumerate(values[start : start + _UTF8_SCAN_ROWS].to_pylist(), start):
+            try:
+                if value is not None:
+                    value.decode()
+            except UnicodeDecodeError:
+                raise ReadError(
+                    f"{where.file}: column '{where.column}' row {first_row + row} holds "
+                    f"{value!r}, which is not UTF-8; convert the file to UTF-8 "
+                    "(e.g. iconv -f latin1 -t utf-8)"
+                ) from None
 
 
 def numpy_dtype(type_: pa.DataType) -> np.dtype[Any]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import re
 import stat
 import zipfile
 import zlib
@@ -87,6 +88,20 @@ _COMPRESSED_MAGICS = {
     b"\x28\xb5\x2f\xfd": ("zstd", "zstdcat"),
     b"\x04\x22\x4d\x18": ("lz4", "lz4cat"),
 }
+
+
+def compression_of(head: bytes) -> tuple[str, str] | None:
+    """The compression (its name and decompressing tool) that ``head`` opens with, or None."""
+    for magic, named in _COMPRESSED_MAGICS.items():
+        if head.startswith(magic):
+            # "BZh" may open a CSV header: bzip2 goes on with a level and a block or end magic.
+            if magic == b"BZh" and not _BZIP2_REST.match(head[len(magic) :]):
+                return None
+            return named
+    return None
+
+
+_BZIP2_REST = re.compile(rb"[1-9](?:1AY&SY|\x17rE8P\x90)")
 
 
 def refuse_unreadable_stream(head: bytes, label: str) -> None:

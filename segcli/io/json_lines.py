@@ -71,18 +71,26 @@ def read_head(text: bytes, columns: list[str] | None) -> pa.Table:
 
 
 def open_batches(
-    open_source: Opener, schema: pa.Schema, block_size: int | None
+    open_source: Opener,
+    schema: pa.Schema,
+    block_size: int | None,
+    check: Callable[[pa.RecordBatch], None] | None = None,
 ) -> pa.RecordBatchReader:
     """A streaming reader of ``schema``'s columns in ``schema``'s types, about ``block_size``
-    bytes of text a batch; other fields are skipped unconverted."""
+    bytes of text a batch; other fields are skipped unconverted; ``check`` sees each batch."""
     import pyarrow as pa
 
     return pa.RecordBatchReader.from_batches(
-        schema, _batches(open_source, schema, block_size or _BLOCK_BYTES)
+        schema, _batches(open_source, schema, block_size or _BLOCK_BYTES, check)
     )
 
 
-def _batches(open_source: Opener, schema: pa.Schema, block_size: int) -> Iterator[pa.RecordBatch]:
+def _batches(
+    open_source: Opener,
+    schema: pa.Schema,
+    block_size: int,
+    check: Callable[[pa.RecordBatch], None] | None,
+) -> Iterator[pa.RecordBatch]:
     """Batches of the file; a line longer than a block starts the file again in larger blocks,
     past the rows already given (a line's length is known only once it is met)."""
     import pyarrow as pa
@@ -101,6 +109,8 @@ def _batches(open_source: Opener, schema: pa.Schema, block_size: int) -> Iterato
                         continue
                     batch, skip = batch.slice(skip), 0
                     check_utf8(batch, given)
+                    if check is not None:
+                        check(batch)
                     given += batch.num_rows
                     yield batch
             return

@@ -93,6 +93,7 @@ def read_columns_and_keys(
         read, schema = _read_parquet(table, names, by)
     else:
         read = table.read(names)
+        table.check_text_types(read, columns)
         schema = read.select(list(by)).schema
     data = [
         column_to_numpy(

@@ -5,22 +5,33 @@ pyarrow is imported inside the functions so that ``.npy`` work never loads it.
 
 from __future__ import annotations
 
+import json
+import re
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
-from segcli.errors import ReadError, UsageError
+from segcli.errors import InvalidInputError, ReadError, UsageError
 from segcli.io import json_lines
-from segcli.io.columns import ColumnRef, column_to_numpy, read_as_note, value_layout
+from segcli.io.columns import (
+    ColumnRef,
+    check_text_type,
+    check_utf8,
+    column_to_numpy,
+    read_as_note,
+    value_layout,
+)
 from segcli.io.formats import (
     ARROW_FILE_MAGIC,
     FEATHER_V1_MAGIC,
     INPUT_SUFFIXES,
     TEXT_FORMATS,
     check_readable,
+    compression_of,
     is_pipe,
     library_errors,
     pipe_bytes,
@@ -53,6 +64,24 @@ _CSV_NULLS = [
 # An empty field of a string column is null (a missing --by key), a quoted "" the empty string:
 # the way pyarrow's CSV writer, and segcli's own CSV output, tell them apart.
 _CSV_STRING_NULLS = {"strings_can_be_null": True, "quoted_strings_can_be_null": False}
+#: pyarrow's CSV block of text (1 MiB); a line longer than a block needs a larger one.
+_CSV_BLOCK_BYTES = 1 << 20
+#: The largest block tried (pyarrow's block size is a 32-bit count): a longer line is an error.
+_CSV_LARGEST_BLOCK_BYTES = 1 << 30
+#: What pyarrow says of a line longer than its block of text (the first line, a later one).
+_CSV_LONG_LINE = ("Empty CSV file or block: cannot infer", "straddling object")
+#: What pyarrow says when a block ends inside a quoted field that holds a line break (the
+#: streaming reader, the whole read); a short line itself says the latter too, and fails again.
+_CSV_QUOTED_LINE_BREAK = ("got out of sync with chunker", "CSV parse error: Expected ")
+
+#: Whole numbers from this magnitude on do not fit int64: pyarrow's CSV reader reads a column
+#: holding one as float64, rounded to 53 bits (pandas reads it as uint64, or as text).
+_INT64_BOUND = 2.0**63
+#: An integer of 19 digits or more: the text of a value that may lie beyond int64.
+_LONG_INTEGER = r"^\s*[-+]?\d{19,}\s*$"
+_NINETEEN_DIGITS = re.compile(rb"\d{19}")
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -86,6 +115,8 @@ class TableFile:
     fmt: str
     source: str | bytes
     csv: CsvOptions = field(default_factory=CsvOptions)
+    #: Columns whose text was searched for an integer beyond int64, and held none.
+    _exact: set[str] = field(default_factory=set, compare=False, repr=False)
 
     def schema(self) -> pa.Schema:
         """The table's schema, read from metadata where the format has it."""
@@ -101,7 +132,15 @@ class TableFile:
     @cached_property
     def _text_schema(self) -> pa.Schema:
         # Types as inferred from the first block: what a streaming read of the file will use.
-        return self.text_head(None, CSV_HEAD_BYTES).schema
+        schema = self.text_head(None, CSV_HEAD_BYTES).schema
+        try:
+            schema.names  # noqa: B018 -- pyarrow decodes the names only when asked
+        except UnicodeDecodeError as exc:
+            raise ReadError(
+                f"{self.label}: the column name {exc.object!r} is not UTF-8; convert the file "
+                "to UTF-8 (e.g. iconv -f latin1 -t utf-8)"
+            ) from None
+        return schema
 
     @property
     def is_text(self) -> bool:
@@ -109,9 +148,17 @@ class TableFile:
         column's type inferred from its first block, the number of rows known at the end."""
         return self.fmt in TEXT_FORMATS
 
-    def read(self, columns: list[str], csv_types: dict[str, pa.DataType] | None = None) -> pa.Table:
+    def read(
+        self,
+        columns: list[str],
+        csv_types: dict[str, pa.DataType] | None = None,
+        *,
+        as_is: bool = False,
+    ) -> pa.Table:
         """Read only ``columns`` (all of them for Arrow IPC, which is memory-mapped anyway);
-        ``csv_types``: types some CSV columns are read as, instead of inferred ones."""
+        ``csv_types``: types some CSV columns are read as, instead of inferred ones; ``as_is``:
+        text read as pyarrow reads it (else an integer beyond int64, which it rounds to a
+        float64, and CSV text that is not UTF-8, which it keeps as binary, are errors)."""
         with self.errors():
             if self.fmt == "parquet":
                 import pyarrow.parquet as pq
@@ -120,7 +167,10 @@ class TableFile:
             if self.fmt == "arrow":
                 return self.ipc_reader().read_all().select(columns)
             if self.fmt == "jsonl":
-                return json_lines.read_table(self._input, columns)
+                table = json_lines.read_table(self._input, columns)
+                if not as_is:
+                    self.check_not_rounded(table)
+                return table
             import pyarrow as pa
             import pyarrow.csv as pcsv
 
@@ -129,15 +179,17 @@ class TableFile:
             # cast (a text that is no such decimal fails the read, as the reader's own would).
             wide = {name: type_ for name, type_ in types.items() if pa.types.is_decimal256(type_)}
             types.update({name: pa.string() for name in wide})
-            table = pcsv.read_csv(
-                self._input(),
-                read_options=self.read_options(),
-                parse_options=self.parse_options(),
-                convert_options=self.convert_options(columns, types or None),
+            convert = self.convert_options(columns, types or None)
+            table = self._csv_retried(
+                lambda read, parse: pcsv.read_csv(
+                    self._input(), read_options=read, parse_options=parse, convert_options=convert
+                )
             )
             for name, type_ in wide.items():
                 index = table.schema.get_field_index(name)
                 table = table.set_column(index, name, table.column(index).cast(type_))
+            if not as_is:
+                self.check_read_text(table, 0)
             return table
 
     def ipc_reader(self) -> ipc.RecordBatchFileReader | ipc.RecordBatchStreamReader:
@@ -156,12 +208,33 @@ class TableFile:
             )
         return ipc.open_stream(source)
 
-    def parse_options(self) -> pcsv.ParseOptions:
-        """CSV parse options: the delimiter given, else a tab for TSV and a comma for CSV."""
+    def parse_options(self, line_breaks_quoted: bool = False) -> pcsv.ParseOptions:
+        """CSV parse options: the delimiter given, else a tab for TSV and a comma for CSV;
+        ``line_breaks_quoted``: quoted fields may hold line breaks (slower to split in blocks)."""
         import pyarrow.csv as pcsv
 
         default = "\t" if self.fmt == "tsv" else ","
-        return pcsv.ParseOptions(delimiter=self.csv.delimiter or default)
+        return pcsv.ParseOptions(
+            delimiter=self.csv.delimiter or default, newlines_in_values=line_breaks_quoted
+        )
+
+    def _csv_retried(
+        self,
+        read: Callable[[pcsv.ReadOptions, pcsv.ParseOptions], _T],
+        block_size: int | None = None,
+    ) -> _T:
+        """``read(read options, parse options)``, read again in larger blocks while a line is
+        longer than a block, and with line breaks in quoted fields once a block ended in one
+        (pyarrow splits its blocks at line breaks, and tells these apart only when it fails)."""
+        import pyarrow as pa
+
+        block_size = block_size or _CSV_BLOCK_BYTES
+        line_breaks_quoted = False
+        while True:
+            try:
+                return read(self.read_options(block_size), self.parse_options(line_breaks_quoted))
+            except pa.ArrowInvalid as exc:
+                block_size, line_breaks_quoted = _csv_retry(exc, block_size, line_breaks_quoted)
 
     def read_options(self, block_size: int | None = None) -> pcsv.ReadOptions:
         """CSV read options: positional column names when there is no header."""
@@ -199,10 +272,15 @@ class TableFile:
         import pyarrow.csv as pcsv
 
         with self.errors():
-            first = pcsv.read_csv(
-                pa.BufferReader(self._head(CSV_HEAD_BYTES)),
-                read_options=pcsv.ReadOptions(autogenerate_column_names=True),
-                parse_options=self.parse_options(),
+            first = self._csv_head(
+                CSV_HEAD_BYTES,
+                lambda head: pcsv.read_csv(
+                    pa.BufferReader(head),
+                    read_options=pcsv.ReadOptions(
+                        autogenerate_column_names=True, block_size=_one_block(head)
+                    ),
+                    parse_options=self.parse_options(),
+                ),
             )
         return [str(i) for i in range(1, first.num_columns + 1)]
 
@@ -227,6 +305,8 @@ class TableFile:
                     hint = " (no header: columns are numbered from 1)"
                 elif self.is_text and column.isdigit():
                     hint = " (for a CSV without a header line: --no-input-header)"
+                elif self.is_text:
+                    hint = _csv_header_hint(column, names)
                 raise UsageError(f"{self.label}: no column '{column}' (columns: {listing}){hint}")
             self._check_unique([column])
             return column
@@ -240,6 +320,7 @@ class TableFile:
         """Read ``columns`` and convert each to NumPy (checked for type and nulls)."""
         self._check_unique(columns)
         table = self.read(columns)
+        self.check_text_types(table, columns)
         return [
             column_to_numpy(
                 table.column(name),
@@ -248,6 +329,13 @@ class TableFile:
             )
             for name in columns
         ]
+
+    def check_text_types(self, table: pa.Table, columns: Sequence[str]) -> None:
+        """In a text table, a value column that is text names its first value that is not a
+        number (the type alone would not say which)."""
+        if self.is_text:
+            for name in columns:
+                check_text_type(table.column(name), ColumnRef(self.label, name))
 
     def _check_unique(self, columns: list[str]) -> None:
         """A name the table uses for several columns cannot say which one is meant."""
@@ -281,23 +369,50 @@ class TableFile:
 
         if self.fmt == "jsonl":
             return json_lines.read_head(self._head(size), columns)
-        return pcsv.read_csv(
-            pa.BufferReader(self._head(size)),
-            read_options=self.read_options(),
-            parse_options=self.parse_options(),
-            convert_options=self._convert_all()
-            if columns is None
-            else self.convert_options(columns),
+        return self._csv_head(
+            size,
+            lambda head: pcsv.read_csv(
+                pa.BufferReader(head),
+                read_options=self.read_options(_one_block(head)),
+                parse_options=self.parse_options(),
+                convert_options=self._convert_all()
+                if columns is None
+                else self.convert_options(columns),
+            ),
         )
 
-    def _head(self, size: int) -> bytes:
-        """The whole lines within the first ``size`` bytes of text (decompressed)."""
+    def _csv_head(self, size: int, parse: Callable[[bytes], _T]) -> _T:
+        """``parse`` of the CSV's head; if that fails, of the head cut at a line break outside
+        quoted fields instead (the last line break may lie inside one). Not always so: a quote
+        inside a field that is not quoted (``12"``) is a plain character."""
+        import pyarrow as pa
+
+        head = self._head(size)
+        try:
+            return parse(head)
+        except pa.ArrowInvalid:
+            quoted = self._head(size, quoted_line_breaks=True)
+            if quoted == head:
+                raise
+            return parse(quoted)
+
+    def _head(self, size: int, quoted_line_breaks: bool = False) -> bytes:
+        """The whole lines within the first ``size`` bytes of text (decompressed); with
+        ``quoted_line_breaks``, a line break within quotes does not end a line."""
         with self._input() as stream:
             head: bytes = stream.read(size)
             if len(head) == size and b"\n" not in head:
                 head = _to_line_end(head, stream, size)
+                if self.fmt != "jsonl" and self.csv.header:  # the types come from rows
+                    head += stream.read(size)
+        compressed = compression_of(head)
+        if compressed is not None:  # pyarrow decompresses by the name only
+            raise ReadError(
+                f"{self.label}: this is {compressed[0]}-compressed, but its name does not say "
+                "so; name it with the compression's suffix (.csv.gz, .jsonl.zst, ...)"
+            )
         if len(head) >= size and b"\n" in head:
-            head = head[: head.rindex(b"\n") + 1]
+            head = head[: _last_line_end(head, quoted_line_breaks) + 1]
         return head
 
     def text_batches(
@@ -317,15 +432,147 @@ class TableFile:
             names = head.names if columns is None else columns
             given = types or {}
             schema = pa.schema([(name, given.get(name, head.field(name).type)) for name in names])
-            return json_lines.open_batches(self._input, schema, block_size)
+            return json_lines.open_batches(
+                self._input, schema, block_size, check=self.check_not_rounded
+            )
 
         convert = self._convert_all() if columns is None else self.convert_options(columns)
         if types:
             convert.column_types = types
-        return pcsv.open_csv(
+        block_size = block_size or _CSV_BLOCK_BYTES
+        reader = self._csv_retried(
+            lambda read, parse: pcsv.open_csv(
+                self._input(), read_options=read, parse_options=parse, convert_options=convert
+            ),
+            block_size,
+        )
+        return pa.RecordBatchReader.from_batches(
+            reader.schema, self._csv_batches(reader, convert, block_size)
+        )
+
+    def check_not_rounded(self, data: pa.Table | pa.RecordBatch) -> None:
+        """A float64 column of a text table holding a value beyond int64 may hold an integer
+        that pyarrow rounded (an integer beyond int64 makes its column float64): the file's
+        text says, once per column, and such an integer is an error naming it."""
+        import pyarrow.compute as pc
+        import pyarrow.types as pt
+
+        for name, column in zip(data.column_names, data.columns, strict=True):
+            if not pt.is_float64(column.type) or name in self._exact:
+                continue
+            huge = pc.and_(pc.is_finite(column), pc.greater_equal(pc.abs(column), _INT64_BOUND))
+            if not pc.any(huge).as_py():
+                continue
+            found = self._first_integer_beyond_int64(name)
+            if found is not None:
+                row, text = found
+                raise InvalidInputError(
+                    f"{self.label}: column '{name}' holds {text.strip()} at row {row}, an "
+                    "integer beyond int64, which would be read rounded, as a float64"
+                )
+            self._exact.add(name)
+
+    def check_read_text(self, data: pa.Table | pa.RecordBatch, first_row: int) -> None:
+        """The checks of CSV text as read (``first_row``: the rows before ``data``): UTF-8
+        text, and no integer beyond int64."""
+        for name, column in zip(data.column_names, data.columns, strict=True):
+            check_utf8(column, ColumnRef(self.label, name), first_row)
+        self.check_not_rounded(data)
+
+    def _first_integer_beyond_int64(self, column: str) -> tuple[int, str] | None:
+        """The first row of ``column`` written as an integer beyond int64, and its text."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if self.fmt == "jsonl":
+            return self._first_json_integer_beyond_int64(column)
+        rows = 0
+        for batch in self.text_batches([column], None, types={column: pa.string()}):
+            texts = batch.column(0)
+            long = pc.fill_null(pc.match_substring_regex(texts, _LONG_INTEGER), False)
+            for row in np.flatnonzero(long.to_numpy(zero_copy_only=False)):
+                text = texts[int(row)].as_py()
+                if not -(2**63) <= int(text) < 2**63:
+                    return rows + int(row), text
+            rows += batch.num_rows
+        return None
+
+    def _first_json_integer_beyond_int64(self, field: str) -> tuple[int, str] | None:
+        """:meth:`_first_integer_beyond_int64` of JSON lines: the lines with 19 digits in a row
+        parsed by Python's json, which keeps integers whole (pyarrow skips blank lines)."""
+        rows, rest = 0, b""
+        with self._input() as stream:
+            while True:
+                block = stream.read(_CSV_BLOCK_BYTES)
+                lines = (rest + block).split(b"\n")
+                rest = lines.pop() if block else b""
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    if _NINETEEN_DIGITS.search(line):
+                        value = json.loads(line).get(field)
+                        if type(value) is int and not -(2**63) <= value < 2**63:
+                            return rows, str(value)
+                    rows += 1
+                if not block:
+                    return None
+
+    def first_row_holding(self, column: str, text: str) -> int | None:
+        """The first row whose ``column`` field of a CSV/TSV file is ``text``, read again as
+        text (the error path of a streamed read, whose message names no row); None if none,
+        or for JSON lines."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if self.fmt == "jsonl":
+            return None
+        rows = 0
+        for batch in self.text_batches([column], None, types={column: pa.string()}):
+            # pyarrow's message shows the value without the blanks it trims before converting
+            found = pc.index(pc.utf8_trim_whitespace(batch.column(0)), text.strip()).as_py()
+            if found >= 0:
+                return rows + int(found)
+            rows += batch.num_rows
+        return None
+
+    def _csv_batches(
+        self, reader: pcsv.CSVStreamingReader, convert: pcsv.ConvertOptions, block_size: int
+    ) -> Iterator[pa.RecordBatch]:
+        """The batches of ``reader``; where a later block needs larger blocks or quoted line
+        breaks, the file is read again so, in the types already given, past the rows given."""
+        import pyarrow as pa
+
+        schema = reader.schema
+        given, line_breaks_quoted = 0, False
+        batches: Iterator[pa.RecordBatch] = iter(reader)
+        while True:
+            skip = given
+            try:
+                for batch in batches:
+                    if skip >= batch.num_rows:
+                        skip -= batch.num_rows
+                        continue
+                    batch, skip = batch.slice(skip), 0
+                    self.check_read_text(batch, given)
+                    given += batch.num_rows
+                    yield batch
+                return
+            except pa.ArrowInvalid as exc:
+                block_size, line_breaks_quoted = _csv_retry(exc, block_size, line_breaks_quoted)
+            convert.column_types = dict(zip(schema.names, schema.types, strict=True))
+            batches = self._csv_reopened(convert, block_size, line_breaks_quoted)
+
+    def _csv_reopened(
+        self, convert: pcsv.ConvertOptions, block_size: int, line_breaks_quoted: bool
+    ) -> Iterator[pa.RecordBatch]:
+        """The batches of the CSV read again from its start (opened at the first batch asked
+        for, so that an error on opening is met, and retried, where the batches are read)."""
+        import pyarrow.csv as pcsv
+
+        yield from pcsv.open_csv(
             self._input(),
             read_options=self.read_options(block_size),
-            parse_options=self.parse_options(),
+            parse_options=self.parse_options(line_breaks_quoted),
             convert_options=convert,
         )
 
@@ -343,6 +590,57 @@ def _to_line_end(head: bytes, stream: pa.NativeFile, size: int) -> bytes:
         if b"\n" in piece:
             break
     return b"".join(pieces)
+
+
+#: Delimiters other tools write, which a header read with another delimiter keeps whole.
+_OTHER_DELIMITERS = (";", "|", "\t", ",", " ")
+
+
+def _csv_header_hint(column: str, names: list[str]) -> str:
+    """Why a CSV header may lack ``column``: blanks around a name, or another delimiter."""
+    spaced = [name for name in names if name.strip() == column]
+    if spaced:
+        return f" (the header names it {spaced[0]!r}, with blanks: ask for it so)"
+    if len(names) == 1:
+        for char in _OTHER_DELIMITERS:
+            if char in names[0] and column in names[0].split(char):
+                return f" (the header is one field: split with --delimiter {char!r}?)"
+    return ""
+
+
+def _csv_retry(exc: Exception, block_size: int, line_breaks_quoted: bool) -> tuple[int, bool]:
+    """The block size and line-break option to read a CSV again with after ``exc``; ``exc``
+    itself when neither would help."""
+    said = str(exc)
+    if any(long in said for long in _CSV_LONG_LINE) and block_size < _CSV_LARGEST_BLOCK_BYTES:
+        return block_size * 4, line_breaks_quoted
+    if any(cut in said for cut in _CSV_QUOTED_LINE_BREAK) and not line_breaks_quoted:
+        return block_size, True
+    raise exc
+
+
+def _one_block(head: bytes) -> int:
+    """A block size that holds all of ``head``: a first line longer than pyarrow's default
+    block still parses."""
+    return max(_CSV_BLOCK_BYTES, len(head) + 1)
+
+
+def _last_line_end(head: bytes, quoted_line_breaks: bool) -> int:
+    """The index of ``head``'s last line break; with ``quoted_line_breaks``, the last outside
+    a quoted field (CSV quotes, a doubled quote escaping one: an odd count of quotes before a
+    line break puts it inside a field), or the last if there is none such."""
+    end = head.rindex(b"\n")
+    if not quoted_line_breaks:
+        return end
+    quotes = head.count(b'"', 0, end)
+    candidate = end
+    while quotes % 2:
+        before = head.rfind(b"\n", 0, candidate)
+        if before < 0:
+            return end
+        quotes -= head.count(b'"', before, candidate)
+        candidate = before
+    return candidate
 
 
 def is_csv_path(path: str) -> bool:
