@@ -76,10 +76,13 @@ def check_ids_dtype(
         return
     if ids is not None and ids_dtype.kind == "f":
         raise InvalidInputError(_prefix(label) + _float_ids_problem(ids, label or ""))
-    # Streamed ids are checked before their values are read: the hint hedges.
-    hint = (
-        f"; if they hold whole numbers, {_cast_hint(label or '')}" if ids_dtype.kind == "f" else ""
-    )
+    # Streamed ids are checked before their values are read: the hint hedges, and names the
+    # other way a text column comes out float64 (no values at all), as the in-memory check does.
+    hint = ""
+    if ids_dtype.kind == "f":
+        hint = f"; if they hold whole numbers, {_cast_hint(label or '')}"
+        if _is_text_label(label or ""):
+            hint += "; a header-only table reads as float64 too"
     raise InvalidInputError(
         f"{_prefix(label)}segment_ids must be integers, got {ids_dtype} "
         f"(accepted: int8/16/32/64, uint8/16/32/64){hint}"
@@ -109,9 +112,13 @@ def _float_ids_problem(ids: np.ndarray, label: str) -> str:
 
 
 def _cast_hint(label: str) -> str:
-    if label.lower().split(":")[0].endswith((".csv", ".tsv", ".csv.gz", ".tsv.gz")):
+    if _is_text_label(label):
         return "write them without a decimal point (1, not 1.0)"
     return "cast them to integers first, e.g. np.load(...).astype(np.int64)"
+
+
+def _is_text_label(label: str) -> bool:
+    return label.lower().split(":")[0].endswith((".csv", ".tsv", ".csv.gz", ".tsv.gz"))
 
 
 def check_shapes(

@@ -562,3 +562,15 @@ def test_a_quote_inside_a_plain_field_is_a_character(tmp_path: Path, chunks: lis
     result = run(*SUM, path, "-q", *chunks)
     assert result.exit_code == 0, result.stderr
     assert result.stdout.splitlines() == expected_sums(path)
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "2"]], ids=["in-memory", "streamed"])
+def test_a_header_only_table_says_its_ids_may_have_no_values(
+    tmp_path: Path, chunk: list[str]
+) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("v,id\n")
+    out = tmp_path / "out.npy"
+    result = run("sum", path, "--data-column", "v", "--ids-column", "id", "-o", out, *chunk)
+    one_error_line(result, 1, f"{path}:id: segment_ids", "header-only table")
+    assert not out.exists()
