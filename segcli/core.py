@@ -317,21 +317,27 @@ def reduce_arrays(
     # count reads no values: a masked one is still a row (the check command counts so).
     data = _data_array(data, skipna=skipping or op_def.name == "count", label=data_label)
     segment_ids, null_ids = _ids_array(segment_ids, skipna=skipping, sorted=sorted, label=ids_label)
-    if null_ids:
-        reduction = reduce_arrays(
-            data,
-            segment_ids,
-            num_segments,
-            op_def,
-            sorted=sorted,
-            engine=engine,
-            fill=fill,
-            data_label=data_label,
-            ids_label=ids_label,
-            q=q,
-            skipna=skipna,
-        )
-        return replace(reduction, null_ids=null_ids)
+    labels = {"data_label": data_label, "ids_label": ids_label}
+    reduction = _reduce(
+        data, segment_ids, num_segments, op_def, sorted, engine, fill, q, skipna, labels
+    )
+    return replace(reduction, null_ids=null_ids) if null_ids else reduction
+
+
+def _reduce(
+    data: Any,
+    segment_ids: Any,
+    num_segments: int | None,
+    op_def: ops.Op,
+    sorted: bool,
+    engine: str | Engine,
+    fill: Any,
+    q: float | None,
+    skipna: bool,
+    labels: dict[str, str | None],
+) -> Reduction:
+    """:func:`reduce_arrays` once the caller's arrays are plain (or masked under skipna)."""
+    data_label, ids_label = labels["data_label"], labels["ids_label"]
     if op_def.holistic or q is not None:
         return _reduce_holistic(
             data,
@@ -353,7 +359,6 @@ def reduce_arrays(
     ids = np.asarray(segment_ids)
     started = time.perf_counter()
     inner_shape = tuple(data.shape[ids.ndim :])
-    labels = {"data_label": data_label, "ids_label": ids_label}
     report: validate.IdReport | None = None  # unsorted ids: from the fold's counts
     if sorted:
         report = validate_inputs(data, ids, num_segments, op_def, sorted_ids=True, **labels)
