@@ -11,6 +11,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
+from segcli.io.reread import past_rows_given
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -93,32 +95,28 @@ def _batches(
 ) -> Iterator[pa.RecordBatch]:
     """Batches of the file; a line longer than a block starts the file again in larger blocks,
     past the rows already given (a line's length is known only once it is met)."""
-    import pyarrow as pa
     import pyarrow.json as pjson
 
     parse = pjson.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
-    given = 0
-    while True:
-        skip = given
-        try:
-            with open_source() as source:
-                read = pjson.ReadOptions(block_size=block_size)
-                for batch in pjson.open_json(source, read_options=read, parse_options=parse):
-                    if skip >= batch.num_rows:
-                        skip -= batch.num_rows
-                        continue
-                    batch, skip = batch.slice(skip), 0
-                    check_utf8(batch, given)
-                    if check is not None:
-                        check(batch)
-                    given += batch.num_rows
-                    yield batch
-            return
-        except pa.ArrowInvalid as exc:
-            larger = _block_for_long_lines(open_source, block_size, exc)
-            if larger is None:
-                raise _said(exc, given) from exc
-            block_size = larger
+    sizes = [block_size]  # the block of the read under way
+
+    def read() -> Iterator[pa.RecordBatch]:
+        with open_source() as source:
+            options = pjson.ReadOptions(block_size=sizes[-1])
+            yield from pjson.open_json(source, read_options=options, parse_options=parse)
+
+    def retry(exc: pa.ArrowInvalid, given: int) -> None:
+        larger = _block_for_long_lines(open_source, sizes[-1], exc)
+        if larger is None:
+            raise _said(exc, given) from exc
+        sizes.append(larger)
+
+    def checked(batch: pa.RecordBatch, first_row: int) -> None:
+        check_utf8(batch, first_row)
+        if check is not None:
+            check(batch)
+
+    return past_rows_given(read(), read, retry, checked)
 
 
 def _block_for_long_lines(open_source: Opener, block_size: int, exc: Exception) -> int | None:

@@ -37,6 +37,7 @@ from segcli.io.formats import (
     pipe_bytes,
     suffix_format,
 )
+from segcli.io.reread import past_rows_given
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -540,27 +541,19 @@ class TableFile:
     ) -> Iterator[pa.RecordBatch]:
         """The batches of ``reader``; where a later block needs larger blocks or quoted line
         breaks, the file is read again so, in the types already given, past the rows given."""
-        import pyarrow as pa
-
         schema = reader.schema
-        given, line_breaks_quoted = 0, False
-        batches: Iterator[pa.RecordBatch] = iter(reader)
-        while True:
-            skip = given
-            try:
-                for batch in batches:
-                    if skip >= batch.num_rows:
-                        skip -= batch.num_rows
-                        continue
-                    batch, skip = batch.slice(skip), 0
-                    self.check_read_text(batch, given)
-                    given += batch.num_rows
-                    yield batch
-                return
-            except pa.ArrowInvalid as exc:
-                block_size, line_breaks_quoted = _csv_retry(exc, block_size, line_breaks_quoted)
+        options = [(block_size, False)]  # (block size, line breaks quoted) of the read under way
+
+        def retry(exc: pa.ArrowInvalid, given: int) -> None:
+            options.append(_csv_retry(exc, *options[-1]))
             convert.column_types = dict(zip(schema.names, schema.types, strict=True))
-            batches = self._csv_reopened(convert, block_size, line_breaks_quoted)
+
+        return past_rows_given(
+            iter(reader),
+            lambda: self._csv_reopened(convert, *options[-1]),
+            retry,
+            self.check_read_text,
+        )
 
     def _csv_reopened(
         self, convert: pcsv.ConvertOptions, block_size: int, line_breaks_quoted: bool
