@@ -143,3 +143,56 @@ def test_every_compiled_kernel_caches_in_segclis_folder():
                     assert not where.is_relative_to(package), f"{module.__name__}.{name}"
                     checked += 1
     assert checked > 40
+
+
+def test_a_thread_asking_during_the_install_waits_for_it(monkeypatch):
+    """Two lane threads make the first call at once: the second must not call a kernel before
+    the first has pointed the kernels at segcli's folder (it would miss numba's default folder
+    and compile, on every run)."""
+    import threading
+    import time
+
+    from segcli.engines import numba_cache
+
+    events: list[str] = []
+
+    def slow_install(namespace, folder=None):
+        events.append("install started")
+        time.sleep(0.2)
+        events.append("install done")
+        return None
+
+    monkeypatch.setattr(numba_cache, "install", slow_install)
+    monkeypatch.setattr(numba_cache, "_installed_modules", set())
+    namespace = {"__name__": "a_module_of_kernels"}
+    results = []
+
+    def ask():
+        results.append(numba_cache.install_once(namespace))
+        events.append("kernel called")
+
+    first = threading.Thread(target=ask)
+    first.start()
+    while "install started" not in events:
+        time.sleep(0.001)
+    ask()  # the second thread, while the first installs
+    first.join()
+    assert events == ["install started", "install done", "kernel called", "kernel called"]
+    assert sorted(results) == [(False, None), (True, None)]
+
+
+def test_a_warm_cache_compiles_nothing_when_two_lanes_scan_at_once(tmp_path):
+    """A run whose first kernel is the id scan on both cores (a block of over 1M ids) loads
+    every kernel from a warm cache: nothing is compiled, nothing saved again."""
+    rows = (1 << 20) + 5
+    data, ids = tmp_path / "data.npy", tmp_path / "ids.npy"
+    np.save(data, np.ones(rows, np.float32))
+    np.save(ids, np.arange(rows, dtype=np.int32) % 7)
+    cache = tmp_path / "cache"
+    assert segcli_run((data, ids), cache).returncode == 0  # compiles and saves
+    for _ in range(2):
+        again = segcli_run((data, ids), cache, NUMBA_DEBUG_CACHE="1")
+        assert again.returncode == 0, again.stderr
+        log = again.stdout + again.stderr
+        assert "data loaded" in log
+        assert "data saved" not in log

@@ -19,6 +19,7 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 from typing import Any
 
 from numba.core.caching import (
@@ -125,6 +126,27 @@ def install(namespace: dict[str, Any], folder: str | None = None) -> str | None:
                 cache = NullCache()  # no usable folder: compile every run
             kernel._cache = cache  # type: ignore[attr-defined]  # read at each compile
     return note
+
+
+_installed_modules: set[str] = set()
+_installing = threading.Lock()
+
+
+def install_once(namespace: dict[str, Any]) -> tuple[bool, str | None]:
+    """:func:`install` for a module's kernels the first time any thread asks: whether this
+    call installed them, and :func:`install`'s note. A thread that asks while another
+    installs waits for it. (Marked done before the caches were in place, a second lane
+    thread would call a kernel in between: it looked in numba's default folder, missed and
+    compiled, half a second on every run, and saved into segcli's folder.)"""
+    module = namespace["__name__"]
+    if module in _installed_modules:
+        return False, None
+    with _installing:
+        if module in _installed_modules:
+            return False, None
+        note = install(namespace)
+        _installed_modules.add(module)
+        return True, note
 
 
 def _kernels(namespace: dict[str, Any]) -> list[Dispatcher]:

@@ -30,7 +30,6 @@ an untrusted cache folder) go to :mod:`segcli.notices`.
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -401,9 +400,6 @@ class _PlainPairs:
 
 
 _pool: ThreadPoolExecutor | None = None
-_announced = False
-_stats_installed = False
-_stats_lock = threading.Lock()
 
 
 def _kernel_cache_is_cold() -> bool:
@@ -417,27 +413,20 @@ def _kernel_cache_is_cold() -> bool:
 def _announce_compilation() -> None:
     """Before the first kernel runs: point the kernels at a trusted cache folder (saying so if
     the usual one was refused), and say once per machine why the first run is slow."""
-    global _announced
-    if not _announced:
-        _announced = True
-        note = numba_cache.install(vars(kernels))
-        if note is not None:
-            notices.send(note)
-        if _kernel_cache_is_cold():
-            notices.send("segcli: compiling kernels, first run only")
+    first, note = numba_cache.install_once(vars(kernels))
+    if note is not None:
+        notices.send(note)
+    if first and _kernel_cache_is_cold():
+        notices.send("segcli: compiling kernels, first run only")
 
 
 def _stats_kernels() -> ModuleType:
     """:mod:`segcli.engines.numba_stats`, imported when a joint fold first runs, its kernels
     cached in the engine's trusted folder (numba's default is the package's own folder)."""
-    global _stats_installed
     from segcli.engines import numba_stats
 
     _announce_compilation()
-    with _stats_lock:  # lane threads may ask at once: none compiles before the caches are set
-        if not _stats_installed:
-            numba_cache.install(vars(numba_stats))
-            _stats_installed = True
+    numba_cache.install_once(vars(numba_stats))
     return numba_stats
 
 

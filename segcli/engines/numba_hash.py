@@ -289,16 +289,10 @@ def _place(table, mask, h, s):  # type: ignore[no-untyped-def]
     table[i] = (h & _TAG) | np.uint64(s + 1)
 
 
-_installed = False
-
-
 def install() -> None:
     """Point the kernels at segcli's trusted cache folder before the first one loads."""
-    global _installed
-    if not _installed:
-        _installed = True
-        note = numba_cache.install(globals())
-        if note is not None:
-            from segcli import notices
+    _, note = numba_cache.install_once(globals())
+    if note is not None:
+        from segcli import notices
 
-            notices.send(note)
+        notices.send(note)

@@ -408,16 +408,10 @@ def gather_is_clean(
     return all(engine._run(checks))
 
 
-_installed = False
-
-
 def _install() -> None:
     """This module's kernels cache where the engine's do (once, before the first call)."""
-    global _installed
     engine._announce_compilation()
-    if not _installed:
-        _installed = True
-        numba_cache.install(globals())
+    numba_cache.install_once(globals())
 
 
 def _output_zeros(shape: tuple[int, int], dtype: np.dtype[Any]) -> np.ndarray:
