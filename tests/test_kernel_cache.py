@@ -180,19 +180,3 @@ def test_a_thread_asking_during_the_install_waits_for_it(monkeypatch):
     assert events == ["install started", "install done", "kernel called", "kernel called"]
     assert sorted(results) == [(False, None), (True, None)]
 
-
-def test_a_warm_cache_compiles_nothing_when_two_lanes_scan_at_once(tmp_path):
-    """A run whose first kernel is the id scan on both cores (a block of over 1M ids) loads
-    every kernel from a warm cache: nothing is compiled, nothing saved again."""
-    rows = (1 << 20) + 5
-    data, ids = tmp_path / "data.npy", tmp_path / "ids.npy"
-    np.save(data, np.ones(rows, np.float32))
-    np.save(ids, np.arange(rows, dtype=np.int32) % 7)
-    cache = tmp_path / "cache"
-    assert segcli_run((data, ids), cache).returncode == 0  # compiles and saves
-    for _ in range(2):
-        again = segcli_run((data, ids), cache, NUMBA_DEBUG_CACHE="1")
-        assert again.returncode == 0, again.stderr
-        log = again.stdout + again.stderr
-        assert "data loaded" in log
-        assert "data saved" not in log
