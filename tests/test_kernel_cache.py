@@ -179,4 +179,3 @@ def test_a_thread_asking_during_the_install_waits_for_it(monkeypatch):
     first.join()
     assert events == ["install started", "install done", "kernel called", "kernel called"]
     assert sorted(results) == [(False, None), (True, None)]
-
