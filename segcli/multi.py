@@ -307,12 +307,18 @@ def _own_arrays(part: Part, arrays: Mapping[str, Any]) -> dict[str, Any]:
 def fold_rows(
     engine: Engine, state: ops.State, data: np.ndarray, ids: np.ndarray, *, sorted_ids: bool
 ) -> None:
-    """``engine.fold`` for any state: a combined op's parts one call each, over the same rows.
+    """``engine.fold`` for any state: a combined op's parts one call each, over the same rows
+    (or every part in one pass, where the engine has one: :meth:`Engine.fold_at_once`).
 
     A joint fold tells a segment's first row by its count before the block, so every part
     but the first counts into a copy of that count; the first keeps the state's own. Under
     ``--skipna`` (:func:`segcli.ops.skipna_op` of a combined op) each part folds as its own
     skipna op, and the present values are kept the same way as the count."""
+    if isinstance(state.op, CombinedOp) and engine.fold_at_once(
+        state, data, ids, sorted_ids=sorted_ids
+    ):
+        state.next_row += int(ids.shape[0])
+        return
     combined = state.op.skipna_of or state.op
     parts: tuple[Part, ...] = getattr(combined, "parts", ())
     if not parts:

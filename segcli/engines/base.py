@@ -93,6 +93,15 @@ class Engine:
                     state.count = view.count
         state.next_row = first_row + int(ids.shape[0])
 
+    def fold_at_once(
+        self, state: ops.State, data: np.ndarray, ids: np.ndarray, *, sorted_ids: bool
+    ) -> bool:
+        """Fold the next block of rows into every intermediate of a combined op's state
+        (``segcli agg``'s) in one pass, where the engine has one for that set, leaving
+        ``state.next_row`` to the caller; False, folding nothing, where it has none (the
+        default): the caller then folds part by part."""
+        return False
+
     def fold_block(
         self,
         state: ops.State,

@@ -18,7 +18,9 @@ on a 2-core machine (see ``benchmarks/``):
   merged by the op's own merge); var/std's shifted sums keep lanes like float sums, one
   thread per lane (a small state of 1-D rows packed per segment); so does logsumexp, each
   lane's thread copying its chunks and taking their ``exp`` (NumPy's own) before folding them
-  (one lane: one thread folds while a second prepares the next chunk's ``exp``).
+  (one lane: one thread folds while a second prepares the next chunk's ``exp``);
+- ``agg``'s common lists over a float column (sum or mean, min, max, var or std, any two or
+  more of them): one pass per lane for all of them (:mod:`segcli.engines.numba_fused`).
 
 Complex sums fold as pairs of float columns (the same additions); complex products go to the
 NumPy engine; float16 is widened to float32 a chunk at a time (exact). The engine also offers
@@ -430,6 +432,115 @@ def _stats_kernels() -> ModuleType:
     return numba_stats
 
 
+#: What :mod:`segcli.engines.numba_fused` folds together: a combined state's intermediates by
+#: name, each with its fold kind.
+_FUSED_KINDS = {
+    "sum": "sum",
+    "min": "min",
+    "max": "max",
+    "moments.shift": "shift",
+    "moments.shifted_sum": "shifted_sum",
+    "moments.shifted_squares": "shifted_squares",
+    "moments.shifted_count": "shifted_count",
+}
+_MOMENTS_NAMES = tuple(name for name in _FUSED_KINDS if name.startswith("moments."))
+#: One segment's fused state in one lane, at most: its record, two extremes and their rows.
+_FUSED_SEGMENT_BYTES = 5 * 8 + 2 * 8 + 2 * 8
+
+
+def _fusable(state: ops.State, data: np.ndarray, sorted_ids: bool) -> bool:
+    """Whether the fused pass applies: a float column over unsorted ids, a combined state of
+    nothing but sum, min, max and the moments (all four or none), at least two of those
+    groups (one alone has its own kernel), lanes as the part folds keep them, and a state
+    that fits a core's cache."""
+    names = {i.name: i.fold.kind for i in state.op.intermediates}
+    if (
+        sorted_ids
+        or state.op.skipna_of is not None
+        or data.ndim != 2
+        or data.shape[1] != 1
+        or data.dtype not in (np.float32, np.float64)
+        or any(_FUSED_KINDS.get(name) != kind for name, kind in names.items())
+    ):
+        return False
+    moments = [name in names for name in _MOMENTS_NAMES]
+    if any(moments) and not all(moments):
+        return False
+    groups = sum(name in names for name in ("sum", "min", "max")) + all(moments)
+    dealt = [name for name in names if name == "sum" or name.startswith("moments.")]
+    return (
+        groups >= 2
+        and all(state.arrays[name].shape[0] == ops.LANES for name in dealt)
+        and all(state.arrays[name].shape[0] == 1 for name in ("min", "max") if name in names)
+        and state.num_segments * _FUSED_SEGMENT_BYTES <= _CACHE_BYTES
+    )
+
+
+def _fold_fused(state: ops.State, data: np.ndarray, ids: np.ndarray, first_row: int) -> None:
+    """:mod:`segcli.engines.numba_fused`'s one pass: the lanes' sums, moments and extreme
+    candidates, one thread per lane; then the candidates into min and max in row order."""
+    from segcli.engines import numba_fused as fused
+
+    _announce_compilation()
+    numba_cache.install_once(vars(fused))
+    n = state.num_segments
+    column, ids = _native(data[:, 0]), _native(ids)
+    arrays = state.arrays
+    with_moments = _MOMENTS_NAMES[0] in arrays
+    with_extremes = "min" in arrays or "max" in arrays
+    records = _apart((ops.LANES, n, fused.RECORD))
+    if "sum" in arrays:
+        records[..., fused.SUM] = arrays["sum"][..., 0]
+    if with_moments:
+        for column_of, name in zip(
+            (fused.SHIFT, fused.SHIFTED_SUM, fused.SQUARES, fused.ROWS), _MOMENTS_NAMES, strict=True
+        ):
+            records[..., column_of] = arrays[name][..., 0]
+    rows_before = records[..., fused.ROWS].copy()
+    extremes = _apart((ops.LANES, n, 2), column.dtype)
+    extremes[..., 0] = np.inf
+    extremes[..., 1] = -np.inf
+    rows = _apart((ops.LANES, n, 2), np.int64)
+    rows[...] = -1
+    head = min(ids.shape[0], ops.LANES * ops.LANE_ROWS)
+    present = sorted({lane for _, _, lane in ops.lane_pieces(first_row, head, ops.LANES)})
+    if len(present) < 2 or _parts_for(column.size) == 1:
+        present = [-1]
+    _run(
+        [
+            partial(
+                fused.fold_fused,
+                column,
+                ids,
+                records.base,
+                extremes.base,
+                rows.base,
+                n,
+                first_row,
+                ops.LANE_ROWS,
+                ops.LANES,
+                lane,
+                with_moments,
+                with_extremes,
+            )
+            for lane in present
+        ]
+    )
+    state.count += (records[..., fused.ROWS] - rows_before).sum(axis=0).astype(np.int64)
+    if "sum" in arrays:
+        arrays["sum"][..., 0] = records[..., fused.SUM]
+    if with_moments:
+        for column_of, name in zip(
+            (fused.SHIFT, fused.SHIFTED_SUM, fused.SQUARES), _MOMENTS_NAMES[:3], strict=True
+        ):
+            arrays[name][..., 0] = records[..., column_of]
+        arrays[_MOMENTS_NAMES[3]][..., 0] = records[..., fused.ROWS].astype(np.int64)
+    for which, name in enumerate(("min", "max")):
+        if name in arrays:
+            state_of = _lanes_flat(arrays[name])[0]  # one lane: (n,), written in place
+            fused.fold_candidates(state_of, extremes.base, rows.base, which, name == "min")
+
+
 def _run(tasks: list[Callable[[], Any]]) -> list[Any]:
     """Run the tasks, the first on this thread and the rest on the pool; wait for all and
     return their results in order."""
@@ -729,6 +840,14 @@ class NumbaEngine(Engine):
 
     def run_concurrently(self, calls: list[Callable[[], Any]]) -> list[Any]:
         return _run(calls)
+
+    def fold_at_once(
+        self, state: ops.State, data: np.ndarray, ids: np.ndarray, *, sorted_ids: bool
+    ) -> bool:
+        if ids.shape[0] == 0 or state.num_segments == 0 or not _fusable(state, data, sorted_ids):
+            return False
+        _fold_fused(state, data, ids, state.next_row)
+        return True
 
     def fold_block(
         self,
