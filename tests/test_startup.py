@@ -19,6 +19,7 @@ import atexit, json, os, sys
 def report():
     print(json.dumps({"blas": os.environ.get("OPENBLAS_NUM_THREADS"),
                       "purge": os.environ.get("MIMALLOC_PURGE_DELAY"),
+                      "frozen": __import__("gc").get_freeze_count(),
                       "modules": sorted(sys.modules)}), file=sys.stderr)
 atexit.register(report)
 sys.argv = ["segcli", *sys.argv[1:]]
@@ -58,6 +59,18 @@ def test_the_command_runs_numpy_with_one_blas_thread(flights: Path) -> None:
     assert code == 0
     assert seen["blas"] == "1"
     assert "numpy" in seen["modules"]  # numpy did load, after the setting
+
+
+@pytest.mark.parametrize("good", [True, False], ids=["success", "error"])
+def test_the_objects_of_a_run_are_left_out_of_the_collection_at_exit(
+    flights: Path, good: bool
+) -> None:
+    """The interpreter's collection at exit would walk every object numba's import made; the
+    command freezes them first, whatever the exit code, and its exit handlers still run."""
+    args = _by_run(flights) if good else ["mean", str(flights), "--data-column", "nope"]
+    code, seen = _run(args)
+    assert code == (0 if good else 2)
+    assert seen["frozen"] > 10_000
 
 
 def test_a_users_blas_threads_are_kept(flights: Path) -> None:
