@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from segcli import ops
 from segcli.cli import cli
 from segcli.multi import combined_op
+from tests.parquet_reads import each_group_once, spy_on_decoding
 from tests.pipes import fifo_fed_with
 
 SAMPLES = Path(__file__).resolve().parent.parent / "sample_data"
@@ -1048,15 +1049,15 @@ def test_expect_compares_several_columns_streamed(wide, tmp_path):
 
 @pytest.mark.parametrize("chunk", [None, 1, 6])
 def test_by_with_several_columns_reads_them_with_the_keys_once(keyed, tmp_path, monkeypatch, chunk):
-    calls: list[str] = []
-    for name in ("read", "iter_batches"):
-        original = getattr(pq.ParquetFile, name)
+    reads: list[str] = []
+    read = pq.ParquetFile.read
 
-        def counted(self, *args, _original=original, _name=name, **kwargs):
-            calls.append(_name)
-            return _original(self, *args, **kwargs)
+    def counted(self, *args, **kwargs):
+        reads.append("read")
+        return read(self, *args, **kwargs)
 
-        monkeypatch.setattr(pq.ParquetFile, name, counted)
+    monkeypatch.setattr(pq.ParquetFile, "read", counted)
+    decoded = spy_on_decoding(monkeypatch)
     chunking = [] if chunk is None else ["--chunk-rows", chunk]
     args = ("--data-column", "delay,seats", "--by", "carrier", "--op", "std,argmin,last", "-q")
     out = tmp_path / "out.npz"
@@ -1065,7 +1066,14 @@ def test_by_with_several_columns_reads_them_with_the_keys_once(keyed, tmp_path, 
     assert result.exit_code == 0, result.stderr
     # In memory one read of every column; streamed one stream of the data columns beside the
     # key columns' own, as a one-column run streams its data and keys.
-    assert calls == (["read"] if chunk is None else ["iter_batches", "iter_batches"])
+    groups = pq.ParquetFile(keyed).metadata.num_row_groups
+    if chunk is None:
+        assert reads == ["read"] and not decoded
+    else:
+        assert not reads
+        assert {columns for columns, _ in decoded} == {("delay", "seats"), ("carrier",)}
+        assert each_group_once(decoded, ("delay", "seats"), groups)
+        assert each_group_once(decoded, ("carrier",), groups)
     monkeypatch.undo()
     got = npz_arrays(out)
     for column in ("delay", "seats"):
