@@ -1047,7 +1047,8 @@ def test_expect_compares_several_columns_streamed(wide, tmp_path):
     assert error_lines(failed) == 1 and not out.exists()
 
 
-@pytest.mark.parametrize("chunk", [None, 1, 6])
+# 8: row groups of 16 rows, decoded two at a time (io.parquet_batches); 1 and 6: one reader.
+@pytest.mark.parametrize("chunk", [None, 1, 6, 8])
 def test_by_with_several_columns_reads_them_with_the_keys_once(keyed, tmp_path, monkeypatch, chunk):
     reads: list[str] = []
     read = pq.ParquetFile.read

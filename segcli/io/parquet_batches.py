@@ -8,7 +8,9 @@ takes the stripes back in the file's order, so every later step sees the rows ex
 single reader gives them.
 
 Each reader decodes batch by batch, with one batch waiting in its queue: two readers hold
-about twice the batches of one, whatever the size of a row group.
+about twice the batches of one. But Arrow's reader holds a row group's column chunks whole as
+it decodes them, so files whose row groups are large next to the run's blocks (a block is an
+eighth of ``--memory-limit`` at most) are read by one reader, as before.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ READERS = 2
 #: A stripe holds at least this many batches of rows (consecutive row groups): a reader's
 #: start on a stripe costs about as much as decoding a few thousand rows.
 STRIPE_BATCHES = 2
+#: The largest row group, in batches, that two readers decode at once.
+GROUP_BATCHES = 2
 
 OpenFile = Callable[[], "pq.ParquetFile"]
 #: What a reader's queue carries: (True, a batch or the end of a stripe) or (False, an error).
@@ -40,13 +44,13 @@ def parquet_batches(
     open_file: OpenFile, columns: Sequence[str], rows: int, *, arrow_threads: bool = False
 ) -> Generator[pa.RecordBatch, None, None]:
     """Batches of at most ``rows`` rows of ``columns``; ``open_file`` opens a new reader of
-    the file (each thread has its own). A file of one stripe is read by one reader, on
-    Arrow's own threads with ``arrow_threads``."""
+    the file (each thread has its own). A file of one stripe, or of large row groups, is read
+    by one reader, on Arrow's own threads with ``arrow_threads``."""
     parquet = open_file()
     metadata = parquet.metadata
     sizes = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
     stripes = _stripes(sizes, rows)
-    if len(stripes) < 2:
+    if len(stripes) < 2 or max(sizes) > GROUP_BATCHES * rows:
         yield from parquet.iter_batches(
             batch_size=rows, columns=list(columns), use_threads=arrow_threads
         )
