@@ -265,7 +265,9 @@ class SparseFold:
         self.engine, self.op, self.sorted_ids = engine, op, sorted_ids
         self.data_dtype = data.dtype
         self.inner_shape = inner_shape
-        self.data2d = data.reshape(-1, ops.inner_size(inner_shape))
+        # The rows are counted from the leading axes: -1 cannot infer them for zero-width rows.
+        rows = math.prod(data.shape[: data.ndim - len(inner_shape)])
+        self.data2d = data.reshape(rows, ops.inner_size(inner_shape))
         self.weighted = weighted
         self.states: dict[str, ops.State] = {}
         new = engine.new_state
