@@ -311,11 +311,14 @@ class SparseFold:
             fold_rows(self.engine, states["values"], rows, ids, sorted_ids=self.sorted_ids)
         else:
             w = weights.astype(np.float64)
-            product = rows.astype(_product_dtype(self.data_dtype)) * w[:, None]
-            fold(states["values"], product, ids, sorted_ids=self.sorted_ids)
-            if self.combiner.per_row is not None:
-                per_row = self.combiner.per_row(w)[:, None]
-                fold(states["divisor"], per_row, ids, sorted_ids=self.sorted_ids)
+            # inf or huge weights overflow to inf and inf * 0 is NaN: IEEE results, silent as
+            # the dense ops' sums are (a warning would be a traceback under -W error).
+            with np.errstate(over="ignore", invalid="ignore"):
+                product = rows.astype(_product_dtype(self.data_dtype)) * w[:, None]
+                fold(states["values"], product, ids, sorted_ids=self.sorted_ids)
+                if self.combiner.per_row is not None:
+                    per_row = self.combiner.per_row(w)[:, None]
+                    fold(states["divisor"], per_row, ids, sorted_ids=self.sorted_ids)
         for name, state in states.items():
             self.states[name].next_row = state.next_row
 
@@ -460,13 +463,14 @@ def _weighted_result(
     divisor gives 0 (TF's div_no_nan); empty segments get the fill (default 0)."""
     values = hosts["values"]
     total = ops.finalize(values)
-    if combiner.divisor is not None:
-        divisor = combiner.divisor(ops.finalize(hosts["divisor"]))
-        divisor = divisor.reshape((-1,) + (1,) * (total.ndim - 1))
-        nonzero = divisor != 0
-        total = np.where(nonzero, total / np.where(nonzero, divisor, 1), 0)
-    out_dtype = _weighted_out_dtype(data_dtype)
+    # inf / inf is NaN and a float64 sum past float32's range casts to inf, silently (IEEE).
     with np.errstate(over="ignore", invalid="ignore"):
+        if combiner.divisor is not None:
+            divisor = combiner.divisor(ops.finalize(hosts["divisor"]))
+            divisor = divisor.reshape((-1,) + (1,) * (total.ndim - 1))
+            nonzero = divisor != 0
+            total = np.where(nonzero, total / np.where(nonzero, divisor, 1), 0)
+        out_dtype = _weighted_out_dtype(data_dtype)
         result = np.asarray(total).astype(out_dtype)
     empty = np.asarray(values.count) == 0
     if empty.any():

@@ -54,3 +54,54 @@ def test_zero_width_rows_weighted_without_indices(tmp_path):
     result = run("mean", paths["data"], paths["ids"], "--weights", paths["w"], "-o", out, "-q")
     assert result.exit_code == 0, result.stderr
     assert np.load(out).shape == (3, 0)
+
+
+# --- 2. inf and huge weights ------------------------------------------------------------------
+
+
+def _ieee_weighted(data, ids, indices, weights, n, op):
+    """The combiners in plain float64, IEEE's inf and NaN left as they come."""
+    out = np.zeros((n, data.shape[1]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        for s in range(n):
+            rows = [i for i in range(len(ids)) if ids[i] == s]
+            if not rows:
+                continue
+            w = weights[rows]
+            total = (data[indices[rows]].astype(np.float64) * w[:, None]).sum(axis=0)
+            divisor = {"sum": 1.0, "mean": w.sum(), "sqrt_n": np.sqrt((w * w).sum())}[op]
+            out[s] = total / divisor if divisor != 0 else 0.0
+        return out.astype(data.dtype)
+
+
+@pytest.mark.parametrize("engine", ["numpy", "numba"])
+@pytest.mark.parametrize("op", ["sum", "mean", "sqrt_n"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_inf_and_huge_weights_give_ieee_results_silently(engine, op, dtype):
+    from segcli.sparse import Labeled, sparse_reduce
+
+    data = np.array([[1, 0], [1, 2], [3, 4], [5, 6]], dtype)
+    ids = np.array([0, 0, 1, 1, 2, 3, 3])
+    indices = np.array([0, 1, 2, 3, 3, 1, 2])
+    weights = np.array([np.inf, 1.0, 1e308, 1e308, 1e200, -np.inf, np.inf])
+    expected = _ieee_weighted(data, ids, indices, weights, 4, op)
+    # pytest turns warnings into errors here: an overflow warning would fail the call.
+    got = sparse_reduce(
+        Labeled(data, "data"), Labeled(ids, "ids"), None, op,
+        indices=Labeled(indices, "idx"), weights=Labeled(weights, "w"), engine=engine,
+    ).result  # fmt: skip
+    np.testing.assert_array_equal(got, expected)
+    assert not np.isfinite(got).all()
+
+
+def test_inf_weights_without_indices_are_silent_on_the_cli(tmp_path):
+    paths = save(
+        tmp_path,
+        data=np.array([1.0, 2.0, 3.0]),
+        ids=np.array([0, 0, 1]),
+        w=np.array([np.inf, 1e308, 1e300]),
+    )
+    result = run("mean", paths["data"], paths["ids"], "--weights", paths["w"], "-q")
+    assert result.exit_code == 0
+    assert result.stderr == ""
+    assert result.stdout == "0\tnan\n1\t3.0\n"  # inf / inf, then 3e300 / 1e300
