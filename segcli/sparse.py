@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,12 +94,46 @@ def check_ids_meta(dtype: np.dtype[Any], shape: tuple[int, ...], label: str) -> 
         raise InvalidInputError(f"{label}: --indices needs 1-D segment_ids, got shape {shape}")
 
 
-def check_indices_meta(dtype: np.dtype[Any], shape: tuple[int, ...], label: str) -> None:
-    """Indices are 1-D integers: float indices are refused, never truncated."""
+def check_indices_meta(
+    dtype: np.dtype[Any],
+    shape: tuple[int, ...],
+    label: str,
+    blocks: Callable[[], Iterable[np.ndarray]] | None = None,
+) -> None:
+    """Indices are 1-D integers: float indices are refused, never truncated. ``blocks`` gives
+    the values (whole or block by block), so that the message names the first non-integer."""
+    if dtype.kind == "f" and blocks is not None:
+        raise InvalidInputError(f"{label}: {_float_indices_problem(blocks(), dtype)}")
     if dtype.kind not in "iu":
         raise InvalidInputError(f"{label}: indices must be integers, got {dtype} (never truncated)")
     if len(shape) != 1:
         raise InvalidInputError(f"{label}: indices must be 1-D, got shape {shape}")
+
+
+def _float_indices_problem(blocks: Iterable[np.ndarray], dtype: np.dtype[Any]) -> str:
+    """The first index that is not a whole number (NaN and inf are not), and how many such."""
+    seen, count = 0, 0
+    first: tuple[int, Any] | None = None
+    for block in blocks:
+        flat = np.ravel(block)
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(flat) | (flat != np.floor(flat))
+        found = int(np.count_nonzero(bad))
+        if found and first is None:
+            at = int(np.argmax(bad))
+            first = (seen + at, flat[at])
+        count, seen = count + found, seen + flat.size
+    if first is None:
+        return (
+            f"indices must be integers, got {dtype} with whole values (never truncated); cast "
+            "them to integers first"
+        )
+    position, value = first
+    such = "such index" if count == 1 else "such indices"
+    return (
+        f"indices[{position}] = {value:.17g} is not an integer ({count} {such}); indices must "
+        "be integers (never truncated)"
+    )
 
 
 def check_weights_meta(dtype: np.dtype[Any], label: str) -> None:
@@ -600,7 +634,9 @@ def _check_gather(
     validate.check_ids_dtype(ids.array.dtype, ids.label, ids.array)
     check_ids_meta(ids.array.dtype, ids.array.shape, ids.label)
     n = validate.check_num_segments(num_segments)
-    check_indices_meta(indices.array.dtype, indices.array.shape, indices.label)
+    check_indices_meta(
+        indices.array.dtype, indices.array.shape, indices.label, lambda: [indices.array]
+    )
     check_lengths(indices.array.size, ids.array.size, indices.label, ids.label)
     last = ids.array[-1] if ids.array.size else None
     if check == "fold" and (last is None or last >= 0):
@@ -655,7 +691,10 @@ def reduce_streamed(
         raise InvalidInputError("--indices needs rows to gather from DATA, got a 0-D array")
     check_ids_meta(ids.dtype, ids.shape, ids.label)
     n = validate.check_num_segments(num_segments)
-    check_indices_meta(indices.dtype, indices.shape, indices.label)
+    # Float indices are refused before the run: their values are read only to name the first
+    # that is not an integer.
+    step = block_rows_for(1, block_rows)
+    check_indices_meta(indices.dtype, indices.shape, indices.label, lambda: indices.chunks(step))
     lengths = [ids.shape[0], indices.shape[0]]
     if UNKNOWN_ROWS not in lengths:
         check_lengths(indices.shape[0], ids.shape[0], indices.label, ids.label)

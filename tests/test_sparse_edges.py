@@ -105,3 +105,29 @@ def test_inf_weights_without_indices_are_silent_on_the_cli(tmp_path):
     assert result.exit_code == 0
     assert result.stderr == ""
     assert result.stdout == "0\tnan\n1\t3.0\n"  # inf / inf, then 3e300 / 1e300
+
+
+# --- 7. float indices -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("blocks", [[], ["--chunk-rows", "1"]], ids=["memory", "stream"])
+@pytest.mark.parametrize(
+    ("indices", "named"),
+    [
+        ([0.0, 4.0, 2.5, 1.5], "indices[2] = 2.5 is not an integer (2 such indices)"),
+        ([0.0, 4.0, 2.0, np.nan], "indices[3] = nan is not an integer (1 such index)"),
+        ([0.0, 1.0, 2.0, 3.0], "indices must be integers, got float64 with whole values"),
+    ],
+)
+def test_float_indices_name_the_first_non_integer(tmp_path, blocks, indices, named):
+    paths = save(tmp_path, data=np.ones((5, 2)), ids=np.array([0, 0, 1, 3]), idx=indices)
+    out = tmp_path / "out.npy"
+    args = [paths["data"], paths["ids"], "--indices", paths["idx"], *blocks, "-o", out, "-q"]
+    result = run("sum", *args)
+    assert result.exit_code == 1
+    assert result.stderr == f"Error: {paths['idx']}: {named}" + (
+        "; indices must be integers (never truncated)\n"
+        if "such" in named
+        else " (never truncated); cast them to integers first\n"
+    )
+    assert not out.exists()
