@@ -131,3 +131,33 @@ def test_float_indices_name_the_first_non_integer(tmp_path, blocks, indices, nam
         else " (never truncated); cast them to integers first\n"
     )
     assert not out.exists()
+
+
+# --- 4. errors found while streaming name the option ------------------------------------------
+
+
+@pytest.fixture
+def bags_table(tmp_path: Path) -> Path:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pa.table({"bag": [0, 0, 1, 3], "token": [0, 4, 2, 1], "weight": [1.0, 2.0, 0.5, 1.0]})
+    pq.write_table(table, tmp_path / "bags.parquet", row_group_size=2)
+    return tmp_path / "bags.parquet"
+
+
+@pytest.mark.parametrize("option", ["--indices", "--weights"])
+@pytest.mark.parametrize("archive", [False, True], ids=["table", "npz"])
+def test_streamed_input_errors_name_the_option_as_in_memory(tmp_path, bags_table, option, archive):
+    paths = save(tmp_path, data=np.ones((5, 2)), ids=np.array([0, 0, 1, 3]), idx=[0, 4, 2, 1])
+    several = bags_table
+    if archive:
+        several = tmp_path / "several.npz"
+        np.savez(several, a=np.array([0, 4, 2, 1]), b=np.array([1.0, 2.0, 0.5, 1.0]))
+    given = {"--indices": paths["idx"], "--weights": paths["idx"]}
+    given[option] = several  # a file of several columns (arrays), none picked
+    args = [paths["data"], paths["ids"], *[a for o, p in given.items() for a in (o, p)], "-q"]
+    whole = run("sum", *args)
+    streamed = run("sum", *args, "--chunk-rows", "1", "--memory-limit", "1GB")
+    assert whole.exit_code == streamed.exit_code == 2
+    assert f"pick one with {option}-column" in whole.stderr
+    assert streamed.stderr == whole.stderr

@@ -74,8 +74,8 @@ def run_streamed(spec: RunSpec, progress: Progress | None = None) -> DriverResul
     assert spec.ids is not None
     data = read_one(spec.data, DATA_ROLE, spec.data_column, spec.data_key, spec.stdin, spec.csv)
     ids = _open(spec, spec.ids, spec.ids_column, spec.ids_key)
-    indices = _open_extra(spec, spec.indices, spec.indices_column)
-    weights = _open_extra(spec, spec.weights, spec.weights_column)
+    indices = _open_extra(spec, spec.indices, spec.indices_column, "indices")
+    weights = _open_extra(spec, spec.weights, spec.weights_column, "weights")
     assert indices is not None
     op, fill = _op_and_fill(spec, data, gathered=True, ids_ndim=1)
     reduction, blocks = sparse.reduce_streamed(
@@ -126,27 +126,34 @@ def open_gather(spec: RunSpec) -> tuple[ArrayInput, StreamInput, StreamInput]:
     assert spec.ids is not None
     data = read_one(spec.data, DATA_ROLE, spec.data_column, spec.data_key, spec.stdin, spec.csv)
     ids = _open(spec, spec.ids, spec.ids_column, spec.ids_key)
-    indices = _open_extra(spec, spec.indices, spec.indices_column)
+    indices = _open_extra(spec, spec.indices, spec.indices_column, "indices")
     assert indices is not None
     return data, ids, indices
 
 
-def _open(spec: RunSpec, path: str, column: str | None, key: str | None) -> StreamInput:
+def _open(
+    spec: RunSpec, path: str, column: str | None, key: str | None, role: str | Role = "ids"
+) -> StreamInput:
     fmt = "npy" if path == "-" else input_format(path)
     stdin = cast(Readable | None, spec.stdin)
-    source = open_chunked(path, column=column, key=key, role="ids", stdin=stdin, csv=spec.csv)
+    source = open_chunked(path, column=column, key=key, role=role, stdin=stdin, csv=spec.csv)
     return StreamInput(path, source, fmt)
 
 
-def _open_extra(spec: RunSpec, path: str | None, column: str | None) -> StreamInput | None:
+def _open_extra(
+    spec: RunSpec, path: str | None, column: str | None, name: str
+) -> StreamInput | None:
     """Like :func:`_read_extra`, opened for streaming."""
     if path is None and column is None:
         return None
     if path is None:
         path = spec.ids if spec.ids is not None else spec.data
+    # The errors of a streamed read name the option, as those of a read whole do.
+    option = f"--{name}-column"
+    role = Role(option, option)
     if input_format(path) == "npz":
-        return _open(spec, path, None, column)
-    return _open(spec, path, column, None)
+        return _open(spec, path, None, column, role)
+    return _open(spec, path, column, None, role)
 
 
 def refuse_unsupported(spec: RunSpec) -> None:
