@@ -161,3 +161,35 @@ def test_streamed_input_errors_name_the_option_as_in_memory(tmp_path, bags_table
     assert whole.exit_code == streamed.exit_code == 2
     assert f"pick one with {option}-column" in whole.stderr
     assert streamed.stderr == whole.stderr
+
+
+# --- 9. nulls in the indices and weights name the option and the row ---------------------------
+
+
+@pytest.mark.parametrize("blocks", [[], ["--chunk-rows", "1"]], ids=["memory", "stream"])
+@pytest.mark.parametrize("op", ["sum", "median"])
+def test_nulls_in_indices_or_weights_name_the_option_and_row(tmp_path, blocks, op):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pa.table(
+        {"bag": [0, 0, 1, 1, 3], "token": [0, 1, None, 2, None], "weight": [1.0, 1, 1, None, 1]}
+    )
+    pq.write_table(table, tmp_path / "bags.parquet", row_group_size=2)
+    np.save(tmp_path / "vocab.npy", np.ones((4, 2)))
+    common = [tmp_path / "vocab.npy", tmp_path / "bags.parquet", "--ids-column", "bag", "-q"]
+    out = tmp_path / "out.npy"
+    result = run(op, *common, "--indices-column", "token", *blocks, "-o", out)
+    assert (result.exit_code, result.stderr) == (
+        1,
+        f"Error: {tmp_path / 'bags.parquet'}: column 'token' has 2 nulls (first at row 2): "
+        "--indices needs an index on every row\n",
+    )
+    if op == "sum":
+        weights = ["--indices-column", "bag", "--weights-column", "weight"]
+        result = run(op, *common, *weights, *blocks, "-o", out)
+        assert (result.exit_code, result.stderr) == (
+            1,
+            f"Error: {tmp_path / 'bags.parquet'}: column 'weight' has 1 null (first at row 3): "
+            "--weights needs a weight on every row\n",
+        )
+    assert not out.exists()

@@ -16,6 +16,7 @@ from segcli import sparse
 from segcli.drivers.base import DriverResult, Progress, RunSpec, engine_of, op_and_fill
 from segcli.drivers.choose import should_stream
 from segcli.drivers.memory import facts, read
+from segcli.drivers.sparse_nulls import NamedSource, naming_nulls
 from segcli.drivers.stream import StreamInput
 from segcli.errors import UsageError
 from segcli.io.chunked import open_chunked
@@ -151,9 +152,12 @@ def _open_extra(
     # The errors of a streamed read name the option, as those of a read whole do.
     option = f"--{name}-column"
     role = Role(option, option)
-    if input_format(path) == "npz":
-        return _open(spec, path, None, column, role)
-    return _open(spec, path, column, None, role)
+    with naming_nulls(f"--{name}"):
+        if input_format(path) == "npz":
+            opened = _open(spec, path, None, column, role)
+        else:
+            opened = _open(spec, path, column, None, role)
+    return StreamInput(opened.path, NamedSource(opened.source, f"--{name}"), opened.fmt)
 
 
 def refuse_unsupported(spec: RunSpec) -> None:
@@ -199,10 +203,11 @@ def _read_extra(
     if path is None:
         path = spec.ids if spec.ids is not None else spec.data
     option = f"--{name}-column"
-    if path != "-" and input_format(path) == "npz":
-        # In an archive the column option names the array.
-        return read_one(path, Role(option, option), None, column, spec.stdin, spec.csv)
-    return read_one(path, Role(option, option), column, None, spec.stdin, spec.csv)
+    with naming_nulls(f"--{name}"):
+        if path != "-" and input_format(path) == "npz":
+            # In an archive the column option names the array.
+            return read_one(path, Role(option, option), None, column, spec.stdin, spec.csv)
+        return read_one(path, Role(option, option), column, None, spec.stdin, spec.csv)
 
 
 def _labeled(item: ArrayInput) -> sparse.Labeled:
