@@ -193,3 +193,43 @@ def test_nulls_in_indices_or_weights_name_the_option_and_row(tmp_path, blocks, o
             "--weights needs a weight on every row\n",
         )
     assert not out.exists()
+
+
+# --- 3. ids, indices and weights as columns of one Arrow stream on stdin ----------------------
+
+
+def _arrow_stream(**columns: Any) -> bytes:
+    pa = pytest.importorskip("pyarrow")
+    table = pa.table(columns)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=2)
+    return bytes(sink.getvalue())
+
+
+@pytest.mark.parametrize("op", ["mean", "median"])
+def test_ids_indices_and_weights_from_one_arrow_stream_on_stdin(tmp_path, op):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    columns = {"bag": [0, 0, 1, 3, 3], "token": [0, 4, 2, 1, 4], "weight": [1.0, 2, 0.5, 1, 3]}
+    vocab = np.arange(10, dtype=np.float64).reshape(5, 2)
+    np.save(tmp_path / "vocab.npy", vocab)
+    pq.write_table(pa.table(columns), tmp_path / "bags.parquet")
+    weights = ["--weights-column", "weight"] if op == "mean" else []
+    options = ["--ids-column", "bag", "--indices-column", "token", *weights, "-q"]
+    piped = run(op, tmp_path / "vocab.npy", "-", *options, stdin=_arrow_stream(**columns))
+    from_file = run(op, tmp_path / "vocab.npy", tmp_path / "bags.parquet", *options)
+    assert piped.exit_code == from_file.exit_code == 0, piped.stderr
+    assert piped.stdout == from_file.stdout
+    assert piped.stdout.startswith("0\t5.333333333333333\t6.333333333333333\n" if weights else "0")
+
+
+def test_indices_column_on_a_npy_stream_is_a_usage_error(tmp_path):
+    paths = save(tmp_path, data=np.ones((5, 2)), ids=np.array([0, 0, 1]))
+    args = [paths["data"], "-", "--indices-column", "token", "-q"]
+    result = run("sum", *args, stdin=paths["ids"].read_bytes())
+    assert result.exit_code == 2
+    assert (
+        "Error: --indices-column: <stdin> holds a .npy stream, one array with no columns; give "
+        "--indices FILE"
+    ) in result.stderr

@@ -13,6 +13,7 @@ import time
 from typing import Any, cast
 
 from segcli import sparse
+from segcli.drivers import sparse_stdin
 from segcli.drivers.base import DriverResult, Progress, RunSpec, engine_of, op_and_fill
 from segcli.drivers.choose import should_stream
 from segcli.drivers.memory import facts, read
@@ -35,9 +36,7 @@ def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
     if gathers and spec.ids is not None and should_stream(spec):
         return run_streamed(spec, progress)
     started = time.perf_counter()
-    data, ids = read(spec)
-    indices = _read_extra(spec, spec.indices, spec.indices_column, "indices")
-    weights = _read_extra(spec, spec.weights, spec.weights_column, "weights")
+    data, ids, indices, weights = read_all(spec)
     read_s = time.perf_counter() - started
     op, fill = _op_and_fill(spec, data, gathered=indices is not None, ids_ndim=ids.array.ndim)
     reduction = sparse.sparse_reduce(
@@ -114,10 +113,21 @@ def _op_and_fill(
     return op_and_fill(spec, array.dtype, inner, data.label)
 
 
-def read_gather(spec: RunSpec) -> tuple[ArrayInput, ArrayInput, ArrayInput]:
-    """DATA, IDS and ``--indices`` read whole (the sorting ops gather, then sort)."""
+def read_all(spec: RunSpec) -> sparse_stdin.Inputs:
+    """DATA, IDS, the indices and the weights (None where not given), read whole; columns of
+    a table on stdin are all read from it in one pass."""
+    # Both '-' is refused by the plain read, with its hint.
+    if sparse_stdin.columns_on_stdin(spec) and spec.data != spec.ids:
+        return sparse_stdin.read_in_one_pass(spec)
     data, ids = read(spec)
     indices = _read_extra(spec, spec.indices, spec.indices_column, "indices")
+    weights = _read_extra(spec, spec.weights, spec.weights_column, "weights")
+    return data, ids, indices, weights
+
+
+def read_gather(spec: RunSpec) -> tuple[ArrayInput, ArrayInput, ArrayInput]:
+    """DATA, IDS and ``--indices`` read whole (the sorting ops gather, then sort)."""
+    data, ids, indices, _ = read_all(spec)
     assert indices is not None
     return data, ids, indices
 
@@ -175,6 +185,7 @@ def refuse_unsupported(spec: RunSpec) -> None:
     for option, path in (("--indices", spec.indices), ("--weights", spec.weights)):
         if path == "-":
             raise UsageError(f"{option} reads a file, not stdin")
+    sparse_stdin.refuse_npy_stream(spec)
     _refuse_streamed_data(spec)
 
 
@@ -201,7 +212,7 @@ def _read_extra(
     if path is None and column is None:
         return None
     if path is None:
-        path = spec.ids if spec.ids is not None else spec.data
+        path = sparse_stdin.home_of_columns(spec)
     option = f"--{name}-column"
     with naming_nulls(f"--{name}"):
         if path != "-" and input_format(path) == "npz":
