@@ -233,3 +233,27 @@ def test_indices_column_on_a_npy_stream_is_a_usage_error(tmp_path):
         "Error: --indices-column: <stdin> holds a .npy stream, one array with no columns; give "
         "--indices FILE"
     ) in result.stderr
+
+
+# --- 6. a weights-only run counts the weights against the memory budget -----------------------
+
+
+def test_weights_without_indices_count_the_weights_against_the_budget(tmp_path):
+    rows = 20_000
+    paths = save(
+        tmp_path,
+        data=np.ones(rows, np.float32),  # 80 KB
+        ids=np.arange(rows, dtype=np.int32) % 7,  # 80 KB
+        w=np.ones(rows),  # 160 KB
+    )
+    args = [paths["data"], paths["ids"], "--weights", paths["w"], "-q", "-o", tmp_path / "o.npy"]
+    fits = run("sum", *args, "--memory-limit", "400KB")
+    assert fits.exit_code == 0, fits.stderr
+    # DATA and IDS alone fit 200 KB; with the weights they do not.
+    refused = run("sum", *args, "--memory-limit", "200KB")
+    assert refused.exit_code == 2
+    assert (
+        f"Error: {paths['w']}: --weights without --indices reads DATA, IDS and the weights "
+        "whole: 78.2 KiB of DATA + 78.2 KiB of IDS + 156.4 KiB of weights is over the memory "
+        "budget of 195.3 KiB (raise --memory-limit)"
+    ) in refused.stderr

@@ -194,6 +194,9 @@ def _refuse_streamed_data(spec: RunSpec) -> None:
     cannot: refused (the ids, indices and weights may be any size)."""
     if spec.memory_budget is None or spec.data == "-":
         return
+    if spec.indices is None and spec.indices_column is None:
+        _refuse_weighted_over_budget(spec, spec.memory_budget)
+        return
     names = [n for n in (spec.data_key, spec.data_column) if n is not None]
     size = decoded_bytes(spec.data, names)
     if size is not None and size > spec.memory_budget:
@@ -202,6 +205,32 @@ def _refuse_streamed_data(spec: RunSpec) -> None:
             f"{human_bytes(spec.memory_budget)}; --indices/--weights gather rows from anywhere "
             "in DATA, which must fit in memory (raise --memory-limit)"
         )
+
+
+def _refuse_weighted_over_budget(spec: RunSpec, budget: int) -> None:
+    """Without ``--indices`` a weighted run reads DATA, IDS and the weights whole (it never
+    streams): all three count against the budget, and the refusal names the weights."""
+    weights_file = spec.weights if spec.weights is not None else sparse_stdin.home_of_columns(spec)
+    keys: tuple[str | None, ...] = (spec.data_key, spec.data_column)
+    if spec.ids is None:  # IDS is a column (or array) of DATA's file
+        keys += (spec.ids_key, spec.ids_column)
+    inputs: list[tuple[str, str, tuple[str | None, ...]]] = [("DATA", spec.data, keys)]
+    if spec.ids is not None:
+        inputs.append(("IDS", spec.ids, (spec.ids_key, spec.ids_column)))
+    inputs.append(("weights", weights_file, (spec.weights_column,)))
+    sizes = [
+        (name, 0 if path == "-" else decoded_bytes(path, [k for k in keys if k is not None]))
+        for name, path, keys in inputs
+    ]
+    total = sum(size or 0 for _, size in sizes)  # an input of unknown size counts 0
+    if total <= budget:
+        return
+    label = weights_file if spec.weights_column is None else f"{weights_file}:{spec.weights_column}"
+    parts = " + ".join(f"{human_bytes(size or 0)} of {name}" for name, size in sizes)
+    raise UsageError(
+        f"{label}: --weights without --indices reads DATA, IDS and the weights whole: {parts} "
+        f"is over the memory budget of {human_bytes(budget)} (raise --memory-limit)"
+    )
 
 
 def _read_extra(
