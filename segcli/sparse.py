@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,12 +94,46 @@ def check_ids_meta(dtype: np.dtype[Any], shape: tuple[int, ...], label: str) -> 
         raise InvalidInputError(f"{label}: --indices needs 1-D segment_ids, got shape {shape}")
 
 
-def check_indices_meta(dtype: np.dtype[Any], shape: tuple[int, ...], label: str) -> None:
-    """Indices are 1-D integers: float indices are refused, never truncated."""
+def check_indices_meta(
+    dtype: np.dtype[Any],
+    shape: tuple[int, ...],
+    label: str,
+    blocks: Callable[[], Iterable[np.ndarray]] | None = None,
+) -> None:
+    """Indices are 1-D integers: float indices are refused, never truncated. ``blocks`` gives
+    the values (whole or block by block), so that the message names the first non-integer."""
+    if dtype.kind == "f" and blocks is not None:
+        raise InvalidInputError(f"{label}: {_float_indices_problem(blocks(), dtype)}")
     if dtype.kind not in "iu":
         raise InvalidInputError(f"{label}: indices must be integers, got {dtype} (never truncated)")
     if len(shape) != 1:
         raise InvalidInputError(f"{label}: indices must be 1-D, got shape {shape}")
+
+
+def _float_indices_problem(blocks: Iterable[np.ndarray], dtype: np.dtype[Any]) -> str:
+    """The first index that is not a whole number (NaN and inf are not), and how many such."""
+    seen, count = 0, 0
+    first: tuple[int, Any] | None = None
+    for block in blocks:
+        flat = np.ravel(block)
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(flat) | (flat != np.floor(flat))
+        found = int(np.count_nonzero(bad))
+        if found and first is None:
+            at = int(np.argmax(bad))
+            first = (seen + at, flat[at])
+        count, seen = count + found, seen + flat.size
+    if first is None:
+        return (
+            f"indices must be integers, got {dtype} with whole values (never truncated); cast "
+            "them to integers first"
+        )
+    position, value = first
+    such = "such index" if count == 1 else "such indices"
+    return (
+        f"indices[{position}] = {value:.17g} is not an integer ({count} {such}); indices must "
+        "be integers (never truncated)"
+    )
 
 
 def check_weights_meta(dtype: np.dtype[Any], label: str) -> None:
@@ -265,7 +299,9 @@ class SparseFold:
         self.engine, self.op, self.sorted_ids = engine, op, sorted_ids
         self.data_dtype = data.dtype
         self.inner_shape = inner_shape
-        self.data2d = data.reshape(-1, ops.inner_size(inner_shape))
+        # The rows are counted from the leading axes: -1 cannot infer them for zero-width rows.
+        rows = math.prod(data.shape[: data.ndim - len(inner_shape)])
+        self.data2d = data.reshape(rows, ops.inner_size(inner_shape))
         self.weighted = weighted
         self.states: dict[str, ops.State] = {}
         new = engine.new_state
@@ -309,11 +345,14 @@ class SparseFold:
             fold_rows(self.engine, states["values"], rows, ids, sorted_ids=self.sorted_ids)
         else:
             w = weights.astype(np.float64)
-            product = rows.astype(_product_dtype(self.data_dtype)) * w[:, None]
-            fold(states["values"], product, ids, sorted_ids=self.sorted_ids)
-            if self.combiner.per_row is not None:
-                per_row = self.combiner.per_row(w)[:, None]
-                fold(states["divisor"], per_row, ids, sorted_ids=self.sorted_ids)
+            # inf or huge weights overflow to inf and inf * 0 is NaN: IEEE results, silent as
+            # the dense ops' sums are (a warning would be a traceback under -W error).
+            with np.errstate(over="ignore", invalid="ignore"):
+                product = rows.astype(_product_dtype(self.data_dtype)) * w[:, None]
+                fold(states["values"], product, ids, sorted_ids=self.sorted_ids)
+                if self.combiner.per_row is not None:
+                    per_row = self.combiner.per_row(w)[:, None]
+                    fold(states["divisor"], per_row, ids, sorted_ids=self.sorted_ids)
         for name, state in states.items():
             self.states[name].next_row = state.next_row
 
@@ -458,13 +497,14 @@ def _weighted_result(
     divisor gives 0 (TF's div_no_nan); empty segments get the fill (default 0)."""
     values = hosts["values"]
     total = ops.finalize(values)
-    if combiner.divisor is not None:
-        divisor = combiner.divisor(ops.finalize(hosts["divisor"]))
-        divisor = divisor.reshape((-1,) + (1,) * (total.ndim - 1))
-        nonzero = divisor != 0
-        total = np.where(nonzero, total / np.where(nonzero, divisor, 1), 0)
-    out_dtype = _weighted_out_dtype(data_dtype)
+    # inf / inf is NaN and a float64 sum past float32's range casts to inf, silently (IEEE).
     with np.errstate(over="ignore", invalid="ignore"):
+        if combiner.divisor is not None:
+            divisor = combiner.divisor(ops.finalize(hosts["divisor"]))
+            divisor = divisor.reshape((-1,) + (1,) * (total.ndim - 1))
+            nonzero = divisor != 0
+            total = np.where(nonzero, total / np.where(nonzero, divisor, 1), 0)
+        out_dtype = _weighted_out_dtype(data_dtype)
         result = np.asarray(total).astype(out_dtype)
     empty = np.asarray(values.count) == 0
     if empty.any():
@@ -594,7 +634,9 @@ def _check_gather(
     validate.check_ids_dtype(ids.array.dtype, ids.label, ids.array)
     check_ids_meta(ids.array.dtype, ids.array.shape, ids.label)
     n = validate.check_num_segments(num_segments)
-    check_indices_meta(indices.array.dtype, indices.array.shape, indices.label)
+    check_indices_meta(
+        indices.array.dtype, indices.array.shape, indices.label, lambda: [indices.array]
+    )
     check_lengths(indices.array.size, ids.array.size, indices.label, ids.label)
     last = ids.array[-1] if ids.array.size else None
     if check == "fold" and (last is None or last >= 0):
@@ -649,7 +691,10 @@ def reduce_streamed(
         raise InvalidInputError("--indices needs rows to gather from DATA, got a 0-D array")
     check_ids_meta(ids.dtype, ids.shape, ids.label)
     n = validate.check_num_segments(num_segments)
-    check_indices_meta(indices.dtype, indices.shape, indices.label)
+    # Float indices are refused before the run: their values are read only to name the first
+    # that is not an integer.
+    step = block_rows_for(1, block_rows)
+    check_indices_meta(indices.dtype, indices.shape, indices.label, lambda: indices.chunks(step))
     lengths = [ids.shape[0], indices.shape[0]]
     if UNKNOWN_ROWS not in lengths:
         check_lengths(indices.shape[0], ids.shape[0], indices.label, ids.label)

@@ -13,9 +13,11 @@ import time
 from typing import Any, cast
 
 from segcli import sparse
+from segcli.drivers import sparse_stdin
 from segcli.drivers.base import DriverResult, Progress, RunSpec, engine_of, op_and_fill
 from segcli.drivers.choose import should_stream
 from segcli.drivers.memory import facts, read
+from segcli.drivers.sparse_nulls import NamedSource, naming_nulls
 from segcli.drivers.stream import StreamInput
 from segcli.errors import UsageError
 from segcli.io.chunked import open_chunked
@@ -34,9 +36,7 @@ def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
     if gathers and spec.ids is not None and should_stream(spec):
         return run_streamed(spec, progress)
     started = time.perf_counter()
-    data, ids = read(spec)
-    indices = _read_extra(spec, spec.indices, spec.indices_column, "indices")
-    weights = _read_extra(spec, spec.weights, spec.weights_column, "weights")
+    data, ids, indices, weights = read_all(spec)
     read_s = time.perf_counter() - started
     op, fill = _op_and_fill(spec, data, gathered=indices is not None, ids_ndim=ids.array.ndim)
     reduction = sparse.sparse_reduce(
@@ -74,8 +74,8 @@ def run_streamed(spec: RunSpec, progress: Progress | None = None) -> DriverResul
     assert spec.ids is not None
     data = read_one(spec.data, DATA_ROLE, spec.data_column, spec.data_key, spec.stdin, spec.csv)
     ids = _open(spec, spec.ids, spec.ids_column, spec.ids_key)
-    indices = _open_extra(spec, spec.indices, spec.indices_column)
-    weights = _open_extra(spec, spec.weights, spec.weights_column)
+    indices = _open_extra(spec, spec.indices, spec.indices_column, "indices")
+    weights = _open_extra(spec, spec.weights, spec.weights_column, "weights")
     assert indices is not None
     op, fill = _op_and_fill(spec, data, gathered=True, ids_ndim=1)
     reduction, blocks = sparse.reduce_streamed(
@@ -113,10 +113,21 @@ def _op_and_fill(
     return op_and_fill(spec, array.dtype, inner, data.label)
 
 
-def read_gather(spec: RunSpec) -> tuple[ArrayInput, ArrayInput, ArrayInput]:
-    """DATA, IDS and ``--indices`` read whole (the sorting ops gather, then sort)."""
+def read_all(spec: RunSpec) -> sparse_stdin.Inputs:
+    """DATA, IDS, the indices and the weights (None where not given), read whole; columns of
+    a table on stdin are all read from it in one pass."""
+    # Both '-' is refused by the plain read, with its hint.
+    if sparse_stdin.columns_on_stdin(spec) and spec.data != spec.ids:
+        return sparse_stdin.read_in_one_pass(spec)
     data, ids = read(spec)
     indices = _read_extra(spec, spec.indices, spec.indices_column, "indices")
+    weights = _read_extra(spec, spec.weights, spec.weights_column, "weights")
+    return data, ids, indices, weights
+
+
+def read_gather(spec: RunSpec) -> tuple[ArrayInput, ArrayInput, ArrayInput]:
+    """DATA, IDS and ``--indices`` read whole (the sorting ops gather, then sort)."""
+    data, ids, indices, _ = read_all(spec)
     assert indices is not None
     return data, ids, indices
 
@@ -126,27 +137,37 @@ def open_gather(spec: RunSpec) -> tuple[ArrayInput, StreamInput, StreamInput]:
     assert spec.ids is not None
     data = read_one(spec.data, DATA_ROLE, spec.data_column, spec.data_key, spec.stdin, spec.csv)
     ids = _open(spec, spec.ids, spec.ids_column, spec.ids_key)
-    indices = _open_extra(spec, spec.indices, spec.indices_column)
+    indices = _open_extra(spec, spec.indices, spec.indices_column, "indices")
     assert indices is not None
     return data, ids, indices
 
 
-def _open(spec: RunSpec, path: str, column: str | None, key: str | None) -> StreamInput:
+def _open(
+    spec: RunSpec, path: str, column: str | None, key: str | None, role: str | Role = "ids"
+) -> StreamInput:
     fmt = "npy" if path == "-" else input_format(path)
     stdin = cast(Readable | None, spec.stdin)
-    source = open_chunked(path, column=column, key=key, role="ids", stdin=stdin, csv=spec.csv)
+    source = open_chunked(path, column=column, key=key, role=role, stdin=stdin, csv=spec.csv)
     return StreamInput(path, source, fmt)
 
 
-def _open_extra(spec: RunSpec, path: str | None, column: str | None) -> StreamInput | None:
+def _open_extra(
+    spec: RunSpec, path: str | None, column: str | None, name: str
+) -> StreamInput | None:
     """Like :func:`_read_extra`, opened for streaming."""
     if path is None and column is None:
         return None
     if path is None:
         path = spec.ids if spec.ids is not None else spec.data
-    if input_format(path) == "npz":
-        return _open(spec, path, None, column)
-    return _open(spec, path, column, None)
+    # The errors of a streamed read name the option, as those of a read whole do.
+    option = f"--{name}-column"
+    role = Role(option, option)
+    with naming_nulls(f"--{name}"):
+        if input_format(path) == "npz":
+            opened = _open(spec, path, None, column, role)
+        else:
+            opened = _open(spec, path, column, None, role)
+    return StreamInput(opened.path, NamedSource(opened.source, f"--{name}"), opened.fmt)
 
 
 def refuse_unsupported(spec: RunSpec) -> None:
@@ -164,6 +185,7 @@ def refuse_unsupported(spec: RunSpec) -> None:
     for option, path in (("--indices", spec.indices), ("--weights", spec.weights)):
         if path == "-":
             raise UsageError(f"{option} reads a file, not stdin")
+    sparse_stdin.refuse_npy_stream(spec)
     _refuse_streamed_data(spec)
 
 
@@ -171,6 +193,9 @@ def _refuse_streamed_data(spec: RunSpec) -> None:
     """DATA over the memory budget would have to stream, which a gather from anywhere in it
     cannot: refused (the ids, indices and weights may be any size)."""
     if spec.memory_budget is None or spec.data == "-":
+        return
+    if spec.indices is None and spec.indices_column is None:
+        _refuse_weighted_over_budget(spec, spec.memory_budget)
         return
     names = [n for n in (spec.data_key, spec.data_column) if n is not None]
     size = decoded_bytes(spec.data, names)
@@ -182,6 +207,32 @@ def _refuse_streamed_data(spec: RunSpec) -> None:
         )
 
 
+def _refuse_weighted_over_budget(spec: RunSpec, budget: int) -> None:
+    """Without ``--indices`` a weighted run reads DATA, IDS and the weights whole (it never
+    streams): all three count against the budget, and the refusal names the weights."""
+    weights_file = spec.weights if spec.weights is not None else sparse_stdin.home_of_columns(spec)
+    keys: tuple[str | None, ...] = (spec.data_key, spec.data_column)
+    if spec.ids is None:  # IDS is a column (or array) of DATA's file
+        keys += (spec.ids_key, spec.ids_column)
+    inputs: list[tuple[str, str, tuple[str | None, ...]]] = [("DATA", spec.data, keys)]
+    if spec.ids is not None:
+        inputs.append(("IDS", spec.ids, (spec.ids_key, spec.ids_column)))
+    inputs.append(("weights", weights_file, (spec.weights_column,)))
+    sizes = [
+        (name, 0 if path == "-" else decoded_bytes(path, [k for k in keys if k is not None]))
+        for name, path, keys in inputs
+    ]
+    total = sum(size or 0 for _, size in sizes)  # an input of unknown size counts 0
+    if total <= budget:
+        return
+    label = weights_file if spec.weights_column is None else f"{weights_file}:{spec.weights_column}"
+    parts = " + ".join(f"{human_bytes(size or 0)} of {name}" for name, size in sizes)
+    raise UsageError(
+        f"{label}: --weights without --indices reads DATA, IDS and the weights whole: {parts} "
+        f"is over the memory budget of {human_bytes(budget)} (raise --memory-limit)"
+    )
+
+
 def _read_extra(
     spec: RunSpec, path: str | None, column: str | None, name: str
 ) -> ArrayInput | None:
@@ -190,12 +241,13 @@ def _read_extra(
     if path is None and column is None:
         return None
     if path is None:
-        path = spec.ids if spec.ids is not None else spec.data
+        path = sparse_stdin.home_of_columns(spec)
     option = f"--{name}-column"
-    if path != "-" and input_format(path) == "npz":
-        # In an archive the column option names the array.
-        return read_one(path, Role(option, option), None, column, spec.stdin, spec.csv)
-    return read_one(path, Role(option, option), column, None, spec.stdin, spec.csv)
+    with naming_nulls(f"--{name}"):
+        if path != "-" and input_format(path) == "npz":
+            # In an archive the column option names the array.
+            return read_one(path, Role(option, option), None, column, spec.stdin, spec.csv)
+        return read_one(path, Role(option, option), column, None, spec.stdin, spec.csv)
 
 
 def _labeled(item: ArrayInput) -> sparse.Labeled:

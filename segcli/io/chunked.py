@@ -39,7 +39,7 @@ from segcli.io.npy import (
     to_native,
 )
 from segcli.io.parquet_batches import parquet_batches
-from segcli.io.read import DATA_ROLE, IDS_ROLE, refuse_option
+from segcli.io.read import DATA_ROLE, IDS_ROLE, Role, refuse_option
 from segcli.io.tables import CSV_HEAD_BYTES, CsvOptions, TableFile, open_table
 
 if TYPE_CHECKING:
@@ -68,13 +68,14 @@ def open_chunked(
     *,
     column: str | None = None,
     key: str | None = None,
-    role: str = "data",
+    role: str | Role = "data",
     stdin: Readable | None = None,
     csv: CsvOptions | None = None,
 ) -> ChunkSource:
     """Open ``path`` for streaming; ``column`` picks a table column, ``key`` an npz array.
 
-    ``role`` ("data" or "ids") only chooses the option names error messages suggest. The
+    ``role`` ("data", "ids" or another input's :class:`Role`, such as ``--indices``'s) only
+    chooses the option names error messages suggest. The
     header or metadata is read now, so shape and dtype errors come before any data is read.
     Text tables (CSV/TSV split as ``csv`` says, JSON lines) are parsed block by block; their
     length is known only at their end. ``-`` streams a ``.npy`` from ``stdin`` (an Arrow
@@ -84,7 +85,7 @@ def open_chunked(
         if stdin is None:
             raise UsageError("streaming from stdin ('-') needs the stream")
         return NpyStreamChunks("<stdin>", stdin)
-    options = IDS_ROLE if role == "ids" else DATA_ROLE
+    options = role if isinstance(role, Role) else IDS_ROLE if role == "ids" else DATA_ROLE
     fmt = input_format(path)
     if fmt in ("npy", "npz"):
         refuse_option(options.column_option, column, path)

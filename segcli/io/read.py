@@ -115,6 +115,13 @@ def read_one(
                 label = f"{path}:{chosen}"
                 return ArrayInput(read_npz_member(archive, chosen, label), label, path, fmt)
         table = open_table(path, fmt, csv)
+    return read_column(table, path, role, column, key)
+
+
+def read_column(
+    table: TableFile, path: str, role: Role, column: str | None, key: str | None
+) -> ArrayInput:
+    """One column of a table opened (or read from stdin) once, picked as ``role`` says."""
     refuse_option(role.key_option, key, table.label)
     name = table.pick(column, role.column_option)
     [array] = table.arrays([name])
@@ -135,7 +142,7 @@ def _read_pair(
         got = read_stdin(stdin)
         if isinstance(got, np.ndarray):
             raise UsageError(f"{STDIN_LABEL}: a .npy stream holds one array; give IDS as a file")
-        return _pair_from_table(got, path, data_column, ids_column, data_key, ids_key)
+        return pair_from_table(got, path, data_column, ids_column, data_key, ids_key)
     fmt = input_format(path)
     if fmt == "npy":
         raise UsageError(f"{path}: a .npy file holds one array; give IDS as a second file")
@@ -144,7 +151,7 @@ def _read_pair(
         refuse_option("--ids-column", ids_column, path)
         return _pair_from_npz(path, data_key, ids_key)
     table = open_table(path, fmt, csv)
-    return _pair_from_table(table, path, data_column, ids_column, data_key, ids_key)
+    return pair_from_table(table, path, data_column, ids_column, data_key, ids_key)
 
 
 def _pair_from_npz(
@@ -163,7 +170,7 @@ def _pair_from_npz(
     return inputs[0], inputs[1]
 
 
-def _pair_from_table(
+def pair_from_table(
     table: TableFile,
     path: str,
     data_column: str | None,

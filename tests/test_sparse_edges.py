@@ -1,0 +1,259 @@
+"""Edge cases of the sparse family (``--indices``, ``--weights``): odd shapes and values, stdin,
+streamed errors, the summary and ``segcli check``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from segcli.cli import cli
+
+
+def run(*args: Any, stdin: bytes | None = None):
+    return CliRunner().invoke(cli, [str(a) for a in args], input=stdin, catch_exceptions=False)
+
+
+def save(tmp_path: Path, **arrays: Any) -> dict[str, Path]:
+    paths = {}
+    for name, array in arrays.items():
+        paths[name] = tmp_path / f"{name}.npy"
+        np.save(paths[name], np.asarray(array))
+    return paths
+
+
+# --- 1. zero-width rows -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("engine", ["numpy", "numba"])
+@pytest.mark.parametrize("op", ["sum", "mean", "min", "sqrt_n"])
+@pytest.mark.parametrize("blocks", [[], ["--chunk-rows", "2"]], ids=["memory", "stream"])
+def test_zero_width_rows_gather_to_an_empty_inner_axis(tmp_path, engine, op, blocks):
+    paths = save(
+        tmp_path,
+        data=np.zeros((5, 0), np.float32),
+        ids=np.array([0, 0, 1, 3]),
+        idx=np.array([0, 4, 2, 1]),
+        w=np.array([1.0, 2.0, 0.5, 1.0]),
+    )
+    out = tmp_path / "out.npy"
+    weights = ["--weights", paths["w"]] if op != "min" else []
+    args = [paths["data"], paths["ids"], "--indices", paths["idx"], *weights, *blocks]
+    result = run(op, *args, "--engine", engine, "-o", out, "-q")
+    assert result.exit_code == 0, result.stderr
+    got = np.load(out)
+    assert (got.shape, got.dtype) == ((4, 0), np.float32)
+
+
+def test_zero_width_rows_weighted_without_indices(tmp_path):
+    paths = save(tmp_path, data=np.zeros((4, 0)), ids=np.array([0, 2, 2, 1]), w=np.ones(4))
+    out = tmp_path / "out.npy"
+    result = run("mean", paths["data"], paths["ids"], "--weights", paths["w"], "-o", out, "-q")
+    assert result.exit_code == 0, result.stderr
+    assert np.load(out).shape == (3, 0)
+
+
+# --- 2. inf and huge weights ------------------------------------------------------------------
+
+
+def _ieee_weighted(data, ids, indices, weights, n, op):
+    """The combiners in plain float64, IEEE's inf and NaN left as they come."""
+    out = np.zeros((n, data.shape[1]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        for s in range(n):
+            rows = [i for i in range(len(ids)) if ids[i] == s]
+            if not rows:
+                continue
+            w = weights[rows]
+            total = (data[indices[rows]].astype(np.float64) * w[:, None]).sum(axis=0)
+            divisor = {"sum": 1.0, "mean": w.sum(), "sqrt_n": np.sqrt((w * w).sum())}[op]
+            out[s] = total / divisor if divisor != 0 else 0.0
+        return out.astype(data.dtype)
+
+
+@pytest.mark.parametrize("engine", ["numpy", "numba"])
+@pytest.mark.parametrize("op", ["sum", "mean", "sqrt_n"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_inf_and_huge_weights_give_ieee_results_silently(engine, op, dtype):
+    from segcli.sparse import Labeled, sparse_reduce
+
+    data = np.array([[1, 0], [1, 2], [3, 4], [5, 6]], dtype)
+    ids = np.array([0, 0, 1, 1, 2, 3, 3])
+    indices = np.array([0, 1, 2, 3, 3, 1, 2])
+    weights = np.array([np.inf, 1.0, 1e308, 1e308, 1e200, -np.inf, np.inf])
+    expected = _ieee_weighted(data, ids, indices, weights, 4, op)
+    # pytest turns warnings into errors here: an overflow warning would fail the call.
+    got = sparse_reduce(
+        Labeled(data, "data"), Labeled(ids, "ids"), None, op,
+        indices=Labeled(indices, "idx"), weights=Labeled(weights, "w"), engine=engine,
+    ).result  # fmt: skip
+    np.testing.assert_array_equal(got, expected)
+    assert not np.isfinite(got).all()
+
+
+def test_inf_weights_without_indices_are_silent_on_the_cli(tmp_path):
+    paths = save(
+        tmp_path,
+        data=np.array([1.0, 2.0, 3.0]),
+        ids=np.array([0, 0, 1]),
+        w=np.array([np.inf, 1e308, 1e300]),
+    )
+    result = run("mean", paths["data"], paths["ids"], "--weights", paths["w"], "-q")
+    assert result.exit_code == 0
+    assert result.stderr == ""
+    assert result.stdout == "0\tnan\n1\t3.0\n"  # inf / inf, then 3e300 / 1e300
+
+
+# --- 7. float indices -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("blocks", [[], ["--chunk-rows", "1"]], ids=["memory", "stream"])
+@pytest.mark.parametrize(
+    ("indices", "named"),
+    [
+        ([0.0, 4.0, 2.5, 1.5], "indices[2] = 2.5 is not an integer (2 such indices)"),
+        ([0.0, 4.0, 2.0, np.nan], "indices[3] = nan is not an integer (1 such index)"),
+        ([0.0, 1.0, 2.0, 3.0], "indices must be integers, got float64 with whole values"),
+    ],
+)
+def test_float_indices_name_the_first_non_integer(tmp_path, blocks, indices, named):
+    paths = save(tmp_path, data=np.ones((5, 2)), ids=np.array([0, 0, 1, 3]), idx=indices)
+    out = tmp_path / "out.npy"
+    args = [paths["data"], paths["ids"], "--indices", paths["idx"], *blocks, "-o", out, "-q"]
+    result = run("sum", *args)
+    assert result.exit_code == 1
+    assert result.stderr == f"Error: {paths['idx']}: {named}" + (
+        "; indices must be integers (never truncated)\n"
+        if "such" in named
+        else " (never truncated); cast them to integers first\n"
+    )
+    assert not out.exists()
+
+
+# --- 4. errors found while streaming name the option ------------------------------------------
+
+
+@pytest.fixture
+def bags_table(tmp_path: Path) -> Path:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pa.table({"bag": [0, 0, 1, 3], "token": [0, 4, 2, 1], "weight": [1.0, 2.0, 0.5, 1.0]})
+    pq.write_table(table, tmp_path / "bags.parquet", row_group_size=2)
+    return tmp_path / "bags.parquet"
+
+
+@pytest.mark.parametrize("option", ["--indices", "--weights"])
+@pytest.mark.parametrize("archive", [False, True], ids=["table", "npz"])
+def test_streamed_input_errors_name_the_option_as_in_memory(tmp_path, bags_table, option, archive):
+    paths = save(tmp_path, data=np.ones((5, 2)), ids=np.array([0, 0, 1, 3]), idx=[0, 4, 2, 1])
+    several = bags_table
+    if archive:
+        several = tmp_path / "several.npz"
+        np.savez(several, a=np.array([0, 4, 2, 1]), b=np.array([1.0, 2.0, 0.5, 1.0]))
+    given = {"--indices": paths["idx"], "--weights": paths["idx"]}
+    given[option] = several  # a file of several columns (arrays), none picked
+    args = [paths["data"], paths["ids"], *[a for o, p in given.items() for a in (o, p)], "-q"]
+    whole = run("sum", *args)
+    streamed = run("sum", *args, "--chunk-rows", "1", "--memory-limit", "1GB")
+    assert whole.exit_code == streamed.exit_code == 2
+    assert f"pick one with {option}-column" in whole.stderr
+    assert streamed.stderr == whole.stderr
+
+
+# --- 9. nulls in the indices and weights name the option and the row ---------------------------
+
+
+@pytest.mark.parametrize("blocks", [[], ["--chunk-rows", "1"]], ids=["memory", "stream"])
+@pytest.mark.parametrize("op", ["sum", "median"])
+def test_nulls_in_indices_or_weights_name_the_option_and_row(tmp_path, blocks, op):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pa.table(
+        {"bag": [0, 0, 1, 1, 3], "token": [0, 1, None, 2, None], "weight": [1.0, 1, 1, None, 1]}
+    )
+    pq.write_table(table, tmp_path / "bags.parquet", row_group_size=2)
+    np.save(tmp_path / "vocab.npy", np.ones((4, 2)))
+    common = [tmp_path / "vocab.npy", tmp_path / "bags.parquet", "--ids-column", "bag", "-q"]
+    out = tmp_path / "out.npy"
+    result = run(op, *common, "--indices-column", "token", *blocks, "-o", out)
+    assert (result.exit_code, result.stderr) == (
+        1,
+        f"Error: {tmp_path / 'bags.parquet'}: column 'token' has 2 nulls (first at row 2): "
+        "--indices needs an index on every row\n",
+    )
+    if op == "sum":
+        weights = ["--indices-column", "bag", "--weights-column", "weight"]
+        result = run(op, *common, *weights, *blocks, "-o", out)
+        assert (result.exit_code, result.stderr) == (
+            1,
+            f"Error: {tmp_path / 'bags.parquet'}: column 'weight' has 1 null (first at row 3): "
+            "--weights needs a weight on every row\n",
+        )
+    assert not out.exists()
+
+
+# --- 3. ids, indices and weights as columns of one Arrow stream on stdin ----------------------
+
+
+def _arrow_stream(**columns: Any) -> bytes:
+    pa = pytest.importorskip("pyarrow")
+    table = pa.table(columns)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table, max_chunksize=2)
+    return bytes(sink.getvalue())
+
+
+@pytest.mark.parametrize("op", ["mean", "median"])
+def test_ids_indices_and_weights_from_one_arrow_stream_on_stdin(tmp_path, op):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    columns = {"bag": [0, 0, 1, 3, 3], "token": [0, 4, 2, 1, 4], "weight": [1.0, 2, 0.5, 1, 3]}
+    vocab = np.arange(10, dtype=np.float64).reshape(5, 2)
+    np.save(tmp_path / "vocab.npy", vocab)
+    pq.write_table(pa.table(columns), tmp_path / "bags.parquet")
+    weights = ["--weights-column", "weight"] if op == "mean" else []
+    options = ["--ids-column", "bag", "--indices-column", "token", *weights, "-q"]
+    piped = run(op, tmp_path / "vocab.npy", "-", *options, stdin=_arrow_stream(**columns))
+    from_file = run(op, tmp_path / "vocab.npy", tmp_path / "bags.parquet", *options)
+    assert piped.exit_code == from_file.exit_code == 0, piped.stderr
+    assert piped.stdout == from_file.stdout
+    assert piped.stdout.startswith("0\t5.333333333333333\t6.333333333333333\n" if weights else "0")
+
+
+def test_indices_column_on_a_npy_stream_is_a_usage_error(tmp_path):
+    paths = save(tmp_path, data=np.ones((5, 2)), ids=np.array([0, 0, 1]))
+    args = [paths["data"], "-", "--indices-column", "token", "-q"]
+    result = run("sum", *args, stdin=paths["ids"].read_bytes())
+    assert result.exit_code == 2
+    assert (
+        "Error: --indices-column: <stdin> holds a .npy stream, one array with no columns; give "
+        "--indices FILE"
+    ) in result.stderr
+
+
+# --- 6. a weights-only run counts the weights against the memory budget -----------------------
+
+
+def test_weights_without_indices_count_the_weights_against_the_budget(tmp_path):
+    rows = 20_000
+    paths = save(
+        tmp_path,
+        data=np.ones(rows, np.float32),  # 80 KB
+        ids=np.arange(rows, dtype=np.int32) % 7,  # 80 KB
+        w=np.ones(rows),  # 160 KB
+    )
+    args = [paths["data"], paths["ids"], "--weights", paths["w"], "-q", "-o", tmp_path / "o.npy"]
+    fits = run("sum", *args, "--memory-limit", "400KB")
+    assert fits.exit_code == 0, fits.stderr
+    # DATA and IDS alone fit 200 KB; with the weights they do not.
+    refused = run("sum", *args, "--memory-limit", "200KB")
+    assert refused.exit_code == 2
+    assert (
+        f"Error: {paths['w']}: --weights without --indices reads DATA, IDS and the weights "
+        "whole: 78.2 KiB of DATA + 78.2 KiB of IDS + 156.4 KiB of weights is over the memory "
+        "budget of 195.3 KiB (raise --memory-limit)"
+    ) in refused.stderr
