@@ -243,13 +243,6 @@ class Partitions:
         self._files: list[tuple[IO[bytes], IO[bytes]]] = []
 
     def __enter__(self) -> Partitions:
-        try:
-            self.directory = tempfile.mkdtemp(prefix="segcli-partitions-", dir=self._tmp_dir)
-        except OSError as exc:
-            where = self._tmp_dir or tempfile.gettempdir()
-            raise UsageError(
-                f"--tmp-dir {where}: cannot create temporary files ({exc.strerror or exc})"
-            ) from None
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -286,9 +279,14 @@ class Partitions:
         return base + ".values", base + ".ids"
 
     def _open(self) -> None:
-        for part in range(self._parts):
-            values_path, ids_path = self._paths(part)
-            self._files.append((open(values_path, "wb"), open(ids_path, "wb")))  # noqa: SIM115
+        # Made with the first kept row, not before: a run that keeps none touches no disk.
+        try:
+            self.directory = tempfile.mkdtemp(prefix="segcli-partitions-", dir=self._tmp_dir)
+            for part in range(self._parts):
+                values_path, ids_path = self._paths(part)
+                self._files.append((open(values_path, "wb"), open(ids_path, "wb")))  # noqa: SIM115
+        except OSError as exc:
+            raise self._write_error(exc, "create") from None
 
     def push(self, values: np.ndarray, ids: np.ndarray) -> None:
         """Append a validated block's kept rows to their partitions."""
@@ -315,10 +313,10 @@ class Partitions:
         except OSError as exc:
             raise self._write_error(exc) from None
 
-    def _write_error(self, exc: OSError) -> WriteError:
+    def _write_error(self, exc: OSError, verb: str = "write") -> WriteError:
         # Exit 5: the run cannot finish, so its output is not written (disk full, say).
         return WriteError(
-            f"--tmp-dir {self._tmp_dir or tempfile.gettempdir()}: cannot write partition "
+            f"--tmp-dir {self._tmp_dir or tempfile.gettempdir()}: cannot {verb} partition "
             f"files ({exc.strerror or exc})"
         )
 

@@ -3,6 +3,7 @@ columns under --skipna, --indices with int nulls, and repeated single-valued opt
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -51,3 +52,75 @@ def test_median_of_signed_zeros_is_numpys(tmp_path: Path, dtype: str, path: str)
     got = np.load(out)
     assert got.tobytes() == want.tobytes()
     assert not np.signbit(got).any()
+
+
+# --- --tmp-dir ----------------------------------------------------------------------------------
+
+
+def _pair(tmp_path: Path, ids: np.ndarray) -> tuple[Path, Path]:
+    np.save(tmp_path / "data.npy", np.arange(len(ids), dtype=np.float32))
+    np.save(tmp_path / "ids.npy", ids)
+    return tmp_path / "data.npy", tmp_path / "ids.npy"
+
+
+@pytest.mark.parametrize("what", ["no such directory", "not a directory", "not writable"])
+def test_a_bad_tmp_dir_is_one_line_and_exit_5(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, what: str
+) -> None:
+    where = tmp_path / "scratch"
+    if what == "not a directory":
+        where.write_text("")
+    elif what == "not writable":
+        where.mkdir()
+        where.chmod(0o555)
+        real_access = os.access  # root may write anywhere: answer as for any other user
+        monkeypatch.setattr(os, "access", lambda p, m: str(p) != str(where) and real_access(p, m))
+    out = tmp_path / "out.npy"
+    result = run(
+        "median",
+        *_pair(tmp_path, np.arange(20) % 3),
+        "--chunk-rows",
+        4,
+        "--tmp-dir",
+        where,
+        "-o",
+        out,
+    )
+    assert result.exit_code == 5
+    assert error_lines(result) == [f"Error: --tmp-dir {where}: {what}"]
+    assert not out.exists()
+
+
+def test_partition_files_are_made_only_for_kept_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every id is negative, so no row goes to a partition: no directory is made at all."""
+    import tempfile
+
+    made: list[str] = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def mkdtemp(*args: Any, **kwargs: Any) -> str:
+        made.append(real_mkdtemp(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(tempfile, "mkdtemp", mkdtemp)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    out = tmp_path / "out.npy"
+    paths = _pair(tmp_path, np.full(20, -1))
+    result = run("median", *paths, "-n", 2, "--chunk-rows", 4, "--tmp-dir", scratch, "-o", out)
+    assert result.exit_code == 0, result.stderr
+    assert made == [] and np.load(out).tolist() == [0.0, 0.0]
+    result = run(
+        "median",
+        *_pair(tmp_path, np.arange(20) % 3),
+        "--chunk-rows",
+        4,
+        "--tmp-dir",
+        scratch,
+        "-o",
+        out,
+    )
+    assert result.exit_code == 0, result.stderr
+    assert len(made) == 1 and list(scratch.iterdir()) == []
