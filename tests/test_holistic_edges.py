@@ -124,3 +124,65 @@ def test_partition_files_are_made_only_for_kept_rows(
     )
     assert result.exit_code == 0, result.stderr
     assert len(made) == 1 and list(scratch.iterdir()) == []
+
+
+# --- --skipna over nulls inside integer and bool list columns ------------------------------------
+
+
+def _reference(values: list[list[Any]], ids: np.ndarray, n: int, op: str) -> np.ndarray:
+    """Each segment's op over its present values, element by element (a plain loop)."""
+    width = len(values[0])
+    out = np.zeros((n, width), np.int64 if op == "nunique" else np.float64)
+    for s in range(n):
+        for col in range(width):
+            present = [values[r][col] for r in np.flatnonzero(ids == s)]
+            present = [v for v in present if v is not None]
+            if not present:
+                continue
+            if op == "nunique":
+                out[s, col] = len(set(present))
+            elif op == "median":
+                out[s, col] = np.median(np.array(present, np.int64))
+            else:
+                out[s, col] = np.quantile(np.array(present, np.int64), 0.3)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("kind", "op"),
+    [("int", "median"), ("int", "quantile"), ("int", "nunique"), ("bool", "nunique")],
+)
+@pytest.mark.parametrize("path", ["in memory", "partitioned", "sorted stream", "memory limit"])
+def test_skipna_leaves_out_nulls_inside_integer_and_bool_lists(
+    tmp_path: Path, kind: str, op: str, path: str
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(7)
+    rows, n = 300, 9
+    ids = np.sort(rng.integers(0, n, rows)) if path == "sorted stream" else rng.integers(0, n, rows)
+    raw = rng.integers(-5, 6, (rows, 3))
+    values: list[list[Any]] = [
+        [None if rng.random() < 0.3 else (bool(v % 2) if kind == "bool" else int(v)) for v in row]
+        for row in raw
+    ]
+    values[0] = [None, None, None]  # a row of only nulls
+    arrow_type = pa.bool_() if kind == "bool" else pa.int64()
+    table = pa.table({"x": pa.array(values, pa.list_(arrow_type)), "seg": ids})
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=40)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    options = {
+        "in memory": [],
+        "partitioned": ["--chunk-rows", 17, "--tmp-dir", scratch],
+        "sorted stream": ["--sorted", "--chunk-rows", 17],
+        "memory limit": ["--memory-limit", "2KB", "--tmp-dir", scratch],
+    }[path]
+    q = ["--q", 0.3] if op == "quantile" else []
+    out = tmp_path / "out.npy"
+    args = [tmp_path / "t.parquet", "--data-column", "x", "--ids-column", "seg", "--skipna"]
+    result = run(op, *args, *q, "-n", n, *options, "-o", out)
+    assert result.exit_code == 0, result.stderr
+    np.testing.assert_array_equal(np.load(out), _reference(values, ids, n, op))
+    assert list(scratch.iterdir()) == []

@@ -238,7 +238,10 @@ def _sort_stream(
         context: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     else:
         rows = -1 if ids.shape[0] < 0 else int(np.prod(ids.shape, dtype=np.int64))
-        parts = partition_count(rows, width * source.dtype.itemsize + 8, spec.memory_budget)
+        # A partition row holds the values, an id, and under --skipna an integer's nulls.
+        nulls = width if spec.skipna and source.dtype.kind in "iub" else 0
+        row_bytes = width * source.dtype.itemsize + 8 + nulls
+        parts = partition_count(rows, row_bytes, spec.memory_budget)
         sink = context = Partitions(
             job,
             parts,
