@@ -186,3 +186,50 @@ def test_skipna_leaves_out_nulls_inside_integer_and_bool_lists(
     assert result.exit_code == 0, result.stderr
     np.testing.assert_array_equal(np.load(out), _reference(values, ids, n, op))
     assert list(scratch.iterdir()) == []
+
+
+# --- --indices with --skipna over integer nulls -------------------------------------------------
+
+
+@pytest.mark.parametrize("op", ["median", "quantile", "nunique"])
+@pytest.mark.parametrize("layout", ["scalar", "list"])
+@pytest.mark.parametrize("streamed", [False, True])
+def test_indices_with_skipna_leave_out_integer_nulls(
+    tmp_path: Path, op: str, layout: str, streamed: bool
+) -> None:
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rng = np.random.default_rng(11)
+    rows, bags, n = 40, 120, 6
+    if layout == "scalar":
+        values: list[list[Any]] = [
+            [None if rng.random() < 0.3 else int(v)] for v in rng.integers(-4, 5, rows)
+        ]
+        column = pa.array([row[0] for row in values], pa.int64())
+    else:
+        values = [
+            [None if rng.random() < 0.3 else int(v) for v in row]
+            for row in rng.integers(-4, 5, (rows, 2))
+        ]
+        column = pa.array(values, pa.list_(pa.int64()))
+    pq.write_table(pa.table({"x": column}), tmp_path / "d.parquet")
+    indices = rng.integers(0, rows, bags)  # rows gathered more than once, or never
+    ids = np.sort(rng.integers(0, n, bags))
+    np.save(tmp_path / "ids.npy", ids)
+    np.save(tmp_path / "idx.npy", indices)
+    gathered = [values[i] for i in indices]
+    out, summary = tmp_path / "out.npy", tmp_path / "summary.json"
+    result = run(
+        op, tmp_path / "d.parquet", tmp_path / "ids.npy", "--indices", tmp_path / "idx.npy",
+        "--data-column", "x", "--skipna", "-n", n, *(["--q", 0.3] if op == "quantile" else []),
+        *(["--chunk-rows", 7] if streamed else []), "--summary-json", summary, "-o", out,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    want = _reference(gathered, ids, n, op)
+    np.testing.assert_array_equal(np.load(out).reshape(want.shape), want)
+    facts = json.loads(summary.read_text())
+    assert facts["mode"] == ("streaming" if streamed else "in-memory")
+    assert facts["skipped"]["values"] == sum(v is None for row in gathered for v in row)
