@@ -233,3 +233,48 @@ def test_indices_with_skipna_leave_out_integer_nulls(
     facts = json.loads(summary.read_text())
     assert facts["mode"] == ("streaming" if streamed else "in-memory")
     assert facts["skipped"]["values"] == sum(v is None for row in gathered for v in row)
+
+
+# --- an option that takes one value, given twice ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (
+            ["agg", "--op", "sum", "--op", "mean"],
+            "Error: --op was given more than once (sum, mean); it takes one value (several "
+            "in one: --op sum,mean) (see 'segcli agg --help')",
+        ),
+        (
+            ["quantile", "--q", "0.1", "--q=0.5"],
+            "Error: --q was given more than once (0.1, 0.5); it takes one value "
+            "(see 'segcli quantile --help')",
+        ),
+        (
+            ["agg", "--op", "quantile", "--q", "0.1", "--q", "0.5"],
+            "Error: --q was given more than once (0.1, 0.5); it takes one value "
+            "(see 'segcli agg --help')",
+        ),
+        (
+            ["median", "-n", "4", "-n5"],
+            "Error: --num-segments was given more than once (4, 5); it takes one value "
+            "(see 'segcli median --help')",
+        ),
+    ],
+)
+def test_an_option_given_twice_is_refused(tmp_path: Path, args: list[str], line: str) -> None:
+    from tests.entry import run_main
+
+    out = tmp_path / "out.npy"
+    command, *options = args
+    result = run_main(command, "sample_data/data.npy", "sample_data/ids.npy", *options, "-o", out)
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [line]
+    assert not out.exists()
+
+
+def test_flags_may_repeat(tmp_path: Path) -> None:
+    out = tmp_path / "out.npy"
+    result = run("median", "sample_data/data.npy", "sample_data/ids.npy", "-q", "-q", "-o", out)
+    assert result.exit_code == 0, result.stderr
