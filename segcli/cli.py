@@ -396,9 +396,56 @@ def _stage_summary_json(
         handle.write((summary_module.dumps(facts) + "\n").encode())
 
 
+class _OnceCommand(click.Command):
+    """A command whose options each take one value: click keeps the last of ``--q 0.1 --q
+    0.5`` without a word, so a second one is a usage error instead (flags may repeat)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if not ctx.resilient_parsing:
+            _refuse_repeated_options(self, ctx, args)
+        return super().parse_args(ctx, args)
+
+
+def _refuse_repeated_options(command: click.Command, ctx: click.Context, args: list[str]) -> None:
+    # The parser alone (no callbacks, no conversion) lists each option once per use.
+    _, _, order = command.make_parser(ctx).parse_args(args=list(args))
+    seen: set[str | None] = set()
+    for param in order:
+        if not isinstance(param, click.Option) or param.is_flag or param.count or param.multiple:
+            continue
+        if param.name in seen:
+            name = max(param.opts, key=len)
+            given = _values_of(param, args)
+            values = f" ({', '.join(given)})" if len(given) > 1 else ""
+            joined = ",".join(given) if "," in (param.metavar or "") and given else ""
+            hint = f" (several in one: {name} {joined})" if joined else ""
+            raise click.UsageError(
+                f"{name} was given more than once{values}; it takes one value{hint}", ctx=ctx
+            )
+        seen.add(param.name)
+
+
+def _values_of(param: click.Option, args: list[str]) -> list[str]:
+    """The values the command line gives ``param``, in order, for the error message."""
+    values = []
+    for k, arg in enumerate(args):
+        if arg == "--":
+            break
+        for opt in param.opts:
+            if arg == opt and k + 1 < len(args):
+                values.append(args[k + 1])
+            elif arg.startswith(opt + "=") and opt.startswith("--"):
+                values.append(arg[len(opt) + 1 :])
+            elif len(opt) == 2 and arg.startswith(opt) and len(arg) > 2 and arg[1] != "-":
+                values.append(arg[2:])
+    return values
+
+
 class _OpCommandsOnDemand(click.Group):
     """Builds an op's command when it is asked for: each carries some 35 options, and making
     all 19 cost about 4 ms of every run's start-up, for the one command it runs."""
+
+    command_class = _OnceCommand
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in OP_SUMMARIES and cmd_name not in self.commands:
@@ -602,7 +649,7 @@ def _make_op_command(op: str) -> click.Command:
         command = q_option(required=True)(command)
     if op in HOLISTIC_OPS:
         command = tmp_dir_option(command)
-    return click.command(name=op, epilog=EXIT_CODES_HELP)(command)
+    return click.command(name=op, cls=_OnceCommand, epilog=EXIT_CODES_HELP)(command)
 
 
 def q_option(*, required: bool) -> Callable[[F], F]:

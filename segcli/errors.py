@@ -39,7 +39,11 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
         EXIT_CHECK_FAILED,
         "a check failed: --expect mismatch, check --max-empty, --max-dropped or --no-nan",
     ),
-    (EXIT_WRITE, "the output could not be written (disk full, folder missing, stdout full)"),
+    (
+        EXIT_WRITE,
+        "the output or --tmp-dir's files could not be written (disk full, folder missing, "
+        "stdout full)",
+    ),
     (EXIT_CLUSTER, "the Dask cluster failed: workers kept dying, or the scheduler went away"),
     (EXIT_INTERNAL, "internal error: a bug in segcli (SEGCLI_DEBUG=1 shows the traceback)"),
     (EXIT_HANGUP, "hung up (SIGHUP); no output is left half-written"),

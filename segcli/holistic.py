@@ -105,12 +105,13 @@ def reduce_holistic(
 ) -> np.ndarray:
     """``op`` of each segment, column by column.
 
-    ``values`` is ``(rows, inner_size)``; ``ids`` holds one id in ``[0, num_segments)`` per row
-    (validated, dropped rows removed). Returns ``(num_segments, inner_size)`` in
-    :func:`holistic_out_dtype`; a segment with no (present, under ``skipna``) value gets
-    ``fill``, a value of that dtype, or 0.
+    ``values`` is ``(rows, inner_size)``, a masked array where integer or bool values are
+    null; ``ids`` holds one id in ``[0, num_segments)`` per row (validated, dropped rows
+    removed). Returns ``(num_segments, inner_size)`` in :func:`holistic_out_dtype`; a segment
+    with no (present, under ``skipna``: neither NaN nor masked) value gets ``fill``, a value of
+    that dtype, or 0.
     """
-    values = np.asarray(values)
+    values, missing = _unmasked(values)
     ids = np.asarray(ids)
     quantile = check_holistic(op, values.dtype, q)
     if values.ndim != 2 or ids.ndim != 1 or len(ids) != len(values):
@@ -119,8 +120,15 @@ def reduce_holistic(
             f"got {values.shape} and {ids.shape}"
         )
     return _reduce(
-        op, values, _checked_ids(ids, num_segments), num_segments, quantile, skipna, fill
+        op, values, _checked_ids(ids, num_segments), num_segments, quantile, skipna, fill, missing
     )
+
+
+def _unmasked(values: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    """The values' data, and where they are null (a masked array's mask) or None."""
+    if np.ma.isMaskedArray(values) and np.ma.getmask(values) is not np.ma.nomask:
+        return np.asarray(np.ma.getdata(values)), np.ma.getmaskarray(values)
+    return np.asarray(np.ma.getdata(values)), None
 
 
 def _check_num_segments(num_segments: int) -> None:
@@ -151,14 +159,18 @@ def _reduce(
     q: float | None,
     skipna: bool,
     fill: Any,
+    missing: np.ndarray | None = None,
 ) -> np.ndarray:
     width = values.shape[1]
     out_dtype = holistic_out_dtype(op, values.dtype)
     num_groups = num_segments * width
     out = np.full(num_groups, 0 if fill is None else fill, dtype=out_dtype)
     flat, groups = _elements(values, ids, width)
-    if skipna and flat.dtype.kind in "fc":
-        present = ~np.isnan(flat)
+    if skipna and (flat.dtype.kind in "fc" or missing is not None):
+        # Element by element: a null inside an integer or bool list is masked, a float's NaN.
+        present = ~np.isnan(flat) if flat.dtype.kind in "fc" else np.ones(flat.size, bool)
+        if missing is not None:
+            present &= ~missing.reshape(-1)
         if not present.all():
             flat, groups = flat[present], groups[present]
     if flat.size:
@@ -462,7 +474,8 @@ def _median(low: np.ndarray, high: np.ndarray, odd: np.ndarray) -> np.ndarray:
     dtype = low.dtype
     wide = np.float32 if dtype.kind == "f" and dtype.itemsize <= 4 else np.float64
     low, high = low.astype(wide), high.astype(wide)
-    result = np.where(odd, low, (low + high) / wide(2))
+    # np.mean adds to a +0.0 start, so a zero median is +0.0 whatever the middle zeros' signs.
+    result = np.where(odd, low, (low + high) / wide(2)) + wide(0)
     return result.astype(dtype) if dtype.kind == "f" else result
 
 
@@ -535,8 +548,9 @@ class SortedHolisticReducer:
         self._rows_seen = 0
 
     def push(self, values: np.ndarray, ids: np.ndarray) -> None:
-        """Take the next block: ``values`` ``(rows, inner_size)``, ``ids`` ``(rows,)``."""
-        values = np.asarray(values)
+        """Take the next block: ``values`` ``(rows, inner_size)`` (masked where null),
+        ``ids`` ``(rows,)``."""
+        values = np.asanyarray(values)
         bound = np.iinfo(np.int64).max if self._num_segments is None else self._num_segments
         ids = _checked_ids(np.asarray(ids), bound, self._rows_seen)
         if values.shape != (len(ids), self._width):
@@ -563,7 +577,7 @@ class SortedHolisticReducer:
         cut = int(np.searchsorted(ids, last, side="left"))
         if cut:
             self._finish_rows(
-                np.concatenate([*self._carry_values, values[:cut]]),
+                _joined([*self._carry_values, values[:cut]]),
                 np.concatenate([*self._carry_ids, ids[:cut]]),
             )
             self._carry_values, self._carry_ids = [], []
@@ -576,7 +590,7 @@ class SortedHolisticReducer:
         """The result, ``(num_segments, inner_size)``, after the last block; ``num_segments``
         is the final count when the constructor was given None."""
         if self._carry_ids:
-            self._finish_rows(np.concatenate(self._carry_values), np.concatenate(self._carry_ids))
+            self._finish_rows(_joined(self._carry_values), np.concatenate(self._carry_ids))
             self._carry_values, self._carry_ids = [], []
         if self._num_segments is None:
             final = len(self._out) if num_segments is None else num_segments
@@ -604,18 +618,22 @@ class SortedHolisticReducer:
         np.not_equal(ids[1:], ids[:-1], out=new[1:])
         segments = ids[new]
         local = np.cumsum(new) - 1
+        data, missing = _unmasked(values.reshape(len(ids), self._width))
         result = _reduce(
-            self._op,
-            values.reshape(len(ids), self._width),
-            local,
-            len(segments),
-            self._q,
-            self._skipna,
-            self._fill,
+            self._op, data, local, len(segments), self._q, self._skipna, self._fill, missing
         )
         if self._num_segments is None:
             self._grow(int(segments[-1]) + 1)
         self._out[segments] = result
+
+
+def _joined(blocks: list[np.ndarray]) -> np.ndarray:
+    """Blocks end to end, their masks too (``np.concatenate`` drops a masked array's mask)."""
+    if any(np.ma.isMaskedArray(block) for block in blocks):
+        data = np.concatenate([np.ma.getdata(block) for block in blocks])
+        mask = np.concatenate([np.ma.getmaskarray(block) for block in blocks])
+        return np.ma.MaskedArray(data, mask)
+    return np.concatenate(blocks)
 
 
 __all__ = [

@@ -139,21 +139,18 @@ def kept_rows(
     values: np.ndarray, ids: np.ndarray, num_segments: int | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """The rows a validated run keeps: negative ids and (sorted family) ids >= n dropped, and
-    under ``--skipna`` rows whose value is null (a masked array: integer and bool columns;
-    float nulls arrive as NaN, which the sort leaves out itself)."""
+    under ``--skipna`` rows whose values are all null (a masked array: integer and bool
+    columns; float nulls arrive as NaN, which the sort leaves out itself). Rows with some
+    values null stay masked there, and the sort leaves those values out one by one."""
     keep = ids >= 0
     if num_segments is not None:
         keep &= ids < num_segments
     mask = np.ma.getmask(values)
     if mask is not np.ma.nomask:
         row_mask = mask.reshape(len(ids), -1)
-        if row_mask.shape[1] > 1 and (row_mask.any(axis=1) != row_mask.all(axis=1)).any():
-            raise UsageError(
-                "--skipna: null values inside a list column of integers or bools cannot be "
-                "left out element by element by median, quantile or nunique; fill them first"
-            )
-        keep &= ~row_mask.any(axis=1)
-        values = np.ma.getdata(values)
+        keep &= ~row_mask.all(axis=1)
+        if not (row_mask.any(axis=1) & keep).any():  # no row left with a null: plain values
+            values = np.ma.getdata(values)
     if keep.all():
         return values, ids
     return values[keep], ids[keep]
@@ -241,15 +238,15 @@ class Partitions:
         self._tmp_dir = tmp_dir
         self.directory: str | None = None
         self._files: list[tuple[IO[bytes], IO[bytes]]] = []
+        # A row of values and their nulls, when nulls may stay inside rows (--skipna over an
+        # integer or bool list column): each partition file keeps the mask beside its values.
+        self._record = (
+            np.dtype([("values", self._dtype, (width,)), ("missing", bool, (width,))])
+            if job.skipna and self._dtype.kind in "iub"
+            else None
+        )
 
     def __enter__(self) -> Partitions:
-        try:
-            self.directory = tempfile.mkdtemp(prefix="segcli-partitions-", dir=self._tmp_dir)
-        except OSError as exc:
-            where = self._tmp_dir or tempfile.gettempdir()
-            raise UsageError(
-                f"--tmp-dir {where}: cannot create temporary files ({exc.strerror or exc})"
-            ) from None
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -286,9 +283,14 @@ class Partitions:
         return base + ".values", base + ".ids"
 
     def _open(self) -> None:
-        for part in range(self._parts):
-            values_path, ids_path = self._paths(part)
-            self._files.append((open(values_path, "wb"), open(ids_path, "wb")))  # noqa: SIM115
+        # Made with the first kept row, not before: a run that keeps none touches no disk.
+        try:
+            self.directory = tempfile.mkdtemp(prefix="segcli-partitions-", dir=self._tmp_dir)
+            for part in range(self._parts):
+                values_path, ids_path = self._paths(part)
+                self._files.append((open(values_path, "wb"), open(ids_path, "wb")))  # noqa: SIM115
+        except OSError as exc:
+            raise self._write_error(exc, "create") from None
 
     def push(self, values: np.ndarray, ids: np.ndarray) -> None:
         """Append a validated block's kept rows to their partitions."""
@@ -309,16 +311,21 @@ class Partitions:
 
     def _write(self, part: int, values: np.ndarray, ids: np.ndarray) -> None:
         values_file, ids_file = self._files[part]
+        if self._record is not None:
+            rows = np.empty(len(ids), self._record)
+            rows["values"] = np.ma.getdata(values)
+            rows["missing"] = np.ma.getmaskarray(values)
+            values = rows
         try:
             values_file.write(np.ascontiguousarray(values).data)
             ids_file.write(np.ascontiguousarray(ids).data)
         except OSError as exc:
             raise self._write_error(exc) from None
 
-    def _write_error(self, exc: OSError) -> WriteError:
+    def _write_error(self, exc: OSError, verb: str = "write") -> WriteError:
         # Exit 5: the run cannot finish, so its output is not written (disk full, say).
         return WriteError(
-            f"--tmp-dir {self._tmp_dir or tempfile.gettempdir()}: cannot write partition "
+            f"--tmp-dir {self._tmp_dir or tempfile.gettempdir()}: cannot {verb} partition "
             f"files ({exc.strerror or exc})"
         )
 
@@ -335,7 +342,7 @@ class Partitions:
         numbering = _LocalNumbering(num_segments)
         for part in range(self._parts):
             values_path, ids_path = self._paths(part)
-            values = np.fromfile(values_path, self._dtype).reshape(-1, self._width)
+            values = self._read_values(values_path)
             ids = np.fromfile(ids_path, np.int64)
             os.remove(values_path)
             os.remove(ids_path)
@@ -350,6 +357,12 @@ class Partitions:
             ):
                 result[segments] = got
         return results
+
+    def _read_values(self, path: str) -> np.ndarray:
+        if self._record is None:
+            return np.fromfile(path, self._dtype).reshape(-1, self._width)
+        rows = np.fromfile(path, self._record)
+        return np.ma.MaskedArray(rows["values"], rows["missing"])
 
 
 class _LocalNumbering:

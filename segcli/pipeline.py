@@ -185,14 +185,15 @@ class RunRequest:
 
 
 def _check_tmp_dir(path: str | None) -> None:
-    """A --tmp-dir that cannot take files fails before any input is read."""
+    """A --tmp-dir that cannot take files fails before any input is read, with the exit code
+    of a place segcli cannot write to (5), as a partition file that fails later does."""
     if path is None:
         return
     if not os.path.isdir(path):
         what = "not a directory" if os.path.exists(path) else "no such directory"
-        raise UsageError(f"--tmp-dir {path}: {what}")
+        raise WriteError(f"--tmp-dir {path}: {what}")
     if not os.access(path, os.W_OK | os.X_OK):
-        raise UsageError(f"--tmp-dir {path}: not writable")
+        raise WriteError(f"--tmp-dir {path}: not writable")
 
 
 @dataclass

@@ -249,7 +249,7 @@ def test_tmp_dir_must_be_a_writable_directory_before_any_input_is_read(tmp_path)
         result = run(
             "median", tmp_path / "no-data.npy", tmp_path / "no-ids.npy", "--tmp-dir", where
         )
-        assert result.exit_code == 2
+        assert result.exit_code == 5
         assert len(error_lines(result)) == 1 and f"--tmp-dir {where}: {what}" in result.stderr
 
 

@@ -238,7 +238,10 @@ def _sort_stream(
         context: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
     else:
         rows = -1 if ids.shape[0] < 0 else int(np.prod(ids.shape, dtype=np.int64))
-        parts = partition_count(rows, width * source.dtype.itemsize + 8, spec.memory_budget)
+        # A partition row holds the values, an id, and under --skipna an integer's nulls.
+        nulls = width if spec.skipna and source.dtype.kind in "iub" else 0
+        row_bytes = width * source.dtype.itemsize + 8 + nulls
+        parts = partition_count(rows, row_bytes, spec.memory_budget)
         sink = context = Partitions(
             job,
             parts,
@@ -336,11 +339,12 @@ def _run_gathered(spec: RunSpec, progress: Progress | None) -> DriverResult:
     started = time.perf_counter()
     data, ids, indices = sparse_driver.read_gather(spec)
     read_s = time.perf_counter() - started
-    array = np.asarray(data.array)
+    # Masked where an integer or bool value is null (--skipna): the gather keeps the mask.
+    array = np.asanyarray(data.array)
     job = _job(spec, array.dtype, data.label)
     # The sparse family's rules and the row counts, as every --indices run checks them.
     counted = sparse.sparse_reduce(
-        sparse.Labeled(array, data.label),
+        sparse.Labeled(np.ma.getdata(array), data.label),
         sparse.Labeled(ids.array, ids.label),
         spec.num_segments,
         "count",
@@ -350,9 +354,10 @@ def _run_gathered(spec: RunSpec, progress: Progress | None) -> DriverResult:
     )
     sorting = time.perf_counter()
     inner = tuple(array.shape[1:])
-    results = job.reduce_arrays(
-        array[indices.array], ids.array.reshape(-1), counted.id_report.num_segments
-    )
+    gathered = array[indices.array]
+    if spec.skipna:
+        counted.skipped_values = _missing(gathered)
+    results = job.reduce_arrays(gathered, ids.array.reshape(-1), counted.id_report.num_segments)
     timings = {
         "read": read_s,
         "validate": counted.timings["validate"],
@@ -372,17 +377,22 @@ def _run_gathered(spec: RunSpec, progress: Progress | None) -> DriverResult:
 def _run_gathered_streaming(spec: RunSpec, progress: Progress | None) -> DriverResult:
     started = time.perf_counter()
     data, ids, indices = sparse_driver.open_gather(spec)
-    array = np.asarray(data.array)
+    array = np.asanyarray(data.array)  # masked where null, as in _run_gathered
     job = _job(spec, array.dtype, data.label)
     inner = tuple(array.shape[1:])
     width = ops.inner_size(inner)
     sink = SortedRows(job, spec.num_segments, width, array.dtype)
+    skipped = 0
 
     def gather(block_ids: np.ndarray, block_indices: np.ndarray) -> None:
-        sink.push(array[block_indices].reshape(len(block_ids), width), block_ids)
+        nonlocal skipped
+        rows = array[block_indices].reshape(len(block_ids), width)
+        if spec.skipna:
+            skipped += _missing(rows)
+        sink.push(rows, block_ids)
 
     counted, blocks = sparse.reduce_streamed(
-        sparse.Labeled(array, data.label),
+        sparse.Labeled(np.ma.getdata(array), data.label),
         ids.source,
         indices.source,
         None,
@@ -395,6 +405,8 @@ def _run_gathered_streaming(spec: RunSpec, progress: Progress | None) -> DriverR
     )
     checkpoint("holistic-finish")
     results = sink.finish(counted.id_report.num_segments)
+    if spec.skipna:
+        counted.skipped_values = skipped
     finished = _finished(spec, counted, job, results, inner)
     return DriverResult(
         finished,
@@ -404,3 +416,12 @@ def _run_gathered_streaming(spec: RunSpec, progress: Progress | None) -> DriverR
         {"chunks": blocks},
         {"read+compute": time.perf_counter() - started},
     )
+
+
+def _missing(gathered: np.ndarray) -> int:
+    """Values --skipna leaves out of gathered rows (every one is kept: the sparse family
+    refuses ids it would drop): nulls (masked) and NaN."""
+    missing = int(np.ma.getmaskarray(gathered).sum())
+    if gathered.dtype.kind in "fc":
+        missing += int(np.isnan(np.ma.getdata(gathered)).sum())
+    return missing
