@@ -930,8 +930,10 @@ def main(argv: list[str] | None = None) -> None:
     import signal
 
     from segcli.signals import Interrupted, exit_interrupted, install_handlers
+    from segcli.stderr_guard import guard_stderr
 
     _fill_closed_std_fds()
+    guard_stderr()
     install_handlers()
     session = _Session()
     try:

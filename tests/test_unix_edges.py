@@ -115,3 +115,44 @@ def test_hostile_column_names_and_keys_print_literally(tmp_path):
         "Error: t.parquet: row 1 has key [bold]k='[red]y', which is not in --keys-from "
         "keys.parquet (1 row with a key not in it)"
     ]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        ([], 0),
+        (["-q", "--summary-json", "-"], 0),
+        (["-n", "1"], 1),
+        (["--nope"], 2),
+        (["--expect", "missing.npy"], 3),
+        (["-o", "no/such/folder/out.npy"], 5),
+    ],
+)
+def test_full_stderr_keeps_the_exit_code(hostile, args, code):
+    with open("/dev/full", "wb") as full:
+        result = segcli("sum", "[bold]x.npy", "ids.npy", *args, cwd=hostile, stderr=full)
+    assert result.returncode == code
+    if code == 0 and "-q" not in args:
+        assert result.stdout == b"0\t1.0\n1\t5.0\n"
+
+
+def test_stderr_closed_by_its_reader_keeps_the_exit_code(hostile):
+    reader, writer = os.pipe()
+    os.close(reader)  # no one will read what segcli says
+    try:
+        passed = segcli("check", "[bold]x.npy", "ids.npy", cwd=hostile, stderr=writer)
+        failed = segcli(
+            "check",
+            "[bold]x.npy",
+            "ids.npy",
+            "-n",
+            "5",
+            "--max-empty",
+            "0",
+            cwd=hostile,
+            stderr=writer,
+        )
+    finally:
+        os.close(writer)
+    assert (passed.returncode, failed.returncode) == (0, 4)
