@@ -31,6 +31,7 @@ from segcli.errors import (
     WriteError,
 )
 from segcli.op_names import DDOF_OPS, HOLISTIC_OPS, OP_SUMMARIES, Q_OPS
+from segcli.terminal import terminal_safe
 
 if TYPE_CHECKING:
     from segcli.io import OutputSet
@@ -67,21 +68,6 @@ def _stdout_reader_gone() -> bool:
 
 def _is_broken_pipe(error: OSError) -> bool:
     return isinstance(error, BrokenPipeError) or error.errno == errno.EPIPE or _stdout_reader_gone()
-
-
-def terminal_safe(text: str) -> str:
-    """``text`` with its control characters written as escapes (``\\x1b``, ``\\r``, ...):
-    an error names the first offending value, which may come from a corrupt file or a
-    hostile one, and its raw bytes must neither break the one line nor drive the terminal
-    (colours, cursor moves, a carriage return that hides the start of the line)."""
-    if text.isprintable():
-        return text
-    return "".join(char if char.isprintable() else _escaped(char) for char in text)
-
-
-def _escaped(char: str) -> str:
-    # repr's own spelling of the character (\n, \x1b, \u2028), without its quotes.
-    return repr(char)[1:-1]
 
 
 class SegcliClickError(click.ClickException):
@@ -892,7 +878,8 @@ def info(path: str, as_json: bool, delimiter: str | None, no_input_header: bool)
     if as_json:
         _print_stdout([json.dumps(facts, indent=2, default=str)])
         return
-    _print_stdout(_describe_lines(facts))
+    # Column and array names come from the file: literal, one line each, even on a terminal.
+    _print_stdout([terminal_safe(line) for line in _describe_lines(facts)])
 
 
 def _print_stdout(lines: list[str]) -> None:
@@ -990,8 +977,10 @@ def main(argv: list[str] | None = None) -> None:
     import signal
 
     from segcli.signals import Interrupted, exit_interrupted, install_handlers
+    from segcli.stderr_guard import guard_stderr
 
     _fill_closed_std_fds()
+    guard_stderr()
     install_handlers()
     session = _Session()
     try:

@@ -369,16 +369,25 @@ def render_table(
     """A rich Table for a terminal; rows whose label is in ``alert`` are drawn in red."""
     from rich.table import Table
 
+    from segcli.terminal import rich_literal
+
+    # Rows name files, columns and keys: literal text, never markup (``[bold]x.npy``); the
+    # title is the command's own.
     table = Table(title=title, show_header=False, title_justify="left")
     table.add_column(style="bold cyan", no_wrap=True)
     table.add_column()
     for label, value in rows:
-        table.add_row(label, value, style="red" if label in alert else None)
+        table.add_row(
+            rich_literal(label), rich_literal(value), style="red" if label in alert else None
+        )
     return table
 
 
 def render_plain(title: str, rows: list[tuple[str, str]]) -> str:
     """Aligned ``label  value`` lines under a title, for logs and pipes."""
+    from segcli.terminal import terminal_safe
+
+    rows = [(terminal_safe(label), terminal_safe(value)) for label, value in rows]
     width = max(len(label) for label, _ in rows)
     lines = [title, *(f"  {label.ljust(width)}  {value}" for label, value in rows)]
     return "\n".join(lines)

@@ -391,7 +391,7 @@ def test_error_lines_write_control_characters_from_the_data_as_escapes(tmp_path:
 
 
 def test_terminal_safe_keeps_printable_text_whole() -> None:
-    from segcli.cli import terminal_safe
+    from segcli.terminal import terminal_safe
 
     assert terminal_safe("ids.npy: ids[3] = -1 é ☃") == "ids.npy: ids[3] = -1 é ☃"
     assert terminal_safe("a\tb\x7f\u2028\x85") == "a\\tb\\x7f\\u2028\\x85"

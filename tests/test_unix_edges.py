@@ -1,0 +1,158 @@
+"""Edge cases of a well-behaved Unix tool: hostile names on a terminal, full and stalled
+streams, signals at awkward moments, outputs that cannot be what their names promise."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+#: A name rich would read as markup, and one holding an escape sequence and a line break.
+HOSTILE_NAMES = ("[bold]x.npy", "e\x1b[31mred.npy", "nl\nx.npy")
+
+
+def segcli(*args: object, **kwargs: Any) -> subprocess.CompletedProcess[bytes]:
+    """The real entry point in a child process, exit codes as a shell sees them."""
+    kwargs = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **kwargs}
+    command = [sys.executable, "-m", "segcli", *map(str, args)]
+    return subprocess.run(command, timeout=60, check=False, **kwargs)
+
+
+def segcli_on_a_terminal(*args: object, cwd: Path) -> tuple[int, str]:
+    """Run with stderr on a pseudo-terminal (so the summary is rich's table): the exit code
+    and every byte the terminal received."""
+    controller, terminal = pty.openpty()
+    env = dict(os.environ, COLUMNS="160", TERM="xterm-256color")
+    env.pop("NO_COLOR", None)
+    command = [sys.executable, "-m", "segcli", *map(str, args)]
+    with subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=terminal
+    ) as child:
+        os.close(terminal)
+        received = b""
+        while True:
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: the child closed its end
+                break
+            if not chunk:
+                break
+            received += chunk
+        code = child.wait(timeout=60)
+    os.close(controller)
+    return code, received.decode()
+
+
+@pytest.fixture
+def hostile(tmp_path: Path) -> Path:
+    for name in HOSTILE_NAMES:
+        np.save(tmp_path / name, np.arange(4.0))
+    np.save(tmp_path / "ids.npy", np.array([0, 0, 1, 1]))
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [
+        ("[bold]x.npy", "[bold]x.npy"),
+        ("e\x1b[31mred.npy", "e\\x1b[31mred.npy"),
+        ("nl\nx.npy", "nl\\nx.npy"),
+    ],
+)
+def test_hostile_file_names_print_literally_in_the_terminal_summary(hostile, name, shown):
+    code, screen = segcli_on_a_terminal("sum", name, "ids.npy", cwd=hostile)
+    assert code == 0
+    [data_line] = [line for line in screen.splitlines() if "data" in line]
+    assert f"{shown}  (4,) float64" in data_line
+    assert "\x1b[31m" not in screen
+
+
+@pytest.mark.parametrize(
+    ("name", "shown"),
+    [("e\x1b[31mred.npy", "e\\x1b[31mred.npy"), ("nl\nx.npy", "nl\\nx.npy")],
+)
+def test_hostile_file_names_stay_one_line_in_the_plain_summary(hostile, name, shown):
+    result = segcli("sum", name, "ids.npy", cwd=hostile)
+    assert result.returncode == 0
+    lines = result.stderr.decode().splitlines()
+    assert f"  data            {shown}  (4,) float64" in lines
+
+
+def test_hostile_column_names_and_keys_print_literally(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table({"v\x1b[2J": [1.0, 2.0], "[bold]k": ["x\x1b[31m", "[red]y"]})
+    pq.write_table(table, tmp_path / "t.parquet")
+    pq.write_table(pa.table({"[bold]k": ["x\x1b[31m"]}), tmp_path / "keys.parquet")
+    code, screen = segcli_on_a_terminal(
+        "sum", "t.parquet", "--data-column", "v\x1b[2J", "--by", "[bold]k", cwd=tmp_path
+    )
+    assert code == 0
+    assert "t.parquet:v\\x1b[2J" in screen and "[bold]k  (string)" in screen
+    assert "\x1b[2J" not in screen
+    info = segcli("info", tmp_path / "t.parquet")
+    assert "  v\\x1b[2J: double, nulls 0" in info.stdout.decode().splitlines()
+    missing = segcli(
+        "sum",
+        "t.parquet",
+        "--data-column",
+        "v\x1b[2J",
+        "--by",
+        "[bold]k",
+        "--keys-from",
+        "keys.parquet",
+        cwd=tmp_path,
+    )
+    assert missing.returncode == 1
+    assert missing.stderr.decode().splitlines() == [
+        "Error: t.parquet: row 1 has key [bold]k='[red]y', which is not in --keys-from "
+        "keys.parquet (1 row with a key not in it)"
+    ]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        ([], 0),
+        (["-q", "--summary-json", "-"], 0),
+        (["-n", "1"], 1),
+        (["--nope"], 2),
+        (["--expect", "missing.npy"], 3),
+        (["-o", "no/such/folder/out.npy"], 5),
+    ],
+)
+def test_full_stderr_keeps_the_exit_code(hostile, args, code):
+    with open("/dev/full", "wb") as full:
+        result = segcli("sum", "[bold]x.npy", "ids.npy", *args, cwd=hostile, stderr=full)
+    assert result.returncode == code
+    if code == 0 and "-q" not in args:
+        assert result.stdout == b"0\t1.0\n1\t5.0\n"
+
+
+def test_stderr_closed_by_its_reader_keeps_the_exit_code(hostile):
+    reader, writer = os.pipe()
+    os.close(reader)  # no one will read what segcli says
+    try:
+        passed = segcli("check", "[bold]x.npy", "ids.npy", cwd=hostile, stderr=writer)
+        failed = segcli(
+            "check",
+            "[bold]x.npy",
+            "ids.npy",
+            "-n",
+            "5",
+            "--max-empty",
+            "0",
+            cwd=hostile,
+            stderr=writer,
+        )
+    finally:
+        os.close(writer)
+    assert (passed.returncode, failed.returncode) == (0, 4)
