@@ -257,3 +257,33 @@ def test_weights_without_indices_count_the_weights_against_the_budget(tmp_path):
         "whole: 78.2 KiB of DATA + 78.2 KiB of IDS + 156.4 KiB of weights is over the memory "
         "budget of 195.3 KiB (raise --memory-limit)"
     ) in refused.stderr
+
+
+# --- 5. the JSON summary of a sparse run ------------------------------------------------------
+
+
+@pytest.mark.parametrize("blocks", [[], ["--chunk-rows", "2"]], ids=["memory", "stream"])
+@pytest.mark.parametrize("command", [["sum"], ["median"], ["agg", "--op", "sum,max"]])
+def test_summary_says_family_sparse_and_counts_the_index_rows(tmp_path, blocks, command):
+    import json
+
+    paths = save(tmp_path, data=np.ones((5, 2)), ids=np.array([0, 0, 1, 3]), idx=[0, 4, 2, 1])
+    args = [paths["data"], paths["ids"], "--indices", paths["idx"], *blocks]
+    result = run(*command, *args, "-o", tmp_path / "out.npz", "--summary-json", "-")
+    assert result.exit_code == 0, result.stderr
+    facts = json.loads(result.stderr[result.stderr.index("{") :])
+    assert facts["family"] == "sparse"
+    assert facts["extra"]["index_rows"] == 4
+    assert facts["extra"]["indices"] == str(paths["idx"])
+    shown = run(*command, *args, "-o", tmp_path / "out.npz").stderr
+    assert "(sparse)" in shown and "4 index rows" in shown
+
+
+def test_summary_of_weights_alone_keeps_the_plain_family(tmp_path):
+    import json
+
+    paths = save(tmp_path, data=np.ones(4), ids=np.array([1, 0, 1, -1]), w=np.ones(4))
+    args = [paths["data"], paths["ids"], "--weights", paths["w"], "--summary-json", "-", "-q"]
+    result = run("sum", *args)
+    facts = json.loads(result.stderr)
+    assert facts["family"] == "unsorted" and "index_rows" not in facts["extra"]
