@@ -292,7 +292,7 @@ def check_facts(
         "command": "check",
         "data": vars(found.data),
         "ids": vars(found.ids),
-        "family": "sorted" if sorted_ids else "unsorted",
+        "family": found.family or ("sorted" if sorted_ids else "unsorted"),
         "mode": found.mode,
         "num_segments": report.num_segments,
         "num_segments_inferred": report.inferred,
@@ -321,7 +321,7 @@ def check_rows(
     rows = [
         ("data", f"{data.label}  {tuple(data.shape)} {data.dtype}"),
         ("ids", f"{ids.label}  {tuple(ids.shape)} {ids.dtype}"),
-        ("family", "sorted" if sorted_ids else "unsorted"),
+        ("family", found.family or ("sorted" if sorted_ids else "unsorted")),
         (
             "segments",
             f"{report.num_segments:,} " + ("(inferred from ids)" if report.inferred else "(given)"),
