@@ -264,6 +264,22 @@ def indices_options(command: F) -> F:
     )(command)
 
 
+def weights_options(command: F) -> F:
+    """``--weights`` and ``--weights-column``: the weighted combiners, for the op commands and
+    check."""
+    command = click.option(
+        "--weights-column",
+        metavar="NAME",
+        help="Column (or .npz array) of the weights, in W or else in the IDS file.",
+    )(command)
+    return click.option(
+        "--weights",
+        metavar="W",
+        help="sum, mean, sqrt_n: one weight per id (per index with --indices); "
+        "mean = sum(w*x)/sum(w), sqrt_n = sum(w*x)/sqrt(sum(w^2)).",
+    )(command)
+
+
 def no_header_option(command: F) -> F:
     """``--no-header`` (SPEC's name; ``--no-output-header`` too): the output's header line."""
     return click.option(
@@ -565,17 +581,7 @@ def _make_op_command(op: str) -> click.Command:
         "to PATH (.parquet, .arrow, .csv or .tsv).",
     )
     @indices_options
-    @click.option(
-        "--weights",
-        metavar="W",
-        help="sum, mean, sqrt_n: one weight per id (per index with --indices); "
-        "mean = sum(w*x)/sum(w), sqrt_n = sum(w*x)/sqrt(sum(w^2)).",
-    )
-    @click.option(
-        "--weights-column",
-        metavar="NAME",
-        help="Column (or .npz array) of the weights, in W or else in the IDS file.",
-    )
+    @weights_options
     @tolerance_options
     @translate_errors
     def command(
@@ -789,6 +795,8 @@ def agg(
 @click.option(
     "--no-nan", is_flag=True, help="Fail (exit 4) if DATA holds any NaN (with --skipna: or null)."
 )
+@indices_options
+@weights_options
 @translate_errors
 def check(
     quiet: bool,
@@ -812,6 +820,8 @@ def check(
       segcli check table.parquet --data-column value --ids-column segment --sorted
       segcli check flights.parquet --data-column arr_delay --by carrier \\
           --keys-from carriers.csv --max-empty 0
+      segcli check sample_data/vocab.npy sample_data/bags.parquet --ids-column bag \\
+          --indices-column token --weights-column weight --op mean
     """
     from segcli import pipeline
 

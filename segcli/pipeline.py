@@ -525,7 +525,11 @@ def check(
     streams = streams or Streams()
     spec = request.spec(streams.stdin)
     with nulls_kept(spec.skipna):  # --skipna: null values are missing, null ids drop rows
-        if spec.by:
+        if spec.sparse:  # first: --by with --indices or --weights is refused there
+            from segcli.drivers.check_sparse import check_sparse
+
+            found = check_sparse(spec)
+        elif spec.by:
             from segcli.drivers.keys import check_by
 
             found = check_by(spec)
@@ -533,6 +537,10 @@ def check(
             found = check_inputs(spec)
     for name in also_ops:  # check --op a,b: the data's dtype must suit every op
         ops.check_data_dtype(ops.get_op(name), np.dtype(found.data.dtype), found.data.label)
+        if spec.weights is not None or spec.weights_column is not None:
+            from segcli.sparse import check_weighted_op
+
+            check_weighted_op(name, True)
     failures = _check_failures(
         found, max_empty=max_empty, no_nan=no_nan, max_dropped=max_dropped, skipna=spec.skipna
     )

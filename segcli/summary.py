@@ -131,7 +131,7 @@ def run_summary(
     report = reduction.id_report
     return RunSummary(
         op=reduction.op.name,
-        family="sorted" if reduction.sorted_ids else "unsorted",
+        family=run.family or ("sorted" if reduction.sorted_ids else "unsorted"),
         data=run.data,
         ids=run.ids,
         num_segments=report.num_segments,
@@ -169,6 +169,7 @@ def _number(value: float | None) -> str:
 
 
 def _fact(name: str, value: Any) -> str:
+    name = name.replace("_", " ")  # index_rows: "12 index rows"
     if not isinstance(value, int):
         return f"{name} {value}"
     return f"{value:,} {name.removesuffix('s') if value == 1 else name}"
@@ -291,7 +292,7 @@ def check_facts(
         "command": "check",
         "data": vars(found.data),
         "ids": vars(found.ids),
-        "family": "sorted" if sorted_ids else "unsorted",
+        "family": found.family or ("sorted" if sorted_ids else "unsorted"),
         "mode": found.mode,
         "num_segments": report.num_segments,
         "num_segments_inferred": report.inferred,
@@ -320,7 +321,7 @@ def check_rows(
     rows = [
         ("data", f"{data.label}  {tuple(data.shape)} {data.dtype}"),
         ("ids", f"{ids.label}  {tuple(ids.shape)} {ids.dtype}"),
-        ("family", "sorted" if sorted_ids else "unsorted"),
+        ("family", found.family or ("sorted" if sorted_ids else "unsorted")),
         (
             "segments",
             f"{report.num_segments:,} " + ("(inferred from ids)" if report.inferred else "(given)"),

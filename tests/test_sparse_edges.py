@@ -257,3 +257,90 @@ def test_weights_without_indices_count_the_weights_against_the_budget(tmp_path):
         "whole: 78.2 KiB of DATA + 78.2 KiB of IDS + 156.4 KiB of weights is over the memory "
         "budget of 195.3 KiB (raise --memory-limit)"
     ) in refused.stderr
+
+
+# --- 5. the JSON summary of a sparse run ------------------------------------------------------
+
+
+@pytest.mark.parametrize("blocks", [[], ["--chunk-rows", "2"]], ids=["memory", "stream"])
+@pytest.mark.parametrize("command", [["sum"], ["median"], ["agg", "--op", "sum,max"]])
+def test_summary_says_family_sparse_and_counts_the_index_rows(tmp_path, blocks, command):
+    import json
+
+    paths = save(tmp_path, data=np.ones((5, 2)), ids=np.array([0, 0, 1, 3]), idx=[0, 4, 2, 1])
+    args = [paths["data"], paths["ids"], "--indices", paths["idx"], *blocks]
+    result = run(*command, *args, "-o", tmp_path / "out.npz", "--summary-json", "-")
+    assert result.exit_code == 0, result.stderr
+    facts = json.loads(result.stderr[result.stderr.index("{") :])
+    assert facts["family"] == "sparse"
+    assert facts["extra"]["index_rows"] == 4
+    assert facts["extra"]["indices"] == str(paths["idx"])
+    shown = run(*command, *args, "-o", tmp_path / "out.npz").stderr
+    assert "(sparse)" in shown and "4 index rows" in shown
+
+
+def test_summary_of_weights_alone_keeps_the_plain_family(tmp_path):
+    import json
+
+    paths = save(tmp_path, data=np.ones(4), ids=np.array([1, 0, 1, -1]), w=np.ones(4))
+    args = [paths["data"], paths["ids"], "--weights", paths["w"], "--summary-json", "-", "-q"]
+    result = run("sum", *args)
+    facts = json.loads(result.stderr)
+    assert facts["family"] == "unsorted" and "index_rows" not in facts["extra"]
+
+
+# --- 8. segcli check takes --indices and --weights --------------------------------------------
+
+
+@pytest.fixture
+def bag_files(tmp_path: Path) -> dict[str, Path]:
+    return save(
+        tmp_path,
+        data=np.array([[1.0, 2.0], [np.nan, 0.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]]),
+        ids=np.array([0, 0, 1, 3]),
+        idx=np.array([0, 4, 2, 3]),
+        bad_idx=np.array([0, 4, 9, 5]),
+        w=np.array([1.0, 2.0, 0.5, 1.0]),
+        w3=np.array([1.0, 2.0, 0.5]),
+    )
+
+
+def test_check_validates_a_sparse_run_and_counts_its_bags(bag_files):
+    import json
+
+    f = bag_files
+    args = [f["data"], f["ids"], "--indices", f["idx"], "--weights", f["w"], "--op", "mean"]
+    result = run("check", *args, "--summary-json", "-", "-q")
+    assert result.exit_code == 0, result.stderr
+    facts = json.loads(result.stderr)
+    assert facts["family"] == "sparse" and facts["passed"]
+    assert (facts["num_segments"], facts["empty_segments"], facts["rows_used"]) == (4, 1, 4)
+    failed = run("check", *args, "--max-empty", "0", "-q")
+    assert failed.exit_code == 4
+    assert "1 empty segment, more than --max-empty 0 (first empty: segment 2)" in failed.stderr
+
+
+@pytest.mark.parametrize(
+    ("extra", "code", "message"),
+    [
+        (["--indices", "bad_idx"], 1, "bad_idx.npy: indices[2] = 9 is out of range [0, 5) (2 "),
+        (["--indices", "idx", "--weights", "w3"], 1, "w3.npy: 3 weights (shape (3,)) for 4 "),
+        (["--indices", "idx", "--weights", "w", "--op", "max"], 2, "--weights applies to sum"),
+        (["--weights", "w"], 1, "ids.npy: segment_ids shape (4,) is not a prefix of "),
+    ],
+)
+def test_check_refuses_what_a_sparse_run_refuses(bag_files, extra, code, message):
+    args = [bag_files.get(a, a) for a in extra]
+    checked = run("check", bag_files["data"], bag_files["ids"], *args, "-q")
+    ran = run(
+        "max" if "max" in extra else "sum",
+        bag_files["data"], bag_files["ids"], *[a for a in args if a not in ("--op", "max")], "-q",
+    )  # fmt: skip
+    assert checked.exit_code == ran.exit_code == code
+    assert message in checked.stderr and message in ran.stderr
+
+
+def test_check_help_lists_indices_and_weights():
+    shown = run("check", "--help").stdout
+    for option in ("--indices IDX", "--indices-column NAME", "--weights W", "--weights-column"):
+        assert option in shown

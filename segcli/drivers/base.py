@@ -179,6 +179,8 @@ class DriverResult:
     timings: dict[str, float] = field(default_factory=dict)
     #: A ``--by`` run's keys, in the order of the result's rows (None for ids).
     keys: KeyFacts | None = None
+    #: The family the summary names when not the reduction's own (``sparse``: ``--indices``).
+    family: str | None = None
 
 
 class Driver(Protocol):

@@ -54,6 +54,8 @@ class CheckResult:
     null_values: int = 0
     #: ``--skipna``: the rows dropped for a null id (the id report counts them as negative).
     null_ids: int = 0
+    #: The family when not the plain one ``--sorted`` says (``sparse``: ``--indices``).
+    family: str | None = None
 
 
 def check_inputs(spec: RunSpec) -> CheckResult:

@@ -369,8 +369,9 @@ def _run_gathered(spec: RunSpec, progress: Progress | None) -> DriverResult:
         memory.facts(data),
         memory.facts(ids),
         "in-memory",
-        {"gathered": "in memory"},
+        {"gathered": "in memory", "indices": indices.label, "index_rows": int(indices.array.size)},
         timings,
+        family="sparse",
     )
 
 
@@ -413,8 +414,9 @@ def _run_gathered_streaming(spec: RunSpec, progress: Progress | None) -> DriverR
         memory.facts(data),
         ids.facts(counted.id_report.rows),
         "streaming",
-        {"chunks": blocks},
+        {"chunks": blocks, "indices": indices.source.label, "index_rows": counted.id_report.rows},
         {"read+compute": time.perf_counter() - started},
+        family="sparse",
     )
 
 

@@ -56,11 +56,16 @@ def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
         "validate": reduction.timings["validate"],
         "compute": reduction.timings["compute"],
     }
-    mode_facts = {
+    mode_facts: dict[str, Any] = {
         "gathered" if indices is not None else "weighted": "in blocks",
         **_extra_labels(indices, weights),
     }
-    return DriverResult(reduction, facts(data), facts(ids), "in-memory", mode_facts, timings)
+    if indices is None:  # weights alone keep the plain family's rules
+        return DriverResult(reduction, facts(data), facts(ids), "in-memory", mode_facts, timings)
+    mode_facts["index_rows"] = int(indices.array.size)
+    return DriverResult(
+        reduction, facts(data), facts(ids), "in-memory", mode_facts, timings, family="sparse"
+    )
 
 
 def _extra_labels(indices: Any, weights: Any) -> dict[str, str]:
@@ -98,8 +103,10 @@ def run_streamed(spec: RunSpec, progress: Progress | None = None) -> DriverResul
         {
             "chunks": blocks,
             **_extra_labels(indices.source, None if weights is None else weights.source),
+            "index_rows": reduction.id_report.rows,  # one index per id
         },
         {"read+compute": reduction.timings["compute"]},
+        family="sparse",
     )
 
 

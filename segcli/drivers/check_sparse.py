@@ -1,0 +1,53 @@
+"""``segcli check`` with ``--indices`` / ``--weights``: every rule such a run checks, no fold.
+
+The inputs are read as the sparse driver reads them whole (an Arrow stream on stdin in one
+pass), the rules are the run's own (:mod:`segcli.sparse`: the sparse family's ids and indices,
+or the plain family's with weights alone; the weights' nulls, dtype and shape), and the only
+thing reduced is each segment's row count, which ``--max-empty`` judges.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from segcli import ops, sparse
+from segcli.drivers import memory
+from segcli.drivers import sparse as sparse_driver
+from segcli.drivers.base import RunSpec
+from segcli.drivers.check import CheckResult, NanScan
+
+
+def check_sparse(spec: RunSpec) -> CheckResult:
+    """Validate DATA, IDS, the indices and the weights of ``spec`` as its run would."""
+    sparse_driver.refuse_unsupported(spec)  # --weights with other ops, --by, dask, budget
+    data, ids, indices, weights = sparse_driver.read_all(spec)
+    array = data.array
+    ops.check_data_dtype(ops.get_op(spec.op), array.dtype, data.label)
+    if weights is not None:  # as a run: a null among them is named before any id rule
+        sparse.refuse_nulls(weights.array, weights.label)
+    counted = sparse.sparse_reduce(
+        sparse.Labeled(array, data.label),
+        sparse.Labeled(ids.array, ids.label),
+        spec.num_segments,
+        "count",
+        indices=None if indices is None else sparse.Labeled(indices.array, indices.label),
+        sorted_ids=spec.sorted_ids,
+        engine="numpy",
+    )
+    if weights is not None:
+        sparse.check_weights_meta(weights.array.dtype, weights.label)
+        per = "rows" if indices is None else "indices"
+        sparse.check_weights_shape(weights.array.shape, ids.array.shape, weights.label, per)
+    nan = NanScan()
+    nan.feed(array)
+    return CheckResult(
+        counted.id_report,
+        np.asarray(counted.result),
+        nan.found,
+        nan.first,
+        memory.facts(data),
+        memory.facts(ids),
+        "in-memory",
+        null_values=nan.nulls,
+        family=None if indices is None else "sparse",
+    )
