@@ -3,10 +3,15 @@ streams, signals at awkward moments, outputs that cannot be what their names pro
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
+import signal
+import struct
 import subprocess
 import sys
+import termios
+import time
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +161,55 @@ def test_stderr_closed_by_its_reader_keeps_the_exit_code(hostile):
     finally:
         os.close(writer)
     assert (passed.returncode, failed.returncode) == (0, 4)
+
+
+def _wait_until_full(pipe_read_end: int, child: subprocess.Popen[bytes]) -> None:
+    """Until the pipe holds most of what it can and stops growing: the writer is blocked in
+    write(). (Partly filled pages keep a pipe from reading as exactly full.)"""
+    capacity = fcntl.fcntl(pipe_read_end, F_GETPIPE_SZ)
+    deadline = time.monotonic() + 60
+    seen, steady = -1, 0
+    while steady < 5:
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline, "segcli never filled the pipe"
+        time.sleep(0.1)
+        unread = _unread_bytes(pipe_read_end)
+        steady = steady + 1 if unread == seen and unread > capacity // 2 else 0
+        seen = unread
+
+
+def _unread_bytes(fd: int) -> int:
+    return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0])
+
+
+#: Linux's fcntl for a pipe's capacity (Python names it from 3.10 on Linux only).
+F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
+
+
+@pytest.fixture
+def large_pair(tmp_path: Path) -> tuple[Path, Path]:
+    """An 8 MB result: far more than a pipe holds."""
+    data, ids = tmp_path / "large.npy", tmp_path / "large_ids.npy"
+    np.save(data, np.random.default_rng(0).random(1_000_000))
+    np.save(ids, np.arange(1_000_000, dtype=np.int64))
+    return data, ids
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="needs Linux's pipe ioctls")
+@pytest.mark.parametrize("fmt", ["npy", "parquet"])
+def test_sigterm_while_a_stalled_pipe_blocks_the_write_ends_promptly(large_pair, fmt):
+    command = [sys.executable, "-m", "segcli", "sum", *map(str, large_pair), "-q", "-o", "-"]
+    with subprocess.Popen(
+        [*command, "--format", fmt], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as child:
+        assert child.stdout is not None and child.stderr is not None
+        try:
+            _wait_until_full(child.stdout.fileno(), child)
+            child.send_signal(signal.SIGTERM)
+            code = child.wait(timeout=10)  # the reader still reads nothing
+        finally:
+            if child.poll() is None:
+                child.kill()
+        stderr = child.stderr.read().decode()
+    assert code == 143
+    assert len(stderr.splitlines()) == 1 and stderr.startswith("segcli: stopped by SIGTERM")
