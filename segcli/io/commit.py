@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import BinaryIO, cast
 
 from segcli.errors import UsageError, WriteError
-from segcli.signals import checkpoint, held
+from segcli.signals import checkpoint, closing_after_error, held
 
 TEMP_PREFIX = ".segcli-"
 
@@ -63,8 +63,11 @@ class OutputSet:
     ) -> None:
         if kind is None:
             self.commit()
-        else:
-            self.abort()
+            return
+        if issubclass(kind, Exception):  # not a signal's Interrupted, nor Ctrl-C
+            closing_after_error()
+            checkpoint("closing")
+        self.abort()
 
     def reserve(self, path: str, option: str = "-o") -> None:
         """Check now that ``path`` can be written (WriteError, exit 5, if not) and that no other
