@@ -37,7 +37,7 @@ from segcli.io.keyed import (
     stage_keys,
 )
 from segcli.memory import available_bytes
-from segcli.signals import checkpoint
+from segcli.signals import checkpoint, streaming_out
 from segcli.summary import (
     RunSummary,
     check_facts,
@@ -439,9 +439,10 @@ def _write(
         text = streams.stdout_text or sys.stdout
         try:
             header = not request.no_output_header
-            for block in _text_lines(reduction.result, keys, request.float_format, header):
-                _write_text(text, block)
-            text.flush()
+            with streaming_out():
+                for block in _text_lines(reduction.result, keys, request.float_format, header):
+                    _write_text(text, block)
+                text.flush()
         except BrokenPipeError:
             raise  # the reader went away: the CLI decides how quietly to stop
         except OSError as exc:

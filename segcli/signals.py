@@ -47,12 +47,15 @@ _pending: list[int] = []
 _closing = False
 #: Signals the handler has seen, raised or not: a test checkpoint waits for the next one.
 _arrived = 0
+#: True from the first byte sent to stdout or a FIFO until the whole output went: bytes a
+#: reader may hold cannot be taken back, so an interrupt meanwhile says the output was cut off.
+_cut_off = False
 
 
 def install_handlers() -> None:
     """Make each handled signal raise :class:`Interrupted` in the main thread."""
-    global _closing
-    _closing = False
+    global _closing, _cut_off
+    _closing = _cut_off = False
     _pending.clear()
     for signum in HANDLED:
         signal.signal(signum, _on_signal)
@@ -100,6 +103,16 @@ def held() -> Iterator[None]:
             raise Interrupted(signum)
 
 
+@contextlib.contextmanager
+def streaming_out() -> Iterator[None]:
+    """Around the writing of an output to stdout, a FIFO or a device, which is not staged: if
+    the block does not finish, an interrupt says the output was cut off."""
+    global _cut_off
+    _cut_off = True
+    yield
+    _cut_off = False  # on success only: a failed block leaves it said
+
+
 def exit_interrupted(signum: int, *, written: bool) -> NoReturn:
     """Say in one line what the interrupt left behind, and exit 128 + ``signum`` at once.
 
@@ -112,6 +125,8 @@ def exit_interrupted(signum: int, *, written: bool) -> NoReturn:
     ignore_further_signals()
     what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
     said = "the output was written" if written else "nothing was written"
+    if _cut_off:
+        said = "the output was cut off"
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.write(f"segcli: {what}; {said}\n")
         sys.stderr.flush()

@@ -213,3 +213,52 @@ def test_sigterm_while_a_stalled_pipe_blocks_the_write_ends_promptly(large_pair,
         stderr = child.stderr.read().decode()
     assert code == 143
     assert len(stderr.splitlines()) == 1 and stderr.startswith("segcli: stopped by SIGTERM")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="needs Linux's pipe ioctls")
+@pytest.mark.parametrize(
+    ("signum", "args"),
+    [
+        (signal.SIGINT, ["sum"]),  # text lines
+        (signal.SIGTERM, ["sum", "-o", "-", "--format", "npy"]),
+        (signal.SIGINT, ["agg", "--op", "sum,mean", "-o", "-", "--format", "npz"]),
+    ],
+)
+def test_interrupt_after_stdout_began_says_the_output_was_cut_off(large_pair, signum, args):
+    command = [sys.executable, "-m", "segcli", args[0], *map(str, large_pair), "-q", *args[1:]]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
+        assert child.stdout is not None and child.stderr is not None
+        try:
+            _wait_until_full(child.stdout.fileno(), child)
+            child.send_signal(signum)
+            code = child.wait(timeout=10)
+        finally:
+            if child.poll() is None:
+                child.kill()
+        stderr = child.stderr.read().decode()
+    what = "interrupted" if signum == signal.SIGINT else "stopped by SIGTERM"
+    assert (code, stderr) == (128 + signum, f"segcli: {what}; the output was cut off\n")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="needs Linux's pipe ioctls")
+def test_interrupt_while_writing_a_fifo_says_the_output_was_cut_off(large_pair, tmp_path):
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # there, but reading nothing
+    command = [sys.executable, "-m", "segcli", "sum", *map(str, large_pair), "-q", "-o", fifo]
+    try:
+        with subprocess.Popen(
+            [*command, "--format", "csv"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        ) as child:
+            try:
+                _wait_until_full(reader, child)
+                child.send_signal(signal.SIGINT)
+                code = child.wait(timeout=10)
+            finally:
+                if child.poll() is None:
+                    child.kill()
+            assert child.stderr is not None
+            stderr = child.stderr.read().decode()
+    finally:
+        os.close(reader)
+    assert (code, stderr) == (130, "segcli: interrupted; the output was cut off\n")

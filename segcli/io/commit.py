@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import BinaryIO, cast
 
 from segcli.errors import UsageError, WriteError
-from segcli.signals import checkpoint, closing_after_error, held
+from segcli.signals import checkpoint, closing_after_error, held, streaming_out
 
 TEMP_PREFIX = ".segcli-"
 
@@ -116,7 +116,7 @@ class OutputSet:
                 output.temp = name = _create_temp(path, os.path.dirname(output.target))
             mode = "wb"
         try:
-            with open(name, mode) as handle:
+            with open(name, mode) as handle, _streamed(output.direct):
                 yield cast(BinaryIO, handle)
         except OSError as exc:
             raise WriteError(f"{path}: cannot write ({_reason(exc)})") from exc
@@ -168,6 +168,11 @@ def atomic_output(path: str) -> Iterator[BinaryIO]:
         outputs.reserve(path)
         with outputs.stage(path) as handle:
             yield handle
+
+
+def _streamed(direct: bool) -> contextlib.AbstractContextManager[None]:
+    # A FIFO or device takes the bytes as they come: no staging to undo them.
+    return streaming_out() if direct else contextlib.nullcontext()
 
 
 def refuse_empty_path(path: str, option: str) -> None:

@@ -36,7 +36,7 @@ from segcli.io.commit import OutputSet
 from segcli.io.formats import BINARY_FORMATS, output_format
 from segcli.io.npy import to_native
 from segcli.io.text import check_float_format, text_blocks, value_headers, value_strings
-from segcli.signals import Interrupted
+from segcli.signals import Interrupted, streaming_out
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -99,8 +99,9 @@ def write_result(
             f"refusing to write binary {chosen} to a terminal; redirect stdout or use -o FILE"
         )
     try:
-        writer(result, counts, cast(BinaryIO, _Sequential(out)), True)
-        out.flush()
+        with streaming_out():
+            writer(result, counts, cast(BinaryIO, _Sequential(out)), True)
+            out.flush()
     except BrokenPipeError:
         raise  # the reader went away: the CLI decides how quietly to stop
     except OSError as exc:
