@@ -262,3 +262,66 @@ def test_interrupt_while_writing_a_fifo_says_the_output_was_cut_off(large_pair, 
     finally:
         os.close(reader)
     assert (code, stderr) == (130, "segcli: interrupted; the output was cut off\n")
+
+
+@pytest.mark.parametrize(
+    ("command", "name", "hint"),
+    [
+        (
+            ["sum"],
+            "out.csv.gz",
+            "write out.csv and compress it afterwards, or pipe it through "
+            "gzip: -o >(gzip > out.csv.gz) --format csv",
+        ),
+        (
+            ["sum", "--format", "npy"],
+            "out.npy.xz",
+            "write out.npy and compress it afterwards, "
+            "or pipe it through xz: -o >(xz > out.npy.xz) --format npy",
+        ),
+        (
+            ["mean"],
+            "out.parquet.BZ2",
+            "write out.parquet and compress it afterwards, or pipe it "
+            "through bzip2: -o >(bzip2 > out.parquet.BZ2) --format parquet",
+        ),
+        (
+            ["agg", "--op", "sum"],
+            "out.zst",
+            "write out and compress it afterwards, or pipe it "
+            "through zstd: -o >(zstd > out.zst) --format FORMAT",
+        ),
+        (
+            ["agg", "--op", "sum,max"],
+            "out.tsv.lz4",
+            "write out.tsv and compress it afterwards, "
+            "or pipe it through lz4: -o >(lz4 > out.tsv.lz4) --format tsv",
+        ),
+    ],
+)
+def test_compressed_output_names_are_refused_before_any_read(tmp_path, command, name, hint):
+    # DATA does not exist: the refusal comes first, so it is the one line and the code.
+    result = segcli(command[0], "missing.npy", "ids.npy", *command[1:], "-o", name, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.decode().splitlines() == [
+        f"Error: -o {name}: segcli does not compress, so this name would hold plain bytes; "
+        f"{hint} (see 'segcli {command[0]} --help')"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_compressed_summary_json_name_is_refused_and_a_fifo_so_named_is_not(hostile):
+    result = segcli("sum", "[bold]x.npy", "ids.npy", "--summary-json", "s.json.gz", cwd=hostile)
+    assert result.returncode == 2
+    assert result.stderr.decode().splitlines() == [
+        "Error: --summary-json s.json.gz: segcli does not compress, so this name would hold "
+        "plain bytes; write s.json and compress it afterwards (see 'segcli sum --help')"
+    ]
+    fifo = hostile / "to_gzip.gz"  # a FIFO takes the bytes as they are, whatever its name
+    os.mkfifo(fifo)
+    with subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE) as reader:
+        done = segcli(
+            "sum", "[bold]x.npy", "ids.npy", "-q", "-o", fifo, "--format", "csv", cwd=hostile
+        )
+        assert reader.communicate(timeout=60)[0] == b"segment,value,count\n0,1.0,2\n1,5.0,2\n"
+    assert done.returncode == 0, done.stderr

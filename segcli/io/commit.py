@@ -20,6 +20,7 @@ import stat
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import PurePath
 from types import TracebackType
 from typing import BinaryIO, cast
 
@@ -177,9 +178,36 @@ def _streamed(direct: bool) -> contextlib.AbstractContextManager[None]:
 
 def refuse_empty_path(path: str, option: str) -> None:
     """A UsageError for ``''`` (an unset shell variable): it would resolve to the working
-    folder, a file to replace nowhere."""
+    folder, a file to replace nowhere; and for a compressed file's name
+    (:func:`refuse_compressed_name`)."""
     if not path:
         raise UsageError(f"{option} '': an empty path names no file")
+    refuse_compressed_name(path, option)
+
+
+#: Compressed files' suffixes and the tool that makes each.
+COMPRESSORS = {".gz": "gzip", ".bz2": "bzip2", ".zst": "zstd", ".lz4": "lz4", ".xz": "xz"}
+
+
+def refuse_compressed_name(path: str, option: str) -> None:
+    """A UsageError for a file named like a compressed one (``out.csv.gz``): segcli writes
+    plain bytes, and the next reader would take them for gzip's. A FIFO or device of that name
+    takes the bytes as they are, so it passes."""
+    name = PurePath(path)
+    compressor = COMPRESSORS.get(name.suffix.lower())
+    if compressor is None or path == "-":
+        return
+    existing = _stat(path, quiet=True)
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        return
+    plain = name.stem
+    hint = f"write {plain} and compress it afterwards"
+    if option == "-o":
+        fmt = PurePath(plain).suffix.lstrip(".").lower() or "FORMAT"
+        hint += f", or pipe it through {compressor}: -o >({compressor} > {path}) --format {fmt}"
+    raise UsageError(
+        f"{option} {path}: segcli does not compress, so this name would hold plain bytes; {hint}"
+    )
 
 
 def _plan(path: str, option: str) -> _Output:
