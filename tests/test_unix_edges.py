@@ -11,6 +11,7 @@ import struct
 import subprocess
 import sys
 import termios
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -325,3 +326,23 @@ def test_compressed_summary_json_name_is_refused_and_a_fifo_so_named_is_not(host
         )
         assert reader.communicate(timeout=60)[0] == b"segment,value,count\n0,1.0,2\n1,5.0,2\n"
     assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("fmt", ["npy", "npz", "parquet", "arrow", "csv", "tsv", "json"])
+@pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum,max"]])
+def test_fifo_whose_reader_leaves_early_exits_141_silently(large_pair, tmp_path, fmt, command):
+    if command[0] == "agg" and fmt == "npy":
+        command = ["agg", "--op", "sum"]  # .npy holds one result column
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+
+    def read_a_little() -> None:
+        with open(fifo, "rb") as pipe:
+            pipe.read(10)  # then closes it, as `head -c 10` does
+
+    reader = threading.Thread(target=read_a_little)
+    reader.start()
+    args = [*command[1:], "-q", "-o", fifo, "--format", fmt]
+    result = segcli(command[0], *large_pair, *args)
+    reader.join(timeout=60)
+    assert (result.returncode, result.stderr) == (141, b"")

@@ -13,6 +13,7 @@ directly (no temporary file, no rename, no seek), when staged.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import re
@@ -120,6 +121,8 @@ class OutputSet:
             with open(name, mode) as handle, _streamed(output.direct):
                 yield cast(BinaryIO, handle)
         except OSError as exc:
+            if output.direct and _reader_left(exc):
+                raise  # as when stdout's reader leaves: the CLI stops quietly (exit 141)
             raise WriteError(f"{path}: cannot write ({_reason(exc)})") from exc
         checkpoint("staged")
 
@@ -289,6 +292,11 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def _reader_left(exc: OSError) -> bool:
+    """Whether a write failed because the reader of a pipe or FIFO closed it (``| head``)."""
+    return isinstance(exc, BrokenPipeError) or exc.errno == errno.EPIPE
 
 
 def _reason(exc: OSError) -> str:
