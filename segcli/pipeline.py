@@ -566,7 +566,8 @@ def _check_failures(
     if max_dropped is not None and dropped > max_dropped:
         failures.append(
             f"{found.ids.label}: {validate.plural(dropped, 'dropped row')}, more than "
-            f"--max-dropped {max_dropped} ({_dropped_causes(report, found.keys, found.null_ids)})"
+            f"--max-dropped {max_dropped} ({_dropped_causes(report, found.keys, found.null_ids)}"
+            f"{_first_dropped(found)})"
         )
     missing = missing_values(found) if skipna else found.nan_values
     if no_nan and missing:
@@ -591,6 +592,10 @@ def _empty_groups_failure(keys: KeyFacts, empty: int, max_empty: int, first: int
         f"{validate.plural(empty, 'empty group')}{where}, more than --max-empty {max_empty} "
         f"(first empty: {key})"
     )
+
+
+def _first_dropped(found: CheckResult) -> str:
+    return "" if found.first_dropped is None else f"; first dropped: {found.first_dropped}"
 
 
 def _dropped_causes(

@@ -346,3 +346,21 @@ def test_fifo_whose_reader_leaves_early_exits_141_silently(large_pair, tmp_path,
     result = segcli(command[0], *large_pair, *args)
     reader.join(timeout=60)
     assert (result.returncode, result.stderr) == (141, b"")
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "1"]], ids=["memory", "stream"])
+@pytest.mark.parametrize(
+    ("ids", "flags", "first"),
+    [
+        ([[0, 1, 2], [3, -2, -1]], [], "segment_ids[1, 1] = -2"),
+        ([0, 1, 1, 4, 5, 6], ["--sorted", "-n", "3"], "segment_ids[3] = 4"),
+    ],
+)
+def test_check_max_dropped_names_the_first_dropped_row(tmp_path, chunk, ids, flags, first):
+    data, ids_path = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.arange(6.0).reshape(np.shape(ids)))
+    np.save(ids_path, np.array(ids))
+    result = segcli("check", data, ids_path, *flags, *chunk, "--max-dropped", "1", "-q")
+    assert result.returncode == 4
+    [line] = result.stderr.decode().splitlines()
+    assert line.endswith(f"; first dropped: {first})")
