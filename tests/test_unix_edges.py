@@ -364,3 +364,23 @@ def test_check_max_dropped_names_the_first_dropped_row(tmp_path, chunk, ids, fla
     assert result.returncode == 4
     [line] = result.stderr.decode().splitlines()
     assert line.endswith(f"; first dropped: {first})")
+
+
+@pytest.mark.parametrize(
+    ("output", "line"),
+    [
+        ("no/such/out.npy", "-o no/such/out.npy: folder {tmp}/no/such does not exist"),
+        (".", "-o .: is a directory"),
+        ("/dev/full", "-o /dev/full: cannot write (No space left on device)"),
+        ("/proc/out.npy", "-o /proc/out.npy: cannot create a file in /proc ("),
+    ],
+)
+@pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum,max"]])
+def test_write_errors_name_the_option_and_the_path(hostile, command, output, line):
+    if output.startswith("/") and not os.path.exists(os.path.dirname(output)):
+        pytest.skip(f"needs {os.path.dirname(output)}")
+    args = [*command[1:], "-q", "-o", output, "--format", "npy" if command == ["sum"] else "csv"]
+    result = segcli(command[0], "[bold]x.npy", "ids.npy", *args, cwd=hostile)
+    assert result.returncode == 5
+    [got] = result.stderr.decode().splitlines()
+    assert got.startswith("Error: " + line.format(tmp=os.path.realpath(hostile)))

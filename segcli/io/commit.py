@@ -83,7 +83,7 @@ class OutputSet:
             # The one sure test that a file can be created there (root ignores a folder's mode,
             # a read-only mount does not); removed at once, so a long run holds no empty file.
             with held():
-                os.unlink(_create_temp(path, os.path.dirname(output.target)))
+                os.unlink(_create_temp(output, os.path.dirname(output.target)))
         self._outputs[path] = output
 
     def refuse_inputs(self, inputs: Mapping[str, str | None]) -> None:
@@ -115,7 +115,7 @@ class OutputSet:
             if output.temp is not None:
                 raise ValueError(f"{path} is staged twice")
             with held():  # the name is recorded before any signal, so abort() finds it
-                output.temp = name = _create_temp(path, os.path.dirname(output.target))
+                output.temp = name = _create_temp(output, os.path.dirname(output.target))
             mode = "wb"
         try:
             with open(name, mode) as handle, _streamed(output.direct):
@@ -123,7 +123,7 @@ class OutputSet:
         except OSError as exc:
             if output.direct and _reader_left(exc):
                 raise  # as when stdout's reader leaves: the CLI stops quietly (exit 141)
-            raise WriteError(f"{path}: cannot write ({_reason(exc)})") from exc
+            raise WriteError(f"{_named(output)}: cannot write ({_reason(exc)})") from exc
         checkpoint("staged")
 
     def commit(self) -> None:
@@ -141,7 +141,7 @@ class OutputSet:
                     os.replace(output.temp, output.target)
                 except OSError as exc:
                     self.abort()
-                    raise WriteError(f"{output.path}: cannot write ({_reason(exc)})") from exc
+                    raise WriteError(f"{_named(output)}: cannot write ({_reason(exc)})") from exc
                 output.temp = None
             self.committed = True
         checkpoint("committed")
@@ -215,20 +215,20 @@ def refuse_compressed_name(path: str, option: str) -> None:
 
 def _plan(path: str, option: str) -> _Output:
     """Where ``path``'s bytes go, checked like the shell's ``>`` would, before any work."""
-    existing = _stat(path)
+    existing = _stat(path, option)
     if existing is not None and stat.S_ISDIR(existing.st_mode):
-        raise WriteError(f"{path}: is a directory")
+        raise WriteError(f"{option} {path}: is a directory")
     if _names_descriptor(path) or (existing is not None and not stat.S_ISREG(existing.st_mode)):
         return _Output(path, option, path, True, 0, None)
     # realpath follows every link, a dangling one's too: the target is replaced, the link kept.
     target = os.path.realpath(path)
     folder = os.path.dirname(target)
     if not os.path.isdir(folder):
-        raise WriteError(f"{path}: folder {folder} does not exist")
+        raise WriteError(f"{option} {path}: folder {folder} does not exist")
     if existing is None:
         return _Output(path, option, target, False, 0o666 & ~_umask(), None)
     if _write_protected(existing.st_mode, target):
-        raise WriteError(f"{path}: is write-protected; not replacing it")
+        raise WriteError(f"{option} {path}: is write-protected; not replacing it")
     identity = (existing.st_dev, existing.st_ino)
     return _Output(path, option, target, False, stat.S_IMODE(existing.st_mode), identity)
 
@@ -253,11 +253,13 @@ def _names_descriptor(path: str) -> bool:
     return False
 
 
-def _create_temp(path: str, folder: str) -> str:
+def _create_temp(output: _Output, folder: str) -> str:
     try:
         handle, temp = tempfile.mkstemp(dir=folder, prefix=TEMP_PREFIX)
     except OSError as exc:
-        raise WriteError(f"{path}: cannot create a file in {folder} ({_reason(exc)})") from exc
+        raise WriteError(
+            f"{_named(output)}: cannot create a file in {folder} ({_reason(exc)})"
+        ) from exc
     os.close(handle)
     return temp
 
@@ -275,7 +277,7 @@ def _is_same_path(output: _Output, path: str) -> bool:
     return output.target == os.path.realpath(path)
 
 
-def _stat(path: str, *, quiet: bool = False) -> os.stat_result | None:
+def _stat(path: str, option: str = "", *, quiet: bool = False) -> os.stat_result | None:
     try:
         return os.stat(path)
     except FileNotFoundError:
@@ -283,7 +285,12 @@ def _stat(path: str, *, quiet: bool = False) -> os.stat_result | None:
     except OSError as exc:
         if quiet:
             return None
-        raise WriteError(f"{path}: cannot write ({_reason(exc)})") from exc
+        raise WriteError(f"{option} {path}: cannot write ({_reason(exc)})") from exc
+
+
+def _named(output: _Output) -> str:
+    """How a message names an output: its option and path as given (``-o out.npy``)."""
+    return f"{output.option} {output.path}"
 
 
 @functools.cache
