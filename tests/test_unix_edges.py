@@ -7,6 +7,7 @@ import fcntl
 import os
 import pty
 import signal
+import stat
 import struct
 import subprocess
 import sys
@@ -384,3 +385,63 @@ def test_write_errors_name_the_option_and_the_path(hostile, command, output, lin
     assert result.returncode == 5
     [got] = result.stderr.decode().splitlines()
     assert got.startswith("Error: " + line.format(tmp=os.path.realpath(hostile)))
+
+
+needs_root = pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to give files away"
+)
+
+
+@needs_root
+@pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum"]])
+def test_replacing_an_output_keeps_its_owner_and_group(hostile, command):
+    out = hostile / "out.npy"
+    out.write_bytes(b"old")
+    os.chown(out, 12345, 23456)
+    out.chmod(0o640)
+    result = segcli(
+        command[0], "[bold]x.npy", "ids.npy", *command[1:], "-q", "-o", out, cwd=hostile
+    )
+    assert result.returncode == 0, result.stderr
+    found = out.stat()
+    assert (found.st_uid, found.st_gid, stat.S_IMODE(found.st_mode)) == (12345, 23456, 0o640)
+    np.testing.assert_array_equal(np.load(out), [1.0, 5.0])
+
+
+def test_an_owner_the_process_may_not_give_is_left_as_a_new_file_would_be(tmp_path, monkeypatch):
+    # Only root may give a file away: for anyone else the chown fails, and the commit goes on.
+    from segcli.io.commit import OutputSet
+
+    out = tmp_path / "out.bin"
+    out.write_bytes(b"old")
+    mine = (out.stat().st_uid, out.stat().st_gid)
+    tried = []
+
+    def refused(path: str, uid: int, gid: int) -> None:
+        tried.append((uid, gid))
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "stat", _stat_owned_by(os.stat, str(out), (12345, 23456)))
+    monkeypatch.setattr(os, "chown", refused)
+    with OutputSet() as outputs:
+        outputs.reserve(str(out))
+        with outputs.stage(str(out)) as handle:
+            handle.write(b"new")
+    assert out.read_bytes() == b"new"
+    assert tried == [(12345, 23456), (-1, 23456)]  # the owner and group, then the group alone
+    monkeypatch.undo()
+    assert (out.stat().st_uid, out.stat().st_gid) == mine
+
+
+def _stat_owned_by(real_stat: Any, path: str, owner: tuple[int, int]) -> Any:
+    """``os.stat`` that reports ``path`` as owned by ``owner`` (uid, gid)."""
+
+    def fake(name: Any, *args: Any, **kwargs: Any) -> Any:
+        found = real_stat(name, *args, **kwargs)
+        if os.fspath(name) != path:
+            return found
+        fields = list(found)
+        fields[4], fields[5] = owner
+        return os.stat_result(fields)
+
+    return fake

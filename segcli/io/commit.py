@@ -43,6 +43,7 @@ class _Output:
     direct: bool  # a FIFO or device: written in place when staged, nothing to commit
     mode: int
     identity: tuple[int, int] | None  # (device, inode) of an existing target
+    owner: tuple[int, int] | None = None  # (uid, gid) of an existing target, kept on replace
     temp: str | None = None  # the staged bytes, until committed or aborted
 
 
@@ -137,7 +138,8 @@ class OutputSet:
                 if output.temp is None:
                     continue
                 try:
-                    os.chmod(output.temp, output.mode)
+                    _keep_owner(output.temp, output.owner)
+                    os.chmod(output.temp, output.mode)  # after chown, which may clear set-id bits
                     os.replace(output.temp, output.target)
                 except OSError as exc:
                     self.abort()
@@ -230,7 +232,24 @@ def _plan(path: str, option: str) -> _Output:
     if _write_protected(existing.st_mode, target):
         raise WriteError(f"{option} {path}: is write-protected; not replacing it")
     identity = (existing.st_dev, existing.st_ino)
-    return _Output(path, option, target, False, stat.S_IMODE(existing.st_mode), identity)
+    owner = (existing.st_uid, existing.st_gid)
+    return _Output(path, option, target, False, stat.S_IMODE(existing.st_mode), identity, owner)
+
+
+def _keep_owner(temp: str, owner: tuple[int, int] | None) -> None:
+    """Give the replacement the replaced file's owner and group, as the shell's ``>`` keeps
+    them by writing in place. Only root may give a file away, and a user only to a group of
+    theirs: where the process may not, the file stays its own, as a new file would."""
+    if owner is None:
+        return
+    found = os.stat(temp)
+    if (found.st_uid, found.st_gid) == owner:
+        return
+    try:
+        os.chown(temp, *owner)
+    except PermissionError:
+        with contextlib.suppress(PermissionError):  # the group alone, if it is one of ours
+            os.chown(temp, -1, owner[1])
 
 
 def _write_protected(mode: int, target: str) -> bool:
