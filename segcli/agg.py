@@ -47,7 +47,7 @@ from segcli.io.write import write_all
 from segcli.multi import split, with_ddof
 from segcli.op_names import HOLISTIC_OPS, Q_OPS
 from segcli.pipeline import RunRequest, Streams
-from segcli.signals import checkpoint
+from segcli.signals import checkpoint, streaming_out
 from segcli.summary import (
     RunSummary,
     fill_note,
@@ -274,8 +274,9 @@ def _write(
             f"refusing to write binary {fmt} to a terminal; redirect stdout or use -o FILE"
         )
     try:
-        write_all(out, body)  # a pipe's reader leaving mid-write shows as a short count
-        out.flush()
+        with streaming_out():
+            write_all(out, body)  # a pipe's reader leaving mid-write shows as a short count
+            out.flush()
     except BrokenPipeError:
         raise
     except OSError as exc:

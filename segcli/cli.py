@@ -986,7 +986,12 @@ def main(argv: list[str] | None = None) -> None:
     (141) and one-line usage errors."""
     import signal
 
-    from segcli.signals import Interrupted, exit_interrupted, install_handlers
+    from segcli.signals import (
+        Interrupted,
+        exit_interrupted,
+        ignore_further_signals,
+        install_handlers,
+    )
     from segcli.stderr_guard import guard_stderr
 
     _fill_closed_std_fds()
@@ -996,12 +1001,15 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = cli.main(args=argv, prog_name="segcli", standalone_mode=False, obj=session)
     except click.UsageError as error:
+        # The run has chosen its exit code: a Ctrl-C while it reports must not change it.
+        ignore_further_signals()
         if isinstance(error, _NO_ARGS_IS_HELP):
             error.show()  # plain ``segcli``: the help itself, not an error line
         else:
             click.echo(usage_error_line(error), err=True)
         sys.exit(error.exit_code)
     except click.ClickException as error:
+        ignore_further_signals()
         error.show()
         if error.exit_code == EXIT_WRITE:
             _silence_stdout()  # what stdout could not take must not fail again at exit
@@ -1011,9 +1019,11 @@ def main(argv: list[str] | None = None) -> None:
     except (KeyboardInterrupt, click.exceptions.Abort):
         exit_interrupted(signal.SIGINT, written=session.written)
     except (StdoutClosed, BrokenPipeError):
+        ignore_further_signals()
         _silence_stdout()
         sys.exit(EXIT_BROKEN_PIPE)
     except Exception as error:  # a bug: say so in one line, traceback only on request
+        ignore_further_signals()
         if isinstance(error, OSError) and _raised_echoing_to_stdout(error):
             # click's own output (--help, --version) met a full or closed stdout
             click.echo(f"Error: <stdout>: cannot write ({error.strerror or error})", err=True)

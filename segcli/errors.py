@@ -21,8 +21,8 @@ EXIT_INTERRUPTED = 130
 #: SIGHUP and SIGTERM end a run like Ctrl-C does, with 128 + the signal's number.
 EXIT_HANGUP = 129
 EXIT_TERMINATED = 143
-#: The reader of stdout went away (``| head``): 128 + SIGPIPE, what a shell shows for a tool
-#: killed by the signal, so ``set -o pipefail`` scripts see the usual code.
+#: The reader of stdout or of a FIFO output went away (``| head``): 128 + SIGPIPE, what a shell
+#: shows for a tool killed by the signal, so ``set -o pipefail`` scripts see the usual code.
 EXIT_BROKEN_PIPE = 141
 
 #: Every exit code and its meaning: the single source of the README table and ``--help``.
@@ -50,7 +50,8 @@ EXIT_CODES: tuple[tuple[int, str], ...] = (
     (EXIT_INTERRUPTED, "interrupted (Ctrl-C); no output is left half-written"),
     (
         EXIT_BROKEN_PIPE,
-        "stdout was closed by its reader (e.g. piped into head); nothing more is printed",
+        "stdout or a FIFO output was closed by its reader (e.g. piped into head); nothing "
+        "more is printed",
     ),
     (EXIT_TERMINATED, "terminated (SIGTERM); no output is left half-written"),
 )

@@ -37,7 +37,7 @@ from segcli.io.keyed import (
     stage_keys,
 )
 from segcli.memory import available_bytes
-from segcli.signals import checkpoint
+from segcli.signals import checkpoint, streaming_out
 from segcli.summary import (
     RunSummary,
     check_facts,
@@ -440,9 +440,10 @@ def _write(
         text = streams.stdout_text or sys.stdout
         try:
             header = not request.no_output_header
-            for block in _text_lines(reduction.result, keys, request.float_format, header):
-                _write_text(text, block)
-            text.flush()
+            with streaming_out():
+                for block in _text_lines(reduction.result, keys, request.float_format, header):
+                    _write_text(text, block)
+                text.flush()
         except BrokenPipeError:
             raise  # the reader went away: the CLI decides how quietly to stop
         except OSError as exc:
@@ -574,7 +575,8 @@ def _check_failures(
     if max_dropped is not None and dropped > max_dropped:
         failures.append(
             f"{found.ids.label}: {validate.plural(dropped, 'dropped row')}, more than "
-            f"--max-dropped {max_dropped} ({_dropped_causes(report, found.keys, found.null_ids)})"
+            f"--max-dropped {max_dropped} ({_dropped_causes(report, found.keys, found.null_ids)}"
+            f"{_first_dropped(found)})"
         )
     missing = missing_values(found) if skipna else found.nan_values
     if no_nan and missing:
@@ -599,6 +601,10 @@ def _empty_groups_failure(keys: KeyFacts, empty: int, max_empty: int, first: int
         f"{validate.plural(empty, 'empty group')}{where}, more than --max-empty {max_empty} "
         f"(first empty: {key})"
     )
+
+
+def _first_dropped(found: CheckResult) -> str:
+    return "" if found.first_dropped is None else f"; first dropped: {found.first_dropped}"
 
 
 def _dropped_causes(

@@ -43,12 +43,31 @@ class Interrupted(BaseException):
 
 _held = 0
 _pending: list[int] = []
+#: True once the run failed and chose its exit code (see :func:`closing_after_error`).
+_closing = False
+#: Signals the handler has seen, raised or not: a test checkpoint waits for the next one.
+_arrived = 0
+#: True from the first byte sent to stdout or a FIFO until the whole output went: bytes a
+#: reader may hold cannot be taken back, so an interrupt meanwhile says the output was cut off.
+_cut_off = False
 
 
 def install_handlers() -> None:
     """Make each handled signal raise :class:`Interrupted` in the main thread."""
+    global _closing, _cut_off
+    _closing = _cut_off = False
+    _pending.clear()
     for signum in HANDLED:
         signal.signal(signum, _on_signal)
+
+
+def closing_after_error() -> None:
+    """The run failed and has chosen its exit code (its error's): from now on a signal, an
+    impatient second Ctrl-C say, is ignored instead of turning the error into a 130 while the
+    run removes its temporary files and reports. Only signals, not the cleanup, are skipped."""
+    global _closing
+    _closing = True
+    _pending.clear()
 
 
 def ignore_further_signals() -> None:
@@ -58,6 +77,10 @@ def ignore_further_signals() -> None:
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
+    global _arrived
+    _arrived += 1
+    if _closing:
+        return
     if _held:
         _pending.append(signum)
         return
@@ -74,10 +97,20 @@ def held() -> Iterator[None]:
         yield
     finally:
         _held -= 1
-        if not _held and _pending:
+        if not _held and _pending and not _closing:
             signum = _pending[0]
             _pending.clear()
             raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def streaming_out() -> Iterator[None]:
+    """Around the writing of an output to stdout, a FIFO or a device, which is not staged: if
+    the block does not finish, an interrupt says the output was cut off."""
+    global _cut_off
+    _cut_off = True
+    yield
+    _cut_off = False  # on success only: a failed block leaves it said
 
 
 def exit_interrupted(signum: int, *, written: bool) -> NoReturn:
@@ -92,6 +125,8 @@ def exit_interrupted(signum: int, *, written: bool) -> NoReturn:
     ignore_further_signals()
     what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
     said = "the output was written" if written else "nothing was written"
+    if _cut_off:
+        said = "the output was cut off"
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.write(f"segcli: {what}; {said}\n")
         sys.stderr.flush()
@@ -103,8 +138,9 @@ def checkpoint(name: str) -> None:
     wanted = os.environ.get(CHECKPOINT_ENV)
     if wanted is None or wanted.rstrip("+") != name:
         return
+    seen = _arrived  # before saying so: the signal may come at once
     os.write(int(os.environ[CHECKPOINT_FD_ENV]), b"!")
     if wanted.endswith("+"):
         return
-    while True:  # until a signal's handler raises
-        time.sleep(1)
+    while _arrived == seen:  # until a signal comes: its handler raises, or it is ignored
+        time.sleep(0.05)

@@ -645,7 +645,8 @@ def test_check_max_dropped_counts_missing_keys(tmp_path: Path) -> None:
     result = run("check", path, "--by", "k", "--max-dropped", "1", "-q")
     assert result.exit_code == 4
     assert result.stderr == (
-        f"Error: {path}:k: 2 dropped rows, more than --max-dropped 1 (2 with a missing key)\n"
+        f"Error: {path}:k: 2 dropped rows, more than --max-dropped 1 (2 with a missing key; "
+        "first dropped: row 1)\n"
     )
 
 

@@ -332,7 +332,7 @@ def test_atomic_output_os_error_becomes_write_error(tmp_path: Path) -> None:
 
 def test_missing_output_folder(tmp_path: Path) -> None:
     target = tmp_path / "nope" / "out.npy"
-    with pytest.raises(WriteError, match=f"^{target}: folder .*nope does not exist$"):
+    with pytest.raises(WriteError, match=f"^-o {target}: folder .*nope does not exist$"):
         write_result(np.arange(3), str(target))
 
 

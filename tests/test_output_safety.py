@@ -170,7 +170,7 @@ def test_write_protected_output_is_refused_and_unchanged(pair, tmp_path, via_lin
         out.symlink_to(protected)
     result = run("sum", *pair, "-q", "-o", out)
     assert result.exit_code == 5
-    assert result.stderr == f"Error: {out}: is write-protected; not replacing it\n"
+    assert result.stderr == f"Error: -o {out}: is write-protected; not replacing it\n"
     assert protected.read_bytes() == b"keep me"
     assert stat.S_IMODE(protected.stat().st_mode) == 0o444
     assert no_temp_files(tmp_path)
@@ -182,7 +182,9 @@ def test_write_protected_summary_json_is_refused_before_anything_is_written(pair
     summary.chmod(0o400)
     result = run("sum", *pair, "-q", "-o", tmp_path / "x.npy", "--summary-json", summary)
     assert result.exit_code == 5
-    assert error_lines(result.stderr) == [f"Error: {summary}: is write-protected; not replacing it"]
+    assert error_lines(result.stderr) == [
+        f"Error: --summary-json {summary}: is write-protected; not replacing it"
+    ]
     assert names(tmp_path) == ["data.npy", "ids.npy", "s.json"]
 
 
@@ -228,7 +230,8 @@ def test_missing_summary_folder_fails_before_any_input_is_read(tmp_path):
     )
     assert result.exit_code == 5
     assert result.stderr == (
-        f"Error: {tmp_path / 'nodir' / 's.json'}: folder {tmp_path / 'nodir'} does not exist\n"
+        f"Error: --summary-json {tmp_path / 'nodir' / 's.json'}: folder {tmp_path / 'nodir'} "
+        "does not exist\n"
     )
     assert names(tmp_path) == []
 

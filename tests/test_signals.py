@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import io
+import json
 import os
 import platform
 import select
@@ -160,3 +161,18 @@ def test_interrupt_while_blocked_reading_stdin_is_one_line(inputs):
     assert process.returncode == 130
     assert stderr == f"segcli: interrupted; {NOTHING}\n"
     assert names(inputs) == ["data.npy", "ids.npy"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_while_shutting_down_after_an_error_keeps_its_exit_code(inputs, signum):
+    (inputs / "out.npy").write_bytes(b"old")
+    args = ["sum", "data.npy", "ids.npy", "-n", "2", "-o", "out.npy", "--summary-json", "s.json"]
+    process = start(args, "closing", inputs)  # the run failed; it is removing its staged files
+    stderr = stop(process, signum)
+    line = "Error: ids.npy: segment_ids[2] = 2 is out of range [0, 2) (70 ids out of range)"
+    assert process.returncode == 1
+    assert stderr == line + "\n"
+    assert names(inputs) == ["data.npy", "ids.npy", "out.npy", "s.json"]
+    assert (inputs / "out.npy").read_bytes() == b"old"
+    facts = json.loads((inputs / "s.json").read_text())
+    assert (facts["exit_code"], facts["error"]) == (1, line)

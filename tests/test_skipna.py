@@ -360,7 +360,8 @@ def test_check_tells_null_ids_from_negative_ids_as_a_run_does(
     result = run_cli("check", *inputs, "--max-dropped", "2", "--summary-json", str(checked))
     assert result.exit_code == 4
     assert result.stderr.endswith(
-        "more than --max-dropped 2 (1 with a negative id, 2 with a null id)\n"
+        "more than --max-dropped 2 (1 with a negative id, 2 with a null id; first dropped: "
+        "segment_ids[1] is null)\n"
     )
     assert "  dropped rows    3 (2 with a null id)\n" in result.stderr
     out = tmp_path / "out.npy"

@@ -731,8 +731,12 @@ def test_zero_d_data_and_ids_check_over_the_streaming_threshold(tmp_path):
 @pytest.mark.parametrize(
     ("ids", "flags", "cause"),
     [
-        ([0, -1, -1, 2], [], "2 with a negative id"),
-        ([0, 1, 5, 6], ["--sorted", "-n", "2"], "2 with an id >= n under --sorted"),
+        ([0, -1, -1, 2], [], "2 with a negative id; first dropped: segment_ids[1] = -1"),
+        (
+            [0, 1, 5, 6],
+            ["--sorted", "-n", "2"],
+            "2 with an id >= n under --sorted; first dropped: segment_ids[2] = 5",
+        ),
     ],
 )
 def test_check_max_dropped_fails_with_exit_4_and_writes_the_json(tmp_path, ids, flags, cause):

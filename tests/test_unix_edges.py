@@ -3,10 +3,17 @@ streams, signals at awkward moments, outputs that cannot be what their names pro
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
+import signal
+import stat
+import struct
 import subprocess
 import sys
+import termios
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -156,3 +163,285 @@ def test_stderr_closed_by_its_reader_keeps_the_exit_code(hostile):
     finally:
         os.close(writer)
     assert (passed.returncode, failed.returncode) == (0, 4)
+
+
+def _wait_until_full(pipe_read_end: int, child: subprocess.Popen[bytes]) -> None:
+    """Until the pipe holds most of what it can and stops growing: the writer is blocked in
+    write(). (Partly filled pages keep a pipe from reading as exactly full.)"""
+    capacity = fcntl.fcntl(pipe_read_end, F_GETPIPE_SZ)
+    deadline = time.monotonic() + 60
+    seen, steady = -1, 0
+    while steady < 5:
+        assert child.poll() is None, child.communicate()
+        assert time.monotonic() < deadline, "segcli never filled the pipe"
+        time.sleep(0.1)
+        unread = _unread_bytes(pipe_read_end)
+        steady = steady + 1 if unread == seen and unread > capacity // 2 else 0
+        seen = unread
+
+
+def _unread_bytes(fd: int) -> int:
+    return int(struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0])
+
+
+#: Linux's fcntl for a pipe's capacity (Python names it from 3.10 on Linux only).
+F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
+
+
+@pytest.fixture
+def large_pair(tmp_path: Path) -> tuple[Path, Path]:
+    """An 8 MB result: far more than a pipe holds."""
+    data, ids = tmp_path / "large.npy", tmp_path / "large_ids.npy"
+    np.save(data, np.random.default_rng(0).random(1_000_000))
+    np.save(ids, np.arange(1_000_000, dtype=np.int64))
+    return data, ids
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="needs Linux's pipe ioctls")
+@pytest.mark.parametrize("fmt", ["npy", "parquet"])
+def test_sigterm_while_a_stalled_pipe_blocks_the_write_ends_promptly(large_pair, fmt):
+    command = [sys.executable, "-m", "segcli", "sum", *map(str, large_pair), "-q", "-o", "-"]
+    with subprocess.Popen(
+        [*command, "--format", fmt], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as child:
+        assert child.stdout is not None and child.stderr is not None
+        try:
+            _wait_until_full(child.stdout.fileno(), child)
+            child.send_signal(signal.SIGTERM)
+            code = child.wait(timeout=10)  # the reader still reads nothing
+        finally:
+            if child.poll() is None:
+                child.kill()
+        stderr = child.stderr.read().decode()
+    assert code == 143
+    assert len(stderr.splitlines()) == 1 and stderr.startswith("segcli: stopped by SIGTERM")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="needs Linux's pipe ioctls")
+@pytest.mark.parametrize(
+    ("signum", "args"),
+    [
+        (signal.SIGINT, ["sum"]),  # text lines
+        (signal.SIGTERM, ["sum", "-o", "-", "--format", "npy"]),
+        (signal.SIGINT, ["agg", "--op", "sum,mean", "-o", "-", "--format", "npz"]),
+    ],
+)
+def test_interrupt_after_stdout_began_says_the_output_was_cut_off(large_pair, signum, args):
+    command = [sys.executable, "-m", "segcli", args[0], *map(str, large_pair), "-q", *args[1:]]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
+        assert child.stdout is not None and child.stderr is not None
+        try:
+            _wait_until_full(child.stdout.fileno(), child)
+            child.send_signal(signum)
+            code = child.wait(timeout=10)
+        finally:
+            if child.poll() is None:
+                child.kill()
+        stderr = child.stderr.read().decode()
+    what = "interrupted" if signum == signal.SIGINT else "stopped by SIGTERM"
+    assert (code, stderr) == (128 + signum, f"segcli: {what}; the output was cut off\n")
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="needs Linux's pipe ioctls")
+def test_interrupt_while_writing_a_fifo_says_the_output_was_cut_off(large_pair, tmp_path):
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # there, but reading nothing
+    command = [sys.executable, "-m", "segcli", "sum", *map(str, large_pair), "-q", "-o", fifo]
+    try:
+        with subprocess.Popen(
+            [*command, "--format", "csv"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        ) as child:
+            try:
+                _wait_until_full(reader, child)
+                child.send_signal(signal.SIGINT)
+                code = child.wait(timeout=10)
+            finally:
+                if child.poll() is None:
+                    child.kill()
+            assert child.stderr is not None
+            stderr = child.stderr.read().decode()
+    finally:
+        os.close(reader)
+    assert (code, stderr) == (130, "segcli: interrupted; the output was cut off\n")
+
+
+@pytest.mark.parametrize(
+    ("command", "name", "hint"),
+    [
+        (
+            ["sum"],
+            "out.csv.gz",
+            "write out.csv and compress it afterwards, or pipe it through "
+            "gzip: -o >(gzip > out.csv.gz) --format csv",
+        ),
+        (
+            ["sum", "--format", "npy"],
+            "out.npy.xz",
+            "write out.npy and compress it afterwards, "
+            "or pipe it through xz: -o >(xz > out.npy.xz) --format npy",
+        ),
+        (
+            ["mean"],
+            "out.parquet.BZ2",
+            "write out.parquet and compress it afterwards, or pipe it "
+            "through bzip2: -o >(bzip2 > out.parquet.BZ2) --format parquet",
+        ),
+        (
+            ["agg", "--op", "sum"],
+            "out.zst",
+            "write out and compress it afterwards, or pipe it "
+            "through zstd: -o >(zstd > out.zst) --format FORMAT",
+        ),
+        (
+            ["agg", "--op", "sum,max"],
+            "out.tsv.lz4",
+            "write out.tsv and compress it afterwards, "
+            "or pipe it through lz4: -o >(lz4 > out.tsv.lz4) --format tsv",
+        ),
+    ],
+)
+def test_compressed_output_names_are_refused_before_any_read(tmp_path, command, name, hint):
+    # DATA does not exist: the refusal comes first, so it is the one line and the code.
+    result = segcli(command[0], "missing.npy", "ids.npy", *command[1:], "-o", name, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.decode().splitlines() == [
+        f"Error: -o {name}: segcli does not compress, so this name would hold plain bytes; "
+        f"{hint} (see 'segcli {command[0]} --help')"
+    ]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_compressed_summary_json_name_is_refused_and_a_fifo_so_named_is_not(hostile):
+    result = segcli("sum", "[bold]x.npy", "ids.npy", "--summary-json", "s.json.gz", cwd=hostile)
+    assert result.returncode == 2
+    assert result.stderr.decode().splitlines() == [
+        "Error: --summary-json s.json.gz: segcli does not compress, so this name would hold "
+        "plain bytes; write s.json and compress it afterwards (see 'segcli sum --help')"
+    ]
+    fifo = hostile / "to_gzip.gz"  # a FIFO takes the bytes as they are, whatever its name
+    os.mkfifo(fifo)
+    with subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE) as reader:
+        done = segcli(
+            "sum", "[bold]x.npy", "ids.npy", "-q", "-o", fifo, "--format", "csv", cwd=hostile
+        )
+        assert reader.communicate(timeout=60)[0] == b"segment,value,count\n0,1.0,2\n1,5.0,2\n"
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.parametrize("fmt", ["npy", "npz", "parquet", "arrow", "csv", "tsv", "json"])
+@pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum,max"]])
+def test_fifo_whose_reader_leaves_early_exits_141_silently(large_pair, tmp_path, fmt, command):
+    if command[0] == "agg" and fmt == "npy":
+        command = ["agg", "--op", "sum"]  # .npy holds one result column
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+
+    def read_a_little() -> None:
+        with open(fifo, "rb") as pipe:
+            pipe.read(10)  # then closes it, as `head -c 10` does
+
+    reader = threading.Thread(target=read_a_little)
+    reader.start()
+    args = [*command[1:], "-q", "-o", fifo, "--format", fmt]
+    result = segcli(command[0], *large_pair, *args)
+    reader.join(timeout=60)
+    assert (result.returncode, result.stderr) == (141, b"")
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "1"]], ids=["memory", "stream"])
+@pytest.mark.parametrize(
+    ("ids", "flags", "first"),
+    [
+        ([[0, 1, 2], [3, -2, -1]], [], "segment_ids[1, 1] = -2"),
+        ([0, 1, 1, 4, 5, 6], ["--sorted", "-n", "3"], "segment_ids[3] = 4"),
+    ],
+)
+def test_check_max_dropped_names_the_first_dropped_row(tmp_path, chunk, ids, flags, first):
+    data, ids_path = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.arange(6.0).reshape(np.shape(ids)))
+    np.save(ids_path, np.array(ids))
+    result = segcli("check", data, ids_path, *flags, *chunk, "--max-dropped", "1", "-q")
+    assert result.returncode == 4
+    [line] = result.stderr.decode().splitlines()
+    assert line.endswith(f"; first dropped: {first})")
+
+
+@pytest.mark.parametrize(
+    ("output", "line"),
+    [
+        ("no/such/out.npy", "-o no/such/out.npy: folder {tmp}/no/such does not exist"),
+        (".", "-o .: is a directory"),
+        ("/dev/full", "-o /dev/full: cannot write (No space left on device)"),
+        ("/proc/out.npy", "-o /proc/out.npy: cannot create a file in /proc ("),
+    ],
+)
+@pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum,max"]])
+def test_write_errors_name_the_option_and_the_path(hostile, command, output, line):
+    if output.startswith("/") and not os.path.exists(os.path.dirname(output)):
+        pytest.skip(f"needs {os.path.dirname(output)}")
+    args = [*command[1:], "-q", "-o", output, "--format", "npy" if command == ["sum"] else "csv"]
+    result = segcli(command[0], "[bold]x.npy", "ids.npy", *args, cwd=hostile)
+    assert result.returncode == 5
+    [got] = result.stderr.decode().splitlines()
+    assert got.startswith("Error: " + line.format(tmp=os.path.realpath(hostile)))
+
+
+needs_root = pytest.mark.skipif(
+    not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to give files away"
+)
+
+
+@needs_root
+@pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum"]])
+def test_replacing_an_output_keeps_its_owner_and_group(hostile, command):
+    out = hostile / "out.npy"
+    out.write_bytes(b"old")
+    os.chown(out, 12345, 23456)
+    out.chmod(0o640)
+    result = segcli(
+        command[0], "[bold]x.npy", "ids.npy", *command[1:], "-q", "-o", out, cwd=hostile
+    )
+    assert result.returncode == 0, result.stderr
+    found = out.stat()
+    assert (found.st_uid, found.st_gid, stat.S_IMODE(found.st_mode)) == (12345, 23456, 0o640)
+    np.testing.assert_array_equal(np.load(out), [1.0, 5.0])
+
+
+def test_an_owner_the_process_may_not_give_is_left_as_a_new_file_would_be(tmp_path, monkeypatch):
+    # Only root may give a file away: for anyone else the chown fails, and the commit goes on.
+    from segcli.io.commit import OutputSet
+
+    out = tmp_path / "out.bin"
+    out.write_bytes(b"old")
+    mine = (out.stat().st_uid, out.stat().st_gid)
+    tried = []
+
+    def refused(path: str, uid: int, gid: int) -> None:
+        tried.append((uid, gid))
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "stat", _stat_owned_by(os.stat, str(out), (12345, 23456)))
+    monkeypatch.setattr(os, "chown", refused)
+    with OutputSet() as outputs:
+        outputs.reserve(str(out))
+        with outputs.stage(str(out)) as handle:
+            handle.write(b"new")
+    assert out.read_bytes() == b"new"
+    assert tried == [(12345, 23456), (-1, 23456)]  # the owner and group, then the group alone
+    monkeypatch.undo()
+    assert (out.stat().st_uid, out.stat().st_gid) == mine
+
+
+def _stat_owned_by(real_stat: Any, path: str, owner: tuple[int, int]) -> Any:
+    """``os.stat`` that reports ``path`` as owned by ``owner`` (uid, gid)."""
+
+    def fake(name: Any, *args: Any, **kwargs: Any) -> Any:
+        found = real_stat(name, *args, **kwargs)
+        if os.fspath(name) != path:
+            return found
+        fields = list(found)
+        fields[4], fields[5] = owner
+        return os.stat_result(fields)
+
+    return fake

@@ -56,6 +56,9 @@ class CheckResult:
     null_ids: int = 0
     #: The family when not the plain one ``--sorted`` says (``sparse``: ``--indices``).
     family: str | None = None
+    #: The first dropped row as a failed ``--max-dropped`` names it (``segment_ids[1] = -1``,
+    #: ``segment_ids[4] is null``, ``row 7`` for a missing key); None when no row was dropped.
+    first_dropped: str | None = None
 
 
 def check_inputs(spec: RunSpec) -> CheckResult:
@@ -87,8 +90,17 @@ def check_in_memory(spec: RunSpec) -> CheckResult:
     )
     nan = NanScan()
     nan.feed(data.array)
+    report = reduction.id_report
+    first_dropped = None
+    if report.dropped_negative or report.dropped_beyond:  # a pass only when there is one
+        dropped = flat_ids >= report.num_segments if spec.sorted_ids else flat_ids < 0
+        at = int(np.argmax(dropped.reshape(-1)))
+        nulls = np.ma.getmaskarray(ids.array).reshape(-1) if null_ids else None
+        first_dropped = dropped_row_text(
+            ids.array.shape, at, int(flat_ids.reshape(-1)[at]), null=nulls is not None and nulls[at]
+        )
     return CheckResult(
-        reduction.id_report,
+        report,
         reduction.result,
         nan.found,
         nan.first,
@@ -97,7 +109,15 @@ def check_in_memory(spec: RunSpec) -> CheckResult:
         "in-memory",
         null_values=nan.nulls,
         null_ids=null_ids,
+        first_dropped=first_dropped,
     )
+
+
+def dropped_row_text(ids_shape: tuple[int, ...], position: int, value: int, *, null: bool) -> str:
+    """A dropped row as errors name an id: ``segment_ids[1] = -1``, ``segment_ids[4] is null``
+    (a null id reads as -1)."""
+    where = validate.index_text(ids_shape, position)
+    return f"{where} is null" if null else f"{where} = {value}"
 
 
 def check_streamed(spec: RunSpec) -> CheckResult:
@@ -119,7 +139,11 @@ def check_streamed(spec: RunSpec) -> CheckResult:
         aligned_blocks(data.source, ids.source, plan.block_rows, sorted_ids=spec.sorted_ids)
     )
     null_ids = 0
+    first_null: int | None = None  # global position of the first null id
+    first_dropped: tuple[int, int] | None = None  # position and value of the first dropped row
     for data_block, ids_block in blocks:
+        if first_null is None and np.ma.is_masked(ids_block):
+            first_null = scanner.seen + int(np.argmax(np.ma.getmaskarray(ids_block).reshape(-1)))
         try:
             flat_ids, block_nulls = without_null_ids(
                 ids_block.reshape(-1),
@@ -131,6 +155,11 @@ def check_streamed(spec: RunSpec) -> CheckResult:
             raise with_later_null_ids(error, blocks) from None
         null_ids += block_nulls
         seen = scanner.feed(flat_ids)
+        # The scan already found the block's first dropped row: a negative id, or one >= a
+        # given n under --sorted (an inferred n drops none).
+        offender = seen.too_big if spec.sorted_ids else seen.negative
+        if first_dropped is None and offender.count:
+            first_dropped = (offender.position, offender.value)
         nan.feed(data_block)
         # As in a streamed run: after a failing id, ids are only scanned, to count offenders.
         if not scanner.failed and too_large is None:
@@ -157,6 +186,9 @@ def check_streamed(spec: RunSpec) -> CheckResult:
         "streaming",
         null_values=nan.nulls,
         null_ids=null_ids,
+        first_dropped=None
+        if first_dropped is None
+        else dropped_row_text(ids_shape, *first_dropped, null=first_dropped[0] == first_null),
     )
 
 

@@ -82,7 +82,14 @@ def put_in_key_order(reduction: core.Reduction, encoder: KeyEncoder, spec: RunSp
     keys = encoder.finish()
     reduction.result = reduction.result[keys.order]
     reduction.counts = reduction.counts[keys.order]
-    return KeyFacts(list(spec.by), keys.keys, encoder.missing_rows, spec.null_keys, spec.keys_from)
+    return KeyFacts(
+        list(spec.by),
+        keys.keys,
+        encoder.missing_rows,
+        spec.null_keys,
+        spec.keys_from,
+        encoder.first_missing_row,
+    )
 
 
 def key_input_facts(path: str, label: str, keys: pa.Schema, rows: int, size: int) -> InputFacts:
@@ -212,4 +219,11 @@ def check_by(spec: RunSpec) -> CheckResult:
         done.mode,
         done.keys,
         null_values=nan.nulls,
+        first_dropped=_missing_key_text(done.keys),
     )
+
+
+def _missing_key_text(keys: KeyFacts | None) -> str | None:
+    if keys is None or keys.first_missing_row is None:
+        return None
+    return f"row {keys.first_missing_row}"

@@ -13,6 +13,7 @@ directly (no temporary file, no rename, no seek), when staged.
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import re
@@ -20,11 +21,12 @@ import stat
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import PurePath
 from types import TracebackType
 from typing import BinaryIO, cast
 
 from segcli.errors import UsageError, WriteError
-from segcli.signals import checkpoint, held
+from segcli.signals import checkpoint, closing_after_error, held, streaming_out
 
 TEMP_PREFIX = ".segcli-"
 
@@ -41,6 +43,7 @@ class _Output:
     direct: bool  # a FIFO or device: written in place when staged, nothing to commit
     mode: int
     identity: tuple[int, int] | None  # (device, inode) of an existing target
+    owner: tuple[int, int] | None = None  # (uid, gid) of an existing target, kept on replace
     temp: str | None = None  # the staged bytes, until committed or aborted
 
 
@@ -63,8 +66,11 @@ class OutputSet:
     ) -> None:
         if kind is None:
             self.commit()
-        else:
-            self.abort()
+            return
+        if issubclass(kind, Exception):  # not a signal's Interrupted, nor Ctrl-C
+            closing_after_error()
+            checkpoint("closing")
+        self.abort()
 
     def reserve(self, path: str, option: str = "-o") -> None:
         """Check now that ``path`` can be written (WriteError, exit 5, if not) and that no other
@@ -78,7 +84,7 @@ class OutputSet:
             # The one sure test that a file can be created there (root ignores a folder's mode,
             # a read-only mount does not); removed at once, so a long run holds no empty file.
             with held():
-                os.unlink(_create_temp(path, os.path.dirname(output.target)))
+                os.unlink(_create_temp(output, os.path.dirname(output.target)))
         self._outputs[path] = output
 
     def refuse_inputs(self, inputs: Mapping[str, str | None]) -> None:
@@ -110,13 +116,15 @@ class OutputSet:
             if output.temp is not None:
                 raise ValueError(f"{path} is staged twice")
             with held():  # the name is recorded before any signal, so abort() finds it
-                output.temp = name = _create_temp(path, os.path.dirname(output.target))
+                output.temp = name = _create_temp(output, os.path.dirname(output.target))
             mode = "wb"
         try:
-            with open(name, mode) as handle:
+            with open(name, mode) as handle, _streamed(output.direct):
                 yield cast(BinaryIO, handle)
         except OSError as exc:
-            raise WriteError(f"{path}: cannot write ({_reason(exc)})") from exc
+            if output.direct and _reader_left(exc):
+                raise  # as when stdout's reader leaves: the CLI stops quietly (exit 141)
+            raise WriteError(f"{_named(output)}: cannot write ({_reason(exc)})") from exc
         checkpoint("staged")
 
     def commit(self) -> None:
@@ -130,11 +138,12 @@ class OutputSet:
                 if output.temp is None:
                     continue
                 try:
-                    os.chmod(output.temp, output.mode)
+                    _keep_owner(output.temp, output.owner)
+                    os.chmod(output.temp, output.mode)  # after chown, which may clear set-id bits
                     os.replace(output.temp, output.target)
                 except OSError as exc:
                     self.abort()
-                    raise WriteError(f"{output.path}: cannot write ({_reason(exc)})") from exc
+                    raise WriteError(f"{_named(output)}: cannot write ({_reason(exc)})") from exc
                 output.temp = None
             self.committed = True
         checkpoint("committed")
@@ -167,31 +176,80 @@ def atomic_output(path: str) -> Iterator[BinaryIO]:
             yield handle
 
 
+def _streamed(direct: bool) -> contextlib.AbstractContextManager[None]:
+    # A FIFO or device takes the bytes as they come: no staging to undo them.
+    return streaming_out() if direct else contextlib.nullcontext()
+
+
 def refuse_empty_path(path: str, option: str) -> None:
     """A UsageError for ``''`` (an unset shell variable): it would resolve to the working
-    folder, a file to replace nowhere."""
+    folder, a file to replace nowhere; and for a compressed file's name
+    (:func:`refuse_compressed_name`)."""
     if not path:
         raise UsageError(f"{option} '': an empty path names no file")
+    refuse_compressed_name(path, option)
+
+
+#: Compressed files' suffixes and the tool that makes each.
+COMPRESSORS = {".gz": "gzip", ".bz2": "bzip2", ".zst": "zstd", ".lz4": "lz4", ".xz": "xz"}
+
+
+def refuse_compressed_name(path: str, option: str) -> None:
+    """A UsageError for a file named like a compressed one (``out.csv.gz``): segcli writes
+    plain bytes, and the next reader would take them for gzip's. A FIFO or device of that name
+    takes the bytes as they are, so it passes."""
+    name = PurePath(path)
+    compressor = COMPRESSORS.get(name.suffix.lower())
+    if compressor is None or path == "-":
+        return
+    existing = _stat(path, quiet=True)
+    if existing is not None and not stat.S_ISREG(existing.st_mode):
+        return
+    plain = name.stem
+    hint = f"write {plain} and compress it afterwards"
+    if option == "-o":
+        fmt = PurePath(plain).suffix.lstrip(".").lower() or "FORMAT"
+        hint += f", or pipe it through {compressor}: -o >({compressor} > {path}) --format {fmt}"
+    raise UsageError(
+        f"{option} {path}: segcli does not compress, so this name would hold plain bytes; {hint}"
+    )
 
 
 def _plan(path: str, option: str) -> _Output:
     """Where ``path``'s bytes go, checked like the shell's ``>`` would, before any work."""
-    existing = _stat(path)
+    existing = _stat(path, option)
     if existing is not None and stat.S_ISDIR(existing.st_mode):
-        raise WriteError(f"{path}: is a directory")
+        raise WriteError(f"{option} {path}: is a directory")
     if _names_descriptor(path) or (existing is not None and not stat.S_ISREG(existing.st_mode)):
         return _Output(path, option, path, True, 0, None)
     # realpath follows every link, a dangling one's too: the target is replaced, the link kept.
     target = os.path.realpath(path)
     folder = os.path.dirname(target)
     if not os.path.isdir(folder):
-        raise WriteError(f"{path}: folder {folder} does not exist")
+        raise WriteError(f"{option} {path}: folder {folder} does not exist")
     if existing is None:
         return _Output(path, option, target, False, 0o666 & ~_umask(), None)
     if _write_protected(existing.st_mode, target):
-        raise WriteError(f"{path}: is write-protected; not replacing it")
+        raise WriteError(f"{option} {path}: is write-protected; not replacing it")
     identity = (existing.st_dev, existing.st_ino)
-    return _Output(path, option, target, False, stat.S_IMODE(existing.st_mode), identity)
+    owner = (existing.st_uid, existing.st_gid)
+    return _Output(path, option, target, False, stat.S_IMODE(existing.st_mode), identity, owner)
+
+
+def _keep_owner(temp: str, owner: tuple[int, int] | None) -> None:
+    """Give the replacement the replaced file's owner and group, as the shell's ``>`` keeps
+    them by writing in place. Only root may give a file away, and a user only to a group of
+    theirs: where the process may not, the file stays its own, as a new file would."""
+    if owner is None:
+        return
+    found = os.stat(temp)
+    if (found.st_uid, found.st_gid) == owner:
+        return
+    try:
+        os.chown(temp, *owner)
+    except PermissionError:
+        with contextlib.suppress(PermissionError):  # the group alone, if it is one of ours
+            os.chown(temp, -1, owner[1])
 
 
 def _write_protected(mode: int, target: str) -> bool:
@@ -214,11 +272,13 @@ def _names_descriptor(path: str) -> bool:
     return False
 
 
-def _create_temp(path: str, folder: str) -> str:
+def _create_temp(output: _Output, folder: str) -> str:
     try:
         handle, temp = tempfile.mkstemp(dir=folder, prefix=TEMP_PREFIX)
     except OSError as exc:
-        raise WriteError(f"{path}: cannot create a file in {folder} ({_reason(exc)})") from exc
+        raise WriteError(
+            f"{_named(output)}: cannot create a file in {folder} ({_reason(exc)})"
+        ) from exc
     os.close(handle)
     return temp
 
@@ -236,7 +296,7 @@ def _is_same_path(output: _Output, path: str) -> bool:
     return output.target == os.path.realpath(path)
 
 
-def _stat(path: str, *, quiet: bool = False) -> os.stat_result | None:
+def _stat(path: str, option: str = "", *, quiet: bool = False) -> os.stat_result | None:
     try:
         return os.stat(path)
     except FileNotFoundError:
@@ -244,7 +304,12 @@ def _stat(path: str, *, quiet: bool = False) -> os.stat_result | None:
     except OSError as exc:
         if quiet:
             return None
-        raise WriteError(f"{path}: cannot write ({_reason(exc)})") from exc
+        raise WriteError(f"{option} {path}: cannot write ({_reason(exc)})") from exc
+
+
+def _named(output: _Output) -> str:
+    """How a message names an output: its option and path as given (``-o out.npy``)."""
+    return f"{output.option} {output.path}"
 
 
 @functools.cache
@@ -253,6 +318,11 @@ def _umask() -> int:
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
+
+
+def _reader_left(exc: OSError) -> bool:
+    """Whether a write failed because the reader of a pipe or FIFO closed it (``| head``)."""
+    return isinstance(exc, BrokenPipeError) or exc.errno == errno.EPIPE
 
 
 def _reason(exc: OSError) -> str:

@@ -36,6 +36,7 @@ from segcli.io.commit import OutputSet
 from segcli.io.formats import BINARY_FORMATS, output_format
 from segcli.io.npy import to_native
 from segcli.io.text import check_float_format, text_blocks, value_headers, value_strings
+from segcli.signals import Interrupted, streaming_out
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -98,8 +99,9 @@ def write_result(
             f"refusing to write binary {chosen} to a terminal; redirect stdout or use -o FILE"
         )
     try:
-        writer(result, counts, out, True)
-        out.flush()
+        with streaming_out():
+            writer(result, counts, cast(BinaryIO, _Sequential(out)), True)
+            out.flush()
     except BrokenPipeError:
         raise  # the reader went away: the CLI decides how quietly to stop
     except OSError as exc:
@@ -116,20 +118,38 @@ def _stage(
         writer(result, counts, cast(BinaryIO, _Sequential(f)) if direct else f, False)
 
 
+#: Bytes per write() to a pipe, FIFO or device: a write blocked on a stalled reader returns to
+#: Python within one pipe's worth, so a signal's handler runs between writes (NumPy's
+#: ``tofile`` would sit in C's ``fwrite`` until the reader drains the whole array).
+SEQUENTIAL_CHUNK_BYTES = 1 << 16
+
+
 class _Sequential(io.RawIOBase):
-    """A write-only view of a FIFO or device that has no file position to ask for: NumPy then
-    writes ``.npy`` data with write() calls instead of ``tofile``, which needs a position."""
+    """A write-only view of stdout, a FIFO or a device, that has no file position to ask for:
+    NumPy then writes ``.npy`` data with write() calls instead of ``tofile``, which needs a
+    position, and each call goes out in chunks of :data:`SEQUENTIAL_CHUNK_BYTES`."""
 
     def __init__(self, raw: BinaryIO) -> None:
         super().__init__()
         self._raw = raw
+        self._interrupted: Interrupted | None = None
 
     def writable(self) -> bool:
         return True
 
     def write(self, data: Any) -> int:
-        self._raw.write(data)
-        return memoryview(data).nbytes
+        if self._interrupted is not None:
+            # pyarrow answers a failed write by writing its footer: that write would block on
+            # the stalled reader again, with the signal already spent.
+            raise Interrupted(self._interrupted.signum)
+        view = memoryview(data).cast("B")
+        try:
+            for start in range(0, len(view), SEQUENTIAL_CHUNK_BYTES):
+                write_all(self._raw, view[start : start + SEQUENTIAL_CHUNK_BYTES])
+        except Interrupted as interrupt:
+            self._interrupted = interrupt
+            raise
+        return len(view)
 
     def flush(self) -> None:
         self._raw.flush()

@@ -137,6 +137,8 @@ class KeyEncoder:
         self.keys_from_label = keys_from_label
         self.rows = 0
         self.missing_rows = 0
+        #: The first row dropped for a missing key (``check --max-dropped`` names it).
+        self.first_missing_row: int | None = None
         #: Rows whose key is not among the ``keys_from`` keys, and the first one's text: the
         #: error waits for :meth:`finish`, so it counts every such row, as ids >= n are counted.
         self.unknown_rows = 0
@@ -183,7 +185,11 @@ class KeyEncoder:
             unknown = np.flatnonzero(ids == UNKNOWN)
             if len(unknown):
                 self._note_unknown(part, int(unknown[0]), len(unknown), source)
-        self.missing_rows += int(np.count_nonzero(ids == MISSING))
+        missing = ids == MISSING
+        count = int(np.count_nonzero(missing))
+        if count and self.first_missing_row is None:
+            self.first_missing_row = self.rows + int(np.argmax(missing))
+        self.missing_rows += count
         self.rows += part.num_rows
         return ids
 
@@ -222,6 +228,8 @@ class KeyEncoder:
             raise ValueError("only encoders with the same by and null_keys merge")
         if (other.keys_from is None) != (self.keys_from is None):
             raise ValueError("only encoders that both have keys_from, or both not, merge")
+        if self.first_missing_row is None and other.first_missing_row is not None:
+            self.first_missing_row = self.rows + other.first_missing_row  # parts come in order
         self.rows += other.rows
         self.missing_rows += other.missing_rows
         self.unknown_rows += other.unknown_rows

@@ -19,6 +19,8 @@ class KeyFacts:
     missing_rows: int
     null_keys: str
     keys_from: str | None = None
+    #: The first row dropped for a missing key, None if none was.
+    first_missing_row: int | None = None
 
     @property
     def distinct(self) -> int:
