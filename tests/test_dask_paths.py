@@ -121,3 +121,33 @@ def test_a_worker_error_names_the_path_as_typed(
     [line] = ran.stderr.splitlines()
     assert line.startswith("Error: in/data.npy: truncated .npy"), line
     assert str(tmp_path) not in line and not Path("out.npy").exists()
+
+
+# --- 9: scheduler addresses that no tcp connection reaches ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "message"),
+    [
+        ("inproc://somewhere", "not inproc://)"),
+        ("ucx://127.0.0.1:8786", "not ucx://)"),
+        ("ws://127.0.0.1:8786", "not ws://)"),
+        ("tcp://no-such-host.invalid:8786", "cannot resolve Dask scheduler host"),
+    ],
+)
+def test_an_address_no_tcp_connection_reaches_is_exit_2_at_once(
+    tmp_path: Path, scheduler: str, message: str
+) -> None:
+    import time
+
+    _pair(tmp_path, "data.npy", "ids.npy")
+    started = time.perf_counter()
+    ran = _segcli(
+        "sum", tmp_path / "data.npy", tmp_path / "ids.npy", "--engine", "dask",
+        "--scheduler", scheduler, "-o", tmp_path / "out.npy",
+    )  # fmt: skip
+    assert time.perf_counter() - started < 5
+    assert ran.exit_code == 2
+    [line] = ran.stderr.splitlines()
+    assert line.startswith("Error: ") and message in line
+    assert not (tmp_path / "out.npy").exists()
