@@ -268,7 +268,7 @@ def _check_by(request: RunRequest) -> None:
         raise UsageError("--by reads key columns of a table file, not of stdin")
     if request.keys_from == "-":
         raise UsageError("--keys-from reads a table file, not stdin")
-    if input_format(request.data) in ("npy", "npz"):
+    if input_format(_first_file(request)) in ("npy", "npz"):
         raise UsageError(
             "--by reads key columns of a table (Parquet, Arrow, CSV/TSV, JSON lines); "
             f"{request.data} is .npy/.npz: give the segment ids as IDS instead"
@@ -276,6 +276,15 @@ def _check_by(request: RunRequest) -> None:
     if request.null_keys is not None and request.null_keys not in ("drop", "group"):
         raise UsageError(f"--null-keys {request.null_keys!r}: need drop or group")
     _check_keys_out(request)
+
+
+def _first_file(request: RunRequest) -> str:
+    """DATA's file, or on Dask the first file of its folder or glob (whose name has no format)."""
+    if request.engine == "dask":
+        from segcli.drivers.dask.plan import expand  # no Dask import: only globs and folders
+
+        return expand(request.data)[0]
+    return request.data
 
 
 def _check_keys_out(request: RunRequest) -> None:

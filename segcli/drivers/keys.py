@@ -92,9 +92,12 @@ def put_in_key_order(reduction: core.Reduction, encoder: KeyEncoder, spec: RunSp
     )
 
 
-def key_input_facts(path: str, label: str, keys: pa.Schema, rows: int, size: int) -> InputFacts:
+def key_input_facts(
+    path: str, label: str, keys: pa.Schema, rows: int, size: int, fmt: str | None = None
+) -> InputFacts:
+    """``fmt``: the input's format where ``path`` names several files (a Dask folder or glob)."""
     types = ", ".join(str(t) for t in keys.types)
-    return InputFacts(path, label, input_format(path), [rows], types, size)
+    return InputFacts(path, label, fmt or input_format(path), [rows], types, size)
 
 
 def run_in_memory(

@@ -9,13 +9,14 @@ the file and keeping the range. A file that no longer matches its metadata is a 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from segcli.errors import ReadError
+from segcli.errors import ReadError, SegcliError
 from segcli.io.chunked import open_chunked
 from segcli.io.columns import ColumnRef, column_to_numpy, value_layout
 from segcli.io.formats import input_format, library_errors, open_binary
@@ -42,10 +43,29 @@ class FileRef:
     row_groups: tuple[int, ...] = ()
     #: How the values are converted on reading, e.g. "decimal128(10, 2) read as float64".
     note: str | None = None
+    #: The path as the user gave it, where ``path`` was made absolute for other machines (a
+    #: Dask worker's working directory is its own); errors name this one.
+    typed_path: str | None = None
 
     @property
     def rows(self) -> int:
         return self.shape[0]
+
+    @property
+    def shown_path(self) -> str:
+        """The path error messages give: as the user typed it."""
+        return self.typed_path or self.path
+
+
+@contextlib.contextmanager
+def typed_errors(ref: FileRef) -> Iterator[None]:
+    """An error of reading ``ref`` names its path as typed, not the absolute path read."""
+    try:
+        yield
+    except SegcliError as error:
+        if ref.typed_path and error.args and isinstance(error.args[0], str):
+            error.args = (error.args[0].replace(ref.path, ref.typed_path), *error.args[1:])
+        raise
 
 
 def open_file(path: str, *, column: str | None, key: str | None, role: str) -> FileRef:
@@ -77,12 +97,17 @@ def open_file(path: str, *, column: str | None, key: str | None, role: str) -> F
 
 def read_rows(ref: FileRef, start: int, stop: int) -> np.ndarray:
     """Rows ``[start, stop)`` of one file."""
+    with typed_errors(ref):
+        return _read_rows(ref, start, stop)
+
+
+def _read_rows(ref: FileRef, start: int, stop: int) -> np.ndarray:
     if start == stop:
         return np.empty((0, *ref.shape[1:]), ref.dtype)
     if ref.fmt == "npy":
         return _read_npy(ref, start, stop)
     if ref.fmt == "parquet":
-        [array] = read_parquet_rows(ref, [ref], start, stop)
+        [array] = _read_parquet_rows(ref, [ref], start, stop)
         return array
     return _read_whole(ref, start, stop)
 
@@ -106,6 +131,13 @@ def read_parquet_rows(
     file: FileRef, columns: list[FileRef], start: int, stop: int
 ) -> list[np.ndarray]:
     """A row range of some columns of one Parquet file, reading only the row groups it spans."""
+    with typed_errors(file):
+        return _read_parquet_rows(file, columns, start, stop)
+
+
+def _read_parquet_rows(
+    file: FileRef, columns: list[FileRef], start: int, stop: int
+) -> list[np.ndarray]:
     import pyarrow.parquet as pq
 
     groups, skip = _covering_groups(file.row_groups, start, stop)
@@ -140,6 +172,11 @@ def read_parquet_rows(
 def read_key_rows(ref: FileRef, by: Sequence[str], start: int, stop: int) -> pa.Table:
     """Rows ``[start, stop)`` of the key columns ``by`` of a table file, as Arrow (``--by``):
     Parquet by row group, other tables read whole and sliced."""
+    with typed_errors(ref):
+        return _read_key_rows(ref, by, start, stop)
+
+
+def _read_key_rows(ref: FileRef, by: Sequence[str], start: int, stop: int) -> pa.Table:
     if ref.fmt == "parquet":
         import pyarrow.parquet as pq
 

@@ -287,14 +287,21 @@ _HANDSHAKE_MAX_FRAMES = 64
 def probe_scheduler(address: str, timeout_s: float) -> None:
     """Check within ``timeout_s`` that a Dask scheduler answers on a ``tcp://`` address, before
     Dask's client is given it: the client waits forever on an HTTP port (the dashboard's) and
-    takes any other bytes for a frame length, allocating gigabytes. Other schemes (tls, ucx)
-    are left to Dask."""
+    takes any other bytes for a frame length, allocating gigabytes. ``tls://`` is left to Dask
+    (its TLS configuration); other schemes are refused at once: ``inproc://`` names a scheduler
+    inside one process, and Dask retries ``ucx://`` or ``ws://`` until its timeout, or fails
+    with its own internals' words."""
     from distributed.comm.addressing import parse_address, parse_host_port
 
     try:
         scheme, location = parse_address(address)
-        if scheme != "tcp":
+        if scheme == "tls":
             return
+        if scheme != "tcp":
+            raise UsageError(
+                f"bad Dask scheduler address {address!r} (segcli reaches a scheduler over "
+                f"tcp://HOST:PORT, or tls:// with Dask's TLS configuration; not {scheme}://)"
+            )
         host, port = parse_host_port(location, DEFAULT_SCHEDULER_PORT)
     except (ValueError, TypeError) as exc:
         raise UsageError(f"bad Dask scheduler address {address!r} ({first_line(exc)})") from None
@@ -325,9 +332,8 @@ def _first_bytes(address: str, host: str, port: int, size: int, timeout_s: float
                     break
                 head += part
     except socket.gaierror as exc:
-        raise ClusterError(
-            f"cannot resolve Dask scheduler host {host!r} ({exc.strerror})"
-        ) from None
+        # A usage error (exit 2), as a malformed address is: nothing of a cluster was reached.
+        raise UsageError(f"cannot resolve Dask scheduler host {host!r} ({exc.strerror})") from None
     except TimeoutError:
         raise ClusterError(
             f"no Dask scheduler answered at {address} within {timeout_s:g} s (an HTTP port, "

@@ -173,7 +173,7 @@ def _encoded_partition(
     encoder = job.encoder()
     # Errors name a row of the file, as a single-machine run over that file does.
     encoder.rows = part.start
-    ids = encoder.encode(keys, part.data.path)  # a zero-row block still fixes the key types
+    ids = encoder.encode(keys, part.data.shown_path)  # a zero-row block still fixes the key types
     encoder.rows -= part.start
     return data, ids, encoder, keys.nbytes
 
@@ -254,7 +254,7 @@ def plan_keyed(spec: RunSpec) -> tuple[Plan, pa.Schema]:
     column = pick_data_column(first, spec.data_column, spec.by)
     data = open_dataset(spec.data, column=column, key=None, role="data", paths=paths)
     for ref in data.files[1:]:
-        check_key_columns(key_table_file(ref.path, None), spec.by)
+        check_key_columns(key_table_file(ref.shown_path, None), spec.by)
     partitions = plan_partitions(data, data, rows_per_partition=spec.block_rows)
     return Plan(data, data, partitions), key_schema(first, spec.by)
 
@@ -281,7 +281,7 @@ def run(spec: RunSpec, progress: Progress | None = None, *, client: Any = None) 
     seed = encoder_for(spec, schema)
     # A zero-row block: the key types are checked and --keys-from is matched to them now,
     # before any worker reads a row.
-    seed.encode(schema.empty_table(), data.files[0].path)
+    seed.encode(schema.empty_table(), data.files[0].shown_path)
     job = KeyedJob(
         op,
         tuple(spec.by),
@@ -322,7 +322,7 @@ def run(spec: RunSpec, progress: Progress | None = None, *, client: Any = None) 
     return DriverResult(
         reduction,
         _facts(data),
-        key_input_facts(spec.data, ids_label, schema, data.shape[0], merged.key_bytes),
+        key_input_facts(spec.data, ids_label, schema, data.shape[0], merged.key_bytes, data.fmt),
         "distributed",
         {"partitions": len(plan.partitions), "workers": workers},
         dict(reduction.timings),

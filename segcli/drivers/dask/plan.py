@@ -16,7 +16,7 @@ import bisect
 import glob
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -110,9 +110,14 @@ def natural_key(path: str) -> list[Any]:
 
 
 def expand(pattern: str) -> list[str]:
-    """The files an input names: a glob's matches, a directory's Parquet files, or itself."""
+    """The files an input names: itself, a glob's matches, or a directory's Parquet files.
+
+    A file that exists is that file, even where its name holds ``*``, ``?`` or ``[`` (which
+    as a glob would match other names, or none)."""
     if pattern == "-":
         raise UsageError("--engine dask reads files; stdin ('-') cannot be distributed")
+    if os.path.isfile(pattern):
+        return [pattern]
     if glob.has_magic(pattern):
         matches = [p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p)]
         if not matches:
@@ -147,7 +152,11 @@ def open_file(path: str, *, column: str | None, key: str | None, role: str) -> F
             f"{path}: --engine dask reads .npy, .npz, Parquet and Arrow files, not {fmt} "
             "(convert it, or drop --engine dask)"
         )
-    return rows.open_file(path, column=column, key=key, role=role)
+    ref = rows.open_file(path, column=column, key=key, role=role)
+    # Workers resolve a relative path against their own working directory: send an absolute
+    # one. Labels and errors keep the path as typed.
+    absolute = os.path.abspath(path)
+    return ref if absolute == path else replace(ref, path=absolute, typed_path=path)
 
 
 def open_dataset(
@@ -189,7 +198,7 @@ def check_pairs(data: Dataset, ids: Dataset) -> None:
         raise InvalidInputError(
             f"{data.pattern} matches {len(data.files)} files but {ids.pattern} matches "
             f"{len(ids.files)}: DATA and IDS shards must pair up (first unpaired: "
-            f"{unpaired.path})"
+            f"{unpaired.shown_path})"
         )
     for number, (d, i) in enumerate(zip(data.files, ids.files, strict=True)):
         if d.rows != i.rows:

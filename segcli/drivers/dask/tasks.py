@@ -235,7 +235,7 @@ def count_partition_nulls(part: Partition, op: str | ops.Op, sorted_ids: bool) -
 
 
 def _column_nulls(ref: FileRef, part: Partition) -> NullTally:
-    tally = NullTally(ColumnRef(ref.path, ref.column or ""))
+    tally = NullTally(ColumnRef(ref.shown_path, ref.column or ""))
     if ref.column is not None and part.stop > part.start:  # .npy and .npz hold no nulls
         tally.add(read_key_rows(ref, [ref.column], part.start, part.stop).column(0), part.start)
     return tally

@@ -1,0 +1,153 @@
+"""The Dask engine's inputs and its cluster, as a user meets them: folders and globs with
+--by, relative paths, file names that look like globs, scheduler addresses, Dask's own logging,
+a lost scheduler, and agg over several columns. One local worker process serves the module."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+distributed = pytest.importorskip("distributed")
+
+import pyarrow as pa  # noqa: E402
+import pyarrow.parquet as pq  # noqa: E402
+
+from segcli.drivers import dask as seg_dask  # noqa: E402
+from tests.entry import run_main  # noqa: E402
+
+pytestmark = pytest.mark.dask
+
+
+@pytest.fixture(scope="module")
+def address() -> Iterator[str]:
+    cluster = seg_dask.local_cluster(1, silence_logs=logging.CRITICAL)
+    yield str(cluster.scheduler_address)
+    cluster.close()
+
+
+def _keyed_files(folder: Path, files: int = 3) -> pa.Table:
+    folder.mkdir()
+    rng = np.random.default_rng(4)
+    tables = []
+    for k in range(files):
+        table = pa.table(
+            {
+                "key": pa.array(rng.choice(["a", "b", "c"], 40)),
+                "x": rng.integers(0, 100, 40).astype(np.float64),
+            }
+        )
+        pq.write_table(table, folder / f"part-{k}.parquet", row_group_size=15)
+        tables.append(table)
+    return pa.concat_tables(tables)
+
+
+def _segcli(*args: Any) -> Any:
+    return run_main(*args)
+
+
+# --- 6: --by on a folder or a bare glob ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("given", ["folder", "glob"])
+def test_by_on_a_folder_or_a_glob_gives_the_single_machine_result(
+    address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, given: str
+) -> None:
+    whole = _keyed_files(tmp_path / "parts")
+    pq.write_table(whole, tmp_path / "whole.parquet")
+    monkeypatch.chdir(tmp_path)
+    one = _segcli(
+        "sum", "whole.parquet", "--data-column", "x", "--by", "key", "-q", "-o", "one.csv"
+    )
+    assert one.exit_code == 0, one.stderr
+    data = "parts" if given == "folder" else "parts/*.parquet"
+    args = ["--data-column", "x", "--by", "key", "-q", "-o", "dask.csv"]
+    ran = _segcli("sum", data, *args, "--engine", "dask", "--scheduler", address)
+    assert ran.exit_code == 0, ran.stderr
+    assert Path("dask.csv").read_text() == Path("one.csv").read_text()
+
+
+# --- 7, 8, 12: relative paths, names that look like globs, errors naming the typed path --------
+
+
+def _pair(folder: Path, data_name: str, ids_name: str) -> np.ndarray:
+    data = np.arange(12, dtype=np.float64)
+    np.save(folder / data_name, data)
+    np.save(folder / ids_name, np.arange(12) % 3)
+    return np.array([data[0::3].sum(), data[1::3].sum(), data[2::3].sum()])
+
+
+def test_relative_paths_reach_workers_with_another_working_directory(
+    address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker started in the test's first directory; the client runs in tmp_path."""
+    (tmp_path / "in").mkdir()
+    want = _pair(tmp_path / "in", "data.npy", "ids.npy")
+    monkeypatch.chdir(tmp_path)
+    args = ["in/data.npy", "in/ids.npy", "--engine", "dask", "--scheduler", address]
+    ran = _segcli("sum", *args, "-q", "-o", "out.npy")
+    assert ran.exit_code == 0, ran.stderr
+    np.testing.assert_array_equal(np.load("out.npy"), want)
+
+
+@pytest.mark.parametrize("name", ["data[1].npy", "data*.npy"])
+def test_a_file_whose_name_looks_like_a_glob_is_that_file(
+    address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str
+) -> None:
+    want = _pair(tmp_path, name, "ids.npy")
+    np.save(tmp_path / "data1.npy", np.zeros(12))  # what '[1]' would match as a glob
+    monkeypatch.chdir(tmp_path)
+    args = [name, "ids.npy", "--engine", "dask", "--scheduler", address]
+    ran = _segcli("sum", *args, "-q", "-o", "out.npy")
+    assert ran.exit_code == 0, ran.stderr
+    np.testing.assert_array_equal(np.load("out.npy"), want)
+
+
+def test_a_worker_error_names_the_path_as_typed(
+    address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "in").mkdir()
+    _pair(tmp_path / "in", "data.npy", "ids.npy")
+    whole = (tmp_path / "in" / "data.npy").read_bytes()
+    (tmp_path / "in" / "data.npy").write_bytes(whole[:-3])  # the header is fine, a row is short
+    monkeypatch.chdir(tmp_path)
+    args = ["in/data.npy", "in/ids.npy", "--engine", "dask", "--scheduler", address]
+    ran = _segcli("sum", *args, "-q", "-o", "out.npy")
+    assert ran.exit_code == 3
+    [line] = ran.stderr.splitlines()
+    assert line.startswith("Error: in/data.npy: truncated .npy"), line
+    assert str(tmp_path) not in line and not Path("out.npy").exists()
+
+
+# --- 9: scheduler addresses that no tcp connection reaches ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("scheduler", "message"),
+    [
+        ("inproc://somewhere", "not inproc://)"),
+        ("ucx://127.0.0.1:8786", "not ucx://)"),
+        ("ws://127.0.0.1:8786", "not ws://)"),
+        ("tcp://no-such-host.invalid:8786", "cannot resolve Dask scheduler host"),
+    ],
+)
+def test_an_address_no_tcp_connection_reaches_is_exit_2_at_once(
+    tmp_path: Path, scheduler: str, message: str
+) -> None:
+    import time
+
+    _pair(tmp_path, "data.npy", "ids.npy")
+    started = time.perf_counter()
+    ran = _segcli(
+        "sum", tmp_path / "data.npy", tmp_path / "ids.npy", "--engine", "dask",
+        "--scheduler", scheduler, "-o", tmp_path / "out.npy",
+    )  # fmt: skip
+    assert time.perf_counter() - started < 5
+    assert ran.exit_code == 2
+    [line] = ran.stderr.splitlines()
+    assert line.startswith("Error: ") and message in line
+    assert not (tmp_path / "out.npy").exists()
