@@ -235,3 +235,37 @@ def test_a_scheduler_lost_during_the_run_is_exit_6_in_one_line(
     assert [record.getMessage() for record in seen.records] == []
     assert not (tmp_path / "out.npy").exists()
     assert not any(logger.disabled for logger in loggers)  # the caller's logging as it was
+
+
+# --- 13: agg over several data columns starts one cluster ----------------------------------------
+
+
+def test_agg_of_several_columns_starts_one_local_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(9)
+    table = pa.table(
+        {
+            "a": rng.random(60),
+            "b": rng.random(60),
+            "c": rng.random(60),
+            "seg": rng.integers(0, 4, 60),
+        }
+    )
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=20)
+    started: list[Any] = []
+    local_cluster = seg_dask.local_cluster
+
+    def one_worker(n_workers: int | None = None, **options: Any) -> Any:
+        started.append(local_cluster(1, **options))
+        return started[-1]
+
+    monkeypatch.setattr(seg_dask, "local_cluster", one_worker)
+    args = ["agg", tmp_path / "t.parquet", "--data-column", "a,b,c", "--ids-column", "seg"]
+    args += ["--op", "sum,max", "-q"]
+    ran = _segcli(*args, "--engine", "dask", "-o", tmp_path / "dask.csv")
+    assert ran.exit_code == 0, ran.stderr
+    assert len(started) == 1
+    one = _segcli(*args, "-o", tmp_path / "one.csv")
+    assert one.exit_code == 0, one.stderr
+    assert (tmp_path / "dask.csv").read_text() == (tmp_path / "one.csv").read_text()

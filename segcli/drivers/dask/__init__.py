@@ -27,6 +27,7 @@ a missing Dask is an :class:`~segcli.errors.EngineUnavailableError` with the ins
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -99,10 +100,10 @@ def run(
 ) -> DriverResult:
     """Reduce the files of ``spec`` on a Dask cluster; nothing is written here.
 
-    The cluster is ``client``'s (left running), else the scheduler at ``spec.scheduler`` or
-    ``$DASK_SCHEDULER_ADDRESS``, else a local cluster started and closed here. The mode's facts
-    are ``{"partitions", "workers"}``. ``progress(ids_done, ids_total)`` is called as partition
-    tasks finish.
+    The cluster is ``client``'s (left running; a :class:`HeldCluster` too), else the scheduler
+    at ``spec.scheduler`` or ``$DASK_SCHEDULER_ADDRESS``, else a local cluster started and
+    closed here. The mode's facts are ``{"partitions", "workers"}``. ``progress(ids_done,
+    ids_total)`` is called as partition tasks finish.
     """
     _distributed()
     if spec.by:
@@ -143,6 +144,39 @@ def run(
         {"partitions": len(plan.partitions), "workers": workers},
         dict(reduction.timings),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldCluster:
+    """A cluster held open across several runs (agg's data columns): its client, and how the
+    summary names it (a local cluster as such, not by its scheduler's address)."""
+
+    client: Client
+    where: str
+
+
+def run_columns(
+    spec: RunSpec, columns: list[str], progress: Progress | None = None
+) -> list[DriverResult]:
+    """Each of DATA's ``columns`` reduced by ``spec``'s ops, one run each, all on one cluster:
+    a local cluster is started once, or the scheduler reached once, not once per column."""
+    from segcli.io.columns import nulls_kept
+
+    _distributed()
+    address = spec.scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
+    started = time.perf_counter()
+    with _cluster(address, None) as (client, where):
+        held = HeldCluster(client, where)
+        opened = time.perf_counter() - started
+        with nulls_kept(spec.skipna):  # as carry_out runs a driver: a null is a missing value
+            runs = [
+                run(dataclasses.replace(spec, data_column=column), progress, client=held)
+                for column in columns
+            ]
+    # Starting the cluster was paid once, before the first column.
+    for timings in (runs[0].timings, runs[0].reduction.timings):
+        timings["cluster"] = timings.get("cluster", 0.0) + opened
+    return runs
 
 
 def _distributed() -> Any:
@@ -232,6 +266,9 @@ def _cluster(address: str | None, given: Client | None) -> Iterator[tuple[Client
     """The caller's client, a client of the scheduler at ``address``, or a local cluster's;
     Dask's own log lines held back meanwhile (:func:`quiet_dask_logging`)."""
     with quiet_dask_logging():
+        if isinstance(given, HeldCluster):
+            yield given.client, given.where
+            return
         if given is not None:
             yield given, f"scheduler {given.scheduler.address}"
             return
