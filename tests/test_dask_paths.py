@@ -151,3 +151,121 @@ def test_an_address_no_tcp_connection_reaches_is_exit_2_at_once(
     [line] = ran.stderr.splitlines()
     assert line.startswith("Error: ") and message in line
     assert not (tmp_path / "out.npy").exists()
+
+
+# --- 10, 11: a scheduler lost during the run, and Dask's own log lines ------------------------
+
+
+@pytest.fixture
+def own_scheduler() -> Iterator[tuple[str, Any]]:
+    """A scheduler and one worker in processes of their own, so that a test can kill the
+    scheduler: its address and its process."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    where = f"tcp://127.0.0.1:{port}"
+    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    scheduler = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+         "--port", str(port), "--no-dashboard"], **quiet,
+    )  # fmt: skip
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "distributed.cli.dask_worker", where, "--nthreads", "1",
+         "--no-dashboard"], **quiet,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.5).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield where, scheduler
+    finally:
+        for process in (worker, scheduler):
+            process.kill()
+            process.wait()
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def test_a_scheduler_lost_during_the_run_is_exit_6_in_one_line(
+    own_scheduler: tuple[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    where, scheduler = own_scheduler
+    _pair(tmp_path, "data.npy", "ids.npy")
+    follow = seg_dask._follow
+
+    def lose_the_scheduler(*args: Any, **kwargs: Any) -> None:
+        scheduler.kill()  # the tasks are submitted: the client now waits for their results
+        scheduler.wait()
+        follow(*args, **kwargs)
+
+    monkeypatch.setattr(seg_dask, "_follow", lose_the_scheduler)
+    # What Dask's loggers would print on the terminal (its handlers write to stderr).
+    seen = _Records()
+    loggers = [logging.getLogger(name) for name in ("distributed", "distributed.client")]
+    for logger in loggers:
+        logger.addHandler(seen)
+    try:
+        ran = _segcli(
+            "sum", tmp_path / "data.npy", tmp_path / "ids.npy", "--engine", "dask",
+            "--scheduler", where, "-o", tmp_path / "out.npy",
+        )  # fmt: skip
+    finally:
+        for logger in loggers:
+            logger.removeHandler(seen)
+    assert ran.exit_code == 6
+    [line] = ran.stderr.splitlines()
+    assert line.startswith("Error: ") and "lost the Dask scheduler" in line
+    assert line.endswith("nothing was written")
+    assert [record.getMessage() for record in seen.records] == []
+    assert not (tmp_path / "out.npy").exists()
+    assert not any(logger.disabled for logger in loggers)  # the caller's logging as it was
+
+
+# --- 13: agg over several data columns starts one cluster ----------------------------------------
+
+
+def test_agg_of_several_columns_starts_one_local_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = np.random.default_rng(9)
+    table = pa.table(
+        {
+            "a": rng.random(60),
+            "b": rng.random(60),
+            "c": rng.random(60),
+            "seg": rng.integers(0, 4, 60),
+        }
+    )
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=20)
+    started: list[Any] = []
+    local_cluster = seg_dask.local_cluster
+
+    def one_worker(n_workers: int | None = None, **options: Any) -> Any:
+        started.append(local_cluster(1, **options))
+        return started[-1]
+
+    monkeypatch.setattr(seg_dask, "local_cluster", one_worker)
+    args = ["agg", tmp_path / "t.parquet", "--data-column", "a,b,c", "--ids-column", "seg"]
+    args += ["--op", "sum,max", "-q"]
+    ran = _segcli(*args, "--engine", "dask", "-o", tmp_path / "dask.csv")
+    assert ran.exit_code == 0, ran.stderr
+    assert len(started) == 1
+    one = _segcli(*args, "-o", tmp_path / "one.csv")
+    assert one.exit_code == 0, one.stderr
+    assert (tmp_path / "dask.csv").read_text() == (tmp_path / "one.csv").read_text()

@@ -54,10 +54,15 @@ from segcli.io.tables import TableFile, open_table
 
 def run(spec: RunSpec, columns: list[str], progress: Progress | None = None) -> list[DriverResult]:
     """Reduce each of DATA's ``columns`` by ``spec``'s ops (``spec.data_column`` is not used)."""
-    if spec.engine == "dask" or has_holistic(spec):
-        # Dask partitions read their own rows, and the sorting ops have a driver of their
-        # own: there each column is a run of its own (DATA read once per column).
+    if has_holistic(spec):
+        # The sorting ops have a driver of their own (which refuses Dask): each column is a run
+        # of its own (DATA read once per column).
         return [carry_out(dataclasses.replace(spec, data_column=c), progress) for c in columns]
+    if spec.engine == "dask":
+        # Dask partitions read their own rows: each column is a run of its own, on one cluster.
+        from segcli.drivers.dask import run_columns
+
+        return run_columns(spec, columns, progress)
     with nulls_kept(spec.skipna):  # under --skipna a null is a missing value
         return _run(spec, columns, progress)
 

@@ -27,6 +27,7 @@ a missing Dask is an :class:`~segcli.errors.EngineUnavailableError` with the ins
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -99,10 +100,10 @@ def run(
 ) -> DriverResult:
     """Reduce the files of ``spec`` on a Dask cluster; nothing is written here.
 
-    The cluster is ``client``'s (left running), else the scheduler at ``spec.scheduler`` or
-    ``$DASK_SCHEDULER_ADDRESS``, else a local cluster started and closed here. The mode's facts
-    are ``{"partitions", "workers"}``. ``progress(ids_done, ids_total)`` is called as partition
-    tasks finish.
+    The cluster is ``client``'s (left running; a :class:`HeldCluster` too), else the scheduler
+    at ``spec.scheduler`` or ``$DASK_SCHEDULER_ADDRESS``, else a local cluster started and
+    closed here. The mode's facts are ``{"partitions", "workers"}``. ``progress(ids_done,
+    ids_total)`` is called as partition tasks finish.
     """
     _distributed()
     if spec.by:
@@ -143,6 +144,39 @@ def run(
         {"partitions": len(plan.partitions), "workers": workers},
         dict(reduction.timings),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class HeldCluster:
+    """A cluster held open across several runs (agg's data columns): its client, and how the
+    summary names it (a local cluster as such, not by its scheduler's address)."""
+
+    client: Client
+    where: str
+
+
+def run_columns(
+    spec: RunSpec, columns: list[str], progress: Progress | None = None
+) -> list[DriverResult]:
+    """Each of DATA's ``columns`` reduced by ``spec``'s ops, one run each, all on one cluster:
+    a local cluster is started once, or the scheduler reached once, not once per column."""
+    from segcli.io.columns import nulls_kept
+
+    _distributed()
+    address = spec.scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
+    started = time.perf_counter()
+    with _cluster(address, None) as (client, where):
+        held = HeldCluster(client, where)
+        opened = time.perf_counter() - started
+        with nulls_kept(spec.skipna):  # as carry_out runs a driver: a null is a missing value
+            runs = [
+                run(dataclasses.replace(spec, data_column=column), progress, client=held)
+                for column in columns
+            ]
+    # Starting the cluster was paid once, before the first column.
+    for timings in (runs[0].timings, runs[0].reduction.timings):
+        timings["cluster"] = timings.get("cluster", 0.0) + opened
+    return runs
 
 
 def _distributed() -> Any:
@@ -229,10 +263,61 @@ def _facts(dataset: Dataset) -> InputFacts:
 
 @contextlib.contextmanager
 def _cluster(address: str | None, given: Client | None) -> Iterator[tuple[Client, str]]:
-    """The caller's client, a client of the scheduler at ``address``, or a local cluster's."""
-    if given is not None:
-        yield given, f"scheduler {given.scheduler.address}"
-        return
+    """The caller's client, a client of the scheduler at ``address``, or a local cluster's;
+    Dask's own log lines held back meanwhile (:func:`quiet_dask_logging`)."""
+    with quiet_dask_logging():
+        if isinstance(given, HeldCluster):
+            yield given.client, given.where
+            return
+        if given is not None:
+            yield given, f"scheduler {given.scheduler.address}"
+            return
+        with _own_cluster(address) as (client, where):
+            yield client, where
+
+
+#: Loggers of Dask and of the libraries it runs on.
+_DASK_LOGGERS = frozenset({"distributed", "dask", "tornado", "bokeh"})
+
+
+@contextlib.contextmanager
+def quiet_dask_logging() -> Iterator[None]:
+    """Hold back Dask's log lines, which it prints to stderr beside segcli's one line: a lost
+    worker's warning, a lost scheduler's reconnection tracebacks. What goes wrong reaches the
+    user as segcli's own error line (:func:`_cluster_failure`). Restored afterwards, for a
+    library caller's logging."""
+    loggers = [
+        logger
+        for name, logger in list(logging.root.manager.loggerDict.items())
+        if isinstance(logger, logging.Logger) and name.split(".")[0] in _DASK_LOGGERS
+    ]
+    # Dask's handlers: a child logger made during the run still reaches them (and a record
+    # that reaches none would go to logging's last resort, which prints warnings).
+    handlers = {handler for logger in loggers for handler in logger.handlers}
+    disabled = [(logger, logger.disabled) for logger in loggers]
+    last_resort = logging.lastResort
+    for logger in loggers:
+        logger.disabled = True
+    for handler in handlers:
+        handler.addFilter(_drop)
+    logging.lastResort = logging.NullHandler()
+    try:
+        yield
+    finally:
+        logging.lastResort = last_resort
+        for handler in handlers:
+            handler.removeFilter(_drop)
+        for logger, was in disabled:
+            logger.disabled = was
+
+
+def _drop(record: logging.LogRecord) -> bool:
+    return False
+
+
+@contextlib.contextmanager
+def _own_cluster(address: str | None) -> Iterator[tuple[Client, str]]:
+    """A client of the scheduler at ``address``, or of a local cluster started here."""
     if address:
         client = connect(address)
         try:
@@ -568,8 +653,9 @@ def _cluster_failure(exc: Exception, what: str) -> ClusterError:
     if name in ("CancelledError", "FutureCancelledError", "CommClosedError") or isinstance(
         exc, OSError
     ):
+        # The client's futures are cancelled when its connection to the scheduler is gone.
         return ClusterError(
-            f"{what}: lost the Dask cluster ({first_line(exc)}); nothing was written"
+            f"{what}: lost the Dask scheduler ({first_line(exc)}); nothing was written"
         )
     return ClusterError(f"{what} failed on a Dask worker: {name}: {first_line(exc)}")
 
