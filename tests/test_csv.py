@@ -454,7 +454,7 @@ def test_text_in_a_numeric_column_names_its_first_value(
 ) -> None:
     path, out = tmp_path / "t.csv", tmp_path / "out.csv"
     path.write_text("s,v\n" + "".join(f"{i},{cell}\n" for i, cell in enumerate(cells)))
-    args = [*command, "--ids-column", "s"] if command == SUM else [*command, "--by", "s"]
+    args = command if command == SUM else [*command, "--by", "s"]
     result = run(*args, path, "-q", "-o", out, *chunks)
     one_error_line(result, 1, "t.csv: column 'v' has type string", said)
     assert not out.exists()
