@@ -31,7 +31,7 @@ from segcli.errors import (
 )
 from segcli.expect import differing_segments
 from segcli.io import agg_write
-from segcli.io.commit import refuse_empty_path
+from segcli.io.commit import refuse_unfit_name
 from segcli.io.formats import (
     ARROW_FILE_MAGIC,
     BINARY_FORMATS,
@@ -135,7 +135,7 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
         sorting = f"{', '.join(HOLISTIC_OPS[:-1])} and {HOLISTIC_OPS[-1]}"
         raise UsageError(f"--tmp-dir applies to {sorting} only, not {', '.join(op_names)}")
     if request.output is not None:
-        refuse_empty_path(request.output, "-o")
+        refuse_unfit_name(request.output, "-o")
     fmt = (
         "text"
         if request.output is None

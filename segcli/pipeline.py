@@ -26,7 +26,7 @@ from segcli.errors import ExpectationError, UsageError, WriteError
 from segcli.expect import check_expected, check_expected_counts
 from segcli.io import peek
 from segcli.io.columns import nulls_kept
-from segcli.io.commit import refuse_empty_path
+from segcli.io.commit import refuse_unfit_name
 from segcli.io.formats import input_format
 from segcli.io.key_names import refuse_clashing_keys
 from segcli.io.keyed import (
@@ -314,7 +314,7 @@ def reserve_outputs(request: RunRequest, outputs: io.OutputSet) -> None:
     if request.expect == "-":
         raise UsageError("--expect reads a file, not stdin")
     if request.output is not None:
-        refuse_empty_path(request.output, "-o")
+        refuse_unfit_name(request.output, "-o")
         io.output_format(request.output, request.output_format)  # a usage error, before any work
     if request.output not in (None, "-"):
         outputs.reserve(request.output, "-o")

@@ -75,7 +75,7 @@ class OutputSet:
     def reserve(self, path: str, option: str = "-o") -> None:
         """Check now that ``path`` can be written (WriteError, exit 5, if not) and that no other
         output of the run names the same file (UsageError)."""
-        refuse_empty_path(path, option)
+        refuse_unfit_name(path, option)
         output = _plan(path, option)
         for other in self._outputs.values():
             if not output.direct and _same_file(output, other):
@@ -181,10 +181,10 @@ def _streamed(direct: bool) -> contextlib.AbstractContextManager[None]:
     return streaming_out() if direct else contextlib.nullcontext()
 
 
-def refuse_empty_path(path: str, option: str) -> None:
-    """A UsageError for ``''`` (an unset shell variable): it would resolve to the working
-    folder, a file to replace nowhere; and for a compressed file's name
-    (:func:`refuse_compressed_name`)."""
+def refuse_unfit_name(path: str, option: str) -> None:
+    """A UsageError for a name no output should have: ``''`` (an unset shell variable), which
+    would resolve to the working folder, a file to replace nowhere; and a compressed file's
+    name (:func:`refuse_compressed_name`)."""
     if not path:
         raise UsageError(f"{option} '': an empty path names no file")
     refuse_compressed_name(path, option)
