@@ -38,7 +38,6 @@ from segcli.io.npy import (
     readinto_exact,
     to_native,
 )
-from segcli.io.parquet_batches import parquet_batches
 from segcli.io.read import DATA_ROLE, IDS_ROLE, Role, refuse_option
 from segcli.io.tables import CSV_HEAD_BYTES, CsvOptions, TableFile, open_table
 
@@ -332,11 +331,8 @@ class TableChunks:
         if self._table.fmt == "parquet":
             import pyarrow.parquet as pq
 
-            source = self._table.parquet_source
-            batches = parquet_batches(
-                lambda: pq.ParquetFile(source(), pre_buffer=False), [name], rows, arrow_threads=True
-            )
-            for batch in batches:
+            parquet = pq.ParquetFile(self._table.parquet_source(), pre_buffer=False)
+            for batch in parquet.iter_batches(batch_size=rows, columns=[name]):
                 yield batch.column(0)
             return
         for batch in self._ipc_batches():
