@@ -33,7 +33,6 @@ from segcli.io.columns import (
     value_layout,
 )
 from segcli.io.formats import input_format, is_pipe
-from segcli.io.parquet_batches import parquet_batches
 from segcli.io.read import DATA_ROLE, IDS_ROLE, ArrayInput, refuse_option
 from segcli.io.tables import CSV_HEAD_BYTES, TableFile, open_table
 
@@ -158,13 +157,8 @@ class TableBatches:
         if fmt == "parquet":
             import pyarrow.parquet as pq
 
-            source = self._table.parquet_source
-            return parquet_batches(
-                lambda: pq.ParquetFile(source(), pre_buffer=False),
-                self._columns,
-                self._batch_rows,
-                arrow_threads=True,
-            )
+            parquet = pq.ParquetFile(self._table.parquet_source(), pre_buffer=False)
+            return iter(parquet.iter_batches(batch_size=self._batch_rows, columns=self._columns))
         if fmt == "arrow":
             import pyarrow.ipc as ipc
 

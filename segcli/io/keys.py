@@ -20,7 +20,6 @@ import numpy as np
 from segcli.errors import ReadError, UsageError
 from segcli.io.chunked import UNKNOWN_ROWS, TableChunks, _check_rows
 from segcli.io.formats import input_format
-from segcli.io.parquet_batches import parquet_batches
 from segcli.io.tables import CSV_HEAD_BYTES, CsvOptions, TableFile, open_table
 
 if TYPE_CHECKING:
@@ -318,20 +317,17 @@ class ParquetPass:
         import pyarrow.parquet as pq
 
         schema = key_schema(self._table, self.by)
-        coded = dictionary_columns(pq.ParquetFile(self._table.parquet_source()), schema)
-
-        def open_file() -> pq.ParquetFile:
-            # Pre-buffering reads every row group's column chunks ahead into fresh buffers:
-            # about the file's size in resident memory, and more system time than decoding.
-            source = self._table.parquet_source()
-            return pq.ParquetFile(source, read_dictionary=coded, pre_buffer=False)
-
+        source = self._table.parquet_source()
+        coded = dictionary_columns(pq.ParquetFile(source), schema)
+        # Pre-buffering reads every row group's column chunks ahead into fresh buffers: about
+        # the file's size in resident memory, and more system time than decoding takes.
+        parquet = pq.ParquetFile(source, read_dictionary=coded, pre_buffer=False)
         # A key column that is the data column too is read once, under both roles.
         names = list(dict.fromkeys([self.column, *self.by]))
-        # Not Arrow's own threads: handed a few small column chunks a batch, its pool spent
-        # up to 40% more CPU on them for no shorter wall time; whole row groups are decoded
-        # two at a time instead.
-        yield from parquet_batches(open_file, names, rows)
+        # One decoding thread: this read already runs on a thread of its own beside the
+        # encoder and the fold, and Arrow's pool, handed a few small column chunks a batch,
+        # spent up to 40% more CPU on them for no shorter wall time.
+        yield from parquet.iter_batches(batch_size=rows, columns=names, use_threads=False)
 
 
 class PassColumn(TableChunks):
