@@ -191,9 +191,20 @@ F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
 @pytest.fixture
 def large_pair(tmp_path: Path) -> tuple[Path, Path]:
     """An 8 MB result: far more than a pipe holds."""
-    data, ids = tmp_path / "large.npy", tmp_path / "large_ids.npy"
-    np.save(data, np.random.default_rng(0).random(1_000_000))
-    np.save(ids, np.arange(1_000_000, dtype=np.int64))
+    return _pair(tmp_path, 1_000_000)
+
+
+@pytest.fixture
+def pipeful_pair(tmp_path: Path) -> tuple[Path, Path]:
+    """A result of 100,000 rows: over 0.8 MB in every format, more than a pipe holds (64 KiB)
+    and quick to format as text."""
+    return _pair(tmp_path, 100_000)
+
+
+def _pair(folder: Path, rows: int) -> tuple[Path, Path]:
+    data, ids = folder / "large.npy", folder / "large_ids.npy"
+    np.save(data, np.random.default_rng(0).random(rows))
+    np.save(ids, np.arange(rows, dtype=np.int64))
     return data, ids
 
 
@@ -331,7 +342,7 @@ def test_compressed_summary_json_name_is_refused_and_a_fifo_so_named_is_not(host
 
 @pytest.mark.parametrize("fmt", ["npy", "npz", "parquet", "arrow", "csv", "tsv", "json"])
 @pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum,max"]])
-def test_fifo_whose_reader_leaves_early_exits_141_silently(large_pair, tmp_path, fmt, command):
+def test_fifo_whose_reader_leaves_early_exits_141_silently(pipeful_pair, tmp_path, fmt, command):
     if command[0] == "agg" and fmt == "npy":
         command = ["agg", "--op", "sum"]  # .npy holds one result column
     fifo = tmp_path / "out.fifo"
@@ -344,7 +355,7 @@ def test_fifo_whose_reader_leaves_early_exits_141_silently(large_pair, tmp_path,
     reader = threading.Thread(target=read_a_little)
     reader.start()
     args = [*command[1:], "-q", "-o", fifo, "--format", fmt]
-    result = segcli(command[0], *large_pair, *args)
+    result = segcli(command[0], *pipeful_pair, *args)
     reader.join(timeout=60)
     assert (result.returncode, result.stderr) == (141, b"")
 
