@@ -222,10 +222,16 @@ def read_keys_from(
         )
     if fmt in ("csv", "tsv") and data is not None:
         schema = key_schema(data, by) if isinstance(data, TableFile) else data
+        types = csv_readable_types(schema)
         try:
-            return table.read(list(by), csv_readable_types(schema))
+            return table.read(list(by), types)
         except ReadError:
-            pass  # a key that does not read as the data's type: the inferred read says which
+            from segcli.io.key_text import unreadable_key
+
+            # A key that does not read as the data's type: name it, its column and its row.
+            error = unreadable_key(path, table, types)
+            if error is not None:
+                raise error from None
     return table.read(list(by))
 
 
