@@ -82,6 +82,9 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (here / "kf_date.csv").write_text("dt\n2024-01-01\nnotadate\n")
     (here / "kf_decimal.csv").write_text("dec\n1.505\n2.5\n3\n")
     (here / "kf_ts.csv").write_text("ts\n2024-01-01T00:00:00Z\n2024-01-01 01:00:00\n")
+    # Whole numbers in a key column's first megabyte, then a word: a streamed read keeps int64.
+    rows = "".join(f"z,{i % 3},1.0\n" for i in range(200_000))
+    (here / "late_key.csv").write_text(f"a,k,v\n{rows}z,x,1.0\n")
     return here
 
 
@@ -359,6 +362,23 @@ CASES = [
     case(
         "check", "t.parquet", "--data-column", "v", "--by", "s", "--keys-from", "keys_other.csv",
         code=2, says=("--keys-from keys_other.csv", "no column 's'"), id="check-keys-from-column",
+    ),
+    # fixed: a streamed text key column's later value of another type is named, with its row
+    case(
+        "sum", "late_key.csv", "--data-column", "v", "--by", "k", "--chunk-rows", "1000",
+        code=3, says=("late_key.csv: column 'k' holds 'x'", "int64", "row 200000"),
+        id="streamed-csv-key-changes-type",
+    ),
+    case(
+        "agg", "late_key.csv", "--data-column", "v", "--by", "a,k", "--op", "sum,mean",
+        "--memory-limit", "1MB",
+        code=3, says=("late_key.csv: column 'k' holds 'x'", "row 200000"),
+        id="streamed-csv-second-key-changes-type",
+    ),
+    case(
+        "check", "late_key.csv", "--data-column", "v", "--by", "k", "--chunk-rows", "1000",
+        code=3, says=("late_key.csv: column 'k' holds 'x'", "row 200000"),
+        id="check-streamed-csv-key-changes-type",
     ),
     # outputs
     case(
