@@ -82,6 +82,12 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (here / "kf_date.csv").write_text("dt\n2024-01-01\nnotadate\n")
     (here / "kf_decimal.csv").write_text("dec\n1.505\n2.5\n3\n")
     (here / "kf_ts.csv").write_text("ts\n2024-01-01T00:00:00Z\n2024-01-01 01:00:00\n")
+    uuids = [bytes([k]) * 16 for k in (1, 2, 1)]
+    pq.write_table(
+        pa.table({"u": pa.array(uuids, pa.binary(16)), "v": [1.0, 2.0, 3.0]}), here / "bin.parquet"
+    )
+    (here / "kf_hex.csv").write_text(f"u\n{'02' * 16}\n{'01' * 16}\n{'03' * 16}\n")
+    (here / "kf_hex_short.csv").write_text(f"u\n{'01' * 16}\n0102\n")
     # Whole numbers in a key column's first megabyte, then a word: a streamed read keeps int64.
     rows = "".join(f"z,{i % 3},1.0\n" for i in range(200_000))
     (here / "late_key.csv").write_text(f"a,k,v\n{rows}z,x,1.0\n")
@@ -363,6 +369,12 @@ CASES = [
         "check", "t.parquet", "--data-column", "v", "--by", "s", "--keys-from", "keys_other.csv",
         code=2, says=("--keys-from keys_other.csv", "no column 's'"), id="check-keys-from-column",
     ),
+    # fixed: binary keys of a text keys file are hex, as the output writes them
+    case(
+        "sum", "bin.parquet", "--data-column", "v", "--by", "u", "--keys-from", "kf_hex_short.csv",
+        code=1, says=("--keys-from kf_hex_short.csv", "'0102' at row 1", "hex text of 16 bytes"),
+        id="keys-from-csv-binary-key-too-short",
+    ),
     # fixed: a streamed text key column's later value of another type is named, with its row
     case(
         "sum", "late_key.csv", "--data-column", "v", "--by", "k", "--chunk-rows", "1000",
@@ -403,6 +415,24 @@ def test_bad_input_is_one_line_and_nothing_written(folder, monkeypatch, args, co
         assert part in lines[0]
     assert ran.stdout == ""
     assert sorted(p.name for p in folder.iterdir()) == before
+
+
+def test_binary_keys_from_a_text_keys_file_are_read_as_hex(folder, monkeypatch):
+    # The output writes a binary key (a UUID) as hex, and --expect reads it back so: a keys
+    # file of the same text names the same keys, in its own order, the empty one included.
+    monkeypatch.chdir(folder)
+    ran = run_main(
+        *["sum", "bin.parquet", "--data-column", "v", "--by", "u", "-q"],
+        "--keys-from",
+        "kf_hex.csv",
+    )
+    assert (ran.exit_code, ran.stderr) == (0, "")
+    assert ran.stdout.splitlines() == [
+        "u\tvalue",
+        f"{'02' * 16}\t2.0",
+        f"{'01' * 16}\t4.0",
+        f"{'03' * 16}\t0.0",
+    ]
 
 
 # Cases run in a process of their own: stdin, and what needs real descriptors.

@@ -227,17 +227,23 @@ def read_keys_from(
             f"--keys-from {path}: no column '{missing[0]}' (columns: {', '.join(names)})"
         )
     if fmt in ("csv", "tsv") and data is not None:
+        import pyarrow as pa
+
+        from segcli.io.key_text import binary_from_hex, is_binary, unreadable_key
+
         schema = key_schema(data, by) if isinstance(data, TableFile) else data
         types = csv_readable_types(schema)
+        # Binary keys are hex text, as the output writes them: read that text, then decode it.
+        text_types = {name: pa.string() if is_binary(t) else t for name, t in types.items()}
         try:
-            return table.read(list(by), types)
+            keys = table.read(list(by), text_types)
         except ReadError:
-            from segcli.io.key_text import unreadable_key
-
             # A key that does not read as the data's type: name it, its column and its row.
-            error = unreadable_key(path, table, types)
+            error = unreadable_key(path, table, text_types)
             if error is not None:
                 raise error from None
+        else:
+            return binary_from_hex(path, keys, types)
     return table.read(list(by))
 
 
