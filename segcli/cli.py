@@ -364,14 +364,69 @@ def _emit_summary(
 
 
 @dataclass
+class _SummaryPlan:
+    """``--summary-json`` of a run whose outputs passed their checks (the path is no input), so
+    that a run ended by a signal or a broken pipe can still say so there."""
+
+    path: str
+    command: str
+    #: The facts staged for the run's own summary: a signal after the commit keeps them.
+    facts: dict[str, Any] | None = None
+
+
+@dataclass
 class _Session:
-    """What main() needs to know when a signal lands: whether the run's outputs were committed."""
+    """What main() needs to know when a signal lands: whether the run's outputs were committed,
+    and where the JSON summary goes."""
 
     outputs: OutputSet | None = None
+    summary: _SummaryPlan | None = None
 
     @property
     def written(self) -> bool:
         return bool(self.outputs is not None and self.outputs.committed)
+
+
+def _arm_summary(command: str, summary_json: str | None) -> None:
+    """Called once the run's outputs are reserved and none of them is an input: from now on a
+    signal or a broken pipe ends the run with ``--summary-json`` written (see main)."""
+    session = click.get_current_context().find_object(_Session)
+    if session is not None and summary_json is not None:
+        session.summary = _SummaryPlan(summary_json, command)
+
+
+def _summary_at_exit(session: _Session, exit_code: int, line: str | None) -> None:
+    """Write ``--summary-json`` for a run that ends by a signal or a broken pipe: its staged facts
+    if the commit went through, else the failed run's fields, with ``exit_code`` and ``error``
+    (the line printed on stderr; none for a broken pipe, which prints nothing)."""
+    plan = session.summary
+    if plan is None:
+        return
+    facts = dict(plan.facts) if session.written and plan.facts else _failed_facts(plan.command)
+    facts.update(exit_code=exit_code, error=line)
+    _write_summary_alone(plan.path, facts)
+
+
+def _failed_facts(command: str) -> dict[str, Any]:
+    facts: dict[str, Any] = _command(command)
+    if command == "check":
+        facts["passed"] = False
+    return facts
+
+
+def _write_summary_alone(summary_json: str, facts: dict[str, Any]) -> None:
+    """``--summary-json`` as a transaction of its own, the run's other outputs aborted; a
+    summary that cannot be written leaves the run's own error the one reported."""
+    from segcli import summary as summary_module
+    from segcli.io import OutputSet
+
+    if summary_json == "-":
+        with contextlib.suppress(OSError, ValueError):
+            click.echo(summary_module.dumps(facts), err=True)
+        return
+    with contextlib.suppress(SegcliError, OSError), OutputSet() as outputs:
+        outputs.reserve(summary_json, "--summary-json")
+        _stage_summary_json(outputs, summary_json, facts)
 
 
 def _run_outputs(summary_json: str | None) -> OutputSet:
@@ -394,6 +449,10 @@ def _stage_summary_json(
         return  # on stderr, with the rest of the summary
     from segcli import summary as summary_module
 
+    context = click.get_current_context(silent=True)
+    session = context.find_object(_Session) if context is not None else None
+    if session is not None and session.summary is not None:
+        session.summary.facts = facts
     with outputs.stage(summary_json) as handle:
         handle.write((summary_module.dumps(facts) + "\n").encode())
 
@@ -513,17 +572,10 @@ def _summary_on_failure(command: str, summary_json: str | None) -> Iterator[None
     try:
         yield
     except SegcliError as error:
+        if isinstance(error, WriteError) and _stdout_reader_gone():
+            raise  # a broken pipe, exit 141: main writes the summary saying so
         if summary_json and not isinstance(error, UsageError):
-            facts: dict[str, Any] = {"schema_version": 1, "command": command}
-            if command == "check":
-                facts["passed"] = False
-            facts.update(_verdict(error))
-            with contextlib.suppress(SegcliError):  # the run's own error is the one to report
-                outputs = _run_outputs(summary_json)
-                with outputs:
-                    _stage_summary_json(outputs, summary_json, facts)
-                if summary_json == "-":
-                    _emit_summary("", [], facts, quiet=True, summary_json="-", alert=frozenset())
+            _write_summary_alone(summary_json, {**_failed_facts(command), **_verdict(error)})
         raise
 
 
@@ -604,6 +656,7 @@ def _make_op_command(op: str) -> click.Command:
         with _summary_on_failure(op, summary_json), _run_outputs(summary_json) as outputs:
             request = _request(op, **options)
             pipeline.reserve_outputs(request, outputs)
+            _arm_summary(op, summary_json)
             with progress_bar(enabled=not (quiet or no_progress)) as progress:
                 outcome = pipeline.run(request, progress=progress, outputs=outputs, warn=_warn)
             facts = {**_command(op), **summary_facts(outcome.summary), **_verdict(None)}
@@ -755,6 +808,7 @@ def agg(
         request = _request("agg", **options)
         agg_module.check_request(request, op_names)
         pipeline.reserve_outputs(request, outputs)
+        _arm_summary("agg", summary_json)
         with progress_bar(enabled=not (quiet or no_progress)) as progress:
             outcome = agg_module.run(request, op_names, outputs, progress=progress)
         facts = {**_command("agg"), **outcome.facts(), **_verdict(None)}
@@ -831,6 +885,7 @@ def check(
         op_names = parse_ops(op)
         request = _request(op_names[0], **options)
         pipeline.reserve_outputs(request, outputs)
+        _arm_summary("check", summary_json)
         outcome = pipeline.check(
             request,
             max_empty=max_empty,
@@ -991,6 +1046,7 @@ def main(argv: list[str] | None = None) -> None:
         exit_interrupted,
         ignore_further_signals,
         install_handlers,
+        interrupt_line,
     )
     from segcli.stderr_guard import guard_stderr
 
@@ -1014,13 +1070,17 @@ def main(argv: list[str] | None = None) -> None:
         if error.exit_code == EXIT_WRITE:
             _silence_stdout()  # what stdout could not take must not fail again at exit
         sys.exit(error.exit_code)
-    except Interrupted as interrupt:
-        exit_interrupted(interrupt.signum, written=session.written)
-    except (KeyboardInterrupt, click.exceptions.Abort):
-        exit_interrupted(signal.SIGINT, written=session.written)
+    except (Interrupted, KeyboardInterrupt, click.exceptions.Abort) as interrupt:
+        # A second signal must not cut the summary short with a traceback.
+        ignore_further_signals()
+        signum = interrupt.signum if isinstance(interrupt, Interrupted) else signal.SIGINT
+        written = session.written
+        _summary_at_exit(session, 128 + signum, interrupt_line(signum, written=written))
+        exit_interrupted(signum, written=written)
     except (StdoutClosed, BrokenPipeError):
         ignore_further_signals()
         _silence_stdout()
+        _summary_at_exit(session, EXIT_BROKEN_PIPE, None)
         sys.exit(EXIT_BROKEN_PIPE)
     except Exception as error:  # a bug: say so in one line, traceback only on request
         ignore_further_signals()

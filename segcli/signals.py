@@ -50,6 +50,8 @@ _arrived = 0
 #: True from the first byte sent to stdout or a FIFO until the whole output went: bytes a
 #: reader may hold cannot be taken back, so an interrupt meanwhile says the output was cut off.
 _cut_off = False
+#: True once the test checkpoint has been passed (see :func:`checkpoint`).
+_checkpoint_passed = False
 
 
 def install_handlers() -> None:
@@ -123,21 +125,29 @@ def exit_interrupted(signum: int, *, written: bool) -> NoReturn:
     and every complete output was flushed when it was written.
     """
     ignore_further_signals()
-    what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
-    said = "the output was written" if written else "nothing was written"
-    if _cut_off:
-        said = "the output was cut off"
     with contextlib.suppress(OSError, ValueError):
-        sys.stderr.write(f"segcli: {what}; {said}\n")
+        sys.stderr.write(interrupt_line(signum, written=written) + "\n")
         sys.stderr.flush()
     os._exit(128 + signum)
 
 
+def interrupt_line(signum: int, *, written: bool) -> str:
+    """The line an interrupt ends the run with (``--summary-json`` records it too)."""
+    what = "interrupted" if signum == signal.SIGINT else f"stopped by {signal.Signals(signum).name}"
+    said = "the output was written" if written else "nothing was written"
+    if _cut_off:
+        said = "the output was cut off"
+    return f"segcli: {what}; {said}"
+
+
 def checkpoint(name: str) -> None:
-    """Test-only (see :data:`CHECKPOINT_ENV`); free when the variable is not set."""
+    """Test-only (see :data:`CHECKPOINT_ENV`); free when the variable is not set. Stops once a
+    process: the summary an interrupted run still writes passes the same points again."""
+    global _checkpoint_passed
     wanted = os.environ.get(CHECKPOINT_ENV)
-    if wanted is None or wanted.rstrip("+") != name:
+    if wanted is None or wanted.rstrip("+") != name or _checkpoint_passed:
         return
+    _checkpoint_passed = True
     seen = _arrived  # before saying so: the signal may come at once
     os.write(int(os.environ[CHECKPOINT_FD_ENV]), b"!")
     if wanted.endswith("+"):

@@ -90,8 +90,38 @@ def test_signal_while_outputs_are_staged_removes_them(inputs, signum, line):
     stderr = stop(process, signum)
     assert process.returncode == 128 + signum
     assert stderr == line + "\n"
-    assert names(inputs) == ["data.npy", "ids.npy", "out.npy"]
+    assert names(inputs) == ["data.npy", "ids.npy", "out.npy", "s.json"]
     assert (inputs / "out.npy").read_bytes() == b"old"
+    # The summary says how the run ended, as a failed run's does.
+    facts = json.loads((inputs / "s.json").read_text())
+    expected = {"schema_version": 1, "command": "sum", "exit_code": 128 + signum, "error": line}
+    assert facts == expected
+
+
+@pytest.mark.parametrize(
+    ("command", "point"),
+    [(["agg", "--op", "sum,max"], "reduce"), (["mean"], "reduce"), (["check"], "staged")],
+)
+def test_signal_mid_run_writes_the_summary_with_its_exit_code(inputs, command, point):
+    args = [*command[:1], "data.npy", "ids.npy", *command[1:], "-q", "--summary-json", "s.json"]
+    stderr = stop(start(args, point, inputs), signal.SIGTERM)
+    line = f"segcli: stopped by SIGTERM; {NOTHING}"
+    assert stderr == line + "\n"
+    facts = json.loads((inputs / "s.json").read_text())
+    assert (facts["command"], facts["exit_code"], facts["error"]) == (command[0], 143, line)
+
+
+def test_signal_after_the_commit_keeps_the_summary_facts_with_its_exit_code(inputs):
+    process = start(
+        ["sum", "data.npy", "ids.npy", "-q", "-o", "out.npy", "--summary-json", "s.json"],
+        "committed",
+        inputs,
+    )
+    stop(process, signal.SIGINT)
+    facts = json.loads((inputs / "s.json").read_text())
+    assert facts["exit_code"] == 130
+    assert facts["error"] == "segcli: interrupted; the output was written"
+    assert (facts["rows_used"], facts["output_path"]) == (100, "out.npy")
 
 
 def test_interrupt_after_the_commit_says_the_output_was_written(inputs):

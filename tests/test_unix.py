@@ -55,6 +55,35 @@ def test_closed_stdout_exits_141_silently_for_every_format(wide_pair, fmt):
     assert stderr == b""
 
 
+@pytest.mark.parametrize(
+    ("command", "output"),
+    [(["sum"], []), (["agg", "--op", "sum,mean"], []), (["max"], ["-o", "-", "--format", "csv"])],
+)
+def test_closed_stdout_still_writes_the_summary_json_with_exit_141(
+    wide_pair, tmp_path, command, output
+):
+    summary = tmp_path / "s.json"
+    argv = [command[0], *map(str, wide_pair), *command[1:], "-q", *output]
+    argv += ["--summary-json", str(summary)]
+    with subprocess.Popen(
+        [sys.executable, "-m", "segcli", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as child:
+        assert child.stdout is not None and child.stderr is not None
+        child.stdout.read(10)
+        child.stdout.close()
+        stderr = child.stderr.read()
+        assert child.wait(timeout=60) == EXIT_BROKEN_PIPE
+    assert stderr == b""
+    # 141 prints no line, so error is null; exit_code says how the run ended.
+    facts = json.loads(summary.read_text())
+    assert facts == {
+        "schema_version": 1,
+        "command": command[0],
+        "exit_code": EXIT_BROKEN_PIPE,
+        "error": None,
+    }
+
+
 @pytest.fixture
 def one_block_table(tmp_path: Path) -> Path:
     """200,000 segments: text that leaves in one write, longer than a pipe's buffer."""

@@ -18,7 +18,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from segcli.errors import ReadError, UsageError
-from segcli.io.chunked import UNKNOWN_ROWS, TableChunks, _check_rows
+from segcli.io.chunked import (
+    UNKNOWN_ROWS,
+    TableChunks,
+    _check_rows,
+    _csv_column_named,
+    text_type_kept,
+)
 from segcli.io.formats import input_format
 from segcli.io.tables import CSV_HEAD_BYTES, CsvOptions, TableFile, open_table
 
@@ -221,11 +227,23 @@ def read_keys_from(
             f"--keys-from {path}: no column '{missing[0]}' (columns: {', '.join(names)})"
         )
     if fmt in ("csv", "tsv") and data is not None:
+        import pyarrow as pa
+
+        from segcli.io.key_text import binary_from_hex, is_binary, unreadable_key
+
         schema = key_schema(data, by) if isinstance(data, TableFile) else data
+        types = csv_readable_types(schema)
+        # Binary keys are hex text, as the output writes them: read that text, then decode it.
+        text_types = {name: pa.string() if is_binary(t) else t for name, t in types.items()}
         try:
-            return table.read(list(by), csv_readable_types(schema))
+            keys = table.read(list(by), text_types)
         except ReadError:
-            pass  # a key that does not read as the data's type: the inferred read says which
+            # A key that does not read as the data's type: name it, its column and its row.
+            error = unreadable_key(path, table, text_types)
+            if error is not None:
+                raise error from None
+        else:
+            return binary_from_hex(path, keys, types)
     return table.read(list(by))
 
 
@@ -411,11 +429,24 @@ class KeyIdsChunks:
             except ValueError as exc:
                 if _WIDENED_WHOLE.search(str(exc)) is None:
                     raise  # bad text, not a type: a whole read fails the same way
+                _name_the_value(self._table, exc, types)
                 raise ReadError(
                     f"{self._table.label}: a key column holds a value its first rows' type "
                     f"cannot take ({str(exc).splitlines()[0]}); read the file whole (no "
                     "--chunk-rows and a --memory-limit above its size)"
                 ) from exc
+
+
+def _name_the_value(table: TableFile, exc: ValueError, types: dict[str, pa.DataType]) -> None:
+    """Raise the ReadError a streamed data or ids column gives for a value its first rows'
+    type cannot take (the column, the value, its row), where pyarrow's message names them;
+    return if it does not."""
+    column = _csv_column_named(table, str(exc))
+    try:
+        with text_type_kept(table, column, None if column is None else types.get(column)):
+            raise exc
+    except ValueError:
+        return  # not a conversion error that names its value: the caller's message stands
 
 
 # A streamed text value that the type of its column's first block cannot take, where a whole
