@@ -22,7 +22,9 @@ from segcli.io.columns import (
     check_text_type,
     check_type,
     column_to_numpy,
+    shape_row,
     value_layout,
+    widened_null_lists,
 )
 from segcli.io.formats import input_format, is_pipe, library_errors, open_binary
 from segcli.io.npy import (
@@ -294,11 +296,14 @@ class TableChunks:
         with table.errors():
             total = self._count_rows()
             first = next(_reblock(self._batches(1), 1), None)
+            if first is not None:
+                first = shape_row(self._batches(_COUNTED_ROWS), first)
         if first is None:
             import pyarrow as pa
 
             first = pa.array([], type=schema.field(column).type)
-        # The first row fixes the inner shape (variable-size lists) and the dtype (metadata).
+        # The first row (the first list not null) fixes the inner shape (variable-size lists)
+        # and the dtype (metadata).
         try:
             sample = column_to_numpy(first, self._where, layout=self._layout)
         except NullsError:
@@ -375,6 +380,7 @@ def _same_inner_shape(
             if on_nulls is not None:
                 on_nulls()
             raise _null_error(where, piece, start, pieces) from None
+        block = widened_null_lists(block, piece, shape[1:])
         if block.shape[1:] != shape[1:]:
             raise where.fail(
                 f"rows from {start} have inner shape {list(block.shape[1:])}, "
@@ -489,7 +495,7 @@ class _StreamColumn:
         check_type(type_, self._where)
         self.label = self._where.label
         queued = owner._pending[name]
-        first = queued[0].slice(0, 1) if queued else pa.array([], type=type_)
+        first = shape_row(queued[:1], queued[0].slice(0, 1)) if queued else pa.array([], type=type_)
         sample = column_to_numpy(first, self._where)
         self.shape: tuple[int, ...] = (UNKNOWN_ROWS, *sample.shape[1:])
         self.dtype: np.dtype[Any] = sample.dtype
