@@ -340,6 +340,26 @@ def test_check_refuses_what_a_sparse_run_refuses(bag_files, extra, code, message
     assert message in checked.stderr and message in ran.stderr
 
 
+@pytest.mark.parametrize("skipna", [[], ["--skipna"]])
+def test_check_no_nan_scans_only_the_gathered_rows(tmp_path, skipna):
+    """A NaN in a row no index gathers is never read by the run: the check passes. One the
+    indices gather fails it, counted once per gathering index and named in DATA and among the
+    indices, as the run's summary counts the values it skips."""
+    data = np.array([[1.0, np.nan], [2.0, 3.0], [np.nan, 5.0], [7.0, 8.0], [np.nan, np.nan]])
+    paths = save(tmp_path, data=data, ids=np.array([0, 0, 1, 2]), unused=np.array([1, 3, 3, 1]))
+    args = [paths["data"], paths["ids"], "--no-nan", *skipna, "-q"]
+    passed = run("check", *args, "--indices", paths["unused"])
+    assert passed.exit_code == 0, passed.stderr
+    paths |= save(tmp_path, used=np.array([1, 2, 2, 3]))
+    failed = run("check", *args, "--indices", paths["used"])
+    assert failed.exit_code == 4
+    what = "2 missing values (NaN or null)" if skipna else "2 NaN values"
+    assert failed.stderr == (
+        f"Error: {paths['data']}: {what} in the rows the indices gather (--no-nan), "
+        "the first at [2, 0] (gathered by index 1)\n"
+    )
+
+
 def test_check_help_lists_indices_and_weights():
     shown = run("check", "--help").stdout
     for option in ("--indices IDX", "--indices-column NAME", "--weights W", "--weights-column"):
