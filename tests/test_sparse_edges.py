@@ -249,13 +249,13 @@ def test_weights_without_indices_count_the_weights_against_the_budget(tmp_path):
     args = [paths["data"], paths["ids"], "--weights", paths["w"], "-q", "-o", tmp_path / "o.npy"]
     fits = run("sum", *args, "--memory-limit", "400KB")
     assert fits.exit_code == 0, fits.stderr
-    # DATA and IDS alone fit 200 KB; with the weights they do not.
+    # DATA and IDS alone fit 200 KB; with the weights they do not (data bytes, no headers).
     refused = run("sum", *args, "--memory-limit", "200KB")
     assert refused.exit_code == 2
     assert (
         f"Error: {paths['w']}: --weights without --indices reads DATA, IDS and the weights "
-        "whole: 78.2 KiB of DATA + 78.2 KiB of IDS + 156.4 KiB of weights is over the memory "
-        "budget of 195.3 KiB (raise --memory-limit)"
+        "whole: 78.1 KiB of DATA + 78.1 KiB of IDS + 156.2 KiB of weights = 312.5 KiB is over "
+        "the memory budget of 195.3 KiB (raise --memory-limit)"
     ) in refused.stderr
 
 

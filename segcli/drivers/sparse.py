@@ -25,7 +25,7 @@ from segcli.io.formats import input_format
 from segcli.io.npy import Readable
 from segcli.io.read import DATA_ROLE, ArrayInput, Role, read_one
 from segcli.io.sizes import decoded_bytes
-from segcli.memory import human_bytes
+from segcli.memory import human_bytes, over_budget
 
 
 def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
@@ -207,9 +207,10 @@ def _refuse_streamed_data(spec: RunSpec) -> None:
     names = [n for n in (spec.data_key, spec.data_column) if n is not None]
     size = decoded_bytes(spec.data, names)
     if size is not None and size > spec.memory_budget:
+        size_text, budget_text = over_budget(size, spec.memory_budget)
         raise UsageError(
-            f"{spec.data}: {human_bytes(size)} of DATA is over the memory budget of "
-            f"{human_bytes(spec.memory_budget)}; --indices/--weights gather rows from anywhere "
+            f"{spec.data}: {size_text} of DATA is over the memory budget of "
+            f"{budget_text}; --indices/--weights gather rows from anywhere "
             "in DATA, which must fit in memory (raise --memory-limit)"
         )
 
@@ -234,9 +235,10 @@ def _refuse_weighted_over_budget(spec: RunSpec, budget: int) -> None:
         return
     label = weights_file if spec.weights_column is None else f"{weights_file}:{spec.weights_column}"
     parts = " + ".join(f"{human_bytes(size or 0)} of {name}" for name, size in sizes)
+    total_text, budget_text = over_budget(total, budget)
     raise UsageError(
         f"{label}: --weights without --indices reads DATA, IDS and the weights whole: {parts} "
-        f"is over the memory budget of {human_bytes(budget)} (raise --memory-limit)"
+        f"= {total_text} is over the memory budget of {budget_text} (raise --memory-limit)"
     )
 
 
