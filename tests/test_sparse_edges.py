@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from segcli.cli import cli
+from tests.entry import run_main
 
 
 def run(*args: Any, stdin: bytes | None = None):
@@ -257,6 +258,29 @@ def test_weights_without_indices_count_the_weights_against_the_budget(tmp_path):
         "whole: 78.1 KiB of DATA + 78.1 KiB of IDS + 156.2 KiB of weights = 312.5 KiB is over "
         "the memory budget of 195.3 KiB (raise --memory-limit)"
     ) in refused.stderr
+
+
+def test_weights_without_indices_refuse_chunk_rows_and_say_why_they_ran_whole(tmp_path):
+    """Weights alone read DATA, IDS and the weights whole: --chunk-rows, which asks for a
+    stream, is a usage error (nothing written), and the summary's mode says why it is whole."""
+    paths = save(tmp_path, data=np.ones(10), ids=np.arange(10) % 3, w=np.ones(10))
+    out = tmp_path / "o.npy"
+    args = [paths["data"], paths["ids"], "--weights", paths["w"]]
+    for command in (["sum", *args, "-o", out], ["check", *args]):
+        refused = run_main(*command, "--chunk-rows", "4", "-q")
+        assert refused.exit_code == 2
+        assert refused.stderr == (
+            "Error: --chunk-rows: --weights without --indices reads DATA, IDS and the weights "
+            "whole, it does not stream; drop --chunk-rows (inputs over --memory-limit are "
+            f"refused) (see 'segcli {command[0]} --help')\n"
+        )
+    assert not out.exists()
+    ran = run("sum", *args, "-o", out)
+    assert ran.exit_code == 0, ran.stderr
+    assert (
+        "in-memory, weighted from inputs read whole (--weights without --indices does not "
+        "stream), weights "
+    ) in ran.stderr
 
 
 # --- 5. the JSON summary of a sparse run ------------------------------------------------------

@@ -27,6 +27,9 @@ from segcli.io.read import DATA_ROLE, ArrayInput, Role, read_one
 from segcli.io.sizes import decoded_bytes
 from segcli.memory import human_bytes, over_budget
 
+#: How a run with --weights and no --indices reads its inputs, as its summary says.
+WEIGHTED_WHOLE = "from inputs read whole (--weights without --indices does not stream)"
+
 
 def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
     """Gather/weight and fold in blocks: ids, indices and weights streamed when the run
@@ -56,10 +59,9 @@ def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
         "validate": reduction.timings["validate"],
         "compute": reduction.timings["compute"],
     }
-    mode_facts: dict[str, Any] = {
-        "gathered" if indices is not None else "weighted": "in blocks",
-        **_extra_labels(indices, weights),
-    }
+    # Weights alone never stream (DATA, IDS and the weights read whole): the summary says so.
+    how = ("gathered", "in blocks") if indices is not None else ("weighted", WEIGHTED_WHOLE)
+    mode_facts: dict[str, Any] = {how[0]: how[1], **_extra_labels(indices, weights)}
     if indices is None:  # weights alone keep the plain family's rules
         return DriverResult(reduction, facts(data), facts(ids), "in-memory", mode_facts, timings)
     mode_facts["index_rows"] = int(indices.array.size)
@@ -189,6 +191,12 @@ def refuse_unsupported(spec: RunSpec) -> None:
         )
     if spec.by:
         raise UsageError("--indices/--weights cannot be used with --by (they need segment ids)")
+    gathers = spec.indices is not None or spec.indices_column is not None
+    if not gathers and spec.block_rows is not None:
+        raise UsageError(
+            "--chunk-rows: --weights without --indices reads DATA, IDS and the weights whole, "
+            "it does not stream; drop --chunk-rows (inputs over --memory-limit are refused)"
+        )
     for option, path in (("--indices", spec.indices), ("--weights", spec.weights)):
         if path == "-":
             raise UsageError(f"{option} reads a file, not stdin")
