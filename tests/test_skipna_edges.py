@@ -1,5 +1,6 @@
 """Edges of ``--skipna``: a list column whose rows themselves are null (not their elements) is,
-under ``--skipna``, a row of missing values for every op, in memory and streamed."""
+under ``--skipna``, a row of missing values for every op, in memory and streamed; and an
+``--indices`` column holding a null and a float value fails with one error, whole or streamed."""
 
 from __future__ import annotations
 
@@ -120,3 +121,49 @@ def test_without_skipna_a_null_list_stays_an_error(tmp_path: Path, chunks: list[
     # Every null counted, the first named, however the rows are read.
     assert result.stderr == f"Error: {path}: column 'v' has 5 nulls (first at row 0)\n"
     assert not out.exists()
+
+
+# --- an --indices column holding a null and a float value --------------------------------------
+
+ROWS = 300_000  # beyond a text file's first block: its type is fixed from whole numbers
+
+
+def indices_file(tmp_path: Path, suffix: str, null_row: int, float_row: int) -> Path:
+    tokens: list[Any] = [i % 10 for i in range(ROWS)]
+    tokens[null_row], tokens[float_row] = None, 3.5
+    path = tmp_path / f"idx{suffix}"
+    if suffix == ".parquet":
+        pq.write_table(pa.table({"tok": pa.array(tokens, pa.float64())}), path, row_group_size=7000)
+    elif suffix == ".csv":
+        # Two columns: a line with one empty field would be an empty line, which CSV skips.
+        rows = (f"{i},{'' if t is None else t}\n" for i, t in enumerate(tokens))
+        path.write_text("row,tok\n" + "".join(rows))
+    else:
+        path.write_text("".join(json.dumps({"tok": t}) + "\n" for t in tokens))
+    return path
+
+
+@pytest.mark.parametrize("skipna", [[], ["--skipna"]])
+@pytest.mark.parametrize(("null_row", "float_row"), [(5, 250_000), (250_000, 5)])
+@pytest.mark.parametrize("suffix", [".parquet", ".csv", ".jsonl"])
+def test_indices_with_a_null_and_a_float_fail_alike_whole_and_streamed(
+    tmp_path: Path, suffix: str, null_row: int, float_row: int, skipna: list[str]
+) -> None:
+    import numpy as np
+
+    np.save(tmp_path / "data.npy", np.arange(20.0).reshape(10, 2))
+    np.save(tmp_path / "ids.npy", np.arange(ROWS) // 2)
+    path = indices_file(tmp_path, suffix, null_row, float_row)
+    out = tmp_path / "out.npy"
+    args = ["sum", tmp_path / "data.npy", tmp_path / "ids.npy", "--indices", path]
+    args += ["--indices-column", "tok", *skipna, "-q", "-o", out]
+    why = " (--skipna leaves out missing data values only)" if skipna else ""
+    expected = (
+        f"Error: {path}: column 'tok' has 1 null (first at row {null_row}): --indices needs an "
+        f"index on every row{why}\n"
+    )
+    for how in (["--memory-limit", "64GB"], ["--chunk-rows", "1000"]):
+        result = run(*args, *how)
+        assert result.exit_code == 1
+        assert result.stderr == expected, how
+        assert not out.exists()

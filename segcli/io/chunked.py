@@ -224,6 +224,8 @@ class TextChunks:
 
     def chunks(self, rows: int) -> Iterator[_Array]:
         """Blocks of exactly ``rows`` rows but the last, checked for nulls."""
+        import pyarrow as pa
+
         _check_rows(rows)
         block_bytes = min(max(rows * self._row_bytes, self._MIN_BLOCK_BYTES), self._MAX_BLOCK_BYTES)
         with self._table.errors(), self._type_kept():
@@ -236,7 +238,18 @@ class TextChunks:
                 self._where,
                 self.shape,
                 lambda piece, start: column_to_numpy(piece, self._where, first_row=start),
+                recount=self._recount_as_float if pa.types.is_integer(self._type) else None,
             )
+
+    def _recount_as_float(self) -> Iterator[pa.Array]:
+        """The column again, as float64: the type a whole read gives a column of whole numbers
+        that holds a fraction further on."""
+        import pyarrow as pa
+
+        column = self._where.column
+        types = {column: pa.float64()}
+        reader = self._table.text_batches([column], self._MAX_BLOCK_BYTES, types=types)
+        return (batch.column(0) for batch in reader)
 
     def _type_kept(self) -> contextlib.AbstractContextManager[None]:
         return text_type_kept(self._table, self._where.column, self._type)
@@ -368,6 +381,7 @@ def _same_inner_shape(
     shape: tuple[int, ...],
     to_numpy: Callable[[pa.Array, int], np.ndarray],
     on_nulls: Callable[[], None] | None = None,
+    recount: Callable[[], Iterator[pa.Array]] | None = None,
 ) -> Iterator[np.ndarray]:
     """Each Arrow piece as NumPy rows (``to_numpy(piece, first_row)``); a piece whose rows have
     another inner shape than ``shape`` (a list column's lengths changing) is an error. A null
@@ -379,7 +393,7 @@ def _same_inner_shape(
         except NullsError:
             if on_nulls is not None:
                 on_nulls()
-            raise _null_error(where, piece, start, pieces) from None
+            raise _null_error(where, piece, start, pieces, recount) from None
         block = widened_null_lists(block, piece, shape[1:])
         if block.shape[1:] != shape[1:]:
             raise where.fail(
@@ -391,18 +405,42 @@ def _same_inner_shape(
 
 
 def _null_error(
-    where: ColumnRef, piece: pa.Array, start: int, rest: Iterator[pa.Array]
+    where: ColumnRef,
+    piece: pa.Array,
+    start: int,
+    rest: Iterator[pa.Array],
+    recount: Callable[[], Iterator[pa.Array]] | None = None,
 ) -> InvalidInputError:
     """The error for a column whose ``piece`` (from row ``start``) holds a null: the rest of
     the input is read and its nulls counted, unconverted and unfolded, so that the error gives
-    the count and the first row that a whole read of the column gives."""
+    the count and the first row that a whole read of the column gives.
+
+    A streamed text column whose later value does not fit the type its first rows gave it
+    (``3.5`` among whole numbers) is, read whole, of the wider type, and its nulls are still
+    its error: ``recount`` reads the whole column again in that type to count them."""
     tally = NullTally(where)
     tally.add(piece, start)
     start += len(piece)
-    for more in rest:
-        tally.add(more, start)
-        start += len(more)
+    try:
+        for more in rest:
+            tally.add(more, start)
+            start += len(more)
+    except ValueError as exc:
+        if recount is None or _TEXT_CONVERSION.search(str(exc)) is None:
+            raise
+        try:
+            return _tally(where, recount()).error()
+        except ValueError:
+            raise exc from None  # not even the wider type holds it: the value is the error
     return tally.error()
+
+
+def _tally(where: ColumnRef, pieces: Iterator[pa.Array]) -> NullTally:
+    tally, start = NullTally(where), 0
+    for piece in pieces:
+        tally.add(piece, start)
+        start += len(piece)
+    return tally
 
 
 def _reblock(arrays: Iterator[pa.Array], rows: int) -> Iterator[pa.Array]:

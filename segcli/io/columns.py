@@ -44,6 +44,11 @@ def nulls_kept(keep: bool = True) -> Iterator[None]:
         _KEEP_NULLS.reset(token)
 
 
+def nulls_are_kept() -> bool:
+    """Whether columns read here keep their nulls (within :func:`nulls_kept`)."""
+    return _KEEP_NULLS.get()
+
+
 class NullIdsError(InvalidInputError):
     """Sorted ids holding a null: ``first`` is its position, ``nulls`` how many there are (a
     streamed run adds those of its later blocks with :meth:`and_more`)."""
