@@ -555,9 +555,11 @@ class NullTally:
         self._add(column, first_row, 1, 0)
 
     def _add(self, array: pa.Array, first_row: int, per_row: int, depth: int) -> None:
+        if _KEEP_NULLS.get():
+            return  # --skipna: a null, a null list too, is a missing value, never an error
         if self._depth is not None and depth > self._depth:
             return  # a shallower depth holds nulls: the error names those
-        if array.null_count and not (_KEEP_NULLS.get() and not _is_list(array.type)):
+        if array.null_count:
             if self._depth is None or depth < self._depth:
                 self._depth, self._nulls = depth, 0
                 self._row, self._per_row = _first_null_row(array, first_row, per_row), per_row
