@@ -137,3 +137,12 @@ def human_bytes(count: float) -> str:
             return f"{count:.0f} {unit}" if unit == "B" else f"{count:.1f} {unit}"
         count /= 1024
     return f"{count:.1f} PiB"
+
+
+def over_budget(size: int, budget: int) -> tuple[str, str]:
+    """``size`` and ``budget`` for a message saying one is over the other: in bytes too when
+    the two round to the same text ("7.8 KiB over 7.8 KiB" would say nothing)."""
+    size_text, budget_text = human_bytes(size), human_bytes(budget)
+    if size_text == budget_text:
+        return f"{size_text} ({size:,} bytes)", f"{budget_text} ({budget:,} bytes)"
+    return size_text, budget_text

@@ -596,7 +596,11 @@ def _check_failures(
             if skipna
             else validate.plural(missing, "NaN value")
         )
-        failures.append(f"{found.data.label}: {what} (--no-nan), the first at [{where}]")
+        first_at = f"the first at [{where}]"
+        if found.first_nan_index is not None:  # --indices: rows no index gathers are not read
+            what = f"{what} in the rows the indices gather"
+            first_at = f"{first_at} (gathered by index {found.first_nan_index})"
+        failures.append(f"{found.data.label}: {what} (--no-nan), {first_at}")
     return failures
 
 

@@ -346,9 +346,11 @@ def _null_id_rows(found: CheckResult) -> str:
 def _missing_row(found: CheckResult, skipna: bool) -> tuple[str, str]:
     """DATA's NaN; under ``--skipna`` its nulls too, counted together as the run summary's
     "missing values (NaN or null)" (a float column's nulls read as NaN: the two are one)."""
+    # --indices: only the gathered rows are scanned, each as often as it is gathered.
+    gathered = " in the gathered rows" if found.family == "sparse" else ""
     if not skipna:
-        return ("NaN values", f"{found.nan_values:,}")
-    return ("missing values", f"{missing_values(found):,} (NaN or null)")
+        return ("NaN values", f"{found.nan_values:,}{gathered}")
+    return ("missing values", f"{missing_values(found):,} (NaN or null){gathered}")
 
 
 def missing_values(found: CheckResult) -> int:

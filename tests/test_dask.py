@@ -1263,3 +1263,37 @@ def test_agg_skipna_summary_counts_on_dask(
     )
     for fact in ("rows_used", "rows_total", "rows_dropped_negative", "results"):
         assert one[fact] == dask[fact]
+
+
+def test_null_lists_under_skipna_on_dask(address: str, tmp_path: Path) -> None:
+    """A null list is a row of missing values on the cluster too, a partition of null lists
+    only included (it has no length of its own): the single machine's bytes."""
+    lists: list[Any] = [[float(i), -float(i)] for i in range(90)]
+    for i in [*range(30, 60), 3, 75]:  # the second partition is all null lists
+        lists[i] = None
+    table = pa.table({"v": pa.array(lists, pa.list_(pa.float64())), "id": np.arange(90) % 7})
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path, row_group_size=30)
+    args = ["agg", str(path), "--data-column", "v", "--ids-column", "id", "--op", "mean,count"]
+    one, dask = _one_machine_and_dask(address, tmp_path / "out.parquet", *args, "--skipna")
+    assert one.exit_code == dask.exit_code == 0, (one.stderr, dask.stderr)
+    written = [(tmp_path / f"{who}-out.parquet").read_bytes() for who in ("one", "dask")]
+    assert written[0] == written[1]
+
+
+def test_null_lists_are_no_error_when_a_partition_fails_on_a_null_sorted_id(
+    address: str, tmp_path: Path
+) -> None:
+    """Under --skipna the nulls a failed partition counts are its ids', never its null lists
+    (missing values): the single machine's error."""
+    lists: list[Any] = [None, [1.0, 2.0], None, [3.0, 4.0]] * 10
+    ids: list[Any] = [i // 4 for i in range(40)]
+    ids[25] = None
+    table = pa.table({"v": pa.array(lists, pa.list_(pa.float64())), "id": pa.array(ids)})
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path, row_group_size=8)
+    args = ["sum", str(path), "--data-column", "v", "--ids-column", "id", "--sorted", "--skipna"]
+    one, dask = _one_machine_and_dask(address, tmp_path / "out.npy", *args)
+    assert one.exit_code == dask.exit_code == 1
+    assert dask.stderr == one.stderr
+    assert "segment_ids[25] is null (1 null id)" in one.stderr

@@ -108,3 +108,35 @@ def test_a_file_that_cannot_be_inspected_is_left_to_its_reader(tmp_path):
     path.write_bytes(b"PK\x03\x04 not really a zip")
     assert decoded_bytes(str(path)) is None
     assert decoded_bytes(str(tmp_path / "missing.parquet")) is None
+
+
+def test_npy_size_is_its_data_bytes_not_its_file_size(tmp_path):
+    """The header (128 bytes here) is not data: shape x itemsize is what a read holds."""
+    path = tmp_path / "d.npy"
+    np.save(path, np.zeros((1000, 3), np.float32))
+    assert path.stat().st_size == 12_000 + 128
+    assert decoded_bytes(str(path)) == 12_000
+    (tmp_path / "short.npy").write_bytes(path.read_bytes()[:200])  # truncated: its reader says so
+    assert decoded_bytes(str(tmp_path / "short.npy")) == 12_000
+
+
+@pytest.mark.parametrize("sparse", ["indices", "weights"])
+def test_npy_memory_refusals_count_data_bytes(tmp_path, sparse):
+    """A budget of exactly the data's bytes holds them; one byte less is refused, the two
+    sizes in bytes when they round to the same text."""
+    from click.testing import CliRunner
+
+    from segcli.cli import cli
+    from segcli.memory import human_bytes
+
+    for name, array in {"d": np.zeros(1000), "i": np.arange(1000), "w": np.ones(1000)}.items():
+        np.save(tmp_path / f"{name}.npy", array)
+    d, i, w = (str(tmp_path / f"{n}.npy") for n in "diw")
+    extra, fits = (["--indices", i], 8000) if sparse == "indices" else (["--weights", w], 24_000)
+    args = ["sum", d, i, *extra, "-q", "-o", str(tmp_path / "out.npy"), "--memory-limit"]
+    ran = CliRunner().invoke(cli, [*args, f"{fits}B"])
+    assert ran.exit_code == 0, ran.stderr
+    refused = CliRunner().invoke(cli, [*args, f"{fits - 1}B"])
+    assert refused.exit_code == 2
+    assert f"({fits:,} bytes)" in refused.stderr
+    assert f"memory budget of {human_bytes(fits - 1)} ({fits - 1:,} bytes)" in refused.stderr

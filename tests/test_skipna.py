@@ -471,7 +471,8 @@ def test_gathered_nulls_leave_values_out_and_refuse_null_indices(tmp_path: Path)
     args += ["--indices-column", "i", "-o", str(out), "-q"]
     result = run_main(*args)
     assert result.exit_code == 1
-    assert result.stderr.count("\n") == 1 and "null at position 3" in result.stderr
+    assert result.stderr.count("\n") == 1 and "has 1 null (first at row 3)" in result.stderr
+    assert "(--skipna leaves out missing data values only)" in result.stderr
     assert not out.exists()
     pq.write_table(pa.table({"x": [1.0, None, 3.0], "s": [0, 0, 1], "i": [1, 0, 2]}), path)
     result = run_main(*args)

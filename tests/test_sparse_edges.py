@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from segcli.cli import cli
+from tests.entry import run_main
 
 
 def run(*args: Any, stdin: bytes | None = None):
@@ -249,14 +250,37 @@ def test_weights_without_indices_count_the_weights_against_the_budget(tmp_path):
     args = [paths["data"], paths["ids"], "--weights", paths["w"], "-q", "-o", tmp_path / "o.npy"]
     fits = run("sum", *args, "--memory-limit", "400KB")
     assert fits.exit_code == 0, fits.stderr
-    # DATA and IDS alone fit 200 KB; with the weights they do not.
+    # DATA and IDS alone fit 200 KB; with the weights they do not (data bytes, no headers).
     refused = run("sum", *args, "--memory-limit", "200KB")
     assert refused.exit_code == 2
     assert (
         f"Error: {paths['w']}: --weights without --indices reads DATA, IDS and the weights "
-        "whole: 78.2 KiB of DATA + 78.2 KiB of IDS + 156.4 KiB of weights is over the memory "
-        "budget of 195.3 KiB (raise --memory-limit)"
+        "whole: 78.1 KiB of DATA + 78.1 KiB of IDS + 156.2 KiB of weights = 312.5 KiB is over "
+        "the memory budget of 195.3 KiB (raise --memory-limit)"
     ) in refused.stderr
+
+
+def test_weights_without_indices_refuse_chunk_rows_and_say_why_they_ran_whole(tmp_path):
+    """Weights alone read DATA, IDS and the weights whole: --chunk-rows, which asks for a
+    stream, is a usage error (nothing written), and the summary's mode says why it is whole."""
+    paths = save(tmp_path, data=np.ones(10), ids=np.arange(10) % 3, w=np.ones(10))
+    out = tmp_path / "o.npy"
+    args = [paths["data"], paths["ids"], "--weights", paths["w"]]
+    for command in (["sum", *args, "-o", out], ["check", *args]):
+        refused = run_main(*command, "--chunk-rows", "4", "-q")
+        assert refused.exit_code == 2
+        assert refused.stderr == (
+            "Error: --chunk-rows: --weights without --indices reads DATA, IDS and the weights "
+            "whole, it does not stream; drop --chunk-rows (inputs over --memory-limit are "
+            f"refused) (see 'segcli {command[0]} --help')\n"
+        )
+    assert not out.exists()
+    ran = run("sum", *args, "-o", out)
+    assert ran.exit_code == 0, ran.stderr
+    assert (
+        "in-memory, weighted from inputs read whole (--weights without --indices does not "
+        "stream), weights "
+    ) in ran.stderr
 
 
 # --- 5. the JSON summary of a sparse run ------------------------------------------------------
@@ -338,6 +362,26 @@ def test_check_refuses_what_a_sparse_run_refuses(bag_files, extra, code, message
     )  # fmt: skip
     assert checked.exit_code == ran.exit_code == code
     assert message in checked.stderr and message in ran.stderr
+
+
+@pytest.mark.parametrize("skipna", [[], ["--skipna"]])
+def test_check_no_nan_scans_only_the_gathered_rows(tmp_path, skipna):
+    """A NaN in a row no index gathers is never read by the run: the check passes. One the
+    indices gather fails it, counted once per gathering index and named in DATA and among the
+    indices, as the run's summary counts the values it skips."""
+    data = np.array([[1.0, np.nan], [2.0, 3.0], [np.nan, 5.0], [7.0, 8.0], [np.nan, np.nan]])
+    paths = save(tmp_path, data=data, ids=np.array([0, 0, 1, 2]), unused=np.array([1, 3, 3, 1]))
+    args = [paths["data"], paths["ids"], "--no-nan", *skipna, "-q"]
+    passed = run("check", *args, "--indices", paths["unused"])
+    assert passed.exit_code == 0, passed.stderr
+    paths |= save(tmp_path, used=np.array([1, 2, 2, 3]))
+    failed = run("check", *args, "--indices", paths["used"])
+    assert failed.exit_code == 4
+    what = "2 missing values (NaN or null)" if skipna else "2 NaN values"
+    assert failed.stderr == (
+        f"Error: {paths['data']}: {what} in the rows the indices gather (--no-nan), "
+        "the first at [2, 0] (gathered by index 1)\n"
+    )
 
 
 def test_check_help_lists_indices_and_weights():

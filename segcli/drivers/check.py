@@ -56,6 +56,9 @@ class CheckResult:
     null_ids: int = 0
     #: The family when not the plain one ``--sorted`` says (``sparse``: ``--indices``).
     family: str | None = None
+    #: ``--indices``: the position among the indices of the one that gathers ``first_nan``
+    #: (only the gathered rows are scanned, each as often as it is gathered, as a run folds).
+    first_nan_index: int | None = None
     #: The first dropped row as a failed ``--max-dropped`` names it (``segment_ids[1] = -1``,
     #: ``segment_ids[4] is null``, ``row 7`` for a missing key); None when no row was dropped.
     first_dropped: str | None = None

@@ -16,6 +16,9 @@ from segcli.drivers import sparse as sparse_driver
 from segcli.drivers.base import RunSpec
 from segcli.drivers.check import CheckResult, NanScan
 
+#: Indices gathered at once by the NaN scan: the gathered rows are a copy, kept small.
+_GATHER_ROWS = 1 << 16
+
 
 def check_sparse(spec: RunSpec) -> CheckResult:
     """Validate DATA, IDS, the indices and the weights of ``spec`` as its run would."""
@@ -39,7 +42,11 @@ def check_sparse(spec: RunSpec) -> CheckResult:
         per = "rows" if indices is None else "indices"
         sparse.check_weights_shape(weights.array.shape, ids.array.shape, weights.label, per)
     nan = NanScan()
-    nan.feed(array)
+    first_index = None
+    if indices is None:
+        nan.feed(array)
+    else:
+        first_index = _scan_gathered(nan, array, indices.array)
     return CheckResult(
         counted.id_report,
         np.asarray(counted.result),
@@ -50,4 +57,20 @@ def check_sparse(spec: RunSpec) -> CheckResult:
         "in-memory",
         null_values=nan.nulls,
         family=None if indices is None else "sparse",
+        first_nan_index=first_index,
     )
+
+
+def _scan_gathered(nan: NanScan, data: np.ndarray, indices: np.ndarray) -> int | None:
+    """Scan the rows of ``data`` that ``indices`` gather, in blocks of indices, each row as
+    often as it is gathered: a run reads no other row, and folds (or, under ``--skipna``,
+    skips) a row's values once per index naming it. ``nan.first`` becomes the first missing
+    value's position in DATA; the position of the index gathering it is returned."""
+    flat = np.asarray(indices).reshape(-1)
+    for start in range(0, len(flat), _GATHER_ROWS):
+        nan.feed(data[flat[start : start + _GATHER_ROWS]])
+    if nan.first is None:
+        return None
+    position, *inner = nan.first
+    nan.first = (int(flat[position]), *inner)
+    return position

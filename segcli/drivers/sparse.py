@@ -25,7 +25,10 @@ from segcli.io.formats import input_format
 from segcli.io.npy import Readable
 from segcli.io.read import DATA_ROLE, ArrayInput, Role, read_one
 from segcli.io.sizes import decoded_bytes
-from segcli.memory import human_bytes
+from segcli.memory import human_bytes, over_budget
+
+#: How a run with --weights and no --indices reads its inputs, as its summary says.
+WEIGHTED_WHOLE = "from inputs read whole (--weights without --indices does not stream)"
 
 
 def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
@@ -56,10 +59,9 @@ def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
         "validate": reduction.timings["validate"],
         "compute": reduction.timings["compute"],
     }
-    mode_facts: dict[str, Any] = {
-        "gathered" if indices is not None else "weighted": "in blocks",
-        **_extra_labels(indices, weights),
-    }
+    # Weights alone never stream (DATA, IDS and the weights read whole): the summary says so.
+    how = ("gathered", "in blocks") if indices is not None else ("weighted", WEIGHTED_WHOLE)
+    mode_facts: dict[str, Any] = {how[0]: how[1], **_extra_labels(indices, weights)}
     if indices is None:  # weights alone keep the plain family's rules
         return DriverResult(reduction, facts(data), facts(ids), "in-memory", mode_facts, timings)
     mode_facts["index_rows"] = int(indices.array.size)
@@ -189,6 +191,12 @@ def refuse_unsupported(spec: RunSpec) -> None:
         )
     if spec.by:
         raise UsageError("--indices/--weights cannot be used with --by (they need segment ids)")
+    gathers = spec.indices is not None or spec.indices_column is not None
+    if not gathers and spec.block_rows is not None:
+        raise UsageError(
+            "--chunk-rows: --weights without --indices reads DATA, IDS and the weights whole, "
+            "it does not stream; drop --chunk-rows (inputs over --memory-limit are refused)"
+        )
     for option, path in (("--indices", spec.indices), ("--weights", spec.weights)):
         if path == "-":
             raise UsageError(f"{option} reads a file, not stdin")
@@ -207,9 +215,10 @@ def _refuse_streamed_data(spec: RunSpec) -> None:
     names = [n for n in (spec.data_key, spec.data_column) if n is not None]
     size = decoded_bytes(spec.data, names)
     if size is not None and size > spec.memory_budget:
+        size_text, budget_text = over_budget(size, spec.memory_budget)
         raise UsageError(
-            f"{spec.data}: {human_bytes(size)} of DATA is over the memory budget of "
-            f"{human_bytes(spec.memory_budget)}; --indices/--weights gather rows from anywhere "
+            f"{spec.data}: {size_text} of DATA is over the memory budget of "
+            f"{budget_text}; --indices/--weights gather rows from anywhere "
             "in DATA, which must fit in memory (raise --memory-limit)"
         )
 
@@ -234,9 +243,10 @@ def _refuse_weighted_over_budget(spec: RunSpec, budget: int) -> None:
         return
     label = weights_file if spec.weights_column is None else f"{weights_file}:{spec.weights_column}"
     parts = " + ".join(f"{human_bytes(size or 0)} of {name}" for name, size in sizes)
+    total_text, budget_text = over_budget(total, budget)
     raise UsageError(
         f"{label}: --weights without --indices reads DATA, IDS and the weights whole: {parts} "
-        f"is over the memory budget of {human_bytes(budget)} (raise --memory-limit)"
+        f"= {total_text} is over the memory budget of {budget_text} (raise --memory-limit)"
     )
 
 

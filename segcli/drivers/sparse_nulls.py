@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from segcli.io.chunked import ChunkSource
-from segcli.io.columns import NullsError
+from segcli.io.columns import NullsError, nulls_are_kept, nulls_kept
 
 #: What each option needs on every row, as the message says it.
 _NEEDS = {"--indices": "an index", "--weights": "a weight"}
@@ -22,11 +22,19 @@ _NEEDS = {"--indices": "an index", "--weights": "a weight"}
 
 @contextlib.contextmanager
 def naming_nulls(option: str) -> Iterator[None]:
-    """A :class:`NullsError` raised inside names ``option`` (``--indices`` or ``--weights``)."""
+    """A :class:`NullsError` raised inside names ``option`` (``--indices`` or ``--weights``).
+
+    Within, a null is an error even under ``--skipna``: an index or a weight has no missing
+    value to leave out, and kept, a float column's null would read as NaN and be named as a
+    NaN (or, where a float value came first, not at all), where a block-by-block read names
+    the null: one error, whole or streamed, counted over the column."""
+    skipna = nulls_are_kept()
     try:
-        yield
+        with nulls_kept(False):
+            yield
     except NullsError as error:
-        raise NullsError(f"{error}: {option} needs {_NEEDS[option]} on every row") from None
+        why = " (--skipna leaves out missing data values only)" if skipna else ""
+        raise NullsError(f"{error}: {option} needs {_NEEDS[option]} on every row{why}") from None
 
 
 class NamedSource:
@@ -42,5 +50,12 @@ class NamedSource:
         return getattr(self.source, name)
 
     def chunks(self, rows: int) -> Iterator[np.ndarray]:
-        with naming_nulls(self.option):
-            yield from self.source.chunks(rows)
+        blocks = self.source.chunks(rows)
+        while True:
+            # Each block in the context, never across a yield: the caller's other inputs
+            # (DATA's missing values) convert in between.
+            with naming_nulls(self.option):
+                block = next(blocks, None)
+            if block is None:
+                return
+            yield block

@@ -22,7 +22,9 @@ from segcli.io.columns import (
     check_text_type,
     check_type,
     column_to_numpy,
+    shape_row,
     value_layout,
+    widened_null_lists,
 )
 from segcli.io.formats import input_format, is_pipe, library_errors, open_binary
 from segcli.io.npy import (
@@ -222,6 +224,8 @@ class TextChunks:
 
     def chunks(self, rows: int) -> Iterator[_Array]:
         """Blocks of exactly ``rows`` rows but the last, checked for nulls."""
+        import pyarrow as pa
+
         _check_rows(rows)
         block_bytes = min(max(rows * self._row_bytes, self._MIN_BLOCK_BYTES), self._MAX_BLOCK_BYTES)
         with self._table.errors(), self._type_kept():
@@ -234,7 +238,18 @@ class TextChunks:
                 self._where,
                 self.shape,
                 lambda piece, start: column_to_numpy(piece, self._where, first_row=start),
+                recount=self._recount_as_float if pa.types.is_integer(self._type) else None,
             )
+
+    def _recount_as_float(self) -> Iterator[pa.Array]:
+        """The column again, as float64: the type a whole read gives a column of whole numbers
+        that holds a fraction further on."""
+        import pyarrow as pa
+
+        column = self._where.column
+        types = {column: pa.float64()}
+        reader = self._table.text_batches([column], self._MAX_BLOCK_BYTES, types=types)
+        return (batch.column(0) for batch in reader)
 
     def _type_kept(self) -> contextlib.AbstractContextManager[None]:
         return text_type_kept(self._table, self._where.column, self._type)
@@ -294,11 +309,14 @@ class TableChunks:
         with table.errors():
             total = self._count_rows()
             first = next(_reblock(self._batches(1), 1), None)
+            if first is not None:
+                first = shape_row(self._batches(_COUNTED_ROWS), first)
         if first is None:
             import pyarrow as pa
 
             first = pa.array([], type=schema.field(column).type)
-        # The first row fixes the inner shape (variable-size lists) and the dtype (metadata).
+        # The first row (the first list not null) fixes the inner shape (variable-size lists)
+        # and the dtype (metadata).
         try:
             sample = column_to_numpy(first, self._where, layout=self._layout)
         except NullsError:
@@ -363,6 +381,7 @@ def _same_inner_shape(
     shape: tuple[int, ...],
     to_numpy: Callable[[pa.Array, int], np.ndarray],
     on_nulls: Callable[[], None] | None = None,
+    recount: Callable[[], Iterator[pa.Array]] | None = None,
 ) -> Iterator[np.ndarray]:
     """Each Arrow piece as NumPy rows (``to_numpy(piece, first_row)``); a piece whose rows have
     another inner shape than ``shape`` (a list column's lengths changing) is an error. A null
@@ -374,7 +393,8 @@ def _same_inner_shape(
         except NullsError:
             if on_nulls is not None:
                 on_nulls()
-            raise _null_error(where, piece, start, pieces) from None
+            raise _null_error(where, piece, start, pieces, recount) from None
+        block = widened_null_lists(block, piece, shape[1:])
         if block.shape[1:] != shape[1:]:
             raise where.fail(
                 f"rows from {start} have inner shape {list(block.shape[1:])}, "
@@ -385,18 +405,42 @@ def _same_inner_shape(
 
 
 def _null_error(
-    where: ColumnRef, piece: pa.Array, start: int, rest: Iterator[pa.Array]
+    where: ColumnRef,
+    piece: pa.Array,
+    start: int,
+    rest: Iterator[pa.Array],
+    recount: Callable[[], Iterator[pa.Array]] | None = None,
 ) -> InvalidInputError:
     """The error for a column whose ``piece`` (from row ``start``) holds a null: the rest of
     the input is read and its nulls counted, unconverted and unfolded, so that the error gives
-    the count and the first row that a whole read of the column gives."""
+    the count and the first row that a whole read of the column gives.
+
+    A streamed text column whose later value does not fit the type its first rows gave it
+    (``3.5`` among whole numbers) is, read whole, of the wider type, and its nulls are still
+    its error: ``recount`` reads the whole column again in that type to count them."""
     tally = NullTally(where)
     tally.add(piece, start)
     start += len(piece)
-    for more in rest:
-        tally.add(more, start)
-        start += len(more)
+    try:
+        for more in rest:
+            tally.add(more, start)
+            start += len(more)
+    except ValueError as exc:
+        if recount is None or _TEXT_CONVERSION.search(str(exc)) is None:
+            raise
+        try:
+            return _tally(where, recount()).error()
+        except ValueError:
+            raise exc from None  # not even the wider type holds it: the value is the error
     return tally.error()
+
+
+def _tally(where: ColumnRef, pieces: Iterator[pa.Array]) -> NullTally:
+    tally, start = NullTally(where), 0
+    for piece in pieces:
+        tally.add(piece, start)
+        start += len(piece)
+    return tally
 
 
 def _reblock(arrays: Iterator[pa.Array], rows: int) -> Iterator[pa.Array]:
@@ -489,7 +533,7 @@ class _StreamColumn:
         check_type(type_, self._where)
         self.label = self._where.label
         queued = owner._pending[name]
-        first = queued[0].slice(0, 1) if queued else pa.array([], type=type_)
+        first = shape_row(queued[:1], queued[0].slice(0, 1)) if queued else pa.array([], type=type_)
         sample = column_to_numpy(first, self._where)
         self.shape: tuple[int, ...] = (UNKNOWN_ROWS, *sample.shape[1:])
         self.dtype: np.dtype[Any] = sample.dtype

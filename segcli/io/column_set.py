@@ -30,6 +30,7 @@ from segcli.io.columns import (
     check_text_type,
     check_type,
     column_to_numpy,
+    shape_row,
     value_layout,
 )
 from segcli.io.formats import input_format, is_pipe
@@ -216,7 +217,9 @@ class _BatchColumn:
         self.note = table.note(name)
         # pa.nulls, not pa.array([]): the latter imports pandas (0.2 s) to look at a list.
         first = (
-            pa.nulls(0, type=owner._types[name]) if first_rows is None else first_rows.slice(0, 1)
+            pa.nulls(0, type=owner._types[name])
+            if first_rows is None
+            else shape_row([first_rows], first_rows.slice(0, 1))
         )
         sample = column_to_numpy(first, self._where, layout=self._layout)
         self.shape: tuple[int, ...] = (rows, *sample.shape[1:])

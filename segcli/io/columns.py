@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -35,13 +35,18 @@ _KEEP_NULLS: ContextVar[bool] = ContextVar("segcli_keep_nulls", default=False)
 @contextmanager
 def nulls_kept(keep: bool = True) -> Iterator[None]:
     """Within: columns with nulls convert instead of failing, float nulls as NaN and the
-    others as a NumPy masked array (values 0 where masked). Lists themselves must not be
-    null (their length would be unknown); values inside them may."""
+    others as a NumPy masked array (values 0 where masked). A null list is a list of
+    missing values, as long as the column's other lists."""
     token = _KEEP_NULLS.set(keep)
     try:
         yield
     finally:
         _KEEP_NULLS.reset(token)
+
+
+def nulls_are_kept() -> bool:
+    """Whether columns read here keep their nulls (within :func:`nulls_kept`)."""
+    return _KEEP_NULLS.get()
 
 
 class NullIdsError(InvalidInputError):
@@ -338,7 +343,9 @@ def _convert(
     """Convert ``array``; each top-level row owns ``per_row`` consecutive elements of it."""
     import pyarrow.types as pt
 
-    if array.null_count and _KEEP_NULLS.get() and not _is_list(array.type):
+    if array.null_count and _KEEP_NULLS.get():
+        if _is_list(array.type):
+            return _with_null_lists(array, where, first_row, per_row)
         return _with_nulls(array)
     if array.null_count:
         _raise_nulls(array, where, first_row, per_row)
@@ -381,6 +388,68 @@ def _with_nulls(array: pa.Array) -> np.ndarray[Any, Any]:
         return values
     values[null] = 0
     return np.ma.MaskedArray(values, mask=null)
+
+
+def _with_null_lists(
+    array: pa.Array, where: ColumnRef, first_row: int, per_row: int
+) -> np.ndarray[Any, Any]:
+    """A list column holding null lists under ``--skipna``: a null list is a list of missing
+    values as long as the column's other lists (NaN for floats, else masked), so that every
+    op skips each of its elements, as it skips a null inside a list."""
+    import pyarrow.types as pt
+
+    valid = numpy_of(_kernels().is_valid(array))
+    rows = np.flatnonzero(valid)
+    if not pt.is_fixed_size_list(array.type):
+        # The offsets, not list_value_length: a null list has no length, and its rows must
+        # not be renumbered before the error names them.
+        lengths = np.diff(numpy_of(array.offsets))[rows]
+        differ = np.flatnonzero(lengths != lengths[0]) if len(rows) else rows
+        if len(differ):
+            first, other = int(rows[0]), int(rows[differ[0]])
+            raise where.fail(
+                f"has lists of different lengths ({int(lengths[0])} at row "
+                f"{first_row + first // per_row}, {int(lengths[differ[0]])} at row "
+                f"{first_row + other // per_row}); need one length to make an array"
+            )
+    present = _convert(_kernels().drop_null(array), where, first_row, per_row)
+    shape = (len(array), *present.shape[1:])
+    if present.dtype.kind == "f":
+        filled = np.full(shape, np.nan, present.dtype)
+        filled[rows] = present
+        return filled
+    values = np.zeros(shape, present.dtype)
+    values[rows] = np.ma.getdata(present)
+    missing = np.ones(shape, np.bool_)
+    missing[rows] = np.ma.getmaskarray(present)
+    return np.ma.MaskedArray(values, mask=missing)
+
+
+def shape_row(pieces: Iterable[pa.Array], first: pa.Array) -> pa.Array:
+    """The row of a list column that fixes its inner shape when read in blocks: ``first`` (its
+    first row), unless that is a null list, which has no length (a row of missing values under
+    ``--skipna``): then the first list of ``pieces`` that is not null, else ``first``."""
+    if not (len(first) and first.null_count and _is_list(first.type)):
+        return first
+    for piece in pieces:
+        if piece.null_count < len(piece):
+            row = int(np.argmax(numpy_of(_kernels().is_valid(piece))))
+            return piece.slice(row, 1)
+    return first
+
+
+def widened_null_lists(
+    block: np.ndarray[Any, Any], piece: pa.Array | pa.ChunkedArray, inner: tuple[int, ...]
+) -> np.ndarray[Any, Any]:
+    """``block`` as converted from ``piece``, or, when the piece holds only null lists (kept as
+    missing values under ``--skipna``), which convert with no length, missing values of the
+    column's ``inner`` shape."""
+    if block.shape[1:] == inner or not _is_list(piece.type) or piece.null_count < len(piece):
+        return block
+    shape = (len(piece), *inner)
+    if block.dtype.kind == "f":
+        return np.full(shape, np.nan, block.dtype)
+    return np.ma.MaskedArray(np.zeros(shape, block.dtype), mask=np.ones(shape, np.bool_))
 
 
 def _nan_filled(array: pa.Array) -> np.ndarray[Any, Any] | None:
@@ -486,9 +555,11 @@ class NullTally:
         self._add(column, first_row, 1, 0)
 
     def _add(self, array: pa.Array, first_row: int, per_row: int, depth: int) -> None:
+        if _KEEP_NULLS.get():
+            return  # --skipna: a null, a null list too, is a missing value, never an error
         if self._depth is not None and depth > self._depth:
             return  # a shallower depth holds nulls: the error names those
-        if array.null_count and not (_KEEP_NULLS.get() and not _is_list(array.type)):
+        if array.null_count:
             if self._depth is None or depth < self._depth:
                 self._depth, self._nulls = depth, 0
                 self._row, self._per_row = _first_null_row(array, first_row, per_row), per_row

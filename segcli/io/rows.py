@@ -18,7 +18,7 @@ import numpy as np
 
 from segcli.errors import ReadError, SegcliError
 from segcli.io.chunked import open_chunked
-from segcli.io.columns import ColumnRef, column_to_numpy, value_layout
+from segcli.io.columns import ColumnRef, column_to_numpy, value_layout, widened_null_lists
 from segcli.io.formats import input_format, library_errors, open_binary
 from segcli.io.npy import read_header, read_npy_rows
 
@@ -158,6 +158,7 @@ def _read_parquet_rows(
                 first_row=start,
                 layout=value_layout(table.schema, ref.column, file.path),
             )
+            array = widened_null_lists(array, table.column(ref.column), ref.shape[1:])
             if array.shape[1:] != ref.shape[1:]:
                 raise where.fail(
                     f"rows from {start} have inner shape {list(array.shape[1:])}, "

@@ -50,6 +50,8 @@ def decoded_bytes(path: str, names: Collection[str] = ()) -> int | None:
             return _parquet_bytes(path, names)
         if fmt == "arrow":
             return _arrow_bytes(path, names)
+        if fmt == "npy":
+            return _npy_bytes(path)
         size = os.path.getsize(path)
         if fmt in TEXT_FORMATS:
             compressed = PurePath(path).suffix.lower() in _COMPRESSED_SUFFIXES
@@ -61,6 +63,15 @@ def decoded_bytes(path: str, names: Collection[str] = ()) -> int | None:
         if type(exc).__module__.startswith("pyarrow"):
             return None
         raise
+
+
+def _npy_bytes(path: str) -> int:
+    """The array's bytes (shape x itemsize), as its header gives them: not the file's size,
+    which counts the header too (and whatever a truncated or padded file holds)."""
+    from segcli.io.npy import read_header
+
+    with open(path, "rb") as f:
+        return read_header(f, path).nbytes
 
 
 def _npz_bytes(path: str, names: Collection[str]) -> int:
