@@ -225,6 +225,19 @@ def test_ids_indices_and_weights_from_one_arrow_stream_on_stdin(tmp_path, op):
     assert piped.stdout.startswith("0\t5.333333333333333\t6.333333333333333\n" if weights else "0")
 
 
+def test_weights_in_an_npz_beside_ids_and_indices_on_stdin(tmp_path):
+    # The weights' own file is an archive (its column option names the array) while the ids
+    # and indices are columns of the Arrow stream on stdin.
+    columns = {"bag": [0, 0, 1, 3, 3], "token": [0, 4, 2, 1, 4]}
+    np.save(tmp_path / "vocab.npy", np.arange(10, dtype=np.float64).reshape(5, 2))
+    np.savez(tmp_path / "w.npz", w=np.array([1.0, 2, 0.5, 1, 3]))
+    options = ["--ids-column", "bag", "--indices-column", "token", "-q"]
+    options += ["--weights", tmp_path / "w.npz", "--weights-column", "w"]
+    piped = run("mean", tmp_path / "vocab.npy", "-", *options, stdin=_arrow_stream(**columns))
+    assert piped.exit_code == 0, piped.stderr
+    assert piped.stdout.startswith("0\t5.333333333333333\t6.333333333333333\n")
+
+
 def test_indices_column_on_a_npy_stream_is_a_usage_error(tmp_path):
     paths = save(tmp_path, data=np.ones((5, 2)), ids=np.array([0, 0, 1]))
     args = [paths["data"], "-", "--indices-column", "token", "-q"]

@@ -129,8 +129,8 @@ def read_all(spec: RunSpec) -> sparse_stdin.Inputs:
     if sparse_stdin.columns_on_stdin(spec) and spec.data != spec.ids:
         return sparse_stdin.read_in_one_pass(spec)
     data, ids = read(spec)
-    indices = _read_extra(spec, spec.indices, spec.indices_column, "indices")
-    weights = _read_extra(spec, spec.weights, spec.weights_column, "weights")
+    indices = sparse_stdin.read_extra(spec, "indices", spec.indices, spec.indices_column)
+    weights = sparse_stdin.read_extra(spec, "weights", spec.weights, spec.weights_column)
     return data, ids, indices, weights
 
 
@@ -163,7 +163,7 @@ def _open(
 def _open_extra(
     spec: RunSpec, path: str | None, column: str | None, name: str
 ) -> StreamInput | None:
-    """Like :func:`_read_extra`, opened for streaming."""
+    """Like :func:`sparse_stdin.read_extra`, opened for streaming."""
     if path is None and column is None:
         return None
     if path is None:
@@ -248,23 +248,6 @@ def _refuse_weighted_over_budget(spec: RunSpec, budget: int) -> None:
         f"{label}: --weights without --indices reads DATA, IDS and the weights whole: {parts} "
         f"= {total_text} is over the memory budget of {budget_text} (raise --memory-limit)"
     )
-
-
-def _read_extra(
-    spec: RunSpec, path: str | None, column: str | None, name: str
-) -> ArrayInput | None:
-    """``--indices`` / ``--weights``: a .npy, an .npz array or a table column; with only the
-    column option given, the column of the IDS file (else of DATA's)."""
-    if path is None and column is None:
-        return None
-    if path is None:
-        path = sparse_stdin.home_of_columns(spec)
-    option = f"--{name}-column"
-    with naming_nulls(f"--{name}"):
-        if path != "-" and input_format(path) == "npz":
-            # In an archive the column option names the array.
-            return read_one(path, Role(option, option), None, column, spec.stdin, spec.csv)
-        return read_one(path, Role(option, option), column, None, spec.stdin, spec.csv)
 
 
 def _labeled(item: ArrayInput) -> sparse.Labeled:

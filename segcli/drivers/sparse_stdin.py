@@ -7,13 +7,15 @@ table, and every column is taken from it: a second read would find the pipe empt
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from segcli.drivers.base import RunSpec
 from segcli.drivers.sparse_nulls import naming_nulls
 from segcli.errors import UsageError
 from segcli.io import peek
-from segcli.io.formats import STDIN_LABEL
+from segcli.io.formats import STDIN_LABEL, input_format
 from segcli.io.read import (
     DATA_ROLE,
     IDS_ROLE,
@@ -24,6 +26,9 @@ from segcli.io.read import (
     read_one,
     read_stdin,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 #: The inputs of a sparse run read whole: DATA, IDS, the indices and the weights (or None).
 Inputs = tuple[ArrayInput, ArrayInput, ArrayInput | None, ArrayInput | None]
@@ -70,15 +75,31 @@ def read_in_one_pass(spec: RunSpec) -> Inputs:
         data = read_one(spec.data, DATA_ROLE, spec.data_column, spec.data_key, None, spec.csv)
         ids = read_column(table, "-", IDS_ROLE, spec.ids_column, spec.ids_key)
 
-    def extra(name: str, path: str | None, column: str | None) -> ArrayInput | None:
-        if path is None and column is None:
-            return None
-        option = f"--{name}-column"
-        with naming_nulls(f"--{name}"):
-            if path is not None:  # a file of its own
-                return read_one(path, Role(option, option), column, None, None, spec.csv)
-            return read_column(table, "-", Role(option, option), column, None)
-
-    indices = extra("indices", spec.indices, spec.indices_column)
-    weights = extra("weights", spec.weights, spec.weights_column)
+    indices = read_extra(spec, "indices", spec.indices, spec.indices_column, table)
+    weights = read_extra(spec, "weights", spec.weights, spec.weights_column, table)
     return data, ids, indices, weights
+
+
+def read_extra(
+    spec: RunSpec,
+    name: str,
+    path: str | None,
+    column: str | None,
+    stdin_table: pa.Table | None = None,
+) -> ArrayInput | None:
+    """``--indices`` / ``--weights`` (``name``): a .npy, an .npz array or a table column; with
+    only the column option given, the column of the IDS file (else of DATA's), taken from
+    ``stdin_table`` when that file is stdin, read already."""
+    if path is None and column is None:
+        return None
+    option = f"--{name}-column"
+    role = Role(option, option)
+    with naming_nulls(f"--{name}"):
+        if path is None and stdin_table is not None:
+            return read_column(stdin_table, "-", role, column, None)
+        if path is None:
+            path = home_of_columns(spec)
+        if path != "-" and input_format(path) == "npz":
+            # In an archive the column option names the array.
+            return read_one(path, role, None, column, spec.stdin, spec.csv)
+        return read_one(path, role, column, None, spec.stdin, spec.csv)
