@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -260,32 +260,50 @@ def text_type_kept(
     table: TableFile, column: str | None = None, column_type: Any = None
 ) -> Iterator[None]:
     """A value past a streamed text table's first block that does not fit the type its first
-    rows gave the column (``column``, else the one pyarrow names): say so, where, and how to
-    get the widened column a whole read gives."""
+    rows gave the column: raised as :func:`type_change_error` says it."""
     try:
         yield
     except ValueError as exc:
-        found = _TEXT_CONVERSION.search(str(exc))
-        if found is None:
+        error = type_change_error(table, exc, column, column_type)
+        if error is None:
             raise
-        value = found["value"] or f"'{found['json'].strip()}'"
-        if column is None:
-            column = _csv_column_named(table, str(exc))
-        where = f"{table.label}:" if column is None else f"{table.label}: column '{column}'"
-        made = (
-            ", in a column those rows made another type"
-            if column_type is None
-            else f", which made it {column_type}"
-        )
-        row = None
-        if column is not None and found["value"]:
-            row = table.first_row_holding(column, found["value"][1:-1])
-        at = "" if row is None else f" (first at row {row})"
-        raise ReadError(
-            f"{where} holds {value} after its first rows{made}{at}; a streamed CSV or "
-            "JSON-lines file keeps that type (write the early values in the wider type, or "
-            "read the file whole: no --chunk-rows and a --memory-limit above its size)"
-        ) from exc
+        raise error from exc
+
+
+def type_change_error(
+    table: TableFile,
+    exc: ValueError,
+    column: str | None = None,
+    column_type: Any = None,
+    types: Mapping[str, Any] | None = None,
+) -> ReadError | None:
+    """The error for pyarrow's ``exc`` about a value that does not fit the type a streamed
+    text table's first rows gave its column (``column``, else the one pyarrow names; its type
+    ``column_type``, else looked up in ``types``): say so, where, and how to get the widened
+    column a whole read gives. None if ``exc`` is not such an error."""
+    found = _TEXT_CONVERSION.search(str(exc))
+    if found is None:
+        return None
+    value = found["value"] or f"'{found['json'].strip()}'"
+    if column is None:
+        column = _csv_column_named(table, str(exc))
+    if column_type is None and types is not None and column is not None:
+        column_type = types.get(column)
+    where = f"{table.label}:" if column is None else f"{table.label}: column '{column}'"
+    made = (
+        ", in a column those rows made another type"
+        if column_type is None
+        else f", which made it {column_type}"
+    )
+    row = None
+    if column is not None and found["value"]:
+        row = table.first_row_holding(column, found["value"][1:-1])
+    at = "" if row is None else f" (first at row {row})"
+    return ReadError(
+        f"{where} holds {value} after its first rows{made}{at}; a streamed CSV or "
+        "JSON-lines file keeps that type (write the early values in the wider type, or "
+        "read the file whole: no --chunk-rows and a --memory-limit above its size)"
+    )
 
 
 def _csv_column_named(table: TableFile, said: str) -> str | None:

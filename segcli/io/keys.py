@@ -22,8 +22,7 @@ from segcli.io.chunked import (
     UNKNOWN_ROWS,
     TableChunks,
     _check_rows,
-    _csv_column_named,
-    text_type_kept,
+    type_change_error,
 )
 from segcli.io.formats import input_format
 from segcli.io.tables import CSV_HEAD_BYTES, CsvOptions, TableFile, open_table
@@ -429,24 +428,14 @@ class KeyIdsChunks:
             except ValueError as exc:
                 if _WIDENED_WHOLE.search(str(exc)) is None:
                     raise  # bad text, not a type: a whole read fails the same way
-                _name_the_value(self._table, exc, types)
+                named = type_change_error(self._table, exc, types=types)
+                if named is not None:  # pyarrow's message named the value: its column and row
+                    raise named from exc
                 raise ReadError(
                     f"{self._table.label}: a key column holds a value its first rows' type "
                     f"cannot take ({str(exc).splitlines()[0]}); read the file whole (no "
                     "--chunk-rows and a --memory-limit above its size)"
                 ) from exc
-
-
-def _name_the_value(table: TableFile, exc: ValueError, types: dict[str, pa.DataType]) -> None:
-    """Raise the ReadError a streamed data or ids column gives for a value its first rows'
-    type cannot take (the column, the value, its row), where pyarrow's message names them;
-    return if it does not."""
-    column = _csv_column_named(table, str(exc))
-    try:
-        with text_type_kept(table, column, None if column is None else types.get(column)):
-            raise exc
-    except ValueError:
-        return  # not a conversion error that names its value: the caller's message stands
 
 
 # A streamed text value that the type of its column's first block cannot take, where a whole
