@@ -91,6 +91,7 @@ def _table_keys(table: pa.Table) -> _Keys:
 
 def _golden_table(path: str, fmt: str, keys: pa.Table) -> pa.Table:
     """The golden table's key columns, CSV/TSV read in the data's key types where it can be."""
+    from segcli.io.key_text import hex_as_text
     from segcli.io.keys import csv_readable_types
     from segcli.io.tables import open_table
 
@@ -98,22 +99,13 @@ def _golden_table(path: str, fmt: str, keys: pa.Table) -> pa.Table:
     names = keys.column_names
     _require(names, table.schema().names, path)
     if fmt in ("csv", "tsv"):
-        types = csv_readable_types(keys.schema)
         # The output writes binary keys as hex text: read that text, not its bytes.
-        types = {name: _text_if_binary(type_) for name, type_ in types.items()}
+        types = hex_as_text(csv_readable_types(keys.schema))
         try:
             return table.read(names, types).select(names)
         except ReadError:
             pass  # a key that does not read in the data's type: compared as read, so it differs
     return table.read(names).select(names)
-
-
-def _text_if_binary(type_: pa.DataType) -> pa.DataType:
-    import pyarrow as pa
-    import pyarrow.types as pt
-
-    binary = pt.is_binary(type_) or pt.is_large_binary(type_) or pt.is_fixed_size_binary(type_)
-    return pa.string() if binary else type_
 
 
 def _golden_json(path: str, names: Sequence[str]) -> dict[str, list[Any]]:

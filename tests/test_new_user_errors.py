@@ -503,3 +503,18 @@ def test_bad_stdin_is_one_line_and_nothing_written(folder, args, stdin, code, sa
         assert len(lines) == 1
     else:
         assert json.loads("\n".join(lines[:-1]))["exit_code"] == code
+
+
+def test_binary_view_keys_from_a_text_keys_file_are_read_as_hex(tmp_path, monkeypatch):
+    # A binary_view key is written as hex like the other binary kinds, so read back as hex.
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pa.table({"k": pa.array([b"\x01\x02", b"\xff", b"\x01\x02"], pa.binary_view())})
+    pq.write_table(table.append_column("v", pa.array([1.0, 2.0, 3.0])), tmp_path / "t.parquet")
+    (tmp_path / "keys.csv").write_text("k\nff\n0102\nabcd\n")
+    monkeypatch.chdir(tmp_path)
+    ran = run_main(
+        "sum", "t.parquet", "--data-column", "v", "--by", "k", "-q", "--keys-from", "keys.csv"
+    )
+    assert (ran.exit_code, ran.stderr) == (0, "")
+    assert ran.stdout.splitlines() == ["k\tvalue", "ff\t2.0", "0102\t4.0", "abcd\t0.0"]

@@ -70,9 +70,22 @@ def _unreadable(values: pa.Array, type_: pa.DataType, start: int = 0) -> list[in
 
 
 def is_binary(type_: pa.DataType) -> bool:
+    """A binary key type of any kind: the output writes each as hex text."""
     import pyarrow.types as pt
 
-    return bool(pt.is_binary(type_) or pt.is_large_binary(type_) or pt.is_fixed_size_binary(type_))
+    return bool(
+        pt.is_binary(type_)
+        or pt.is_large_binary(type_)
+        or pt.is_fixed_size_binary(type_)
+        or pt.is_binary_view(type_)
+    )
+
+
+def hex_as_text(types: Mapping[str, pa.DataType]) -> dict[str, pa.DataType]:
+    """``types`` with each binary type read as text: a text file holds binary keys as hex."""
+    import pyarrow as pa
+
+    return {name: pa.string() if is_binary(type_) else type_ for name, type_ in types.items()}
 
 
 def binary_from_hex(option_path: str, keys: pa.Table, types: Mapping[str, pa.DataType]) -> pa.Table:

@@ -226,14 +226,12 @@ def read_keys_from(
             f"--keys-from {path}: no column '{missing[0]}' (columns: {', '.join(names)})"
         )
     if fmt in ("csv", "tsv") and data is not None:
-        import pyarrow as pa
-
-        from segcli.io.key_text import binary_from_hex, is_binary, unreadable_key
+        from segcli.io.key_text import binary_from_hex, hex_as_text, unreadable_key
 
         schema = key_schema(data, by) if isinstance(data, TableFile) else data
         types = csv_readable_types(schema)
         # Binary keys are hex text, as the output writes them: read that text, then decode it.
-        text_types = {name: pa.string() if is_binary(t) else t for name, t in types.items()}
+        text_types = hex_as_text(types)
         try:
             keys = table.read(list(by), text_types)
         except ReadError:
