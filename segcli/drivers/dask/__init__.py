@@ -96,7 +96,7 @@ FAN_IN = 8
 
 
 def run(
-    spec: RunSpec, progress: Progress | None = None, *, client: Client | None = None
+    spec: RunSpec, progress: Progress | None = None, *, client: Client | HeldCluster | None = None
 ) -> DriverResult:
     """Reduce the files of ``spec`` on a Dask cluster; nothing is written here.
 
@@ -115,15 +115,14 @@ def run(
     op = ops.get_op(chosen)
     n = _check_inputs(spec, op, plan, fill)
     job = Job(op, n, spec.sorted_ids, int(np.prod(plan.data.shape, dtype=np.int64)))
-    address = spec.scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
     started = time.perf_counter()
-    with _cluster(address, client) as (client, where):
-        workers = len(client.nthreads())
+    with _cluster(spec, client) as (reached, where):
+        workers = len(reached.nthreads())
         connected = time.perf_counter()
         try:
-            id_report, state, engines, null_ids = _map_reduce(client, plan, job, op, progress)
+            id_report, state, engines, null_ids = _map_reduce(reached, plan, job, op, progress)
         except (NullsError, NullIdsError) as error:
-            raise counted_nulls(client, plan.partitions, op, spec.sorted_ids, error) from None
+            raise counted_nulls(reached, plan.partitions, op, spec.sorted_ids, error) from None
         reduction = Reduction.finish(
             state,
             id_report,
@@ -163,9 +162,8 @@ def run_columns(
     from segcli.io.columns import nulls_kept
 
     _distributed()
-    address = spec.scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
     started = time.perf_counter()
-    with _cluster(address, None) as (client, where):
+    with _cluster(spec, None) as (client, where):
         held = HeldCluster(client, where)
         opened = time.perf_counter() - started
         with nulls_kept(spec.skipna):  # as carry_out runs a driver: a null is a missing value
@@ -262,8 +260,9 @@ def _facts(dataset: Dataset) -> InputFacts:
 
 
 @contextlib.contextmanager
-def _cluster(address: str | None, given: Client | None) -> Iterator[tuple[Client, str]]:
-    """The caller's client, a client of the scheduler at ``address``, or a local cluster's;
+def _cluster(spec: RunSpec, given: Client | HeldCluster | None) -> Iterator[tuple[Client, str]]:
+    """The caller's client, a client of ``spec``'s scheduler (``--scheduler``, else
+    ``$DASK_SCHEDULER_ADDRESS``), or a local cluster's;
     Dask's own log lines held back meanwhile (:func:`quiet_dask_logging`)."""
     with quiet_dask_logging():
         if isinstance(given, HeldCluster):
@@ -272,6 +271,7 @@ def _cluster(address: str | None, given: Client | None) -> Iterator[tuple[Client
         if given is not None:
             yield given, f"scheduler {given.scheduler.address}"
             return
+        address = spec.scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
         with _own_cluster(address) as (client, where):
             yield client, where
 

@@ -24,7 +24,6 @@ rows in key-table order, as the single-machine run does.
 from __future__ import annotations
 
 import copy
-import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -291,8 +290,7 @@ def run(spec: RunSpec, progress: Progress | None = None, *, client: Any = None) 
         int(np.prod(data.shape, dtype=np.int64)),
     )
     started = time.perf_counter()
-    address = spec.scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
-    with _cluster(address, client) as (client, where):
+    with _cluster(spec, client) as (client, where):
         workers = len(client.nthreads())
         connected = time.perf_counter()
         merged = _map_reduce(client, plan, job, progress)
