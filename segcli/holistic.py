@@ -628,7 +628,8 @@ class SortedHolisticReducer:
 
 
 def _joined(blocks: list[np.ndarray]) -> np.ndarray:
-    """Blocks end to end, their masks too (``np.concatenate`` drops a masked array's mask)."""
+    """Blocks end to end, their masks too (``np.concatenate`` drops a masked array's mask;
+    ``np.ma.concatenate`` is untyped, and makes plain blocks masked)."""
     if any(np.ma.isMaskedArray(block) for block in blocks):
         data = np.concatenate([np.ma.getdata(block) for block in blocks])
         mask = np.concatenate([np.ma.getmaskarray(block) for block in blocks])

@@ -43,6 +43,7 @@ from segcli.drivers.keys import (
 )
 from segcli.drivers.stream import StreamPlan, open_inputs, read_ahead, reduce_stream, rows_of
 from segcli.engines import Engine
+from segcli.engines.skipping import missing_values
 from segcli.errors import EngineUnavailableError, NotStreamableError, UsageError
 from segcli.holistic_runs import (
     HolisticJob,
@@ -423,7 +424,5 @@ def _run_gathered_streaming(spec: RunSpec, progress: Progress | None) -> DriverR
 def _missing(gathered: np.ndarray) -> int:
     """Values --skipna leaves out of gathered rows (every one is kept: the sparse family
     refuses ids it would drop): nulls (masked) and NaN."""
-    missing = int(np.ma.getmaskarray(gathered).sum())
-    if gathered.dtype.kind in "fc":
-        missing += int(np.isnan(np.ma.getdata(gathered)).sum())
-    return missing
+    missing = missing_values(gathered)
+    return 0 if missing is None else int(missing.sum())
