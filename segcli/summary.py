@@ -131,7 +131,7 @@ def run_summary(
     report = reduction.id_report
     return RunSummary(
         op=reduction.op.name,
-        family=run.family or ("sorted" if reduction.sorted_ids else "unsorted"),
+        family=_family(run.family, sorted_ids=reduction.sorted_ids),
         data=run.data,
         ids=run.ids,
         num_segments=report.num_segments,
@@ -292,7 +292,7 @@ def check_facts(
         "command": "check",
         "data": vars(found.data),
         "ids": vars(found.ids),
-        "family": found.family or ("sorted" if sorted_ids else "unsorted"),
+        "family": _family(found.family, sorted_ids=sorted_ids),
         "mode": found.mode,
         "num_segments": report.num_segments,
         "num_segments_inferred": report.inferred,
@@ -321,7 +321,7 @@ def check_rows(
     rows = [
         ("data", f"{data.label}  {tuple(data.shape)} {data.dtype}"),
         ("ids", f"{ids.label}  {tuple(ids.shape)} {ids.dtype}"),
-        ("family", found.family or ("sorted" if sorted_ids else "unsorted")),
+        ("family", _family(found.family, sorted_ids=sorted_ids)),
         (
             "segments",
             f"{report.num_segments:,} " + ("(inferred from ids)" if report.inferred else "(given)"),
@@ -398,3 +398,8 @@ def render_plain(title: str, rows: list[tuple[str, str]]) -> str:
 
 def dumps(facts: dict[str, Any]) -> str:
     return json.dumps(facts, indent=2, allow_nan=False, default=str)
+
+
+def _family(given: str | None, *, sorted_ids: bool) -> str:
+    """The family a summary names: the driver's (``sparse``), else the one ``--sorted`` says."""
+    return given or ("sorted" if sorted_ids else "unsorted")
