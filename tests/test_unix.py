@@ -33,6 +33,18 @@ def stderr_lines(result: subprocess.CompletedProcess[bytes]) -> list[str]:
     return result.stderr.decode().splitlines()
 
 
+def closed_after_ten_bytes(argv: list[object]) -> tuple[int, bytes]:
+    """Run segcli with ``argv``, read 10 bytes of its stdout and close it, as ``| head -c 10``
+    does: its exit code and stderr."""
+    command = [sys.executable, "-m", "segcli", *map(str, argv)]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
+        assert child.stdout is not None and child.stderr is not None
+        child.stdout.read(10)
+        child.stdout.close()
+        stderr = child.stderr.read()
+        return child.wait(timeout=60), stderr
+
+
 @pytest.fixture
 def wide_pair(tmp_path: Path) -> tuple[Path, Path]:
     """A result far larger than a pipe's buffer, so a reader that leaves early cuts it off."""
@@ -45,14 +57,7 @@ def wide_pair(tmp_path: Path) -> tuple[Path, Path]:
 @pytest.mark.parametrize("fmt", [None, "npy", "npz", "parquet", "arrow", "csv", "tsv", "json"])
 def test_closed_stdout_exits_141_silently_for_every_format(wide_pair, fmt):
     output = [] if fmt is None else ["-o", "-", "--format", fmt]
-    command = [sys.executable, "-m", "segcli", "sum", *map(str, wide_pair), "-q", *output]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
-        assert child.stdout is not None and child.stderr is not None
-        child.stdout.read(10)
-        child.stdout.close()  # as `| head -c 10` does
-        stderr = child.stderr.read()
-        assert child.wait(timeout=60) == EXIT_BROKEN_PIPE
-    assert stderr == b""
+    assert closed_after_ten_bytes(["sum", *wide_pair, "-q", *output]) == (EXIT_BROKEN_PIPE, b"")
 
 
 @pytest.mark.parametrize(
@@ -65,15 +70,7 @@ def test_closed_stdout_still_writes_the_summary_json_with_exit_141(
     summary = tmp_path / "s.json"
     argv = [command[0], *map(str, wide_pair), *command[1:], "-q", *output]
     argv += ["--summary-json", str(summary)]
-    with subprocess.Popen(
-        [sys.executable, "-m", "segcli", *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    ) as child:
-        assert child.stdout is not None and child.stderr is not None
-        child.stdout.read(10)
-        child.stdout.close()
-        stderr = child.stderr.read()
-        assert child.wait(timeout=60) == EXIT_BROKEN_PIPE
-    assert stderr == b""
+    assert closed_after_ten_bytes(argv) == (EXIT_BROKEN_PIPE, b"")
     # 141 prints no line, so error is null; exit_code says how the run ended.
     facts = json.loads(summary.read_text())
     assert facts == {
@@ -110,16 +107,8 @@ def test_reader_leaving_mid_write_of_one_block_is_141(one_block_table, args):
     # A pipe takes part of one large write and returns the count, no error: a writer that
     # ignores the count drops the rest and exits 0 as if all of it had been read.
     command, *options = args
-    argv = [sys.executable, "-m", "segcli", command, one_block_table, "--data-column", "v"]
-    with subprocess.Popen(
-        [*map(str, argv), *options, "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    ) as child:
-        assert child.stdout is not None and child.stderr is not None
-        child.stdout.read(10)
-        child.stdout.close()
-        stderr = child.stderr.read()
-        assert child.wait(timeout=60) == EXIT_BROKEN_PIPE
-    assert stderr == b""
+    argv = [command, one_block_table, "--data-column", "v", *options, "-q"]
+    assert closed_after_ten_bytes(argv) == (EXIT_BROKEN_PIPE, b"")
 
 
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
