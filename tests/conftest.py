@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.engine_params import ENGINES
+from tests.matrix import FULL_MATRIX, in_default_run
 
 
 @pytest.fixture(params=ENGINES)
@@ -34,6 +35,22 @@ def short_lanes(monkeypatch: pytest.MonkeyPatch) -> int:
 
 
 pytest_plugins = ("pytester",)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Cases outside their test's default run (tests/matrix.py) are marked ``full_matrix``
+    (before ``-m`` selects), and left out unless ``SEGCLI_FULL_MATRIX=1``."""
+    left_out = []
+    for item in items:
+        if not in_default_run(item):
+            item.add_marker(pytest.mark.full_matrix)
+            if not FULL_MATRIX:
+                left_out.append(item)
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        chosen = set(map(id, left_out))
+        items[:] = [item for item in items if id(item) not in chosen]
 
 
 def fold_skip_reasons(reasons: list[str]) -> str:

@@ -1137,7 +1137,7 @@ def test_gathered_rows_give_each_single_ops_bytes(tmp_path, extra, skipna):
     """agg --indices folds every op over the gathered rows at once (the fused numba gather of
     a single sum or mean gives the same bytes)."""
     rng = np.random.default_rng(5)
-    data = rng.normal(size=(30, 2))
+    data = rng.normal(size=(30, 2)).astype(np.float32)  # the gather kernels tests compile
     data[rng.random(data.shape) < 0.2] = np.nan
     np.save(tmp_path / "d.npy", data)
     np.save(tmp_path / "s.npy", np.sort(rng.integers(0, 8, 200)))

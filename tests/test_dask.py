@@ -47,6 +47,7 @@ from segcli.errors import (  # noqa: E402
     ReadError,
 )
 from segcli.validate import index_text, merge, report, summarize  # noqa: E402
+from tests.matrix import default_run  # noqa: E402
 from tests.test_min_max_ties import rule_reduce, tied_data  # noqa: E402
 
 pytestmark = pytest.mark.dask
@@ -180,6 +181,9 @@ def _bytes_of(array: np.ndarray) -> np.ndarray:
 # Results equal the NumPy engine's
 
 
+# Every op over each column in one family; the other family with sum, max and mean (each
+# partition and fold kind), the rest of its ops in the full matrix.
+@default_run(lambda op, sorted_ids: not sorted_ids or op in ("sum", "max", "mean"))
 @pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
 # n given (1-D floats) and inferred (wrapping int8; rows of three).
 @pytest.mark.parametrize(("column", "given"), [("x", True), ("i8", False), ("v", False)])
@@ -347,6 +351,8 @@ def test_results_are_deterministic(client: Any, parquet_dataset: Dataset) -> Non
     assert runs[0].tobytes() == runs[1].tobytes()
 
 
+# One op of each fold kind (plain sum, product, shifted moments, logsumexp) by default.
+@default_run(lambda op: op in ("sum", "prod", "var", "logsumexp"))
 @pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
 @pytest.mark.parametrize("op", ["sum", "mean", "sqrt_n", "prod", "var", "std", "logsumexp"])
 def test_order_dependent_folds_give_the_single_machine_bytes(
@@ -375,6 +381,7 @@ def test_order_dependent_folds_give_the_single_machine_bytes(
         assert_same(reduction, expected)
 
 
+@default_run(lambda names, skipna: names in ("std,var", "logsumexp,argmax") or not skipna)
 @pytest.mark.parametrize("names", ["var", "std,var", "logsumexp", "logsumexp,argmax"])
 @pytest.mark.parametrize("skipna", [[], ["--skipna"]])
 def test_agg_of_joint_folds_alone_gives_the_single_machine_bytes(
@@ -952,6 +959,11 @@ def keys_summary(out: Path) -> Any:
     return json.loads(out.with_suffix(".json").read_text())["keys"]
 
 
+# Each op and each partitioning once by default: every op cut in 7-row partitions with its
+# null keys dropped, mean in every partitioning either way.
+@default_run(
+    lambda op, chunk_rows, null_keys: op == "mean" or (chunk_rows, null_keys) == (7, "drop")
+)
 @pytest.mark.parametrize("chunk_rows", [None, 7, 50])
 @pytest.mark.parametrize(
     ("op", "column"), [("sum", "q"), ("mean", "q"), ("min", "x"), ("max", "x"), ("count", "q")]
@@ -991,6 +1003,8 @@ def test_by_on_arrow_files_gives_the_single_machine_bytes(
     assert (tmp_path / "dask.arrow").read_bytes() == (tmp_path / "one.arrow").read_bytes()
 
 
+# One op of each fold kind, over partitions cut inside files, by default.
+@default_run(lambda op, chunk_rows: chunk_rows == 9 and op in ("sum", "prod", "var", "logsumexp"))
 @pytest.mark.parametrize("chunk_rows", [None, 9])
 @pytest.mark.parametrize("op", ["sum", "mean", "sqrt_n", "prod", "var", "std", "logsumexp"])
 def test_by_float_folds_give_the_single_machine_bytes(

@@ -27,6 +27,7 @@ from segcli import ops
 from segcli.engines import get_engine
 from segcli.errors import EngineUnavailableError
 from tests.engine_params import ENGINES
+from tests.matrix import NUMBA_DATA_DTYPES, default_run, numba_takes
 from tests.reference import reference_reduce
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -64,10 +65,12 @@ def _in_default_run(dtype: str, layout: str) -> bool:
     return dtype not in RARE_DTYPES
 
 
-#: Dtypes whose bit-for-bit comparison runs in the full matrix only: their threaded and 2-D
-#: kernels are the slowest to compile, and the default run still checks them on every engine
-#: against the oracle (test_matches_reference) and against SPEC (tests/test_spec.py).
-BIT_FOR_BIT_FULL_MATRIX_ONLY = ("float16", "complex64")
+#: Dtypes whose bit-for-bit comparison runs in the full matrix only: each compiles a kernel
+#: family per layout (about 5 s of a cold run each), from the same source as float32's
+#: (float64, float16, complex64 fold in float64 or complex128 too) or int64's (int32 wraps in
+#: its own width the same way); the default run checks them against the oracle on NumPy
+#: (test_matches_reference) and against SPEC (tests/test_spec.py).
+BIT_FOR_BIT_FULL_MATRIX_ONLY = ("float16", "float64", "int32", "complex64")
 
 
 def dtype_layouts(*, full_matrix_only: tuple[str, ...] = ()) -> list[Any]:
@@ -181,6 +184,7 @@ def fold_in_blocks(
 # --- every op x dtype x layout against the oracle ---------------------------------------------
 
 
+@default_run(numba_takes)
 @pytest.mark.parametrize(("dtype", "layout"), dtype_layouts())
 @pytest.mark.parametrize("op", OP_NAMES)
 def test_matches_reference(engine: str, op: str, dtype: str, layout: str) -> None:
@@ -239,7 +243,7 @@ def test_numba_equals_numpy_bit_for_bit(
 
 #: Id widths read by every fold kernel in the default run; the others compile a kernel family
 #: each for the same loops, and run in the full matrix.
-COMMON_ID_WIDTHS = ("uint8", "int16", "int32", "uint64")
+COMMON_ID_WIDTHS = ("uint8", "int32")
 
 
 def _id_widths() -> list[Any]:
@@ -351,7 +355,8 @@ def test_block_split_gives_identical_bytes(
 @pytest.mark.parametrize("op", ["sum", "min", "prod", "count"])
 def test_numba_threads_and_blocks_give_numpy_bytes(op: str, sorted_ids: bool) -> None:
     rng = np.random.default_rng(5)
-    data = rng.standard_normal(4000) * rng.choice([1e-8, 1.0, 1e8], 4000)
+    # float32, whose kernels the bit-for-bit tests compile (float64's: the full matrix there).
+    data = (rng.standard_normal(4000) * rng.choice([1e-8, 1.0, 1e8], 4000)).astype(np.float32)
     ids = make_ids(rng, (4000,), 3, sorted_ids)
     want = fold_in_blocks("numpy", data, ids, 3, op, [], sorted_ids=sorted_ids)
     for cuts in ([], [1, 2, 1999, 3000], list(range(100, 4000, 100))):
@@ -373,6 +378,7 @@ def test_numba_sorted_runs_either_way_give_numpy_bytes(
     lengths = rng.choice([1, 2, 7, 40, 3000], 60)
     ids = np.repeat(np.arange(0, 120, 2), lengths)  # every other segment empty
     data = rng.standard_normal(ids.size) * rng.choice([1e-8, 1.0, 1e8], ids.size)
+    data = data.astype(np.float32)  # the sorted kernels the bit-for-bit tests compile
     data[rng.choice(ids.size, 5, replace=False)] = np.nan
     want = fold_in_blocks("numpy", data, ids, 121, op, [], sorted_ids=True)
     for cuts in ([], [1, 2, 500, 4001], list(range(997, ids.size, 997))):
@@ -417,6 +423,7 @@ def test_float_sums_follow_the_lane_rule(engine: str, short_lanes: int) -> None:
 @pytest.mark.usefixtures("numba_parallel", "short_lanes")
 @pytest.mark.parametrize("inner", [(), (3,)], ids=["1-D", "2-D"])
 @pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
+@default_run(lambda dtype: dtype in NUMBA_DATA_DTYPES)
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "complex64"])
 @pytest.mark.parametrize("op", ROUNDING_OPS)
 def test_numba_lanes_on_threads_and_blocks_give_numpy_bytes(
@@ -574,12 +581,19 @@ def test_empty_inputs(engine: str, op: str, sorted_ids: bool) -> None:
 # --- property: random data, ids in [-2, n), every op, every engine ----------------------------
 
 
+#: The property's data dtypes; the numba engine draws from those of the default run unless the
+#: full matrix runs (each dtype compiles a kernel family).
+PROPERTY_DTYPES = ["float32", "float64", "int32", "uint8"]
+
+
 @st.composite
-def reductions(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, int, str]:
+def reductions(
+    draw: st.DrawFn, dtypes: list[str] = PROPERTY_DTYPES
+) -> tuple[np.ndarray, np.ndarray, int, str]:
     n = draw(st.integers(0, 6))
     rows = draw(st.integers(0, 30))
     inner = draw(st.sampled_from([(), (2,)]))
-    dtype = draw(st.sampled_from([np.float32, np.float64, np.int32, np.uint8]))
+    dtype = np.dtype(draw(st.sampled_from(dtypes)))
     elements = st.floats(-100, 100, width=32) if np.dtype(dtype).kind == "f" else None
     data = draw(hnp.arrays(dtype, (rows, *inner), elements=elements))
     ids = draw(hnp.arrays(np.int64, rows, elements=st.integers(-2, max(n - 1, -1))))
@@ -590,9 +604,11 @@ def reductions(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, int, str]:
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
-@given(case=reductions())
-def test_property_matches_reference(engine: str, case: tuple[Any, ...]) -> None:
-    data, ids, n, op = case
+@given(draws=st.data())
+def test_property_matches_reference(engine: str, draws: st.DataObject) -> None:
+    compiled = engine == "numba" and not FULL_MATRIX
+    dtypes = [d for d in PROPERTY_DTYPES if d in NUMBA_DATA_DTYPES] if compiled else PROPERTY_DTYPES
+    data, ids, n, op = draws.draw(reductions(dtypes))
     got = segcli.segment_reduce(data, ids, n, op, engine=engine)
     assert_matches_reference(got, reference_reduce(data, ids, n, op), op, data.dtype.name)
 

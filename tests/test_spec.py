@@ -1,4 +1,5 @@
-"""One test per rule and example of SPEC.md, on every engine that runs here."""
+"""One test per rule and example of SPEC.md, on every engine that runs here (the numba engine
+over its common dtypes by default, every dtype in the full matrix: tests/matrix.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 
 import segcli
 from segcli.errors import InvalidInputError, SegcliError
+from tests.matrix import default_run, numba_takes
 
 FLT_MAX = float(np.finfo(np.float32).max)
 
@@ -101,6 +103,7 @@ MEAN_DTYPES = [
 ]
 
 
+@default_run(lambda engine, data_dtype: numba_takes(engine, data_dtype))
 @pytest.mark.parametrize(("data_dtype", "out_dtype"), MEAN_DTYPES)
 @pytest.mark.parametrize("op", ["mean", "sqrt_n"])
 def test_mean_and_sqrt_n_output_dtype(engine, data_dtype, out_dtype, op):
@@ -113,6 +116,7 @@ def test_mean_and_sqrt_n_output_dtype(engine, data_dtype, out_dtype, op):
 REAL_DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int64, np.uint8, np.uint64]
 
 
+@default_run(numba_takes)
 @pytest.mark.parametrize(
     ("dtype", "op"),
     [(d, op) for d in REAL_DTYPES for op in ("sum", "prod", "min", "max")]
@@ -348,6 +352,7 @@ def test_float_and_bool_ids_are_errors(ids):
     assert "segment_ids must be integers" in error_of([1.0, 2.0], np.array(ids))
 
 
+@default_run(lambda engine, dtype: numba_takes(engine, dtype, ids=True))
 @pytest.mark.parametrize(
     "dtype", [np.int8, np.uint8, np.int16, np.uint16, np.uint32, np.int64, np.uint64]
 )

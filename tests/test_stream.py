@@ -17,9 +17,10 @@ from segcli.cli import cli
 from segcli.drivers.stream import reduce_stream
 from segcli.errors import InvalidInputError
 from tests.conftest import ENGINES
+from tests.matrix import NUMBA_DATA_DTYPES, default_run
 
 OPS = [name for name, op in segcli.OPS.items() if not op.holistic]  # tests/test_holistic_cli.py
-DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int32, np.uint64, np.complex64]
+DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int64, np.uint64, np.complex64]
 
 
 def save_pair(tmp_path: Path, data: np.ndarray, ids: np.ndarray) -> tuple[str, str]:
@@ -60,7 +61,7 @@ OP_DTYPES = [(op, d) for op in OPS for d in DTYPES if np.dtype(d).kind in segcli
 #: What streaming adds is engine-neutral (blocks, validation, growth); every dtype streams on
 #: NumPy, and the compiled engines, whose bytes test_engines.py holds to NumPy's for every
 #: dtype, stream one float and one integer dtype (each further dtype is more kernels to compile).
-COMPILED_ENGINE_DTYPES = ("float32", "int32")
+COMPILED_ENGINE_DTYPES = NUMBA_DATA_DTYPES
 
 
 def _engine_op_dtypes() -> list[object]:
@@ -75,6 +76,14 @@ def _engine_op_dtypes() -> list[object]:
     return cases
 
 
+# Every op over a float and an integer dtype; the other dtypes (each with the same blocks and
+# growth) with an op of each fold kind, the rest in the full matrix.
+@default_run(
+    lambda op, dtype: (
+        np.dtype(dtype).name in ("float32", "int64")
+        or op in ("sum", "prod", "max", "mean", "var", "argmin", "first", "any")
+    )
+)
 @pytest.mark.parametrize(("engine", "op", "dtype"), _engine_op_dtypes())
 @pytest.mark.parametrize("sorted_ids", [False, True])
 def test_streaming_bytes_equal_in_memory(tmp_path, engine, op, dtype, sorted_ids):
