@@ -530,7 +530,7 @@ def test_nan_propagates_from_any_row_of_a_long_segment(engine: str) -> None:
 
 
 def test_dropped_rows_are_skipped(engine: str) -> None:
-    data = np.arange(1, 7, dtype=np.float64)
+    data = np.arange(1, 7, dtype=np.float32)
     unsorted = segcli.reduce_arrays(data, [-1, 0, -2, 1, 0, -1], 2, "sum", engine=engine)
     np.testing.assert_array_equal(unsorted.result, [7, 4])
     np.testing.assert_array_equal(unsorted.counts, [2, 1])

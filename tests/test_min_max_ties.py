@@ -19,6 +19,7 @@ from click.testing import CliRunner
 import segcli
 from segcli import ops
 from segcli.cli import cli
+from tests.matrix import default_run
 from tests.reference import reference_reduce
 from tests.test_engines import fold_in_blocks, needs_numba
 
@@ -85,6 +86,7 @@ def test_min_max_follow_the_rule_in_memory_and_in_blocks(
 
 
 @needs_numba
+@default_run(lambda dtype: dtype != "float64")  # float64's kernels: the full matrix
 @pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_numba_threads_merge_private_states_by_the_rule(
