@@ -7,7 +7,8 @@ The numba engine compiles a kernel for every data dtype, accumulator dtype, ids 
 layout it meets, which is most of this file's time on a cold cache. The default run takes the
 common dtypes through the unsorted layouts and :data:`SORTED_DTYPES` through the sorted ones;
 the other pairs (marked ``full_matrix``) are collected only with ``SEGCLI_FULL_MATRIX=1``:
-``SEGCLI_FULL_MATRIX=1 pytest tests/test_engines.py -m full_matrix``.
+``SEGCLI_FULL_MATRIX=1 pytest tests/test_engines.py -m full_matrix``. The numba engine takes
+float32 and int64 data in the default run (tests/matrix.py), NumPy every dtype.
 """
 
 from __future__ import annotations
