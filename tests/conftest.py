@@ -42,20 +42,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Cases outside their test's default run (tests/matrix.py) are marked ``full_matrix``
     (before ``-m`` selects), and left out unless ``SEGCLI_FULL_MATRIX=1``."""
     left_out = []
-    kept_by_test: Counter[str] = Counter()  # cases each test with a default_run mark keeps
+    chooses: set[str] = set()  # the tests with a default_run mark
+    keeps: set[str] = set()  # the tests with a case in the default run
     for item in items:
         test = item.nodeid.split("[")[0]
         if item.get_closest_marker("default_run") is not None:
-            kept_by_test[test] += 0
-        if not in_default_run(item):
+            chooses.add(test)
+        if in_default_run(item):
+            keeps.add(test)
+        else:
             item.add_marker(pytest.mark.full_matrix)
             if not FULL_MATRIX:
                 left_out.append(item)
-        else:
-            kept_by_test[test] += 1
     # A predicate that keeps nothing (a renamed parameter, a value spelled differently) would
     # drop a whole test from the default run without a word.
-    emptied = [test for test, kept in kept_by_test.items() if not kept]
+    emptied = sorted(chooses - keeps)
     if emptied and not FULL_MATRIX:
         raise pytest.UsageError(
             f"no case of {', '.join(emptied)} is in the default run (its default_run keeps"

@@ -79,6 +79,8 @@ def numba_takes(engine: str, dtype: Any, *, ids: bool = False) -> bool:
 
 
 def _is_dtype(value: Any) -> bool:
+    if value is None:  # np.dtype(None) is float64; a None case names no dtype
+        return False
     try:
         np.dtype(value)
     except TypeError:
