@@ -28,7 +28,7 @@ from segcli import ops
 from segcli.engines import get_engine
 from segcli.errors import EngineUnavailableError
 from tests.engine_params import ENGINES
-from tests.matrix import NUMBA_DATA_DTYPES, default_run, numba_takes
+from tests.matrix import FULL_MATRIX, NUMBA_DATA_DTYPES, default_run, numba_takes
 from tests.reference import reference_reduce
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -55,7 +55,6 @@ RARE_DTYPES = ("int8", "uint8", "uint64")
 #: Over sorted ids every op kind compiles a run fold per data dtype, the costliest compiles of
 #: the suite: the default run keeps the dtypes users fold most (the rest in the full matrix).
 SORTED_DTYPES = ("float32",)
-FULL_MATRIX = os.environ.get("SEGCLI_FULL_MATRIX") == "1"
 
 
 def _in_default_run(dtype: str, layout: str) -> bool:
@@ -695,7 +694,6 @@ def test_validation_uses_the_scan_of_an_engine_already_imported_only() -> None:
 def test_numba_says_once_per_machine_that_it_compiles(tmp_path: Any) -> None:
     """Through the CLI, which prints the engine's notices; the library prints nothing, even
     when it compiles."""
-    import os
     import subprocess
     import sys
 

@@ -17,11 +17,8 @@ from segcli.cli import cli
 from segcli.engines import Engine
 from segcli.errors import InvalidInputError, UsageError
 from segcli.sparse import Labeled, sparse_reduce
-from tests.matrix import default_run
+from tests.matrix import FULL_MATRIX, default_run
 from tests.peak import run_measured
-
-#: The rarer cases, collected with ``SEGCLI_FULL_MATRIX=1`` (as in tests/test_engines.py).
-FULL_MATRIX = os.environ.get("SEGCLI_FULL_MATRIX") == "1"
 
 OPS = ("sum", "mean", "min", "max", "prod", "sqrt_n", "count")
 
@@ -516,7 +513,6 @@ def test_numba_streamed_gather_grows_its_output_in_place(tmp_path):
 def _tensorflow() -> Any:
     """TensorFlow, quiet, or a clean skip where it is not installed (it is an optional check,
     never a dependency)."""
-    import os
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     return pytest.importorskip("tensorflow")
