@@ -28,7 +28,7 @@ from segcli import ops
 from segcli.engines import get_engine
 from segcli.errors import EngineUnavailableError
 from tests.engine_params import ENGINES
-from tests.matrix import FULL_MATRIX, NUMBA_DATA_DTYPES, default_run, numba_takes
+from tests.matrix import FULL_MATRIX, NUMBA_DATA_DTYPES, default_run
 from tests.reference import reference_reduce
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,11 +184,8 @@ def fold_in_blocks(
 # --- every op x dtype x layout against the oracle ---------------------------------------------
 
 
-@default_run(
-    lambda engine, dtype, layout: (
-        numba_takes(engine, dtype) and (engine != "numba" or dtype != "int64" or layout == "1d")
-    )
-)
+# (and numba's other dtypes: the rule of tests/matrix.py)
+@default_run(lambda engine, dtype, layout: engine != "numba" or dtype != "int64" or layout == "1d")
 @pytest.mark.parametrize(("dtype", "layout"), dtype_layouts())
 @pytest.mark.parametrize("op", OP_NAMES)
 def test_matches_reference(engine: str, op: str, dtype: str, layout: str) -> None:

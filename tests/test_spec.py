@@ -103,7 +103,6 @@ MEAN_DTYPES = [
 ]
 
 
-@default_run(lambda engine, data_dtype: numba_takes(engine, data_dtype))
 @pytest.mark.parametrize(("data_dtype", "out_dtype"), MEAN_DTYPES)
 @pytest.mark.parametrize("op", ["mean", "sqrt_n"])
 def test_mean_and_sqrt_n_output_dtype(engine, data_dtype, out_dtype, op):
@@ -116,7 +115,6 @@ def test_mean_and_sqrt_n_output_dtype(engine, data_dtype, out_dtype, op):
 REAL_DTYPES = [np.float16, np.float32, np.float64, np.int8, np.int64, np.uint8, np.uint64]
 
 
-@default_run(numba_takes)
 @pytest.mark.parametrize(
     ("dtype", "op"),
     [(d, op) for d in REAL_DTYPES for op in ("sum", "prod", "min", "max")]
@@ -352,12 +350,13 @@ def test_float_and_bool_ids_are_errors(ids):
     assert "segment_ids must be integers" in error_of([1.0, 2.0], np.array(ids))
 
 
-@default_run(lambda engine, dtype: numba_takes(engine, dtype, ids=True))
+@default_run(lambda engine, ids_dtype: numba_takes(engine, ids_dtype, ids=True))
 @pytest.mark.parametrize(
-    "dtype", [np.int8, np.uint8, np.int16, np.uint16, np.uint32, np.int64, np.uint64]
+    "ids_dtype", [np.int8, np.uint8, np.int16, np.uint16, np.uint32, np.int64, np.uint64]
 )
-def test_ids_of_any_integer_width(engine, dtype):
-    result = reduce(np.array([1.0, 2.0, 4.0]), np.array([0, 2, 2], dtype=dtype), 3, "sum", engine)
+def test_ids_of_any_integer_width(engine, ids_dtype):
+    ids = np.array([0, 2, 2], dtype=ids_dtype)
+    result = reduce(np.array([1.0, 2.0, 4.0]), ids, 3, "sum", engine)
     np.testing.assert_array_equal(result, [1, 0, 6])
 
 

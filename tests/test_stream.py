@@ -60,7 +60,8 @@ OP_DTYPES = [(op, d) for op in OPS for d in DTYPES if np.dtype(d).kind in segcli
 
 #: What streaming adds is engine-neutral (blocks, validation, growth); every dtype streams on
 #: NumPy, and the compiled engines, whose bytes test_engines.py holds to NumPy's for every
-#: dtype, stream one float and one integer dtype (each further dtype is more kernels to compile).
+#: dtype (in the full matrix), stream one float and one integer dtype (each further dtype is
+#: more kernels to compile).
 COMPILED_ENGINE_DTYPES = NUMBA_DATA_DTYPES
 
 
@@ -80,7 +81,7 @@ def _engine_op_dtypes() -> list[object]:
 # growth) with an op of each fold kind, the rest in the full matrix.
 @default_run(
     lambda op, dtype: (
-        np.dtype(dtype).name in ("float32", "int64") or op in ("sum", "max", "mean", "first")
+        np.dtype(dtype).name in COMPILED_ENGINE_DTYPES or op in ("sum", "max", "mean", "first")
     )
 )
 @pytest.mark.parametrize(("engine", "op", "dtype"), _engine_op_dtypes())
