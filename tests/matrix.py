@@ -12,7 +12,10 @@ well (``SEGCLI_FULL_MATRIX=1 pytest -n auto -m full_matrix``): ::
     def test_...(op, sorted_ids): ...
 
 The predicate is called with the case's parameters it names; the cases it refuses are marked
-``full_matrix`` (tests/conftest.py deselects those unless ``SEGCLI_FULL_MATRIX=1``).
+``full_matrix`` (tests/conftest.py deselects those unless ``SEGCLI_FULL_MATRIX=1``). A file
+that builds thousands of rare cases in a loop (tests/test_engines.py, tests/test_sparse.py)
+marks them ``full_matrix`` itself and builds them only under :data:`FULL_MATRIX`: collecting
+them only to deselect them would cost every default run a few seconds per worker.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from segcli import ops
 from segcli.engines import get_engine
 from segcli.errors import EngineUnavailableError
 from tests.engine_params import ENGINES
-from tests.matrix import FULL_MATRIX, NUMBA_DATA_DTYPES, default_run
+from tests.matrix import FULL_MATRIX, NUMBA_DATA_DTYPES, default_run, numba_takes
 from tests.reference import reference_reduce
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -608,8 +608,7 @@ def reductions(
 )
 @given(draws=st.data())
 def test_property_matches_reference(engine: str, draws: st.DataObject) -> None:
-    compiled = engine == "numba" and not FULL_MATRIX
-    dtypes = [d for d in PROPERTY_DTYPES if d in NUMBA_DATA_DTYPES] if compiled else PROPERTY_DTYPES
+    dtypes = [d for d in PROPERTY_DTYPES if FULL_MATRIX or numba_takes(engine, d)]
     data, ids, n, op = draws.draw(reductions(dtypes))
     got = segcli.segment_reduce(data, ids, n, op, engine=engine)
     assert_matches_reference(got, reference_reduce(data, ids, n, op), op, data.dtype.name)

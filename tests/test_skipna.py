@@ -20,7 +20,7 @@ from segcli.drivers.stream import reduce_stream
 from segcli.errors import InvalidInputError
 from tests.conftest import ENGINES
 from tests.entry import run_main
-from tests.matrix import FULL_MATRIX
+from tests.matrix import FULL_MATRIX, numba_takes
 from tests.reference import reference_reduce_skipna
 
 MERGEABLE = [
@@ -102,7 +102,7 @@ def test_sorted_family(op: str, engine: str) -> None:
     """Rows dropped by id for a missing value must not break a sorted run's fold."""
     ids = np.sort(np.random.default_rng(3).integers(0, 9, 70))
     # numba's sorted float64 kernels are the full matrix's (tests/matrix.py).
-    wide = np.float64 if engine != "numba" or FULL_MATRIX else np.float32
+    wide = np.float64 if FULL_MATRIX or numba_takes(engine, np.float64) else np.float32
     for data in (with_nans(wide, 70, seed=2), with_nans(np.float32, 70, (2,), seed=2)):
         got = core.reduce_arrays(data, ids, 8, op, sorted=True, engine=engine, skipna=True)
         assert_matches(got.result, expected(data, ids, 8, op), op)

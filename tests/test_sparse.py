@@ -367,10 +367,10 @@ COMMON_WEIGHTED = {("float32", "float32")}
 def _wide_cases() -> list[Any]:
     """(dtype, weights, width, index dtype) of the register fold's test. Each pair and index
     dtype compiles kernels of its own (a few seconds each on a cold cache): the default run
-    folds unweighted float32 tables, the common case, at every width, two other float pairs
-    at one width, and reads narrow (uint16) indices into that width of unweighted float32 only; with
-    ``SEGCLI_FULL_MATRIX=1`` every pair at every width with every index dtype
-    (``-m full_matrix``)."""
+    folds unweighted float32 tables, the common case, at every width, the pairs of
+    :data:`COMMON_WEIGHTED` at one width, and reads narrow (uint16) indices at that width of
+    unweighted float32 only; with ``SEGCLI_FULL_MATRIX=1`` every pair at every width with
+    every index dtype (``-m full_matrix``)."""
     cases = []
     for dtype, weights in [
         ("float32", None), ("float64", None), ("float32", "float32"), ("float64", "int32"),
@@ -379,7 +379,6 @@ def _wide_cases() -> list[Any]:
         for width in (8, 13, 64, 75, 136):
             for index_dtype in ("int64", "int32", "uint16"):
                 case = f"{dtype}-{weights}-{width}-{index_dtype}"
-                # Integer tables: uint8 ones fold in the fused gather's test of the default run.
                 plain = (dtype, weights) == ("float32", None)
                 common_pair = plain or (width == 13 and (dtype, weights) in COMMON_WEIGHTED)
                 narrow_too = plain and width == 13 and index_dtype == "uint16"
@@ -513,7 +512,6 @@ def test_numba_streamed_gather_grows_its_output_in_place(tmp_path):
 def _tensorflow() -> Any:
     """TensorFlow, quiet, or a clean skip where it is not installed (it is an optional check,
     never a dependency)."""
-
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     return pytest.importorskip("tensorflow")
 
