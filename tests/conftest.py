@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,15 @@ import pytest
 
 from tests.engine_params import ENGINES
 from tests.matrix import FULL_MATRIX, in_default_run
+
+# The suite starts some hundreds of Python processes (the CLI as users run it, pipes, signals),
+# and each xdist worker imports the checkout's segcli and rewrites the test modules' asserts.
+# Where PYTHONDONTWRITEBYTECODE is set, every one of them compiles segcli's source again: about
+# two thirds of a process's import time, and a tenth of the whole run. The suite caches bytecode
+# whatever the setting: here, and (through the environment) in the workers and processes it
+# starts, which this file's loading precedes.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 
 @pytest.fixture(params=ENGINES)
