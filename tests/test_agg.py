@@ -141,7 +141,7 @@ def test_var_std_beside_other_ops_keep_the_single_op_lanes(tmp_path, engine, chu
     values = 1e4 + rng.normal(size=(60, 2)) * rng.choice([1e-3, 1.0, 1e3], (60, 1))
     values[rng.choice(60, 6, replace=False), rng.integers(0, 2, 6)] = np.nan
     data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
-    np.save(data, values)
+    np.save(data, values.astype(np.float32))  # numba's default data dtype (tests/matrix.py)
     np.save(ids, rng.integers(-1, 5, size=60))
     names = ["sum", "var", "mean", "std", "argmin", "min", "logsumexp"]
     args = ["--engine", engine, "-q"]

@@ -209,7 +209,7 @@ def test_cupy_fold_on_the_cpu_gives_the_numpy_bytes(case, op):
 def test_weighted_combiners_with_zero_divisors(case, op, engine):
     data, ids, indices = case
     # Segment 0: weights cancel (sum(w) = 0); segment 2: all zero (sum(w^2) = 0).
-    w = np.array([1.0, -2.0, 1.0, 0.0, 0.0, 0.5, 2.0, 1.0, 3.0, 1.0, 1.0, 1.0], np.float32)
+    w = np.array([1.0, -2.0, 1.0, 0.0, 0.0, 0.5, 2.0, 1.0, 3.0, 1.0, 1.0, 1.0])
     got = _sparse(data, ids, 7, op, indices, weights=w, engine=engine, block_rows=4).result
     assert got.dtype == np.float32
     np.testing.assert_allclose(got, weighted_loop(data, ids, indices, w, 7, op), rtol=1e-6)
@@ -360,8 +360,9 @@ def _wide_table(rng: np.random.Generator, width: int, dtype: str) -> np.ndarray:
 
 
 #: The weighted pair the register fold's test takes in the default run, at one width (the
-#: kernels of the weighted combiners' test); float64 and int16 tables are the full matrix's.
-COMMON_WEIGHTED = {("float32", "float32")}
+#: kernels of the weighted combiners' and the fused gather's tests); float32 weights, float64
+#: and int16 tables are the full matrix's.
+COMMON_WEIGHTED = {("float32", "float64")}
 
 
 def _wide_cases() -> list[Any]:
@@ -373,8 +374,8 @@ def _wide_cases() -> list[Any]:
     every index dtype (``-m full_matrix``)."""
     cases = []
     for dtype, weights in [
-        ("float32", None), ("float64", None), ("float32", "float32"), ("float64", "int32"),
-        ("int16", "float64"),
+        ("float32", None), ("float64", None), ("float32", "float64"), ("float32", "float32"),
+        ("float64", "int32"), ("int16", "float64"),
     ]:  # fmt: skip
         for width in (8, 13, 64, 75, 136):
             for index_dtype in ("int64", "int32", "uint16"):
@@ -427,7 +428,7 @@ def test_numba_weighted_fold_keeps_the_sums_nan_as_numpy_does(width):
     data[2] = -np.abs(np.float32(np.nan))
     data[3, 3] = np.nan
     ids, indices = np.array([0, 0, 1, 1, 1, 2]), np.array([1, 2, 2, 1, 0, 3])
-    w = np.array([0.5, 2.0, 1.5, -1.0, 3.0, 1.0], np.float32)
+    w = np.array([0.5, 2.0, 1.5, -1.0, 3.0, 1.0])  # float64: COMMON_WEIGHTED's kernels
     for op in ("sum", "mean", "sqrt_n"):
         want = _sparse(data, ids, None, op, indices, w, engine="numpy").result
         got = _sparse(data, ids, None, op, indices, w, engine="numba").result
@@ -547,7 +548,7 @@ def test_tensorflow_embedding_lookup_sparse_agrees_where_installed(case, op, eng
     and bag 2's are all zero (TF's div_no_nan gives 0), bag 1 and 4 are empty."""
     tf = _tensorflow()
     data, ids, indices = case
-    w = np.array([1.0, -2.0, 1.0, 0.0, 0.0, 0.5, 2.0, 1.0, 3.0, 1.0, 1.0, 1.0], np.float32)
+    w = np.array([1.0, -2.0, 1.0, 0.0, 0.0, 0.5, 2.0, 1.0, 3.0, 1.0, 1.0, 1.0])
     positions = np.concatenate([np.arange(np.count_nonzero(ids == s)) for s in np.unique(ids)])
     where = np.stack([ids, positions], axis=1)
     shape = [int(ids[-1]) + 1, int(positions.max()) + 1]

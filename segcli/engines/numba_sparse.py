@@ -399,13 +399,21 @@ def gather_is_clean(
     broken. Five NumPy passes and their masks took a fifth of a fused gather's time; a broken
     rule is left to the NumPy checker, which names it."""
     _install()
-    ids, indices = engine._native(ids), engine._native(indices)
+    ids, indices = _as_read(ids), _as_read(indices)
     n = -1 if num_segments is None else num_segments
     parts = engine._splits(ids.shape[0], engine._parts_for(ids.shape[0]))
     checks: list[Callable[[], Any]] = [
         partial(_rows_are_clean, ids, indices, n, data_rows, a, b) for a, b in parts
     ]
     return all(engine._run(checks))
+
+
+def _as_read(ids_or_indices: np.ndarray) -> np.ndarray:
+    """Ids or indices as the kernels read them: native byte order, and uint64 as int64 (the
+    same bits). The kernels read every id and index as int64, where a value beyond int64 is
+    negative and so refused, so uint64 needs no kernel of its own (each is seconds to compile)."""
+    native = engine._native(ids_or_indices)
+    return native.view(np.int64) if native.dtype == np.uint64 else native
 
 
 def _install() -> None:
@@ -499,7 +507,7 @@ class BagFold:
         thrown away, and the rows are left to a checker that names the rule."""
         if ids.shape[0] == 0:
             return True
-        ids, indices = engine._native(ids), engine._native(indices)
+        ids, indices = _as_read(ids), _as_read(indices)
         w = np.zeros(0, np.float64) if weights is None else engine._native(weights)
         width = max(1, self.table.shape[1])
         parts = engine._sorted_parts(ids, 0, ids.shape[0], engine._parts_for(ids.size * width))
