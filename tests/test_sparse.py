@@ -674,6 +674,22 @@ def test_numba_fused_fold_checks_the_rows_it_reads(monkeypatch, op, ids, indices
         assert str(got.value) == str(want.value)
 
 
+def test_numba_gather_reads_uint64_ids_and_indices_with_the_int64_kernels():
+    """uint64 values are read as int64 (the same bits; beyond int64 is negative, so refused):
+    a gather of uint64 ids and indices gives the int64 bytes and compiles nothing for uint64."""
+    pytest.importorskip("numba")
+    from segcli.engines import numba_sparse
+
+    data = np.arange(12, dtype=np.float32).reshape(6, 2)
+    ids, indices = np.array([0, 1, 1, 3]), np.array([5, 0, 2, 2])
+    want = _sparse(data, ids, None, "sum", indices, engine="numba").result
+    unsigned = (ids.astype(np.uint64), indices.astype(np.uint64))
+    got = _sparse(data, *unsigned[:1], None, "sum", unsigned[1], engine="numba").result
+    assert got.tobytes() == want.tobytes()
+    compiled = [str(arg) for sig in numba_sparse.fold_bags.signatures for arg in sig]
+    assert compiled and not any("uint64" in arg for arg in compiled)
+
+
 def test_numba_fused_fold_names_a_broken_id_before_bad_weights():
     """Rules are still reported in the order a user would fix them: a broken id before the
     weights' shape, as the NumPy engine does, though the fused fold checks ids last."""
