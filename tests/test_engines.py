@@ -638,7 +638,7 @@ def _scan_outcome(ids: np.ndarray, n: int | None, sorted_ids: bool, blocks: int)
         (np.array([0, 1, 1, 4, 9], np.uint64), 3, False),
         (np.array([0, 2**64 - 1], np.uint64), 5, False),
         (np.array([0, 0, 1, 3, 3, 7], np.int32), 4, True),
-        (np.array([0, 2, 1, 3, 2, 5], np.int16), None, True),
+        (np.array([0, 2, 1, 3, 2, 5], np.int32), None, True),
         (np.array([-2, 0, 1], np.int32), None, True),
         (np.array([[0, 1, 9], [2, -1, 8]], np.int32), 3, False),
     ],
