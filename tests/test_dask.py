@@ -726,6 +726,24 @@ def test_workers_that_keep_dying_give_a_clean_error(
         )
 
 
+def test_the_cluster_segcli_starts_keeps_no_profiles() -> None:
+    """Its workers run with the profiler off and a slow event-loop check (idle CPU a third),
+    and the caller's own Dask settings are left as they were."""
+    import dask
+
+    def settings() -> tuple[Any, Any]:
+        import dask
+
+        return (
+            dask.config.get("distributed.worker.profile.enabled"),
+            dask.config.get("distributed.admin.tick.interval"),
+        )
+
+    with seg_dask.local_cluster(1) as cluster, distributed.Client(cluster) as client:
+        assert set(client.run(settings).values()) == {(False, "1s")}
+    assert dask.config.get("distributed.worker.profile.enabled") is True
+
+
 def test_facts_are_the_same_on_dask_in_memory_and_streamed(client: Any, tmp_path: Path) -> None:
     """One facts builder: a ``.pq`` input is ``parquet`` in every mode, with the same label,
     shape, dtype and size."""
