@@ -20,7 +20,6 @@ from segcli.drivers.stream import reduce_stream
 from segcli.errors import InvalidInputError
 from tests.conftest import ENGINES
 from tests.entry import run_main
-from tests.matrix import FULL_MATRIX, numba_takes
 from tests.reference import reference_reduce_skipna
 
 MERGEABLE = [
@@ -85,26 +84,28 @@ def test_every_op_matches_the_reference(op: str, dtype: str, inner: tuple[int, .
     assert_matches(got, expected(data, ids, 8, op), op)
 
 
+# numba's float64 case is the full matrix's (tests/matrix.py's numba rule reads ``dtype``).
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("engine", [p for p in CPU_ENGINES if p.id != "numpy"])
 @pytest.mark.parametrize("op", MERGEABLE)
-def test_other_engines_give_numpys_bytes(op: str, engine: str) -> None:
-    """float32 NaN rows and masked int64 values: numba's default dtypes, whose kernels the
-    engine tests compile already (tests/matrix.py)."""
+def test_other_engines_give_numpys_bytes(op: str, engine: str, dtype: str) -> None:
+    """NaN in float rows, and masked int64 values (with the float32 case)."""
     ids = ids_for(500, 40, seed=4)
-    for data in (with_nans(np.float32, 500, (2,), seed=3), masked_ints(np.int64, 500)):
+    masked = [masked_ints(np.int64, 500)] if dtype == "float32" else []
+    for data in (with_nans(dtype, 500, (2,), seed=3), *masked):
         numpy = core.reduce_arrays(data, ids, 40, op, engine="numpy", skipna=True).result
         other = core.reduce_arrays(data, ids, 40, op, engine=engine, skipna=True).result
         assert numpy.tobytes() == other.tobytes()
 
 
+# numba's sorted float64 kernels are the full matrix's (tests/matrix.py's numba rule).
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("engine", CPU_ENGINES)
 @pytest.mark.parametrize("op", MERGEABLE)
-def test_sorted_family(op: str, engine: str) -> None:
+def test_sorted_family(op: str, engine: str, dtype: str) -> None:
     """Rows dropped by id for a missing value must not break a sorted run's fold."""
     ids = np.sort(np.random.default_rng(3).integers(0, 9, 70))
-    # numba's sorted float64 kernels are the full matrix's (tests/matrix.py).
-    wide = np.float64 if FULL_MATRIX or numba_takes(engine, np.float64) else np.float32
-    for data in (with_nans(wide, 70, seed=2), with_nans(np.float32, 70, (2,), seed=2)):
+    for data in (with_nans(dtype, 70, seed=2), with_nans(dtype, 70, (2,), seed=2)):
         got = core.reduce_arrays(data, ids, 8, op, sorted=True, engine=engine, skipna=True)
         assert_matches(got.result, expected(data, ids, 8, op), op)
 
