@@ -302,22 +302,28 @@ def _big_endian_cases() -> list[Any]:
                 if dtype == ">c8" and not ops.OPS[op].accepts_complex:
                     continue
                 rare = name == "numba" and dtype not in COMMON_BIG_ENDIAN
-                if rare and not FULL_MATRIX:
-                    continue
-                marks = [*engine.marks, *([pytest.mark.full_matrix] if rare else [])]
-                cases.append(pytest.param(name, op, dtype, id=f"{name}-{op}-{dtype}", marks=marks))
+                # numba's sorted complex kernels are the full matrix's too: a case of their own.
+                split = name == "numba" and dtype == ">c8"
+                runs = [(False,), (True,)] if split else [(False, True)]
+                for sorted_runs in runs:
+                    full = rare or sorted_runs == (True,)
+                    if full and not FULL_MATRIX:
+                        continue
+                    marks = [*engine.marks, *([pytest.mark.full_matrix] if full else [])]
+                    case = f"{name}-{op}-{dtype}" + ("-sorted" if sorted_runs == (True,) else "")
+                    cases.append(pytest.param(name, op, dtype, sorted_runs, id=case, marks=marks))
     return cases
 
 
-@pytest.mark.parametrize(("engine_name", "op", "dtype"), _big_endian_cases())
-def test_big_endian_data_gives_the_native_result(engine_name: str, op: str, dtype: str) -> None:
+@pytest.mark.parametrize(("engine_name", "op", "dtype", "sorted_runs"), _big_endian_cases())
+def test_big_endian_data_gives_the_native_result(
+    engine_name: str, op: str, dtype: str, sorted_runs: tuple[bool, ...]
+) -> None:
     # The file readers swap big-endian arrays once; library callers' arrays are swapped too,
     # so every engine and op gives the bytes and native dtype of the same values read from a file.
     data = np.array([[3, 1], [2, 5], [4, 4]], dtype=dtype)
     native = data.astype(data.dtype.newbyteorder("="))
-    # Sorted complex kernels are the full matrix's too.
-    common = engine_name != "numba" or dtype == ">f4" or FULL_MATRIX
-    for sorted_ids in (False, True) if common else (False,):
+    for sorted_ids in sorted_runs:
         want = segcli.segment_reduce(native, [0, 0, 2], 3, op, engine="numpy", sorted=sorted_ids)
         got = segcli.segment_reduce(data, [0, 0, 2], 3, op, engine=engine_name, sorted=sorted_ids)
         assert got.dtype == want.dtype and got.dtype.isnative
@@ -583,8 +589,8 @@ def test_empty_inputs(engine: str, op: str, sorted_ids: bool) -> None:
 # --- property: random data, ids in [-2, n), every op, every engine ----------------------------
 
 
-#: The property's data dtypes; the numba engine draws from those of the default run unless the
-#: full matrix runs (each dtype compiles a kernel family).
+#: The property's data dtypes; the numba engine draws from those of the default run there, and
+#: from all of them in the full matrix (each dtype compiles a kernel family).
 PROPERTY_DTYPES = ["float32", "float64", "int32", "uint8"]
 
 
@@ -607,8 +613,11 @@ def reductions(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(draws=st.data())
-def test_property_matches_reference(engine: str, draws: st.DataObject) -> None:
-    dtypes = [d for d in PROPERTY_DTYPES if FULL_MATRIX or numba_takes(engine, d)]
+@default_run(lambda engine, pool: pool == ("numba's" if engine == "numba" else "all"))
+@pytest.mark.parametrize("pool", ["all", "numba's"])
+def test_property_matches_reference(engine: str, pool: str, draws: st.DataObject) -> None:
+    """``pool``: the dtypes drawn from, all of them or the numba engine's in the default run."""
+    dtypes = [d for d in PROPERTY_DTYPES if pool == "all" or numba_takes("numba", d)]
     data, ids, n, op = draws.draw(reductions(dtypes))
     got = segcli.segment_reduce(data, ids, n, op, engine=engine)
     assert_matches_reference(got, reference_reduce(data, ids, n, op), op, data.dtype.name)
