@@ -15,7 +15,9 @@ The predicate is called with the case's parameters it names; the cases it refuse
 ``full_matrix`` (tests/conftest.py deselects those unless ``SEGCLI_FULL_MATRIX=1``). A file
 that builds thousands of rare cases in a loop (tests/test_engines.py, tests/test_sparse.py)
 marks them ``full_matrix`` itself and builds them only under :data:`FULL_MATRIX`: collecting
-them only to deselect them would cost every default run a few seconds per worker.
+them only to deselect them would cost every default run a few seconds per worker. A test
+that reads :data:`FULL_MATRIX` in its body to do more reaches no CI run: CI's second line
+selects ``-m full_matrix``, which leaves unmarked tests out; the more is a case of its own.
 """
 
 from __future__ import annotations
