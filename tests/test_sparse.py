@@ -548,7 +548,7 @@ def test_tensorflow_embedding_lookup_sparse_agrees_where_installed(case, op, eng
     and bag 2's are all zero (TF's div_no_nan gives 0), bag 1 and 4 are empty."""
     tf = _tensorflow()
     data, ids, indices = case
-    w = np.array([1.0, -2.0, 1.0, 0.0, 0.0, 0.5, 2.0, 1.0, 3.0, 1.0, 1.0, 1.0])
+    w = np.array([1.0, -2.0, 1.0, 0.0, 0.0, 0.5, 2.0, 1.0, 3.0, 1.0, 1.0, 1.0], np.float32)
     positions = np.concatenate([np.arange(np.count_nonzero(ids == s)) for s in np.unique(ids)])
     where = np.stack([ids, positions], axis=1)
     shape = [int(ids[-1]) + 1, int(positions.max()) + 1]
@@ -683,8 +683,8 @@ def test_numba_gather_reads_uint64_ids_and_indices_with_the_int64_kernels():
     data = np.arange(12, dtype=np.float32).reshape(6, 2)
     ids, indices = np.array([0, 1, 1, 3]), np.array([5, 0, 2, 2])
     want = _sparse(data, ids, None, "sum", indices, engine="numba").result
-    unsigned = (ids.astype(np.uint64), indices.astype(np.uint64))
-    got = _sparse(data, *unsigned[:1], None, "sum", unsigned[1], engine="numba").result
+    ids64, indices64 = ids.astype(np.uint64), indices.astype(np.uint64)
+    got = _sparse(data, ids64, None, "sum", indices64, engine="numba").result
     assert got.tobytes() == want.tobytes()
     compiled = [str(arg) for sig in numba_sparse.fold_bags.signatures for arg in sig]
     assert compiled and not any("uint64" in arg for arg in compiled)
