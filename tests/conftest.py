@@ -17,10 +17,10 @@ from tests.matrix import FULL_MATRIX, in_default_run
 
 # The suite starts some hundreds of Python processes (the CLI as users run it, pipes, signals),
 # and each xdist worker imports the checkout's segcli and rewrites the test modules' asserts.
-# Where PYTHONDONTWRITEBYTECODE is set, every one of them compiles segcli's source again: about
-# two thirds of a process's import time, and a tenth of the whole run. The suite caches bytecode
-# whatever the setting: here, and (through the environment) in the workers and processes it
-# starts, which this file's loading precedes.
+# Where PYTHONDONTWRITEBYTECODE is set, every one of them compiles segcli's source again (a
+# `segcli sum` measured 0.23 s of its 0.47 s of imports in segcli's own modules, 0.07 s with
+# bytecode). The suite caches bytecode whatever the setting: here, and (through the
+# environment) in the workers and processes it starts, which this file's loading precedes.
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
