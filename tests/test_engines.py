@@ -306,11 +306,12 @@ def _big_endian_cases() -> list[Any]:
                 split = name == "numba" and dtype == ">c8"
                 runs = [(False,), (True,)] if split else [(False, True)]
                 for sorted_runs in runs:
-                    full = rare or sorted_runs == (True,)
+                    sorted_only = sorted_runs == (True,)
+                    full = rare or sorted_only
                     if full and not FULL_MATRIX:
                         continue
                     marks = [*engine.marks, *([pytest.mark.full_matrix] if full else [])]
-                    case = f"{name}-{op}-{dtype}" + ("-sorted" if sorted_runs == (True,) else "")
+                    case = f"{name}-{op}-{dtype}" + ("-sorted" if sorted_only else "")
                     cases.append(pytest.param(name, op, dtype, sorted_runs, id=case, marks=marks))
     return cases
 
@@ -589,9 +590,16 @@ def test_empty_inputs(engine: str, op: str, sorted_ids: bool) -> None:
 # --- property: random data, ids in [-2, n), every op, every engine ----------------------------
 
 
-#: The property's data dtypes; the numba engine draws from those of the default run there, and
-#: from all of them in the full matrix (each dtype compiles a kernel family).
+#: The property's data dtypes.
 PROPERTY_DTYPES = ["float32", "float64", "int32", "uint8"]
+
+
+def _property_cases() -> list[Any]:
+    """(engine, pool): each engine draws from every dtype; the numba engine also from its
+    default-run dtypes alone, its case in the default run (each dtype compiles a kernel family)."""
+    cases = [pytest.param(*e.values, "all", marks=e.marks, id=f"{e.id}-all") for e in ENGINES]
+    numba = next(e for e in ENGINES if e.id == "numba")
+    return [*cases, pytest.param(*numba.values, "numba's", marks=numba.marks, id="numba-numba's")]
 
 
 @st.composite
@@ -613,10 +621,9 @@ def reductions(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(draws=st.data())
-@default_run(lambda engine, pool: pool == ("numba's" if engine == "numba" else "all"))
-@pytest.mark.parametrize("pool", ["all", "numba's"])
+@default_run(lambda engine, pool: engine != "numba" or pool == "numba's")
+@pytest.mark.parametrize(("engine", "pool"), _property_cases())
 def test_property_matches_reference(engine: str, pool: str, draws: st.DataObject) -> None:
-    """``pool``: the dtypes drawn from, all of them or the numba engine's in the default run."""
     dtypes = [d for d in PROPERTY_DTYPES if pool == "all" or numba_takes("numba", d)]
     data, ids, n, op = draws.draw(reductions(dtypes))
     got = segcli.segment_reduce(data, ids, n, op, engine=engine)
