@@ -4,6 +4,7 @@ and a cache file that does not load costs a recompile, never the run."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import pickle
 import subprocess
@@ -179,3 +180,66 @@ def test_a_thread_asking_during_the_install_waits_for_it(monkeypatch):
     first.join()
     assert events == ["install started", "install done", "kernel called", "kernel called"]
     assert sorted(results) == [(False, None), (True, None)]
+
+
+#: Folds with the numba engine, counting numba's full context refreshes and the kernels each
+#: dispatcher loaded from the cache and compiled: float64 first, then float32 (which the
+#: warming process did not fold).
+_COUNTED_FOLDS = """
+import json, sys
+import numpy as np
+from numba.core import base
+import segcli
+refreshes = []
+plain_refresh = base.BaseContext.refresh
+def counted(self):
+    refreshes.append(1)
+    plain_refresh(self)
+base.BaseContext.refresh = counted
+ids = np.array([0, 1, 1, 2, 0])
+dtypes = sys.argv[1].split(",")
+found = {}
+for dtype in dtypes:
+    data = np.array([1.5, -2.0, 4.25, 8.0, 0.5], dtype)
+    got = segcli.segment_reduce(data, ids, op="mean", engine="numba")
+    found[dtype] = [got.tolist(), len(refreshes)]
+from segcli.engines import numba_kernels
+from numba.core.dispatcher import Dispatcher
+hits = misses = 0
+for value in vars(numba_kernels).values():
+    for kernel in value if isinstance(value, tuple) else (value,):
+        if isinstance(kernel, Dispatcher):
+            hits += sum(kernel.stats.cache_hits.values())
+            misses += sum(kernel.stats.cache_misses.values())
+print(json.dumps({"found": found, "hits": hits, "misses": misses}))
+"""
+
+
+def _counted_folds(cache: Path, dtypes: str) -> dict:
+    environ = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
+    done = subprocess.run(
+        [sys.executable, "-c", _COUNTED_FOLDS, dtypes],
+        capture_output=True,
+        text=True,
+        env=environ,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def test_a_cached_kernel_loads_without_numbas_full_context_refresh(tmp_path):
+    """numba refreshes its whole target context (every lowering registry, the typing context)
+    before it loads a cached kernel, a third of a second of one core at the start of every
+    run; segcli's cache links a cached kernel with the runtime alone. A kernel that misses
+    still compiles (numba's compiler refreshes the context itself), after the loaded ones."""
+    cache = tmp_path / "cache"
+    warming = _counted_folds(cache, "float64")
+    assert warming["misses"] > 0 and warming["found"]["float64"][1] > 0  # compiled: refreshed
+    warm = _counted_folds(cache, "float64,float32")
+    expected = [1.0, 1.125, 8.0]
+    assert warm["found"]["float64"] == [expected, 0]  # loaded, never refreshed
+    assert warm["hits"] > 0
+    float32_means, refreshes = warm["found"]["float32"]
+    assert float32_means == expected and refreshes > 0  # the float32 kernels compiled
