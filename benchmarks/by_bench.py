@@ -5,7 +5,9 @@
 
 1. Low cardinality: N rows with two string keys (20 carriers x 3 origins) and a float64 value;
    the mean per (carrier, origin) written as Parquet, by segcli (in memory), polars and duckdb,
-   each a whole ``python`` process; rounds interleave the tools; the median is printed.
+   each a whole ``python`` process; rounds interleave the tools; the median is printed. The
+   "read floor" is a process that imports what segcli imports and decodes the same columns
+   with pyarrow, nothing more: what any segcli run of this file costs before its own work.
 2. The same segcli run streamed with ``--memory-limit 256MB``: its peak resident memory.
 3. High cardinality: one string key of ``--distinct`` values over the same number of rows,
    then the peak resident memory of segcli's run of it (and of the older tree's).
@@ -55,6 +57,20 @@ runpy.run_module("segcli", run_name="__main__")
 """
 
 
+#: The read floor: a process with segcli's start-up imports that decodes the columns a ``--by``
+#: run reads (the keys as dictionaries, on Arrow's threads) and does nothing else: no key
+#: encoding, no fold, no output. ``argv``: the file, then the data column and the keys.
+_READ_FLOOR = """
+import sys
+import segcli.cli, segcli.pipeline
+import pyarrow.parquet as pq
+path, columns = sys.argv[1], sys.argv[2:]
+parquet = pq.ParquetFile(path, read_dictionary=columns[1:], pre_buffer=False)
+for _ in parquet.iter_batches(batch_size=1 << 19, columns=columns):
+    pass
+"""
+
+
 def write_table(path: str, rows: int, keys: dict[str, np.ndarray], nulls: bool) -> None:
     rng = np.random.default_rng(0)
     columns = {name: pa.array(values) for name, values in keys.items()}
@@ -83,6 +99,7 @@ def tools(
         "segcli": [sys.executable, *segcli, "-q", "-o", out + ".segcli.parquet"],
         "polars": [sys.executable, "-c", polars],
         "duckdb": [sys.executable, "-c", duck],
+        "read floor": [sys.executable, "-c", _READ_FLOOR, path, "arr_delay", *by],
     }
     if against is not None:
         commands["segcli (older)"] = older_segcli(
