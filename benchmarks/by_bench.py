@@ -58,14 +58,19 @@ runpy.run_module("segcli", run_name="__main__")
 
 
 #: The read floor: a process with segcli's start-up imports that decodes the columns a ``--by``
-#: run reads (the keys as dictionaries, on Arrow's threads) and does nothing else: no key
-#: encoding, no fold, no output. ``argv``: the file, then the data column and the keys.
+#: run reads (as dictionaries the key columns segcli reads so, on Arrow's threads) and does
+#: nothing else: no key encoding, no fold, no output. ``argv``: the file, then the data column
+#: and the keys.
 _READ_FLOOR = """
 import sys
 import segcli.cli, segcli.pipeline
-import pyarrow.parquet as pq
+import pyarrow as pa, pyarrow.parquet as pq
+from segcli.io.keys import dictionary_columns
 path, columns = sys.argv[1], sys.argv[2:]
-parquet = pq.ParquetFile(path, read_dictionary=columns[1:], pre_buffer=False)
+schema = pq.ParquetFile(path).schema_arrow
+keys = pa.schema([schema.field(name) for name in columns[1:]])
+coded = dictionary_columns(pq.ParquetFile(path), keys)
+parquet = pq.ParquetFile(path, read_dictionary=coded, pre_buffer=False)
 for _ in parquet.iter_batches(batch_size=1 << 19, columns=columns):
     pass
 """
