@@ -121,3 +121,56 @@ def test_count_counts_rows_and_present_values(sorted_ids: bool, block: int, mask
     assert state.count.tolist() == np.bincount(ids[kept], minlength=n).tolist()
     present = np.bincount(ids[kept & ~missing], minlength=n)
     assert np.asarray(state.arrays["present"])[0, :, 0].tolist() == present.tolist()
+
+
+def sum_blocks(values: np.ndarray, ids: np.ndarray, n: int, block: int) -> ops.State:
+    """A plain float sum (no --skipna) folded block by block."""
+    engine = NumpyEngine()
+    state = engine.new_state(ops.OPS["sum"], n, (), values.dtype)
+    for start in range(0, len(ids), block):
+        rows = slice(start, start + block)
+        engine.fold(state, values.reshape(-1, 1)[rows], ids[rows], sorted_ids=False)
+    return state
+
+
+@pytest.mark.parametrize("skipna", [False, True], ids=["plain", "skipna"])
+@pytest.mark.parametrize("block", [70_001, 1_000])
+@pytest.mark.parametrize("op", ["sum", "mean"])
+def test_many_segments_fold_unpacked_with_the_packed_bytes(
+    op: str, block: int, skipna: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Blocks of few rows among many segments (a --by run over a million keys, streamed) fold
+    their sums and counts in place, not packed: the packed fold copies every sum in and out
+    each block. The bytes are the packed fold's (and, under --skipna, the general path's)."""
+    from segcli.engines import numpy_engine
+
+    rows, n = 200_000, 60_000
+    values = values_with_nan("float64", rows)
+    values[::997] = -np.inf
+    ids = np.random.default_rng(4).integers(-1, n + 2, rows)  # dropped: -1 and >= n
+
+    def fold() -> ops.State:
+        if skipna:
+            return fold_blocks(op, values, ids, n, block, sorted_ids=False)
+        return sum_blocks(values, ids, n, block)
+
+    unpacked: list[int] = []
+    plain_unpacked = numpy_engine._PackedSumFolder._fold_unpacked
+
+    def spy(self: Any, lanes: Any, present: Any) -> None:
+        unpacked.append(len(lanes))
+        plain_unpacked(self, lanes, present)
+
+    monkeypatch.setattr(numpy_engine._PackedSumFolder, "_fold_unpacked", spy)
+    sparse = fold()
+    assert len(unpacked) == -(-rows // block)  # every block folded unpacked
+    monkeypatch.setattr(numpy_engine, "_PACKED_ROWS_PER_SUM", 0)  # every block packed
+    unpacked.clear()
+    packed = fold()
+    assert unpacked == []
+    assert the_bytes(sparse) == the_bytes(packed)
+    if skipna:
+        general_path(monkeypatch)
+        general = fold()
+        assert the_bytes(sparse) == the_bytes(general)
+        assert ops.skipped_values(sparse) == ops.skipped_values(general)
