@@ -38,11 +38,17 @@ EMPTY = -1  # the position an empty entry gives (it stores position + 1: 0)
 MAX_VALUES = (1 << 32) - 2
 _TAG = np.uint64(0xFFFFFFFF00000000)
 _POSITION = np.uint64(0xFFFFFFFF)
-#: Rows ahead whose first table entry is asked for, and (nearer, so the entry is in by then)
-#: whose stored value is: 16 and 4 measured 4x faster than no prefetching with a million
-#: distinct strings (the table and the values far outgrow the caches).
-TABLE_AHEAD = 16
-VALUE_AHEAD = 4
+#: Rows ahead whose first table entry is asked for, then (nearer, so the entry is in by then)
+#: whose stored value is (its offsets, or words), and for byte strings nearer still, whose
+#: stored bytes are (the offsets are in by then): 16 and 4, without the bytes, measured 4x
+#: faster than no prefetching with a million distinct strings (the table and the values far
+#: outgrow the caches); the third stage, at 24, 12 and 4, took the lookup of a 512K-row block of
+#: 12-byte strings from 205 to 184 ns a row (medians of four processes, alternating), and, with
+#: the NumPy engine's unpacked sums (alone, they left the wall time as it was), a streamed
+#: --by run over a million keys from 12.5 to 11.0 s.
+TABLE_AHEAD = 24
+VALUE_AHEAD = 12
+BYTES_AHEAD = 4
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
 
@@ -169,6 +175,7 @@ def find_bytes(  # type: ignore[no-untyped-def]
     used = stored_offsets[count]
     for r in range(start, rows):
         _ahead(table, hashes, mask, r, rows, stored_offsets)
+        _bytes_ahead(table, hashes, mask, r, rows, stored_offsets, stored)
         if len(valid) and not valid[r]:
             positions[r] = -1
             continue
@@ -260,6 +267,16 @@ def _ahead(table, hashes, mask, r, rows, stored):  # type: ignore[no-untyped-def
         s = np.int64(table[hashes[r + VALUE_AHEAD] & mask] & _POSITION) - 1
         if s != EMPTY:
             _prefetch(stored, s, np.int64(0))
+
+
+@njit(**_JIT)
+def _bytes_ahead(table, hashes, mask, r, rows, stored_offsets, stored):  # type: ignore[no-untyped-def]
+    """For a row nearer still, whose stored offsets came in by now, ask for its stored bytes:
+    the third miss of a byte string's lookup."""
+    if r + BYTES_AHEAD < rows:
+        s = np.int64(table[hashes[r + BYTES_AHEAD] & mask] & _POSITION) - 1
+        if s != EMPTY:
+            _prefetch(stored, stored_offsets[s], np.int64(0))
 
 
 @njit(**_JIT)
