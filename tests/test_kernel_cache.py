@@ -39,13 +39,18 @@ def inputs(tmp_path: Path) -> tuple[Path, Path]:
     return data, ids
 
 
-def segcli_run(inputs: tuple[Path, Path], cache: Path, **env: str) -> subprocess.CompletedProcess:
+def run_with_cache(command: list[str], cache: Path, **env: str) -> subprocess.CompletedProcess:
+    """``command`` in a fresh process whose kernels cache in ``cache``."""
     environ = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
     environ.update({"NUMBA_CACHE_DIR": str(cache), **env})
-    command = [sys.executable, "-m", "segcli", "sum", *map(str, inputs), "--engine", "numba"]
     return subprocess.run(
-        [*command, "-q"], capture_output=True, text=True, env=environ, cwd=ROOT, timeout=120
+        command, capture_output=True, text=True, env=environ, cwd=ROOT, timeout=300
     )
+
+
+def segcli_run(inputs: tuple[Path, Path], cache: Path, **env: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "segcli", "sum", *map(str, inputs), "--engine", "numba"]
+    return run_with_cache([*command, "-q"], cache, **env)
 
 
 def index_files(cache: Path) -> list[Path]:
@@ -216,15 +221,7 @@ print(json.dumps({"found": found, "hits": hits, "misses": misses}))
 
 
 def _counted_folds(cache: Path, dtypes: str) -> dict:
-    environ = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
-    done = subprocess.run(
-        [sys.executable, "-c", _COUNTED_FOLDS, dtypes],
-        capture_output=True,
-        text=True,
-        env=environ,
-        cwd=ROOT,
-        timeout=300,
-    )
+    done = run_with_cache([sys.executable, "-c", _COUNTED_FOLDS, dtypes], cache)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 

@@ -96,15 +96,15 @@ class _RecoveringCache(FunctionCache):
     ...) and refreshes the typing context, what a compile needs. Before the first kernel of a
     run, that cost 0.28 s of one core here (0.37 s against 0.09 s for the first id scan of a
     run), on the critical path of every numba run. A cached kernel links against the runtime's
-    symbols (NRT), which :func:`_link_ready` sets up, and the math and helper symbols, added
-    when the context was made; what else it needs, its cache entry brings (its pickled
+    symbols (NRT), set up here once a process, and the math and helper symbols, added when
+    the context was made; what else it needs, its cache entry brings (its pickled
     objects import their modules, ``reload_init`` re-runs what a feature must set up). A miss
     still compiles through numba's compiler, which refreshes the context itself.
     """
 
     def load_overload(self, sig: Any, target_context: Any) -> Any:
         try:
-            _link_ready(target_context)
+            rtsys.initialize(target_context)  # the runtime only; a no-op once done
             with self._guard_against_spurious_io_errors():
                 return self._load_overload(sig, target_context)  # type: ignore[no-untyped-call]
         except Exception:  # unpickling garbage raises anything (EOFError, KeyError, ...)
@@ -117,12 +117,6 @@ class _RecoveringCache(FunctionCache):
         # A cache that cannot be written costs a compile next time, never this run.
         with contextlib.suppress(Exception):
             super().save_overload(sig, data)  # type: ignore[no-untyped-call]
-
-
-def _link_ready(target_context: Any) -> None:
-    """Set up numba's runtime (NRT) for ``target_context``, once a process: what a cached
-    kernel needs to link, without the full context refresh of a compile."""
-    rtsys.initialize(target_context)
 
 
 def _cache_class(folder: str) -> type[FunctionCache]:

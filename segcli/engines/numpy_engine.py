@@ -343,7 +343,8 @@ class _PackedSumFolder(_ChunkFolder):
     def fold(self, lanes: list[tuple[int, int, int]], present: np.ndarray | None = None) -> None:
         state = self.state
         assert state.acc is not None
-        if state.acc.shape[0] * state.acc.shape[1] * _PACKED_ROWS_PER_SUM > _rows_in(lanes):
+        folded_rows = sum(b - a for a, b, _ in lanes)
+        if state.acc.shape[0] * state.acc.shape[1] * _PACKED_ROWS_PER_SUM > folded_rows:
             # More sums than the rows can pay for: packing copies every sum in and out (and
             # counts NaN rows in an array of n), a cost that grows with n, not with the rows.
             self._fold_unpacked(lanes, present)
@@ -401,10 +402,6 @@ class _PackedSumFolder(_ChunkFolder):
             np.add.at(state.count, index, 1)
             if present is not None:
                 np.add.at(present, index, 1)
-
-
-def _rows_in(lanes: list[tuple[int, int, int]]) -> int:
-    return sum(b - a for a, b, _ in lanes)
 
 
 def _nan_positions(values: np.ndarray) -> np.ndarray | None:
