@@ -49,6 +49,15 @@ FLOATS = ["float16", "float32", "float64"]
 INTS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
 COMPLEX = ["complex64", "complex128"]
 BOOL = ["bool"]
+#: The integer widths whose cases the default run leaves to the full matrix (tests/matrix.py):
+#: the kernels' templates are the same code for every integer, whose narrowest and widest of
+#: each sign stay in the default run.
+MIDDLE_INTS = ("int16", "int32", "uint16", "uint32")
+
+
+def common_dtype(dtype: str) -> bool:
+    """Whether a case of ``dtype`` is in the default run (see :data:`MIDDLE_INTS`)."""
+    return dtype not in MIDDLE_INTS
 #: Every op of the table the kernels fold: a new op is taken through the engine by itself
 #: (one they do not fold is refused: test_an_op_without_a_kernel_is_refused_before_any_row_moves).
 OPS = [name for name, op in ops.OPS.items() if cupy_fold.has_kernel(op)]
@@ -357,6 +366,7 @@ def numpy_engine_fold(op: str, data: np.ndarray, ids: np.ndarray, n: int, sorted
 # --- CPU: the orchestration against the NumPy engine -----------------------------------------
 
 
+@default_run(common_dtype)
 @pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
 @pytest.mark.parametrize(("op", "dtype"), CASES)
 def test_orchestration_matches_numpy_engine(op: str, dtype: str, sorted_ids: bool) -> None:
@@ -368,6 +378,7 @@ def test_orchestration_matches_numpy_engine(op: str, dtype: str, sorted_ids: boo
     assert got.tobytes() == want.tobytes()  # the default folds in the NumPy engine's order
 
 
+@default_run(common_dtype)
 @pytest.mark.parametrize(("op", "dtype"), [c for c in CASES if c[0] in ROUNDING_OPS])
 def test_default_is_bit_identical_to_numpy_engine_whatever_the_blocks(op: str, dtype: str) -> None:
     data, ids = make_inputs(dtype, 400, 2, 5, sorted_ids=False, seed=3)
@@ -377,6 +388,7 @@ def test_default_is_bit_identical_to_numpy_engine_whatever_the_blocks(op: str, d
         assert got.tobytes() == want.tobytes()
 
 
+@default_run(common_dtype)
 @pytest.mark.usefixtures("short_lanes")
 @pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
 @pytest.mark.parametrize(("op", "dtype"), [c for c in CASES if c[0] in ROUNDING_OPS])
@@ -752,7 +764,7 @@ def cpp_library(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str
 # integers, the narrowest and widest of each sign (the others' templates are the same code).
 @default_run(
     lambda dtype, shared: (
-        dtype not in ("int16", "int32", "uint16", "uint32")
+        common_dtype(dtype)
         and (shared is None or dtype in ("float32", "float64", "int64"))
     )
 )
@@ -857,6 +869,7 @@ def edge_inputs(dtype: str, sorted_ids: bool, seed: int = 0) -> tuple[np.ndarray
     return data, ids
 
 
+@default_run(common_dtype)
 @pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
 @pytest.mark.parametrize(("op", "dtype"), EDGE_CASES)
 def test_joint_and_logical_edges_match_numpy_engine(
@@ -1055,6 +1068,7 @@ _LAYOUTS = {
 }
 
 
+@default_run(common_dtype)
 @pytest.mark.parametrize("layout", list(_LAYOUTS))
 @pytest.mark.parametrize(
     ("op", "dtype"),
