@@ -86,9 +86,11 @@ class ReadError(SegcliError):
     exit_code = EXIT_READ
 
 
-class NotStreamableError(ReadError):
-    """An input that can only be read whole (a 2-D Fortran-order ``.npy``): raised when it is
-    opened for streaming, before any block is read, so a run may read it whole instead."""
+class NotStreamableError(UsageError):
+    """An input that can only be read whole (a Fortran-order array in an ``.npz``): raised
+    when it is opened for streaming, before any block is read, so a run may read it whole
+    instead. Where streaming is required (--chunk-rows, an explicit --memory-limit it exceeds,
+    Dask) the file is valid but the options cannot be met: a usage error."""
 
 
 class ExpectationError(SegcliError):

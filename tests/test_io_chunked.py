@@ -13,7 +13,7 @@ import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 import pytest
 
-from segcli.errors import InvalidInputError, ReadError, UsageError
+from segcli.errors import InvalidInputError, NotStreamableError, ReadError, UsageError
 from segcli.io import ChunkSource, open_chunked, write_result
 
 CHUNK_SIZES = [1, 7, 1000]
@@ -139,13 +139,55 @@ def test_a_null_first_row_counts_every_null_of_the_column(tmp_path: Path, fmt: s
         open_chunked(str(path), column="v")
 
 
-def test_fortran_order_npy(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "array",
+    [
+        np.arange(4 * 3, dtype=np.float64).reshape(4, 3),
+        np.arange(11 * 2 * 3, dtype=np.float32).reshape(11, 2, 3),
+        np.arange(9 * 4, dtype=">i4").reshape(9, 4),  # big-endian: swapped once read
+    ],
+    ids=["2-D", "3-D", "big-endian"],
+)
+@pytest.mark.parametrize("rows", [1, 4, 1000])
+def test_fortran_order_npy_streams_row_blocks(
+    tmp_path: Path, array: np.ndarray[Any, Any], rows: int
+) -> None:
+    path = tmp_path / "f.npy"
+    np.save(path, np.asfortranarray(array))
+    source = open_chunked(str(path))
+    got = collect(source, rows)
+    assert got.dtype.isnative and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, array)
+
+
+def test_rows_of_a_fortran_order_npy_are_read_at_their_offsets(tmp_path: Path) -> None:
+    """What a Dask worker reads: a row range by seeking, the same rows as the whole file's."""
+    from segcli.io.rows import open_file, read_rows
+
+    array = np.arange(10 * 3 * 2, dtype=np.float64).reshape(10, 3, 2)
+    path = tmp_path / "f.npy"
+    np.save(path, np.asfortranarray(array))
+    ref = open_file(str(path), column=None, key=None, role="data")
+    np.testing.assert_array_equal(read_rows(ref, 3, 7), array[3:7])
+    np.testing.assert_array_equal(read_rows(ref, 0, 10), array)
+
+
+def test_a_truncated_fortran_order_npy_says_how_much_arrived(tmp_path: Path) -> None:
     path = tmp_path / "f.npy"
     np.save(path, np.asfortranarray(np.zeros((4, 3))))
-    with pytest.raises(ReadError, match=r"cannot stream Fortran-order \.npy"):
-        open_chunked(str(path))
-    np.save(path, np.asfortranarray(np.arange(5.0)))  # 1-D: the order does not matter
-    np.testing.assert_array_equal(collect(open_chunked(str(path)), 2), np.arange(5.0))
+    path.write_bytes(path.read_bytes()[:-8])
+    with pytest.raises(ReadError, match=r"truncated \.npy: 88 of 96 bytes of the Fortran"):
+        collect(open_chunked(str(path)), 2)
+
+
+def test_a_fortran_order_npz_member_does_not_stream(tmp_path: Path) -> None:
+    """Its columns would each be decompressed again from the member's start for every block."""
+    path = tmp_path / "f.npz"
+    np.savez(path, x=np.asfortranarray(np.zeros((4, 3))), y=np.asfortranarray(np.arange(5.0)))
+    with pytest.raises(NotStreamableError, match=r"f\.npz:x: cannot stream a Fortran-order"):
+        open_chunked(str(path), key="x")
+    # 1-D: the order does not matter
+    np.testing.assert_array_equal(collect(open_chunked(str(path), key="y"), 2), np.arange(5.0))
 
 
 def test_truncated_npy_while_streaming(tmp_path: Path) -> None:

@@ -527,9 +527,9 @@ def test_read_ahead_does_not_wait_for_a_stalled_reader():
         reader.join(timeout=5)
 
 
-def test_fortran_order_npy_over_the_threshold_is_read_whole(tmp_path, monkeypatch):
-    """The default streams large files, but a 2-D Fortran-order .npy can only be read whole:
-    it still runs (in memory) unless streaming was asked for."""
+def test_fortran_order_npy_over_the_threshold_streams(tmp_path, monkeypatch):
+    """A Fortran-order .npy (np.save of a pandas frame's values) streams a piece of every
+    column per block: the same bytes as read whole."""
     from segcli import pipeline
 
     monkeypatch.setattr(pipeline, "STREAM_FROM_BYTES", 1000)
@@ -539,13 +539,35 @@ def test_fortran_order_npy_over_the_threshold_is_read_whole(tmp_path, monkeypatc
     summary = tmp_path / "s.json"
     result = run_cli("sum", *paths, "-q", "-o", tmp_path / "a.npy", "--summary-json", summary)
     assert result.exit_code == 0, result.stderr
+    assert json.loads(summary.read_text())["mode"] == "streaming"
+    np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), segcli.segment_reduce(data, ids))
+    whole = run_cli("sum", *paths, "-q", "--memory-limit", "1GB", "-o", tmp_path / "b.npy")
+    assert whole.exit_code == 0, whole.stderr
+    assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()
+
+
+def test_fortran_order_npz_member_over_the_threshold_is_read_whole(tmp_path, monkeypatch):
+    """A Fortran-order array in an .npz cannot stream: it still runs (in memory) unless
+    streaming was asked for, which is then a usage error and writes nothing."""
+    from segcli import pipeline
+
+    monkeypatch.setattr(pipeline, "STREAM_FROM_BYTES", 1000)
+    data = np.asfortranarray(np.arange(600, dtype=np.float64).reshape(200, 3))
+    ids = np.arange(200) % 7
+    np.savez(tmp_path / "data.npz", x=data)
+    np.save(tmp_path / "ids.npy", ids)
+    paths = (tmp_path / "data.npz", tmp_path / "ids.npy")
+    summary = tmp_path / "s.json"
+    result = run_cli("sum", *paths, "-q", "-o", tmp_path / "a.npy", "--summary-json", summary)
+    assert result.exit_code == 0, result.stderr
     assert json.loads(summary.read_text())["mode"] == "in-memory"
     np.testing.assert_array_equal(np.load(tmp_path / "a.npy"), segcli.segment_reduce(data, ids))
     checked = run_cli("check", *paths, "-q", "--summary-json", summary)
     assert checked.exit_code == 0, checked.stderr
     assert json.loads(summary.read_text())["mode"] == "in-memory"
     asked = run_cli("sum", *paths, "-q", "--chunk-rows", "50", "-o", tmp_path / "b.npy")
-    assert asked.exit_code == 3 and "cannot stream Fortran-order .npy" in asked.stderr
+    assert asked.exit_code == 2, asked.stderr
+    assert "data.npz:x: cannot stream a Fortran-order array" in asked.stderr
     assert not (tmp_path / "b.npy").exists()
 
 

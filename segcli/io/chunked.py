@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from segcli.io.formats import input_format, is_pipe, library_errors, open_binary
 from segcli.io.npy import (
     NpyHeader,
     Readable,
+    SeekableReadable,
     arrived_rows,
     check_supported_dtype,
     open_member,
@@ -37,6 +38,7 @@ from segcli.io.npy import (
     pick_key,
     read_header,
     read_npy_rows,
+    read_npy_rows_at,
     readinto_exact,
     to_native,
 )
@@ -94,11 +96,11 @@ def open_chunked(
         refuse_option(options.key_option, key, path)
         if is_pipe(path):  # ``<(cat x.npy)``: one pass, like stdin
             return NpyStreamChunks(path, open_binary(path))
-        return NpyChunks(path, lambda: open_binary(path))
+        return NpyChunks(path, lambda: open_binary(path), seekable=True)
     if fmt == "npz":
         with open_npz(path) as archive:
             chosen = pick_key(archive, key, path, options.key_option)
-        return NpyChunks(f"{path}:{chosen}", lambda: _npz_member(path, chosen))
+        return NpyChunks(f"{path}:{chosen}", lambda: _npz_member(path, chosen), seekable=False)
     refuse_option(options.key_option, key, path)
     table = open_table(path, fmt, csv)
     name = table.pick(column, options.column_option)
@@ -113,13 +115,16 @@ def _check_rows(rows: int) -> None:
 
 
 class NpyChunks:
-    """Row blocks of a C-order ``.npy`` file or ``.npz`` member, read with ``readinto``.
+    """Row blocks of a ``.npy`` file or ``.npz`` member, read with ``readinto``.
 
     Only one block is allocated at a time, so memory stays bounded by the block size (plus
-    whatever blocks the caller keeps).
+    whatever blocks the caller keeps). A block of a Fortran-order array is a piece of every
+    column, read with a seek per column (:func:`read_npy_rows_at`), which only a plain file
+    affords: a compressed archive member would be decompressed again from its start for every
+    block.
     """
 
-    def __init__(self, label: str, opener: _Opener) -> None:
+    def __init__(self, label: str, opener: _Opener, *, seekable: bool) -> None:
         self.label = label
         self._opener = opener
         with opener() as f:
@@ -127,10 +132,11 @@ class NpyChunks:
         check_supported_dtype(header, label)
         if not header.shape:
             raise InvalidInputError(f"{label}: holds a scalar; need at least one axis to stream")
-        if header.fortran_order and len(header.shape) > 1:
+        self._by_columns = header.fortran_order and len(header.shape) > 1
+        if self._by_columns and not seekable:
             raise NotStreamableError(
-                f"{label}: cannot stream Fortran-order .npy (shape {list(header.shape)}); "
-                "rewrite it in C order"
+                f"{label}: cannot stream a Fortran-order array from an .npz archive "
+                f"(shape {list(header.shape)}); save it in C order or as a .npy file"
             )
         self._header: NpyHeader = header
         self.shape: tuple[int, ...] = header.shape
@@ -142,6 +148,13 @@ class NpyChunks:
         total = self.shape[0]
         with self._opener() as f:
             read_header(f, self.label)  # positions the stream at the data
+            if self._by_columns:  # a seek per column and block
+                seekable = cast(SeekableReadable, f)
+                body = seekable.tell()
+                for start in range(0, total, rows):
+                    count = min(rows, total - start)
+                    yield read_npy_rows_at(seekable, self._header, body, start, count, self.label)
+                return
             for start in range(0, total, rows):
                 yield read_npy_rows(f, self._header, start, min(rows, total - start), self.label)
 

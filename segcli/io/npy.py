@@ -38,6 +38,14 @@ class Readable(Protocol):
     def readinto(self, buffer: memoryview, /) -> int | None: ...
 
 
+class SeekableReadable(Readable, Protocol):
+    """A readable file that can seek: what rows read at an offset need."""
+
+    def seek(self, offset: int, whence: int = 0, /) -> int: ...
+
+    def tell(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class NpyHeader:
     """What a ``.npy`` header says about the array that follows it."""
@@ -141,6 +149,35 @@ def read_npy_rows(
     if got < block.nbytes:
         raise ReadError(f"{label}: truncated .npy: {arrived_rows(header, start, got)}")
     return to_native(block)
+
+
+def read_npy_rows_at(
+    f: SeekableReadable, header: NpyHeader, body: int, start: int, rows: int, label: str
+) -> np.ndarray[Any, Any]:
+    """Rows ``[start, start + rows)`` of the ``.npy`` body at offset ``body`` of the seekable
+    file ``f``, in C order and native-endian, whatever the file's order.
+
+    A Fortran-order array (``np.save`` of a transposed array, or of a pandas frame's values)
+    stores each column whole: the rows are one piece of every column, each read after a seek
+    into a row of a (columns, rows) buffer whose transpose is the block.
+    """
+    if not header.fortran_order or len(header.shape) < 2:
+        row_bytes = math.prod(header.shape[1:]) * header.dtype.itemsize
+        f.seek(body + start * row_bytes)
+        return read_npy_rows(f, header, start, rows, label)
+    total, inner = header.shape[0], header.shape[1:]
+    pieces = np.empty((math.prod(inner), rows), header.dtype)
+    for column, piece in enumerate(pieces):
+        f.seek(body + (column * total + start) * header.dtype.itemsize)
+        if readinto_exact(f, piece) < piece.nbytes:
+            arrived = f.seek(0, os.SEEK_END) - body
+            raise ReadError(
+                f"{label}: truncated .npy: {arrived} of {header.nbytes} bytes of the "
+                "Fortran-order array arrived"
+            )
+    # The transpose's columns are the inner elements in Fortran order: reshaping it in that
+    # order puts each element in its place.
+    return to_native(np.ascontiguousarray(pieces.T.reshape((rows, *inner), order="F")))
 
 
 def arrived_rows(header: NpyHeader, start: int, got: int) -> str:

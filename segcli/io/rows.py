@@ -20,7 +20,7 @@ from segcli.errors import ReadError, SegcliError
 from segcli.io.chunked import open_chunked
 from segcli.io.columns import ColumnRef, column_to_numpy, value_layout, widened_null_lists
 from segcli.io.formats import input_format, library_errors, open_binary
-from segcli.io.npy import read_header, read_npy_rows
+from segcli.io.npy import read_header, read_npy_rows_at
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -117,14 +117,12 @@ def _changed(ref: FileRef, what: str) -> ReadError:
 
 
 def _read_npy(ref: FileRef, start: int, stop: int) -> np.ndarray:
-    """A row range of a C-order ``.npy`` file: seek past the header and earlier rows."""
+    """A row range of a ``.npy`` file: seeks past the header and earlier rows."""
     with open_binary(ref.path) as f:
         header = read_header(f, ref.label)
         if header.shape != ref.shape:
             raise _changed(ref, f"shape {list(header.shape)}, was {list(ref.shape)}")
-        row_bytes = int(np.prod(header.shape[1:], dtype=np.int64)) * header.dtype.itemsize
-        f.seek(f.tell() + start * row_bytes)
-        return read_npy_rows(f, header, start, stop - start, ref.label)
+        return read_npy_rows_at(f, header, f.tell(), start, stop - start, ref.label)
 
 
 def read_parquet_rows(
