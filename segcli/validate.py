@@ -97,16 +97,26 @@ def _float_ids_problem(ids: np.ndarray, label: str) -> str:
             f"segment_ids has no values, so no type to tell (read as {ids.dtype}: a header-only "
             "table?); segment_ids must be integers"
         )
+    finite = np.isfinite(flat)
     for bad, what in (
-        (~np.isfinite(flat), "is not a number"),
-        (np.isfinite(flat) & (flat != np.floor(flat)), "is not a whole number"),
-        (np.isfinite(flat) & (np.abs(flat) >= 2.0**63), "does not fit in int64"),
+        (finite & (flat != np.floor(flat)), "is not a whole number"),
+        (finite & (np.abs(flat) >= 2.0**63), "does not fit in int64"),
+        (~finite, "is not a number"),
     ):
         if bad.any():
             first = int(np.argmax(bad))
+            count = plural(int(np.count_nonzero(bad)), "such id")
+            if not finite[first] and np.isnan(flat[first]) and _is_table_label(label):
+                # Where nulls are kept (--skipna) a table's null reads as NaN; the column is
+                # float because its numbers are written with a decimal point.
+                return (
+                    f"{index_text(ids.shape, first)} is NaN or null ({count}); segment_ids must "
+                    f"be integers, got {ids.dtype} with whole values otherwise; "
+                    f"{_cast_hint(label)}"
+                )
             return (
                 f"{index_text(ids.shape, first)} = {flat[first]:.17g} {what} "
-                f"({plural(int(np.count_nonzero(bad)), 'such id')}); segment_ids must be integers"
+                f"({count}); segment_ids must be integers"
             )
     return f"segment_ids must be integers, got {ids.dtype} with whole values; {_cast_hint(label)}"
 
@@ -114,11 +124,18 @@ def _float_ids_problem(ids: np.ndarray, label: str) -> str:
 def _cast_hint(label: str) -> str:
     if _is_text_label(label):
         return "write them without a decimal point (1, not 1.0)"
+    if _is_table_label(label):
+        return "cast the column to an integer type first"
     return "cast them to integers first, e.g. np.load(...).astype(np.int64)"
 
 
 def _is_text_label(label: str) -> bool:
     return label.lower().split(":")[0].endswith((".csv", ".tsv", ".csv.gz", ".tsv.gz"))
+
+
+def _is_table_label(label: str) -> bool:
+    """Whether ``label`` names a table's column (``t.parquet:seg``): one that may hold nulls."""
+    return ":" in label and not label.lower().split(":")[0].endswith((".npy", ".npz"))
 
 
 def check_shapes(

@@ -565,6 +565,28 @@ def test_float_ids_from_csv_say_what_is_really_wrong(tmp_path, text, message):
     assert message in line and "got float64 (accepted" not in line
 
 
+def test_a_null_in_float_ids_under_skipna_is_named_with_the_float_problem(tmp_path):
+    """Under --skipna a null reads as NaN: the message says it may be a null, and that the
+    column is float because of how its numbers are written, not that a NaN is the fault."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (tmp_path / "t.csv").write_text("v,s\n1.5,0.0\n2.5,\n3.5,1.0\n")
+    pq.write_table(pa.table({"v": [1.0, 2.0, 3.0], "s": [0.0, None, 1.0]}), tmp_path / "t.parquet")
+    hints = {
+        "t.csv": "write them without a decimal point (1, not 1.0)",
+        "t.parquet": "cast the column to an integer type first",
+    }
+    for name, hint in hints.items():
+        path = tmp_path / name
+        result = cli_run("mean", path, "--data-column", "v", "--ids-column", "s", "--skipna", "-q")
+        assert result.exit_code == 1
+        assert result.stderr.splitlines() == [
+            f"Error: {path}:s: segment_ids[1] is NaN or null (1 such id); segment_ids must be "
+            f"integers, got float64 with whole values otherwise; {hint}"
+        ]
+
+
 def test_whole_float_npy_ids_get_a_cast_hint(pair, tmp_path):
     ids = tmp_path / "f.npy"
     np.save(ids, np.array([0.0, 0.0, 2.0, 2.0]))
