@@ -175,8 +175,9 @@ def _result_names(op_names: tuple[str, ...], q: float | None) -> tuple[str, ...]
 def _rows_column(request: RunRequest, op_names: tuple[str, ...], fmt: str) -> bool:
     """SPEC: under --skipna the count op counts present values, so a ``rows`` column (rows
     per segment) takes the place of the trailing count; .npy, which holds no count column,
-    holds no ``rows`` either (``agg --op count --skipna`` writes what ``count --skipna`` does)."""
-    return request.skipna and "count" in op_names and fmt != "npy"
+    holds no ``rows`` either (``agg --op count --skipna`` writes what ``count --skipna`` does),
+    and .npz holds the rows per segment as ``counts``, whatever the ops."""
+    return request.skipna and "count" in op_names and fmt not in ("npy", "npz")
 
 
 def column_names(op_names: tuple[str, ...], columns: list[str | None]) -> list[str]:

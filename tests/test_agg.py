@@ -1253,3 +1253,20 @@ def test_a_fill_one_column_cannot_hold_names_that_column(tmp_path: Path) -> None
     )
     assert not out.exists()
     assert run(*args, "--fill", "100", "-o", out).exit_code == 0
+
+
+def test_npz_under_skipna_holds_the_count_op_and_the_rows_per_segment_once(tmp_path: Path) -> None:
+    """Tables name the rows per segment ``rows`` beside the count op; an .npz holds them as
+    ``counts``, as it does for every op, and not a second time."""
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.array([1.0, np.nan, 3.0, 4.0]))
+    np.save(ids, np.array([0, 0, 1, 1]))
+    out = tmp_path / "o.npz"
+    result = run("agg", data, ids, "--op", "sum,count", "--skipna", "-o", out, "-q")
+    assert result.exit_code == 0, result.stderr
+    with np.load(out) as archive:
+        assert sorted(archive.files) == ["count", "counts", "sum"]
+        np.testing.assert_array_equal(archive["count"], [1, 2])
+        np.testing.assert_array_equal(archive["counts"], [2, 2])
+    checked = run("agg", data, ids, "--op", "sum,count", "--skipna", "--expect", out, "-q")
+    assert checked.exit_code == 0, checked.stderr
