@@ -116,3 +116,44 @@ def test_file_shorter_than_its_header_names_rows_found_and_claimed(tmp_path, ids
     out = tmp_path / "out.npy"
     result = run("sum", data, ids, *PATHS[path], "-q", "-o", out)
     assert_refused(result, 3, f"{data}: truncated .npy: 3 of 10 rows arrived", out=out)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("shape", [(10**30,), (10**11, 10**11)], ids=["1-D", "2-D"])
+def test_a_claim_beyond_any_file_is_a_corrupt_header_everywhere(tmp_path, ids, path, shape):
+    """Sizes that overflow int64 arithmetic are refused as the header is read: on a file, on
+    stdin and inside an .npz, whether the run streams or not."""
+    data = write_npy(tmp_path / "vast.npy", shape, np.arange(3.0).tobytes())
+    import zipfile
+
+    archive = tmp_path / "vast.npz"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("data.npy", data.read_bytes())
+    out = tmp_path / "out.npy"
+    claim = "claims more bytes than any file holds"
+    for source in (data, archive):
+        result = run("sum", source, ids, *PATHS[path], "-q", "-o", out)
+        assert_refused(result, 3, f"{source}", "corrupt .npy header", claim, out=out)
+    result = run("sum", "-", ids, "-q", "-o", out, input=data.read_bytes())
+    assert_refused(result, 3, "<stdin>: corrupt .npy header", claim, out=out)
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "{'descr': '<f4', 'fortran_order': False, 'shape': (4,",  # cut: the tokenizer's error
+        "{'descr': '<f4', 'fortran_order': False, 'shape': " + "(" * 400 + ")" * 400 + "}",
+    ],
+    ids=["cut", "nested"],
+)
+def test_a_garbled_header_is_corrupt_not_an_internal_error(tmp_path, ids, header):
+    text = header.encode()
+    text += b" " * (-(len(text) + 11) % 64) + b"\n"
+    data = tmp_path / "bad.npy"
+    data.write_bytes(b"\x93NUMPY\x01\x00" + len(text).to_bytes(2, "little") + text + bytes(16))
+    out = tmp_path / "out.npy"
+    for path in PATHS.values():
+        result = run("sum", data, ids, *path, "-q", "-o", out)
+        assert_refused(result, 3, f"{data}: corrupt .npy header", out=out)
+    result = run("info", data)
+    assert result.exit_code == 3 and "corrupt .npy header" in result.stderr

@@ -8,6 +8,7 @@ files with the same ``rows`` line up block by block.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -32,6 +33,7 @@ from segcli.io.npy import (
     Readable,
     SeekableReadable,
     arrived_rows,
+    check_claim,
     check_supported_dtype,
     open_member,
     open_npz,
@@ -129,6 +131,10 @@ class NpyChunks:
         self._opener = opener
         with opener() as f:
             header = read_header(f, label)
+            if seekable:  # a header's claim beyond the file is found before any block is read
+                seekable_file = cast(SeekableReadable, f)
+                body = seekable_file.tell()
+                check_claim(header, seekable_file.seek(0, os.SEEK_END) - body, label)
         check_supported_dtype(header, label)
         if not header.shape:
             raise InvalidInputError(f"{label}: holds a scalar; need at least one axis to stream")

@@ -91,12 +91,21 @@ def read_header(f: Readable, label: str) -> NpyHeader:
         raise ReadError(f"{label}: unsupported .npy format version {major}")
     try:
         shape, fortran_order, dtype = reader(f)
-    except (ValueError, TypeError, SyntaxError) as exc:
+    except Exception as exc:
+        # The header is untrusted text that NumPy tokenizes and evaluates as a literal: a cut
+        # or garbled one raises what the tokenizer or parser meets (TokenError,
+        # RecursionError, ...), and every one of them means the same: corrupt.
         raise ReadError(f"{label}: corrupt .npy header ({first_line(exc)})") from exc
     if any(d < 0 for d in shape):
         # numpy's header parser takes any tuple of ints; a negative length would stream as an
         # empty array.
         raise ReadError(f"{label}: corrupt .npy header (negative dimension in shape {list(shape)})")
+    if math.prod(shape) * np.dtype(dtype).itemsize >= 2**63:
+        # Beyond what any file or int64 arithmetic holds: sizes computed later would overflow.
+        raise ReadError(
+            f"{label}: corrupt .npy header (shape {list(shape)} of {np.dtype(dtype)} claims "
+            "more bytes than any file holds)"
+        )
     return NpyHeader(tuple(int(d) for d in shape), np.dtype(dtype), bool(fortran_order))
 
 
