@@ -178,12 +178,9 @@ def read_npy_rows_at(
     pieces = np.empty((math.prod(inner), rows), header.dtype)
     for column, piece in enumerate(pieces):
         f.seek(body + (column * total + start) * header.dtype.itemsize)
-        if readinto_exact(f, piece) < piece.nbytes:
+        if readinto_exact(f, piece) < piece.nbytes:  # the file shrank after it was opened
             arrived = f.seek(0, os.SEEK_END) - body
-            raise ReadError(
-                f"{label}: truncated .npy: {arrived} of {header.nbytes} bytes of the "
-                "Fortran-order array arrived"
-            )
+            raise ReadError(f"{label}: truncated .npy: {arrived_rows(header, 0, arrived)}")
     # The transpose's columns are the inner elements in Fortran order: reshaping it in that
     # order puts each element in its place.
     return to_native(np.ascontiguousarray(pieces.T.reshape((rows, *inner), order="F")))
@@ -192,8 +189,8 @@ def read_npy_rows_at(
 def arrived_rows(header: NpyHeader, start: int, got: int) -> str:
     """``3 of 10 rows arrived (96 of 320 bytes)``: how far a body that ended early got, when
     ``got`` bytes were read after row ``start``."""
-    if not header.shape:
-        return f"{got} of {header.nbytes} bytes arrived"
+    if not header.shape or (header.fortran_order and len(header.shape) > 1):
+        return f"{got} of {header.nbytes} bytes arrived"  # Fortran order: no whole rows
     row_bytes = header.nbytes // header.shape[0] if header.shape[0] else 0
     done = start * row_bytes + got
     rows = start + (got // row_bytes if row_bytes else 0)
