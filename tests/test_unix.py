@@ -428,6 +428,37 @@ def test_csv_on_stdin_is_refused_by_name(pair, args):
     assert stderr_lines(result) == [f"Error: <stdin>: {TEXT_REFUSED}"]
 
 
+def _two_gib_of_address_space() -> None:
+    """A regression that read the endless stream whole fails with MemoryError, not the OOM
+    killer."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
+@pytest.mark.parametrize(
+    "args", [["sum", "-", "IDS"], ["info", "-"], ["info", "/dev/zero"]], ids=lambda a: a[-1]
+)
+def test_unknown_bytes_on_a_stream_are_refused_from_their_first_bytes(pair, args):
+    """Bytes that open no known format are not read whole in the hope of an Arrow stream: an
+    endless one (/dev/zero) is refused at once."""
+    args = [str(pair[1]) if arg == "IDS" else arg for arg in args]
+    with open("/dev/zero", "rb") as zeros:
+        result = subprocess.run(
+            [sys.executable, "-m", "segcli", *args],
+            stdin=zeros,
+            capture_output=True,
+            timeout=60,
+            preexec_fn=_two_gib_of_address_space,
+        )
+    label = "<stdin>" if "-" in args else "/dev/zero"
+    assert result.returncode == 3, result.stderr
+    assert stderr_lines(result) == [
+        f"Error: {label}: not a .npy, Parquet or Arrow IPC stream (it opens with bytes "
+        "00 00 00 00 00 00; an Arrow stream opens with ff ff ff ff)"
+    ]
+
+
 @pytest.mark.parametrize("suffix", ["csv", "jsonl"])
 def test_info_reads_a_named_pipe_with_a_text_suffix_as_the_commands_do(tmp_path, suffix):
     text = CSV_TEXT if suffix == "csv" else b'{"v": 1.0, "s": 0}\n{"v": 2.0, "s": 1}\n'

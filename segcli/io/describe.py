@@ -89,6 +89,8 @@ def _describe_stream(stream: BinaryIO, path: str, label: str) -> dict[str, objec
         header = read_header(counted, label)
         _skip_body(counted, header, label)
         return {"path": path, "format": "npy", "size": counted.count, **header.as_dict()}
+    if not looks_like_json_lines(head):
+        refuse_unreadable_stream(head, label)  # before reading the rest: /dev/zero never ends
     body = head + stream.read()
     if looks_like_json_lines(head):
         return {
@@ -97,7 +99,6 @@ def _describe_stream(stream: BinaryIO, path: str, label: str) -> dict[str, objec
             "size": len(body),
             **_text_table(TableFile(label, "jsonl", body)),
         }
-    refuse_unreadable_stream(head, label)
     fmt = "parquet" if head.startswith(PARQUET_MAGIC) else "arrow"
     table = TableFile(label, fmt, body)
     tables = _parquet_table if fmt == "parquet" else _arrow_table

@@ -132,6 +132,13 @@ def unreadable_stream(head: bytes) -> str | None:
             "this looks like CSV/TSV text, which is read only from a path ending in .csv or "
             ".tsv (a file, or a named pipe), not from stdin or <(...); save it to such a file"
         )
+    if sniff(head) is None:
+        # Said from the first bytes: read whole in the hope of an Arrow stream, the output of
+        # /dev/zero would fill memory before pyarrow could say it is none.
+        return (
+            f"not a .npy, Parquet or Arrow IPC stream (it opens with bytes {head.hex(' ')}; an "
+            "Arrow stream opens with ff ff ff ff)"
+        )
     return None
 
 
