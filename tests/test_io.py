@@ -733,7 +733,7 @@ def test_feather_v1_is_refused_by_name(tmp_path: Path) -> None:
 def test_stdin_garbage_and_empty() -> None:
     with pytest.raises(ReadError, match=r"^<stdin>: no input"):
         read_inputs("-", "x.npy", stdin=io.BytesIO())
-    with pytest.raises(ReadError, match=r"^<stdin>: not a valid Arrow IPC file"):
+    with pytest.raises(ReadError, match=r"^<stdin>: not a \.npy, Parquet or Arrow IPC stream"):
         read_inputs("-", None, data_column="a", ids_column="b", stdin=io.BytesIO(b"\x01hello"))
     with pytest.raises(ReadError, match=r"^<stdin>: this looks like CSV/TSV text"):
         read_inputs("-", None, data_column="a", ids_column="b", stdin=io.BytesIO(b"hello"))
