@@ -13,6 +13,7 @@ import functools
 import math
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -1053,6 +1054,10 @@ def main(argv: list[str] | None = None) -> None:
     _fill_closed_std_fds()
     guard_stderr()
     install_handlers()
+    # NumPy reports floating-point events as RuntimeWarnings (a float32 signalling NaN widened
+    # to float64 is "invalid value encountered in cast"): the results already carry them as
+    # NaN, and a warning with a source line is not a message for a shell user.
+    warnings.simplefilter("ignore", RuntimeWarning)
     session = _Session()
     try:
         code = cli.main(args=argv, prog_name="segcli", standalone_mode=False, obj=session)

@@ -917,3 +917,18 @@ def test_info_on_a_pipe_path_reads_it_once(pair):
     assert child.returncode == 0, err
     facts = json.loads(out)
     assert (facts["format"], facts["shape"], facts["size"]) == ("npy", [4], pair[0].stat().st_size)
+
+
+def test_a_signalling_nan_leaves_stderr_silent(tmp_path):
+    """NumPy reports widening a float32 signalling NaN as a RuntimeWarning; the run's result
+    already holds the NaN, and -q means nothing on stderr."""
+    data, ids = tmp_path / "snan.npy", tmp_path / "ids.npy"
+    values = np.array([1, 2, 3, 4], np.float32)
+    values.view(np.uint32)[1] = 0x7F800001  # a signalling NaN
+    np.save(data, values)
+    np.save(ids, np.array([0, 0, 1, 1], np.int32))
+    for op in ("sum", "mean"):
+        result = segcli(op, data, ids, "-q")
+        assert result.returncode == 0, result.stderr
+        assert result.stderr == b""
+        assert result.stdout.decode().splitlines()[0] == "0\tnan"
