@@ -989,11 +989,16 @@ _NO_ARGS_IS_HELP: tuple[type[Exception], ...] = tuple(
 )
 
 
-def usage_error_line(error: click.UsageError) -> str:
+def usage_error_line(error: click.UsageError, argv: list[str] | None = None) -> str:
     """click's usage error as one line, its hint folded in: ``Error: No such option '--foo'.
-    Did you mean '--fill'? (see 'segcli sum --help')``."""
+    Did you mean '--fill'? (see 'segcli sum --help')``. ``argv`` names the command where
+    click's parser gives no context (an option missing its value)."""
     message = terminal_safe(" ".join(error.format_message().split()))
-    command = error.ctx.command_path if error.ctx is not None else "segcli"
+    if error.ctx is not None:
+        command = error.ctx.command_path
+    else:
+        named = argv[0] if argv else None
+        command = f"segcli {named}" if named in cli.commands else "segcli"
     return f"Error: {message} (see '{command} --help')"
 
 
@@ -1067,7 +1072,7 @@ def main(argv: list[str] | None = None) -> None:
         if isinstance(error, _NO_ARGS_IS_HELP):
             error.show()  # plain ``segcli``: the help itself, not an error line
         else:
-            click.echo(usage_error_line(error), err=True)
+            click.echo(usage_error_line(error, sys.argv[1:] if argv is None else argv), err=True)
         sys.exit(error.exit_code)
     except click.ClickException as error:
         ignore_further_signals()

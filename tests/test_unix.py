@@ -932,3 +932,18 @@ def test_a_signalling_nan_leaves_stderr_silent(tmp_path):
         assert result.returncode == 0, result.stderr
         assert result.stderr == b""
         assert result.stdout.decode().splitlines()[0] == "0\tnan"
+
+
+@pytest.mark.parametrize(
+    ("args", "help_of"),
+    [
+        (["sum", "a.npy", "b.npy", "-n"], "segcli sum"),
+        (["agg", "a.npy", "--op"], "segcli agg"),
+        (["-n"], "segcli"),
+    ],
+)
+def test_an_option_missing_its_value_points_to_its_commands_help(args, help_of):
+    result = segcli(*args)
+    assert result.returncode == 2
+    [line] = stderr_lines(result)
+    assert line.endswith(f"(see '{help_of} --help')"), line
