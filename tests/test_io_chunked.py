@@ -235,3 +235,15 @@ def test_big_npy_streams_in_bounded_memory(tmp_path: Path) -> None:
         tracemalloc.stop()
     assert total == rows
     assert peak < 4 * block_rows * 8, f"peak {peak} bytes"
+
+
+def test_a_fortran_order_npy_on_a_pipe_is_a_usage_error(tmp_path: Path) -> None:
+    """Its rows are pieces of every column, which a one-pass stream cannot seek to."""
+    import io
+
+    buffer = io.BytesIO()
+    np.save(buffer, np.asfortranarray(np.zeros((4, 3))))
+    buffer.seek(0)
+    with pytest.raises(NotStreamableError, match=r"^<stdin>: cannot stream a Fortran-order"):
+        open_chunked("-", stdin=buffer)
+    assert issubclass(NotStreamableError, UsageError)  # exit 2: the file is valid

@@ -177,7 +177,11 @@ class NpyStreamChunks:
         if not header.shape:
             raise InvalidInputError(f"{label}: holds a scalar; need at least one axis to stream")
         if header.fortran_order and len(header.shape) > 1:
-            raise ReadError(f"{label}: cannot stream Fortran-order .npy from stdin")
+            # A block of rows is a piece of every column: only a file can seek to them.
+            raise NotStreamableError(
+                f"{label}: cannot stream a Fortran-order .npy from a pipe (shape "
+                f"{list(header.shape)}); give its path, or save it in C order"
+            )
         self.label = label
         self._stream = stream
         self._header = header
