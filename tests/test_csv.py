@@ -574,3 +574,23 @@ def test_a_header_only_table_says_its_ids_may_have_no_values(
     result = run("sum", path, "--data-column", "v", "--ids-column", "id", "-o", out, *chunk)
     one_error_line(result, 1, f"{path}:id: segment_ids", "header-only table")
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [SUM, ["sum", "--data-column", "v", "--by", "s"]],
+    ids=["ids", "by"],
+)
+def test_the_whole_read_the_type_error_suggests_is_one(tmp_path: Path, command: list[str]) -> None:
+    """The error's hint names a --memory-limit that does read the file whole, --by too (whose
+    estimate counts the keys' codes and dictionaries besides the columns: 15 times the text
+    still streams)."""
+    path = tmp_path / "t.csv"
+    lines = ["w,v,s", *["2,1,0"] * 200_000, "2,1.5,1"]
+    path.write_text("\n".join(lines) + "\n")
+    size = path.stat().st_size
+    under = size * (15 if "--by" in command else 3)
+    streamed = run(*command, path, "--memory-limit", under, "-o", tmp_path / "a.parquet")
+    one_error_line(streamed, 3, "holds '1.5' after its first rows", "of 16 times its size or more")
+    whole = run(*command, path, "--memory-limit", size * 16, "-o", tmp_path / "b.parquet")
+    assert whole.exit_code == 0, whole.stderr

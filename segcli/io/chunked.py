@@ -45,6 +45,7 @@ from segcli.io.npy import (
     to_native,
 )
 from segcli.io.read import DATA_ROLE, IDS_ROLE, Role, refuse_option
+from segcli.io.sizes import whole_read_hint
 from segcli.io.tables import CSV_HEAD_BYTES, CsvOptions, TableFile, open_table
 
 if TYPE_CHECKING:
@@ -325,7 +326,7 @@ def type_change_error(
     return ReadError(
         f"{where} holds {value} after its first rows{made}{at}; a streamed CSV or "
         "JSON-lines file keeps that type (write the early values in the wider type, or "
-        "read the file whole: no --chunk-rows and a --memory-limit above its size)"
+        f"read the file whole: {whole_read_hint()})"
     )
 
 

@@ -25,6 +25,7 @@ from segcli.io.chunked import (
     type_change_error,
 )
 from segcli.io.formats import input_format
+from segcli.io.sizes import whole_read_hint
 from segcli.io.tables import CSV_HEAD_BYTES, CsvOptions, TableFile, open_table
 
 if TYPE_CHECKING:
@@ -431,8 +432,8 @@ class KeyIdsChunks:
                     raise named from exc
                 raise ReadError(
                     f"{self._table.label}: a key column holds a value its first rows' type "
-                    f"cannot take ({str(exc).splitlines()[0]}); read the file whole (no "
-                    "--chunk-rows and a --memory-limit above its size)"
+                    f"cannot take ({str(exc).splitlines()[0]}); read the file whole "
+                    f"({whole_read_hint()})"
                 ) from exc
 
 

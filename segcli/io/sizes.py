@@ -23,6 +23,18 @@ UNBOUNDED = 2**63 - 1
 
 #: Parsed CSV numbers take up to 8 bytes where the text may hold 2 ("1,"): 4x the text.
 _CSV_GROWTH = 4
+#: A --memory-limit under which any run reads a text table whole, as a multiple of the file:
+#: the data and the ids (or, with --by, the keys) each at _CSV_GROWTH, doubled for --by's
+#: codes and dictionaries (drivers.choose).
+WHOLE_TEXT_READ_FACTOR = 4 * _CSV_GROWTH
+
+
+def whole_read_hint() -> str:
+    """How to read a text table whole, where streaming it failed."""
+    return (
+        f"no --chunk-rows and a --memory-limit of {WHOLE_TEXT_READ_FACTOR} times its size or more"
+    )
+
 
 # Bytes per value of Parquet's physical types, as NumPy holds them once read.
 _PARQUET_WIDTHS = {
