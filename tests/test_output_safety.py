@@ -328,3 +328,28 @@ def test_output_set_two_names_for_one_file(tmp_path):
         outputs.reserve(str(tmp_path / "x.bin"))
         outputs.reserve(str(tmp_path / "." / "x.bin"), "--summary-json")
     assert names(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("bytes_free", "said"),
+    [(0, "no space left on device"), (3 << 20, "3.0 MiB free on its device")],
+)
+def test_a_short_write_says_how_much_room_its_device_had(tmp_path, monkeypatch, bytes_free, said):
+    """NumPy reports a short write (a full disk) by byte counts, with no errno: the message
+    adds what the file system says is left."""
+    from segcli.errors import WriteError
+
+    class Full:
+        f_bavail, f_frsize = bytes_free // 4096, 4096
+
+    monkeypatch.setattr(os, "statvfs", lambda path: Full())
+    target = str(tmp_path / "a.npy")
+    with pytest.raises(WriteError) as raised, OutputSet() as outputs:
+        outputs.reserve(target, "-o")
+        with outputs.stage(target):
+            raise OSError("2000000 requested and 131056 written")
+    assert (
+        str(raised.value)
+        == f"-o {target}: cannot write (2000000 requested and 131056 written: {said})"
+    )
+    assert names(tmp_path) == []

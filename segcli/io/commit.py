@@ -26,6 +26,7 @@ from types import TracebackType
 from typing import BinaryIO, cast
 
 from segcli.errors import UsageError, WriteError
+from segcli.memory import human_bytes
 from segcli.signals import checkpoint, closing_after_error, held, streaming_out
 
 TEMP_PREFIX = ".segcli-"
@@ -124,7 +125,10 @@ class OutputSet:
         except OSError as exc:
             if output.direct and _reader_left(exc):
                 raise  # as when stdout's reader leaves: the CLI stops quietly (exit 141)
-            raise WriteError(f"{_named(output)}: cannot write ({_reason(exc)})") from exc
+            reason = _reason(exc)
+            if exc.errno is None:  # NumPy's short write: "N requested and M written"
+                reason = f"{reason}: {_free_space(name)}"
+            raise WriteError(f"{_named(output)}: cannot write ({reason})") from exc
         checkpoint("staged")
 
     def commit(self) -> None:
@@ -327,3 +331,15 @@ def _reader_left(exc: OSError) -> bool:
 
 def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc)
+
+
+def _free_space(path: str) -> str:
+    """What a write that came up short had left, said as the file system tells it: NumPy
+    reports a short ``fwrite`` with the byte counts and no errno, where a full disk is the
+    usual cause."""
+    try:
+        info = os.statvfs(os.path.dirname(os.path.abspath(path)))
+    except OSError:
+        return "is the disk full?"
+    free = info.f_bavail * info.f_frsize
+    return "no space left on device" if free == 0 else f"{human_bytes(free)} free on its device"
