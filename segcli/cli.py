@@ -850,6 +850,8 @@ def agg(
 @click.option(
     "--no-nan", is_flag=True, help="Fail (exit 4) if DATA holds any NaN (with --skipna: or null)."
 )
+@ddof_option
+@q_option(required=False)
 @indices_options
 @weights_options
 @translate_errors
@@ -860,6 +862,8 @@ def check(
     max_dropped: int | None,
     no_nan: bool,
     op: str,
+    ddof: int | None,
+    q: float | None,
     **options: Any,
 ) -> None:
     """Validate DATA and IDS without writing anything: exit 0 if they pass, non-zero if not.
@@ -884,6 +888,7 @@ def check(
         from segcli.multi import parse_ops
 
         op_names = parse_ops(op)
+        _check_op_options(op_names, ddof, q)
         request = _request(op_names[0], **options)
         pipeline.reserve_outputs(request, outputs)
         _arm_summary("check", summary_json)
@@ -907,6 +912,19 @@ def check(
     )
     if failure is not None:
         raise failure
+
+
+def _check_op_options(op_names: tuple[str, ...], ddof: int | None, q: float | None) -> None:
+    """``check`` takes a run's --ddof and --q, so that a CI line can copy the run's, and
+    refuses them as the run would (an op that does not use them, a q outside [0, 1])."""
+    if ddof is not None:
+        from segcli.multi import with_ddof
+
+        with_ddof(op_names, ddof)
+    if q is not None:
+        from segcli.holistic_runs import check_q
+
+        check_q(op_names, q)
 
 
 @cli.command(epilog=EXIT_CODES_HELP)

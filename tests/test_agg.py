@@ -1270,3 +1270,22 @@ def test_npz_under_skipna_holds_the_count_op_and_the_rows_per_segment_once(tmp_p
         np.testing.assert_array_equal(archive["counts"], [2, 2])
     checked = run("agg", data, ids, "--op", "sum,count", "--skipna", "--expect", out, "-q")
     assert checked.exit_code == 0, checked.stderr
+
+
+def test_check_takes_the_runs_ddof_and_q_and_refuses_them_as_the_run_does(tmp_path: Path) -> None:
+    """A CI line can copy the run's options: ``check --op quantile,std --q 0.9 --ddof 1``."""
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.arange(4.0))
+    np.save(ids, np.array([0, 0, 1, 1]))
+    ok = run("check", data, ids, "--op", "quantile,std", "--q", "0.9", "--ddof", "1", "-q")
+    assert ok.exit_code == 0, ok.stderr
+    for options, said in (
+        (["--op", "sum", "--q", "0.9"], "--q applies to quantile only, not sum"),
+        (["--op", "quantile", "--q", "1.5"], "--q 1.5 is outside [0, 1]"),
+        (["--op", "sum", "--ddof", "1"], "--ddof applies to var and std only"),
+    ):
+        refused = run("check", data, ids, *options, "-q")
+        assert refused.exit_code == 2 and said in refused.stderr, refused.stderr
+        # the run refuses the same options alike
+        ran = run("agg", data, ids, *options, "-q")
+        assert ran.exit_code == 2 and said in ran.stderr, ran.stderr
