@@ -225,6 +225,7 @@ def read_keys_from(
         raise UsageError(
             f"--keys-from {path}: no column '{missing[0]}' (columns: {', '.join(names)})"
         )
+    table.check_unique(by, f"--keys-from {path}")
     if fmt in ("csv", "tsv") and data is not None:
         from segcli.io.key_text import binary_from_hex, hex_as_text, unreadable_key
 
