@@ -955,6 +955,24 @@ def test_expect_without_the_key_columns_is_an_error(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "arrow", "csv", "tsv"])
+@pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum"]])
+def test_a_golden_with_the_key_column_twice_is_a_read_error(
+    tmp_path: Path, fmt: str, command: list[str]
+) -> None:
+    data = golden_keys(tmp_path, ["a", "b"], "data")
+    keys = pa.array(["a", "b"])
+    names = ["k", "k", "value" if command == ["sum"] else "sum"]
+    table = pa.Table.from_arrays([keys, keys, pa.array([1.0, 1.0])], names=names)
+    golden = write_table(tmp_path / f"golden.{fmt}", table)
+    result = run(*command, data, "--by", "k", "--expect", golden, "-q")
+    assert (result.exit_code, result.stderr) == (
+        3,
+        f"Error: --expect {golden}: 2 columns are named 'k'; cannot tell which one to read "
+        "(rename them)\n",
+    )
+
+
 @pytest.mark.parametrize("fmt", [*EXPECT_FORMATS, "npy", "npz"])
 @pytest.mark.parametrize("kind", list(KEY_KINDS))
 def test_a_golden_segcli_wrote_passes_for_every_key_kind(
