@@ -639,6 +639,40 @@ def test_a_keys_from_with_the_key_column_twice_is_a_read_error(
     )
 
 
+SEMICOLONS = "a;b;v\nx;1;1.0\ny;2;2.0\nx;2;4.0\n"
+
+
+@pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum"]])
+@pytest.mark.parametrize("streaming", [[], ["--chunk-rows", "2"]])
+def test_a_csv_keys_from_is_read_as_keys_out_writes_it_whatever_the_data_delimiter(
+    tmp_path: Path, command: list[str], streaming: list[str]
+) -> None:
+    path = tmp_path / "semi.csv"
+    path.write_text(SEMICOLONS)
+    args = [*command, path, "--delimiter", ";", "--data-column", "v", "--by", "a,b", "-q"]
+    keys_out, plain = tmp_path / "k.csv", tmp_path / "plain.csv"
+    ok(*args, "-o", tmp_path / "o.npy", "--keys-out", keys_out)
+    ok(*args, "-o", plain)
+    again = tmp_path / "again.csv"
+    ok(*args, *streaming, "--keys-from", keys_out, "-o", again)
+    assert again.read_text() == plain.read_text()
+
+
+@pytest.mark.parametrize("keys_fmt", ["csv", "tsv"])
+@pytest.mark.parametrize("streaming", [[], ["--chunk-rows", "2"]])
+def test_a_keys_from_has_a_header_line_whatever_the_data_has(
+    tmp_path: Path, keys_fmt: str, streaming: list[str]
+) -> None:
+    # Read with --no-input-header, the keys file's header line '1' was a key, an empty group.
+    path = tmp_path / "no_header.csv"
+    path.write_text("x,1.0\ny,2.0\nx,4.0\n")
+    keys_file = tmp_path / f"keys.{keys_fmt}"
+    keys_file.write_text("1\ny\nx\nz\n")
+    args = ["sum", path, "--no-input-header", "--data-column", "2", "--by", "1", "-q"]
+    result = ok(*args, *streaming, "--keys-from", keys_file)
+    assert result.stdout == "1\tvalue\ny\t2.0\nx\t5.0\nz\t0.0\n"
+
+
 @pytest.mark.parametrize("streaming", [[], ["--chunk-rows", "2"]])
 def test_a_table_without_rows_gives_the_header_and_the_key_types(
     tmp_path: Path, streaming: list[str]

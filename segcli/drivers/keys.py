@@ -56,7 +56,7 @@ def encoder_for(spec: RunSpec, data: TableFile | pa.Schema | None = None) -> Key
     in the key types of ``data``: DATA's table or its key columns' schema)."""
     keys_from = None
     if spec.keys_from is not None:
-        keys_from = read_keys_from(spec.keys_from, spec.by, spec.csv, data)
+        keys_from = read_keys_from(spec.keys_from, spec.by, data)
     return KeyEncoder(
         spec.by,
         null_keys=cast(NullKeys, spec.null_keys),
