@@ -673,6 +673,24 @@ def test_a_keys_from_has_a_header_line_whatever_the_data_has(
     assert result.stdout == "1\tvalue\ny\t2.0\nx\t5.0\nz\t0.0\n"
 
 
+@pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum"], ["median"]])
+def test_a_csv_keys_from_is_read_in_the_key_types_of_a_whole_read(
+    tmp_path: Path, command: list[str]
+) -> None:
+    # Whole numbers through DATA's first megabyte, then a word: read whole, the key column is
+    # text, and so is the keys file's 'x1' (it was read as int64, DATA's head's type).
+    path = tmp_path / "late.csv"
+    rows = "".join(f"{i % 3},1.0\n" for i in range(200_000))
+    path.write_text(f"j,v\n{rows}x1,1.0\n")
+    keys_file = tmp_path / "keys.csv"
+    keys_file.write_text("j\nx1\n2\n1\n0\n")
+    args = [*command, path, "--data-column", "v", "--by", "j", "--memory-limit", "4GB", "-q"]
+    result = ok(*args, "--keys-from", keys_file)
+    assert [line.split("\t")[0] for line in result.stdout.splitlines()] == [
+        "j", "x1", "2", "1", "0"
+    ]  # fmt: skip
+
+
 @pytest.mark.parametrize("streaming", [[], ["--chunk-rows", "2"]])
 def test_a_table_without_rows_gives_the_header_and_the_key_types(
     tmp_path: Path, streaming: list[str]
