@@ -43,6 +43,7 @@ from segcli.io.formats import (
     suffix_format,
 )
 from segcli.io.keyed import stage_keys
+from segcli.io.tables import check_unique_names
 from segcli.io.write import write_all
 from segcli.multi import split, with_ddof
 from segcli.op_names import HOLISTIC_OPS, Q_OPS
@@ -471,6 +472,8 @@ def _read_golden(
         table = _golden_table(body, fmt, key_names)
     except (OSError, ValueError) as exc:
         raise ReadError(f"--expect {path}: cannot read ({first_line(exc)})") from None
+    # Every column of the golden is compared (or is an error): none may be named twice.
+    check_unique_names(table.column_names, table.column_names, f"--expect {path}")
     return {
         name: _key_texts(table.column(name)) if name in key_names else table.column(name).to_numpy()
         for name in table.column_names
@@ -491,7 +494,9 @@ def _golden_table(body: bytes, fmt: str, key_names: tuple[str, ...]) -> pa.Table
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(source)
+        # Not pq.read_table: its dataset reader refuses a name used twice with a message that
+        # names no file; the check after the read names the column.
+        return pq.ParquetFile(source).read()
     # ``-o - --format arrow`` writes the IPC stream format, a file the IPC file format.
     if body.startswith(ARROW_FILE_MAGIC):
         return pa.ipc.open_file(source).read_all()

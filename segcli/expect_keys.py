@@ -98,6 +98,7 @@ def _golden_table(path: str, fmt: str, keys: pa.Table) -> pa.Table:
     table = open_table(path, fmt)
     names = keys.column_names
     _require(names, table.schema().names, path)
+    table.check_unique(names, f"--expect {path}")
     if fmt in ("csv", "tsv"):
         # The output writes binary keys as hex text: read that text, not its bytes.
         types = hex_as_text(csv_readable_types(keys.schema))

@@ -246,6 +246,21 @@ def test_duplicate_column_name_in_use(tmp_path: Path, fmt: str, chunks: list[str
     assert not (tmp_path / "o.npy").exists()
 
 
+@pytest.mark.parametrize("fmt", ["csv", "tsv", "parquet"])
+def test_a_golden_with_the_value_column_twice_is_a_read_error(tmp_path: Path, fmt: str) -> None:
+    # A CSV golden's columns went into a dict: the last 'value' was compared, the first not.
+    data = tmp_path / "d.csv"
+    data.write_text("s,v\n0,1.0\n1,2.0\n")
+    golden = tmp_path / f"golden.{fmt}"
+    table = pa.Table.from_arrays([pa.array([9.0, 9.0]), pa.array([1.0, 2.0])], ["value", "value"])
+    if fmt == "parquet":
+        pq.write_table(table, golden)
+    else:
+        pcsv.write_csv(table, golden, pcsv.WriteOptions(delimiter="\t" if fmt == "tsv" else ","))
+    result = run(*SUM, data, "--expect", golden, "-q")
+    one_error_line(result, 3, f"golden.{fmt}: 2 columns are named 'value'")
+
+
 @pytest.mark.parametrize("fmt", ["csv", "parquet", "arrow"])
 def test_duplicate_column_name_not_in_use(tmp_path: Path, fmt: str) -> None:
     path = duplicate_table(tmp_path, fmt)

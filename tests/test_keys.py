@@ -18,7 +18,7 @@ import pyarrow as pa
 import pytest
 
 import segcli
-from segcli.errors import InvalidInputError, UsageError
+from segcli.errors import InvalidInputError, ReadError, UsageError
 from segcli.keys import MISSING, KeyEncoder, KeyTable
 from segcli.keys.values import UNKNOWN
 
@@ -566,6 +566,20 @@ def test_keys_from_of_another_kind_is_an_error() -> None:
 def test_keys_from_missing_column_lists_its_columns() -> None:
     with pytest.raises(InvalidInputError, match=r"k.csv has no column 'b' \(columns: a\)"):
         KeyEncoder(["a", "b"], keys_from=pa.table({"a": [1]}), keys_from_label="k.csv")
+
+
+def test_keys_from_with_a_key_column_twice_is_a_read_error() -> None:
+    keys_table = pa.Table.from_arrays(
+        [pa.array([1]), pa.array([2]), pa.array([3])], ["a", "a", "b"]
+    )
+    with pytest.raises(ReadError) as err:
+        KeyEncoder(["b", "a"], keys_from=keys_table, keys_from_label="--keys-from k.parquet")
+    assert str(err.value) == (
+        "--keys-from k.parquet: 2 columns are named 'a'; cannot tell which one to read "
+        "(rename them)"
+    )
+    # A name used twice that is not a key column is never read: no error.
+    assert KeyEncoder(["b"], keys_from=keys_table).n_groups == 1
 
 
 def test_keys_from_without_blocks_is_the_keys_table() -> None:

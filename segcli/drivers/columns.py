@@ -180,7 +180,7 @@ def _run_in_memory(spec: RunSpec, columns: list[str]) -> list[DriverResult]:
 def _run_keyed(
     spec: RunSpec, columns: list[str], progress: Progress | None, *, streams: bool
 ) -> list[DriverResult]:
-    from segcli.drivers.keys import encoder_for, key_input_facts, put_in_key_order
+    from segcli.drivers.keys import encoder_for, given_n, key_input_facts, put_in_key_order
     from segcli.io.keys import (
         KeyIdsChunks,
         check_key_columns,
@@ -193,14 +193,12 @@ def _run_keyed(
     table = key_table_file(spec.data, spec.csv)
     check_key_columns(table, spec.by)
     names = [pick_data_column(table, column, spec.by) for column in columns]
-    encoder = encoder_for(spec, table)
-    # --keys-from fixes n up front; otherwise n is the number of groups, found as ids come.
-    given_n = encoder.n_groups if encoder.keys_from is not None else None
     labels = [f"{table.label}:{name}" for name in names]
     if streams:
+        encoder = encoder_for(spec, table)
         ids = KeyIdsChunks(table, spec.by, encoder)
         sources = TableBatches(table, names).sources
-        keyed = dataclasses.replace(spec, num_segments=given_n)
+        keyed = dataclasses.replace(spec, num_segments=given_n(encoder))
         reductions, blocks = reduce_columns(sources, ids, keyed, progress=progress)
         rows = rows_of(reductions[0].id_report, ids)
         keys_facts = key_input_facts(spec.data, ids.label, ids.schema, rows, ids.bytes_read)
@@ -214,6 +212,8 @@ def _run_keyed(
         timings = [{"read+compute": r.timings["compute"]} for r in reductions]
     else:
         arrays, keys = read_columns_and_keys(table, names, spec.by)
+        # A CSV --keys-from is read in the key types of the whole read, not of DATA's head.
+        encoder = encoder_for(spec, keys.schema)
         # The declared types first: the key table has them whichever encoding they came in.
         encoder.declare(keys.schema, table.label)
         flat_ids = encoder.encode(keys.table, table.label)
@@ -226,7 +226,7 @@ def _run_keyed(
                 core.reduce_arrays(
                     array,
                     flat_ids,
-                    given_n,
+                    given_n(encoder),
                     op,
                     engine=engine_of(spec),
                     fill=fill,

@@ -278,8 +278,9 @@ def _sort_stream(
 def _run_keyed_in_memory(spec: RunSpec) -> DriverResult:
     started = time.perf_counter()
     table, column = open_key_table(spec)
-    encoder = encoder_for(spec, table)
     data, keys = read_data_and_keys(table, column, spec.by)
+    # A CSV --keys-from is read in the key types of the whole read, not of DATA's head.
+    encoder = encoder_for(spec, keys.schema)
     # The declared types first: the key table has them whichever encoding the columns came in.
     encoder.declare(keys.schema, table.label)
     ids = encoder.encode(keys.table, table.label)

@@ -56,7 +56,7 @@ def encoder_for(spec: RunSpec, data: TableFile | pa.Schema | None = None) -> Key
     in the key types of ``data``: DATA's table or its key columns' schema)."""
     keys_from = None
     if spec.keys_from is not None:
-        keys_from = read_keys_from(spec.keys_from, spec.by, spec.csv, data)
+        keys_from = read_keys_from(spec.keys_from, spec.by, data)
     return KeyEncoder(
         spec.by,
         null_keys=cast(NullKeys, spec.null_keys),
@@ -106,8 +106,9 @@ def run_in_memory(
     """Read the data column and the key columns whole, encode the keys, reduce."""
     started = time.perf_counter()
     table, column = open_key_table(spec)
-    encoder = encoder_for(spec, table)
     data, keys = read_data_and_keys(table, column, spec.by)
+    # A CSV --keys-from is read in the key types of the whole read, not of DATA's head.
+    encoder = encoder_for(spec, keys.schema)
     # The declared types first: the key table has them whichever encoding the columns came in.
     encoder.declare(keys.schema, table.label)
     ids = encoder.encode(keys.table, table.label)

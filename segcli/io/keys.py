@@ -206,26 +206,29 @@ def _text_nbytes(column: pa.ChunkedArray, type_: pa.DataType) -> int:
 def read_keys_from(
     path: str,
     by: Sequence[str],
-    csv: CsvOptions | None,
     data: TableFile | pa.Schema | None = None,
 ) -> pa.Table:
-    """The ``--keys-from`` table: a table file holding at least the key columns.
+    """The ``--keys-from`` table: a table file holding at least the key columns, each once.
 
-    ``data`` (DATA's table, or its key columns' schema) gives the data's key types: a CSV/TSV
-    keys file is read in them where it can be, since inferred types would turn sensor ids like
-    ``007`` into the integer 7, and decimals into doubles, neither of which matches the data."""
+    A CSV/TSV keys file is read with its own format's defaults (``,``, a tab for ``.tsv``, a
+    header line), as ``--keys-out`` writes it, whatever DATA's ``--delimiter`` and
+    ``--no-input-header`` say. ``data`` (DATA's table, or its key columns' schema) gives the
+    data's key types: a CSV/TSV keys file is read in them where it can be, since inferred
+    types would turn sensor ids like ``007`` into the integer 7, and decimals into doubles,
+    neither of which matches the data."""
     fmt = input_format(path)
     if fmt not in KEY_FORMATS:
         raise UsageError(
             f"--keys-from {path}: need a Parquet, Arrow, CSV/TSV or JSON-lines table, not {fmt}"
         )
-    table = open_table(path, fmt, csv)
+    table = open_table(path, fmt)
     names = table.schema().names
     missing = [name for name in by if name not in names]
     if missing:
         raise UsageError(
             f"--keys-from {path}: no column '{missing[0]}' (columns: {', '.join(names)})"
         )
+    table.check_unique(by, f"--keys-from {path}")
     if fmt in ("csv", "tsv") and data is not None:
         from segcli.io.key_text import binary_from_hex, hex_as_text, unreadable_key
 

@@ -24,7 +24,7 @@ from segcli.io.formats import (
     suffix_format,
 )
 from segcli.io.npy import npz_keys, open_npz, read_npy, read_npz_member
-from segcli.io.tables import open_table
+from segcli.io.tables import check_unique_names, open_table
 
 _Array = np.ndarray[Any, Any]
 _VALUE_N = re.compile(r"value_(\d+(?:_\d+)*)")
@@ -123,6 +123,14 @@ def _csv_columns(path: str, sep: str) -> dict[str, list[str]]:
     if not rows:
         raise ReadError(f"{path}: empty file (expected a header row)")
     header, body = rows[0], rows[1:]
+    # The columns a golden table's values are read from: as a Parquet or Arrow golden, a name
+    # among them used twice cannot say which is meant (a dict would keep the last).
+    read = [
+        name
+        for name in header
+        if name in (VALUE_COLUMN, _COUNT_COLUMN, "segment") or _VALUE_N.fullmatch(name)
+    ]
+    check_unique_names(header, read, path)
     for number, row in enumerate(body, start=2):
         if len(row) != len(header):
             raise ReadError(

@@ -309,7 +309,7 @@ class TableFile:
                 elif self.is_text:
                     hint = _csv_header_hint(column, names)
                 raise UsageError(f"{self.label}: no column '{column}' (columns: {listing}){hint}")
-            self._check_unique([column])
+            self.check_unique([column])
             return column
         if len(names) == 1:
             return names[0]
@@ -319,7 +319,7 @@ class TableFile:
 
     def arrays(self, columns: list[str]) -> list[np.ndarray[Any, Any]]:
         """Read ``columns`` and convert each to NumPy (checked for type and nulls)."""
-        self._check_unique(columns)
+        self.check_unique(columns)
         table = self.read(columns)
         self.check_text_types(table, columns)
         return [
@@ -338,15 +338,10 @@ class TableFile:
             for name in columns:
                 check_text_type(table.column(name), ColumnRef(self.label, name))
 
-    def _check_unique(self, columns: list[str]) -> None:
-        """A name the table uses for several columns cannot say which one is meant."""
-        names = self.schema().names
-        for column in columns:
-            if names.count(column) > 1:
-                raise ReadError(
-                    f"{self.label}: {names.count(column)} columns are named '{column}'; "
-                    "cannot tell which one to read (rename them)"
-                )
+    def check_unique(self, columns: Sequence[str], label: str | None = None) -> None:
+        """A name the table uses for several columns cannot say which one is meant: a
+        ReadError, prefixed with ``label`` (``--keys-from keys.csv``) or the table's own."""
+        check_unique_names(self.schema().names, columns, label or self.label)
 
     def parquet_source(self) -> str | pa.NativeFile:
         # Parquet needs to seek: bytes from a pipe are read from memory, a path from the file.
@@ -640,6 +635,18 @@ def is_csv_path(path: str) -> bool:
     """Whether ``path`` names a CSV/TSV file (plain or compressed), by its suffix (the
     CSV options apply to those only)."""
     return suffix_format(path, INPUT_SUFFIXES) in ("csv", "tsv")
+
+
+def check_unique_names(names: Sequence[str], columns: Sequence[str], label: str) -> None:
+    """A ReadError naming the first of ``columns`` that ``names`` (a table's column names)
+    holds more than once: which of those columns is meant cannot be told."""
+    for column in columns:
+        count = list(names).count(column)
+        if count > 1:
+            raise ReadError(
+                f"{label}: {count} columns are named '{column}'; "
+                "cannot tell which one to read (rename them)"
+            )
 
 
 def open_table(path: str, fmt: str, csv: CsvOptions | None = None) -> TableFile:

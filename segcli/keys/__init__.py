@@ -49,7 +49,8 @@ integer data) is an error.
 A row whose key is not in it is an error naming the first such key and its row (0-based,
 counted across every block encoded) and the number of such rows, raised by ``finish()`` once
 every block is in (such rows get the id UNKNOWN, negative, until then); a key present twice in
-it is an error naming both rows. With
+it is an error naming both rows, and a key column it holds twice a
+:class:`~segcli.errors.ReadError` (which of them is meant cannot be told). With
 ``null_keys="drop"`` data rows with a null key are dropped (never matched); with ``"group"`` they
 must match a row of ``keys_from`` whose key is null.
 
@@ -71,6 +72,7 @@ from segcli.errors import InvalidInputError, UsageError
 from segcli.io import arrow_kernels as kernels
 from segcli.io.columns import arrow_array, numpy_of
 from segcli.io.keyed import key_value_text
+from segcli.io.tables import check_unique_names
 from segcli.keys.groups import Groups, fixed_binary_rows
 from segcli.keys.values import (
     MISSING,
@@ -265,6 +267,7 @@ class KeyEncoder:
             raise InvalidInputError(
                 f"{label} has no column '{missing[0]}' (columns: {', '.join(table.column_names)})"
             )
+        check_unique_names(table.column_names, self.by, label)
         keys = table.select(self.by)
         for name, type_ in zip(keys.column_names, keys.schema.types, strict=True):
             check_key_type(name, type_, label)
