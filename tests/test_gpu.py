@@ -58,6 +58,8 @@ MIDDLE_INTS = ("int16", "int32", "uint16", "uint32")
 def common_dtype(dtype: str) -> bool:
     """Whether a case of ``dtype`` is in the default run (see :data:`MIDDLE_INTS`)."""
     return dtype not in MIDDLE_INTS
+
+
 #: Every op of the table the kernels fold: a new op is taken through the engine by itself
 #: (one they do not fold is refused: test_an_op_without_a_kernel_is_refused_before_any_row_moves).
 OPS = [name for name, op in ops.OPS.items() if cupy_fold.has_kernel(op)]
@@ -764,8 +766,7 @@ def cpp_library(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str
 # integers, the narrowest and widest of each sign (the others' templates are the same code).
 @default_run(
     lambda dtype, shared: (
-        common_dtype(dtype)
-        and (shared is None or dtype in ("float32", "float64", "int64"))
+        common_dtype(dtype) and (shared is None or dtype in ("float32", "float64", "int64"))
     )
 )
 @pytest.mark.parametrize("sorted_ids", [False, True], ids=["unsorted", "sorted"])
