@@ -1059,6 +1059,29 @@ def test_csv_golden_keys_compare_by_value_in_the_data_key_types(tmp_path: Path) 
     result = run("sum", path, "--by", "s,i", "--null-keys", "group", "--expect", golden, "-q")
     assert (result.exit_code, result.stderr) == (
         4,
-        f"Error: --expect {golden}: row 0 has key s='', i=2, the golden file s=None, i=2 "
+        f"Error: --expect {golden}: row 0 has key s='', i=2, the golden file s=null, i=2 "
         "(the keys differ in 2 of 3 rows)\n",
     )
+
+
+def test_a_missing_or_corrupt_keys_from_file_is_named_with_its_option(tmp_path: Path) -> None:
+    data = write_table(tmp_path / "d.parquet", pa.table({"s": ["a", None, "b"], "v": [1.0, 2, 4]}))
+    (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
+    for name, said in (
+        ("nofile.csv", "no such file"),
+        ("bad.parquet", "not a valid Parquet file"),
+    ):
+        keys = tmp_path / name
+        result = run("sum", data, "--data-column", "v", "--by", "s", "--keys-from", keys, "-q")
+        assert result.exit_code == 3
+        assert result.stderr.startswith(f"Error: --keys-from {keys}: {said}"), result.stderr
+        assert result.stderr.count("\n") == 1
+
+
+def test_a_null_key_is_named_null_in_messages(tmp_path: Path) -> None:
+    data = write_table(tmp_path / "d.parquet", pa.table({"s": ["a", None, "a"], "v": [1.0, 2, 4]}))
+    keys = write_table(tmp_path / "k.parquet", pa.table({"s": ["a"]}))
+    args = ["--data-column", "v", "--by", "s", "--keys-from", keys, "--null-keys", "group"]
+    result = run("sum", data, *args, "-q")
+    assert result.exit_code == 1
+    assert f"row 1 has key s=null, which is not in --keys-from {keys}" in result.stderr

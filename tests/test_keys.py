@@ -542,7 +542,7 @@ def test_keys_from_null_keys() -> None:
     _keys, sums, _counts, encoder = run(data, ["a"], 1, keys_from=keys_table)
     assert sums.tolist() == [1.0, 0.0]  # dropped rows never match the null row
     assert encoder.missing_rows == 2
-    with pytest.raises(InvalidInputError, match="row 1 has key a=None, which is not in"):
+    with pytest.raises(InvalidInputError, match="row 1 has key a=null, which is not in"):
         run(data, ["a"], 1, keys_from=pa.table({"a": ["x"]}), null_keys="group")
 
 

@@ -69,11 +69,14 @@ def key_strings(column: pa.ChunkedArray | pa.Array) -> pa.Array:
 
 
 def key_value_text(column: pa.ChunkedArray | pa.Array, row: int) -> str:
-    """One key value as an error message names it: strings, numbers, booleans and null as
-    Python writes them (strings quoted), other types as the text output writes them
+    """One key value as an error message names it: strings, numbers and booleans as Python
+    writes them (strings quoted), a missing key as ``null`` (the word Arrow and the JSON
+    output use, not Python's ``None``), other types as the text output writes them
     (``2024-05-01``, ``12.50``), not as Python objects (``datetime.date(2024, 5, 1)``)."""
     value = column[row].as_py()
-    if value is None or isinstance(value, str | bytes | bool | int | float):
+    if value is None:
+        return "null"
+    if isinstance(value, str | bytes | bool | int | float):
         return repr(value)
     return str(key_strings(column.slice(row, 1))[0].as_py())
 

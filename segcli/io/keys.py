@@ -216,6 +216,17 @@ def read_keys_from(
     data's key types: a CSV/TSV keys file is read in them where it can be, since inferred
     types would turn sensor ids like ``007`` into the integer 7, and decimals into doubles,
     neither of which matches the data."""
+    try:
+        return _read_keys_table(path, by, data)
+    except ReadError as error:
+        # A missing or corrupt file names the option it was given to, as the other errors do.
+        said = str(error)
+        if not said.startswith("--keys-from "):
+            error.args = (f"--keys-from {said}",)
+        raise
+
+
+def _read_keys_table(path: str, by: Sequence[str], data: TableFile | pa.Schema | None) -> pa.Table:
     fmt = input_format(path)
     if fmt not in KEY_FORMATS:
         raise UsageError(
