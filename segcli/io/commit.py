@@ -18,6 +18,7 @@ import functools
 import os
 import re
 import stat
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from types import TracebackType
 from typing import BinaryIO, cast
 
 from segcli.errors import UsageError, WriteError
+from segcli.io.formats import BINARY_FORMATS
 from segcli.signals import checkpoint, closing_after_error, held, streaming_out
 
 TEMP_PREFIX = ".segcli-"
@@ -45,6 +47,7 @@ class _Output:
     identity: tuple[int, int] | None  # (device, inode) of an existing target
     owner: tuple[int, int] | None = None  # (uid, gid) of an existing target, kept on replace
     temp: str | None = None  # the staged bytes, until committed or aborted
+    terminal: bool = False  # a device that is a terminal: binary formats refuse it
 
 
 class OutputSet:
@@ -102,6 +105,10 @@ class OutputSet:
     def is_direct(self, path: str) -> bool:
         """Whether ``path`` is written in place (a FIFO or device): no seek, no rename."""
         return self._output(path).direct
+
+    def is_terminal(self, path: str) -> bool:
+        """Whether ``path`` is a terminal (``/dev/tty``, ``/dev/stdout`` on one)."""
+        return self._output(path).terminal
 
     @contextlib.contextmanager
     def stage(self, path: str) -> Iterator[BinaryIO]:
@@ -176,6 +183,40 @@ def atomic_output(path: str) -> Iterator[BinaryIO]:
             yield handle
 
 
+def refuse_binary_on_terminal(
+    fmt: str,
+    path: str,
+    outputs: OutputSet | None = None,
+    *,
+    stdout: BinaryIO | None = None,
+) -> None:
+    """A WriteError (exit 5) when ``fmt`` is binary and would go to a terminal: stdout for
+    ``path`` ``-`` (``stdout``, else ``sys.stdout``), or ``path`` reserved in ``outputs`` when
+    it is one (``/dev/tty``, ``/dev/stdout`` on a terminal). Asked before any input is read,
+    so a run that cannot write its result does no work."""
+    if fmt not in BINARY_FORMATS:
+        return
+    if path == "-":
+        out = stdout if stdout is not None else getattr(sys.stdout, "buffer", None)
+        if out is not None and _isatty(out):
+            raise WriteError(
+                f"refusing to write binary {fmt} to a terminal; redirect stdout or use -o FILE"
+            )
+        return
+    if outputs is not None and outputs.is_terminal(path):
+        raise WriteError(
+            f"{_named(outputs._output(path))}: refusing to write binary {fmt} to a terminal; "
+            "write a file or a pipe, or a text format (csv, tsv, json)"
+        )
+
+
+def _isatty(stream: BinaryIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 def _streamed(direct: bool) -> contextlib.AbstractContextManager[None]:
     # A FIFO or device takes the bytes as they come: no staging to undo them.
     return streaming_out() if direct else contextlib.nullcontext()
@@ -221,7 +262,7 @@ def _plan(path: str, option: str) -> _Output:
     if existing is not None and stat.S_ISDIR(existing.st_mode):
         raise WriteError(f"{option} {path}: is a directory")
     if _names_descriptor(path) or (existing is not None and not stat.S_ISREG(existing.st_mode)):
-        return _Output(path, option, path, True, 0, None)
+        return _direct(path, option, existing)
     # realpath follows every link, a dangling one's too: the target is replaced, the link kept.
     target = os.path.realpath(path)
     folder = os.path.dirname(target)
@@ -234,6 +275,28 @@ def _plan(path: str, option: str) -> _Output:
     identity = (existing.st_dev, existing.st_ino)
     owner = (existing.st_uid, existing.st_gid)
     return _Output(path, option, target, False, stat.S_IMODE(existing.st_mode), identity, owner)
+
+
+def _direct(path: str, option: str, existing: os.stat_result | None) -> _Output:
+    """A FIFO, device or descriptor, written in place."""
+    output = _Output(path, option, path, True, 0, None)
+    if existing is not None and stat.S_ISCHR(existing.st_mode):
+        output.terminal = _opens_a_terminal(path)
+    return output
+
+
+def _opens_a_terminal(path: str) -> bool:
+    """Whether the character device ``path`` is a terminal. Never asked of a FIFO, whose
+    open() for writing waits for a reader."""
+    try:
+        # O_NOCTTY: a terminal opened here must not become the process's controlling one.
+        handle = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError:
+        return False  # staging says why it cannot be written
+    try:
+        return os.isatty(handle)
+    finally:
+        os.close(handle)
 
 
 def _keep_owner(temp: str, owner: tuple[int, int] | None) -> None:
