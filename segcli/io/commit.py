@@ -34,7 +34,7 @@ TEMP_PREFIX = ".segcli-"
 
 #: A path that names an open descriptor (``/dev/fd/3``, ``/proc/self/fd/1``, what ``/dev/stdout``
 #: links to): whatever it points at, it is written in place, never renamed over.
-_DESCRIPTOR_PATH = re.compile(r"^/(?:dev/fd|proc/[^/]+/fd)/\d+$")
+_DESCRIPTOR_PATH = re.compile(r"^/(?:dev/fd|proc/(?P<pid>[^/]+)/fd)/(?P<fd>\d+)$")
 
 
 @dataclass
@@ -44,9 +44,13 @@ class _Output:
     target: str  # the file a commit replaces (a symlink's final target), or ``path`` if direct
     direct: bool  # a FIFO or device: written in place when staged, nothing to commit
     mode: int
-    identity: tuple[int, int] | None  # (device, inode) of an existing target
+    identity: tuple[int, int] | None  # (device, inode) of an existing file or FIFO
     owner: tuple[int, int] | None = None  # (uid, gid) of an existing target, kept on replace
     temp: str | None = None  # the staged bytes, until committed or aborted
+    #: Where the bytes go, to tell two outputs apart: ``target``, or for a FIFO or descriptor
+    #: its path with links resolved up to the descriptor (``/dev/stdout`` is ``/dev/fd/1``);
+    #: None for a device named as one (``/dev/null``, ``/dev/tty``), which any output may share.
+    place: str | None = None
     terminal: bool = False  # a device that is a terminal: binary formats refuse it
 
 
@@ -81,7 +85,7 @@ class OutputSet:
         refuse_unfit_name(path, option)
         output = _plan(path, option)
         for other in self._outputs.values():
-            if not output.direct and _same_file(output, other):
+            if _same_file(output, other):
                 raise UsageError(f"{option} {path} is the same file as {other.option} {other.path}")
         if not output.direct:
             # The one sure test that a file can be created there (root ignores a folder's mode,
@@ -269,19 +273,28 @@ def _plan(path: str, option: str) -> _Output:
     if not os.path.isdir(folder):
         raise WriteError(f"{option} {path}: folder {folder} does not exist")
     if existing is None:
-        return _Output(path, option, target, False, 0o666 & ~_umask(), None)
+        return _Output(path, option, target, False, 0o666 & ~_umask(), None, place=target)
     if _write_protected(existing.st_mode, target):
         raise WriteError(f"{option} {path}: is write-protected; not replacing it")
     identity = (existing.st_dev, existing.st_ino)
     owner = (existing.st_uid, existing.st_gid)
-    return _Output(path, option, target, False, stat.S_IMODE(existing.st_mode), identity, owner)
+    mode = stat.S_IMODE(existing.st_mode)
+    return _Output(path, option, target, False, mode, identity, owner, place=target)
 
 
 def _direct(path: str, option: str, existing: os.stat_result | None) -> _Output:
     """A FIFO, device or descriptor, written in place."""
-    output = _Output(path, option, path, True, 0, None)
-    if existing is not None and stat.S_ISCHR(existing.st_mode):
+    place = _resolve(path)
+    output = _Output(path, option, path, True, 0, None, place=place)
+    if existing is None:
+        return output
+    if stat.S_ISCHR(existing.st_mode):
+        # Not its (device, inode): /dev/stdout and /dev/stderr on one terminal are two streams.
         output.terminal = _opens_a_terminal(path)
+        if not _DESCRIPTOR_PATH.match(place):
+            output.place = None
+    else:  # a FIFO, or the file behind a descriptor (``> out.txt``), however it is named
+        output.identity = (existing.st_dev, existing.st_ino)
     return output
 
 
@@ -324,15 +337,25 @@ def _write_protected(mode: int, target: str) -> bool:
 
 def _names_descriptor(path: str) -> bool:
     """Whether ``path`` or a link on its way names an open descriptor (``/dev/stdout``)."""
+    return _DESCRIPTOR_PATH.match(_resolve(path)) is not None
+
+
+def _resolve(path: str) -> str:
+    """``path`` with its links followed, up to the first that names an open descriptor of this
+    process, given as ``/dev/fd/N`` (what a descriptor points at is not followed: two
+    descriptors are two streams, even on one terminal)."""
     current = os.path.abspath(path)
     for _ in range(40):  # the kernel's own limit on links followed
-        if _DESCRIPTOR_PATH.match(current):
-            return True
+        found = _DESCRIPTOR_PATH.match(current)
+        if found:
+            # /dev/stdout links to /proc/self/fd/1: one descriptor, one name.
+            own = found["pid"] in (None, "self", "thread-self", str(os.getpid()))
+            return f"/dev/fd/{found['fd']}" if own else current
         if not os.path.islink(current):
-            return False
+            return os.path.realpath(current)  # a link in a folder's name, too
         current = os.path.join(os.path.dirname(current), os.readlink(current))
         current = os.path.abspath(current)
-    return False
+    return current
 
 
 def _create_temp(output: _Output, folder: str) -> str:
@@ -349,7 +372,7 @@ def _create_temp(output: _Output, folder: str) -> str:
 def _same_file(one: _Output, other: _Output) -> bool:
     if one.identity is not None and one.identity == other.identity:
         return True
-    return one.target == other.target
+    return one.place is not None and one.place == other.place
 
 
 def _is_same_path(output: _Output, path: str) -> bool:
