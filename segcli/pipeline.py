@@ -327,6 +327,8 @@ def reserve_outputs(
         request.key_columns()  # its usage errors come before any file is touched
         outputs.reserve(request.keys_out, "--keys-out")
         refuse_binary_on_terminal(keys_out_format(request.keys_out), request.keys_out, outputs)
+    if request.output == "-":
+        outputs.refuse_stdout("-o -", stdout)
     outputs.refuse_inputs(
         {
             "DATA": request.data,

@@ -329,6 +329,21 @@ def test_an_output_that_is_another_output_or_an_input_is_a_usage_error(
             "fifo",
             "-o /dev/stdout is the same file as --summary-json fifo",
         ),
+        (
+            ["-o", "-", "--summary-json", "/dev/stdout"],
+            "mixed.txt",
+            "-o - is the same file as --summary-json /dev/stdout",
+        ),
+        (
+            ["-o", "-", "--summary-json", "mixed.txt"],
+            "mixed.txt",
+            "-o - is the same file as --summary-json mixed.txt",
+        ),
+        (
+            ["-o", "-", "--summary-json", "link"],
+            "fifo",
+            "-o - is the same file as --summary-json link",
+        ),
     ],
     ids=[
         "dev-stdout-twice",
@@ -338,6 +353,9 @@ def test_an_output_that_is_another_output_or_an_input_is_a_usage_error(
         "fifo-by-link",
         "fifo-hard-link",
         "stdout-is-the-fifo",
+        "dash-and-dev-stdout",
+        "dash-and-its-file",
+        "dash-and-its-fifo",
     ],
 )
 def test_one_fifo_or_descriptor_named_by_both_outputs_is_a_usage_error(

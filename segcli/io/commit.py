@@ -106,6 +106,20 @@ class OutputSet:
                         f"{output.option} {output.path} is the same file as {option} {path}"
                     )
 
+    def refuse_stdout(self, option: str, stdout: BinaryIO | None = None) -> None:
+        """A UsageError if an output is the stdout ``option`` (``-o -``) writes to, by another
+        name (``/dev/stdout``) or as the file or FIFO behind it (``stdout``, else sys.stdout)."""
+        out = stdout if stdout is not None else getattr(sys.stdout, "buffer", None)
+        try:
+            fd = out.fileno() if out is not None else -1
+            found = os.fstat(fd)
+        except (AttributeError, OSError, ValueError):
+            return  # not a descriptor (a test's buffer): no path can name it
+        identity = None if stat.S_ISCHR(found.st_mode) else (found.st_dev, found.st_ino)
+        for output in self._outputs.values():
+            if output.place == f"/dev/fd/{fd}" or (identity and output.identity == identity):
+                raise UsageError(f"{option} is the same file as {output.option} {output.path}")
+
     def is_direct(self, path: str) -> bool:
         """Whether ``path`` is written in place (a FIFO or device): no seek, no rename."""
         return self._output(path).direct
