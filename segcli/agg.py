@@ -31,10 +31,9 @@ from segcli.errors import (
 )
 from segcli.expect import differing_segments
 from segcli.io import agg_write
-from segcli.io.commit import refuse_unfit_name
+from segcli.io.commit import refuse_binary_on_terminal, refuse_unfit_name
 from segcli.io.formats import (
     ARROW_FILE_MAGIC,
-    BINARY_FORMATS,
     OUTPUT_SUFFIXES,
     first_line,
     input_format,
@@ -271,10 +270,7 @@ def _write(
     out = streams.stdout_binary
     if out is None:
         out = sys.stdout.buffer
-    if fmt in BINARY_FORMATS and out.isatty():
-        raise WriteError(
-            f"refusing to write binary {fmt} to a terminal; redirect stdout or use -o FILE"
-        )
+    refuse_binary_on_terminal(fmt, "-", stdout=out)
     try:
         with streaming_out():
             write_all(out, body)  # a pipe's reader leaving mid-write shows as a short count

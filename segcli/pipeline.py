@@ -26,7 +26,7 @@ from segcli.errors import ExpectationError, UsageError, WriteError
 from segcli.expect import check_expected, check_expected_counts
 from segcli.io import peek
 from segcli.io.columns import nulls_kept
-from segcli.io.commit import refuse_unfit_name
+from segcli.io.commit import refuse_binary_on_terminal, refuse_unfit_name
 from segcli.io.formats import input_format
 from segcli.io.key_names import refuse_clashing_keys
 from segcli.io.keyed import (
@@ -309,18 +309,26 @@ def _check_keys_out(request: RunRequest) -> None:
 # A run
 
 
-def reserve_outputs(request: RunRequest, outputs: io.OutputSet) -> None:
-    """Check the output path before any input is read; an output that is an input is refused."""
+def reserve_outputs(
+    request: RunRequest, outputs: io.OutputSet, stdout: BinaryIO | None = None
+) -> None:
+    """Check the output paths before any input is read: an output that is an input is refused,
+    and so is a binary format bound for a terminal (``stdout``, else ``sys.stdout``, for
+    ``-o -``)."""
     if request.expect == "-":
         raise UsageError("--expect reads a file, not stdin")
     if request.output is not None:
         refuse_unfit_name(request.output, "-o")
-        io.output_format(request.output, request.output_format)  # a usage error, before any work
-    if request.output not in (None, "-"):
-        outputs.reserve(request.output, "-o")
+        fmt = io.output_format(request.output, request.output_format)  # a usage error, now
+        if request.output != "-":
+            outputs.reserve(request.output, "-o")
+        refuse_binary_on_terminal(fmt, request.output, outputs, stdout=stdout)
     if request.keys_out is not None:
         request.key_columns()  # its usage errors come before any file is touched
         outputs.reserve(request.keys_out, "--keys-out")
+        refuse_binary_on_terminal(keys_out_format(request.keys_out), request.keys_out, outputs)
+    if request.output == "-":
+        outputs.refuse_stdout("-o -", stdout)
     outputs.refuse_inputs(
         {
             "DATA": request.data,
@@ -377,7 +385,7 @@ def _run(
     """
     if outputs is None:
         with io.OutputSet() as own:
-            reserve_outputs(request, own)
+            reserve_outputs(request, own, (streams or Streams()).stdout_binary)
             return _run(request, streams, progress, own, warn)
     checkpoint("reduce")
     streams = streams or Streams()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import math
 import os
+import pty
 import re
 import subprocess
 import sys
@@ -230,6 +232,61 @@ def test_binary_refused_on_a_terminal(fmt: str) -> None:
     message = f"refusing to write binary {fmt} to a terminal; redirect stdout or use -o FILE"
     with pytest.raises(WriteError, match=f"^{message}$"):
         write_result(np.arange(3), "-", fmt, stdout=terminal)
+    assert terminal.getvalue() == b""
+
+
+@pytest.mark.parametrize("fmt", ["npy", "parquet"])
+def test_binary_refused_on_a_terminal_given_by_path(fmt: str, tmp_path: Path) -> None:
+    controller, terminal = pty.openpty()
+    try:
+        name = os.ttyname(terminal)
+        message = (
+            f"{name}: refusing to write binary {fmt} to a terminal; "
+            "write a file or a pipe, or a text format (csv, tsv, json)"
+        )
+        with pytest.raises(WriteError, match=f"^-o {re.escape(message)}$"):
+            write_result(np.arange(3), name, fmt)
+        link = tmp_path / f"tty.{fmt}"
+        link.symlink_to(name)
+        with pytest.raises(WriteError, match="refusing to write binary"):
+            write_result(np.arange(3), str(link))
+        assert write_result(np.arange(2), name, "csv") == "csv"
+        os.close(terminal)
+        assert _read_until_closed(controller) == b"segment,value\r\n0,0\r\n1,1\r\n"
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(terminal)
+        os.close(controller)
+
+
+def _read_until_closed(controller: int) -> bytes:
+    received = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # EIO: no terminal end is left open
+            return received
+        if not chunk:
+            return received
+        received += chunk
+
+
+def test_binary_to_a_terminal_is_refused_before_stdin_is_read(tmp_path: Path) -> None:
+    from segcli.pipeline import RunRequest, Streams, run
+
+    class Untouchable(io.RawIOBase):
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer: Any) -> int:
+            raise AssertionError("stdin was read")
+
+    np.save(tmp_path / "ids.npy", np.array([0, 1]))
+    request = RunRequest(op="sum", data="-", ids=str(tmp_path / "ids.npy"), output="-")
+    terminal = FakeTerminal()
+    streams = Streams(stdout_binary=terminal, stdin=Untouchable())
+    with pytest.raises(WriteError, match=r"^refusing to write binary npy to a terminal"):
+        run(request, streams)
     assert terminal.getvalue() == b""
 
 

@@ -3,6 +3,7 @@ write-protected file or an input, and every output of a run or none."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -290,6 +291,103 @@ def test_an_output_that_is_another_output_or_an_input_is_a_usage_error(
     assert {name: (tmp_path / name).read_bytes() for name in names(tmp_path)} == before
 
 
+@pytest.mark.parametrize(
+    ("args", "stdout_to", "message"),
+    [
+        (
+            ["-o", "/dev/stdout", "--summary-json", "/dev/stdout"],
+            "mixed.txt",
+            "-o /dev/stdout is the same file as --summary-json /dev/stdout",
+        ),
+        (
+            ["-o", "/dev/fd/1", "--summary-json", "/proc/self/fd/1"],
+            "mixed.txt",
+            "-o /dev/fd/1 is the same file as --summary-json /proc/self/fd/1",
+        ),
+        (
+            ["-o", "/dev/stdout", "--summary-json", "mixed.txt"],
+            "mixed.txt",
+            "-o /dev/stdout is the same file as --summary-json mixed.txt",
+        ),
+        (
+            ["-o", "fifo", "--summary-json", "./fifo"],
+            None,
+            "-o fifo is the same file as --summary-json ./fifo",
+        ),
+        (
+            ["-o", "fifo", "--summary-json", "link"],
+            None,
+            "-o fifo is the same file as --summary-json link",
+        ),
+        (
+            ["-o", "fifo", "--summary-json", "hard"],
+            None,
+            "-o fifo is the same file as --summary-json hard",
+        ),
+        (
+            ["-o", "/dev/stdout", "--summary-json", "fifo"],
+            "fifo",
+            "-o /dev/stdout is the same file as --summary-json fifo",
+        ),
+        (
+            ["-o", "-", "--summary-json", "/dev/stdout"],
+            "mixed.txt",
+            "-o - is the same file as --summary-json /dev/stdout",
+        ),
+        (
+            ["-o", "-", "--summary-json", "mixed.txt"],
+            "mixed.txt",
+            "-o - is the same file as --summary-json mixed.txt",
+        ),
+        (
+            ["-o", "-", "--summary-json", "link"],
+            "fifo",
+            "-o - is the same file as --summary-json link",
+        ),
+    ],
+    ids=[
+        "dev-stdout-twice",
+        "fd-1-twice",
+        "stdout-is-the-file",
+        "fifo-twice",
+        "fifo-by-link",
+        "fifo-hard-link",
+        "stdout-is-the-fifo",
+        "dash-and-dev-stdout",
+        "dash-and-its-file",
+        "dash-and-its-fifo",
+    ],
+)
+def test_one_fifo_or_descriptor_named_by_both_outputs_is_a_usage_error(
+    pair, tmp_path, args, stdout_to, message
+):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    (tmp_path / "link").symlink_to("fifo")
+    os.link(fifo, tmp_path / "hard")
+    # The FIFO's reader: a run that wrote before refusing would hand it bytes.
+    with subprocess.Popen(["cat", "fifo"], cwd=tmp_path, stdout=subprocess.PIPE) as reader:
+        with open(tmp_path / (stdout_to or "stdout.txt"), "wb") as stdout:
+            done = subprocess.run(
+                [*SEGCLI, "sum", *map(str, pair), "-q", "--format", "csv", *args],
+                cwd=tmp_path,
+                stdout=stdout,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=60,
+                check=False,
+            )
+        with contextlib.suppress(OSError):  # ENXIO: it saw its end of file and left
+            # A writer that comes and goes: the reader's end of file, if it still waits.
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        got = reader.communicate(timeout=60)[0]
+    assert done.returncode == 2
+    assert error_lines(done.stderr) == [f"Error: {message} (see 'segcli sum --help')"]
+    assert got == b""
+    if stdout_to == "mixed.txt":
+        assert (tmp_path / "mixed.txt").read_bytes() == b""
+
+
 # ---------------------------------------------------------------------------------------------
 # the transaction itself
 
@@ -353,3 +451,20 @@ def test_a_short_write_says_how_much_room_its_device_had(tmp_path, monkeypatch, 
         == f"-o {target}: cannot write (2000000 requested and 131056 written: {said})"
     )
     assert names(tmp_path) == []
+
+
+@pytest.mark.parametrize("result_to", ["-", "/dev/stdout"])
+def test_two_descriptors_into_one_pipe_are_two_streams(pair, result_to):
+    """``-o - --summary-json /dev/stderr 2>&1 | tool``: the pipe takes both, as a terminal
+    would (and as it takes the summary printed on stderr)."""
+    outputs = ["--format", "csv", "-o", result_to, "--summary-json", "/dev/stderr"]
+    done = subprocess.run(
+        [*SEGCLI, "sum", *map(str, pair), "-q", *outputs],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout
+    text = done.stdout.decode()
+    assert "segment,value,count" in text and '"exit_code": 0' in text

@@ -3,9 +3,12 @@ streams, signals at awkward moments, outputs that cannot be what their names pro
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import json
 import os
 import pty
+import select
 import signal
 import stat
 import struct
@@ -14,6 +17,7 @@ import sys
 import termios
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -400,6 +404,116 @@ def test_write_errors_name_the_option_and_the_path(hostile, command, output, lin
     assert result.returncode == 5
     [got] = result.stderr.decode().splitlines()
     assert got.startswith("Error: " + line.format(tmp=os.path.realpath(hostile)))
+
+
+@pytest.fixture
+def terminal() -> Iterator[tuple[int, int]]:
+    """A pseudo-terminal: its controller's and its terminal's descriptors."""
+    controller, tty = pty.openpty()
+    yield controller, tty
+    for fd in (controller, tty):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def segcli_to_a_terminal(
+    terminal: tuple[int, int], *args: object, cwd: Path, stderr_too: bool = False
+) -> tuple[int, bytes, str]:
+    """Run with stdout on ``terminal`` and stdin a pipe that stays open and empty, so that a
+    run that reads stdin never ends (the test fails after 30 s). The exit code, every byte the
+    terminal received, and stderr (on the terminal too with ``stderr_too``)."""
+    controller, tty = terminal
+    command = [sys.executable, "-m", "segcli", *map(str, args)]
+    stdin, held_open = os.pipe()
+    stderr = tty if stderr_too else subprocess.PIPE
+    try:
+        with subprocess.Popen(command, cwd=cwd, stdin=stdin, stdout=tty, stderr=stderr) as child:
+            os.close(tty)  # the child's are now the only ends: it closing them ends the read
+            os.close(stdin)
+            screen = _screen(controller, child)
+            code = child.wait(timeout=60)
+            errors = b"" if child.stderr is None else child.stderr.read()
+    finally:
+        os.close(held_open)
+    return code, screen, errors.decode()
+
+
+def _screen(controller: int, child: subprocess.Popen[bytes]) -> bytes:
+    """What the child puts on its terminal, until it exits."""
+    received = b""
+    deadline = time.monotonic() + 30
+    while (left := deadline - time.monotonic()) > 0:
+        if not select.select([controller], [], [], left)[0]:
+            break
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # EIO: the child closed its end
+            return received
+        if not chunk:
+            return received
+        received += chunk
+    child.kill()
+    pytest.fail(f"still running after 30 s (waiting for stdin?); the terminal got {received!r}")
+
+
+TO_STDOUT = "refusing to write binary {fmt} to a terminal; redirect stdout or use -o FILE"
+TO_A_PATH = (
+    "{path}: refusing to write binary {fmt} to a terminal; "
+    "write a file or a pipe, or a text format (csv, tsv, json)"
+)
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["sum", "-o", "-"], TO_STDOUT.format(fmt="npy")),
+        (["median", "-o", "-", "--format", "parquet"], TO_STDOUT.format(fmt="parquet")),
+        (["agg", "--op", "sum,max", "-o", "-", "--format", "arrow"], TO_STDOUT.format(fmt="arrow")),
+        (
+            ["sum", "-o", "/dev/stdout", "--format", "npy"],
+            TO_A_PATH.format(path="-o /dev/stdout", fmt="npy"),
+        ),
+        (
+            ["mean", "-o", "{tty}", "--format", "parquet"],
+            TO_A_PATH.format(path="-o {tty}", fmt="parquet"),
+        ),
+        (["agg", "--op", "sum", "-o", "tty.npz"], TO_A_PATH.format(path="-o tty.npz", fmt="npz")),
+    ],
+    ids=["stdout", "stdout-median", "stdout-agg", "dev-stdout", "tty-by-name", "link-to-tty"],
+)
+def test_binary_to_a_terminal_is_refused_before_any_input_is_read(hostile, terminal, args, line):
+    tty = os.ttyname(terminal[1])
+    (hostile / "tty.npz").symlink_to(tty)
+    args = [tty if a == "{tty}" else a for a in args]
+    # DATA is stdin, left open and empty: a run that read it before refusing would never end.
+    code, screen, stderr = segcli_to_a_terminal(
+        terminal, args[0], "-", "ids.npy", "-q", "--summary-json", "s.json", *args[1:], cwd=hostile
+    )
+    assert (code, stderr.splitlines()) == (5, ["Error: " + line.replace("{tty}", tty)])
+    assert screen == b""
+    assert json.loads((hostile / "s.json").read_text())["exit_code"] == 5
+
+
+def test_text_and_its_summary_share_a_terminal_as_stdout_and_stderr(hostile, terminal):
+    code, screen, _ = segcli_to_a_terminal(
+        terminal,
+        "sum",
+        "[bold]x.npy",
+        "ids.npy",
+        "-q",
+        "-o",
+        "/dev/stdout",
+        "--format",
+        "csv",
+        "--summary-json",
+        "/dev/stderr",
+        cwd=hostile,
+        stderr_too=True,
+    )
+    assert code == 0, screen
+    text = screen.decode().replace("\r\n", "\n")  # the terminal's own line ends
+    assert text.startswith("segment,value,count\n0,1.0,2\n1,5.0,2\n{")
+    assert json.loads(text[text.index("{") :])["output_path"] == "/dev/stdout"
 
 
 needs_root = pytest.mark.skipif(

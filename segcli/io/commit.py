@@ -18,6 +18,7 @@ import functools
 import os
 import re
 import stat
+import sys
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from types import TracebackType
 from typing import BinaryIO, cast
 
 from segcli.errors import UsageError, WriteError
+from segcli.io.formats import BINARY_FORMATS
 from segcli.memory import human_bytes
 from segcli.signals import checkpoint, closing_after_error, held, streaming_out
 
@@ -33,7 +35,7 @@ TEMP_PREFIX = ".segcli-"
 
 #: A path that names an open descriptor (``/dev/fd/3``, ``/proc/self/fd/1``, what ``/dev/stdout``
 #: links to): whatever it points at, it is written in place, never renamed over.
-_DESCRIPTOR_PATH = re.compile(r"^/(?:dev/fd|proc/[^/]+/fd)/\d+$")
+_DESCRIPTOR_PATH = re.compile(r"^/(?:dev/fd|proc/(?P<pid>[^/]+)/fd)/(?P<fd>\d+)$")
 
 
 @dataclass
@@ -43,9 +45,17 @@ class _Output:
     target: str  # the file a commit replaces (a symlink's final target), or ``path`` if direct
     direct: bool  # a FIFO or device: written in place when staged, nothing to commit
     mode: int
-    identity: tuple[int, int] | None  # (device, inode) of an existing target
+    identity: tuple[int, int] | None  # (device, inode) of an existing file or FIFO
     owner: tuple[int, int] | None = None  # (uid, gid) of an existing target, kept on replace
     temp: str | None = None  # the staged bytes, until committed or aborted
+    #: Where the bytes go, to tell two outputs apart: ``target``, or for a FIFO or descriptor
+    #: its path with links resolved up to the descriptor (``/dev/stdout`` is ``/dev/fd/1``);
+    #: None for a device named as one (``/dev/null``, ``/dev/tty``), which any output may share.
+    place: str | None = None
+    terminal: bool = False  # a device that is a terminal: binary formats refuse it
+    #: A pipe named by a descriptor (``/dev/stderr`` under ``2>&1 |``): two descriptors into
+    #: one pipe are two streams, as on a terminal (stderr carries the summary there anyway).
+    pipe_by_descriptor: bool = False
 
 
 class OutputSet:
@@ -79,7 +89,7 @@ class OutputSet:
         refuse_unfit_name(path, option)
         output = _plan(path, option)
         for other in self._outputs.values():
-            if not output.direct and _same_file(output, other):
+            if _same_file(output, other):
                 raise UsageError(f"{option} {path} is the same file as {other.option} {other.path}")
         if not output.direct:
             # The one sure test that a file can be created there (root ignores a folder's mode,
@@ -100,9 +110,28 @@ class OutputSet:
                         f"{output.option} {output.path} is the same file as {option} {path}"
                     )
 
+    def refuse_stdout(self, option: str, stdout: BinaryIO | None = None) -> None:
+        """A UsageError if an output is the stdout ``option`` (``-o -``) writes to, by another
+        name (``/dev/stdout``) or as the file or FIFO behind it (``stdout``, else sys.stdout)."""
+        out = stdout if stdout is not None else getattr(sys.stdout, "buffer", None)
+        try:
+            fd = out.fileno() if out is not None else -1
+            found = os.fstat(fd)
+        except (AttributeError, OSError, ValueError):
+            return  # not a descriptor (a test's buffer): no path can name it
+        identity = None if stat.S_ISCHR(found.st_mode) else (found.st_dev, found.st_ino)
+        for output in self._outputs.values():
+            same_pipe = output.identity == identity and not output.pipe_by_descriptor
+            if output.place == f"/dev/fd/{fd}" or (identity and same_pipe):
+                raise UsageError(f"{option} is the same file as {output.option} {output.path}")
+
     def is_direct(self, path: str) -> bool:
         """Whether ``path`` is written in place (a FIFO or device): no seek, no rename."""
         return self._output(path).direct
+
+    def is_terminal(self, path: str) -> bool:
+        """Whether ``path`` is a terminal (``/dev/tty``, ``/dev/stdout`` on one)."""
+        return self._output(path).terminal
 
     @contextlib.contextmanager
     def stage(self, path: str) -> Iterator[BinaryIO]:
@@ -180,6 +209,40 @@ def atomic_output(path: str) -> Iterator[BinaryIO]:
             yield handle
 
 
+def refuse_binary_on_terminal(
+    fmt: str,
+    path: str,
+    outputs: OutputSet | None = None,
+    *,
+    stdout: BinaryIO | None = None,
+) -> None:
+    """A WriteError (exit 5) when ``fmt`` is binary and would go to a terminal: stdout for
+    ``path`` ``-`` (``stdout``, else ``sys.stdout``), or ``path`` reserved in ``outputs`` when
+    it is one (``/dev/tty``, ``/dev/stdout`` on a terminal). Asked before any input is read,
+    so a run that cannot write its result does no work."""
+    if fmt not in BINARY_FORMATS:
+        return
+    if path == "-":
+        out = stdout if stdout is not None else getattr(sys.stdout, "buffer", None)
+        if out is not None and _isatty(out):
+            raise WriteError(
+                f"refusing to write binary {fmt} to a terminal; redirect stdout or use -o FILE"
+            )
+        return
+    if outputs is not None and outputs.is_terminal(path):
+        raise WriteError(
+            f"{_named(outputs._output(path))}: refusing to write binary {fmt} to a terminal; "
+            "write a file or a pipe, or a text format (csv, tsv, json)"
+        )
+
+
+def _isatty(stream: BinaryIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 def _streamed(direct: bool) -> contextlib.AbstractContextManager[None]:
     # A FIFO or device takes the bytes as they come: no staging to undo them.
     return streaming_out() if direct else contextlib.nullcontext()
@@ -225,19 +288,53 @@ def _plan(path: str, option: str) -> _Output:
     if existing is not None and stat.S_ISDIR(existing.st_mode):
         raise WriteError(f"{option} {path}: is a directory")
     if _names_descriptor(path) or (existing is not None and not stat.S_ISREG(existing.st_mode)):
-        return _Output(path, option, path, True, 0, None)
+        return _direct(path, option, existing)
     # realpath follows every link, a dangling one's too: the target is replaced, the link kept.
     target = os.path.realpath(path)
     folder = os.path.dirname(target)
     if not os.path.isdir(folder):
         raise WriteError(f"{option} {path}: folder {folder} does not exist")
     if existing is None:
-        return _Output(path, option, target, False, 0o666 & ~_umask(), None)
+        return _Output(path, option, target, False, 0o666 & ~_umask(), None, place=target)
     if _write_protected(existing.st_mode, target):
         raise WriteError(f"{option} {path}: is write-protected; not replacing it")
     identity = (existing.st_dev, existing.st_ino)
     owner = (existing.st_uid, existing.st_gid)
-    return _Output(path, option, target, False, stat.S_IMODE(existing.st_mode), identity, owner)
+    mode = stat.S_IMODE(existing.st_mode)
+    return _Output(path, option, target, False, mode, identity, owner, place=target)
+
+
+def _direct(path: str, option: str, existing: os.stat_result | None) -> _Output:
+    """A FIFO, device or descriptor, written in place."""
+    place = _resolve(path)
+    output = _Output(path, option, path, True, 0, None, place=place)
+    if existing is None:
+        return output
+    if stat.S_ISCHR(existing.st_mode):
+        # Not its (device, inode): /dev/stdout and /dev/stderr on one terminal are two streams.
+        output.terminal = _opens_a_terminal(path)
+        if not _DESCRIPTOR_PATH.match(place):
+            output.place = None
+    else:  # a FIFO, or the file behind a descriptor (``> out.txt``), however it is named
+        output.identity = (existing.st_dev, existing.st_ino)
+        output.pipe_by_descriptor = stat.S_ISFIFO(existing.st_mode) and bool(
+            _DESCRIPTOR_PATH.match(place)
+        )
+    return output
+
+
+def _opens_a_terminal(path: str) -> bool:
+    """Whether the character device ``path`` is a terminal. Never asked of a FIFO, whose
+    open() for writing waits for a reader."""
+    try:
+        # O_NOCTTY: a terminal opened here must not become the process's controlling one.
+        handle = os.open(path, os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError:
+        return False  # staging says why it cannot be written
+    try:
+        return os.isatty(handle)
+    finally:
+        os.close(handle)
 
 
 def _keep_owner(temp: str, owner: tuple[int, int] | None) -> None:
@@ -265,15 +362,25 @@ def _write_protected(mode: int, target: str) -> bool:
 
 def _names_descriptor(path: str) -> bool:
     """Whether ``path`` or a link on its way names an open descriptor (``/dev/stdout``)."""
+    return _DESCRIPTOR_PATH.match(_resolve(path)) is not None
+
+
+def _resolve(path: str) -> str:
+    """``path`` with its links followed, up to the first that names an open descriptor of this
+    process, given as ``/dev/fd/N`` (what a descriptor points at is not followed: two
+    descriptors are two streams, even on one terminal)."""
     current = os.path.abspath(path)
     for _ in range(40):  # the kernel's own limit on links followed
-        if _DESCRIPTOR_PATH.match(current):
-            return True
+        found = _DESCRIPTOR_PATH.match(current)
+        if found:
+            # /dev/stdout links to /proc/self/fd/1: one descriptor, one name.
+            own = found["pid"] in (None, "self", "thread-self", str(os.getpid()))
+            return f"/dev/fd/{found['fd']}" if own else current
         if not os.path.islink(current):
-            return False
+            return os.path.realpath(current)  # a link in a folder's name, too
         current = os.path.join(os.path.dirname(current), os.readlink(current))
         current = os.path.abspath(current)
-    return False
+    return current
 
 
 def _create_temp(output: _Output, folder: str) -> str:
@@ -288,9 +395,11 @@ def _create_temp(output: _Output, folder: str) -> str:
 
 
 def _same_file(one: _Output, other: _Output) -> bool:
-    if one.identity is not None and one.identity == other.identity:
+    if one.place is not None and one.place == other.place:
         return True
-    return one.target == other.target
+    if one.identity is not None and one.identity == other.identity:
+        return not (one.pipe_by_descriptor and other.pipe_by_descriptor)
+    return False
 
 
 def _is_same_path(output: _Output, path: str) -> bool:

@@ -32,8 +32,8 @@ import numpy.lib.format as npformat
 
 from segcli.errors import UsageError, WriteError
 from segcli.io.columns import DTYPE_KEY, INNER_SHAPE_KEY, VALUE_COLUMN, arrow_array
-from segcli.io.commit import OutputSet
-from segcli.io.formats import BINARY_FORMATS, output_format
+from segcli.io.commit import OutputSet, refuse_binary_on_terminal
+from segcli.io.formats import output_format
 from segcli.io.npy import to_native
 from segcli.io.text import check_float_format, text_blocks, value_headers, value_strings
 from segcli.signals import Interrupted, streaming_out
@@ -63,7 +63,7 @@ def write_result(
     ``fmt`` overrides the format the suffix of ``path`` implies (stdout defaults to npy).
     ``counts`` (rows per segment) is stored as the ``counts`` key of npz, a ``count`` column of
     tables and a ``counts`` list in JSON; npy has room for one array only and leaves it out.
-    Files are replaced atomically; binary formats are refused when stdout is a terminal.
+    Files are replaced atomically; binary formats are refused on a terminal (stdout or a path).
     ``outputs``, where ``path`` is reserved, stages the file to be committed with the run's
     other outputs; without it the file is committed at once.
     ``float_format`` (printf style, csv and tsv only) formats float values.
@@ -87,17 +87,16 @@ def write_result(
         writer = _keyed_writer(chosen, keys, float_format, header=header)
     if path != "-":
         if outputs is not None:
+            refuse_binary_on_terminal(chosen, path, outputs)
             _stage(outputs, path, writer, result, counts)
             return chosen
         with OutputSet() as own:
             own.reserve(path)
+            refuse_binary_on_terminal(chosen, path, own)
             _stage(own, path, writer, result, counts)
         return chosen
     out = stdout if stdout is not None else sys.stdout.buffer
-    if chosen in BINARY_FORMATS and _isatty(out):
-        raise WriteError(
-            f"refusing to write binary {chosen} to a terminal; redirect stdout or use -o FILE"
-        )
+    refuse_binary_on_terminal(chosen, path, stdout=out)
     try:
         with streaming_out():
             writer(result, counts, cast(BinaryIO, _Sequential(out)), True)
@@ -153,13 +152,6 @@ class _Sequential(io.RawIOBase):
 
     def flush(self) -> None:
         self._raw.flush()
-
-
-def _isatty(stream: BinaryIO) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError, OSError):
-        return False
 
 
 def _write_npy(result: _Array, counts: _Array | None, out: BinaryIO, stream: bool) -> None:
