@@ -157,3 +157,18 @@ def test_a_garbled_header_is_corrupt_not_an_internal_error(tmp_path, ids, header
         assert_refused(result, 3, f"{data}: corrupt .npy header", out=out)
     result = run("info", data)
     assert result.exit_code == 3 and "corrupt .npy header" in result.stderr
+
+
+def test_an_archive_without_arrays_is_a_file_problem(tmp_path, ids):
+    """Whatever the options ask, an .npz with no KEY.npy member holds nothing to read."""
+    import zipfile
+
+    empty, odd = tmp_path / "empty.npz", tmp_path / "odd.npz"
+    zipfile.ZipFile(empty, "w").close()
+    with zipfile.ZipFile(odd, "w") as archive:
+        archive.writestr("a.bin", b"xx")
+    out = tmp_path / "out.npy"
+    for archive_path in (empty, odd):
+        said = f"{archive_path}: holds no arrays"
+        for args in ([archive_path], [archive_path, ids], [archive_path, "--data-key", "a", ids]):
+            assert_refused(run("sum", *args, "-q", "-o", out), 3, said, out=out)

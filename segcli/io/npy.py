@@ -298,10 +298,18 @@ def npz_keys(archive: zipfile.ZipFile) -> list[str]:
     return [n[: -len(".npy")] for n in archive.namelist() if n.endswith(".npy")]
 
 
+def refuse_no_arrays(keys: list[str], path: str) -> None:
+    """An archive without a ``.npy`` member holds nothing to read: a file problem, whatever
+    the options say."""
+    if not keys:
+        raise ReadError(f"{path}: holds no arrays (an .npz holds a KEY.npy member per array)")
+
+
 def pick_key(archive: zipfile.ZipFile, key: str | None, path: str, option: str) -> str:
     """The key to read: ``key`` if given (and present), else the archive's only array."""
     keys = npz_keys(archive)
-    listing = ", ".join(keys) if keys else "none"
+    refuse_no_arrays(keys, path)
+    listing = ", ".join(keys)
     if key is not None:
         if key not in keys:
             raise UsageError(f"{path}: no key '{key}' (keys: {listing})")

@@ -26,6 +26,7 @@ from segcli.io.npy import (
     read_npy,
     read_npy_stream,
     read_npz_member,
+    refuse_no_arrays,
 )
 from segcli.io.tables import CsvOptions, TableFile, open_table
 
@@ -158,9 +159,10 @@ def _pair_from_npz(
     path: str, data_key: str | None, ids_key: str | None
 ) -> tuple[ArrayInput, ArrayInput]:
     with open_npz(path) as archive:
+        refuse_no_arrays(npz_keys(archive), path)
         if data_key is None or ids_key is None:
             missing = _missing_options(("--data-key", data_key), ("--ids-key", ids_key))
-            keys = ", ".join(npz_keys(archive)) or "none"
+            keys = ", ".join(npz_keys(archive))
             raise UsageError(f"{path}: DATA and IDS from one archive need {missing} (keys: {keys})")
         inputs = []
         for key, role in ((data_key, DATA_ROLE), (ids_key, IDS_ROLE)):
