@@ -1078,10 +1078,13 @@ def merged_lanes(state: State, intermediate: Intermediate | None = None) -> np.n
     return merged
 
 
-def parse_fill(fill: Any, op: Op, data_dtype: np.dtype[Any]) -> Any:
-    """``--fill`` as a scalar of the result dtype, parsed exactly (never through a float for
-    integer results); a value the dtype cannot hold is a usage error naming it."""
-    out_dtype = op.out_dtype(data_dtype)
+def parse_fill(
+    fill: Any, op: Op, data_dtype: np.dtype[Any], out_dtype: np.dtype[Any] | None = None
+) -> Any:
+    """``--fill`` as a scalar of the result dtype (``out_dtype``, where the op's own result
+    type is not the run's: a weighted sparse mean is float), parsed exactly (never through a
+    float for integer results); a value the dtype cannot hold is a usage error naming it."""
+    out_dtype = op.out_dtype(data_dtype) if out_dtype is None else out_dtype
     if out_dtype.kind == "b":
         return _bool_fill(fill, op)
     if out_dtype.kind in "iu":

@@ -517,7 +517,7 @@ def check_fill(fill: Any, op: ops.Op, data_dtype: np.dtype[Any], weighted: bool)
     if fill is None:
         return
     if weighted:
-        ops.parse_fill(fill, ops.get_op("sum"), _weighted_out_dtype(data_dtype))
+        ops.parse_fill(fill, op, data_dtype, _weighted_out_dtype(data_dtype))
     else:
         ops.parse_fill(fill, op, data_dtype)
 

@@ -401,3 +401,18 @@ def test_check_help_lists_indices_and_weights():
     shown = run("check", "--help").stdout
     for option in ("--indices IDX", "--indices-column NAME", "--weights W", "--weights-column"):
         assert option in shown
+
+
+@pytest.mark.parametrize("op", ["mean", "sqrt_n"])
+def test_a_weighted_fill_too_large_names_the_op_asked(tmp_path, op):
+    paths = save(
+        tmp_path,
+        data=np.arange(10, dtype=np.float32).reshape(5, 2),
+        ids=np.array([0, 0, 2, 2]),
+        idx=np.array([0, 1, 2, 4]),
+        w=np.ones(4, np.float32),
+    )
+    args = [paths["data"], paths["ids"], "--indices", paths["idx"], "--weights", paths["w"]]
+    result = run(op, *args, "--fill", "1e300", "-q")
+    assert result.exit_code == 2
+    assert f"--fill 1e300 cannot be stored in the float32 result of {op} " in result.stderr
