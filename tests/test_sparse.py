@@ -824,7 +824,8 @@ def test_summary_names_the_indices_and_weights_read(files, tmp_path, streamed):
         (["--indices", "fidx"], 1, "fidx.npy: indices must be integers, got float64"),
         (["--indices", "idx", "-n", "4"], 1, "segment_ids[9] = 5 is out of range [0, 4)"),
         (["--indices", "idx", "--weights", "w", "--op-is", "max"], 2, "--weights applies to"),
-        (["--indices", "idx", "--engine", "dask"], 2, "cannot run on --engine dask"),
+        (["--indices", "idx", "--engine", "dask"], 2, "dask: every partition would need all"),
+        (["--weights", "w", "--engine", "dask"], 2, "dask: the Dask engine folds no weights"),
         (["--indices", "idx", "--memory-limit", "100B"], 2, "which must fit in memory"),
     ],
 )

@@ -184,14 +184,18 @@ def refuse_unsupported(spec: RunSpec) -> None:
     if not spec.ops:  # agg refuses --weights itself
         weighted = spec.weights is not None or spec.weights_column is not None
         sparse.check_weighted_op(spec.op, weighted)
+    gathers = spec.indices is not None or spec.indices_column is not None
     if spec.engine == "dask":
+        why = (
+            "every partition would need all of DATA to gather from"
+            if gathers
+            else "the Dask engine folds no weights"
+        )
         raise UsageError(
-            "--indices/--weights cannot run on --engine dask: every partition would need all "
-            "of DATA to gather from; use --engine numpy or numba"
+            f"--indices/--weights cannot run on --engine dask: {why}; use --engine numpy or numba"
         )
     if spec.by:
         raise UsageError("--indices/--weights cannot be used with --by (they need segment ids)")
-    gathers = spec.indices is not None or spec.indices_column is not None
     if not gathers and spec.block_rows is not None:
         raise UsageError(
             "--chunk-rows: --weights without --indices reads DATA, IDS and the weights whole, "
