@@ -315,6 +315,38 @@ def _cast(name: str) -> Finalize:
     return finalize
 
 
+def quiet_nans(result: np.ndarray) -> np.ndarray:
+    """``result`` with every NaN of a float or complex array written as NumPy's ``nan`` (a new
+    array where one is NaN: ``result`` may be a state's own).
+
+    Which NaN an addition of two NaNs returns (each may carry other payload bits and sign) is
+    the hardware's and the compiler's choice: x86 keeps the first operand's, and a compiler
+    may swap the operands of a commutative add, as numba's packed sum does to fold its load
+    into the instruction; inf - inf gives the hardware's default NaN, and a GPU returns its
+    own. The engines promise the same bytes, so the arithmetic ops say NaN in one way. The
+    ops that pick a value (min, max, first, last) keep the data's own bits.
+    """
+    if result.dtype.kind not in "fc":
+        return result
+    floats = np.ascontiguousarray(result)
+    if floats.dtype.kind == "c":  # the real and imaginary parts, side by side
+        floats = floats.view(floats.real.dtype)
+    nan = np.isnan(floats)
+    if not nan.any():
+        return result
+    quieted = np.where(nan, floats.dtype.type(np.nan), floats)
+    return quieted.view(result.dtype).reshape(result.shape)
+
+
+def _quiet_nans(finalize: Finalize) -> Finalize:
+    """``finalize``, its NaNs said as :func:`quiet_nans` says them."""
+
+    def quiet(parts: Mapping[str, np.ndarray], out_dtype: np.dtype[Any], owned: bool) -> Any:
+        return quiet_nans(finalize(parts, out_dtype, owned))
+
+    return quiet
+
+
 def _divided(name: str, divisor_of_count: Callable[[np.ndarray], np.ndarray]) -> Finalize:
     """The intermediate divided (a true division, in float64 or complex128) by a function of
     the count; an empty segment divides by 1 and gets its fill afterwards."""
@@ -614,7 +646,7 @@ def _moments_op(name: str, ddof: int) -> Op:
     return Op(
         name,
         _MOMENTS,
-        finalize=_variance(ddof, root=name == "std"),
+        finalize=_quiet_nans(_variance(ddof, root=name == "std")),
         empty=_zero,
         output_dtype=_mean_out_dtype,
         data_kinds=REAL,
@@ -648,14 +680,14 @@ OPS: dict[str, Op] = {
         Op(
             "sum",
             (_keeps("sum", _wrapping_dtype),),
-            finalize=_cast("sum"),
+            finalize=_quiet_nans(_cast("sum")),
             empty=_zero,
             output_dtype=_data_out_dtype,
         ),
         Op(
             "mean",
             (_keeps("sum", _exact_sum_dtype),),
-            finalize=_divided("sum", _as_is),
+            finalize=_quiet_nans(_divided("sum", _as_is)),
             empty=_zero,
             output_dtype=_mean_out_dtype,
         ),
@@ -678,14 +710,14 @@ OPS: dict[str, Op] = {
         Op(
             "prod",
             (_keeps("prod", _wrapping_dtype),),
-            finalize=_cast("prod"),
+            finalize=_quiet_nans(_cast("prod")),
             empty=_one,
             output_dtype=_data_out_dtype,
         ),
         Op(
             "sqrt_n",
             (_keeps("sum", _exact_sum_dtype),),
-            finalize=_divided("sum", np.sqrt),
+            finalize=_quiet_nans(_divided("sum", np.sqrt)),
             empty=_zero,
             output_dtype=_mean_out_dtype,
         ),
@@ -726,7 +758,7 @@ OPS: dict[str, Op] = {
                 _keeps("lse_scale", _int64),
                 _keeps("lse_sum", _float64),
             ),
-            finalize=_logsumexp,
+            finalize=_quiet_nans(_logsumexp),
             empty=_minus_inf,
             output_dtype=_mean_out_dtype,
             data_kinds=REAL,

@@ -441,7 +441,8 @@ class FusedFold:
         fill_value = None if fill is None else ops.parse_fill(fill, fill_op, fill_dtype)
         result, counts = self.bags.result(n, fill_value)
         return Reduction(
-            result=result.reshape((n, *self.inner_shape)),
+            # The fused kernel finishes sums and means itself: its NaNs, as ops' finalize says.
+            result=ops.quiet_nans(result).reshape((n, *self.inner_shape)),
             counts=counts,
             op=self.op,
             sorted_ids=True,
@@ -505,7 +506,7 @@ def _weighted_result(
             nonzero = divisor != 0
             total = np.where(nonzero, total / np.where(nonzero, divisor, 1), 0)
         out_dtype = _weighted_out_dtype(data_dtype)
-        result = np.asarray(total).astype(out_dtype)
+        result = ops.quiet_nans(np.asarray(total).astype(out_dtype))  # inf / inf's NaN too
     empty = np.asarray(values.count) == 0
     if empty.any():
         result[empty] = 0 if fill is None else ops.parse_fill(fill, ops.get_op("sum"), out_dtype)

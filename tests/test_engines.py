@@ -535,6 +535,43 @@ def test_nan_propagates_from_any_row_of_a_long_segment(engine: str) -> None:
             assert np.isnan(segcli.segment_reduce(data, ids, 1, op, engine=engine)[0])
 
 
+_NAN_PAYLOADS = {
+    "float32": (np.uint32, [0x7FC00001, 0xFFC00002, 0x7FC00003]),
+    "float64": (np.uint64, [0x7FF8000000000001, 0xFFF8000000000002, 0x7FF8000000000003]),
+}
+_ARITHMETIC = ("sum", "prod", "mean", "sqrt_n", "var", "logsumexp")
+_PICKING = ("min", "max", "first", "last")
+
+
+@pytest.mark.parametrize("width", [0, 3])
+@pytest.mark.parametrize("sorted_ids", [False, True])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_nans_of_other_payloads_and_signs_give_one_result(
+    engine: str, dtype: str, sorted_ids: bool, width: int
+) -> None:
+    """Two NaNs meeting in an add: which one wins is the compiler's and the hardware's
+    choice, so an arithmetic op's NaN is NumPy's ``nan`` on every engine; an op that picks a
+    value keeps its bits, the same on every engine."""
+    rng = np.random.default_rng(0)
+    data = rng.standard_normal((600, width) if width else 600).astype(dtype)
+    unsigned, payloads = _NAN_PAYLOADS[dtype]
+    flat = data.reshape(-1).view(unsigned)
+    flat[rng.choice(flat.size, 90, replace=False)] = np.array(payloads, unsigned)[np.arange(90) % 3]
+    ids = np.sort(rng.integers(0, 7, 600))
+    if not sorted_ids:
+        ids = rng.permutation(ids)
+    for op in _ARITHMETIC + _PICKING:
+        got = segcli.segment_reduce(data, ids, 7, op, sorted=sorted_ids, engine=engine)
+        want = segcli.segment_reduce(data, ids, 7, op, sorted=sorted_ids, engine="numpy")
+        assert got.tobytes() == want.tobytes(), op
+        nan = np.isnan(got)
+        assert nan.any() or op in ("first", "last"), op
+        if op in _ARITHMETIC:
+            assert (got[nan].view(unsigned) == np.array(np.nan, dtype).view(unsigned)).all(), op
+        else:  # a value of the data: one of the payloads
+            assert set(got[nan].view(unsigned).tolist()) <= set(payloads), op
+
+
 # --- dropped rows and empty inputs ------------------------------------------------------------
 
 
