@@ -34,9 +34,15 @@ def names(folder: Path) -> list[str]:
 
 
 def start(
-    args: list[str], checkpoint: str, cwd: Path, stdin: int | None = None
+    args: list[str],
+    checkpoint: str,
+    cwd: Path,
+    stdin: int | None = None,
+    *,
+    own_group: bool = False,
 ) -> subprocess.Popen[str]:
-    """``python -m segcli ARGS``, returned once it has reached ``checkpoint``."""
+    """``python -m segcli ARGS``, returned once it has reached ``checkpoint``; ``own_group``:
+    in a process group of its own (and its children's), as a shell's foreground job."""
     ready_read, ready_write = os.pipe()
     env = dict(os.environ, **{CHECKPOINT_ENV: checkpoint, CHECKPOINT_FD_ENV: str(ready_write)})
     process = subprocess.Popen(
@@ -48,6 +54,7 @@ def start(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=own_group,
     )
     os.close(ready_write)
     try:
@@ -206,3 +213,16 @@ def test_signal_while_shutting_down_after_an_error_keeps_its_exit_code(inputs, s
     assert (inputs / "out.npy").read_bytes() == b"old"
     facts = json.loads((inputs / "s.json").read_text())
     assert (facts["exit_code"], facts["error"]) == (1, line)
+
+
+def test_ctrl_c_on_a_local_dask_cluster_is_one_line(inputs):
+    """A terminal's Ctrl-C reaches the whole foreground group, the workers too: theirs end
+    quietly, and segcli's own line is all stderr holds."""
+    pytest.importorskip("distributed")
+    args = ["sum", "data.npy", "ids.npy", "--engine", "dask", "-q", "-o", "out.npy"]
+    process = start(args, "local-cluster", inputs, own_group=True)
+    os.killpg(process.pid, signal.SIGINT)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130
+    assert stderr == f"segcli: interrupted; {NOTHING}\n"
+    assert names(inputs) == ["data.npy", "ids.npy"]

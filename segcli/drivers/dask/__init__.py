@@ -33,6 +33,7 @@ import os
 import re
 import socket
 import struct
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -80,6 +81,7 @@ from segcli.errors import (
 )
 from segcli.io.columns import NullIdsError, NullsError
 from segcli.io.formats import first_line, input_format
+from segcli.signals import checkpoint
 from segcli.validate import IdSummary, Locator, index_text, report
 
 #: ``distributed.Client`` and ``distributed.Future``: its typing is partial, so they stay Any.
@@ -328,6 +330,7 @@ def _own_cluster(address: str | None) -> Iterator[tuple[Client, str]]:
     cluster = local_cluster()
     try:
         client = _distributed().Client(cluster, set_as_default=False)
+        checkpoint("local-cluster")
         try:
             yield client, f"local cluster, {len(cluster.workers)} workers"
         finally:
@@ -464,16 +467,49 @@ def local_cluster(n_workers: int | None = None, **options: Any) -> Any:
     distributed = _distributed()
     import dask
 
+    cluster = None
     try:
         # Read as the scheduler, the nannies and their first workers start; a worker started
         # later, in place of one that died, runs with Dask's defaults.
-        with dask.config.set(PRIVATE_CLUSTER_CONFIG):
-            return distributed.LocalCluster(**settings)
+        with dask.config.set(PRIVATE_CLUSTER_CONFIG), _children_without_stderr():
+            cluster = distributed.LocalCluster(**settings)
     except Exception as exc:  # Dask raises many types here; the user needs one line.
         raise EngineUnavailableError(
             f"cannot start a local Dask cluster ({type(exc).__name__}: {first_line(exc)}); "
             "give --scheduler ADDRESS to use a running one"
         ) from exc
+    except BaseException:  # a Ctrl-C as it started: the workers go with it
+        if cluster is not None:
+            with contextlib.suppress(Exception):
+                cluster.close()
+        raise
+    return cluster
+
+
+@contextlib.contextmanager
+def _children_without_stderr() -> Iterator[None]:
+    """Processes started meanwhile (the workers, multiprocessing's resource tracker) write
+    their stderr to /dev/null.
+
+    A terminal's Ctrl-C goes to every process of the foreground group: each worker would end
+    with a KeyboardInterrupt traceback, one starting up with one from multiprocessing, on the
+    terminal segcli reports on in one line. The workers' logs are off already (their failures
+    reach the client as task errors). segcli itself writes nothing while the cluster starts.
+    """
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):
+        yield  # no stderr to keep: nothing to hide it from
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def _cores() -> int:
