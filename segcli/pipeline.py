@@ -431,7 +431,7 @@ def _warn_of_huge_inferred_n(report: validate.IdReport, warn: Callable[[str], No
     if report.inferred and n > HUGE_INFERRED_N and n > SPARSE_IDS_RATIO * report.rows:
         warn(
             f"n = {n:,} was inferred from the largest id, for only "
-            f"{validate.plural(report.rows, 'id')}: most segments will be empty "
+            f"{report.rows:,} {'id' if report.rows == 1 else 'ids'}: most segments will be empty "
             "(give -n to silence this, or check the ids for a stray value)"
         )
 
