@@ -427,9 +427,10 @@ def _first_bytes(address: str, host: str, port: int, size: int, timeout_s: float
             f"no Dask scheduler answered at {address} within {timeout_s:g} s (an HTTP port, "
             f"such as the dashboard's? the scheduler's is {DEFAULT_SCHEDULER_PORT} by default)"
         ) from None
-    except OSError as exc:
+    except OSError as exc:  # refused, unreachable: said by the system, not a wait that ran out
         raise EngineUnavailableError(
-            f"cannot reach Dask scheduler at {address} within {timeout_s:g} s"
+            f"cannot reach Dask scheduler at {address} ({exc.strerror or first_line(exc)}); "
+            "is it running?"
         ) from exc
     if len(head) < size:
         raise ClusterError(f"{address} closed the connection: not a Dask scheduler")
