@@ -647,6 +647,9 @@ def test_no_matching_files(client: Any, tmp_path: Path) -> None:
 
 def test_planning_helpers(parquet_dataset: Dataset) -> None:
     assert sorted(["d-10", "d-9", "d-1"], key=natural_key) == ["d-1", "d-9", "d-10"]
+    # equal numbers: by the names, whatever order the directory listed them in
+    for listed in (["p-2", "p-02", "p-1"], ["p-02", "p-1", "p-2"]):
+        assert sorted(listed, key=natural_key) == ["p-1", "p-02", "p-2"]
     files = expand(str(parquet_dataset.root))
     assert files == [str(p) for p in parquet_dataset.files]  # _SUCCESS left out, natural order
     data = open_dataset(str(parquet_dataset.root), column="v", key=None, role="data")

@@ -104,9 +104,10 @@ def _row_starts(files: tuple[FileRef, ...]) -> list[int]:
 # Finding the files
 
 
-def natural_key(path: str) -> list[Any]:
-    """Sort key that orders ``data-9`` before ``data-10``."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)]
+def natural_key(path: str) -> tuple[list[Any], str]:
+    """Sort key that orders ``data-9`` before ``data-10``; names whose numbers are equal
+    (``part-2``, ``part-02``) by their text, not by the order the directory lists them in."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path)], path
 
 
 def expand(pattern: str) -> list[str]:
