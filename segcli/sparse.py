@@ -325,7 +325,8 @@ class SparseFold:
         if num_segments <= current:
             return
         grown = max(num_segments, 2 * current)
-        check_output_fits(self.op, num_segments, self.inner_shape, self.data_dtype)
+        # Only a run without -n grows: n comes from the largest id so far.
+        check_output_fits(self.op, num_segments, self.inner_shape, self.data_dtype, inferred=True)
         self.states = {name: state.grown(grown) for name, state in self.states.items()}
 
     def fold(self, ids: np.ndarray, indices: np.ndarray | None, weights: np.ndarray | None) -> None:
@@ -424,7 +425,7 @@ class FusedFold:
         self.bags = BagFold(table, op.name, num_segments, self.out_dtype, weighted=weighted)
 
     def grow(self, num_segments: int) -> None:
-        check_output_fits(self.op, num_segments, self.inner_shape, self.data_dtype)
+        check_output_fits(self.op, num_segments, self.inner_shape, self.data_dtype, inferred=True)
         self.bags.grow(num_segments)
 
     def fold(self, ids: np.ndarray, indices: np.ndarray | None, weights: np.ndarray | None) -> bool:
@@ -573,7 +574,9 @@ def sparse_reduce(
             check_weights_shape(weights.array.shape, ids.array.shape, weights.label, per)
             flat_w = weights.array.reshape(-1)
         fold_dtype = array.dtype if weights is None else _product_dtype(array.dtype)
-        check_output_fits(op_def, n, inner_shape, fold_dtype, sorted_ids=fold_sorted)
+        check_output_fits(
+            op_def, n, inner_shape, fold_dtype, sorted_ids=fold_sorted, inferred=report.inferred
+        )
         check_fill(fill, op_def, array.dtype, weights is not None)
     except SegcliError:
         if deferred and indices is not None:  # a broken id or index is named first, as before

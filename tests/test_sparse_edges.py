@@ -416,3 +416,19 @@ def test_a_weighted_fill_too_large_names_the_op_asked(tmp_path, op):
     result = run(op, *args, "--fill", "1e300", "-q")
     assert result.exit_code == 2
     assert f"--fill 1e300 cannot be stored in the float32 result of {op} " in result.stderr
+
+
+@pytest.mark.parametrize("blocks", [[], ["--chunk-rows", "1"]], ids=["memory", "stream"])
+def test_an_inferred_n_too_large_says_where_it_came_from(tmp_path, blocks):
+    """As the dense run says it: n from the largest id, so the user can look for a stray id."""
+    paths = save(
+        tmp_path,
+        data=np.ones((3, 2), np.float32),
+        ids=np.array([0, 10**12]),
+        idx=np.array([0, 1]),
+    )
+    result = run("sum", paths["data"], paths["ids"], "--indices", paths["idx"], *blocks, "-q")
+    assert result.exit_code == 1
+    assert "num_segments = 1000000000001 (inferred: the largest id is 1000000000000)" in (
+        result.stderr
+    )
