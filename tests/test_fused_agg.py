@@ -87,6 +87,8 @@ def test_the_one_pass_gives_the_part_by_part_and_numpy_bytes(dtype, names, cuts,
         assert got[name].tobytes() == numpy[name].tobytes(), name
 
 
+# float64's threaded kernels compile for this test alone: the full matrix's (tests/matrix.py).
+@default_run(lambda dtype: dtype == "float32")
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_a_thread_per_lane_gives_the_same_bytes(dtype, monkeypatch):
     """Blocks of more than PARALLEL_MIN_ELEMENTS rows fold each lane on its own thread."""
