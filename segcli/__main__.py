@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import gc
 import os
 import signal
+import sys
 from collections.abc import MutableMapping
+from typing import NoReturn
 
 
 def main() -> None:
@@ -29,8 +32,35 @@ def main() -> None:
         _exit_interrupted(error.signum)
     try:
         cli_main()
+        code: object = 0
+    except SystemExit as leaving:
+        code = leaving.code
     finally:
         no_collection_at_exit()
+    leave(code)
+
+
+def leave(code: object) -> NoReturn:
+    """End the process with ``code`` (as ``sys.exit`` takes it) after Python's own exit work,
+    the exit handlers and the streams' flush, but without the interpreter's teardown and the
+    native libraries' static destructors.
+
+    pyarrow's thread pools are torn down there while a streaming reader's worker may still be
+    alive, which now and then ends a finished run in ``std::terminate`` (SIGABRT, exit -6;
+    apache/arrow#34314): once seen here in a streamed JSON-lines run from a named pipe.
+    """
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):  # sys.exit("message"): said on stderr, exit 1
+        print(code, file=sys.stderr)
+        code = 1
+    atexit._run_exitfuncs()  # each runs once: the interpreter's exit below finds none left
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        sys.exit(code)  # a stream that cannot take its last bytes: the interpreter says so
+    os._exit(code)
 
 
 def single_threaded_blas(environ: MutableMapping[str, str]) -> None:

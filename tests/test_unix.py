@@ -947,3 +947,24 @@ def test_an_option_missing_its_value_points_to_its_commands_help(args, help_of):
     assert result.returncode == 2
     [line] = stderr_lines(result)
     assert line.endswith(f"(see '{help_of} --help')"), line
+
+
+@pytest.mark.parametrize(
+    ("code", "status", "said"), [(3, 3, ""), (None, 0, ""), ("bye", 1, "bye\n")]
+)
+def test_the_process_ends_after_its_exit_handlers_without_teardown(code, status, said):
+    """``leave`` skips the interpreter's teardown (where native thread pools may abort a
+    finished run) but not what Python's exit does: exit handlers, flushed streams."""
+    script = (
+        "import atexit, sys\n"
+        "from segcli.__main__ import leave\n"
+        "atexit.register(lambda: print('handler ran'))\n"
+        "sys.stdout.write('buffered')\n"
+        f"leave({code!r})\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, timeout=60, check=False
+    )
+    assert result.returncode == status
+    assert result.stdout == b"bufferedhandler ran\n"
+    assert result.stderr.decode() == said
