@@ -84,8 +84,8 @@ def arrow_keeps_freed_memory(environ: MutableMapping[str, str]) -> None:
 def no_collection_at_exit() -> None:
     """Leave every object alive now out of the collection the interpreter runs as it exits:
     once numba is imported it walks several hundred thousand objects that die with the process
-    anyway. Exit handlers still run and files still close and flush (see
-    ``benchmarks/STATS_RESULTS.md`` for what it saved)."""
+    anyway (see ``benchmarks/STATS_RESULTS.md`` for what it saved). :func:`leave` then runs
+    the exit handlers and flushes the standard streams; every output was closed before."""
     gc.freeze()
 
 
