@@ -180,7 +180,13 @@ def _run_in_memory(spec: RunSpec, columns: list[str]) -> list[DriverResult]:
 def _run_keyed(
     spec: RunSpec, columns: list[str], progress: Progress | None, *, streams: bool
 ) -> list[DriverResult]:
-    from segcli.drivers.keys import encoder_for, given_n, key_input_facts, put_in_key_order
+    from segcli.drivers.keys import (
+        encode_whole_read,
+        encoder_for,
+        given_n,
+        key_input_facts,
+        put_in_key_order,
+    )
     from segcli.io.keys import (
         KeyIdsChunks,
         check_key_columns,
@@ -212,11 +218,7 @@ def _run_keyed(
         timings = [{"read+compute": r.timings["compute"]} for r in reductions]
     else:
         arrays, keys = read_columns_and_keys(table, names, spec.by)
-        # A CSV --keys-from is read in the key types of the whole read, not of DATA's head.
-        encoder = encoder_for(spec, keys.schema)
-        # The declared types first: the key table has them whichever encoding they came in.
-        encoder.declare(keys.schema, table.label)
-        flat_ids = encoder.encode(keys.table, table.label)
+        encoder, flat_ids = encode_whole_read(spec, keys, table.label)
         read_s = time.perf_counter() - started
         ids_label = f"{table.label}:{','.join(spec.by)}"
         reductions = []

@@ -35,6 +35,7 @@ from segcli.drivers.base import (
 )
 from segcli.drivers.choose import must_stream, should_stream
 from segcli.drivers.keys import (
+    encode_whole_read,
     encoder_for,
     given_n,
     key_input_facts,
@@ -279,11 +280,7 @@ def _run_keyed_in_memory(spec: RunSpec) -> DriverResult:
     started = time.perf_counter()
     table, column = open_key_table(spec)
     data, keys = read_data_and_keys(table, column, spec.by)
-    # A CSV --keys-from is read in the key types of the whole read, not of DATA's head.
-    encoder = encoder_for(spec, keys.schema)
-    # The declared types first: the key table has them whichever encoding the columns came in.
-    encoder.declare(keys.schema, table.label)
-    ids = encoder.encode(keys.table, table.label)
+    encoder, ids = encode_whole_read(spec, keys, table.label)
     read_s = time.perf_counter() - started
     data_label = f"{table.label}:{column}"
     ids_label = f"{table.label}:{','.join(spec.by)}"

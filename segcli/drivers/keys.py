@@ -29,6 +29,7 @@ from segcli.drivers.base import (
 from segcli.io.formats import input_format
 from segcli.io.keys import (
     KeyIdsChunks,
+    KeysRead,
     ParquetPass,
     PassColumn,
     check_key_columns,
@@ -63,6 +64,15 @@ def encoder_for(spec: RunSpec, data: TableFile | pa.Schema | None = None) -> Key
         keys_from=keys_from,
         keys_from_label=f"--keys-from {spec.keys_from}",
     )
+
+
+def encode_whole_read(spec: RunSpec, keys: KeysRead, label: str) -> tuple[KeyEncoder, np.ndarray]:
+    """The encoder of a run that read its key columns whole, and their ids. A CSV
+    --keys-from is read in the key types of that read, not of DATA's first block."""
+    encoder = encoder_for(spec, keys.schema)
+    # The declared types first: the key table has them whichever encoding the columns came in.
+    encoder.declare(keys.schema, label)
+    return encoder, encoder.encode(keys.table, label)
 
 
 def given_n(encoder: KeyEncoder) -> int | None:
@@ -107,11 +117,7 @@ def run_in_memory(
     started = time.perf_counter()
     table, column = open_key_table(spec)
     data, keys = read_data_and_keys(table, column, spec.by)
-    # A CSV --keys-from is read in the key types of the whole read, not of DATA's head.
-    encoder = encoder_for(spec, keys.schema)
-    # The declared types first: the key table has them whichever encoding the columns came in.
-    encoder.declare(keys.schema, table.label)
-    ids = encoder.encode(keys.table, table.label)
+    encoder, ids = encode_whole_read(spec, keys, table.label)
     if watch is not None:
         watch(data)
     read_s = time.perf_counter() - started
