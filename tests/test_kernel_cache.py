@@ -75,6 +75,7 @@ def test_a_folder_others_can_write_is_never_loaded(tmp_path, inputs):
     )
 
 
+@pytest.mark.full_matrix  # a fresh numba cache compiles for seconds: CI's second line
 def test_a_corrupt_cache_recovers_by_recompiling(tmp_path, inputs):
     cache = tmp_path / "cache"
     assert segcli_run(inputs, cache).returncode == 0
@@ -226,6 +227,7 @@ def _counted_folds(cache: Path, dtypes: str) -> dict:
     return json.loads(done.stdout)
 
 
+@pytest.mark.full_matrix  # a fresh numba cache compiles for seconds: CI's second line
 def test_a_cached_kernel_loads_without_numbas_full_context_refresh(tmp_path):
     """numba refreshes its whole target context (every lowering registry, the typing context)
     before it loads a cached kernel, a third of a second of one core at the start of every

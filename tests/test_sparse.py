@@ -464,6 +464,7 @@ def test_numba_streamed_gather_matches_the_numpy_engine_in_memory(files, tmp_pat
     assert outs[0] == outs[1]
 
 
+@pytest.mark.full_matrix  # a peak-memory run of seconds: CI's second line
 def test_numba_fused_gather_keeps_no_float64_state(tmp_path):
     """200k bags x 64 float32: the blocked fold held a float64 sum (2x the output) and a
     float64 quotient (2x more); the fused fold holds the output alone."""
@@ -486,6 +487,7 @@ def test_numba_fused_gather_keeps_no_float64_state(tmp_path):
     assert measured.peak_bytes - baseline.peak_bytes < output + inputs + output // 2
 
 
+@pytest.mark.full_matrix  # a peak-memory run of seconds: CI's second line
 def test_numba_streamed_gather_grows_its_output_in_place(tmp_path):
     """410k bags found block by block (n not given): the output grows as ids arrive. Grown
     by copying into a doubled array, the old output sat beside the new one (2x the output);
@@ -938,6 +940,7 @@ def test_csv_lengths_found_at_the_end_name_both(tmp_path):
         assert not (tmp_path / "out.npy").exists()
 
 
+@default_run(lambda blocks: bool(blocks))  # the streamed case
 @pytest.mark.parametrize("blocks", [[], ["--chunk-rows", "4096"]], ids=["in-memory", "streamed"])
 def test_gather_memory_is_bounded_by_the_block(tmp_path, blocks):
     """2M indices into a 100k x 16 float32 table: gathering them whole would take 128 MB."""
