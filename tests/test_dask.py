@@ -618,14 +618,38 @@ def test_shard_rows_must_match(client: Any, tmp_path: Path) -> None:
     )
 
 
-def test_shards_must_share_a_dtype(client: Any, tmp_path: Path) -> None:
+def test_data_shards_must_share_a_dtype(client: Any, tmp_path: Path) -> None:
     data, ids = _shards(tmp_path, [[0], [1]])
-    np.save(tmp_path / "i-1.npy", np.array([1], np.int64))
+    np.save(tmp_path / "d-1.npy", np.ones(1, np.float64))
     with pytest.raises(
         InvalidInputError,
-        match=r"i-1\.npy: rows of shape \[\] and dtype int64 "
-        r"differ from .*i-0\.npy \(\[\], int32\)",
+        match=r"d-1\.npy: rows of shape \[\] and dtype float64 "
+        r"differ from .*d-0\.npy \(\[\], float32\)",
     ):
+        run(client, op="sum", data=data, ids=ids)
+
+
+def test_ids_shards_may_mix_integer_widths(client: Any, tmp_path: Path) -> None:
+    """Ids compare by value: an int8 -1 drops its row, a uint64 2**64 - 1 is out of range
+    (never -1), whatever the widths of the other shards."""
+    widths = [np.int8, np.uint16, np.int64, np.uint64]
+    values = [[0, -1, 2], [3, 1], [2, 0], [1]]
+    for k, (dtype, shard) in enumerate(zip(widths, values, strict=True)):
+        np.save(tmp_path / f"d-{k}.npy", np.arange(len(shard), dtype=np.float32) + k)
+        np.save(tmp_path / f"i-{k}.npy", np.array(shard).astype(dtype))
+    data, ids = str(tmp_path / "d-*.npy"), str(tmp_path / "i-*.npy")
+    got, _, ids_facts, _ = run(client, op="sum", data=data, ids=ids)
+    every_data = np.concatenate([np.load(tmp_path / f"d-{k}.npy") for k in range(4)])
+    expected = core.reduce_arrays(every_data, np.concatenate(values), None, "sum", engine="numpy")
+    assert_same(got, expected)
+    assert ids_facts.dtype == "int64"  # the widest, as the summary shows it
+    np.save(tmp_path / "i-3.npy", np.array([2**64 - 1], np.uint64))
+    with pytest.raises(
+        InvalidInputError, match=r"i-3\.npy: segment_ids\[0\] = 18446744073709551615"
+    ):
+        run(client, op="sum", data=data, ids=ids, num_segments=4)
+    np.save(tmp_path / "i-3.npy", np.array([1.0], np.float32))
+    with pytest.raises(InvalidInputError, match=r"i-3\.npy: rows of shape \[\] and dtype float32"):
         run(client, op="sum", data=data, ids=ids)
 
 

@@ -169,7 +169,7 @@ def open_dataset(
     )
     first = files[0]
     for ref in files[1:]:
-        if ref.shape[1:] != first.shape[1:] or ref.dtype != first.dtype:
+        if ref.shape[1:] != first.shape[1:] or not _dtypes_agree(ref.dtype, first.dtype, role):
             raise InvalidInputError(
                 f"{ref.label}: rows of shape {list(ref.shape[1:])} and dtype {ref.dtype} differ "
                 f"from {first.label} ({list(first.shape[1:])}, {first.dtype}); all files of "
@@ -181,8 +181,23 @@ def open_dataset(
         label = f"{_suffix_label(pattern, first)} ({len(files)} files)"
     shape = (sum(ref.rows for ref in files), *first.shape[1:])
     return Dataset(
-        pattern, files, label, fmts.pop() if len(fmts) == 1 else "mixed", shape, first.dtype
+        pattern, files, label, fmts.pop() if len(fmts) == 1 else "mixed", shape, _widest(files)
     )
+
+
+def _dtypes_agree(dtype: np.dtype[Any], first: np.dtype[Any], role: str) -> bool:
+    """Data shards share one dtype (it decides the result's). Ids are compared by value, so
+    their shards may mix integer widths: writers type each file's column on their own
+    (int32 in one Parquet file, int64 in the next)."""
+    if role == "ids":
+        return (dtype.kind in "iu" and first.kind in "iu") or dtype == first
+    return dtype == first
+
+
+def _widest(files: tuple[FileRef, ...]) -> np.dtype[Any]:
+    """The dtype the files share, or (ids of mixed integer widths) the widest of them, which
+    the summary shows; every partition keeps its own file's dtype."""
+    return max((ref.dtype for ref in files), key=lambda dtype: dtype.itemsize)
 
 
 def _suffix_label(pattern: str, first: FileRef) -> str:
