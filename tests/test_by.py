@@ -313,6 +313,21 @@ def test_json_output_holds_the_keys(tmp_path: Path) -> None:
     assert doc["counts"] == [count for _, _, count in rows]
 
 
+@pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum,max"]])
+def test_infinite_float_keys_are_json_text_as_infinite_values_are(
+    tmp_path: Path, command: list[str]
+) -> None:
+    """JSON has no number for infinity: the keys read ``"inf"``, as values do, and the
+    document is strict JSON that reads back as the run's own golden file."""
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"f": [math.inf, 1.5, -math.inf, math.nan], "x": [1, 3, 2, 4]}), path)
+    out = tmp_path / "o.json"
+    ok(*command, path, "--data-column", "x", "--by", "f", "-o", out, "-q")
+    doc = json.loads(out.read_text(), parse_constant=lambda name: pytest.fail(name))
+    assert doc["keys"] == {"f": ["-inf", 1.5, "inf"]}
+    ok(*command, path, "--data-column", "x", "--by", "f", "--expect", out, "-q")
+
+
 @pytest.mark.parametrize("fmt", ["npy", "npz"])
 @pytest.mark.parametrize("keys_fmt", ["parquet", "csv"])
 def test_array_outputs_with_keys_out(tmp_path: Path, fmt: str, keys_fmt: str) -> None:

@@ -145,7 +145,7 @@ def render(
             doc[name] = _nested(values)
         if not counted:
             doc["count"] = np.asarray(counts).tolist()
-        out.write((json.dumps(doc) + "\n").encode())
+        out.write((json.dumps(doc, allow_nan=False) + "\n").encode())
     elif fmt in ("parquet", "arrow"):
         table = _arrow_table(_result_columns(results, counts, counted, keys), keys)
         _write_arrow_table(table, fmt, out, to_stream)

@@ -12,10 +12,13 @@
   read as null (``NA``, ``null``), is quoted CSV-style (quotes doubled).
 - JSON: the usual document plus ``"keys": {name: [values...]}``, column by column; strings,
   integers, floats and booleans as JSON values, other types as the text above, null as null.
+  An infinite float key is the string ``"inf"`` or ``"-inf"``, as infinite values are (JSON
+  has no number for it).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -208,8 +211,18 @@ def json_keys(keys: pa.Table) -> dict[str, list[Any]]:
             or pa.types.is_string(type_)
             or pa.types.is_large_string(type_)
         )
-        out[name] = column.to_pylist() if native else key_strings(column).to_pylist()
+        values = column.to_pylist() if native else key_strings(column).to_pylist()
+        if pa.types.is_floating(type_):
+            values = [_finite_or_text(value) for value in values]
+        out[name] = values
     return out
+
+
+def _finite_or_text(value: float | None) -> float | str | None:
+    """A float key for JSON: ``"inf"``/``"-inf"`` where it is infinite (a NaN key is null)."""
+    if value is None or math.isfinite(value):
+        return value
+    return "inf" if value > 0 else "-inf"
 
 
 #: A null key alone on a line of a one-column key file (see :func:`stage_keys`).
