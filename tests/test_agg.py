@@ -255,6 +255,25 @@ def test_text_on_stdout_has_a_header_then_count(pair):
     assert lines[5].split("\t")[0] == "4" and lines[5].split("\t")[3] == "0"
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".tsv"])
+def test_column_op_headers_are_quoted_like_fields(tmp_path, suffix):
+    """Data columns named with a tab, a quote or a line break reach the header as
+    ``<column>_<op>``: quoted, the header reads back as the names (and the file as a golden)."""
+    names = ["a\tb", 'c"d', "e\nf"]
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": [0, 1, 0], **{name: [1.0, 2.0, 4.0] for name in names}}), path)
+    out = tmp_path / f"out{suffix}"
+    args = [path, "--data-column", 'a\tb,c"d,e\nf', "--ids-column", "id", "--op", "sum,max", "-q"]
+    assert run("agg", *args, "-o", out).exit_code == 0
+    delimiter = "\t" if suffix == ".tsv" else ","
+    options = pacsv.ParseOptions(delimiter=delimiter, newlines_in_values=True)
+    read = pacsv.read_csv(out, parse_options=options)
+    expected = [f"{name}_{op}" for name in names for op in ("sum", "max")]
+    assert read.column_names == ["segment", *expected, "count"]
+    assert read.column("e\nf_sum").to_pylist() == [5.0, 2.0]
+    assert run("agg", *args, "--expect", out).exit_code == 0
+
+
 def test_count_op_is_the_only_count_column(pair, tmp_path):
     out = tmp_path / "out.csv"
     assert run("agg", *pair, "--op", "count,sum", "-o", out, "-q").exit_code == 0

@@ -29,7 +29,7 @@ import numpy as np
 from segcli.errors import UsageError
 from segcli.io.columns import arrow_array
 from segcli.io.npy import to_native
-from segcli.io.text import _printf, value_strings
+from segcli.io.text import _printf, header_names, value_strings
 from segcli.io.write import json_values
 
 if TYPE_CHECKING:
@@ -84,10 +84,10 @@ def text_lines(
     keys: pa.Table | None = None,
 ) -> Iterator[str]:
     """The lines of a text table, each with its newline; ``keys`` come first when given."""
-    names = list(columns)
+    names = header_names(list(columns), sep)
     texts = [_text_of(values, float_format) for values in columns.values()]
     if keys is not None:
-        from segcli.io.keyed import header_names, key_fields
+        from segcli.io.keyed import key_fields
 
         names = [*header_names(keys.column_names, sep), *names]
         texts = [key_fields(keys, sep), *texts]

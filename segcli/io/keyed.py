@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from segcli.io.text import text_blocks, value_headers
+from segcli.io.text import header_names, text_blocks, value_headers
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -160,16 +160,6 @@ def _text_scalar(text: str) -> pa.Scalar:
     data = text.encode()
     offsets = pa.py_buffer(np.array([0, len(data)], np.int32))
     return pa.Array.from_buffers(pa.string(), 1, [None, offsets, pa.py_buffer(data)])[0]
-
-
-def header_names(names: list[str], sep: str) -> list[str]:
-    """Key column names for a text header, quoted as key fields are where one holds the
-    separator, a quote or a line break, so that the header reads back as these names."""
-    special = (sep, '"', "\r", "\n")
-    return [
-        '"' + name.replace('"', '""') + '"' if any(c in name for c in special) else name
-        for name in names
-    ]
 
 
 def keyed_header(keys: pa.Table, result: _Array, sep: str, *, count: bool) -> str:

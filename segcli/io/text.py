@@ -252,6 +252,17 @@ def value_strings(values: _Array) -> _Array:
     return values.astype(str)
 
 
+def header_names(names: list[str], sep: str) -> list[str]:
+    """Column names for a text header, quoted as text fields are where one holds the
+    separator, a quote or a line break, so that the header reads back as these names (a data
+    column's name reaches agg's ``<column>_<op>`` headers as it is)."""
+    special = (sep, '"', "\r", "\n")
+    return [
+        '"' + name.replace('"', '""') + '"' if any(c in name for c in special) else name
+        for name in names
+    ]
+
+
 def value_headers(inner_shape: tuple[int, ...]) -> list[str]:
     """Column names for the values: ``value`` (1-D), ``value_i`` (2-D), ``value_i_j`` (3-D)..."""
     if not inner_shape:
