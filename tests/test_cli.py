@@ -223,6 +223,50 @@ def test_expect_compares_the_count_the_golden_holds(pair, tmp_path, suffix):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".tsv"])
+@pytest.mark.parametrize("op", ["any", "all"])
+def test_expect_reads_its_own_bool_text(tmp_path, op, suffix):
+    """any/all print True and False: their text golden reads back, and a flipped word fails."""
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.array([1.0, 0.0, 0.0, 2.0]))
+    np.save(ids, np.array([0, 1, 1, 2]))
+    golden = tmp_path / f"golden{suffix}"
+    assert run(op, data, ids, "-n", "4", "-q", "-o", golden).exit_code == 0
+    assert run(op, data, ids, "-n", "4", "-q", "--expect", golden).exit_code == 0
+    lines = golden.read_text().splitlines()
+    sep = "\t" if suffix == ".tsv" else ","
+    assert lines[2].split(sep)[1] == "False"
+    lines[2] = lines[2].replace("False", "True")
+    golden.write_text("\n".join(lines) + "\n")
+    failed = run(op, data, ids, "-n", "4", "-q", "--expect", golden)
+    assert failed.exit_code == 4, failed.stderr
+    assert "segment 1 got False expected True" in failed.stderr
+
+
+def test_expect_reads_a_golden_with_a_byte_order_mark(tmp_path):
+    """A spreadsheet saves CSV with a UTF-8 byte-order mark: the header still names segment,
+    so rows are matched by segment, not by position."""
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.array([1.5, 2.5, 3.0]))
+    np.save(ids, np.array([0, 1, 0]))
+    golden = tmp_path / "golden.csv"
+    golden.write_bytes(b"\xef\xbb\xbfsegment,value,count\n1,2.5,1\n0,4.5,2\n")
+    passed = run("sum", data, ids, "-q", "--expect", golden)
+    assert passed.exit_code == 0, passed.stderr
+
+
+def test_expect_splits_text_rows_at_csv_line_breaks_only(tmp_path):
+    """Keys holding a form feed or U+2028 are written unquoted (no CSV line break in them):
+    the golden read back keeps each on its row."""
+    path = tmp_path / "k.csv"
+    path.write_text("k,x\nc\x0cd,2\ne\u2028f,3\nc\x0cd,1\n", encoding="utf-8")
+    golden = tmp_path / "golden.csv"
+    common = [path, "--data-column", "x", "--by", "k", "-q"]
+    assert run("sum", *common, "-o", golden).exit_code == 0
+    passed = run("sum", *common, "--expect", golden)
+    assert passed.exit_code == 0, passed.stderr
+
+
 @pytest.mark.parametrize("command", [["median"], ["agg", "--op", "sum,argmin"]])
 @pytest.mark.parametrize("suffix", [".npy", ".npz", ".csv", ".json"])
 def test_expect_of_a_result_with_no_segments(tmp_path, command, suffix):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import re
@@ -119,7 +120,10 @@ def _in_segment_order(
 def _csv_columns(path: str, sep: str) -> dict[str, list[str]]:
     """The columns of a delimited text file with a header row, as lists of strings."""
     with open_binary(path) as raw, library_errors(path, "cannot parse the text table"):
-        rows = list(csv.reader(raw.read().decode().splitlines(), delimiter=sep))
+        # utf-8-sig: a golden saved by a spreadsheet starts with a byte-order mark. newline="":
+        # only CSV's own line breaks end a row, not a form feed or U+2028 inside a key field.
+        text = io.StringIO(raw.read().decode("utf-8-sig"), newline="")
+        rows = list(csv.reader(text, delimiter=sep))
     if not rows:
         raise ReadError(f"{path}: empty file (expected a header row)")
     header, body = rows[0], rows[1:]
@@ -140,8 +144,12 @@ def _csv_columns(path: str, sep: str) -> dict[str, list[str]]:
 
 
 def parse_numbers(texts: list[str], path: str, column: str) -> _Array:
-    """Parse a column of text as the narrowest of int64, uint64, float64, complex128; a
-    ReadError names the first value that is not a number (``path`` prefixes it)."""
+    """Parse a column of text as bool (``True``/``False``, as any and all print), or the
+    narrowest of int64, uint64, float64, complex128; a ReadError names the first value that
+    is not a number (``path`` prefixes it)."""
+    words = [text.strip().lower() for text in texts]
+    if words and set(words) <= {"true", "false"}:
+        return np.array([word == "true" for word in words], dtype=np.bool_)
     strings = np.array(texts, dtype=str)
     for dtype in _TEXT_DTYPES:
         try:
