@@ -194,6 +194,13 @@ def test_bad_delimiter_is_a_usage_error(tmp_path: Path, bad: str) -> None:
     one_error_line(run(*SUM, path, "--delimiter", bad), 2, "--delimiter", "need one character")
 
 
+def test_a_delimiter_of_more_than_one_byte_is_a_usage_error(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("v\u00a7s\n1\u00a70\n", encoding="utf-8")
+    result = run(*SUM, path, "--delimiter", "\u00a7")
+    one_error_line(result, 2, "--delimiter '\u00a7'", "need an ASCII character")
+
+
 def test_csv_without_a_header_read_with_one_hints_at_the_option(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("1,0\n2,1\n")

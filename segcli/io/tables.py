@@ -95,8 +95,9 @@ class CsvOptions:
 
 
 def check_delimiter(delimiter: str | None) -> str | None:
-    """One character (a tab may be given as the two characters backslash-t, or as 'tab'),
-    not a quote or a line break; else a UsageError."""
+    """One ASCII character (a tab may be given as the two characters backslash-t, or as
+    'tab'), not a quote or a line break; else a UsageError. The CSV parser splits on one
+    byte: a character UTF-8 spells in two or more would fail only once the file is read."""
     if delimiter is None:
         return None
     char = "\t" if delimiter in ("\\t", "tab") else delimiter
@@ -104,6 +105,11 @@ def check_delimiter(delimiter: str | None) -> str | None:
         raise UsageError(
             f"--delimiter {delimiter!r}: need one character other than a quote or a line break "
             "(a tab: '\\t')"
+        )
+    if not char.isascii():
+        raise UsageError(
+            f"--delimiter {delimiter!r}: need an ASCII character (the CSV reader splits on one "
+            f"byte); convert the file first, e.g. sed 's/{char}/;/g'"
         )
     return char
 
