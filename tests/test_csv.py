@@ -616,3 +616,9 @@ def test_the_whole_read_the_type_error_suggests_is_one(tmp_path: Path, command: 
     one_error_line(streamed, 3, "holds '1.5' after its first rows", "of 16 times its size or more")
     whole = run(*command, path, "--memory-limit", size * 16, "-o", tmp_path / "b.parquet")
     assert whole.exit_code == 0, whole.stderr
+    packed = tmp_path / "t.csv.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes(), compresslevel=1))
+    # A compressed file always streams: no memory limit reads it whole, so the hint says to
+    # decompress it first.
+    compressed = run(*command, packed, "--memory-limit", size * 100, "-o", tmp_path / "c.parquet")
+    one_error_line(compressed, 3, "holds '1.5' after its first rows", "decompress it first")

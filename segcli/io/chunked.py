@@ -326,7 +326,7 @@ def type_change_error(
     return ReadError(
         f"{where} holds {value} after its first rows{made}{at}; a streamed CSV or "
         "JSON-lines file keeps that type (write the early values in the wider type, or "
-        f"read the file whole: {whole_read_hint()})"
+        f"read the file whole: {whole_read_hint(table.label)})"
     )
 
 

@@ -447,7 +447,7 @@ class KeyIdsChunks:
                 raise ReadError(
                     f"{self._table.label}: a key column holds a value its first rows' type "
                     f"cannot take ({str(exc).splitlines()[0]}); read the file whole "
-                    f"({whole_read_hint()})"
+                    f"({whole_read_hint(self._table.label)})"
                 ) from exc
 
 

@@ -29,11 +29,15 @@ _CSV_GROWTH = 4
 WHOLE_TEXT_READ_FACTOR = 4 * _CSV_GROWTH
 
 
-def whole_read_hint() -> str:
-    """How to read a text table whole, where streaming it failed."""
-    return (
+def whole_read_hint(path: str) -> str:
+    """How to read the text table at ``path`` whole, where streaming it failed. A compressed
+    one always streams (its decoded size is unknown), so it must be decompressed first."""
+    whole = (
         f"no --chunk-rows and a --memory-limit of {WHOLE_TEXT_READ_FACTOR} times its size or more"
     )
+    if PurePath(path).suffix.lower() in _COMPRESSED_SUFFIXES:
+        return f"decompress it first, as a compressed file always streams; then {whole}"
+    return whole
 
 
 # Bytes per value of Parquet's physical types, as NumPy holds them once read.
