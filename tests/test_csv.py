@@ -194,6 +194,27 @@ def test_bad_delimiter_is_a_usage_error(tmp_path: Path, bad: str) -> None:
     one_error_line(run(*SUM, path, "--delimiter", bad), 2, "--delimiter", "need one character")
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".csv.gz"])
+@pytest.mark.parametrize("chunk", [[], ["--memory-limit", "1MB"]], ids=["whole", "streamed"])
+def test_a_line_of_other_fields_is_named_by_its_number(
+    tmp_path: Path, chunk: list[str], suffix: str
+) -> None:
+    """pyarrow's threaded reader names no line: segcli reads the file again to find it."""
+    lines = ["v,s", *[f"{i % 7},{i % 3}" for i in range(200_000)]]
+    lines[150_001] = "1,2,9"
+    text = ("\n".join(lines) + "\n").encode()
+    path = tmp_path / f"t{suffix}"
+    path.write_bytes(gzip.compress(text, compresslevel=1) if suffix.endswith(".gz") else text)
+    out = tmp_path / "out.npy"
+    result = run(*SUM, path, "-o", out, *chunk)
+    one_error_line(result, 3, f"{path}: line 150002 has 3 fields, the header 2: 1,2,9")
+    assert not out.exists()
+    short = tmp_path / "short.csv"
+    short.write_text("1,0\n2\n")
+    result = run("sum", short, "--no-input-header", "--data-column", "1", "--ids-column", "2")
+    one_error_line(result, 3, f"{short}: line 2 has 1 field, the first line 2: 2")
+
+
 def test_a_delimiter_of_more_than_one_byte_is_a_usage_error(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("v\u00a7s\n1\u00a70\n", encoding="utf-8")

@@ -5,6 +5,7 @@ pyarrow is imported inside the functions so that ``.npy`` work never loads it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -51,6 +52,8 @@ _WHAT = {
     "tsv": "cannot parse TSV",
     "jsonl": "cannot parse JSON lines",
 }
+#: pyarrow's word for a CSV line of another number of fields than the first line.
+_RAGGED = re.compile(r"Expected (?P<expected>\d+) columns, got (?P<got>\d+): (?P<text>.*?)\)?$")
 # Columns pandas adds for its index: never the column a user means.
 _PANDAS_INDEX_PREFIX = "__index_level_"
 #: Bytes of text a CSV or JSON-lines file's column types are inferred from (pyarrow's default
@@ -570,9 +573,55 @@ class TableFile:
             convert_options=convert,
         )
 
-    def errors(self) -> Any:
-        """Context manager: library exceptions become one-line ReadErrors about this table."""
-        return library_errors(self.label, _WHAT[self.fmt])
+    @contextlib.contextmanager
+    def errors(self) -> Iterator[None]:
+        """Context manager: library exceptions become one-line ReadErrors about this table; a
+        CSV line of another number of fields than the first is named by its line number."""
+        try:
+            with library_errors(self.label, _WHAT[self.fmt]):
+                yield
+        except ReadError as exc:
+            ragged = _RAGGED.search(str(exc))
+            line = None if ragged is None else self._first_ragged_line()
+            if ragged is None or line is None:
+                raise
+            first = "the header" if self.csv.header else "the first line"
+            raise ReadError(
+                f"{self.label}: line {line} has {ragged['got']} field"
+                f"{'' if ragged['got'] == '1' else 's'}, {first} {ragged['expected']}: "
+                f"{ragged['text']}"
+            ) from exc
+
+    def _first_ragged_line(self) -> int | None:
+        """The line number of the first CSV line whose fields the first line's do not match,
+        read again on one thread (pyarrow's threaded reader knows no line numbers); None for
+        a pipe, which cannot be read again."""
+        import pyarrow.csv as pcsv
+
+        if self.fmt not in ("csv", "tsv") or (
+            isinstance(self.source, str) and is_pipe(self.source)
+        ):
+            return None
+        lines: list[int | None] = []
+
+        def first_only(row: Any) -> str:
+            lines.append(row.number)
+            return "error"
+
+        parse = self.parse_options(line_breaks_quoted=True)
+        parse.invalid_row_handler = first_only
+        # Not read_options(): naming the columns of a headerless file reads it (and fails).
+        read = pcsv.ReadOptions(use_threads=False, autogenerate_column_names=not self.csv.header)
+        # One made-up column of nulls: every line is split, no field converted.
+        convert = pcsv.ConvertOptions(include_columns=[" "], include_missing_columns=True)
+        try:
+            for _ in pcsv.open_csv(
+                self._input(), read_options=read, parse_options=parse, convert_options=convert
+            ):
+                pass
+        except Exception:  # the error being named: only the line it recorded matters
+            pass
+        return lines[0] if lines else None
 
 
 def _to_line_end(head: bytes, stream: pa.NativeFile, size: int) -> bytes:
