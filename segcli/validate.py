@@ -123,7 +123,7 @@ def _float_ids_problem(ids: np.ndarray, label: str) -> str:
 
 def _cast_hint(label: str) -> str:
     if _is_text_label(label):
-        return "write them without a decimal point (1, not 1.0)"
+        return "write them as plain integers (1, not 1.0, 1e0 or +1)"
     if _is_table_label(label):
         return "cast the column to an integer type first"
     return "cast them to integers first, e.g. np.load(...).astype(np.int64)"

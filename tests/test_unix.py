@@ -582,9 +582,11 @@ def test_cut_off_npy_stream_says_how_many_rows_arrived(tmp_path):
         ("v,s\n1,0\n2,1.5\n", "segment_ids[1] = 1.5 is not a whole number (1 such id)"),
         (
             "v,s\n1,0\n2,1.0\n",
-            "segment_ids must be integers, got float64 with whole values; write them without a "
-            "decimal point (1, not 1.0)",
+            "segment_ids must be integers, got float64 with whole values; write them as plain "
+            "integers (1, not 1.0, 1e0 or +1)",
         ),
+        # pyarrow reads an integer with a plus sign as a float: the hint names the sign too.
+        ("v,s\n1,+1\n2,0\n", "got float64 with whole values; write them as plain integers"),
     ],
 )
 def test_float_ids_from_csv_say_what_is_really_wrong(tmp_path, text, message):
@@ -605,7 +607,7 @@ def test_a_null_in_float_ids_under_skipna_is_named_with_the_float_problem(tmp_pa
     (tmp_path / "t.csv").write_text("v,s\n1.5,0.0\n2.5,\n3.5,1.0\n")
     pq.write_table(pa.table({"v": [1.0, 2.0, 3.0], "s": [0.0, None, 1.0]}), tmp_path / "t.parquet")
     hints = {
-        "t.csv": "write them without a decimal point (1, not 1.0)",
+        "t.csv": "write them as plain integers (1, not 1.0, 1e0 or +1)",
         "t.parquet": "cast the column to an integer type first",
     }
     for name, hint in hints.items():
