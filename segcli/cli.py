@@ -921,10 +921,9 @@ def _check_op_options(op_names: tuple[str, ...], ddof: int | None, q: float | No
         from segcli.multi import with_ddof
 
         with_ddof(op_names, ddof)
-    if q is not None:
-        from segcli.holistic_runs import check_q
+    from segcli.holistic_runs import check_q
 
-        check_q(op_names, q)
+    check_q(op_names, q)  # also: quantile without --q, a usage error of the run
 
 
 @cli.command(epilog=EXIT_CODES_HELP)

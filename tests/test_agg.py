@@ -1302,6 +1302,7 @@ def test_check_takes_the_runs_ddof_and_q_and_refuses_them_as_the_run_does(tmp_pa
         (["--op", "sum", "--q", "0.9"], "--q applies to quantile only, not sum"),
         (["--op", "quantile", "--q", "1.5"], "--q 1.5 is outside [0, 1]"),
         (["--op", "sum", "--ddof", "1"], "--ddof applies to var and std only"),
+        (["--op", "quantile"], "quantile needs --q"),
     ):
         refused = run("check", data, ids, *options, "-q")
         assert refused.exit_code == 2 and said in refused.stderr, refused.stderr
