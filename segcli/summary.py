@@ -111,11 +111,10 @@ def result_range(result: np.ndarray) -> tuple[int, float | None, float | None]:
     if values.size == nan_count:
         return nan_count, None, None
     # fmin/fmax pass NaN over without a copy of the other values (a whole result's bytes).
-    return (
-        nan_count,
-        float(np.fmin.reduce(values, axis=None)),
-        float(np.fmax.reduce(values, axis=None)),
-    )
+    low, high = np.fmin.reduce(values, axis=None), np.fmax.reduce(values, axis=None)
+    # Integers stay exact (a float64 rounds 2**63 - 1 to 2**63); bools count as 0 and 1.
+    plain = int if values.dtype.kind in "iub" else float
+    return nan_count, plain(low), plain(high)
 
 
 def run_summary(

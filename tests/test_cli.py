@@ -46,6 +46,22 @@ def test_summary_goes_to_stderr_as_plain_text(pair):
     assert result.stderr.startswith("segcli sum")
 
 
+def test_summary_json_range_of_integers_is_exact(tmp_path):
+    """An int64 result's range is its own values, exact (a float rounds 2**63 - 1 up)."""
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.array([2**63 - 1, 2**53 + 1, 5], np.int64))
+    np.save(ids, np.array([0, 1, 2]))
+    for command in (["sum"], ["agg", "--op", "sum,max"]):
+        facts_path = tmp_path / "s.json"
+        assert run(*command, data, ids, "-q", "--summary-json", facts_path).exit_code == 0
+        text = facts_path.read_text()
+        assert "9223372036854775807" in text
+        facts = json.loads(text)
+        ranges = [facts] if command == ["sum"] else facts["results"]
+        for got in ranges:
+            assert (got["result_min"], got["result_max"]) == (5, 2**63 - 1)
+
+
 def test_summary_json_schema(pair, tmp_path):
     path = tmp_path / "summary.json"
     result = run("max", *pair, "-n", "5", "-q", "--summary-json", path, "-o", tmp_path / "o.npy")
