@@ -890,7 +890,7 @@ def check(
         op_names = parse_ops(op)
         _check_op_options(op_names, ddof, q)
         request = _request(op_names[0], **options)
-        pipeline.reserve_outputs(request, outputs)
+        pipeline.reserve_outputs(request, outputs, prints_result=False)
         _arm_summary("check", summary_json)
         outcome = pipeline.check(
             request,

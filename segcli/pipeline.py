@@ -310,11 +310,16 @@ def _check_keys_out(request: RunRequest) -> None:
 
 
 def reserve_outputs(
-    request: RunRequest, outputs: io.OutputSet, stdout: BinaryIO | None = None
+    request: RunRequest,
+    outputs: io.OutputSet,
+    stdout: BinaryIO | None = None,
+    *,
+    prints_result: bool = True,
 ) -> None:
     """Check the output paths before any input is read: an output that is an input is refused,
     and so is a binary format bound for a terminal (``stdout``, else ``sys.stdout``, for
-    ``-o -``)."""
+    ``-o -``), and an output that is the stdout the result goes to (``-o -``, or no ``-o``
+    where the command ``prints_result``)."""
     if request.expect == "-":
         raise UsageError("--expect reads a file, not stdin")
     if request.output is not None:
@@ -329,6 +334,8 @@ def reserve_outputs(
         refuse_binary_on_terminal(keys_out_format(request.keys_out), request.keys_out, outputs)
     if request.output == "-":
         outputs.refuse_stdout("-o -", stdout)
+    elif request.output is None and prints_result:
+        outputs.refuse_stdout("the result (on stdout without -o)", stdout)
     outputs.refuse_inputs(
         {
             "DATA": request.data,

@@ -74,7 +74,17 @@ def test_summary_json_to_dev_stdout_writes_to_stdout_and_keeps_the_link(pair, tm
     with open(stdout, "wb") as handle:
         before = os.fstat(handle.fileno()).st_ino
         done = subprocess.run(
-            [*SEGCLI, "sum", *map(str, pair), "-q", "--summary-json", "/dev/stdout"],
+            [
+                *SEGCLI,
+                "sum",
+                *map(str, pair),
+                "-q",
+                "-o",
+                "out.npy",
+                "--summary-json",
+                "/dev/stdout",
+            ],
+            cwd=tmp_path,
             stdout=handle,
             stderr=subprocess.PIPE,
             text=True,
@@ -82,11 +92,10 @@ def test_summary_json_to_dev_stdout_writes_to_stdout_and_keeps_the_link(pair, tm
         )
     assert done.returncode == 0, done.stderr
     assert Path("/dev/stdout").is_symlink()
-    # Written into the shell's file, not renamed over it: the same inode holds text and summary.
+    # Written into the shell's file, not renamed over it: the same inode holds the summary.
     assert stdout.stat().st_ino == before
-    text = stdout.read_text()
-    assert text.startswith("0\t3.0\n1\t0.0\n2\t7.0\n")
-    assert json.loads(text[text.index("{") :])["op"] == "sum"
+    assert json.loads(stdout.read_text())["op"] == "sum"
+    assert np.load(tmp_path / "out.npy").tolist() == [3.0, 0.0, 7.0]
     assert no_temp_files(tmp_path)
 
 
@@ -386,6 +395,40 @@ def test_one_fifo_or_descriptor_named_by_both_outputs_is_a_usage_error(
     assert got == b""
     if stdout_to == "mixed.txt":
         assert (tmp_path / "mixed.txt").read_bytes() == b""
+
+
+@pytest.mark.parametrize("summary", ["/dev/stdout", "mixed.txt"])
+@pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum,max"]])
+def test_the_summary_json_on_the_results_stdout_is_a_usage_error(pair, tmp_path, command, summary):
+    """Without -o the result prints on stdout: a summary bound there too would mix into the
+    result lines, as with -o -. ``check`` prints no result, so its facts may go there."""
+    with open(tmp_path / "mixed.txt", "wb") as stdout:
+        done = subprocess.run(
+            [*SEGCLI, *command, *map(str, pair), "-q", "--summary-json", summary],
+            cwd=tmp_path,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == 2
+    assert error_lines(done.stderr) == [
+        f"Error: the result (on stdout without -o) is the same file as --summary-json "
+        f"{summary} (see 'segcli {command[0]} --help')"
+    ]
+    assert (tmp_path / "mixed.txt").read_bytes() == b""
+    with open(tmp_path / "mixed.txt", "wb") as stdout:
+        checked = subprocess.run(
+            [*SEGCLI, "check", *map(str, pair), "-q", "--summary-json", summary],
+            cwd=tmp_path,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            timeout=60,
+            check=False,
+        )
+    assert checked.returncode == 0, checked.stderr
+    assert json.loads((tmp_path / "mixed.txt").read_text())["command"] == "check"
 
 
 # ---------------------------------------------------------------------------------------------
