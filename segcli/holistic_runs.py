@@ -342,8 +342,8 @@ class Partitions:
         numbering = _LocalNumbering(num_segments)
         for part in range(self._parts):
             values_path, ids_path = self._paths(part)
-            values = self._read_values(values_path)
             ids = np.fromfile(ids_path, np.int64)
+            values = self._read_values(values_path, len(ids))
             os.remove(values_path)
             os.remove(ids_path)
             if not len(ids):
@@ -358,11 +358,15 @@ class Partitions:
                 result[segments] = got
         return results
 
-    def _read_values(self, path: str) -> np.ndarray:
+    def _read_values(self, path: str, rows: int) -> np.ndarray:
+        """The partition's ``rows`` rows of values (their count from its ids: rows of no
+        values, an inner size of 0, leave a file of no bytes)."""
+        if self._width == 0:
+            return np.zeros((rows, 0), self._dtype)
         if self._record is None:
-            return np.fromfile(path, self._dtype).reshape(-1, self._width)
-        rows = np.fromfile(path, self._record)
-        return np.ma.MaskedArray(rows["values"], rows["missing"])
+            return np.fromfile(path, self._dtype).reshape(rows, self._width)
+        records = np.fromfile(path, self._record)
+        return np.ma.MaskedArray(records["values"], records["missing"])
 
 
 class _LocalNumbering:

@@ -511,3 +511,32 @@ def test_help_lists_the_holistic_ops_with_one_line_each():
         assert len(lines) == 1 and start_of_help in lines[0]
     assert "--tmp-dir DIR" in run("median", "--help").stdout
     assert "--q Q" in run("quantile", "--help").stdout and "--q Q" in run("agg", "--help").stdout
+
+
+@pytest.mark.parametrize("skipna", [[], ["--skipna"]], ids=["plain", "skipna"])
+@pytest.mark.parametrize(
+    ("data", "ids"),
+    [
+        (np.zeros((3, 0), np.float32), np.array([0, 1, 1])),  # rows of no values
+        (np.float32(2.5), np.array(1)),  # 0-D: one row, read whole on every path
+        (np.array([2.5, 3.5], np.float32), np.array(1)),
+    ],
+    ids=["inner-size-0", "0-d-both", "0-d-ids"],
+)
+def test_edge_shapes_stream_as_they_run_in_memory(tmp_path, data, ids, skipna):
+    """A streamed holistic run of rows of no values (its partition files hold no bytes) or of
+    a 0-D input (one row, read whole) gives the in-memory bytes, not an error."""
+    np.save(tmp_path / "d.npy", data)
+    np.save(tmp_path / "i.npy", ids)
+    outs = {}
+    for name, extra in (
+        ("whole", []),
+        ("blocks", ["--chunk-rows", "1"]),
+        ("budget", ["--memory-limit", "0"]),
+    ):
+        out = tmp_path / f"{name}.npz"
+        args = ["agg", tmp_path / "d.npy", tmp_path / "i.npy", "--op", "median,quantile,nunique"]
+        result = run(*args, "--q", Q, "-q", "-o", out, *skipna, *extra)
+        assert result.exit_code == 0, result.stderr
+        outs[name] = out.read_bytes()
+    assert outs["blocks"] == outs["whole"] and outs["budget"] == outs["whole"]

@@ -96,7 +96,9 @@ def _holds_a_scalar(spec: RunSpec) -> bool:
 
 def must_stream(spec: RunSpec) -> bool:
     """Streaming is required, not just the faster way: asked for, from stdin, or the inputs
-    exceed the memory budget."""
+    exceed the memory budget; never for a 0-D input, which every path reads whole."""
+    if _holds_a_scalar(spec):
+        return False
     if "-" in (spec.data, spec.ids) or spec.block_rows is not None:
         return True
     size = _input_bytes(spec)
