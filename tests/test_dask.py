@@ -609,13 +609,28 @@ def test_shard_counts_must_match(client: Any, tmp_path: Path) -> None:
 
 def test_shard_rows_must_match(client: Any, tmp_path: Path) -> None:
     data, ids = _shards(tmp_path, [[0], [1, 1], [2]])
+    # As many ids as data rows in all, but not pair by pair.
     np.save(tmp_path / "i-1.npy", np.array([1, 1, 1], np.int32))
+    np.save(tmp_path / "i-2.npy", np.array([], np.int32))
     with pytest.raises(InvalidInputError) as raised:
         run(client, op="sum", data=data, ids=ids)
     assert str(raised.value) == (
         f"{tmp_path / 'd-1.npy'} and {tmp_path / 'i-1.npy'} do not "
         "pair up: 2 rows vs 3 rows (pair 2 of 3)"
     )
+
+
+def test_ids_of_another_length_are_the_shape_error_of_every_engine(
+    client: Any, tmp_path: Path
+) -> None:
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.arange(5, dtype=np.float32))
+    np.save(ids, np.zeros(3, np.int64))
+    with pytest.raises(InvalidInputError) as raised:
+        run(client, op="sum", data=str(data), ids=str(ids))
+    # The line the numpy engine gives for these files (the pairing's was another wording).
+    said = f"{ids}: segment_ids shape (3,) is not a prefix of {data} shape (5,)"
+    assert str(raised.value) == said
 
 
 def test_data_shards_must_share_a_dtype(client: Any, tmp_path: Path) -> None:
