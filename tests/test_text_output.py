@@ -180,3 +180,20 @@ def test_bad_float_format_is_a_usage_error(pair: tuple[Path, Path], bad: str) ->
     assert result.exit_code == 2
     assert "need one printf float conversion" in result.stderr
     assert result.stdout == ""
+
+
+@pytest.mark.parametrize("bad", ["%.2f,x", "%.2f\tx", '"%.2f"', "%.2f\n", "%.2f\r"])
+@pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum,mean"]])
+def test_a_float_format_that_would_split_cells_is_a_usage_error(
+    pair: tuple[Path, Path], tmp_path: Path, bad: str, command: list[str]
+) -> None:
+    """Literal text around the conversion is kept, but not a separator, a quote or a line
+    break: the CSV would not read back (not even as the run's own golden file)."""
+    out = tmp_path / "o.csv"
+    result = run(*command, *pair, "-q", "--float-format", bad, "-o", out)
+    assert result.exit_code == 2
+    assert "which would split the cells of text output" in result.stderr
+    assert not out.exists()
+    kept = run(*command, *pair, "-q", "--float-format", "%.2f kg", "-o", out)
+    assert kept.exit_code == 0, kept.stderr
+    assert out.read_text().splitlines()[1].split(",")[1].endswith(" kg")

@@ -44,11 +44,23 @@ _POSITIONAL_FROM = 1e-4
 _FLOAT_FORMAT = re.compile(r"(?:[^%]|%%)*%[-+ #0]*\d*(?:\.\d*)?[eEfFgG](?:[^%]|%%)*")
 
 
+#: Characters that end or quote a cell of CSV, TSV or stdout text.
+_CELL_BREAKERS = frozenset(',\t"\r\n')
+
+
 def check_float_format(fmt: str) -> str:
-    """``fmt`` if it is a printf format for one float (``%.6g``, ``%10.3f``), else a UsageError."""
+    """``fmt`` if it is a printf format for one float (``%.6g``, ``%10.3f``), else a UsageError.
+    Its other text may not hold a field separator, a quote or a line break: a cell holding one
+    would split its row in CSV, TSV or text output."""
     if not _FLOAT_FORMAT.fullmatch(fmt):
         raise UsageError(
             f"--float-format {fmt!r}: need one printf float conversion such as %.6g, %.3f or %e"
+        )
+    splitting = sorted({char for char in fmt if char in _CELL_BREAKERS})
+    if splitting:
+        raise UsageError(
+            f"--float-format {fmt!r}: holds {', '.join(map(repr, splitting))}, which would "
+            "split the cells of text output; keep separators, quotes and line breaks out of it"
         )
     return fmt
 
