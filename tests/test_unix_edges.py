@@ -389,7 +389,10 @@ def test_check_max_dropped_names_the_first_dropped_row(tmp_path, chunk, ids, fla
 @pytest.mark.parametrize(
     ("output", "line"),
     [
-        ("no/such/out.npy", "-o no/such/out.npy: folder {tmp}/no/such does not exist"),
+        ("no/such/out.npy", "-o no/such/out.npy: folder no/such does not exist"),
+        # As the shell's > would: "no" does not exist, so neither does "no/.."
+        ("no/../out.npy", "-o no/../out.npy: folder no/.. does not exist"),
+        ("out.npy/", "-o out.npy/: names a folder (a file name cannot end with /)"),
         (".", "-o .: is a directory"),
         ("/dev/full", "-o /dev/full: cannot write (No space left on device)"),
         ("/proc/out.npy", "-o /proc/out.npy: cannot create a file in /proc ("),

@@ -289,6 +289,13 @@ def _plan(path: str, option: str) -> _Output:
         raise WriteError(f"{option} {path}: is a directory")
     if _names_descriptor(path) or (existing is not None and not stat.S_ISREG(existing.st_mode)):
         return _direct(path, option, existing)
+    if path.endswith(os.sep):
+        raise WriteError(f"{option} {path}: names a folder (a file name cannot end with /)")
+    # The folder as typed, which the kernel resolves part by part as the shell's > would
+    # ("missing/../out.npy" fails there); realpath below would drop "missing/.." as text.
+    typed_folder = os.path.dirname(path)
+    if typed_folder and not os.path.isdir(typed_folder):
+        raise WriteError(f"{option} {path}: folder {typed_folder} does not exist")
     # realpath follows every link, a dangling one's too: the target is replaced, the link kept.
     target = os.path.realpath(path)
     folder = os.path.dirname(target)
