@@ -73,6 +73,7 @@ of a missing value, or, for joint folds, with the missing rows dropped by id.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import decimal
 import fractions
@@ -1134,6 +1135,11 @@ def parse_fill(
             f"--fill {fill} cannot be stored in the {out_dtype} result of {op.name} "
             f"(largest magnitude {np.finfo(out_dtype).max})"
         )
+    if _underflowed(fill, value, stored):
+        raise UsageError(
+            f"--fill {fill} cannot be stored in the {out_dtype} result of {op.name}: it would "
+            f"be 0 (smallest magnitude {np.finfo(out_dtype).smallest_subnormal!s})"
+        )
     return stored
 
 
@@ -1202,6 +1208,17 @@ def _rounded_once(text: str, value: float, stored: Any) -> Any:
     if exact == fractions.Fraction(value):
         return stored  # a true tie: ties to even, as the cast did
     return high if exact > fractions.Fraction(value) else low
+
+
+def _underflowed(fill: Any, value: float | complex, stored: Any) -> bool:
+    """A zero result (or part) from a fill that is not zero (1e-50 in float32; 1e-400, which
+    a Python float already holds as 0)."""
+    asked = [value.real, value.imag] if isinstance(value, complex) else [value]
+    if isinstance(fill, str) and not isinstance(value, complex):
+        with contextlib.suppress(ArithmeticError, ValueError):
+            asked = [decimal.Decimal(fill.strip())]
+    got = [np.real(stored), np.imag(stored)] if isinstance(value, complex) else [stored]
+    return any(want != 0 and part == 0 for want, part in zip(asked, got, strict=True))
 
 
 def _overflowed(fill: Any, stored: Any) -> bool:

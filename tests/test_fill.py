@@ -60,6 +60,12 @@ def test_integer_fill_is_written_exactly(tmp_path, dtype, op, fill, want, stream
         ("float32", "sum", "1e300", "float32"),
         ("float64", "sum", "1e999", "float64"),
         ("int8", "mean", "1e39", "float32"),
+        # Too small: not a value of the result dtype's, but 0 (or -0.0).
+        ("float32", "sum", "1e-50", "float32"),
+        ("float32", "min", "-1e-50", "float32"),
+        ("float16", "max", "1e-8", "float16"),
+        ("float64", "sum", "1e-400", "float64"),
+        ("complex64", "sum", "1e-50+1j", "complex64"),
     ],
 )
 def test_fill_the_result_dtype_cannot_hold_is_a_usage_error(tmp_path, dtype, op, fill, shown):
