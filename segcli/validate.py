@@ -98,27 +98,34 @@ def _float_ids_problem(ids: np.ndarray, label: str) -> str:
             "table?); segment_ids must be integers"
         )
     finite = np.isfinite(flat)
-    for bad, what in (
-        (finite & (flat != np.floor(flat)), "is not a whole number"),
-        (finite & (np.abs(flat) >= 2.0**63), "does not fit in int64"),
-        (~finite, "is not a number"),
-    ):
-        if bad.any():
-            first = int(np.argmax(bad))
-            count = plural(int(np.count_nonzero(bad)), "such id")
-            if not finite[first] and np.isnan(flat[first]) and _is_table_label(label):
-                # Where nulls are kept (--skipna) a table's null reads as NaN; the column is
-                # float because its numbers are written with a decimal point.
-                return (
-                    f"{index_text(ids.shape, first)} is NaN or null ({count}); segment_ids must "
-                    f"be integers, got {ids.dtype} with whole values otherwise; "
-                    f"{_cast_hint(label)}"
-                )
-            return (
-                f"{index_text(ids.shape, first)} = {flat[first]:.17g} {what} "
-                f"({count}); segment_ids must be integers"
-            )
-    return f"segment_ids must be integers, got {ids.dtype} with whole values; {_cast_hint(label)}"
+    problems = [
+        (int(np.argmax(bad)), bad, what)
+        for bad, what in (
+            (finite & (flat != np.floor(flat)), "is not a whole number"),
+            (finite & (np.abs(flat) >= 2.0**63), "does not fit in int64"),
+            (np.isinf(flat), "is infinite"),
+            (np.isnan(flat), "is not a number"),
+        )
+        if bad.any()
+    ]
+    if not problems:
+        return (
+            f"segment_ids must be integers, got {ids.dtype} with whole values; {_cast_hint(label)}"
+        )
+    # The earliest offender is named, whatever its kind; the count is of its kind.
+    first, bad, what = min(problems, key=lambda problem: problem[0])
+    count = plural(int(np.count_nonzero(bad)), "such id")
+    if np.isnan(flat[first]) and _is_table_label(label):
+        # Where nulls are kept (--skipna) a table's null reads as NaN; the column is float
+        # because its numbers are written with a decimal point.
+        return (
+            f"{index_text(ids.shape, first)} is NaN or null ({count}); segment_ids must be "
+            f"integers, got {ids.dtype} with whole values otherwise; {_cast_hint(label)}"
+        )
+    return (
+        f"{index_text(ids.shape, first)} = {flat[first]:.17g} {what} ({count}); segment_ids "
+        "must be integers"
+    )
 
 
 def _cast_hint(label: str) -> str:

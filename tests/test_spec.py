@@ -350,6 +350,20 @@ def test_float_and_bool_ids_are_errors(ids):
     assert "segment_ids must be integers" in error_of([1.0, 2.0], np.array(ids))
 
 
+@pytest.mark.parametrize(
+    ("ids", "said"),
+    [
+        ([0, np.nan, np.inf], "segment_ids[1] = nan is not a number (1 such id)"),
+        ([0, np.inf, -np.inf, np.nan], "segment_ids[1] = inf is infinite (2 such ids)"),
+        ([0, 2.0**70, 1.5, 2.5], "segment_ids[1] = 1.1805916207174113e+21 does not fit in int64"),
+        ([0, 1.5, 2.0**70], "segment_ids[1] = 1.5 is not a whole number (1 such id)"),
+    ],
+)
+def test_float_ids_name_the_first_offender_of_any_kind(ids, said):
+    """The earliest offending id is named (its kind counted), whichever kind it is."""
+    assert said in error_of(np.ones(len(ids)), np.array(ids))
+
+
 @default_run(lambda engine, ids_dtype: numba_takes(engine, ids_dtype, ids=True))
 @pytest.mark.parametrize(
     "ids_dtype", [np.int8, np.uint8, np.int16, np.uint16, np.uint32, np.int64, np.uint64]
