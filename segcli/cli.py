@@ -684,7 +684,7 @@ def _make_op_command(op: str) -> click.Command:
     \b
     Examples:
       segcli {op} data.npy ids.npy -n 4{q}
-      segcli {op} data.npy ids.npy --sorted -o result.npy{q}
+      segcli {op} data.npy sorted_ids.npy --sorted -o result.npy{q}
       segcli {op} table.parquet --data-column value --ids-column segment -o out.parquet{q}
       segcli {op} flights.parquet --data-column arr_delay --by carrier,origin -o out.csv{q}
       segcli {op} data.npy ids.npy{q} -q | sort -k2 -g | tail -3     # the 3 largest
@@ -876,7 +876,7 @@ def check(
       segcli check data.npy ids.npy -n 4
       segcli check data.npy ids.npy -n 1000 --max-empty 0 --no-nan
       segcli check data.npy ids.npy --max-dropped 0 --summary-json check.json
-      segcli check table.parquet --data-column value --ids-column segment --sorted
+      segcli check data.npy sorted_ids.npy --sorted --max-dropped 0
       segcli check flights.parquet --data-column arr_delay --by carrier \\
           --keys-from carriers.csv --max-empty 0
       segcli check sample_data/vocab.npy sample_data/bags.parquet --ids-column bag \\
