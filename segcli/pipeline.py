@@ -189,6 +189,8 @@ def _check_tmp_dir(path: str | None) -> None:
     of a place segcli cannot write to (5), as a partition file that fails later does."""
     if path is None:
         return
+    if not path:
+        raise UsageError("--tmp-dir '': an empty path names no directory")
     if not os.path.isdir(path):
         what = "not a directory" if os.path.exists(path) else "no such directory"
         raise WriteError(f"--tmp-dir {path}: {what}")

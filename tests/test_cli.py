@@ -455,3 +455,18 @@ def test_terminal_safe_keeps_printable_text_whole() -> None:
 
     assert terminal_safe("ids.npy: ids[3] = -1 é ☃") == "ids.npy: ids[3] = -1 é ☃"
     assert terminal_safe("a\tb\x7f\u2028\x85") == "a\\tb\\x7f\\u2028\\x85"
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "said"),
+    [
+        (["sum", "", "IDS"], 3, "Error: '': an empty path names no file"),
+        (["info", ""], 3, "Error: '': an empty path names no file"),
+        (["median", "DATA", "IDS", "--tmp-dir", ""], 2, "Error: --tmp-dir '': an empty path"),
+    ],
+)
+def test_an_empty_path_is_said_so(pair, args, code, said):
+    argv = [str(pair[0]) if a == "DATA" else str(pair[1]) if a == "IDS" else a for a in args]
+    result = run(*argv, "-q") if args[0] != "info" else run(*argv)
+    assert result.exit_code == code, result.stderr
+    assert result.stderr.startswith(said)

@@ -323,6 +323,8 @@ def _open(path: str) -> BufferedReader:
     try:
         return open(path, "rb")  # the caller owns and closes the file
     except FileNotFoundError as exc:
+        if not path:
+            raise ReadError("'': an empty path names no file") from exc
         raise ReadError(f"{path}: no such file") from exc
     except IsADirectoryError as exc:
         raise ReadError(f"{path}: is a directory, not a file") from exc
