@@ -137,6 +137,20 @@ def test_the_columns_are_the_fields_of_the_first_megabyte(tmp_path: Path) -> Non
     assert "no column 'late' (columns: k, v) (the fields of its first megabyte" in result.stderr
 
 
+def test_a_streamed_key_that_changes_type_names_its_column(tmp_path: Path) -> None:
+    """pyarrow's JSON message names the type (timestamp[s], brackets and all), not the column:
+    the key column of that type is named, with the value."""
+    lines = [{"d": f"2024-05-0{i % 9 + 1}", "x": i} for i in range(60_000)]
+    lines.append({"d": "n/a", "x": 1})
+    path = write_lines(tmp_path / "dates.jsonl", lines)
+    result = run_main("sum", path, "--data-column", "x", "--by", "d", "--chunk-rows", "1000")
+    assert result.exit_code == 3
+    [line] = result.stderr.splitlines()
+    assert (
+        f"{path}: column 'd' holds 'n/a' after its first rows, which made it timestamp[s]" in line
+    )
+
+
 def test_a_later_value_that_does_not_fit_a_streamed_column_is_one_line(tmp_path: Path) -> None:
     # More than the first block of text (1 MiB) of whole numbers, then a fraction.
     lines = [{"k": f"k{i % 3}", "a": i} for i in range(60_000)] + [{"k": "k1", "a": 1.5}]

@@ -311,6 +311,11 @@ def type_change_error(
     value = found["value"] or f"'{found['json'].strip()}'"
     if column is None:
         column = _csv_column_named(table, str(exc))
+    if column is None and types is not None:
+        # JSON's message names the type only: the column, where one alone has it.
+        said = found["json_type"] or found["csv_type"]
+        typed = [name for name, type_ in types.items() if str(type_) == said]
+        column = typed[0] if len(typed) == 1 else None
     if column_type is None and types is not None and column is not None:
         column_type = types.get(column)
     where = f"{table.label}:" if column is None else f"{table.label}: column '{column}'"
@@ -508,8 +513,9 @@ def _reblock(arrays: Iterator[pa.Array], rows: int) -> Iterator[pa.Array]:
 # pyarrow's messages for a value its streaming CSV or JSON reader cannot convert to the type
 # the first block gave its column.
 _TEXT_CONVERSION = re.compile(
-    r"CSV conversion error to \w+: invalid value (?P<value>'.*')"
-    r"|Failed to convert JSON to \w+, couldn't parse:(?P<json>.*)"
+    # The type may hold brackets, commas and colons: timestamp[s, tz=+01:00].
+    r"CSV conversion error to (?P<csv_type>.+?): invalid value (?P<value>'.*')"
+    r"|Failed to convert JSON to (?P<json_type>.+?), couldn't parse:(?P<json>.*)"
 )
 
 _CSV_COLUMN = re.compile(r"^In CSV column #(\d+):")
