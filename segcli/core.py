@@ -8,6 +8,7 @@ This module never imports click or rich: it is the library the CLI translates.
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from contextvars import ContextVar
@@ -18,7 +19,7 @@ import numpy as np
 
 from segcli import ops, validate
 from segcli.engines import Engine, choose_engine
-from segcli.errors import EngineUnavailableError, InvalidInputError, UsageError
+from segcli.errors import EngineUnavailableError, InvalidInputError, SegcliError, UsageError
 from segcli.memory import available_bytes, human_bytes, writer_bytes
 from segcli.multi import fold_rows
 
@@ -588,15 +589,37 @@ def segment_reduce(
     >>> segment_reduce([1.0, 2.0, 3.0, 4.0], [0, 0, 2, 2], 4, "sum")
     array([3., 0., 7., 0.])
     """
-    return reduce_arrays(
-        data,
-        segment_ids,
-        num_segments,
-        op,
-        sorted=sorted,
-        engine=engine,
-        fill=fill,
-        q=q,
-        skipna=skipna,
-        ddof=ddof,
-    ).result
+    try:
+        return reduce_arrays(
+            data,
+            segment_ids,
+            num_segments,
+            op,
+            sorted=sorted,
+            engine=engine,
+            fill=fill,
+            q=q,
+            skipna=skipna,
+            ddof=ddof,
+        ).result
+    except SegcliError as exc:
+        exc.args = (in_parameter_words(str(exc)),)
+        raise
+
+
+#: The command line's options as this function's parameters: the checks that raise are
+#: shared with the CLI, whose words they use.
+_PARAMETER_WORDS = (
+    (re.compile(r"--q Q\b|--q\b"), "q"),
+    (re.compile(r"--(fill|ddof)\b"), r"\1"),
+    (re.compile(r"--sorted ids\b"), "ids under sorted=True"),
+    (re.compile(r"--(sorted|skipna)\b"), r"\1=True"),
+)
+
+
+def in_parameter_words(message: str) -> str:
+    """``message`` with the command line's options spelled as :func:`segment_reduce`'s
+    parameters (``--fill 1e-50`` as ``fill 1e-50``, ``--sorted`` as ``sorted=True``)."""
+    for pattern, words in _PARAMETER_WORDS:
+        message = pattern.sub(words, message)
+    return message

@@ -202,3 +202,26 @@ def test_masked_ints_with_inner_axes_under_skipna_for_sorting_ops(
     want = segcli.segment_reduce(as_nan, ids, 8, op, sorted=sorted_ids, skipna=True, **kw)
     assert got.shape == (8, 2, 3)
     np.testing.assert_array_equal(got, want.astype(got.dtype))
+
+
+@pytest.mark.parametrize(
+    ("call", "said"),
+    [
+        ({"op": "quantile"}, "quantile needs q (a number from 0 to 1)"),
+        ({"op": "sum", "q": 0.5}, "q applies to quantile only, not sum"),
+        ({"op": "sum", "ddof": 1}, "ddof applies to var and std only, not sum"),
+        ({"op": "sum", "fill": "x"}, "fill 'x' is not a number"),
+        (
+            {"op": "sum", "sorted": True, "ids": [1, 0]},
+            "ids under sorted=True must be non-decreasing",
+        ),
+    ],
+)
+def test_library_errors_name_its_parameters_not_the_command_lines_options(call, said):
+    """The checks are the CLI's; a library caller reads its own parameters' names."""
+    call = dict(call)
+    ids = call.pop("ids", [0, 1])
+    with pytest.raises(segcli.SegcliError) as raised:
+        segcli.segment_reduce(np.array([1.0, 2.0]), np.array(ids), 2, **call)
+    assert said in str(raised.value)
+    assert "--" not in str(raised.value)

@@ -264,13 +264,17 @@ def test_out_of_range_in_multidimensional_ids_gives_the_index():
 def test_sorted_decrease_is_an_error():
     message = error_of([1.0] * 5, [0, 1, 2, 1, 0], 4, "sum", sorted=True)
     assert message == (
-        "segment_ids[3] = 1 < segment_ids[2] = 2: --sorted ids must be non-decreasing (2 decreases)"
+        "segment_ids[3] = 1 < segment_ids[2] = 2: ids under sorted=True must be non-decreasing "
+        "(2 decreases)"
     )
 
 
 def test_sorted_negative_id_is_an_error():
     message = error_of([1.0] * 3, [-1, 0, 0], 4, sorted=True)
-    assert message == "segment_ids[0] = -1 is negative; --sorted ids must be >= 0 (1 negative id)"
+    assert (
+        message
+        == "segment_ids[0] = -1 is negative; ids under sorted=True must be >= 0 (1 negative id)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -278,12 +282,12 @@ def test_sorted_negative_id_is_an_error():
     [
         (
             [0, 2, 1, -1, 3],
-            "segment_ids[2] = 1 < segment_ids[1] = 2: --sorted ids must be "
+            "segment_ids[2] = 1 < segment_ids[1] = 2: ids under sorted=True must be "
             "non-decreasing (2 decreases)",
         ),
         (
             [0, 2, -1, 1, 0],
-            "segment_ids[2] = -1 is negative; --sorted ids must be >= 0 (1 negative id)",
+            "segment_ids[2] = -1 is negative; ids under sorted=True must be >= 0 (1 negative id)",
         ),
     ],
 )
@@ -293,10 +297,10 @@ def test_sorted_error_names_the_first_offending_position(engine, ids, expected):
 
 
 def test_sorted_needs_one_dimensional_ids_of_full_length():
-    assert "--sorted needs 1-D segment_ids" in error_of(
+    assert "sorted=True needs 1-D segment_ids" in error_of(
         np.ones((2, 2)), [[0, 0], [1, 1]], sorted=True
     )
-    assert "--sorted needs len(segment_ids) == data.shape[0]" in error_of(
+    assert "sorted=True needs len(segment_ids) == data.shape[0]" in error_of(
         np.ones(3), [0, 0], sorted=True
     )
 
