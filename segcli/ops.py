@@ -1213,7 +1213,9 @@ def _rounded_once(text: str, value: float, stored: Any) -> Any:
 def _underflowed(fill: Any, value: float | complex, stored: Any) -> bool:
     """A zero result (or part) from a fill that is not zero (1e-50 in float32; 1e-400, which
     a Python float already holds as 0)."""
-    asked = [value.real, value.imag] if isinstance(value, complex) else [value]
+    asked: list[float | decimal.Decimal] = (
+        [value.real, value.imag] if isinstance(value, complex) else [value]
+    )
     if isinstance(fill, str) and not isinstance(value, complex):
         with contextlib.suppress(ArithmeticError, ValueError):
             asked = [decimal.Decimal(fill.strip())]
