@@ -85,6 +85,25 @@ def check_key_type(name: str, type_: pa.DataType, source: str | None = None) -> 
         )
 
 
+def _without_view_dictionary(type_: pa.DataType) -> pa.DataType:
+    """A dictionary of string or binary views as a dictionary of strings or binaries: pyarrow
+    has no take or cast for dictionaries of views, so such keys come out in the plain type."""
+    if not pt.is_dictionary(type_):
+        return type_
+    plain = {pa.string_view(): pa.string(), pa.binary_view(): pa.binary()}.get(type_.value_type)
+    if plain is None:
+        return type_
+    return pa.dictionary(type_.index_type, plain, type_.ordered)
+
+
+def _hashable(values: pa.Array) -> pa.Array:
+    """decimal32/64 values as decimal128 (exact): pyarrow's hashing kernels take only those."""
+    type_ = values.type
+    if pt.is_decimal32(type_) or pt.is_decimal64(type_):
+        return kernels.cast(values, pa.decimal128(type_.precision, type_.scale))
+    return values
+
+
 def _hash_type(type_: pa.DataType) -> pa.DataType:
     """The type a column's distinct values are kept and looked up in: one per kind, where
     pyarrow's hashing kernels exist for it (not for views or float16)."""
@@ -97,6 +116,8 @@ def _hash_type(type_: pa.DataType) -> pa.DataType:
         return pa.float64()
     if kind == "integer":
         return pa.uint64() if type_ == pa.uint64() else pa.int64()
+    if pt.is_decimal32(type_) or pt.is_decimal64(type_):  # as _hashable widens them
+        return pa.decimal128(type_.precision, type_.scale)
     return type_
 
 
@@ -262,7 +283,7 @@ class KeyColumn:
         #: The column's type as declared; an extension type's values are its storage's.
         self.type = type_
         self.extension_type = type_ if isinstance(type_, pa.BaseExtensionType) else None
-        type_ = storage_type(type_)
+        type_ = _without_view_dictionary(storage_type(type_))
         self.dictionary_type = type_ if pt.is_dictionary(type_) else None
         self.value_type = _value_type(type_)
         self.kind = key_kind(type_)
@@ -310,7 +331,7 @@ class KeyColumn:
         dictionary (and one for null), ``rows`` each row's slot; ``table`` is small when the
         block has few distinct values, so the codes need not be gathered row by row."""
         chunks = [
-            _storage(chunk)
+            _hashable(_storage(chunk))
             for chunk in (data.chunks if isinstance(data, pa.ChunkedArray) else [data])
         ]
         if not chunks:
@@ -468,7 +489,7 @@ class KeyColumn:
         if self.dictionary_type is None:
             return values
         # dictionary_encode of sorted values gives a dictionary sorted by value.
-        encoded = kernels.dictionary_encode(values)
+        encoded = kernels.dictionary_encode(_hashable(values))
         index_type = self.dictionary_type.index_type
         if len(encoded.dictionary) > np.iinfo(index_type.to_pandas_dtype()).max:
             index_type = pa.int32() if len(encoded.dictionary) < 2**31 - 1 else pa.int64()
