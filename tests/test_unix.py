@@ -690,6 +690,30 @@ def test_info_shows_each_column_type_and_null_count(tmp_path):
     assert "  v: double, nulls 2\n  s: int64, nulls 1\n" in result.stdout
 
 
+def test_info_counts_null_rows_of_nested_and_dotted_parquet_columns(tmp_path):
+    """A list's leaf counts empty lists and null elements, a struct's its fields' nulls, and
+    a name with a dot is no path: each column's count is its null rows, as in Arrow."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.table(
+        {
+            "a": [1.0, 2.0, 3.0],
+            "l": pa.array([[1.0], [], [None]]),
+            "s": pa.array([{"x": 1.0}, {"x": None}, None]),
+            "a.b": [None, None, 1.0],
+        }
+    )
+    path = tmp_path / "t.parquet"
+    pq.write_table(table, path)
+    result = cli_run("info", path)
+    assert result.exit_code == 0
+    read_back = pq.read_table(path)  # Parquet names a list's item "element"
+    for field, column in zip(read_back.schema, table.columns, strict=True):
+        assert f"  {field.name}: {field.type}, nulls {column.null_count}\n" in result.stdout
+    assert [column.null_count for column in table.columns] == [0, 0, 1, 2]
+
+
 @pytest.mark.parametrize("kind", ["file", "stream"])
 def test_info_counts_rows_on_a_null_dictionary_entry_as_nulls(tmp_path, kind):
     # As --by counts them missing: a null index and an index to a null entry.

@@ -163,7 +163,7 @@ def _parquet_table(table: TableFile) -> dict[str, object]:
         parquet = pq.ParquetFile(table.parquet_source())
         meta = parquet.metadata
         schema = parquet.schema_arrow
-        nulls = [_parquet_nulls(parquet, name) for name in schema.names]
+        nulls = _parquet_nulls(parquet, schema)
         return {
             "rows": meta.num_rows,
             "row_groups": meta.num_row_groups,
@@ -171,21 +171,48 @@ def _parquet_table(table: TableFile) -> dict[str, object]:
         }
 
 
-def _parquet_nulls(parquet: object, name: str) -> int:
-    """Nulls of top-level column ``name``: from the row groups' statistics, else by reading it."""
+def _parquet_nulls(parquet: object, schema: pa.Schema) -> list[int]:
+    """Nulls of each top-level column: a flat column's from its row groups' statistics (its
+    one leaf, found by position: a name may hold dots), else by reading the column. A nested
+    column's leaves count null elements and empty lists, not null rows."""
+    import pyarrow.types as pt
+
     meta = parquet.metadata  # type: ignore[attr-defined]
+    nulls = []
+    leaf = 0
+    for field in schema:
+        counted = None if pt.is_nested(field.type) else _leaf_nulls(meta, leaf)
+        if counted is None:
+            column = parquet.read(columns=[field.name]).column(0)  # type: ignore[attr-defined]
+            counted = int(column.null_count)
+        nulls.append(counted)
+        leaf += _leaves(field.type)
+    return nulls
+
+
+def _leaf_nulls(meta: Any, leaf: int) -> int | None:
+    """The null count of Parquet leaf column ``leaf`` over every row group; None if a row
+    group has no statistics for it."""
     total = 0
     for group in range(meta.num_row_groups):
-        row_group = meta.row_group(group)
-        for index in range(row_group.num_columns):
-            chunk = row_group.column(index)
-            if chunk.path_in_schema.split(".")[0] != name:
-                continue
-            stats = chunk.statistics
-            if stats is None or not stats.has_null_count:
-                return int(parquet.read(columns=[name]).column(name).null_count)  # type: ignore[attr-defined]
-            total += stats.null_count
+        stats = meta.row_group(group).column(leaf).statistics
+        if stats is None or not stats.has_null_count:
+            return None
+        total += stats.null_count
     return total
+
+
+def _leaves(type_: pa.DataType) -> int:
+    """How many Parquet leaf columns an Arrow type is stored as."""
+    import pyarrow.types as pt
+
+    if pt.is_struct(type_):
+        return sum(_leaves(type_.field(i).type) for i in range(type_.num_fields))
+    if pt.is_map(type_):
+        return _leaves(type_.key_type) + _leaves(type_.item_type)
+    if pt.is_list(type_) or pt.is_large_list(type_) or pt.is_fixed_size_list(type_):
+        return _leaves(type_.value_type)
+    return 1
 
 
 def _arrow(path: str, fmt: str) -> dict[str, object]:
