@@ -137,9 +137,14 @@ def _json_keys(columns: dict[str, list[Any]], names: Sequence[str], path: str) -
         raise ReadError(f'{path}: the "keys" columns differ in length ({lengths} values)')
 
     def show(row: int) -> str:
-        return ", ".join(f"{name}={columns[name][row]!r}" for name in names)
+        # A null key reads null, as the other goldens' keys say it.
+        return ", ".join(f"{name}={_shown(columns[name][row])}" for name in names)
 
     return _Keys(_json_rows(columns, names), show)
+
+
+def _shown(value: Any) -> str:
+    return "null" if value is None else repr(value)
 
 
 def _require(names: Sequence[str], held: Sequence[str], path: str) -> None:

@@ -1036,6 +1036,21 @@ def test_expect_compares_the_key_columns(tmp_path: Path, fmt: str) -> None:
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize("fmt", EXPECT_FORMATS)
+def test_expect_names_a_null_key_alike_in_every_golden(tmp_path: Path, fmt: str) -> None:
+    path = write_table(
+        tmp_path / "t.parquet", pa.table({"k": ["a", None], "j": [None, 2], "v": [1.0, 2.0]})
+    )
+    golden = tmp_path / f"golden.{fmt}"
+    ok("sum", path, "--by", "k,j", "--null-keys", "group", "-o", golden, "-q")
+    other = write_table(
+        tmp_path / "o.parquet", pa.table({"k": ["b", None], "j": [None, 2], "v": [1.0, 2.0]})
+    )
+    result = run("sum", other, "--by", "k,j", "--null-keys", "group", "--expect", golden, "-q")
+    assert result.exit_code == 4
+    assert "row 0 has key k='b', j=null, the golden file k='a', j=null" in result.stderr
+
+
 def test_expect_compares_the_key_order(tmp_path: Path) -> None:
     data = golden_keys(tmp_path, ["a", "b"], "data")
     golden = tmp_path / "golden.csv"
