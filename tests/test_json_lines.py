@@ -510,3 +510,18 @@ def test_large_floats_are_read(tmp_path: Path, chunk: list[str]) -> None:
     )
     result = ok("sum", path, "--data-column", "v", "--ids-column", "s", "-q", *chunk)
     assert result.stdout.splitlines() == [f"0\t{1e20 + 12345678901234567890.0!r}", "1\t1.0"]
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "1000"]], ids=["whole", "streamed"])
+def test_a_line_of_two_json_values_is_named_by_its_row(tmp_path: Path, chunk: list[str]) -> None:
+    """pyarrow says "The document is empty" of ``{...},`` and names no row: segcli finds it."""
+    lines = [json.dumps({"k": i % 3, "x": i}) for i in range(100_000)]
+    lines[70_000] += ","
+    path = tmp_path / "comma.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    result = run_main("sum", path, "--data-column", "x", "--ids-column", "k", *chunk)
+    assert result.exit_code == 3
+    assert result.stderr == (
+        f"Error: {path}: cannot parse JSON lines (row 70000 is not one JSON value: "
+        "'{\"k\": 1, \"x\": 70000},')\n"
+    )

@@ -7,6 +7,7 @@ kept, as for CSV. A field a line lacks is null; fields not asked for are never c
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
@@ -61,7 +62,8 @@ def _read_all(open_source: Opener) -> pa.Table:
                 return pa.table({})
             larger = _block_for_long_lines(open_source, block_size, exc)
             if larger is None:
-                raise _said(exc, _rows_before(open_source, block_size, str(exc))) from exc
+                before = _rows_before(open_source, block_size, str(exc))
+                raise _said(exc, before, open_source) from exc
             block_size = larger  # pyarrow needs each line within a block: read again
 
 
@@ -108,7 +110,7 @@ def _batches(
     def retry(exc: pa.ArrowInvalid, given: int) -> None:
         larger = _block_for_long_lines(open_source, sizes[-1], exc)
         if larger is None:
-            raise _said(exc, given) from exc
+            raise _said(exc, given, open_source) from exc
         sizes.append(larger)
 
     def checked(batch: pa.RecordBatch, first_row: int) -> None:
@@ -159,15 +161,26 @@ def _first_line_longer_than(open_source: Opener, limit: int) -> int | None:
     return current if current > limit else None
 
 
-def _said(exc: pa.ArrowInvalid, first_row: int | None) -> pa.ArrowInvalid:
+def _said(
+    exc: pa.ArrowInvalid, first_row: int | None, open_source: Opener | None = None
+) -> pa.ArrowInvalid:
     """pyarrow's parse error at the file's row (``first_row``: the rows before its block of
     text; None: unknown, and the row left out); a field whose JSON type changes, or a line
-    that is not an object, said plainly."""
+    that is not an object, said plainly. A message that names no row (a line holding more
+    than one JSON value, as ``{...},``) gets the row of the first such line, looked for in
+    the text from ``first_row`` on."""
     import pyarrow as pa
 
     found = _PARSE_ERROR.match(str(exc))
     if found is None:
-        return exc
+        bad = None
+        if open_source is not None and first_row is not None and str(exc).startswith("JSON"):
+            bad = _first_line_not_one_value(open_source, first_row)
+        if bad is None:
+            return exc
+        row, text = bad
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        return pa.ArrowInvalid(f"row {row} is not one JSON value: {shown!r}")
     at = "" if first_row is None else f" at row {first_row + int(found['row'])}"
     changed = _CHANGED.match(found["what"])
     if changed is None:
@@ -179,6 +192,33 @@ def _said(exc: pa.ArrowInvalid, first_row: int | None) -> pa.ArrowInvalid:
     if changed["old"] == "null":  # streamed, after a first block of nulls only
         return pa.ArrowInvalid(said)
     return pa.ArrowInvalid(f"{said}; a field needs one JSON type in every line (null aside)")
+
+
+def _first_line_not_one_value(open_source: Opener, first_row: int) -> tuple[int, str] | None:
+    """The first line from row ``first_row`` on (blank lines aside, as pyarrow skips them)
+    that does not parse as one JSON value, and its text; None if none does within a block's
+    worth of lines (the error path: the rows before it are only counted)."""
+    import json
+
+    with open_source() as source:
+        text = io.TextIOWrapper(io.BufferedReader(source), encoding="utf-8", errors="replace")
+        row = 0
+        for line in text:
+            if not line.strip():
+                continue
+            if row >= first_row:
+                try:
+                    json.loads(line)
+                except ValueError:
+                    return row, line.rstrip("\r\n")
+                if row - first_row > _LINES_LOOKED_AT:
+                    return None
+            row += 1
+    return None
+
+
+#: Lines a failed read's row is looked for in, past the rows before its block.
+_LINES_LOOKED_AT = 1 << 20
 
 
 def _rows_before(open_source: Opener, block_size: int, message: str) -> int | None:
