@@ -523,5 +523,5 @@ def test_a_line_of_two_json_values_is_named_by_its_row(tmp_path: Path, chunk: li
     assert result.exit_code == 3
     assert result.stderr == (
         f"Error: {path}: cannot parse JSON lines (row 70000 is not one JSON value: "
-        "'{\"k\": 1, \"x\": 70000},')\n"
+        '\'{"k": 1, "x": 70000},\')\n'
     )
