@@ -962,3 +962,29 @@ def test_gather_memory_is_bounded_by_the_block(tmp_path, blocks):
     gathered_whole = picks * width * 4
     # In memory the ids and indices (32 MB) are read whole; the gathered rows never are.
     assert measured.peak_bytes - baseline.peak_bytes < gathered_whole // 2
+
+
+def test_the_indices_count_toward_the_choice_to_stream(tmp_path):
+    """DATA and IDS fit the memory limit, the indices beside them do not: the run streams."""
+    rng = np.random.default_rng(7)
+    np.save(tmp_path / "vocab.npy", rng.random((1000, 4), dtype=np.float32))
+    np.save(tmp_path / "idx.npy", rng.integers(0, 1000, 2_000_000))  # 16 MB
+    np.save(tmp_path / "bags.npy", np.sort(rng.integers(0, 5000, 2_000_000)).astype(np.int16))
+    facts = tmp_path / "s.json"
+    args = [tmp_path / "vocab.npy", tmp_path / "bags.npy", "--indices", tmp_path / "idx.npy"]
+    result = run(
+        "sum",
+        *args,
+        "--memory-limit",
+        "10MB",
+        "-o",
+        tmp_path / "a.npy",
+        "-q",
+        "--summary-json",
+        facts,
+    )
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(facts.read_text())["mode"] == "streaming"
+    whole = run("sum", *args, "--memory-limit", "1GB", "-o", tmp_path / "b.npy", "-q")
+    assert whole.exit_code == 0, whole.stderr
+    assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()

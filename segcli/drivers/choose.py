@@ -116,6 +116,13 @@ def _input_bytes(spec: RunSpec) -> int | None:
             (spec.data, [n for n in (spec.data_key, spec.data_column) if n is not None]),
             (spec.ids, [n for n in (spec.ids_key, spec.ids_column) if n is not None]),
         ]
+    # --indices and --weights are held too: a file of their own, or a column of IDS's table
+    # (DATA's, without IDS), which that table's size then counts.
+    for path, column in ((spec.indices, spec.indices_column), (spec.weights, spec.weights_column)):
+        if path is not None:
+            roles.append((path, [column] if column is not None else []))
+        elif column is not None and roles[-1][1]:
+            roles[-1][1].append(column)
     sizes = [decoded_bytes(path, names) for path, names in roles]
     if None in sizes:
         return None
