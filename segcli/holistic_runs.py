@@ -45,6 +45,8 @@ MAX_PARTITIONS = 1024
 #: Bytes of partition file per partition, as a share of the memory budget: finishing one takes
 #: about four times its bytes (the values, int64 ids, the packed sort keys and the picks).
 PARTITION_SHARE = 8
+#: Bytes a holistic op holds at its peak per byte of the values it sorts (the four above).
+WHOLE_SORT_BYTES_PER_BYTE = 4
 #: The memory-limit the partitions assume when the run names none.
 _DEFAULT_PARTITION_BYTES = 32 * 1024 * 1024
 

@@ -540,3 +540,18 @@ def test_edge_shapes_stream_as_they_run_in_memory(tmp_path, data, ids, skipna):
         assert result.exit_code == 0, result.stderr
         outs[name] = out.read_bytes()
     assert outs["blocks"] == outs["whole"] and outs["budget"] == outs["whole"]
+
+
+def test_an_input_whose_sort_would_not_fit_streams_through_partitions(tmp_path):
+    """Sorted whole, values take about four times their bytes: an input under the limit but
+    over a quarter of it goes through partition files (same bytes as a whole read)."""
+    rng = np.random.default_rng(1)
+    np.save(tmp_path / "d.npy", rng.random(1_000_000, dtype=np.float32))  # 4 MB
+    np.save(tmp_path / "i.npy", rng.integers(0, 100, 1_000_000, dtype=np.int32))  # 4 MB
+    facts = tmp_path / "s.json"
+    common = [tmp_path / "d.npy", tmp_path / "i.npy", "-q", "--summary-json", facts]
+    assert run("median", *common, "--memory-limit", "10MB", "-o", tmp_path / "a.npy").exit_code == 0
+    assert json.loads(facts.read_text())["mode"] == "streaming"
+    assert run("median", *common, "--memory-limit", "40MB", "-o", tmp_path / "b.npy").exit_code == 0
+    assert json.loads(facts.read_text())["mode"] == "in-memory"
+    assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()

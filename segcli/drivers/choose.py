@@ -94,15 +94,17 @@ def _holds_a_scalar(spec: RunSpec) -> bool:
     )
 
 
-def must_stream(spec: RunSpec) -> bool:
+def must_stream(spec: RunSpec, held_per_byte: int = 1) -> bool:
     """Streaming is required, not just the faster way: asked for, from stdin, or the inputs
-    exceed the memory budget; never for a 0-D input, which every path reads whole."""
+    (``held_per_byte`` times their bytes, what a whole read holds at its peak) exceed the
+    memory budget; never for a 0-D input, which every path reads whole."""
     if _holds_a_scalar(spec):
         return False
     if "-" in (spec.data, spec.ids) or spec.block_rows is not None:
         return True
     size = _input_bytes(spec)
-    return size is not None and spec.memory_budget is not None and size > spec.memory_budget
+    budget = spec.memory_budget
+    return size is not None and budget is not None and size * held_per_byte > budget
 
 
 def _input_bytes(spec: RunSpec) -> int | None:

@@ -47,6 +47,7 @@ from segcli.engines import Engine
 from segcli.engines.skipping import missing_values
 from segcli.errors import EngineUnavailableError, NotStreamableError, UsageError
 from segcli.holistic_runs import (
+    WHOLE_SORT_BYTES_PER_BYTE,
     HolisticJob,
     Partitions,
     SortedRows,
@@ -106,7 +107,11 @@ def _streams(spec: RunSpec) -> bool:
     # they must (larger than the memory budget, stdin, rows per block given).
     if "-" in (spec.data, spec.ids) and not should_stream(spec):
         return False  # Parquet or an Arrow file on stdin is read whole, as for every other op
-    return should_stream(spec) if spec.sorted_ids else must_stream(spec)
+    if spec.sorted_ids:
+        return should_stream(spec)
+    # Sorted whole, the values take about four times their bytes (values, int64 ids, the
+    # packed sort keys, the picks), as a partition does when it is finished.
+    return must_stream(spec, held_per_byte=WHOLE_SORT_BYTES_PER_BYTE)
 
 
 def _job(spec: RunSpec, data_dtype: np.dtype[Any], label: str) -> HolisticJob:
