@@ -246,7 +246,7 @@ ddof_option = click.option(
     type=int,
     metavar="D",
     help="var and std: delta degrees of freedom, divide by count - D (default 0; 1: sample "
-    "variance); a segment of D rows or fewer gives NaN.",
+    "variance); a non-empty segment of D rows or fewer gives NaN.",
 )
 
 
@@ -744,7 +744,7 @@ def tmp_dir_option(command: F) -> F:
 @click.option(
     "--keys-out",
     metavar="PATH",
-    help="With --by and .npz output: write the key table (row i for result row i) to PATH "
+    help="With --by and .npy or .npz output: write the key table (row i for result row i) to PATH "
     "(.parquet, .arrow, .csv or .tsv).",
 )
 @click.option(
