@@ -196,8 +196,8 @@ def _said(
 
 def _first_line_not_one_value(open_source: Opener, first_row: int) -> tuple[int, str] | None:
     """The first line from row ``first_row`` on (blank lines aside, as pyarrow skips them)
-    that does not parse as one JSON value, and its text; None if none does within a block's
-    worth of lines (the error path: the rows before it are only counted)."""
+    that does not parse as one JSON value, and its text; None if none does within
+    :data:`_LINES_LOOKED_AT` lines (the error path: the rows before it are only counted)."""
     import json
 
     with open_source() as source:
