@@ -53,6 +53,7 @@ def _collected(ran: pytest.RunResult) -> set[str]:
     return {line.split("::")[1] for line in ran.outlines if line.startswith("test_cases.py::")}
 
 
+@pytest.mark.full_matrix  # two pytest processes: CI's second line runs them
 def test_each_run_takes_its_own_cases(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -64,6 +65,7 @@ def test_each_run_takes_its_own_cases(
     assert len(default) == 8 and not default & full
 
 
+@pytest.mark.full_matrix  # a pytest process: CI's second line runs it
 def test_a_default_run_that_keeps_nothing_is_an_error(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -215,6 +215,7 @@ def test_signal_while_shutting_down_after_an_error_keeps_its_exit_code(inputs, s
     assert (facts["exit_code"], facts["error"]) == (1, line)
 
 
+@pytest.mark.full_matrix  # a local cluster's start and stop: seconds, CI's second line
 def test_ctrl_c_on_a_local_dask_cluster_is_one_line(inputs):
     """A terminal's Ctrl-C reaches the whole foreground group, the workers too: theirs end
     quietly, and segcli's own line is all stderr holds."""
