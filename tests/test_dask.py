@@ -729,9 +729,17 @@ def killer(client: Any) -> Iterator[Any]:
     cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import tests
     yield lambda plugin: client.register_plugin(plugin, name="segcli-test-killer")
     # The run released its tasks, so nothing dies now: wait for the nannies' restarts, then
-    # unregister (which needs every worker to answer).
-    client.wait_for_workers(2, timeout=60)
-    client.unregister_worker_plugin("segcli-test-killer")
+    # unregister (which needs every worker to answer). On a loaded machine a worker the run
+    # killed may still be on its way out when the broadcast reaches it: then again.
+    for attempt in range(5):
+        client.wait_for_workers(2, timeout=60)
+        try:
+            client.unregister_worker_plugin("segcli-test-killer")
+            break
+        except OSError:  # distributed's CommClosedError is one
+            if attempt == 4:
+                raise
+            time.sleep(0.5)
     cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 
