@@ -203,20 +203,64 @@ class TableFile:
             return table
 
     def ipc_reader(self) -> ipc.RecordBatchFileReader | ipc.RecordBatchStreamReader:
-        """Open the Arrow IPC file or stream (told apart by the file magic)."""
+        """Open the Arrow IPC file or stream (told apart by the file magic), memory-mapped:
+        a whole read converts zero-copy from the map, and a batch's length or null count
+        reads no column data."""
+        return self._ipc_open(self._input(), None)
+
+    def ipc_batches(self, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
+        """The record batches of a streamed read, holding ``columns`` alone.
+
+        Read from the file, not from a memory map: every page of a map that a read touched
+        stays resident until the map is closed, so a streamed run's peak memory would grow
+        with the columns read. Read this way a batch's memory is freed once its rows are
+        done; a file's other columns are not read, a stream's are read past, not decoded.
+        """
+        import pyarrow as pa
         import pyarrow.ipc as ipc
 
-        source = self._input()
+        source = self.source
+        if isinstance(source, bytes):
+            stream: pa.NativeFile = pa.BufferReader(pa.py_buffer(source))
+        else:
+            stream = pa.OSFile(source)
+        schema = self.schema()
+        # A name twice in the schema keeps both fields: the batch then fails to say which,
+        # as it would holding every column.
+        fields = sorted({i for name in columns for i in schema.get_all_field_indices(name)})
+        with stream:
+            reader = self._ipc_open(stream, ipc.IpcReadOptions(included_fields=fields))
+            if isinstance(reader, ipc.RecordBatchFileReader):
+                for i in range(reader.num_record_batches):
+                    yield reader.get_batch(i)
+            else:
+                yield from reader
+
+    def ipc_rows(self) -> int:
+        """The rows of an Arrow IPC file or stream: memory-mapped, a batch's length is in its
+        header, no column data is read."""
+        import pyarrow.ipc as ipc
+
+        reader = self.ipc_reader()
+        if isinstance(reader, ipc.RecordBatchFileReader):
+            return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+        return sum(batch.num_rows for batch in reader)
+
+    def _ipc_open(
+        self, source: pa.NativeFile, options: ipc.IpcReadOptions | None
+    ) -> ipc.RecordBatchFileReader | ipc.RecordBatchStreamReader:
+        import pyarrow.ipc as ipc
+
         head = source.read(len(ARROW_FILE_MAGIC))
         source.seek(0)
         if head == ARROW_FILE_MAGIC:
-            return ipc.open_file(source)
+            return ipc.open_file(source, options=options)
         if head.startswith(FEATHER_V1_MAGIC):  # else "expected to read 826361158 bytes"
             raise ReadError(
                 f"{self.label}: a Feather v1 file, which is not read: write it as Feather v2 "
                 "(Arrow IPC), pyarrow.feather.write_feather's default"
             )
-        return ipc.open_stream(source)
+        return ipc.open_stream(source, options=options)
 
     def parse_options(self, line_breaks_quoted: bool = False) -> pcsv.ParseOptions:
         """CSV parse options: the delimiter given, else a tab for TSV and a comma for CSV;
