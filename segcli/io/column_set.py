@@ -147,10 +147,8 @@ class TableBatches:
         if fmt == "arrow":
             import pyarrow.ipc as ipc
 
-            reader = self._table.ipc_reader()
-            if isinstance(reader, ipc.RecordBatchFileReader):
-                # Memory-mapped: a batch's length is in its header, no column data is read.
-                return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+            if isinstance(self._table.ipc_reader(), ipc.RecordBatchFileReader):
+                return self._table.ipc_rows()
         return UNKNOWN_ROWS
 
     def _open(self) -> Iterator[Any]:

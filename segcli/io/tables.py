@@ -6,6 +6,7 @@ pyarrow is imported inside the functions so that ``.npy`` work never loads it.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -38,6 +39,7 @@ from segcli.io.formats import (
     pipe_bytes,
     suffix_format,
 )
+from segcli.io.ipc_rows import ipc_rows
 from segcli.io.reread import past_rows_given
 
 if TYPE_CHECKING:
@@ -237,14 +239,13 @@ class TableFile:
                 yield from reader
 
     def ipc_rows(self) -> int:
-        """The rows of an Arrow IPC file or stream: memory-mapped, a batch's length is in its
-        header, no column data is read."""
-        import pyarrow.ipc as ipc
-
-        reader = self.ipc_reader()
-        if isinstance(reader, ipc.RecordBatchFileReader):
-            return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
-        return sum(batch.num_rows for batch in reader)
+        """The rows of an Arrow IPC file or stream, read from its batches' headers alone (not
+        from the memory map, whose pages around each header would stay resident)."""
+        if isinstance(self.source, bytes):
+            return ipc_rows(io.BytesIO(self.source))
+        # Unbuffered: a buffered read would fill 8 KiB for each header of a few hundred bytes.
+        with open(self.source, "rb", buffering=0) as file:
+            return ipc_rows(file)
 
     def _ipc_open(
         self, source: pa.NativeFile, options: ipc.IpcReadOptions | None
