@@ -3,6 +3,8 @@ stream is made on the decoded size (read from headers and metadata), never the s
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -156,3 +158,82 @@ def test_npy_memory_refusals_count_data_bytes(tmp_path, sparse):
     assert refused.exit_code == 2
     assert f"({fits:,} bytes)" in refused.stderr
     assert f"memory budget of {human_bytes(fits - 1)} ({fits - 1:,} bytes)" in refused.stderr
+
+
+def write_arrow(path: Path, rows: int, kind: str, seed: int) -> None:
+    """Columns v and w (float64) and s (ids below 1,000), in record batches of 4,096 rows (96
+    KiB each; a streaming writer leaves batches as small)."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    rng = np.random.default_rng(seed)
+    table = pa.table(
+        {"v": rng.random(rows), "w": rng.random(rows), "s": rng.integers(0, 1000, rows)}
+    )
+    with (ipc.new_file if kind == "file" else ipc.new_stream)(path, table.schema) as writer:
+        writer.write_table(table, max_chunksize=4096)
+
+
+# Each reader of an Arrow file's batches: several data columns read together (a file), and
+# the data column beside the --by keys (a stream).
+STREAMED_ARROW = {
+    "file": ["agg", "--data-column", "v,w", "--ids-column", "s", "-n", 1000, "--op", "sum"],
+    "stream": ["sum", "--data-column", "v", "--by", "s"],
+}
+
+
+@pytest.mark.parametrize("kind", STREAMED_ARROW)
+def test_streamed_arrow_memory_does_not_grow_with_the_file(tmp_path, kind):
+    """A memory map keeps every page a read touched resident until it is closed: a streamed
+    run reading the batches through one grew with the columns read (and the pages the kernel
+    maps around them). Read into memory a batch at a time, its peak is a few batches'."""
+    small, large = tmp_path / "small.arrow", tmp_path / "large.arrow"
+    write_arrow(small, 800_000, kind, seed=1)  # about 19 MB
+    write_arrow(large, 2_400_000, kind, seed=2)  # about 58 MB
+    size = large.stat().st_size
+    command, *options = STREAMED_ARROW[kind]
+    options += ["-q", "--chunk-rows", 100_000, "-o"]
+    peaks = []
+    for path in (small, large):
+        code, peak, stderr = peak_mib(command, path, *options, tmp_path / f"{path.stem}.parquet")
+        assert code == 0, stderr
+        peaks.append(peak)
+    peak_small, peak_large = peaks
+    # Through a map the large file's run peaked 37 MiB (a file) to 75 MiB (a stream: the data
+    # and the keys each map it) above the small one's; read a batch at a time, 2 to 4 MiB.
+    assert peak_large - peak_small < size / 3 / 2**20, (peak_small, peak_large)
+
+
+_COUNTED_PEAK = """
+import sys
+import pyarrow.ipc  # before the first measure: counting may import it
+from segcli.io.sizes import decoded_bytes
+from segcli.io.tables import open_table
+
+def peak():
+    with open("/proc/self/status") as status:
+        return int(next(line.split()[1] for line in status if line.startswith("VmHWM:"))) * 1024
+
+before = peak()
+assert open_table(sys.argv[1], "arrow").ipc_rows() == int(sys.argv[2])
+decoded_bytes(sys.argv[1])
+print(peak() - before)
+"""
+
+
+@pytest.mark.parametrize("kind", ["file", "stream"])
+def test_counting_an_arrow_files_rows_keeps_none_of_it_resident(tmp_path, kind):
+    """Counted on a memory map, the pages around each batch's header that the kernel maps
+    with it stay resident: most of a file of small batches, at the start of every streamed
+    run (its size is checked, and each column read counts the rows)."""
+    path = tmp_path / "t.arrow"
+    write_arrow(path, 1_200_000, kind, seed=3)  # about 29 MB
+    done = subprocess.run(
+        [sys.executable, "-c", _COUNTED_PEAK, str(path), "1200000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout) < path.stat().st_size / 10, int(done.stdout)

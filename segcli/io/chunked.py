@@ -400,26 +400,15 @@ class TableChunks:
             for batch in parquet.iter_batches(batch_size=rows, columns=[name]):
                 yield batch.column(0)
             return
-        for batch in self._ipc_batches():
+        for batch in self._table.ipc_batches([name]):
             yield batch.column(name)
-
-    def _ipc_batches(self) -> Iterator[pa.RecordBatch]:
-        import pyarrow.ipc as ipc
-
-        reader = self._table.ipc_reader()
-        if isinstance(reader, ipc.RecordBatchFileReader):
-            for i in range(reader.num_record_batches):
-                yield reader.get_batch(i)
-        else:
-            yield from reader
 
     def _count_rows(self) -> int:
         if self._table.fmt == "parquet":
             import pyarrow.parquet as pq
 
             return int(pq.ParquetFile(self._table.parquet_source()).metadata.num_rows)
-        # Memory-mapped: counting the batches' rows reads no column data.
-        return sum(batch.num_rows for batch in self._ipc_batches())
+        return self._table.ipc_rows()
 
 
 def _same_inner_shape(

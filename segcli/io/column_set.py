@@ -147,10 +147,8 @@ class TableBatches:
         if fmt == "arrow":
             import pyarrow.ipc as ipc
 
-            reader = self._table.ipc_reader()
-            if isinstance(reader, ipc.RecordBatchFileReader):
-                # Memory-mapped: a batch's length is in its header, no column data is read.
-                return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+            if isinstance(self._table.ipc_reader(), ipc.RecordBatchFileReader):
+                return self._table.ipc_rows()
         return UNKNOWN_ROWS
 
     def _open(self) -> Iterator[Any]:
@@ -161,12 +159,7 @@ class TableBatches:
             parquet = pq.ParquetFile(self._table.parquet_source(), pre_buffer=False)
             return iter(parquet.iter_batches(batch_size=self._batch_rows, columns=self._columns))
         if fmt == "arrow":
-            import pyarrow.ipc as ipc
-
-            reader = self._table.ipc_reader()
-            if isinstance(reader, ipc.RecordBatchFileReader):
-                return (reader.get_batch(i) for i in range(reader.num_record_batches))
-            return iter(reader)
+            return self._table.ipc_batches(self._columns)
         return iter(self._table.text_batches(self._columns, _CSV_BLOCK_BYTES, types=self._types))
 
     def _pull(self) -> bool:

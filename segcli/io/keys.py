@@ -418,7 +418,7 @@ class KeyIdsChunks:
                 return int(pq.ParquetFile(self._table.parquet_source()).metadata.num_rows)
         if self._table.fmt == "arrow":
             with self._table.errors():
-                return sum(batch.num_rows for batch in _ipc_batches(self._table))
+                return self._table.ipc_rows()
         return UNKNOWN_ROWS
 
     def _batches(self, rows: int) -> Iterator[pa.RecordBatch]:
@@ -432,7 +432,7 @@ class KeyIdsChunks:
             parquet = pq.ParquetFile(source, read_dictionary=coded, pre_buffer=False)
             yield from parquet.iter_batches(batch_size=rows, columns=self._by)
         elif self._table.fmt == "arrow":
-            for batch in _ipc_batches(self._table):
+            for batch in self._table.ipc_batches(self._by):
                 yield batch.select(self._by)
         else:
             types = dict(zip(self.schema.names, self.schema.types, strict=True))
@@ -454,17 +454,6 @@ class KeyIdsChunks:
 # A streamed text value that the type of its column's first block cannot take, where a whole
 # read widens the column (whole numbers, then a fraction; nulls, then strings).
 _WIDENED_WHOLE = re.compile(r"CSV conversion error|Failed to convert JSON|changes from null to")
-
-
-def _ipc_batches(table: TableFile) -> Iterator[pa.RecordBatch]:
-    import pyarrow.ipc as ipc
-
-    reader = table.ipc_reader()
-    if isinstance(reader, ipc.RecordBatchFileReader):
-        for i in range(reader.num_record_batches):
-            yield reader.get_batch(i)
-    else:
-        yield from reader
 
 
 def _reblock_tables(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:

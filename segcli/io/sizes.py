@@ -121,15 +121,18 @@ def _arrow_bytes(path: str, names: Collection[str]) -> int:
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
+    from segcli.io.ipc_rows import ipc_rows
+
     with pa.memory_map(path) as source:
         head = source.read(6)
         source.seek(0)
         if head != b"ARROW1":
             return os.path.getsize(path)  # an IPC stream has no footer to count rows from
-        reader = ipc.open_file(source)
-        # count_rows reads the batches' metadata only, never a (compressed) body.
-        rows = reader.count_rows()
-        fields = [f for f in reader.schema if not names or f.name in names]
+        fields = [f for f in ipc.open_file(source).schema if not names or f.name in names]
+    # The batches' headers alone, never a (compressed) body; read, not counted on the map,
+    # which would keep the pages around every header resident (see ipc_rows).
+    with open(path, "rb", buffering=0) as file:
+        rows = ipc_rows(file)
     widths = [_arrow_width(f.type) for f in fields]
     if any(w is None for w in widths):
         return max(os.path.getsize(path), int(rows) * 8 * len(fields))

@@ -6,6 +6,7 @@ pyarrow is imported inside the functions so that ``.npy`` work never loads it.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -38,6 +39,7 @@ from segcli.io.formats import (
     pipe_bytes,
     suffix_format,
 )
+from segcli.io.ipc_rows import ipc_rows
 from segcli.io.reread import past_rows_given
 
 if TYPE_CHECKING:
@@ -203,20 +205,63 @@ class TableFile:
             return table
 
     def ipc_reader(self) -> ipc.RecordBatchFileReader | ipc.RecordBatchStreamReader:
-        """Open the Arrow IPC file or stream (told apart by the file magic)."""
+        """Open the Arrow IPC file or stream (told apart by the file magic), memory-mapped:
+        a whole read converts zero-copy from the map, and a batch's length or null count
+        reads no column data."""
+        return self._ipc_open(self._input(), None)
+
+    def ipc_batches(self, columns: Sequence[str]) -> Iterator[pa.RecordBatch]:
+        """The record batches of a streamed read, holding ``columns`` alone.
+
+        Read from the file, not from a memory map: every page of a map that a read touched
+        stays resident until the map is closed, so a streamed run's peak memory would grow
+        with the columns read. Read this way a batch's memory is freed once its rows are
+        done; a file's other columns are not read, a stream's are read past, not decoded.
+        """
+        import pyarrow as pa
         import pyarrow.ipc as ipc
 
-        source = self._input()
+        source = self.source
+        if isinstance(source, bytes):
+            stream: pa.NativeFile = pa.BufferReader(pa.py_buffer(source))
+        else:
+            stream = pa.OSFile(source)
+        schema = self.schema()
+        # A name twice in the schema keeps both fields: the batch then fails to say which,
+        # as it would holding every column.
+        fields = sorted({i for name in columns for i in schema.get_all_field_indices(name)})
+        with stream:
+            reader = self._ipc_open(stream, ipc.IpcReadOptions(included_fields=fields))
+            if isinstance(reader, ipc.RecordBatchFileReader):
+                for i in range(reader.num_record_batches):
+                    yield reader.get_batch(i)
+            else:
+                yield from reader
+
+    def ipc_rows(self) -> int:
+        """The rows of an Arrow IPC file or stream, read from its batches' headers alone (not
+        from the memory map, whose pages around each header would stay resident)."""
+        if isinstance(self.source, bytes):
+            return ipc_rows(io.BytesIO(self.source))
+        # Unbuffered: a buffered read would fill 8 KiB for each header of a few hundred bytes.
+        with open(self.source, "rb", buffering=0) as file:
+            return ipc_rows(file)
+
+    def _ipc_open(
+        self, source: pa.NativeFile, options: ipc.IpcReadOptions | None
+    ) -> ipc.RecordBatchFileReader | ipc.RecordBatchStreamReader:
+        import pyarrow.ipc as ipc
+
         head = source.read(len(ARROW_FILE_MAGIC))
         source.seek(0)
         if head == ARROW_FILE_MAGIC:
-            return ipc.open_file(source)
+            return ipc.open_file(source, options=options)
         if head.startswith(FEATHER_V1_MAGIC):  # else "expected to read 826361158 bytes"
             raise ReadError(
                 f"{self.label}: a Feather v1 file, which is not read: write it as Feather v2 "
                 "(Arrow IPC), pyarrow.feather.write_feather's default"
             )
-        return ipc.open_stream(source)
+        return ipc.open_stream(source, options=options)
 
     def parse_options(self, line_breaks_quoted: bool = False) -> pcsv.ParseOptions:
         """CSV parse options: the delimiter given, else a tab for TSV and a comma for CSV;
