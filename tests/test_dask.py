@@ -1277,6 +1277,51 @@ def test_nulls_of_later_files_count_and_the_first_file_is_named(
     assert not (tmp_path / "out.npy").exists()
 
 
+@pytest.mark.parametrize(
+    ("columns", "args", "expected", "nulls"),
+    [
+        # A later file's first row is null: the earlier file's null is the first.
+        ([{"v": [1.0, None], "id": [0, 0]}, {"v": [None, 1.0], "id": [0, 0]}], [], "p-0", 2),
+        # IDS' first row is null, DATA's later: DATA converts first.
+        ([{"v": [1.0, None], "id": [None, 0]}], [], "p-0", 1),
+        ([{"v": [1.0, None], "id": [0, 0]}, {"v": [None, 1.0], "id": [0, 0]}], ["--by"], "p-0", 2),
+    ],
+)
+def test_a_null_in_a_first_row_counts_the_nulls_of_every_file(
+    address: str,
+    tmp_path: Path,
+    columns: list[dict[str, Any]],
+    args: list[str],
+    expected: str,
+    nulls: int,
+) -> None:
+    """The first row, read while planning for the dtype, is no earlier than the other nulls."""
+    for k, table in enumerate(columns):
+        pq.write_table(pa.table(table), tmp_path / f"p-{k}.parquet")
+    ids = args or ["--ids-column"]
+    ran = invoke(
+        "sum",
+        str(tmp_path / "p-*.parquet"),
+        "--data-column",
+        "v",
+        *ids,
+        "id",
+        "--engine",
+        "dask",
+        "--scheduler",
+        address,
+        "-o",
+        str(tmp_path / "out.npy" if not args else tmp_path / "out.parquet"),
+    )
+    assert ran.exit_code == 1
+    noun = "null" if nulls == 1 else "nulls"
+    first = tmp_path / f"{expected}.parquet"
+    assert ran.stderr == f"Error: {first}: column 'v' has {nulls} {noun} (first at row 1)\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        f"p-{k}.parquet" for k in range(len(columns))
+    ]
+
+
 # ---------------------------------------------------------------------------------------------
 # This session's single-machine rules, on the cluster
 

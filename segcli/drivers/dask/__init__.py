@@ -36,7 +36,7 @@ import struct
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -79,7 +79,7 @@ from segcli.errors import (
     SegcliError,
     UsageError,
 )
-from segcli.io.columns import NullIdsError, NullsError
+from segcli.io.columns import NullIdsError, NullsError, nulls_kept
 from segcli.io.formats import first_line, input_format
 from segcli.signals import checkpoint
 from segcli.validate import IdSummary, Locator, index_text, report
@@ -112,7 +112,10 @@ def run(
         from segcli.drivers.dask import keyed
 
         return keyed.run(spec, progress, client=client)
-    plan = plan_run(spec)
+    try:
+        plan = plan_run(spec)
+    except NullsError as error:
+        raise planned_nulls(lambda: plan_run(spec).partitions, spec.sorted_ids, error) from None
     chosen, fill = op_and_fill(spec, plan.data.dtype, _inner(plan), plan.data.label)
     op = ops.get_op(chosen)
     n = _check_inputs(spec, op, plan, fill)
@@ -161,8 +164,6 @@ def run_columns(
 ) -> list[DriverResult]:
     """Each of DATA's ``columns`` reduced by ``spec``'s ops, one run each, all on one cluster:
     a local cluster is started once, or the scheduler reached once, not once per column."""
-    from segcli.io.columns import nulls_kept
-
     _distributed()
     started = time.perf_counter()
     with _cluster(spec, None) as (client, where):
@@ -728,7 +729,7 @@ def counted_nulls(
         client.submit(
             count_partition_nulls,
             part,
-            op,
+            op.skipna_of is not None,
             sorted_ids,
             key=f"segcli-nulls-{token}-{part.index}",
             retries=RETRIES,
@@ -743,6 +744,23 @@ def counted_nulls(
     finally:
         for future in futures:
             future.release()
+    return nulls_error(counts) or error
+
+
+def planned_nulls(
+    partitions_of: Callable[[], tuple[Partition, ...]], sorted_ids: bool, error: NullsError
+) -> SegcliError:
+    """The error for a null met while planning (a file's first row, read for its dtype and
+    inner shape): the nulls of every partition counted, DATA's before IDS', as
+    :func:`counted_nulls` counts them, so that a later file's first row is not the error
+    where an earlier file, or DATA, holds nulls. Counted here on the client, which read that
+    row already: no cluster is started for a run that fails."""
+    try:
+        with nulls_kept():  # plan again, taking the first rows' nulls as missing values
+            partitions = partitions_of()
+    except SegcliError:
+        return error  # another fault of the inputs; the null met first stays the error
+    counts = [count_partition_nulls(part, False, sorted_ids) for part in partitions]
     return nulls_error(counts) or error
 
 

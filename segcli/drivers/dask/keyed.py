@@ -260,10 +260,13 @@ def plan_keyed(spec: RunSpec) -> tuple[Plan, pa.Schema]:
 
 def run(spec: RunSpec, progress: Progress | None = None, *, client: Any = None) -> DriverResult:
     """``--by`` on a Dask cluster; see :func:`segcli.drivers.dask.run` for ``client``."""
-    from segcli.drivers.dask import _cluster, _facts, counted_nulls
+    from segcli.drivers.dask import _cluster, _facts, counted_nulls, planned_nulls
     from segcli.drivers.keys import encoder_for, key_input_facts, put_in_key_order
 
-    plan, schema = plan_keyed(spec)
+    try:
+        plan, schema = plan_keyed(spec)
+    except NullsError as error:
+        raise planned_nulls(lambda: plan_keyed(spec)[0].partitions, False, error) from None
     data = plan.data
     chosen, fill = op_and_fill(spec, data.dtype, tuple(data.shape[1:]), data.label)
     op = ops.get_op(chosen)

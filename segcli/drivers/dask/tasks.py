@@ -223,11 +223,11 @@ class PartNulls:
     null_ids: NullIdsError | None
 
 
-def count_partition_nulls(part: Partition, op: str | ops.Op, sorted_ids: bool) -> PartNulls:
+def count_partition_nulls(part: Partition, skipna: bool, sorted_ids: bool) -> PartNulls:
     """Count the nulls of the partition's DATA and IDS columns, converting nothing but the ids
-    of a ``--sorted --skipna`` run. Only run after a partition failed on a null: the normal
-    path counts nothing."""
-    with nulls_kept(ops.get_op(op).skipna_of is not None):
+    of a ``--sorted --skipna`` run. Only run after a partition (or the planning) failed on a
+    null: the normal path counts nothing."""
+    with nulls_kept(skipna):
         data = _column_nulls(part.data, part)
         ids = _column_nulls(part.ids, part) if part.ids != part.data else None  # not --by
         null_ids = _null_sorted_ids(part) if sorted_ids and ids is not None else None
