@@ -116,7 +116,8 @@ def test_a_port_that_hangs_up_is_not_a_scheduler(server, inputs, tmp_path):
     assert_one_line(result, 6, f"Error: {address} closed the connection", out)
 
 
-@pytest.mark.parametrize("address", ["garbage!!", "tcp://host:99999", "tcp://a b:1"])
+# "": typed, as a script's unset variable gives it; not "none given", so no local cluster.
+@pytest.mark.parametrize("address", ["garbage!!", "tcp://host:99999", "tcp://a b:1", ""])
 def test_a_malformed_address_is_a_usage_error_at_once(inputs, tmp_path, address):
     out = tmp_path / "out.npy"
     result, seconds = run(inputs, "--engine", "dask", "--scheduler", address, out=out)

@@ -274,7 +274,11 @@ def _cluster(spec: RunSpec, given: Client | HeldCluster | None) -> Iterator[tupl
         if given is not None:
             yield given, f"scheduler {given.scheduler.address}"
             return
-        address = spec.scheduler or os.environ.get("DASK_SCHEDULER_ADDRESS") or None
+        # An empty --scheduler is an address, a malformed one: not "none given", which would
+        # run on a local cluster where a script's unset variable meant a remote one.
+        address = spec.scheduler
+        if address is None:
+            address = os.environ.get("DASK_SCHEDULER_ADDRESS") or None
         with _own_cluster(address) as (client, where):
             yield client, where
 
@@ -321,7 +325,7 @@ def _drop(record: logging.LogRecord) -> bool:
 @contextlib.contextmanager
 def _own_cluster(address: str | None) -> Iterator[tuple[Client, str]]:
     """A client of the scheduler at ``address``, or of a local cluster started here."""
-    if address:
+    if address is not None:
         client = connect(address)
         try:
             yield client, f"scheduler {address}"
