@@ -125,6 +125,15 @@ def test_a_malformed_address_is_a_usage_error_at_once(inputs, tmp_path, address)
     assert_one_line(result, 2, f"Error: bad Dask scheduler address {address!r}", out)
 
 
+@pytest.mark.parametrize("address", ["tcp://127.0.0.1:", "tcp://127.0.0.1:8786/", " tcp://h:1"])
+def test_a_malformed_address_shows_the_form_expected(inputs, tmp_path, address):
+    """Not the parser's words ("invalid literal for int()"), nor "not tcp://" of " tcp"."""
+    out = tmp_path / "out.npy"
+    result, _ = run(inputs, "--engine", "dask", "--scheduler", address, out=out)
+    expected = f"Error: bad Dask scheduler address {address!r} (expected tcp://HOST:PORT, e.g. "
+    assert_one_line(result, 2, expected, out)
+
+
 def test_scheduler_without_the_dask_engine_is_refused(inputs, tmp_path):
     out = tmp_path / "out.npy"
     result, _ = run(inputs, "--scheduler", "tcp://127.0.0.1:8786", out=out)

@@ -372,6 +372,8 @@ def connect(address: str, timeout_s: float | None = None) -> Client:
 DEFAULT_SCHEDULER_PORT = 8786
 #: Host names and IP addresses (v4, or v6 without brackets, as Dask's parser leaves them).
 _HOST = re.compile(r"[A-Za-z0-9._-]+|[0-9A-Fa-f:.%]+")
+#: A URL scheme (RFC 3986): what Dask takes for one before "://" may be a typo instead.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*")
 #: A scheduler's first message (its handshake) is a few hundred bytes in a few frames.
 _HANDSHAKE_MAX_BYTES = 1 << 20
 _HANDSHAKE_MAX_FRAMES = 64
@@ -386,23 +388,27 @@ def probe_scheduler(address: str, timeout_s: float) -> None:
     with its own internals' words."""
     from distributed.comm.addressing import parse_address, parse_host_port
 
+    malformed = UsageError(
+        f"bad Dask scheduler address {address!r} (expected tcp://HOST:PORT, e.g. "
+        f"tcp://127.0.0.1:{DEFAULT_SCHEDULER_PORT})"
+    )
     try:
         scheme, location = parse_address(address)
         if scheme == "tls":
             return
-        if scheme != "tcp":
+        if scheme != "tcp" and _SCHEME.fullmatch(scheme):
             raise UsageError(
                 f"bad Dask scheduler address {address!r} (segcli reaches a scheduler over "
                 f"tcp://HOST:PORT, or tls:// with Dask's TLS configuration; not {scheme}://)"
             )
+        if scheme != "tcp":  # " tcp", a space pasted in: no scheme at all
+            raise malformed
         host, port = parse_host_port(location, DEFAULT_SCHEDULER_PORT)
-    except (ValueError, TypeError) as exc:
-        raise UsageError(f"bad Dask scheduler address {address!r} ({first_line(exc)})") from None
+    except (ValueError, TypeError):
+        # Dask's parser says "invalid literal for int()" of a port that is empty or "8786/".
+        raise malformed from None
     if not _HOST.fullmatch(host) or not 0 < int(port) < 65536:
-        raise UsageError(
-            f"bad Dask scheduler address {address!r} (expected tcp://HOST:PORT, e.g. "
-            f"tcp://127.0.0.1:{DEFAULT_SCHEDULER_PORT})"
-        )
+        raise malformed
     head = _first_bytes(address, host, int(port), 16, timeout_s)
     total, frames = struct.unpack("<QQ", head)
     if not (16 <= total <= _HANDSHAKE_MAX_BYTES and 1 <= frames <= _HANDSHAKE_MAX_FRAMES):
