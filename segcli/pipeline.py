@@ -338,16 +338,23 @@ def reserve_outputs(
         outputs.refuse_stdout("-o -", stdout)
     elif request.output is None and prints_result:
         outputs.refuse_stdout("the result (on stdout without -o)", stdout)
-    outputs.refuse_inputs(
-        {
-            "DATA": request.data,
-            "IDS": request.ids,
-            "--expect": request.expect,
-            "--keys-from": request.keys_from,
-            "--indices": request.indices,
-            "--weights": request.weights,
-        }
-    )
+    inputs = {
+        "DATA": request.data,
+        "IDS": request.ids,
+        "--expect": request.expect,
+        "--keys-from": request.keys_from,
+        "--indices": request.indices,
+        "--weights": request.weights,
+    }
+    outputs.refuse_inputs(inputs)
+    if request.engine == "dask":
+        # DATA and IDS may be a folder or a glob there: an output that is one of its files
+        # would replace a shard the run reads.
+        from segcli.drivers.dask.plan import shard_paths
+
+        for option in ("DATA", "IDS"):
+            for path in shard_paths(inputs[option]):
+                outputs.refuse_inputs({option: path})
 
 
 def run(

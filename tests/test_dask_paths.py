@@ -123,6 +123,28 @@ def test_a_worker_error_names_the_path_as_typed(
     assert str(tmp_path) not in line and not Path("out.npy").exists()
 
 
+@pytest.mark.parametrize(
+    ("data", "output"),
+    [
+        ("parts", ["-o", "parts/part-1.parquet"]),
+        ("parts/*.parquet", ["-o", "./parts/part-2.parquet"]),
+        ("parts/*.parquet", ["--summary-json", "parts/part-0.parquet"]),
+    ],
+)
+def test_an_output_that_is_a_shard_of_a_folder_or_glob_is_refused(
+    address: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, data: str, output: list[str]
+) -> None:
+    _keyed_files(tmp_path / "parts")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "parts").iterdir()}
+    monkeypatch.chdir(tmp_path)
+    args = ["--data-column", "x", "--by", "key", "-q", *output]
+    ran = _segcli("sum", data, *args, "--engine", "dask", "--scheduler", address)
+    assert ran.exit_code == 2, ran.stderr
+    shard = Path(output[1]).name
+    assert f"{output[0]} {output[1]} is the same file as DATA parts/{shard}" in ran.stderr
+    assert {p.name: p.read_bytes() for p in (tmp_path / "parts").iterdir()} == before
+
+
 # --- 9: scheduler addresses that no tcp connection reaches ---------------------------------------
 
 

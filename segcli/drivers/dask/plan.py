@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from segcli.errors import InvalidInputError, ReadError, UsageError
+from segcli.errors import InvalidInputError, ReadError, SegcliError, UsageError
 from segcli.io import rows
 from segcli.io.formats import input_format
 from segcli.io.rows import FileRef
@@ -139,6 +139,17 @@ def expand(pattern: str) -> list[str]:
             )
         return sorted(found, key=natural_key)
     return [pattern]
+
+
+def shard_paths(pattern: str | None) -> list[str]:
+    """The files a folder or glob names, or none (no such input yet, or nothing matches: the
+    run reports that in its turn); a plain file is left to the caller."""
+    if pattern is None or pattern == "-" or os.path.isfile(pattern):
+        return []
+    try:
+        return expand(pattern)
+    except SegcliError:
+        return []
 
 
 # ---------------------------------------------------------------------------------------------
