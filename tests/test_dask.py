@@ -684,6 +684,18 @@ def test_no_matching_files(client: Any, tmp_path: Path) -> None:
         run(client, op="sum", data=str(tmp_path / "nothing-*.npy"), ids=str(tmp_path / "i.npy"))
 
 
+def test_a_folder_leaves_out_hidden_subfolders(tmp_path: Path) -> None:
+    """An unfinished write's attempts (``_temporary/``) and dot folders are not the data's
+    files, as a Parquet reader takes a folder; a partition folder (``year=2020``) is."""
+    names = ["part-0.parquet", "year=2020/part-1.pq", "_temporary/0/part-0.parquet"]
+    names += [".staging/part-2.parquet", "year=2020/_SUCCESS", "year=2020/.part-1.pq.crc"]
+    for name in names:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    found = [str(tmp_path / name) for name in names[:2]]
+    assert expand(str(tmp_path)) == found
+
+
 def test_planning_helpers(parquet_dataset: Dataset) -> None:
     assert sorted(["d-10", "d-9", "d-1"], key=natural_key) == ["d-1", "d-9", "d-10"]
     # equal numbers: by the names, whatever order the directory listed them in

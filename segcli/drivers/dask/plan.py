@@ -34,6 +34,8 @@ _SPLITTABLE = frozenset({"npy", "parquet"})
 #: Formats whose metadata the client reads without loading the file (CSV would be parsed whole).
 _DISTRIBUTABLE = frozenset({"npy", "npz", "parquet", "arrow"})
 _PARQUET_SUFFIXES = (".parquet", ".pq")
+#: Names a folder's reader passes over (Hive's and Spark's convention).
+_HIDDEN = ("_", ".")
 
 
 @dataclass(frozen=True)
@@ -125,13 +127,17 @@ def expand(pattern: str) -> list[str]:
             raise ReadError(f"{pattern}: no files match")
         return sorted(matches, key=natural_key)
     if os.path.isdir(pattern):
-        found = [
-            os.path.join(root, name)
-            for root, dirs, names in os.walk(pattern)
-            for name in names
-            # Spark and friends leave _SUCCESS, _metadata and .crc files next to the data.
-            if name.lower().endswith(_PARQUET_SUFFIXES) and not name.startswith(("_", "."))
-        ]
+        found = []
+        for root, dirs, names in os.walk(pattern):
+            # Spark and friends leave _SUCCESS, _metadata and .crc files next to the data, and
+            # the attempts of unfinished writes in _temporary/ (hidden, as Parquet readers
+            # take them: a folder's file or subfolder whose name starts with _ or .).
+            dirs[:] = [name for name in dirs if not name.startswith(_HIDDEN)]
+            found += [
+                os.path.join(root, name)
+                for name in names
+                if name.lower().endswith(_PARQUET_SUFFIXES) and not name.startswith(_HIDDEN)
+            ]
         if not found:
             raise ReadError(
                 f"{pattern}: the directory holds no .parquet files (for other formats use a "
