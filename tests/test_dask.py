@@ -1217,7 +1217,11 @@ def _table_with_nulls(path: Path, null_in: str) -> None:
         ("id", ["--ids-column", "id"], "column 'id' has 10 nulls (first at row 15)"),
         ("id", ["--ids-column", "id", "--skipna", "--sorted"], "segment_ids[15] is null (10 null"),
         ("v", ["--by", "k"], "column 'v' has 10 nulls (first at row 15)"),
-        ("l", ["--ids-column", "id"], "column 'l' has 8 nulls (first at row 150)"),
+        (
+            "l",
+            ["--ids-column", "id"],
+            "'l' has 8 null lists and 1 null inside its lists (first at row 20)",
+        ),
     ],
 )
 def test_nulls_are_counted_over_every_partition(

@@ -109,26 +109,53 @@ def test_agg_of_several_columns_counts_every_null(
     one_error(result, f"{path}: column 'v' has 10 nulls (first at row 1)", out)
 
 
+@pytest.mark.parametrize("suffix", [".parquet", ".csv", ".jsonl"])
 @pytest.mark.parametrize("chunks", [[], *CHUNKS])
-def test_a_null_list_outranks_nulls_inside_lists_met_before_it(
-    tmp_path: Path, chunks: list[str]
+def test_a_null_in_the_first_row_is_counted_with_the_rest(
+    tmp_path: Path, suffix: str, chunks: list[str]
 ) -> None:
-    """As a whole read: the null lists are named, not the values inside lists before them."""
+    """A streamed column's first row fixes its shape and dtype; its null is counted with the
+    column's others, not alone."""
+    v = values()
+    v[0] = None
+    path = write(table(v, [i % 4 for i in range(ROWS)], [1.0] * ROWS), tmp_path / f"t{suffix}")
+    out = tmp_path / "out.parquet"
+    result = run(
+        "agg", path, "--op", "sum", "--data-column", "w,v", "--ids-column", "k", *chunks, "-o", out
+    )
+    one_error(result, f"{path}: column 'v' has 11 nulls (first at row 0)", out)
+
+
+def list_table(lists: list[Any], fixed: bool) -> pa.Table:
+    type_ = pa.list_(pa.float64(), 2) if fixed else pa.list_(pa.float64())
+    return pa.table({"v": pa.array(lists, type_), "k": [i % 3 for i in range(ROWS)]})
+
+
+@pytest.mark.parametrize("fixed", [False, True], ids=["lists", "fixed-size lists"])
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow", ".jsonl"])
+@pytest.mark.parametrize("chunks", [[], *CHUNKS])
+def test_the_first_row_holding_a_null_is_named_null_list_or_not(
+    tmp_path: Path, fixed: bool, suffix: str, chunks: list[str]
+) -> None:
+    """Null lists and nulls inside lists are counted alike and the earliest row holding either
+    is named, whole or streamed, whichever comes first and in whichever block."""
     lists: list[Any] = [[1.0, 2.0] for _ in range(ROWS)]
     lists[3], lists[5], lists[17], lists[26] = [None, 1.0], [2.0, None], None, None
-    t = pa.table({"v": pa.array(lists, pa.list_(pa.float64())), "k": [i % 3 for i in range(ROWS)]})
-    path = tmp_path / "l.parquet"
-    pq.write_table(t, path, row_group_size=5)
+    path = write(list_table(lists, fixed), tmp_path / f"l{suffix}")
     out = tmp_path / "out.npy"
-    result = run("sum", path, "--data-column", "v", "--ids-column", "k", *chunks, "-o", out)
-    one_error(result, f"{path}: column 'v' has 2 nulls (first at row 17)", out)
-    lists[17] = lists[26] = [3.0, 4.0]
-    lists[20] = [None, None]
+    args = ("sum", path, "--data-column", "v", "--ids-column", "k", *chunks, "-o", out)
+    message = "has 2 null lists and 2 nulls inside its lists (first at row 3)"
+    one_error(run(*args), f"{path}: column 'v' {message}", out)
+    lists[0], lists[3], lists[5], lists[20] = None, [3.0, 4.0], [None, None], [None, None]
     path.unlink()
-    t = t.set_column(0, "v", pa.array(lists, pa.list_(pa.float64())))
-    pq.write_table(t, path, row_group_size=5)
-    result = run("sum", path, "--data-column", "v", "--ids-column", "k", *chunks, "-o", out)
-    one_error(result, f"{path}: column 'v' has 4 nulls inside its lists (first at row 3)", out)
+    write(list_table(lists, fixed), path)
+    message = "has 3 null lists and 4 nulls inside its lists (first at row 0)"
+    one_error(run(*args), f"{path}: column 'v' {message}", out)
+    lists[0] = lists[17] = lists[26] = [1.0, 2.0]
+    path.unlink()
+    write(list_table(lists, fixed), path)
+    message = "has 4 nulls inside its lists (first at row 5)"
+    one_error(run(*args), f"{path}: column 'v' {message}", out)
 
 
 @pytest.mark.parametrize("chunks", [[], *CHUNKS])

@@ -23,6 +23,7 @@ from segcli.io.columns import (
     check_text_type,
     check_type,
     column_to_numpy,
+    sample_to_numpy,
     shape_row,
     value_layout,
     widened_null_lists,
@@ -239,10 +240,12 @@ class TextChunks:
         table.check_not_rounded(head)  # before a float64 type turns ids away with a hint
         self._row_bytes = max(1, CSV_HEAD_BYTES // max(head.num_rows, 1))
         # A list column's first row fixes the inner shape (JSON lines), as for Parquet.
-        first = head.column(column).slice(0, 1).combine_chunks() if head.num_rows else None
-        if first is None or not pa.types.is_nested(self._type):
+        rows = head.column(column).combine_chunks()
+        if head.num_rows and pa.types.is_nested(self._type):
+            first = shape_row([rows], rows.slice(0, 1))
+        else:
             first = pa.array([], type=self._type)
-        sample = column_to_numpy(first, self._where)
+        sample = sample_to_numpy(first, self._where)
         self.shape: tuple[int, ...] = (UNKNOWN_ROWS, *sample.shape[1:])
         self.dtype: np.dtype[Any] = sample.dtype
 
@@ -582,7 +585,7 @@ class _StreamColumn:
         self.label = self._where.label
         queued = owner._pending[name]
         first = shape_row(queued[:1], queued[0].slice(0, 1)) if queued else pa.array([], type=type_)
-        sample = column_to_numpy(first, self._where)
+        sample = sample_to_numpy(first, self._where)
         self.shape: tuple[int, ...] = (UNKNOWN_ROWS, *sample.shape[1:])
         self.dtype: np.dtype[Any] = sample.dtype
 

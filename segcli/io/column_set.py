@@ -30,6 +30,7 @@ from segcli.io.columns import (
     check_text_type,
     check_type,
     column_to_numpy,
+    sample_to_numpy,
     shape_row,
     value_layout,
 )
@@ -221,7 +222,7 @@ class _BatchColumn:
             if first_rows is None
             else shape_row([first_rows], first_rows.slice(0, 1))
         )
-        sample = column_to_numpy(first, self._where, layout=self._layout)
+        sample = sample_to_numpy(first, self._where, self._layout)
         self.shape: tuple[int, ...] = (rows, *sample.shape[1:])
         self.dtype: np.dtype[Any] = sample.dtype
 
