@@ -94,6 +94,74 @@ def test_streamed_nulls_in_separate_files_are_all_counted(
     one_error(result, f"{data}: column 'v' has 10 nulls (first at row 1)", out)
 
 
+def with_nulls(values: list[Any], rows: set[int]) -> list[Any]:
+    return [None if i in rows else value for i, value in enumerate(values)]
+
+
+# (DATA's null rows, IDS' null rows, the error): IDS' first null before DATA's, in a block
+# before or the same; DATA's before IDS' in the same block (IDS' block is read first); a tie.
+EARLIEST = [
+    ({12, 25}, {10, 20}, "'k' has 2 nulls (first at row 10)"),
+    ({9, 25}, {10, 20}, "'v' has 2 nulls (first at row 9)"),
+    ({10, 25}, {10}, "'v' has 2 nulls (first at row 10)"),
+]
+
+
+@pytest.mark.parametrize(("data_nulls", "ids_nulls", "message"), EARLIEST)
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow", ".csv", ".jsonl"])
+@pytest.mark.parametrize("chunks", [[], *CHUNKS])
+def test_the_earliest_null_of_data_and_ids_is_named(
+    tmp_path: Path,
+    data_nulls: set[int],
+    ids_nulls: set[int],
+    message: str,
+    suffix: str,
+    chunks: list[str],
+) -> None:
+    """Whole or streamed, whatever the block size, the column of the first null row is named
+    (DATA's on a tie), with every null of it counted."""
+    v = with_nulls([float(i) for i in range(ROWS)], data_nulls)
+    k = with_nulls([i % 4 for i in range(ROWS)], ids_nulls)
+    path = write(table(v, k), tmp_path / f"t{suffix}")
+    out = tmp_path / "out.npy"
+    result = run("sum", path, "--data-column", "v", "--ids-column", "k", *chunks, "-o", out)
+    one_error(result, f"{path}: column {message}", out)
+
+
+@pytest.mark.parametrize(("data_nulls", "ids_nulls", "message"), EARLIEST[:2])
+@pytest.mark.parametrize("chunks", [[], *CHUNKS])
+def test_the_earliest_null_of_data_and_ids_files_is_named(
+    tmp_path: Path, data_nulls: set[int], ids_nulls: set[int], message: str, chunks: list[str]
+) -> None:
+    v = with_nulls([float(i) for i in range(ROWS)], data_nulls)
+    k = with_nulls([i % 4 for i in range(ROWS)], ids_nulls)
+    data = write(table(v, [0] * ROWS), tmp_path / "d.parquet")
+    keys = write(table([0.0] * ROWS, k), tmp_path / "i.arrow")
+    out = tmp_path / "out.parquet"
+    for command in (["sum"], ["agg", "--op", "sum,mean"]):
+        result = run(
+            *command, data, keys, "--data-column", "v", "--ids-column", "k", *chunks, "-o", out
+        )
+        named = data if message.startswith("'v'") else keys
+        one_error(result, f"{named}: column {message}", out)
+
+
+@pytest.mark.parametrize("suffix", [".parquet", ".csv"])
+@pytest.mark.parametrize("chunks", [[], *CHUNKS])
+def test_agg_names_the_column_of_the_first_null(
+    tmp_path: Path, suffix: str, chunks: list[str]
+) -> None:
+    """Several data columns: the later column's null comes first, in the same block."""
+    v = with_nulls([float(i) for i in range(ROWS)], {10, 25})
+    w = with_nulls([float(i) for i in range(ROWS)], {9, 20, 29})
+    path = write(table(v, [i % 4 for i in range(ROWS)], w), tmp_path / f"t{suffix}")
+    out = tmp_path / "out.parquet"
+    result = run(
+        "agg", path, "--op", "sum", "--data-column", "v,w", "--ids-column", "k", *chunks, "-o", out
+    )
+    one_error(result, f"{path}: column 'w' has 3 nulls (first at row 9)", out)
+
+
 @pytest.mark.parametrize("suffix", [".parquet", ".csv"])
 @pytest.mark.parametrize("chunks", [[], *CHUNKS])
 def test_agg_of_several_columns_counts_every_null(
@@ -173,6 +241,26 @@ def test_an_arrow_stream_on_stdin_counts_every_null(tmp_path: Path, chunks: list
     one_error(result, "<stdin>: column 'v' has 10 nulls (first at row 1)", out)
 
 
+@pytest.mark.parametrize(("data_nulls", "ids_nulls", "message"), EARLIEST)
+@pytest.mark.parametrize("chunks", [[], *CHUNKS])
+def test_an_arrow_stream_on_stdin_names_the_earliest_null(
+    tmp_path: Path, data_nulls: set[int], ids_nulls: set[int], message: str, chunks: list[str]
+) -> None:
+    v = with_nulls([float(i) for i in range(ROWS)], data_nulls)
+    k = with_nulls([i % 4 for i in range(ROWS)], ids_nulls)
+    sink = pa.BufferOutputStream()
+    t = table(v, k)
+    with ipc.new_stream(sink, t.schema) as writer:
+        for batch in t.to_batches(max_chunksize=5):
+            writer.write_batch(batch)
+    out = tmp_path / "out.npy"
+    result = run(
+        "sum", "-", "--data-column", "v", "--ids-column", "k", *chunks, "-o", out,
+        stdin=sink.getvalue().to_pybytes(),
+    )  # fmt: skip
+    one_error(result, f"<stdin>: column {message}", out)
+
+
 @pytest.mark.parametrize("command", ["sum", "check"])
 @pytest.mark.parametrize("chunks", [[], *CHUNKS])
 def test_streamed_null_sorted_ids_are_all_counted(
@@ -199,6 +287,9 @@ def test_null_sorted_ids_error_survives_pickling() -> None:
     again = pickle.loads(pickle.dumps(error))
     assert (str(again), again.first, again.nulls) == (str(error), 4, 2)
     assert str(error.and_more(3)) == str(columns.NullIdsError("i.npy", 4, 5))
+    nulls = columns.NullsError("t.parquet: column 'v' has 1 null (first at row 7)", 7)
+    again_nulls = pickle.loads(pickle.dumps(nulls))
+    assert (str(again_nulls), again_nulls.row) == (str(nulls), 7)
 
 
 @pytest.mark.parametrize("command", [["sum"], ["median"], ["agg", "--op", "sum,median"]])

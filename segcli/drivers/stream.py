@@ -35,8 +35,8 @@ from segcli.drivers.base import (
     op_and_fill,
 )
 from segcli.engines import Engine, EngineChoice, choose_engine
-from segcli.errors import InvalidInputError, UsageError
-from segcli.io.columns import NullIdsError, without_null_ids
+from segcli.errors import InvalidInputError, SegcliError, UsageError
+from segcli.io.columns import NullIdsError, NullsError, first_nulls, without_null_ids
 from segcli.io.formats import input_format
 from segcli.io.npy import Readable
 from segcli.multi import fold_rows
@@ -465,10 +465,19 @@ def blocks_in_step(
     columns = [source.chunks(rows) for source in data]
     ids_blocks = ids.chunks(rows)
     done = 0
-    for ids_block in ids_blocks:
+    while True:
+        try:
+            ids_block = next(ids_blocks, None)
+        except NullsError as error:
+            raise _first_nulls_of_rows(columns, error, ids_last=True) from None
+        if ids_block is None:
+            break
         blocks = []
-        for source, chunks in zip(data, columns, strict=True):
-            block = next(chunks, None)
+        for k, (source, chunks) in enumerate(zip(data, columns, strict=True)):
+            try:
+                block = next(chunks, None)
+            except NullsError as error:
+                raise _first_nulls_of_rows(columns[k + 1 :], error) from None
             if block is None or block.shape[0] != ids_block.shape[0]:
                 data_rows = done + rows_left(chunks, block)
                 ids_rows = done + rows_left(ids_blocks, ids_block)
@@ -481,6 +490,24 @@ def blocks_in_step(
         if more is not None:
             data_rows = done + rows_left(chunks, more)
             refuse_lengths(source, ids, data_rows, done, sorted_ids=sorted_ids)
+
+
+def _first_nulls_of_rows(
+    columns: Sequence[Iterator[np.ndarray]], error: NullsError, *, ids_last: bool = False
+) -> NullsError:
+    """``error``, a column's null met in a block, or, where the same rows of ``columns`` (the
+    data columns whose block of them is still to be read) hold an earlier one, that column's:
+    a whole read names the first null row of the columns read side by side, DATA's first on a
+    tie (``ids_last``: ``error`` is IDS')."""
+    others = []
+    for chunks in columns:
+        try:
+            next(chunks, None)
+        except NullsError as other:
+            others.append(other)
+        except SegcliError:
+            pass  # a null error is pending: the whole read raises that one
+    return first_nulls([*others, error] if ids_last else [error, *others])
 
 
 def rows_left(blocks: Iterator[np.ndarray], current: np.ndarray | None) -> int:

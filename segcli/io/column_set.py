@@ -21,12 +21,14 @@ import numpy as np
 from segcli.io.chunked import (
     UNKNOWN_ROWS,
     ChunkSource,
+    LaterNulls,
     _reblock,
     _same_inner_shape,
     text_type_kept,
 )
 from segcli.io.columns import (
     ColumnRef,
+    NullTally,
     check_text_type,
     check_type,
     column_to_numpy,
@@ -97,6 +99,9 @@ class TableBatches:
         for name in self._columns:
             check_type(self._types[name], ColumnRef(table.label, name))
         self._queues: list[tuple[str, list[pa.Array]]] = [(name, []) for name in names]
+        self._all = list(self._queues)
+        self._rows_read = 0
+        self._later: LaterNulls | None = None
         self._batches: Iterator[Any] | None = None
         self._batch_rows = _PARQUET_BATCH_ROWS
         with table.errors():
@@ -180,17 +185,30 @@ class TableBatches:
             return False
         for name, queue in self._queues:
             queue.append(batch.column(name))
+        if self._later is not None:
+            self._later.add(batch)
+        self._rows_read += batch.num_rows
         return True
 
     def arrays(self, queue: list[pa.Array]) -> Iterator[pa.Array]:
         while queue or self._pull():
             yield queue.pop(0)
 
-    def feed_only(self, queue: list[pa.Array]) -> None:
+    def feed_only(self, queue: list[pa.Array]) -> NullTally | None:
         """Batches read from now on go to ``queue`` alone: its column met a null, which fails
-        the run, and counts the rest of the file; the other columns are never read again, and
-        their queues must not grow to the rest of the file meanwhile."""
-        self._queues = [(name, kept) for name, kept in self._queues if kept is queue]
+        the run, and counts the rest of the file; the other columns' queues must not grow to
+        the rest of the file meanwhile, but their nulls are counted (:class:`LaterNulls`), for
+        one whose queued block holds an earlier null. Returns those counted for ``queue``'s
+        column, if another column failed first."""
+        if self._later is None:
+            others = [
+                (name, kept, ColumnRef(self._table.label, name))
+                for name, kept in self._queues
+                if kept is not queue
+            ]
+            self._later = LaterNulls(others, self._rows_read)
+        self._queues = [(name, kept) for name, kept in self._all if kept is queue]
+        return self._later.take(queue)
 
     def _type_kept(self) -> contextlib.AbstractContextManager[None]:
         return text_type_kept(self._table)

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 INNER_SHAPE_KEY = b"segcli.inner_shape"
 DTYPE_KEY = b"segcli.dtype"
 VALUE_COLUMN = "value"
+
+_T = TypeVar("_T")
 
 #: ``--skipna``: a null is a missing value, not an error (see :func:`nulls_kept`).
 _KEEP_NULLS: ContextVar[bool] = ContextVar("segcli_keep_nulls", default=False)
@@ -531,7 +533,45 @@ class _NullMet(Exception):
 
 class NullsError(InvalidInputError):
     """A column holds nulls where it may not: a streamed reader then counts the rest of them
-    (:class:`NullTally`)."""
+    (:class:`NullTally`). ``row`` is the first row holding one (None if not known), so that of
+    the errors of columns read side by side the earliest is raised (:func:`first_nulls`)."""
+
+    def __init__(self, message: str, row: int | None = None) -> None:
+        super().__init__(message)
+        self.row = row
+
+    def __reduce__(self) -> tuple[type[NullsError], tuple[str, int | None]]:
+        # A Dask worker's error travels pickled: rebuilt from these, its row kept.
+        return NullsError, (str(self), self.row)
+
+
+def first_nulls(errors: Iterable[NullsError]) -> NullsError:
+    """Of the null errors of columns read side by side (DATA's, then IDS'), the one naming the
+    earliest row, as a read of both row by row meets it; on a tie, the first given."""
+    found = list(errors)
+    rows = [math.inf if error.row is None else error.row for error in found]
+    return found[rows.index(min(rows))]
+
+
+def side_by_side(reads: Iterable[Callable[[], _T]]) -> list[_T]:
+    """What each of ``reads`` (of columns read side by side: DATA's, then IDS') gives, in
+    order. A read that fails on nulls does not stop the others: of their null errors, the one
+    naming the earliest row is raised (see :func:`first_nulls`), as a streamed read of the
+    columns block by block meets it; once one is pending, another read's other errors are
+    not looked at."""
+    results: list[_T] = []
+    nulls: list[NullsError] = []
+    for read in reads:
+        try:
+            results.append(read())
+        except NullsError as error:
+            nulls.append(error)
+        except InvalidInputError:
+            if not nulls:
+                raise
+    if nulls:
+        raise first_nulls(nulls)
+    return results
 
 
 def _nulls_error(where: ColumnRef, whole: int, inside: int, row: int, lists: bool) -> NullsError:
@@ -543,7 +583,8 @@ def _nulls_error(where: ColumnRef, whole: int, inside: int, row: int, lists: boo
         counts.append(f"{inside} null{'s' if inside > 1 else ''} inside its lists")
     # The words of ColumnRef.fail, in the class a streamed reader recognises.
     return NullsError(
-        f"{where.file}: column '{where.column}' has {' and '.join(counts)} (first at row {row})"
+        f"{where.file}: column '{where.column}' has {' and '.join(counts)} (first at row {row})",
+        row,
     )
 
 
@@ -600,6 +641,11 @@ class NullTally:
     def counted(self) -> bool:
         """Whether any null was counted."""
         return self._row is not None
+
+    @property
+    def row(self) -> int | None:
+        """The first row holding a null (None if none was counted)."""
+        return self._row
 
     def add_tally(self, later: NullTally) -> None:
         """Count the nulls ``later`` counted in pieces after this tally's (a Dask partition's
