@@ -194,6 +194,37 @@ def test_a_null_in_the_first_row_is_counted_with_the_rest(
     one_error(result, f"{path}: column 'v' has 11 nulls (first at row 0)", out)
 
 
+@pytest.mark.parametrize("first_null", [0, 9])
+@pytest.mark.parametrize("suffix", [".parquet", ".arrow", ".csv", ".jsonl"])
+@pytest.mark.parametrize("chunks", [[], *CHUNKS])
+def test_the_inputs_metadata_are_checked_before_their_nulls(
+    tmp_path: Path, first_null: int, suffix: str, chunks: list[str]
+) -> None:
+    """A dtype the op refuses, or float ids, is found before any row is read: the error, read
+    whole or streamed, wherever the first null is and whatever the format."""
+    b = with_nulls([i % 2 == 0 for i in range(ROWS)], {first_null, 20})
+    k = [i % 4 for i in range(ROWS)]
+    path = write(pa.table({"b": pa.array(b, pa.bool_()), "k": k}), tmp_path / f"b{suffix}")
+    out = tmp_path / "out.npy"
+    accepted = "float16/32/64, signed and unsigned integers"
+    for command, output, refused in (
+        (["sum"], ["-o", out], f"sum (accepted: {accepted}, complex64/128)"),
+        (["median"], ["-o", out], f"median (accepted: {accepted})"),
+        (["check"], [], f"sum (accepted: {accepted}, complex64/128)"),
+    ):
+        result = run(*command, path, "--data-column", "b", "--ids-column", "k", *chunks, *output)
+        one_error(result, f"{path}:b: bool data is not supported by {refused}", out)
+    any_run = run("any", path, "--data-column", "b", "--ids-column", "k", *chunks, "-o", out)
+    one_error(any_run, f"{path}: column 'b' has 2 nulls (first at row {first_null})", out)
+    v = with_nulls([float(i) for i in range(ROWS)], {first_null})
+    halves = pa.array([i + 0.5 for i in k])  # whole numbers would read back from CSV as integers
+    path = write(table(v, k).set_column(1, "k", halves), tmp_path / f"f{suffix}")
+    result = run("sum", path, "--data-column", "v", "--ids-column", "k", *chunks, "-o", out)
+    assert result.exit_code == 1
+    assert result.stderr.startswith(f"Error: {path}:k: segment_ids must be integers, got float64")
+    assert not out.exists()
+
+
 def list_table(lists: list[Any], fixed: bool) -> pa.Table:
     type_ = pa.list_(pa.float64(), 2) if fixed else pa.list_(pa.float64())
     return pa.table({"v": pa.array(lists, type_), "k": [i % 3 for i in range(ROWS)]})

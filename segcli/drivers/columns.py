@@ -31,7 +31,7 @@ from segcli.drivers.base import (
     input_facts,
     op_and_fill,
 )
-from segcli.drivers.choose import carry_out, should_stream
+from segcli.drivers.choose import carry_out, metadata_first, should_stream
 from segcli.drivers.memory import facts
 from segcli.drivers.stream import (
     ChunkSource,
@@ -63,7 +63,7 @@ def run(spec: RunSpec, columns: list[str], progress: Progress | None = None) -> 
         from segcli.drivers.dask import run_columns
 
         return run_columns(spec, columns, progress)
-    with nulls_kept(spec.skipna):  # under --skipna a null is a missing value
+    with nulls_kept(spec.skipna), metadata_first(spec, columns):  # --skipna: a null is missing
         return _run(spec, columns, progress)
 
 

@@ -366,20 +366,10 @@ class TableChunks:
 
             first = pa.array([], type=schema.field(column).type)
         # The first row (the first list not null) fixes the inner shape (variable-size lists)
-        # and the dtype (metadata).
-        try:
-            sample = column_to_numpy(first, self._where, layout=self._layout)
-        except NullsError:
-            raise self._nulls_counted() from None
+        # and the dtype (metadata); a null in it is the blocks' to name, as in any other row.
+        sample = sample_to_numpy(first, self._where, self._layout)
         self.shape: tuple[int, ...] = (total, *sample.shape[1:])
         self.dtype: np.dtype[Any] = sample.dtype
-
-    def _nulls_counted(self) -> InvalidInputError:
-        """The error for a null in the first row: every null of the column counted, as a
-        read of its blocks counts them (the first row's alone would say "1 null")."""
-        with self._table.errors():
-            batches = self._batches(_COUNTED_ROWS)
-            return _null_error(self._where, next(batches), 0, batches)
 
     def chunks(self, rows: int) -> Iterator[_Array]:
         """Blocks of exactly ``rows`` rows but the last, checked for nulls and inner shape."""
