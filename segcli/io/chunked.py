@@ -236,7 +236,7 @@ class TextChunks:
         with table.errors():
             head = table.text_head([column], CSV_HEAD_BYTES)
         self._type = head.schema.field(column).type
-        check_text_type(head.column(column), self._where)
+        check_text_type(head.column(column), self._where, text_column_again(table, column))
         table.check_not_rounded(head)  # before a float64 type turns ids away with a hint
         self._row_bytes = max(1, CSV_HEAD_BYTES // max(head.num_rows, 1))
         # A list column's first row fixes the inner shape (JSON lines), as for Parquet.
@@ -280,6 +280,20 @@ class TextChunks:
 
     def _type_kept(self) -> contextlib.AbstractContextManager[None]:
         return text_type_kept(self._table, self._where.column, self._type)
+
+
+def text_column_again(table: TableFile, column: str) -> Callable[[], Iterator[pa.Array]]:
+    """A read of a text table's ``column`` again, whole, as text (an error's path: the
+    offenders a streamed read's first rows showed, counted over the file)."""
+
+    def read() -> Iterator[pa.Array]:
+        import pyarrow as pa
+
+        with table.errors():
+            for batch in table.text_batches([column], None, types={column: pa.string()}):
+                yield batch.column(0)
+
+    return read
 
 
 @contextlib.contextmanager

@@ -24,6 +24,7 @@ from segcli.io.chunked import (
     LaterNulls,
     _reblock,
     _same_inner_shape,
+    text_column_again,
     text_type_kept,
 )
 from segcli.io.columns import (
@@ -139,7 +140,11 @@ class TableBatches:
             # Inferred from the first block of text and then kept, as a one-column stream does.
             head = self._table.text_head(self._columns, CSV_HEAD_BYTES)
             for name in self._columns:
-                check_text_type(head.column(name), ColumnRef(self._table.label, name))
+                check_text_type(
+                    head.column(name),
+                    ColumnRef(self._table.label, name),
+                    text_column_again(self._table, name),
+                )
             self._table.check_not_rounded(head)
             return {name: head.schema.field(name).type for name in self._columns}
         return {name: schema.field(name).type for name in self._columns}

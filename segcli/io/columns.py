@@ -210,39 +210,81 @@ _LOCALE_NUMBER = re.compile(r"\s*[-+]?\d[\d.,' ]*,[\d.,' ]*\d\s*|\s*[-+]?\d+,\d+
 _UTF8_SCAN_ROWS = 1 << 16  # rows decoded at once when looking for the first non-UTF-8 value
 
 
-def check_text_type(values: pa.Array | pa.ChunkedArray, where: ColumnRef) -> None:
+def check_text_type(
+    values: pa.Array | pa.ChunkedArray,
+    where: ColumnRef,
+    whole: Callable[[], Iterable[pa.Array]] | None = None,
+) -> None:
     """:func:`check_type` for a column read from text (CSV/TSV, JSON lines), whose first rows
-    are ``values``: a column that is text names its first value that is not a number."""
+    are ``values``: a column that is text names its first value that is not a number, and how
+    many there are. ``whole``: the whole column again as text, where ``values`` are only its
+    first rows (a streamed read), read on this error's path only, so that the error is the one
+    a whole read gives."""
     check_utf8(values, where)
     try:
         check_type(values.type, where)
     except InvalidInputError as exc:
-        found = _first_non_number(values)
+        found = _first_non_number(values, whole)
         if found is None:
             raise
         raise InvalidInputError(f"{exc}: {found}") from None
 
 
-def _first_non_number(values: pa.Array | pa.ChunkedArray) -> str | None:
-    """Where the first value of a text column that is not a number is, and what it holds."""
-    import pyarrow.compute as pc
+def _first_non_number(
+    values: pa.Array | pa.ChunkedArray, whole: Callable[[], Iterable[pa.Array]] | None
+) -> str | None:
+    """Where the first value of a text column that is not a number is, what it holds and how
+    many such values there are; read from ``whole()`` when given (else ``values``, the whole
+    column), and from ``values`` if that read fails."""
+    import pyarrow as pa
     import pyarrow.types as pt
 
     type_ = values.type
     if not (pt.is_string(type_) or pt.is_large_string(type_)):
         return None
-    numbers = pc.fill_null(pc.match_substring_regex(values, _NUMBER), True)
-    row = pc.index(numbers, False).as_py()
-    if row < 0:  # numbers, each as text: quoted in JSON lines
-        row = pc.index(pc.is_valid(values), True).as_py()
-        if row < 0:
-            return None
-        return f"row {row} holds the text {values[row].as_py()!r} (a number in quotes is text)"
-    value = values[row].as_py()
-    hint = ""
-    if _LOCALE_NUMBER.fullmatch(value):
-        hint = " (thousands separators and decimal commas are not read: write 1234.5)"
-    return f"row {row} holds {value!r}{hint}"
+    if whole is not None:
+        try:
+            return _text_offenders(whole())
+        except (pa.ArrowException, InvalidInputError, ReadError):
+            pass  # the whole column is not text throughout: as its first rows say
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    return _text_offenders(chunks)
+
+
+def _text_offenders(pieces: Iterable[pa.Array]) -> str | None:
+    """The first value of a text column's ``pieces`` (in order) that is not a number, with the
+    count of such values; where each is a number, written as text (quoted in JSON lines), the
+    first value and the count of values."""
+    import pyarrow.compute as pc  # the error's path only
+
+    other: tuple[int, str, int] | None = None  # (first row, its text, how many)
+    text: tuple[int, str, int] | None = None  # the same of any value (not null)
+    start = 0
+    for piece in pieces:
+        valid = numpy_of(pc.is_valid(piece))
+        bad = ~numpy_of(pc.fill_null(pc.match_substring_regex(piece, _NUMBER), True))
+        if bad.any():
+            row = int(np.argmax(bad))
+            first = other or (start + row, piece[row].as_py(), 0)
+            other = (first[0], first[1], first[2] + int(np.count_nonzero(bad)))
+        if valid.any():
+            row = int(np.argmax(valid))
+            first = text or (start + row, piece[row].as_py(), 0)
+            text = (first[0], first[1], first[2] + int(np.count_nonzero(valid)))
+        start += len(piece)
+    if other is not None:
+        row, value, count = other
+        noun = "value that is not a number" if count == 1 else "values that are not numbers"
+        hint = ""
+        if _LOCALE_NUMBER.fullmatch(value):
+            hint = "; thousands separators and decimal commas are not read: write 1234.5"
+        return f"row {row} holds {value!r} ({count} {noun}{hint})"
+    if text is not None:  # numbers, each as text: quoted in JSON lines
+        row, value, count = text
+        noun = "value" if count == 1 else "values"
+        quotes = "a number in quotes is text"
+        return f"row {row} holds the text {value!r} ({count} {noun} of text; {quotes})"
+    return None
 
 
 def check_utf8(values: pa.Array | pa.ChunkedArray, where: ColumnRef, first_row: int = 0) -> None:
