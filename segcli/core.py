@@ -438,10 +438,47 @@ def _nulls_masked(value: Any) -> Any:
     return numpy.ma.MaskedArray(values, mask=mask)
 
 
+def _refuse_arrow_objects(value: Any, label: str, *, ids: bool = False) -> None:
+    """A pyarrow array that NumPy would make object data (lists, decimals, strings) is an
+    error naming its type and what to do, as the command line reads such a column: lists as
+    an axis more, decimals as float64 (ids: cast to integers), text not at all."""
+    if type(value).__module__.partition(".")[0] != "pyarrow" or not hasattr(value, "type"):
+        return
+    import pyarrow.types as pt
+
+    type_ = value.type
+    plain = type_.value_type if pt.is_dictionary(type_) else type_
+    if pt.is_list(plain) or pt.is_large_list(plain) or pt.is_fixed_size_list(plain):
+        raise InvalidInputError(
+            f"{label}: a pyarrow array of lists ({type_}), which NumPy makes object data; "
+            "give the lists as an axis of the array instead (numpy.array of its to_pylist(), "
+            "for lists of one length), as the command line reads a list column"
+        )
+    if pt.is_decimal(plain):
+        cast = (
+            "cast it to integers first (.cast(pyarrow.int64()))"
+            if ids
+            else "cast it first (.cast(pyarrow.float64())), as the command line reads a "
+            "decimal column as float64"
+        )
+        raise InvalidInputError(
+            f"{label}: a pyarrow decimal array ({type_}), which NumPy makes object data; {cast}"
+        )
+    if not (
+        pt.is_integer(plain)
+        or pt.is_floating(plain)
+        or pt.is_boolean(plain)
+        or pt.is_null(plain)
+        or pt.is_temporal(plain)
+    ):
+        raise InvalidInputError(f"{label}: a pyarrow array of type {type_}, not a numeric type")
+
+
 def _data_array(data: Any, *, skipna: bool, label: str | None) -> np.ndarray:
     """The caller's data as an array. Nulls and a masked array's hidden values are missing:
     an error without ``skipna`` (as nulls in a table column are), left out with it; float ones
     become NaN, which every op (median and quantile too) then leaves out element by element."""
+    _refuse_arrow_objects(data, label or "data")
     data = _nulls_masked(data)
     if not _is_masked(data):
         return data if isinstance(data, np.ndarray) else _as_array(data, label or "data")
@@ -469,6 +506,7 @@ def _ids_array(
     an error. An empty list has no dtype of its own: it holds no id that is not an integer."""
     if isinstance(segment_ids, (list, tuple)) and len(segment_ids) == 0:
         return np.zeros(0, np.int64), 0
+    _refuse_arrow_objects(segment_ids, label or "segment_ids", ids=True)
     segment_ids = _nulls_masked(segment_ids)
     if not _is_masked(segment_ids):
         return _as_array(segment_ids, label or "segment_ids"), 0

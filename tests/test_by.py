@@ -962,25 +962,49 @@ def test_errors_name_a_key_as_the_output_writes_it(
 # A key column named like an output column; --expect compares the key columns
 
 
+def _named_like(column: str) -> str:
+    return f"has the name of the output column '{column}', which follows the key columns: "
+
+
+# The data is 1-D: a key named like an inner dimension's column is refused for another reason.
+_INNER = (
+    "is named like the columns value's inner dimensions flatten to (value_0, value_1, ...), "
+    "which follow the key columns when the data has inner dimensions: refused whatever the "
+    "data's shape"
+)
+_SEGMENT = (
+    "has the name of the segment numbers' column, which a keyed output does not write but "
+    "--expect reads back as segment numbers"
+)
 CLASHES = [
-    # (command, key column, output column it is named like, output options)
-    (["count"], "count", "'count'", ["-o", "OUT.parquet"]),
-    (["sum"], "value", "'value'", ["-o", "OUT.csv"]),
-    (["sum"], "segment", "'segment'", []),
-    (["mean"], "value_0", "'value_0' (of value's inner dimensions)", ["-o", "OUT.json"]),
-    (["sum"], "count", "'count'", ["-o", "OUT.npy", "--keys-out", "K.parquet"]),
-    (["agg", "--op", "mean,max"], "mean", "'mean'", ["-o", "OUT.arrow"]),
-    (["agg", "--op", "mean", "--data-column", "x,v"], "x_mean", "'x_mean'", ["-o", "OUT.tsv"]),
-    (["agg", "--op", "quantile", "--q", "0.9"], "q0.9", "'q0.9'", ["-o", "OUT.parquet"]),
-    (["agg", "--op", "count,sum", "--skipna"], "rows", "'rows'", ["-o", "OUT.csv"]),
-    (["agg", "--op", "sum"], "count", "'count'", ["-o", "OUT.npz", "--keys-out", "K.csv"]),
+    # (command, key column, why it is refused, output options)
+    (["count"], "count", _named_like("count"), ["-o", "OUT.parquet"]),
+    (["sum"], "value", _named_like("value"), ["-o", "OUT.csv"]),
+    (["sum"], "segment", _SEGMENT, []),
+    (["mean"], "value_0", _INNER, ["-o", "OUT.json"]),
+    (["sum"], "count", _named_like("count"), ["-o", "OUT.npy", "--keys-out", "K.parquet"]),
+    (["agg", "--op", "mean,max"], "mean", _named_like("mean"), ["-o", "OUT.arrow"]),
+    (
+        ["agg", "--op", "mean", "--data-column", "x,v"],
+        "x_mean",
+        _named_like("x_mean"),
+        ["-o", "OUT.tsv"],
+    ),
+    (["agg", "--op", "quantile", "--q", "0.9"], "q0.9", _named_like("q0.9"), ["-o", "OUT.parquet"]),
+    (["agg", "--op", "count,sum", "--skipna"], "rows", _named_like("rows"), ["-o", "OUT.csv"]),
+    (
+        ["agg", "--op", "sum"],
+        "count",
+        _named_like("count"),
+        ["-o", "OUT.npz", "--keys-out", "K.csv"],
+    ),
 ]
 
 
 @pytest.mark.parametrize("mode", [[], ["--chunk-rows", "4"], ["--engine", "dask"]])
-@pytest.mark.parametrize(("command", "key", "clash", "output"), CLASHES)
+@pytest.mark.parametrize(("command", "key", "why", "output"), CLASHES)
 def test_a_key_named_like_an_output_column_is_a_usage_error(
-    tmp_path: Path, command: list[str], key: str, clash: str, output: list[str], mode: list[str]
+    tmp_path: Path, command: list[str], key: str, why: str, output: list[str], mode: list[str]
 ) -> None:
     # Parquet, Arrow and pandas cannot read back a table with two columns of one name.
     table = pa.table({key: ["a", "b", "a"], "x": [1.0, 2.0, 3.0], "v": [4.0, 5.0, 6.0]})
@@ -989,9 +1013,8 @@ def test_a_key_named_like_an_output_column_is_a_usage_error(
     data = [] if "--data-column" in command else ["--data-column", "v"]
     result = run(*command, path, "--by", key, *data, *output, *mode)
     assert result.exit_code == 2, result.stderr
-    assert result.stderr.startswith(
-        f"Error: --by: key column '{key}' has the name of the output column {clash}, "
-    )
+    assert result.stderr.startswith(f"Error: --by: key column '{key}' {why}")
+    assert "; rename the key column in the table" in result.stderr
     assert len(result.stderr.splitlines()) == 1
     assert [p.name for p in tmp_path.iterdir()] == ["t.parquet"]
 

@@ -106,6 +106,42 @@ def test_streamed_csv_value_past_the_first_block_of_another_type(tmp_path: Path)
     assert not (tmp_path / "o.npy").exists()
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".jsonl"])
+@pytest.mark.parametrize(
+    "command", [SUM, ["agg", "--op", "sum", "--data-column", "w,v", "--ids-column", "s"]]
+)
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "7"]])
+def test_a_text_value_column_counts_its_values_that_are_not_numbers(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    suffix: str,
+    command: list[str],
+    chunks: list[str],
+) -> None:
+    """Read whole or streamed (types from the first rows: here the first 64 bytes, so that a
+    small file holds rows past them), the first value that is not a number is named, and every
+    such value of the column counted, those past the first rows too."""
+    from segcli.io import chunked, column_set
+
+    monkeypatch.setattr(chunked, "CSV_HEAD_BYTES", 64)
+    monkeypatch.setattr(column_set, "CSV_HEAD_BYTES", 64)
+    v = [str(i) for i in range(60)]
+    v[2], v[40], v[55] = "abc", "1,5", "n/a"
+    rows = [{"w": 1.0, "v": text, "s": i % 3} for i, text in enumerate(v)]
+    path = tmp_path / f"t{suffix}"
+    if suffix == ".csv":
+        path.write_text("w,v,s\n" + "".join(f'{r["w"]},"{r["v"]}",{r["s"]}\n' for r in rows))
+    else:
+        path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = run(*command, path, *chunks, "-o", tmp_path / "o.parquet")
+    assert result.exit_code == 1, result.stderr
+    assert result.stderr == (
+        f"Error: {path}: column 'v' has type string, not a numeric type: row 2 holds 'abc' "
+        "(3 values that are not numbers)\n"
+    )
+    assert not (tmp_path / "o.parquet").exists()
+
+
 # NaN cells -----------------------------------------------------------------------------------
 
 
@@ -485,9 +521,9 @@ def test_header_starting_like_bzip2_is_text(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("cells", "said"),
     [
-        (["1.5", "x"], "row 1 holds 'x'"),
-        (['"1,000"', "2"], "row 0 holds '1,000' (thousands separators and decimal commas"),
-        (["1.5", '"2,5"'], "row 1 holds '2,5' (thousands separators and decimal commas"),
+        (["1.5", "x"], "row 1 holds 'x' (1 value that is not a number)"),
+        (['"1,000"', "2"], "row 0 holds '1,000' (1 value that is not a number; thousands"),
+        (["1.5", '"2,5"'], "row 1 holds '2,5' (1 value that is not a number; thousands"),
     ],
 )
 @pytest.mark.parametrize("command", [SUM, ["agg", "--op", "sum,mean", "--data-column", "v,s"]])

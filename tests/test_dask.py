@@ -1237,7 +1237,11 @@ def _table_with_nulls(path: Path, null_in: str) -> None:
         ("id", ["--ids-column", "id"], "column 'id' has 10 nulls (first at row 15)"),
         ("id", ["--ids-column", "id", "--skipna", "--sorted"], "segment_ids[15] is null (10 null"),
         ("v", ["--by", "k"], "column 'v' has 10 nulls (first at row 15)"),
-        ("l", ["--ids-column", "id"], "column 'l' has 8 nulls (first at row 150)"),
+        (
+            "l",
+            ["--ids-column", "id"],
+            "'l' has 8 null lists and 1 null inside its lists (first at row 20)",
+        ),
     ],
 )
 def test_nulls_are_counted_over_every_partition(
@@ -1258,6 +1262,39 @@ def test_nulls_are_counted_over_every_partition(
     assert on_one_machine.exit_code == on_dask.exit_code == 1
     assert on_dask.stderr == on_one_machine.stderr
     assert on_dask.stderr.count("\n") == 1 and expected in on_dask.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]
+
+
+@pytest.mark.parametrize(
+    ("data_nulls", "ids_nulls", "expected"),
+    [
+        ([160, 170, 390], [155, 380], "column 'id' has 2 nulls (first at row 155)"),
+        ([152, 170, 390], [155, 380], "column 'v' has 3 nulls (first at row 152)"),
+        ([260, 390], [15, 380], "column 'id' has 2 nulls (first at row 15)"),
+    ],
+)
+def test_the_earliest_null_of_data_and_ids_is_named_over_every_partition(
+    address: str, tmp_path: Path, data_nulls: list[int], ids_nulls: list[int], expected: str
+) -> None:
+    """Of DATA's and IDS' nulls, the column of the first null row is named, as on one machine."""
+    rows = 400
+    v_null, id_null = np.zeros(rows, bool), np.zeros(rows, bool)
+    v_null[data_nulls], id_null[ids_nulls] = True, True
+    table = pa.table(
+        {
+            "v": pa.array(np.arange(rows, dtype=np.float64), mask=v_null),
+            "id": pa.array(np.arange(rows) // 10, mask=id_null),
+        }
+    )
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=50)
+    common = ["sum", str(tmp_path / "t.parquet"), "--data-column", "v", "--ids-column", "id"]
+    on_one_machine = invoke(*common, "-o", str(tmp_path / "one.parquet"))
+    dask_args = ["--engine", "dask", "--scheduler", address, "--chunk-rows", "50"]
+    on_dask = invoke(*common, *dask_args, "-o", str(tmp_path / "out.parquet"))
+    assert on_one_machine.exit_code == on_dask.exit_code == 1
+    assert (
+        on_dask.stderr == on_one_machine.stderr == f"Error: {tmp_path / 't.parquet'}: {expected}\n"
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["t.parquet"]
 
 

@@ -612,7 +612,7 @@ def test_nulls_inside_lists(tmp_path: Path) -> None:
 
 def test_null_lists(tmp_path: Path) -> None:
     column = pa.array([[1, 2], None], pa.list_(pa.int64()))
-    with pytest.raises(InvalidInputError, match=r"column 'c' has 1 null \(first at row 1\)"):
+    with pytest.raises(InvalidInputError, match=r"column 'c' has 1 null list \(first at row 1\)"):
         read_column(tmp_path, column)
 
 

@@ -465,8 +465,8 @@ def test_the_first_line_longer_than_a_block_is_found_across_reads(
 @pytest.mark.parametrize(
     ("values", "said"),
     [
-        (["1", "2"], "row 0 holds the text '1' (a number in quotes is text)"),
-        ([None, "n/a"], "row 1 holds 'n/a'"),
+        (["1", "2"], "row 0 holds the text '1' (2 values of text; a number in quotes is text)"),
+        ([None, "n/a"], "row 1 holds 'n/a' (1 value that is not a number)"),
     ],
 )
 def test_a_text_value_column_names_its_first_value(

@@ -141,6 +141,37 @@ def test_big_endian_masked_ints_under_skipna(op: str, engine: str) -> None:
     assert got.dtype == want.dtype and got.tobytes() == want.tobytes()
 
 
+def test_pyarrow_lists_and_decimals_are_named_with_what_to_do() -> None:
+    """NumPy makes these object data; the error names what was given, as the CLI reads it."""
+    import decimal
+
+    import pyarrow as pa
+
+    lists = "a pyarrow array of lists ({}), which NumPy makes object data; give the lists as an"
+    for column in (
+        pa.array([[1.0, 2.0], [3.0, 4.0]]),
+        pa.array([[1.0, 2.0], [3.0, 4.0]], pa.list_(pa.float64(), 2)),
+        pa.chunked_array([pa.array([[1, 2]]), pa.array([[3, 4]])]),
+    ):
+        with pytest.raises(InvalidInputError) as raised:
+            segcli.segment_reduce(column, [0, 1])
+        assert str(raised.value).startswith("data: " + lists.format(column.type))
+        assert segcli.segment_reduce(np.array(column.to_pylist()), [0, 1]).shape == (2, 2)
+    decimals = pa.array([decimal.Decimal("1.5"), decimal.Decimal("2.5")])
+    with pytest.raises(InvalidInputError) as raised:
+        segcli.segment_reduce(decimals, [0, 1])
+    assert str(raised.value) == (
+        "data: a pyarrow decimal array (decimal128(2, 1)), which NumPy makes object data; "
+        "cast it first (.cast(pyarrow.float64())), as the command line reads a decimal column "
+        "as float64"
+    )
+    assert segcli.segment_reduce(decimals.cast(pa.float64()), [0, 1]).tolist() == [1.5, 2.5]
+    with pytest.raises(InvalidInputError, match=r"^segment_ids: a pyarrow decimal array .*int64"):
+        segcli.segment_reduce([1.0, 2.0], pa.array([decimal.Decimal("1"), decimal.Decimal("0")]))
+    with pytest.raises(InvalidInputError, match=r"^data: a pyarrow array of type string, not a"):
+        segcli.segment_reduce(pa.array(["a", "b"]), [0, 1])
+
+
 def nullable_columns() -> list[tuple[str, object, object]]:
     """(name, int column [1, null, 3], ids [0, null, 1]) in each library a user holds them."""
     import pyarrow as pa

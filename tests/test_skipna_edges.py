@@ -120,7 +120,8 @@ def test_without_skipna_a_null_list_stays_an_error(tmp_path: Path, chunks: list[
     result = run("sum", path, "--data-column", "v", "--ids-column", "k", *chunks, "-o", out)
     assert result.exit_code == 1
     # Every null counted, the first named, however the rows are read.
-    assert result.stderr == f"Error: {path}: column 'v' has 5 nulls (first at row 0)\n"
+    message = "has 5 null lists and 1 null inside its lists (first at row 0)"
+    assert result.stderr == f"Error: {path}: column 'v' {message}\n"
     assert not out.exists()
 
 

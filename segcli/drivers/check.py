@@ -16,7 +16,7 @@ import numpy as np
 from segcli import core, ops, validate
 from segcli.drivers import memory
 from segcli.drivers.base import InputFacts, RunSpec
-from segcli.drivers.choose import must_stream, should_stream
+from segcli.drivers.choose import metadata_first, must_stream, should_stream
 from segcli.drivers.stream import (
     aligned_blocks,
     check_sources,
@@ -73,7 +73,8 @@ def check_inputs(spec: RunSpec) -> CheckResult:
         except NotStreamableError:
             if must_stream(spec):
                 raise
-    return check_in_memory(spec)
+    with metadata_first(spec):
+        return check_in_memory(spec)
 
 
 def check_in_memory(spec: RunSpec) -> CheckResult:

@@ -7,13 +7,15 @@ path. Only headers and metadata are read to decide.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+from collections.abc import Iterator, Sequence
 from typing import cast
 
 from segcli.drivers.base import Driver, DriverResult, Progress, RunSpec, has_holistic
 from segcli.errors import NotStreamableError
 from segcli.io import peek
-from segcli.io.columns import nulls_kept
+from segcli.io.columns import NullsError, nulls_kept
 from segcli.io.sizes import decoded_bytes
 
 #: The drivers by name, as ``module:function`` that carries out a spec (loaded when chosen).
@@ -142,10 +144,23 @@ def carry_out(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
     """Run the chosen driver; inputs that turn out not streamable (found before any block is
     read) are read whole instead, when streaming was not required."""
     name, _ = choose_driver(spec)
-    with nulls_kept(spec.skipna):  # under --skipna a null is a missing value
+    with nulls_kept(spec.skipna), metadata_first(spec):  # under --skipna a null is missing
         try:
             return driver(name)(spec, progress)
         except NotStreamableError:
             if name not in _READ_WHOLE_INSTEAD or must_stream(spec):
                 raise
         return driver(_READ_WHOLE_INSTEAD[name])(spec, progress)
+
+
+@contextlib.contextmanager
+def metadata_first(spec: RunSpec, columns: Sequence[str | None] | None = None) -> Iterator[None]:
+    """A null met within, while reading the inputs whole, gives way to an error of the inputs'
+    metadata (a dtype the op refuses, float ids, lengths that differ), which a streamed run
+    finds before it reads a row (see :func:`segcli.drivers.stream.error_before_rows`)."""
+    try:
+        yield
+    except NullsError as error:
+        from segcli.drivers.stream import error_before_rows
+
+        raise error_before_rows(spec, error, columns) from None

@@ -31,7 +31,7 @@ from segcli.drivers.base import (
     input_facts,
     op_and_fill,
 )
-from segcli.drivers.choose import carry_out, should_stream
+from segcli.drivers.choose import carry_out, metadata_first, should_stream
 from segcli.drivers.memory import facts
 from segcli.drivers.stream import (
     ChunkSource,
@@ -44,7 +44,7 @@ from segcli.drivers.stream import (
 )
 from segcli.errors import UsageError
 from segcli.io.column_set import TableBatches, read_columns
-from segcli.io.columns import nulls_kept, without_null_ids
+from segcli.io.columns import nulls_kept, side_by_side, without_null_ids
 from segcli.io.formats import input_format, is_pipe
 from segcli.io.npy import Readable
 from segcli.io.read import IDS_ROLE, read_one, read_stdin, refuse_option
@@ -63,7 +63,7 @@ def run(spec: RunSpec, columns: list[str], progress: Progress | None = None) -> 
         from segcli.drivers.dask import run_columns
 
         return run_columns(spec, columns, progress)
-    with nulls_kept(spec.skipna):  # under --skipna a null is a missing value
+    with nulls_kept(spec.skipna), metadata_first(spec, columns):  # --skipna: a null is missing
         return _run(spec, columns, progress)
 
 
@@ -140,9 +140,19 @@ def _run_in_memory(spec: RunSpec, columns: list[str]) -> list[DriverResult]:
     table = _table(spec)
     names, ids_name = _names(table, spec, columns)
     if ids_name is None:
-        data = read_columns(table, spec.data, names)
         assert spec.ids is not None
-        ids = read_one(spec.ids, IDS_ROLE, spec.ids_column, spec.ids_key, spec.stdin, spec.csv)
+        ids_path = spec.ids
+        # Both read even if DATA holds nulls: IDS' may come first, as a streamed run meets them.
+        data, [ids] = side_by_side(
+            (
+                lambda: read_columns(table, spec.data, names),
+                lambda: [
+                    read_one(
+                        ids_path, IDS_ROLE, spec.ids_column, spec.ids_key, spec.stdin, spec.csv
+                    )
+                ],
+            )
+        )
     else:
         *data, ids = read_columns(table, spec.data, [*names, ids_name])
     read_s = time.perf_counter() - started

@@ -34,7 +34,8 @@ def naming_nulls(option: str) -> Iterator[None]:
             yield
     except NullsError as error:
         why = " (--skipna leaves out missing data values only)" if skipna else ""
-        raise NullsError(f"{error}: {option} needs {_NEEDS[option]} on every row{why}") from None
+        message = f"{error}: {option} needs {_NEEDS[option]} on every row{why}"
+        raise NullsError(message, error.row) from None
 
 
 class NamedSource:

@@ -17,7 +17,7 @@ import contextvars
 import threading
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from queue import Full, Queue
 from typing import Any, NoReturn, Protocol, TypeVar, cast
 
@@ -35,9 +35,9 @@ from segcli.drivers.base import (
     op_and_fill,
 )
 from segcli.engines import Engine, EngineChoice, choose_engine
-from segcli.errors import InvalidInputError, UsageError
-from segcli.io.columns import NullIdsError, without_null_ids
-from segcli.io.formats import input_format
+from segcli.errors import InvalidInputError, SegcliError, UsageError
+from segcli.io.columns import NullIdsError, NullsError, first_nulls, without_null_ids
+from segcli.io.formats import input_format, is_pipe
 from segcli.io.npy import Readable
 from segcli.multi import fold_rows
 
@@ -465,10 +465,19 @@ def blocks_in_step(
     columns = [source.chunks(rows) for source in data]
     ids_blocks = ids.chunks(rows)
     done = 0
-    for ids_block in ids_blocks:
+    while True:
+        try:
+            ids_block = next(ids_blocks, None)
+        except NullsError as error:
+            raise _first_nulls_of_rows(columns, error, ids_last=True) from None
+        if ids_block is None:
+            break
         blocks = []
-        for source, chunks in zip(data, columns, strict=True):
-            block = next(chunks, None)
+        for k, (source, chunks) in enumerate(zip(data, columns, strict=True)):
+            try:
+                block = next(chunks, None)
+            except NullsError as error:
+                raise _first_nulls_of_rows(columns[k + 1 :], error) from None
             if block is None or block.shape[0] != ids_block.shape[0]:
                 data_rows = done + rows_left(chunks, block)
                 ids_rows = done + rows_left(ids_blocks, ids_block)
@@ -481,6 +490,24 @@ def blocks_in_step(
         if more is not None:
             data_rows = done + rows_left(chunks, more)
             refuse_lengths(source, ids, data_rows, done, sorted_ids=sorted_ids)
+
+
+def _first_nulls_of_rows(
+    columns: Sequence[Iterator[np.ndarray]], error: NullsError, *, ids_last: bool = False
+) -> NullsError:
+    """``error``, a column's null met in a block, or, where the same rows of ``columns`` (the
+    data columns whose block of them is still to be read) hold an earlier one, that column's:
+    a whole read names the first null row of the columns read side by side, DATA's first on a
+    tie (``ids_last``: ``error`` is IDS')."""
+    others = []
+    for chunks in columns:
+        try:
+            next(chunks, None)
+        except NullsError as other:
+            others.append(other)
+        except SegcliError:
+            pass  # a null error is pending: the whole read raises that one
+    return first_nulls([*others, error] if ids_last else [error, *others])
 
 
 def rows_left(blocks: Iterator[np.ndarray], current: np.ndarray | None) -> int:
@@ -562,6 +589,52 @@ def open_inputs(spec: RunSpec) -> tuple[StreamInput, StreamInput]:
         source = io.open_chunked(path, column=column, key=key, role=role, stdin=stdin, csv=spec.csv)
         opened.append(StreamInput(path, source, fmt))
     return opened[0], opened[1]
+
+
+def error_before_rows(
+    spec: RunSpec, error: NullsError, columns: Sequence[str | None] | None = None
+) -> SegcliError:
+    """The error of a run of ``spec`` that read its inputs whole and met ``error`` (a null)
+    while reading, as a streamed run gives it: one of the checks that run makes before it
+    reads a row (DATA's dtype for each op, the ids' dtype, the shapes, n), run on the inputs'
+    metadata, opened again, if one fails; else ``error``. ``columns``: DATA's columns (agg's
+    several), else ``spec.data_column``. An input that cannot be opened twice (stdin, a pipe)
+    or fails to open leaves ``error``."""
+    paths = [path for path in (spec.data, spec.ids) if path is not None]
+    if "-" in paths or any(is_pipe(path) for path in paths):
+        return error
+    names = [spec.data_column] if columns is None else list(columns)
+    try:
+        keyed = bool(spec.by) or spec.sparse  # no IDS to check: DATA's dtype only
+        data = [
+            open_inputs(replace(spec, data_column=name))[0].source
+            if not keyed
+            else io.open_chunked(spec.data, column=name, key=spec.data_key, csv=spec.csv)
+            for name in names
+        ]
+        ids = None if keyed else open_inputs(spec)[1].source
+    except SegcliError:
+        return error
+    try:
+        chosen = []
+        for source in data:  # as reduce_columns: every column's ops, then its checks
+            inner = tuple(source.shape[1 if ids is None else len(ids.shape) :])
+            chosen.append(op_and_fill(spec, source.dtype, inner, source.label))
+        for source, (op, fill) in zip(data, chosen, strict=True):
+            if ids is None:
+                ops.check_data_dtype(ops.get_op(op), source.dtype, source.label)
+            else:
+                check_sources(
+                    ops.get_op(op),
+                    source,
+                    ids,
+                    spec.num_segments,
+                    sorted_ids=spec.sorted_ids,
+                    fill=fill,
+                )
+    except SegcliError as found:
+        return found
+    return error
 
 
 def rows_of(report: validate.IdReport, ids: ChunkSource) -> int:

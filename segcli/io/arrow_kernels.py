@@ -132,3 +132,8 @@ def list_value_length(lists: Any) -> Any:
 def fill_null(values: Any, fill: Any) -> Any:
     """``values`` with each null replaced by ``fill`` (an Arrow scalar of their type)."""
     return _call("coalesce", [values, fill])
+
+
+def list_parent_indices(lists: Any) -> Any:
+    """For each value of ``lists.flatten()``, the index of the list holding it."""
+    return _call("list_parent_indices", [lists])

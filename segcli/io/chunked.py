@@ -23,6 +23,7 @@ from segcli.io.columns import (
     check_text_type,
     check_type,
     column_to_numpy,
+    sample_to_numpy,
     shape_row,
     value_layout,
     widened_null_lists,
@@ -235,14 +236,16 @@ class TextChunks:
         with table.errors():
             head = table.text_head([column], CSV_HEAD_BYTES)
         self._type = head.schema.field(column).type
-        check_text_type(head.column(column), self._where)
+        check_text_type(head.column(column), self._where, text_column_again(table, column))
         table.check_not_rounded(head)  # before a float64 type turns ids away with a hint
         self._row_bytes = max(1, CSV_HEAD_BYTES // max(head.num_rows, 1))
         # A list column's first row fixes the inner shape (JSON lines), as for Parquet.
-        first = head.column(column).slice(0, 1).combine_chunks() if head.num_rows else None
-        if first is None or not pa.types.is_nested(self._type):
+        rows = head.column(column).combine_chunks()
+        if head.num_rows and pa.types.is_nested(self._type):
+            first = shape_row([rows], rows.slice(0, 1))
+        else:
             first = pa.array([], type=self._type)
-        sample = column_to_numpy(first, self._where)
+        sample = sample_to_numpy(first, self._where)
         self.shape: tuple[int, ...] = (UNKNOWN_ROWS, *sample.shape[1:])
         self.dtype: np.dtype[Any] = sample.dtype
 
@@ -277,6 +280,20 @@ class TextChunks:
 
     def _type_kept(self) -> contextlib.AbstractContextManager[None]:
         return text_type_kept(self._table, self._where.column, self._type)
+
+
+def text_column_again(table: TableFile, column: str) -> Callable[[], Iterator[pa.Array]]:
+    """A read of a text table's ``column`` again, whole, as text (an error's path: the
+    offenders a streamed read's first rows showed, counted over the file)."""
+
+    def read() -> Iterator[pa.Array]:
+        import pyarrow as pa
+
+        with table.errors():
+            for batch in table.text_batches([column], None, types={column: pa.string()}):
+                yield batch.column(0)
+
+    return read
 
 
 @contextlib.contextmanager
@@ -363,20 +380,10 @@ class TableChunks:
 
             first = pa.array([], type=schema.field(column).type)
         # The first row (the first list not null) fixes the inner shape (variable-size lists)
-        # and the dtype (metadata).
-        try:
-            sample = column_to_numpy(first, self._where, layout=self._layout)
-        except NullsError:
-            raise self._nulls_counted() from None
+        # and the dtype (metadata); a null in it is the blocks' to name, as in any other row.
+        sample = sample_to_numpy(first, self._where, self._layout)
         self.shape: tuple[int, ...] = (total, *sample.shape[1:])
         self.dtype: np.dtype[Any] = sample.dtype
-
-    def _nulls_counted(self) -> InvalidInputError:
-        """The error for a null in the first row: every null of the column counted, as a
-        read of its blocks counts them (the first row's alone would say "1 null")."""
-        with self._table.errors():
-            batches = self._batches(_COUNTED_ROWS)
-            return _null_error(self._where, next(batches), 0, batches)
 
     def chunks(self, rows: int) -> Iterator[_Array]:
         """Blocks of exactly ``rows`` rows but the last, checked for nulls and inner shape."""
@@ -416,20 +423,21 @@ def _same_inner_shape(
     where: ColumnRef,
     shape: tuple[int, ...],
     to_numpy: Callable[[pa.Array, int], np.ndarray],
-    on_nulls: Callable[[], None] | None = None,
+    on_nulls: Callable[[], NullTally | None] | None = None,
     recount: Callable[[], Iterator[pa.Array]] | None = None,
 ) -> Iterator[np.ndarray]:
     """Each Arrow piece as NumPy rows (``to_numpy(piece, first_row)``); a piece whose rows have
     another inner shape than ``shape`` (a list column's lengths changing) is an error. A null
-    fails the run: ``on_nulls`` is called, then the rest is only counted (see _null_error)."""
+    fails the run: ``on_nulls`` is called, then the rest is only counted (see _null_error);
+    it returns the column's nulls a shared stream counted further on, if any (see
+    :class:`LaterNulls`)."""
     start = 0
     for piece in pieces:
         try:
             block = to_numpy(piece, start)
         except NullsError:
-            if on_nulls is not None:
-                on_nulls()
-            raise _null_error(where, piece, start, pieces, recount) from None
+            later = on_nulls() if on_nulls is not None else None
+            raise _null_error(where, piece, start, pieces, recount, later) from None
         block = widened_null_lists(block, piece, shape[1:])
         if block.shape[1:] != shape[1:]:
             raise where.fail(
@@ -446,10 +454,12 @@ def _null_error(
     start: int,
     rest: Iterator[pa.Array],
     recount: Callable[[], Iterator[pa.Array]] | None = None,
+    later: NullTally | None = None,
 ) -> InvalidInputError:
     """The error for a column whose ``piece`` (from row ``start``) holds a null: the rest of
     the input is read and its nulls counted, unconverted and unfolded, so that the error gives
-    the count and the first row that a whole read of the column gives.
+    the count and the first row that a whole read of the column gives. ``later``: the nulls
+    of the rows past ``rest`` that a shared stream counted already (:class:`LaterNulls`).
 
     A streamed text column whose later value does not fit the type its first rows gave it
     (``3.5`` among whole numbers) is, read whole, of the wider type, and its nulls are still
@@ -468,6 +478,8 @@ def _null_error(
             return _tally(where, recount()).error()
         except ValueError:
             raise exc from None  # not even the wider type holds it: the value is the error
+    if later is not None:
+        tally.add_tally(later)
     return tally.error()
 
 
@@ -477,6 +489,33 @@ def _tally(where: ColumnRef, pieces: Iterator[pa.Array]) -> NullTally:
         tally.add(piece, start)
         start += len(piece)
     return tally
+
+
+class LaterNulls:
+    """The columns of a stream of batches read once for all of them, once one column failed
+    on a null and counts the rest of the stream alone, each batch going to it only: the other
+    columns' nulls in the batches read meanwhile. Another column's block still queued may hold
+    an earlier null (columns are read side by side, block by block): its error then counts
+    these too, every null of its column (see :func:`segcli.io.columns.first_nulls`)."""
+
+    def __init__(self, others: list[tuple[str, list[pa.Array], ColumnRef]], first_row: int) -> None:
+        self._others = [(name, queue, NullTally(where)) for name, queue, where in others]
+        self._row = first_row
+
+    def add(self, batch: Any) -> None:
+        """Count the other columns' nulls in ``batch``, the stream's next."""
+        for name, _, tally in self._others:
+            tally.add(batch.column(name), self._row)
+        self._row += batch.num_rows
+
+    def take(self, queue: list[pa.Array]) -> NullTally | None:
+        """The nulls counted for the column of ``queue``, which now fails too and counts the
+        rest itself (None if it is the first column that failed)."""
+        for i, (_, kept, tally) in enumerate(self._others):
+            if kept is queue:
+                del self._others[i]
+                return tally
+        return None
 
 
 def _reblock(arrays: Iterator[pa.Array], rows: int) -> Iterator[pa.Array]:
@@ -535,6 +574,9 @@ class ArrowStreamColumns:
                     f"{STDIN_LABEL}: no column '{name}' (columns: {', '.join(schema.names)})"
                 )
         self._pending: dict[str, list[pa.Array]] = {name: [] for name in names}
+        self._all = dict(self._pending)
+        self._rows_read = 0
+        self._later: LaterNulls | None = None
         self.sources = [_StreamColumn(self, name, schema.field(name).type) for name in names]
         self._pull()  # the first batch fixes each column's inner shape and dtype
 
@@ -547,16 +589,28 @@ class ArrowStreamColumns:
                 return False
         for name, queue in self._pending.items():
             queue.append(batch.column(name))
+        if self._later is not None:
+            self._later.add(batch)
+        self._rows_read += batch.num_rows
         return True
 
     def arrays(self, name: str) -> Iterator[pa.Array]:
-        queue = self._pending[name]
+        queue = self._all[name]
         while queue or self._pull():
             yield queue.pop(0)
 
-    def feed_only(self, name: str) -> None:
+    def feed_only(self, name: str) -> NullTally | None:
         """Batches read from now on go to ``name`` alone (see TableBatches.feed_only)."""
-        self._pending = {name: self._pending[name]}
+        queue = self._all[name]
+        if self._later is None:
+            others = [
+                (other, kept, ColumnRef(STDIN_LABEL, other))
+                for other, kept in self._pending.items()
+                if kept is not queue
+            ]
+            self._later = LaterNulls(others, self._rows_read)
+        self._pending = {name: queue}
+        return self._later.take(queue)
 
 
 class _StreamColumn:
@@ -571,7 +625,7 @@ class _StreamColumn:
         self.label = self._where.label
         queued = owner._pending[name]
         first = shape_row(queued[:1], queued[0].slice(0, 1)) if queued else pa.array([], type=type_)
-        sample = column_to_numpy(first, self._where)
+        sample = sample_to_numpy(first, self._where)
         self.shape: tuple[int, ...] = (UNKNOWN_ROWS, *sample.shape[1:])
         self.dtype: np.dtype[Any] = sample.dtype
 

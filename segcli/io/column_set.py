@@ -21,15 +21,19 @@ import numpy as np
 from segcli.io.chunked import (
     UNKNOWN_ROWS,
     ChunkSource,
+    LaterNulls,
     _reblock,
     _same_inner_shape,
+    text_column_again,
     text_type_kept,
 )
 from segcli.io.columns import (
     ColumnRef,
+    NullTally,
     check_text_type,
     check_type,
     column_to_numpy,
+    sample_to_numpy,
     shape_row,
     value_layout,
 )
@@ -96,6 +100,9 @@ class TableBatches:
         for name in self._columns:
             check_type(self._types[name], ColumnRef(table.label, name))
         self._queues: list[tuple[str, list[pa.Array]]] = [(name, []) for name in names]
+        self._all = list(self._queues)
+        self._rows_read = 0
+        self._later: LaterNulls | None = None
         self._batches: Iterator[Any] | None = None
         self._batch_rows = _PARQUET_BATCH_ROWS
         with table.errors():
@@ -133,7 +140,11 @@ class TableBatches:
             # Inferred from the first block of text and then kept, as a one-column stream does.
             head = self._table.text_head(self._columns, CSV_HEAD_BYTES)
             for name in self._columns:
-                check_text_type(head.column(name), ColumnRef(self._table.label, name))
+                check_text_type(
+                    head.column(name),
+                    ColumnRef(self._table.label, name),
+                    text_column_again(self._table, name),
+                )
             self._table.check_not_rounded(head)
             return {name: head.schema.field(name).type for name in self._columns}
         return {name: schema.field(name).type for name in self._columns}
@@ -172,17 +183,30 @@ class TableBatches:
             return False
         for name, queue in self._queues:
             queue.append(batch.column(name))
+        if self._later is not None:
+            self._later.add(batch)
+        self._rows_read += batch.num_rows
         return True
 
     def arrays(self, queue: list[pa.Array]) -> Iterator[pa.Array]:
         while queue or self._pull():
             yield queue.pop(0)
 
-    def feed_only(self, queue: list[pa.Array]) -> None:
+    def feed_only(self, queue: list[pa.Array]) -> NullTally | None:
         """Batches read from now on go to ``queue`` alone: its column met a null, which fails
-        the run, and counts the rest of the file; the other columns are never read again, and
-        their queues must not grow to the rest of the file meanwhile."""
-        self._queues = [(name, kept) for name, kept in self._queues if kept is queue]
+        the run, and counts the rest of the file; the other columns' queues must not grow to
+        the rest of the file meanwhile, but their nulls are counted (:class:`LaterNulls`), for
+        one whose queued block holds an earlier null. Returns those counted for ``queue``'s
+        column, if another column failed first."""
+        if self._later is None:
+            others = [
+                (name, kept, ColumnRef(self._table.label, name))
+                for name, kept in self._queues
+                if kept is not queue
+            ]
+            self._later = LaterNulls(others, self._rows_read)
+        self._queues = [(name, kept) for name, kept in self._all if kept is queue]
+        return self._later.take(queue)
 
     def _type_kept(self) -> contextlib.AbstractContextManager[None]:
         return text_type_kept(self._table)
@@ -214,7 +238,7 @@ class _BatchColumn:
             if first_rows is None
             else shape_row([first_rows], first_rows.slice(0, 1))
         )
-        sample = column_to_numpy(first, self._where, layout=self._layout)
+        sample = sample_to_numpy(first, self._where, self._layout)
         self.shape: tuple[int, ...] = (rows, *sample.shape[1:])
         self.dtype: np.dtype[Any] = sample.dtype
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 INNER_SHAPE_KEY = b"segcli.inner_shape"
 DTYPE_KEY = b"segcli.dtype"
 VALUE_COLUMN = "value"
+
+_T = TypeVar("_T")
 
 #: ``--skipna``: a null is a missing value, not an error (see :func:`nulls_kept`).
 _KEEP_NULLS: ContextVar[bool] = ContextVar("segcli_keep_nulls", default=False)
@@ -208,39 +210,81 @@ _LOCALE_NUMBER = re.compile(r"\s*[-+]?\d[\d.,' ]*,[\d.,' ]*\d\s*|\s*[-+]?\d+,\d+
 _UTF8_SCAN_ROWS = 1 << 16  # rows decoded at once when looking for the first non-UTF-8 value
 
 
-def check_text_type(values: pa.Array | pa.ChunkedArray, where: ColumnRef) -> None:
+def check_text_type(
+    values: pa.Array | pa.ChunkedArray,
+    where: ColumnRef,
+    whole: Callable[[], Iterable[pa.Array]] | None = None,
+) -> None:
     """:func:`check_type` for a column read from text (CSV/TSV, JSON lines), whose first rows
-    are ``values``: a column that is text names its first value that is not a number."""
+    are ``values``: a column that is text names its first value that is not a number, and how
+    many there are. ``whole``: the whole column again as text, where ``values`` are only its
+    first rows (a streamed read), read on this error's path only, so that the error is the one
+    a whole read gives."""
     check_utf8(values, where)
     try:
         check_type(values.type, where)
     except InvalidInputError as exc:
-        found = _first_non_number(values)
+        found = _first_non_number(values, whole)
         if found is None:
             raise
         raise InvalidInputError(f"{exc}: {found}") from None
 
 
-def _first_non_number(values: pa.Array | pa.ChunkedArray) -> str | None:
-    """Where the first value of a text column that is not a number is, and what it holds."""
-    import pyarrow.compute as pc
+def _first_non_number(
+    values: pa.Array | pa.ChunkedArray, whole: Callable[[], Iterable[pa.Array]] | None
+) -> str | None:
+    """Where the first value of a text column that is not a number is, what it holds and how
+    many such values there are; read from ``whole()`` when given (else ``values``, the whole
+    column), and from ``values`` if that read fails."""
+    import pyarrow as pa
     import pyarrow.types as pt
 
     type_ = values.type
     if not (pt.is_string(type_) or pt.is_large_string(type_)):
         return None
-    numbers = pc.fill_null(pc.match_substring_regex(values, _NUMBER), True)
-    row = pc.index(numbers, False).as_py()
-    if row < 0:  # numbers, each as text: quoted in JSON lines
-        row = pc.index(pc.is_valid(values), True).as_py()
-        if row < 0:
-            return None
-        return f"row {row} holds the text {values[row].as_py()!r} (a number in quotes is text)"
-    value = values[row].as_py()
-    hint = ""
-    if _LOCALE_NUMBER.fullmatch(value):
-        hint = " (thousands separators and decimal commas are not read: write 1234.5)"
-    return f"row {row} holds {value!r}{hint}"
+    if whole is not None:
+        try:
+            return _text_offenders(whole())
+        except (pa.ArrowException, InvalidInputError, ReadError):
+            pass  # the whole column is not text throughout: as its first rows say
+    chunks = values.chunks if isinstance(values, pa.ChunkedArray) else [values]
+    return _text_offenders(chunks)
+
+
+def _text_offenders(pieces: Iterable[pa.Array]) -> str | None:
+    """The first value of a text column's ``pieces`` (in order) that is not a number, with the
+    count of such values; where each is a number, written as text (quoted in JSON lines), the
+    first value and the count of values."""
+    import pyarrow.compute as pc  # the error's path only
+
+    other: tuple[int, str, int] | None = None  # (first row, its text, how many)
+    text: tuple[int, str, int] | None = None  # the same of any value (not null)
+    start = 0
+    for piece in pieces:
+        valid = numpy_of(pc.is_valid(piece))
+        bad = ~numpy_of(pc.fill_null(pc.match_substring_regex(piece, _NUMBER), True))
+        if bad.any():
+            row = int(np.argmax(bad))
+            first = other or (start + row, piece[row].as_py(), 0)
+            other = (first[0], first[1], first[2] + int(np.count_nonzero(bad)))
+        if valid.any():
+            row = int(np.argmax(valid))
+            first = text or (start + row, piece[row].as_py(), 0)
+            text = (first[0], first[1], first[2] + int(np.count_nonzero(valid)))
+        start += len(piece)
+    if other is not None:
+        row, value, count = other
+        noun = "value that is not a number" if count == 1 else "values that are not numbers"
+        hint = ""
+        if _LOCALE_NUMBER.fullmatch(value):
+            hint = "; thousands separators and decimal commas are not read: write 1234.5"
+        return f"row {row} holds {value!r} ({count} {noun}{hint})"
+    if text is not None:  # numbers, each as text: quoted in JSON lines
+        row, value, count = text
+        noun = "value" if count == 1 else "values"
+        quotes = "a number in quotes is text"
+        return f"row {row} holds the text {value!r} ({count} {noun} of text; {quotes})"
+    return None
 
 
 def check_utf8(values: pa.Array | pa.ChunkedArray, where: ColumnRef, first_row: int = 0) -> None:
@@ -295,7 +339,13 @@ def column_to_numpy(
     if isinstance(column, pa.ChunkedArray):
         # One chunk converts zero-copy; several must be joined (one copy) to be one array.
         column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
-    array = _convert(column, where, first_row, 1)
+    try:
+        array = _convert(column, where, first_row, 1)
+    except _NullMet:
+        # Named as a read of the column in pieces names it: every null, at every depth.
+        tally = NullTally(where)
+        tally.add(column, first_row)
+        raise tally.error() from None
     return layout.restore(array, where) if layout is not None else array
 
 
@@ -348,7 +398,7 @@ def _convert(
             return _with_null_lists(array, where, first_row, per_row)
         return _with_nulls(array)
     if array.null_count:
-        _raise_nulls(array, where, first_row, per_row)
+        raise _NullMet
     if pt.is_null(array.type):
         return np.zeros(0)  # only reached when empty: a non-empty null column failed above
     if not _is_list(array.type):
@@ -423,6 +473,16 @@ def _with_null_lists(
     missing = np.ones(shape, np.bool_)
     missing[rows] = np.ma.getmaskarray(present)
     return np.ma.MaskedArray(values, mask=missing)
+
+
+def sample_to_numpy(
+    first: pa.Array, where: ColumnRef, layout: ValueLayout | None = None
+) -> np.ndarray[Any, Any]:
+    """A streamed column's first row (see :func:`shape_row`) converted to fix its inner shape
+    and dtype; its nulls are kept, for the blocks to name with every null of the column
+    counted (the first row alone would say "1 null")."""
+    with nulls_kept():
+        return column_to_numpy(first, where, layout=layout)
 
 
 def shape_row(pieces: Iterable[pa.Array], first: pa.Array) -> pa.Array:
@@ -508,97 +568,142 @@ def _common_length(array: pa.Array, where: ColumnRef, first_row: int, per_row: i
     return int(lengths[0])
 
 
-def _raise_nulls(array: pa.Array, where: ColumnRef, first_row: int, per_row: int) -> None:
-    raise _nulls_error(where, array.null_count, _first_null_row(array, first_row, per_row), per_row)
-
-
-def _first_null_row(array: pa.Array, first_row: int, per_row: int) -> int:
-    # Given a Python True, pyarrow's index builds its scalar through pandas (0.2 s).
-    first = int(np.argmax(numpy_of(_kernels().is_null(array))))
-    return first_row + first // per_row
+class _NullMet(Exception):
+    """A null where none may be, met while converting: :func:`column_to_numpy` then counts
+    the column's nulls for its error."""
 
 
 class NullsError(InvalidInputError):
     """A column holds nulls where it may not: a streamed reader then counts the rest of them
-    (:class:`NullTally`)."""
+    (:class:`NullTally`). ``row`` is the first row holding one (None if not known), so that of
+    the errors of columns read side by side the earliest is raised (:func:`first_nulls`)."""
+
+    def __init__(self, message: str, row: int | None = None) -> None:
+        super().__init__(message)
+        self.row = row
+
+    def __reduce__(self) -> tuple[type[NullsError], tuple[str, int | None]]:
+        # A Dask worker's error travels pickled: rebuilt from these, its row kept.
+        return NullsError, (str(self), self.row)
 
 
-def _nulls_error(where: ColumnRef, nulls: int, row: int, per_row: int) -> NullsError:
-    inside = " inside its lists" if per_row > 1 else ""
-    noun = "null" if nulls == 1 else "nulls"
+def first_nulls(errors: Iterable[NullsError]) -> NullsError:
+    """Of the null errors of columns read side by side (DATA's, then IDS'), the one naming the
+    earliest row, as a read of both row by row meets it; on a tie, the first given."""
+    found = list(errors)
+    rows = [math.inf if error.row is None else error.row for error in found]
+    return found[rows.index(min(rows))]
+
+
+def side_by_side(reads: Iterable[Callable[[], _T]]) -> list[_T]:
+    """What each of ``reads`` (of columns read side by side: DATA's, then IDS') gives, in
+    order. A read that fails on nulls does not stop the others: of their null errors, the one
+    naming the earliest row is raised (see :func:`first_nulls`), as a streamed read of the
+    columns block by block meets it; once one is pending, another read's other errors are
+    not looked at."""
+    results: list[_T] = []
+    nulls: list[NullsError] = []
+    for read in reads:
+        try:
+            results.append(read())
+        except NullsError as error:
+            nulls.append(error)
+        except InvalidInputError:
+            if not nulls:
+                raise
+    if nulls:
+        raise first_nulls(nulls)
+    return results
+
+
+def _nulls_error(where: ColumnRef, whole: int, inside: int, row: int, lists: bool) -> NullsError:
+    counts = []
+    if whole:
+        noun = "null list" if lists else "null"
+        counts.append(f"{whole} {noun}{'s' if whole > 1 else ''}")
+    if inside:
+        counts.append(f"{inside} null{'s' if inside > 1 else ''} inside its lists")
     # The words of ColumnRef.fail, in the class a streamed reader recognises.
     return NullsError(
-        f"{where.file}: column '{where.column}' has {nulls} {noun}{inside} (first at row {row})"
+        f"{where.file}: column '{where.column}' has {' and '.join(counts)} (first at row {row})",
+        row,
     )
+
+
+def _nulls_in(array: pa.Array) -> tuple[int, int, int | None]:
+    """The nulls of ``array``: its own (null rows, or null lists), those inside its lists
+    (values of lists that are not null, at any depth), and the index of the first row holding
+    either (None if there is none)."""
+    whole, inside = array.null_count, 0
+    first = int(np.argmax(numpy_of(_kernels().is_null(array)))) if whole else None
+    level, rows = array, None  # rows: the row of each value of ``level`` (None: the identity)
+    while _is_list(level.type) and len(level):
+        parents = numpy_of(_kernels().list_parent_indices(level))
+        rows = parents if rows is None else rows[parents]
+        level = level.flatten()  # the values of the lists that are not null
+        if level.null_count:
+            inside += level.null_count
+            # Given a Python True, pyarrow's index builds its scalar through pandas (0.2 s).
+            row = int(rows[int(np.argmax(numpy_of(_kernels().is_null(level))))])
+            first = row if first is None else min(first, row)
+    return whole, inside, first
 
 
 class NullTally:
     """The nulls of a column read in pieces, counted as :func:`column_to_numpy` names them
-    when it converts the whole column: those of the shallowest list depth holding any (the
-    lists themselves before the values inside them), their number and the first one's row.
+    when it converts the whole column: the null rows (null lists in a list column), the nulls
+    inside its lists, and the first row holding either.
 
     A streamed reader whose block fails on a null counts that block and the rest of its input
     here, without converting them, so that its error is the one a whole read gives."""
 
     def __init__(self, where: ColumnRef) -> None:
         self._where = where
-        self._depth: int | None = None
-        self._nulls = self._row = self._per_row = 0
+        self._whole = self._inside = 0
+        self._row: int | None = None
+        self._lists = False
 
     def add(self, column: pa.Array | pa.ChunkedArray, first_row: int) -> None:
         """Count the nulls of the piece ``column``, whose first row is ``first_row``."""
         import pyarrow as pa
 
+        if _KEEP_NULLS.get():
+            return  # --skipna: a null, a null list too, is a missing value, never an error
         column = _decoded(column)
         if isinstance(column, pa.ChunkedArray):
             column = column.combine_chunks()
-        self._add(column, first_row, 1, 0)
-
-    def _add(self, array: pa.Array, first_row: int, per_row: int, depth: int) -> None:
-        if _KEEP_NULLS.get():
-            return  # --skipna: a null, a null list too, is a missing value, never an error
-        if self._depth is not None and depth > self._depth:
-            return  # a shallower depth holds nulls: the error names those
-        if array.null_count:
-            if self._depth is None or depth < self._depth:
-                self._depth, self._nulls = depth, 0
-                self._row, self._per_row = _first_null_row(array, first_row, per_row), per_row
-            self._nulls += array.null_count
-            return  # values inside null lists do not count: this depth is the error
-        if _is_list(array.type) and len(array):
-            width = _first_length(array)
-            self._add(array.flatten(), first_row, per_row * max(width, 1), depth + 1)
+        self._lists = self._lists or _is_list(column.type)
+        whole, inside, first = _nulls_in(column)
+        if first is not None and self._row is None:
+            self._row = first_row + first
+        self._whole += whole
+        self._inside += inside
 
     @property
     def counted(self) -> bool:
         """Whether any null was counted."""
-        return self._depth is not None
+        return self._row is not None
+
+    @property
+    def row(self) -> int | None:
+        """The first row holding a null (None if none was counted)."""
+        return self._row
 
     def add_tally(self, later: NullTally) -> None:
         """Count the nulls ``later`` counted in pieces after this tally's (a Dask partition's
         further on, perhaps of a later file, which the error then names)."""
-        if later._depth is None:
+        if not later.counted:
             return
-        if self._depth is None or later._depth < self._depth:
-            self._where, self._depth, self._nulls = later._where, later._depth, later._nulls
-            self._row, self._per_row = later._row, later._per_row
-        elif later._depth == self._depth:
-            self._nulls += later._nulls
+        if not self.counted:
+            self._where, self._row = later._where, later._row
+        self._whole += later._whole
+        self._inside += later._inside
+        self._lists = self._lists or later._lists
 
     def error(self) -> NullsError:
         """The error naming the nulls counted (at least one)."""
-        assert self._depth is not None, "no null was counted"
-        return _nulls_error(self._where, self._nulls, self._row, self._per_row)
-
-
-def _first_length(array: pa.Array) -> int:
-    """The length of the first list of ``array`` (a list array without nulls): the length all
-    its lists share when they convert to an array."""
-    import pyarrow.types as pt
-
-    if pt.is_fixed_size_list(array.type):
-        return int(array.type.list_size)
-    return int(numpy_of(_kernels().list_value_length(array.slice(0, 1)))[0])
+        assert self._row is not None, "no null was counted"
+        return _nulls_error(self._where, self._whole, self._inside, self._row, self._lists)
 
 
 def _kernels() -> Any:

@@ -9,6 +9,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from segcli.errors import ReadError, UsageError
+from segcli.io.columns import side_by_side
 from segcli.io.formats import (
     NPY_MAGIC,
     PARQUET_MAGIC,
@@ -80,10 +81,14 @@ def read_inputs(
         )
     if ids is None:
         return _read_pair(data, data_column, ids_column, data_key, ids_key, stdin, csv)
-    return (
-        read_one(data, DATA_ROLE, data_column, data_key, stdin, csv),
-        read_one(ids, IDS_ROLE, ids_column, ids_key, stdin, csv),
+    # Both read even if DATA holds nulls: IDS' may come first, as a streamed run meets them.
+    got_data, got_ids = side_by_side(
+        (
+            lambda: read_one(data, DATA_ROLE, data_column, data_key, stdin, csv),
+            lambda: read_one(ids, IDS_ROLE, ids_column, ids_key, stdin, csv),
+        )
     )
+    return got_data, got_ids
 
 
 def read_one(

@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import PurePath
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -22,9 +22,11 @@ from segcli.io import json_lines
 from segcli.io.columns import (
     ColumnRef,
     check_text_type,
+    check_type,
     check_utf8,
     column_to_numpy,
     read_as_note,
+    side_by_side,
     value_layout,
 )
 from segcli.io.formats import (
@@ -372,18 +374,23 @@ class TableFile:
         )
 
     def arrays(self, columns: list[str]) -> list[np.ndarray[Any, Any]]:
-        """Read ``columns`` and convert each to NumPy (checked for type and nulls)."""
+        """Read ``columns`` and convert each to NumPy (checked for type and nulls): every
+        column's type first, as a streamed read checks them on opening, then their nulls,
+        the earliest row's named (:func:`side_by_side`)."""
         self.check_unique(columns)
         table = self.read(columns)
         self.check_text_types(table, columns)
-        return [
-            column_to_numpy(
+        for name in columns:
+            check_type(table.schema.field(name).type, ColumnRef(self.label, name))
+        return side_by_side(
+            partial(
+                column_to_numpy,
                 table.column(name),
                 ColumnRef(self.label, name),
                 layout=value_layout(table.schema, name, self.label),
             )
             for name in columns
-        ]
+        )
 
     def check_text_types(self, table: pa.Table, columns: Sequence[str]) -> None:
         """In a text table, a value column that is text names its first value that is not a

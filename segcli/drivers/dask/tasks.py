@@ -260,8 +260,10 @@ def _null_sorted_ids(part: Partition) -> NullIdsError | None:
 
 
 def nulls_error(counts: list[PartNulls]) -> SegcliError | None:
-    """The error a single machine gives for the nulls counted, in partition order: DATA's
-    before IDS' (DATA converts first), each counting every null and naming the first."""
+    """The error a single machine gives for the nulls counted, in partition order: of DATA's
+    and IDS', the column whose first null comes first (DATA's on a tie), counting every null
+    of it and naming the first."""
+    ids_first = _ids_first(counts)  # before the tallies merge, which moves their rows
     data, ids, null_ids = counts[0].data, counts[0].ids, counts[0].null_ids
     for later in counts[1:]:
         data.add_tally(later.data)
@@ -270,11 +272,21 @@ def nulls_error(counts: list[PartNulls]) -> SegcliError | None:
         if later.null_ids is not None:
             more = later.null_ids
             null_ids = more if null_ids is None else null_ids.and_more(more.nulls)
+    if ids is not None and ids_first:
+        return ids.error()
     if data.counted:
         return data.error()
-    if ids is not None and ids.counted:
-        return ids.error()
     return null_ids
+
+
+def _ids_first(counts: list[PartNulls]) -> bool:
+    """Whether IDS' first null comes before DATA's: in the first partition holding one, whose
+    rows (of one file) both columns share."""
+    for part in counts:
+        ids_row = None if part.ids is None else part.ids.row
+        if part.data.row is not None or ids_row is not None:
+            return ids_row is not None and (part.data.row is None or ids_row < part.data.row)
+    return False
 
 
 # ---------------------------------------------------------------------------------------------
