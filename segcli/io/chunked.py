@@ -23,6 +23,7 @@ from segcli.io.columns import (
     check_text_type,
     check_type,
     column_to_numpy,
+    is_number_text,
     sample_to_numpy,
     shape_row,
     value_layout,
@@ -300,15 +301,35 @@ def text_column_again(table: TableFile, column: str) -> Callable[[], Iterator[pa
 def text_type_kept(
     table: TableFile, column: str | None = None, column_type: Any = None
 ) -> Iterator[None]:
-    """A value past a streamed text table's first block that does not fit the type its first
-    rows gave the column: raised as :func:`type_change_error` says it."""
+    """A value past a streamed text table's first block of a value column (DATA's or IDS',
+    not a key) that does not fit the type its first rows gave the column: raised as
+    :func:`type_change_error` says it, or, where the value is no number at all, as a whole
+    read refuses the column (:func:`_refuse_as_text`)."""
     try:
         yield
     except ValueError as exc:
         error = type_change_error(table, exc, column, column_type)
         if error is None:
             raise
+        _refuse_as_text(table, exc, column)
         raise error from exc
+
+
+def _refuse_as_text(table: TableFile, exc: ValueError, column: str | None) -> None:
+    """Where pyarrow's ``exc`` is about a CSV value that is no number (``abc`` in a column of
+    numbers), raise the error of a whole read, which makes the column text and refuses it
+    with its first such value and their count (the column read again, on this path only):
+    reading the file whole, as the type error's hint says, would not give a result."""
+    import pyarrow as pa
+
+    found = _TEXT_CONVERSION.search(str(exc))
+    named = column or _csv_column_named(table, str(exc))
+    if found is None or not found["value"] or named is None:
+        return
+    if is_number_text(found["value"][1:-1]):
+        return
+    empty = pa.array([], pa.string())
+    check_text_type(empty, ColumnRef(table.label, named), text_column_again(table, named))
 
 
 def type_change_error(

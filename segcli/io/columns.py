@@ -210,6 +210,12 @@ _LOCALE_NUMBER = re.compile(r"\s*[-+]?\d[\d.,' ]*,[\d.,' ]*\d\s*|\s*[-+]?\d+,\d+
 _UTF8_SCAN_ROWS = 1 << 16  # rows decoded at once when looking for the first non-UTF-8 value
 
 
+def is_number_text(text: str) -> bool:
+    """Whether a text value reads as a number (the rule by which a text column's values that
+    are not numbers are found and counted)."""
+    return re.match(_NUMBER, text) is not None
+
+
 def check_text_type(
     values: pa.Array | pa.ChunkedArray,
     where: ColumnRef,
