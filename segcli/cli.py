@@ -892,13 +892,14 @@ def check(
         request = _request(op_names[0], **options)
         pipeline.reserve_outputs(request, outputs, prints_result=False)
         _arm_summary("check", summary_json)
-        outcome = pipeline.check(
-            request,
-            max_empty=max_empty,
-            no_nan=no_nan,
-            max_dropped=max_dropped,
-            also_ops=op_names[1:],
-        )
+        with _default_op_named(op_names):
+            outcome = pipeline.check(
+                request,
+                max_empty=max_empty,
+                no_nan=no_nan,
+                max_dropped=max_dropped,
+                also_ops=op_names[1:],
+            )
         failure = pipeline.failure(outcome)
         # A failed check still writes its JSON summary: it says why, for CI to read.
         _stage_summary_json(outputs, summary_json, {**outcome.facts, **_verdict(failure)})
@@ -912,6 +913,27 @@ def check(
     )
     if failure is not None:
         raise failure
+
+
+@contextlib.contextmanager
+def _default_op_named(op_names: tuple[str, ...]) -> Iterator[None]:
+    """A dtype refused by check's default op says that the op was the default: a user who
+    gave no --op did not ask for a sum (bool data, say, is refused by sum but taken by count,
+    any and all)."""
+    from click.core import ParameterSource
+
+    from segcli.errors import DtypeRefusedError
+
+    defaulted = click.get_current_context().get_parameter_source("op") == ParameterSource.DEFAULT
+    try:
+        yield
+    except DtypeRefusedError as error:
+        if not defaulted or error.op != op_names[0]:
+            raise
+        raise DtypeRefusedError(
+            f"{error}; check validates for --op {error.op} unless --op names the run's ops",
+            error.op,
+        ) from None
 
 
 def _check_op_options(op_names: tuple[str, ...], ddof: int | None, q: float | None) -> None:

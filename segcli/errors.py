@@ -70,6 +70,15 @@ class InvalidInputError(SegcliError, ValueError):
     exit_code = EXIT_INVALID_INPUT
 
 
+class DtypeRefusedError(InvalidInputError):
+    """DATA's dtype is not one the op takes (bool data for sum, complex data for var)."""
+
+    def __init__(self, message: str, op: str | None = None) -> None:
+        super().__init__(message)
+        #: The op that refused it.
+        self.op = op
+
+
 class UsageError(SegcliError):
     """The command line or the call is wrong (conflicting options, unknown op or format)."""
 

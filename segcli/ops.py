@@ -85,7 +85,7 @@ from typing import Any
 
 import numpy as np
 
-from segcli.errors import InvalidInputError, UsageError
+from segcli.errors import DtypeRefusedError, UsageError
 from segcli.op_names import DDOF_OPS, OP_SUMMARIES
 
 # --- primitive folds -------------------------------------------------------------------------
@@ -1310,10 +1310,12 @@ def check_data_dtype(op: Op, data_dtype: np.dtype[Any], label: str) -> None:
         accepted += ", bool"
     if kind in op.data_kinds:
         if data_dtype.itemsize > (16 if kind == "c" else 8):  # float128, complex256
-            raise InvalidInputError(
-                f"{label}: {data_dtype} data is not supported by {op.name} (accepted: {accepted})"
+            raise DtypeRefusedError(
+                f"{label}: {data_dtype} data is not supported by {op.name} (accepted: {accepted})",
+                op.name,
             )
         return
-    raise InvalidInputError(
-        f"{label}: {data_dtype} data is not supported by {op.name} (accepted: {accepted})"
+    raise DtypeRefusedError(
+        f"{label}: {data_dtype} data is not supported by {op.name} (accepted: {accepted})",
+        op.name,
     )

@@ -367,6 +367,12 @@ CASES = [
         "check", "c.npy", "ids.npy", "--op", "sum,max",
         code=1, says=("c.npy", "complex64 data is not supported by max"), id="check-complex-max",
     ),
+    # fixed: a dtype refused by check's default op says that the op was the default
+    case(
+        "check", "t.parquet", "--data-column", "b", "--by", "s",
+        code=1, says=("t.parquet:b: bool data is not supported by sum", "check validates for "
+                      "--op sum unless --op names the run's ops"), id="check-bool-default-op",
+    ),
     case(
         "check", "t.parquet", "--data-column", "v", "--by", "s", "--keys-from", "keys_other.csv",
         code=2, says=("--keys-from keys_other.csv", "no column 's'"), id="check-keys-from-column",
@@ -520,3 +526,17 @@ def test_binary_view_keys_from_a_text_keys_file_are_read_as_hex(tmp_path, monkey
     )
     assert (ran.exit_code, ran.stderr) == (0, "")
     assert ran.stdout.splitlines() == ["k\tvalue", "ff\t2.0", "0102\t4.0", "abcd\t0.0"]
+
+
+def test_a_dtype_refused_by_an_op_given_to_check_has_no_default_hint(folder, monkeypatch):
+    monkeypatch.chdir(folder)
+    ran = run_main("check", "t.parquet", "--data-column", "b", "--by", "s", "--op", "sum")
+    assert ran.exit_code == 1
+    assert ran.stderr == (
+        "Error: t.parquet:b: bool data is not supported by sum (accepted: float16/32/64, "
+        "signed and unsigned integers, complex64/128)\n"
+    )
+    assert (
+        run_main("check", "t.parquet", "--data-column", "b", "--by", "s", "--op", "count").exit_code
+        == 0
+    )
