@@ -378,6 +378,8 @@ def test_agg_reads_the_data_once(tmp_path, pair, monkeypatch):
 PEAK_ROWS = 12_500_000  # 200 MB of input: float64 values and int64 ids
 
 
+# 200 MB through --tmp-dir, about 4 s of the default run: the full matrix holds it (CI runs both).
+@pytest.mark.full_matrix
 def test_median_through_tmp_dir_keeps_to_the_memory_limit(tmp_path):
     """Read whole, this input peaks above 700 MB; partitioned with a 64 MB budget, at the
     interpreter plus a few 8 MB blocks and one partition's sort."""
