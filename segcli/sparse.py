@@ -15,7 +15,6 @@ The sparse family's ids are 1-D, non-negative and non-decreasing (TF's rule); un
 
 from __future__ import annotations
 
-import itertools
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -29,6 +28,7 @@ from segcli.core import Reduction, check_output_fits, validate_inputs
 from segcli.engines import Engine, EngineChoice, choose_engine
 from segcli.errors import InvalidInputError, SegcliError, UsageError
 from segcli.io.chunked import UNKNOWN_ROWS, ChunkSource
+from segcli.io.columns import NullsError, first_nulls
 from segcli.multi import fold_rows
 
 
@@ -743,18 +743,46 @@ def reduce_streamed(
 
 def _aligned_blocks(sources: list[ChunkSource], rows: int) -> Iterator[list[np.ndarray]]:
     """Blocks of ``rows`` rows of every source in step; sources of different lengths (found
-    only at the end of a CSV) are the length error, with both lengths counted."""
+    only at the end of a CSV) are the length error, with both lengths counted. A null is
+    named as a whole read names it: of the sources' nulls in the same rows, the earliest
+    (the first source's on a tie; see :func:`first_nulls`), before any length error."""
     streams = [iter(source.chunks(rows)) for source in sources]
     seen = [0] * len(sources)
-    for parts in itertools.zip_longest(*streams):
+    while True:
+        parts = _next_in_step(streams)
+        if all(part is None for part in parts):
+            return
         if len({None if part is None else part.shape[0] for part in parts}) > 1:
+            left = _next_in_step(streams, _rows_left)
             totals = [
-                done + (part.shape[0] if part is not None else 0) + _rows_left(stream)
-                for done, part, stream in zip(seen, parts, streams, strict=True)
+                done + (part.shape[0] if part is not None else 0) + more
+                for done, part, more in zip(seen, parts, left, strict=True)
             ]
             _refuse_lengths(sources, totals)
         yield list(parts)
         seen = [done + part.shape[0] for done, part in zip(seen, parts, strict=True)]
+
+
+def _next_in_step(
+    streams: list[Iterator[np.ndarray]],
+    take: Callable[[Iterator[np.ndarray]], Any] = lambda stream: next(stream, None),
+) -> list[Any]:
+    """``take`` of each stream (its next block, by default), every stream's taken even where
+    one fails on a null, the same rows of another may hold an earlier one: the earliest null
+    is raised; once one is pending, another stream's other errors are not looked at."""
+    taken: list[Any] = []
+    nulls: list[NullsError] = []
+    for stream in streams:
+        try:
+            taken.append(take(stream))
+        except NullsError as error:
+            nulls.append(error)
+        except SegcliError:
+            if not nulls:
+                raise
+    if nulls:
+        raise first_nulls(nulls)
+    return taken
 
 
 def _rows_left(stream: Iterator[np.ndarray]) -> int:

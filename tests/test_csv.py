@@ -613,9 +613,38 @@ def test_integer_beyond_int64_is_not_read_rounded(
     path, out = tmp_path / "t.csv", tmp_path / "out.parquet"
     path.write_text(f"s,v\n0,2.5\n1,{big}\n0,1\n")
     result = run("sum", path, *args, "-o", out, "-q", *chunks)
-    one_error_line(result, 1, f"t.csv: column 'v' holds {big} at row 1, an integer beyond int64")
+    one_error_line(
+        result,
+        1,
+        f"t.csv: column 'v' holds {big} at row 1, an integer beyond int64, which would be read "
+        "rounded, as a float64 (1 such integer)",
+    )
     assert not out.exists()
     assert run("info", path).exit_code == 0  # described as pyarrow reads it
+
+
+@pytest.mark.parametrize("suffix", ["csv", "jsonl"])
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1000"]])
+def test_integers_beyond_int64_past_the_first_megabyte_are_counted(
+    tmp_path: Path, chunks: list[str], suffix: str
+) -> None:
+    # Streamed, the first megabyte makes 'v' int64: the integers beyond it later are the
+    # whole read's error (exit 1, with their count), not a type kept from the first rows.
+    rows = 200_000
+    big = {150_000: "99999999999999999999", 160_000: "-99999999999999999999"}
+    values = [big.get(i, str(i)) for i in range(rows)]
+    path = tmp_path / f"t.{suffix}"
+    if suffix == "csv":
+        path.write_text("s,v\n" + "".join(f"{i % 3},{v}\n" for i, v in enumerate(values)))
+    else:
+        path.write_text("".join(f'{{"s": {i % 3}, "v": {v}}}\n' for i, v in enumerate(values)))
+    assert path.stat().st_size > 1 << 20
+    result = run("sum", path, "--data-column", "v", "--ids-column", "s", "-q", *chunks)
+    assert (result.exit_code, result.stderr) == (
+        1,
+        f"Error: {path}: column 'v' holds 99999999999999999999 at row 150000, an integer "
+        "beyond int64, which would be read rounded, as a float64 (2 such integers)\n",
+    )
 
 
 @pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1"]])

@@ -496,7 +496,7 @@ def test_an_integer_beyond_int64_is_not_read_rounded(
     assert result.exit_code == 1
     assert result.stderr.splitlines() == [
         f"Error: {path}: column 'v' holds 18446744073709551615 at row 1, an integer beyond "
-        "int64, which would be read rounded, as a float64"
+        "int64, which would be read rounded, as a float64 (1 such integer)"
     ]
     assert not out.exists()
     ok("info", path)  # described as pyarrow reads it

@@ -196,6 +196,47 @@ def test_nulls_in_indices_or_weights_name_the_option_and_row(tmp_path, blocks, o
     assert not out.exists()
 
 
+# Rows of the null in IDS, the indices and the weights; the column named is the one whose null
+# comes first (IDS', then the indices', on a tie), read whole, streamed across blocks or within
+# one block, from a file or from stdin.
+_NULL_ROWS = [
+    ((2, 5, 8), "bag", 2),
+    ((8, 2, 5), "token", 2),
+    ((5, 8, 2), "weight", 2),
+    ((5, 4, 6), "token", 4),
+    ((6, 9, 5), "weight", 5),
+    ((4, 4, 4), "bag", 4),
+]
+
+
+@pytest.mark.parametrize("blocks", [[], ["--chunk-rows", "4"]], ids=["memory", "stream"])
+@pytest.mark.parametrize(("rows", "named", "first"), _NULL_ROWS)
+def test_the_earliest_null_of_ids_indices_and_weights_is_named(
+    tmp_path, blocks, rows, named, first
+):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    columns = {"bag": list(range(10)), "token": [i % 4 for i in range(10)], "weight": [1.0] * 10}
+    for values, row in zip(columns.values(), rows, strict=True):
+        values[row] = None
+    pq.write_table(pa.table(columns), tmp_path / "bags.parquet", row_group_size=3)
+    np.save(tmp_path / "vocab.npy", np.ones((4, 2)))
+    options = ["--ids-column", "bag", "--indices-column", "token", "--weights-column", "weight"]
+    result = run("sum", tmp_path / "vocab.npy", tmp_path / "bags.parquet", *options, *blocks)
+    why = {
+        "token": ": --indices needs an index on every row",
+        "weight": ": --weights needs a weight on every row",
+    }
+    assert (result.exit_code, result.stderr) == (
+        1,
+        f"Error: {tmp_path / 'bags.parquet'}: column '{named}' has 1 null (first at row {first})"
+        f"{why.get(named, '')}\n",
+    )
+    if not blocks:
+        piped = run("sum", tmp_path / "vocab.npy", "-", *options, stdin=_arrow_stream(**columns))
+        assert piped.stderr == result.stderr.replace(str(tmp_path / "bags.parquet"), "<stdin>")
+
+
 # --- 3. ids, indices and weights as columns of one Arrow stream on stdin ----------------------
 
 
@@ -431,4 +472,21 @@ def test_an_inferred_n_too_large_says_where_it_came_from(tmp_path, blocks):
     assert result.exit_code == 1
     assert "num_segments = 1000000000001 (inferred: the largest id is 1000000000000)" in (
         result.stderr
+    )
+
+
+@pytest.mark.parametrize("blocks", [[], ["--chunk-rows", "4"]], ids=["memory", "stream"])
+def test_the_earliest_null_is_named_before_lengths_found_at_the_end(tmp_path, blocks):
+    # The indices end two rows early; IDS' null (row 11) and the weights' (row 10) lie past
+    # their end, met only once a stream ends: the earliest is named, not the lengths.
+    (tmp_path / "ids.csv").write_text("b\n" + "".join(f"{i // 2}\n" for i in range(11)) + "NA\n")
+    (tmp_path / "idx.csv").write_text("t\n" + "".join(f"{i % 4}\n" for i in range(10)))
+    (tmp_path / "w.csv").write_text("w\n" + "1\n" * 10 + "NA\n1\n")
+    np.save(tmp_path / "vocab.npy", np.ones((4, 2)))
+    extras = ["--indices", tmp_path / "idx.csv", "--weights", tmp_path / "w.csv"]
+    result = run("sum", tmp_path / "vocab.npy", tmp_path / "ids.csv", *extras, *blocks)
+    assert (result.exit_code, result.stderr) == (
+        1,
+        f"Error: {tmp_path / 'w.csv'}: column 'w' has 1 null (first at row 10): "
+        "--weights needs a weight on every row\n",
     )

@@ -10,6 +10,8 @@ all of DATA.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from functools import partial
 from typing import Any, cast
 
 from segcli import sparse
@@ -21,9 +23,10 @@ from segcli.drivers.sparse_nulls import NamedSource, naming_nulls
 from segcli.drivers.stream import StreamInput
 from segcli.errors import UsageError
 from segcli.io.chunked import open_chunked
+from segcli.io.columns import side_by_side
 from segcli.io.formats import input_format
 from segcli.io.npy import Readable
-from segcli.io.read import DATA_ROLE, ArrayInput, Role, read_one
+from segcli.io.read import DATA_ROLE, IDS_ROLE, ArrayInput, Role, read_one
 from segcli.io.sizes import decoded_bytes
 from segcli.memory import human_bytes, over_budget
 
@@ -128,9 +131,24 @@ def read_all(spec: RunSpec) -> sparse_stdin.Inputs:
     # Both '-' is refused by the plain read, with its hint.
     if sparse_stdin.columns_on_stdin(spec) and spec.data != spec.ids:
         return sparse_stdin.read_in_one_pass(spec)
-    data, ids = read(spec)
-    indices = sparse_stdin.read_extra(spec, "indices", spec.indices, spec.indices_column)
-    weights = sparse_stdin.read_extra(spec, "weights", spec.weights, spec.weights_column)
+    extras: list[Callable[[], Any]] = [
+        partial(sparse_stdin.read_extra, spec, "indices", spec.indices, spec.indices_column),
+        partial(sparse_stdin.read_extra, spec, "weights", spec.weights, spec.weights_column),
+    ]
+    gathers = spec.indices is not None or spec.indices_column is not None
+    if not gathers or spec.ids is None or spec.ids == spec.data == "-":
+        # The weights alone are one a row, beside DATA and IDS: of the nulls of all three,
+        # the earliest row's is named (DATA's on a tie), as for DATA and IDS.
+        pair: Callable[[], Any] = partial(read, spec)
+        (data, ids), indices, weights = side_by_side([pair, *extras])
+        return data, ids, indices, weights
+    # A gather's DATA has no row of IDS: read first, as a streamed run reads it; then the
+    # ids, the indices and the weights, one a row, the earliest null named (see
+    # sparse.reduce_streamed, which meets them so).
+    data = read_one(spec.data, DATA_ROLE, spec.data_column, spec.data_key, spec.stdin, spec.csv)
+    ids_args = (spec.ids, IDS_ROLE, spec.ids_column, spec.ids_key, spec.stdin, spec.csv)
+    ids_read: Callable[[], Any] = partial(read_one, *ids_args)
+    ids, indices, weights = side_by_side([ids_read, *extras])
     return data, ids, indices, weights
 
 

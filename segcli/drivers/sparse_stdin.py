@@ -7,7 +7,9 @@ table, and every column is taken from it: a second read would find the pipe empt
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -15,6 +17,7 @@ from segcli.drivers.base import RunSpec
 from segcli.drivers.sparse_nulls import naming_nulls
 from segcli.errors import UsageError
 from segcli.io import peek
+from segcli.io.columns import side_by_side
 from segcli.io.formats import STDIN_LABEL, input_format
 from segcli.io.read import (
     DATA_ROLE,
@@ -67,16 +70,28 @@ def read_in_one_pass(spec: RunSpec) -> Inputs:
             f"{', '.join(option + '-column' for option in columns_on_stdin(spec))}"
         )
     table = got
+    extras: list[Callable[[], Any]] = [
+        partial(read_extra, spec, "indices", spec.indices, spec.indices_column, table),
+        partial(read_extra, spec, "weights", spec.weights, spec.weights_column, table),
+    ]
+    # Of the nulls of the columns one a row, the earliest row's is named (see read_all).
     if spec.ids is None:
-        data, ids = pair_from_table(
-            table, "-", spec.data_column, spec.ids_column, spec.data_key, spec.ids_key
+        pair: Callable[[], Any] = partial(
+            pair_from_table,
+            table,
+            "-",
+            spec.data_column,
+            spec.ids_column,
+            spec.data_key,
+            spec.ids_key,
         )
-    else:
-        data = read_one(spec.data, DATA_ROLE, spec.data_column, spec.data_key, None, spec.csv)
-        ids = read_column(table, "-", IDS_ROLE, spec.ids_column, spec.ids_key)
-
-    indices = read_extra(spec, "indices", spec.indices, spec.indices_column, table)
-    weights = read_extra(spec, "weights", spec.weights, spec.weights_column, table)
+        (data, ids), indices, weights = side_by_side([pair, *extras])
+        return data, ids, indices, weights
+    data = read_one(spec.data, DATA_ROLE, spec.data_column, spec.data_key, None, spec.csv)
+    ids_read: Callable[[], Any] = partial(
+        read_column, table, "-", IDS_ROLE, spec.ids_column, spec.ids_key
+    )
+    ids, indices, weights = side_by_side([ids_read, *extras])
     return data, ids, indices, weights
 
 

@@ -312,7 +312,23 @@ def text_type_kept(
         if error is None:
             raise
         _refuse_as_text(table, exc, column)
+        _refuse_rounded(table, exc, column)
         raise error from exc
+
+
+def _refuse_rounded(table: TableFile, exc: ValueError, column: str | None) -> None:
+    """Where pyarrow's ``exc`` is about an integer beyond int64 (in a column of whole numbers),
+    raise the error of a whole read, which refuses it as read rounded, with the first such
+    integer and their count: reading the file whole would not give a result either."""
+    found = _TEXT_CONVERSION.search(str(exc))
+    named = column or _csv_column_named(table, str(exc))
+    if found is None or named is None:
+        return
+    value = found["value"][1:-1] if found["value"] else found["json"]
+    if re.fullmatch(r"\s*[-+]?\d{19,}\s*", value) and not -(2**63) <= int(value) < 2**63:
+        error = table.rounded_error(named)
+        if error is not None:
+            raise error from None
 
 
 def _refuse_as_text(table: TableFile, exc: ValueError, column: str | None) -> None:

@@ -520,14 +520,24 @@ class TableFile:
             huge = pc.and_(pc.is_finite(column), pc.greater_equal(pc.abs(column), _INT64_BOUND))
             if not pc.any(huge).as_py():
                 continue
-            found = self._first_integer_beyond_int64(name)
-            if found is not None:
-                row, text = found
-                raise InvalidInputError(
-                    f"{self.label}: column '{name}' holds {text.strip()} at row {row}, an "
-                    "integer beyond int64, which would be read rounded, as a float64"
-                )
+            error = self.rounded_error(name)
+            if error is not None:
+                raise error
             self._exact.add(name)
+
+    def rounded_error(self, column: str) -> InvalidInputError | None:
+        """The error for a text table's ``column`` where its text holds an integer beyond
+        int64 (read again, the error's path only): the first, its row and how many there
+        are; None if it holds none."""
+        found = self._integers_beyond_int64(column)
+        if found is None:
+            return None
+        row, text, count = found
+        noun = "such integer" if count == 1 else "such integers"
+        return InvalidInputError(
+            f"{self.label}: column '{column}' holds {text.strip()} at row {row}, an integer "
+            f"beyond int64, which would be read rounded, as a float64 ({count} {noun})"
+        )
 
     def check_read_text(self, data: pa.Table | pa.RecordBatch, first_row: int) -> None:
         """The checks of CSV text as read (``first_row``: the rows before ``data``): UTF-8
@@ -536,28 +546,31 @@ class TableFile:
             check_utf8(column, ColumnRef(self.label, name), first_row)
         self.check_not_rounded(data)
 
-    def _first_integer_beyond_int64(self, column: str) -> tuple[int, str] | None:
-        """The first row of ``column`` written as an integer beyond int64, and its text."""
+    def _integers_beyond_int64(self, column: str) -> tuple[int, str, int] | None:
+        """The first row of ``column`` written as an integer beyond int64, its text, and how
+        many such integers there are."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         if self.fmt == "jsonl":
-            return self._first_json_integer_beyond_int64(column)
-        rows = 0
+            return self._json_integers_beyond_int64(column)
+        rows, first, count = 0, None, 0
         for batch in self.text_batches([column], None, types={column: pa.string()}):
             texts = batch.column(0)
             long = pc.fill_null(pc.match_substring_regex(texts, _LONG_INTEGER), False)
             for row in np.flatnonzero(long.to_numpy(zero_copy_only=False)):
                 text = texts[int(row)].as_py()
                 if not -(2**63) <= int(text) < 2**63:
-                    return rows + int(row), text
+                    first = first or (rows + int(row), text)
+                    count += 1
             rows += batch.num_rows
-        return None
+        return None if first is None else (*first, count)
 
-    def _first_json_integer_beyond_int64(self, field: str) -> tuple[int, str] | None:
-        """:meth:`_first_integer_beyond_int64` of JSON lines: the lines with 19 digits in a row
+    def _json_integers_beyond_int64(self, field: str) -> tuple[int, str, int] | None:
+        """:meth:`_integers_beyond_int64` of JSON lines: the lines with 19 digits in a row
         parsed by Python's json, which keeps integers whole (pyarrow skips blank lines)."""
         rows, rest = 0, b""
+        first, count = None, 0
         with self._input() as stream:
             while True:
                 block = stream.read(_CSV_BLOCK_BYTES)
@@ -569,10 +582,11 @@ class TableFile:
                     if _NINETEEN_DIGITS.search(line):
                         value = json.loads(line).get(field)
                         if type(value) is int and not -(2**63) <= value < 2**63:
-                            return rows, str(value)
+                            first = first or (rows, str(value))
+                            count += 1
                     rows += 1
                 if not block:
-                    return None
+                    return None if first is None else (*first, count)
 
     def first_row_holding(self, column: str, text: str) -> int | None:
         """The first row whose ``column`` field of a CSV/TSV file is ``text``, read again as
