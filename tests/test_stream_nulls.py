@@ -210,7 +210,12 @@ def test_the_inputs_metadata_are_checked_before_their_nulls(
     for command, output, refused in (
         (["sum"], ["-o", out], f"sum (accepted: {accepted}, complex64/128)"),
         (["median"], ["-o", out], f"median (accepted: {accepted})"),
-        (["check"], [], f"sum (accepted: {accepted}, complex64/128)"),
+        (
+            ["check"],
+            [],
+            f"sum (accepted: {accepted}, complex64/128); check validates for --op sum unless "
+            "--op names the run's ops",
+        ),
     ):
         result = run(*command, path, "--data-column", "b", "--ids-column", "k", *chunks, *output)
         one_error(result, f"{path}:b: bool data is not supported by {refused}", out)
