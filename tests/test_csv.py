@@ -565,6 +565,31 @@ def test_latin1_text_is_a_read_error_naming_its_row(
 
 
 @pytest.mark.parametrize(
+    ("args", "column"),
+    [
+        (["count", "--data-column", "s", "--by", "k"], "k"),  # a key column
+        (["sum", "--data-column", "v", "--ids-column", "s"], "v"),  # a number column
+        (["sum", "--data-column", "v", "--by", "s"], "v"),
+    ],
+)
+def test_text_not_utf8_past_the_first_megabyte_is_the_whole_reads_error(
+    tmp_path: Path, args: list[str], column: str
+) -> None:
+    """Streamed, the column's type is fixed by the first megabyte, and pyarrow then fails on
+    the bytes without naming them: the run names them as a whole read does."""
+    path, out = tmp_path / "t.csv", tmp_path / "o.parquet"
+    lines = ["k,v,s", *["a,1.5,0", "b,2.5,1"] * 75_000, "caf\xe9,1\xe9,0", "b,2.5,1"]
+    path.write_bytes("\n".join(lines).encode("latin-1") + b"\n")
+    whole = run(*args, path, "--memory-limit", "4GB", "-o", out)
+    streamed = run(*args, path, "--chunk-rows", 1000, "-o", out)
+    value = "b'caf\\xe9'" if column == "k" else "b'1\\xe9'"
+    said = f"t.csv: column '{column}' row 150000 holds {value}, which is not UTF-8"
+    one_error_line(whole, 3, said)
+    assert (streamed.exit_code, streamed.stderr) == (whole.exit_code, whole.stderr)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize(
     ("command", "column"),
     [
         (SUM, "v"),

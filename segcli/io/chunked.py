@@ -15,13 +15,20 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 
-from segcli.errors import InvalidInputError, NotStreamableError, ReadError, UsageError
+from segcli.errors import (
+    InvalidInputError,
+    NotStreamableError,
+    ReadError,
+    SegcliError,
+    UsageError,
+)
 from segcli.io.columns import (
     ColumnRef,
     NullsError,
     NullTally,
     check_text_type,
     check_type,
+    check_utf8,
     column_to_numpy,
     is_number_text,
     sample_to_numpy,
@@ -308,12 +315,40 @@ def text_type_kept(
     try:
         yield
     except ValueError as exc:
+        not_utf8 = not_utf8_error(table, exc, column)
+        if not_utf8 is not None:
+            raise not_utf8 from None
         error = type_change_error(table, exc, column, column_type)
         if error is None:
             raise
         _refuse_as_text(table, exc, column)
         _refuse_rounded(table, exc, column)
         raise error from exc
+
+
+def not_utf8_error(
+    table: TableFile, exc: ValueError, column: str | None = None
+) -> SegcliError | None:
+    """Where pyarrow's ``exc`` is about CSV text that is not UTF-8 past a streamed table's first
+    block (which fixed the column's type), the error a whole read gives: the first value that
+    is not, by its row and bytes (:func:`check_utf8`, over the column read again as bytes, on
+    this error's path only); None for another error, or where every value is UTF-8 (a number
+    column's value holding U+FFFD itself)."""
+    import pyarrow as pa
+
+    if _NOT_UTF8.search(str(exc)) is None:
+        return None
+    named = column or _csv_column_named(table, str(exc))
+    if named is None:
+        return None
+    where, first_row = ColumnRef(table.label, named), 0
+    try:
+        for batch in table.text_batches([named], None, types={named: pa.binary()}):
+            check_utf8(batch.column(0), where, first_row)
+            first_row += batch.num_rows
+    except SegcliError as error:
+        return error
+    return None
 
 
 def _refuse_rounded(table: TableFile, exc: ValueError, column: str | None) -> None:
@@ -584,6 +619,9 @@ _TEXT_CONVERSION = re.compile(
 )
 
 _CSV_COLUMN = re.compile(r"^In CSV column #(\d+):")
+# Text that is not UTF-8, as pyarrow meets it: in a text column, or (shown with U+FFFD for the
+# bytes) as a value of a number column.
+_NOT_UTF8 = re.compile(r"CSV conversion error to [^:]+: invalid (?:UTF8 data|value '[^']*\ufffd)")
 
 #: ``shape[0]`` of a source whose length is known only once it has been read (a stream).
 UNKNOWN_ROWS = -1

@@ -22,6 +22,7 @@ from segcli.io.chunked import (
     UNKNOWN_ROWS,
     TableChunks,
     _check_rows,
+    not_utf8_error,
     type_change_error,
 )
 from segcli.io.formats import input_format
@@ -439,6 +440,9 @@ class KeyIdsChunks:
             try:
                 yield from self._table.text_batches(self._by, None, types=types)
             except ValueError as exc:
+                not_utf8 = not_utf8_error(self._table, exc)
+                if not_utf8 is not None:
+                    raise not_utf8 from None
                 if _WIDENED_WHOLE.search(str(exc)) is None:
                     raise  # bad text, not a type: a whole read fails the same way
                 named = type_change_error(self._table, exc, types=types)
