@@ -249,9 +249,12 @@ def _nulls(array: pa.Array) -> int:
 
     from segcli.io import arrow_kernels as kernels
 
-    if pt.is_dictionary(array.type) and array.dictionary.null_count:
-        return int(kernels.total(kernels.is_null(array)).as_py())
-    return int(array.null_count)
+    if not pt.is_dictionary(array.type) or not array.dictionary.null_count:
+        return int(array.null_count)
+    if pt.is_null(array.type.value_type):  # every row is null; and is_null crashes on it
+        return len(array)
+    # The sum of no rows is null, not 0.
+    return int(kernels.total(kernels.is_null(array)).as_py() or 0)
 
 
 def _text(path: str, fmt: str) -> dict[str, object]:
