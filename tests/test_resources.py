@@ -204,6 +204,25 @@ def test_streamed_arrow_memory_does_not_grow_with_the_file(tmp_path, kind):
     assert peak_large - peak_small < size / 3 / 2**20, (peak_small, peak_large)
 
 
+@pytest.mark.parametrize("kind", ["file", "stream"])
+def test_arrow_info_memory_does_not_grow_with_the_file(tmp_path, kind):
+    """``info`` reads each batch's row and null counts from its header: read by pyarrow
+    through a memory map, the pages around every header stayed resident, so that the peak
+    grew with the file."""
+    small, large = tmp_path / "small.arrow", tmp_path / "large.arrow"
+    write_arrow(small, 800_000, kind, seed=1)  # about 19 MB
+    write_arrow(large, 2_400_000, kind, seed=2)  # about 58 MB
+    size = large.stat().st_size
+    peaks = []
+    for path in (small, large):
+        code, peak, stderr = peak_mib("info", path)
+        assert code == 0, stderr
+        peaks.append(peak)
+    peak_small, peak_large = peaks
+    # Through the map the large file's peak was 25 MiB above the small one's; now 0.1 MiB.
+    assert peak_large - peak_small < size / 10 / 2**20, (peak_small, peak_large)
+
+
 _COUNTED_PEAK = """
 import sys
 import pyarrow.ipc  # before the first measure: counting may import it

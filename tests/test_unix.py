@@ -738,6 +738,32 @@ def test_info_counts_rows_on_a_null_dictionary_entry_as_nulls(tmp_path, kind):
     )
 
 
+@pytest.mark.parametrize("kind", ["file", "stream"])
+def test_info_counts_null_dictionary_entries_in_an_empty_batch_and_of_the_null_type(tmp_path, kind):
+    # The sum of an empty batch's rows on a null entry is a null, not 0; and the null check
+    # of a dictionary of the null type crashed the process.
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    indices = pa.array([0, None, 1], pa.int8())
+    batch = pa.record_batch(
+        {
+            "k": pa.DictionaryArray.from_arrays(indices, pa.array(["a", None])),
+            "n": pa.DictionaryArray.from_arrays(indices, pa.nulls(2)),
+        }
+    )
+    path = tmp_path / "t.arrow"
+    with (ipc.new_file if kind == "file" else ipc.new_stream)(path, batch.schema) as writer:
+        writer.write_batch(batch)
+        writer.write_batch(batch.slice(0, 0))
+    result = cli_run("info", path)
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.endswith(
+        f"  k: {batch.schema.field('k').type}, nulls 2\n"
+        f"  n: {batch.schema.field('n').type}, nulls 3\n"
+    )
+
+
 @pytest.mark.parametrize(
     ("text", "options", "columns"),
     [

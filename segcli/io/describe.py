@@ -224,6 +224,39 @@ def _arrow_table(table: TableFile) -> dict[str, object]:
 
     with table.errors():
         reader = table.ipc_reader()
+        try:
+            # From the headers alone: batches read through a memory map keep the pages around
+            # their headers resident, and compressed ones would be decompressed.
+            counts = table.ipc_counts()
+        except ValueError:
+            counts = None
+        if counts is None or len(counts.nulls) != len(reader.schema):
+            # Damaged: pyarrow's read says what is wrong (or reads what it can), as it did.
+            return _arrow_batches(table)
+        nulls = list(counts.nulls)
+        if counts.unsure:
+            # Rows on a null dictionary entry are found in the data: only those columns
+            # are read, a batch at a time.
+            fields = sorted(counts.unsure)
+            for i in fields:
+                nulls[i] = 0
+            for batch in table.ipc_field_batches(fields):
+                for i, column in zip(fields, batch.columns, strict=True):
+                    nulls[i] += _nulls(column)
+        return {
+            "ipc": "file" if isinstance(reader, ipc.RecordBatchFileReader) else "stream",
+            "rows": counts.rows,
+            "record_batches": counts.batches,
+            "columns": _columns(reader.schema, nulls),
+        }
+
+
+def _arrow_batches(table: TableFile) -> dict[str, object]:
+    """:func:`_arrow_table` read by pyarrow, every record batch held."""
+    import pyarrow.ipc as ipc
+
+    with table.errors():
+        reader = table.ipc_reader()
         if isinstance(reader, ipc.RecordBatchFileReader):
             # The file is memory-mapped: row and null counts cost no data read.
             batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
@@ -249,9 +282,12 @@ def _nulls(array: pa.Array) -> int:
 
     from segcli.io import arrow_kernels as kernels
 
-    if pt.is_dictionary(array.type) and array.dictionary.null_count:
-        return int(kernels.total(kernels.is_null(array)).as_py())
-    return int(array.null_count)
+    if not pt.is_dictionary(array.type) or not array.dictionary.null_count:
+        return int(array.null_count)
+    if pt.is_null(array.type.value_type):  # every row is null; and is_null crashes on it
+        return len(array)
+    # The sum of no rows is null, not 0.
+    return int(kernels.total(kernels.is_null(array)).as_py() or 0)
 
 
 def _text(path: str, fmt: str) -> dict[str, object]:

@@ -41,7 +41,7 @@ from segcli.io.formats import (
     pipe_bytes,
     suffix_format,
 )
-from segcli.io.ipc_rows import ipc_rows
+from segcli.io.ipc_rows import IpcCounts, ipc_counts, ipc_rows
 from segcli.io.reread import past_rows_given
 
 if TYPE_CHECKING:
@@ -220,6 +220,15 @@ class TableFile:
         with the columns read. Read this way a batch's memory is freed once its rows are
         done; a file's other columns are not read, a stream's are read past, not decoded.
         """
+        schema = self.schema()
+        # A name twice in the schema keeps both fields: the batch then fails to say which,
+        # as it would holding every column.
+        fields = sorted({i for name in columns for i in schema.get_all_field_indices(name)})
+        yield from self.ipc_field_batches(fields)
+
+    def ipc_field_batches(self, fields: Sequence[int]) -> Iterator[pa.RecordBatch]:
+        """The record batches of a streamed read, holding the columns at positions ``fields``
+        (ascending) alone; read as :meth:`ipc_batches` reads them."""
         import pyarrow as pa
         import pyarrow.ipc as ipc
 
@@ -228,10 +237,6 @@ class TableFile:
             stream: pa.NativeFile = pa.BufferReader(pa.py_buffer(source))
         else:
             stream = pa.OSFile(source)
-        schema = self.schema()
-        # A name twice in the schema keeps both fields: the batch then fails to say which,
-        # as it would holding every column.
-        fields = sorted({i for name in columns for i in schema.get_all_field_indices(name)})
         with stream:
             reader = self._ipc_open(stream, ipc.IpcReadOptions(included_fields=fields))
             if isinstance(reader, ipc.RecordBatchFileReader):
@@ -248,6 +253,14 @@ class TableFile:
         # Unbuffered: a buffered read would fill 8 KiB for each header of a few hundred bytes.
         with open(self.source, "rb", buffering=0) as file:
             return ipc_rows(file)
+
+    def ipc_counts(self) -> IpcCounts:
+        """Rows, record batches and null counts of an Arrow IPC file or stream, read from its
+        headers alone, as :meth:`ipc_rows` reads them; a ValueError if they are damaged."""
+        if isinstance(self.source, bytes):
+            return ipc_counts(io.BytesIO(self.source))
+        with open(self.source, "rb", buffering=0) as file:
+            return ipc_counts(file)
 
     def _ipc_open(
         self, source: pa.NativeFile, options: ipc.IpcReadOptions | None
