@@ -146,6 +146,18 @@ def test_the_earliest_null_of_data_and_ids_files_is_named(
         one_error(result, f"{named}: column {message}", out)
 
 
+def agg_fails(path: Path, v: list[Any], w: list[Any], args: list[Any], message: str) -> None:
+    """``agg --op OPS --data-column COLUMNS [CHUNKS]`` (``args``) over a table of ``v``, ids
+    and ``w`` written to ``path`` fails naming ``message``'s column, and writes nothing."""
+    path = write(table(v, [i % 4 for i in range(ROWS)], w), path)
+    out = path.parent / "out.parquet"
+    ops, columns, *chunks = args
+    result = run(
+        "agg", path, "--op", ops, "--data-column", columns, "--ids-column", "k", *chunks, "-o", out
+    )
+    one_error(result, f"{path}: column {message}", out)
+
+
 @pytest.mark.parametrize("suffix", [".parquet", ".csv"])
 @pytest.mark.parametrize("chunks", [[], *CHUNKS])
 def test_agg_names_the_column_of_the_first_null(
@@ -154,12 +166,9 @@ def test_agg_names_the_column_of_the_first_null(
     """Several data columns: the later column's null comes first, in the same block."""
     v = with_nulls([float(i) for i in range(ROWS)], {10, 25})
     w = with_nulls([float(i) for i in range(ROWS)], {9, 20, 29})
-    path = write(table(v, [i % 4 for i in range(ROWS)], w), tmp_path / f"t{suffix}")
-    out = tmp_path / "out.parquet"
-    result = run(
-        "agg", path, "--op", "sum", "--data-column", "v,w", "--ids-column", "k", *chunks, "-o", out
+    agg_fails(
+        tmp_path / f"t{suffix}", v, w, ["sum", "v,w", *chunks], "'w' has 3 nulls (first at row 9)"
     )
-    one_error(result, f"{path}: column 'w' has 3 nulls (first at row 9)", out)
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".csv"])
@@ -168,13 +177,8 @@ def test_agg_of_several_columns_counts_every_null(
     tmp_path: Path, suffix: str, chunks: list[str]
 ) -> None:
     w = [float(i) for i in range(ROWS)]
-    path = write(table(values(), [i % 4 for i in range(ROWS)], w), tmp_path / f"t{suffix}")
-    out = tmp_path / "out.parquet"
-    result = run(
-        "agg", path, "--op", "sum,mean", "--data-column", "w,v", "--ids-column", "k",
-        *chunks, "-o", out,
-    )  # fmt: skip
-    one_error(result, f"{path}: column 'v' has 10 nulls (first at row 1)", out)
+    args = ["sum,mean", "w,v", *chunks]
+    agg_fails(tmp_path / f"t{suffix}", values(), w, args, "'v' has 10 nulls (first at row 1)")
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".csv", ".jsonl"])
@@ -186,12 +190,10 @@ def test_a_null_in_the_first_row_is_counted_with_the_rest(
     column's others, not alone."""
     v = values()
     v[0] = None
-    path = write(table(v, [i % 4 for i in range(ROWS)], [1.0] * ROWS), tmp_path / f"t{suffix}")
-    out = tmp_path / "out.parquet"
-    result = run(
-        "agg", path, "--op", "sum", "--data-column", "w,v", "--ids-column", "k", *chunks, "-o", out
+    w = [1.0] * ROWS
+    agg_fails(
+        tmp_path / f"t{suffix}", v, w, ["sum", "w,v", *chunks], "'v' has 11 nulls (first at row 0)"
     )
-    one_error(result, f"{path}: column 'v' has 11 nulls (first at row 0)", out)
 
 
 @pytest.mark.parametrize("first_null", [0, 9])

@@ -310,8 +310,8 @@ def text_type_kept(
 ) -> Iterator[None]:
     """A value past a streamed text table's first block of a value column (DATA's or IDS',
     not a key) that does not fit the type its first rows gave the column: raised as
-    :func:`type_change_error` says it, or, where the value is no number at all, as a whole
-    read refuses the column (:func:`_refuse_as_text`)."""
+    :func:`type_change_error` says it, or, where a whole read refuses that value too, as
+    that read does (:func:`_refuse_as_whole_read`)."""
     try:
         yield
     except ValueError as exc:
@@ -321,8 +321,10 @@ def text_type_kept(
         error = type_change_error(table, exc, column, column_type)
         if error is None:
             raise
-        _refuse_as_text(table, exc, column)
-        _refuse_rounded(table, exc, column)
+        named = column or _csv_column_named(table, str(exc))
+        found = _TEXT_CONVERSION.search(str(exc))  # type_change_error matched it
+        if named is not None and found is not None:
+            _refuse_as_whole_read(table, found, named)
         raise error from exc
 
 
@@ -351,36 +353,22 @@ def not_utf8_error(
     return None
 
 
-def _refuse_rounded(table: TableFile, exc: ValueError, column: str | None) -> None:
-    """Where pyarrow's ``exc`` is about an integer beyond int64 (in a column of whole numbers),
-    raise the error of a whole read, which refuses it as read rounded, with the first such
-    integer and their count: reading the file whole would not give a result either."""
-    found = _TEXT_CONVERSION.search(str(exc))
-    named = column or _csv_column_named(table, str(exc))
-    if found is None or named is None:
-        return
-    value = found["value"][1:-1] if found["value"] else found["json"]
-    if re.fullmatch(r"\s*[-+]?\d{19,}\s*", value) and not -(2**63) <= int(value) < 2**63:
-        error = table.rounded_error(named)
-        if error is not None:
-            raise error from None
-
-
-def _refuse_as_text(table: TableFile, exc: ValueError, column: str | None) -> None:
-    """Where pyarrow's ``exc`` is about a CSV value that is no number (``abc`` in a column of
-    numbers), raise the error of a whole read, which makes the column text and refuses it
-    with its first such value and their count (the column read again, on this path only):
-    reading the file whole, as the type error's hint says, would not give a result."""
+def _refuse_as_whole_read(table: TableFile, found: re.Match[str], column: str) -> None:
+    """Where the value of a type error (``found``, in pyarrow's words) is one a whole read
+    refuses as well, raise that read's error, with the first such value and their count (the
+    column read again, on this error's path only): reading the file whole, as the type error's
+    hint says, would not give a result. A CSV value that is no number (``abc`` in a column of
+    numbers) makes the column text; an integer beyond int64 would be read rounded."""
     import pyarrow as pa
 
-    found = _TEXT_CONVERSION.search(str(exc))
-    named = column or _csv_column_named(table, str(exc))
-    if found is None or not found["value"] or named is None:
-        return
-    if is_number_text(found["value"][1:-1]):
-        return
-    empty = pa.array([], pa.string())
-    check_text_type(empty, ColumnRef(table.label, named), text_column_again(table, named))
+    value = found["value"][1:-1] if found["value"] else found["json"]
+    if found["value"] and not is_number_text(value):
+        empty = pa.array([], pa.string())
+        check_text_type(empty, ColumnRef(table.label, column), text_column_again(table, column))
+    elif re.fullmatch(r"\s*[-+]?\d{19,}\s*", value) and not -(2**63) <= int(value) < 2**63:
+        error = table.rounded_error(column)
+        if error is not None:
+            raise error from None
 
 
 def type_change_error(
