@@ -163,6 +163,46 @@ def test_shifted_sums_keep_a_float_folds_nan() -> None:
     assert np.signbit(squares[0]) != np.signbit(shifted[2] * shifted[2])  # the case that differs
 
 
+def test_watched_shifted_sums_give_the_bits_of_checked_values(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With few sums, a chunk folds in one complex ``add.at`` and the sums are looked at after
+    it, not the values before it: a NaN met in a later chunk rolls that chunk back, and the
+    lane folds on part by part. The bits are those of checking every chunk's values first:
+    lane 0 meets a NaN, then (past the watch) a negative NaN in the same segment, whose
+    squares a complex add would sum the other way; lane 1 sums inf and -inf to NaN."""
+    rows = 4 * ops.LANE_ROWS + 100  # lane 0: rows 0-65535, 131072-196607 and the last 100
+    rng = np.random.default_rng(5)
+    data = rng.standard_normal((rows, 1))
+    ids = rng.integers(0, 8, rows)
+    nan_rows, inf_rows = [140_000, 262_200], [70_000, 200_000]
+    data[nan_rows, 0] = [np.nan, -np.abs(np.float64(np.nan))]
+    data[inf_rows, 0] = [np.inf, -np.inf]
+    ids[nan_rows], ids[inf_rows] = 3, 5
+    calls: list[int] = []
+    add_terms = numpy_engine._add_terms
+
+    def counted_add_terms(*args: object) -> None:
+        calls.append(1)
+        add_terms(*args)  # type: ignore[arg-type]
+
+    def folded() -> tuple[bytes, bytes]:
+        calls.clear()
+        state = ops.new_state(ops.OPS["var"], 8, (), data.dtype)
+        numpy_engine.ENGINE.fold(state, data, ids, sorted_ids=False)
+        return state.arrays["shifted_sum"].tobytes(), state.arrays["shifted_squares"].tobytes()
+
+    monkeypatch.setattr(numpy_engine, "_add_terms", counted_add_terms)
+    watched, watched_calls = folded(), len(calls)
+    monkeypatch.setattr(numpy_engine, "_WATCHED_SUMS_PER_CHUNK", rows)  # never watched
+    checked = folded()
+    assert watched == checked
+    assert 0 < watched_calls < len(calls)  # the watch ended in both lanes, not at the start
+    squares = np.frombuffer(checked[1]).reshape(2, 8)
+    assert np.isnan(squares[0, 3]) and not np.signbit(squares[0, 3])  # the sum's NaN kept
+    assert np.isnan(np.frombuffer(checked[0]).reshape(2, 8)[1, 5])
+
+
 # --- logsumexp: plain values (|x| < ops.PLAIN_EXP) as exp(x) at scale 0 ------------------------
 
 
