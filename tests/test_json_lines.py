@@ -254,6 +254,21 @@ def test_a_streamed_list_column_keeps_its_inner_shape(tmp_path: Path, chunk: lis
 
 
 @pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "1"]])
+def test_a_list_that_starts_with_null_keeps_its_null(tmp_path: Path, chunk: list[str]) -> None:
+    """pyarrow's type inference loses a list's nulls met before its item type is known (its
+    offsets then run past its values); segcli reads such a file with the types inferred."""
+    rows = [{"k": 0, "v": [None, 2.0]}, {"k": 1, "v": [1.0, 3.0]}, {"k": 0, "v": [4.0, None]}]
+    path = write_lines(tmp_path / "t.jsonl", rows)
+    out = tmp_path / "out.npy"
+    ok("sum", path, "--data-column", "v", "--ids-column", "k", "--skipna", *chunk, "-o", out)
+    np.testing.assert_array_equal(np.load(out), [[4.0, 2.0], [1.0, 3.0]])
+    refused = run_main("sum", path, "--data-column", "v", "--ids-column", "k", *chunk, "-o", out)
+    assert refused.exit_code == 1
+    assert "column 'v' has 2 nulls inside its lists (first at row 0)" in refused.stderr
+    assert "v: list<item: double>, nulls 0" in ok("info", path).stdout
+
+
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "1"]])
 @pytest.mark.parametrize("long_line", [0, 1])
 def test_lines_longer_than_a_block_of_text_are_read(
     tmp_path: Path, chunk: list[str], long_line: int

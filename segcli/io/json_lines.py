@@ -40,6 +40,11 @@ Opener = Callable[[], "pa.NativeFile"]
 def read_table(open_source: Opener, columns: list[str] | None) -> pa.Table:
     """The whole file's ``columns`` (all if None); an empty file is a table of no columns."""
     table = _read_all(open_source)
+    if _lists_lost_items(table if columns is None else table.select(columns)):
+        # pyarrow's type inference drops a list's null items met before the list's item type
+        # is known (``[null, 2.0]`` on the first line): the list's offsets then run past its
+        # values. The types it inferred, given as the schema, read every item.
+        table = _read_all(open_source, table.schema)
     if columns is None:
         return table  # the schema: only columns asked for are checked
     table = table.select(columns)
@@ -47,16 +52,33 @@ def read_table(open_source: Opener, columns: list[str] | None) -> pa.Table:
     return table
 
 
-def _read_all(open_source: Opener) -> pa.Table:
+def _lists_lost_items(table: pa.Table) -> bool:
+    """Whether a nested column's offsets do not fit its values (structure only: text is
+    checked where a column is read)."""
+    import pyarrow as pa
+    import pyarrow.types as pt
+
+    for column in table.columns:
+        if pt.is_nested(column.type):
+            try:
+                column.validate()
+            except pa.ArrowInvalid:
+                return True
+    return False
+
+
+def _read_all(open_source: Opener, schema: pa.Schema | None = None) -> pa.Table:
+    """The whole file, its types inferred (or ``schema``'s)."""
     import pyarrow as pa
     import pyarrow.json as pjson
 
     block_size = _BLOCK_BYTES
+    parse = pjson.ParseOptions(explicit_schema=schema)
     while True:
         try:
             with open_source() as source:
                 read = pjson.ReadOptions(block_size=block_size)
-                return pjson.read_json(source, read_options=read)
+                return pjson.read_json(source, read_options=read, parse_options=parse)
         except pa.ArrowInvalid as exc:
             if str(exc) == _EMPTY:
                 return pa.table({})
