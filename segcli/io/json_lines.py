@@ -54,16 +54,18 @@ def read_table(open_source: Opener, columns: list[str] | None) -> pa.Table:
 
 def _lists_lost_items(table: pa.Table) -> bool:
     """Whether a nested column's offsets do not fit its values (structure only: text is
-    checked where a column is read)."""
+    checked where a column is read). By position: a name that is not UTF-8 is named later."""
     import pyarrow as pa
     import pyarrow.types as pt
 
-    for column in table.columns:
-        if pt.is_nested(column.type):
+    for position, type_ in enumerate(table.schema.types):
+        if pt.is_nested(type_):
             try:
-                column.validate()
+                table.column(position).validate()
             except pa.ArrowInvalid:
                 return True
+            except UnicodeDecodeError:
+                return False
     return False
 
 
