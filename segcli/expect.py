@@ -76,15 +76,19 @@ def _largest_differences(result: np.ndarray, expected: np.ndarray, bad: np.ndarr
     differing segments whose difference is a number (a NaN against a value has none)."""
     if result.dtype.kind not in "biufc" or expected.dtype.kind not in "biufc":
         return ""
-    wide = np.complex128 if "c" in (result.dtype.kind, expected.dtype.kind) else np.float64
+    kinds = (result.dtype.kind, expected.dtype.kind)
+    # Integers as Python's (an object array), exact: in float64, int64 values 1,000 apart
+    # near 2**62 are 1,024 apart, and uint64 values 1 apart near 2**64 are 0 apart.
+    wide = object if set(kinds) <= set("biu") else np.complex128 if "c" in kinds else np.float64
     got = result[bad].astype(wide).reshape(bad.size, -1)
     want = expected[bad].astype(wide).reshape(bad.size, -1)
     with np.errstate(all="ignore"):
         absolute = np.abs(got - want)
-        relative = np.where(want != 0, absolute / np.abs(want), np.inf)
+        # Python's ints raise on a zero divisor where NumPy's floats give inf.
+        relative = np.where(want != 0, absolute / np.where(want != 0, np.abs(want), 1), np.inf)
     parts = []
     for name, diffs in (("absolute", absolute), ("relative", relative)):
-        measurable = ~np.isnan(diffs)
+        measurable = ~np.isnan(diffs.astype(np.float64))
         if not measurable.any():
             continue
         flat = int(np.argmax(np.where(measurable, diffs, -np.inf)))

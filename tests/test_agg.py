@@ -385,6 +385,25 @@ def test_expect_compares_integer_columns_exactly(tmp_path):
         assert error_lines(ran) == 1
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".tsv", ".json"])
+def test_expect_compares_uint64_columns_of_a_text_golden_exactly(tmp_path, suffix):
+    """A uint64 result past int64 (a max of hashed ids) read back from text is compared as
+    the integer it is: through float64, 2**64 - 2 and 2**64 - 3 were the same number."""
+    data, ids, other = tmp_path / "d.npy", tmp_path / "i.npy", tmp_path / "other.npy"
+    np.save(data, np.array([2**64 - 2, 7], np.uint64))
+    np.save(other, np.array([2**64 - 3, 7], np.uint64))
+    np.save(ids, np.array([0, 1]))
+    golden = tmp_path / f"golden{suffix}"
+    assert run("agg", data, ids, "--op", "max,first", "-o", golden, "-q").exit_code == 0
+    assert run("agg", data, ids, "--op", "max,first", "--expect", golden, "-q").exit_code == 0
+    failed = run("agg", other, ids, "--op", "max,first", "--expect", golden, "-q")
+    assert failed.exit_code == 4, failed.stderr
+    assert f"column max differs in 1 segment(s), the first segment 0: {2**64 - 3} vs " in (
+        failed.stderr
+    )
+    assert error_lines(failed) == 1
+
+
 def test_expect_compares_the_segment_column_of_a_golden_table(pair, tmp_path):
     """Rows of a golden table in another order are other segments: a mismatch, even where the
     values happen to agree (here: two empty segments, swapped)."""

@@ -336,6 +336,23 @@ def test_expect_mismatch_shows_got_vs_expected_and_largest_differences(pair, tmp
     ]
 
 
+def test_expect_mismatch_of_large_integers_gives_their_exact_difference(tmp_path):
+    """int64 values 1,000 apart near 2**62 are 1,024 apart in float64, and uint64 values one
+    apart near 2**64 are 0 apart: the largest difference is the integers' own."""
+    data, ids, golden = tmp_path / "d.npy", tmp_path / "i.npy", tmp_path / "golden.npy"
+    np.save(ids, np.array([0, 1]))
+    for values, expected, difference in (
+        ([2**62, 5], [2**62 + 1000, 5], "absolute 1000 (segment 0)"),
+        ([2**64 - 3, 5], [2**64 - 2, 5], "absolute 1 (segment 0)"),
+    ):
+        dtype = np.int64 if values[0] < 2**63 else np.uint64
+        np.save(data, np.array(values, dtype))
+        np.save(golden, np.array(expected, dtype))
+        result = cli_run("first", data, ids, "-q", "--expect", golden)
+        assert result.exit_code == 4
+        assert f"largest difference: {difference}, relative" in result.stderr, result.stderr
+
+
 def test_dev_stdin_pipe_keeps_the_bytes_the_sniff_read(pair):
     result = segcli("sum", "/dev/stdin", pair[1], "-q", input=pair[0].read_bytes())
     assert result.returncode == 0, result.stderr
