@@ -513,6 +513,49 @@ def test_compressed_file_without_its_suffix(
     assert not out.exists()
 
 
+def _binary_table(path: Path, fmt: str) -> None:
+    """A table of columns ``s`` and ``v`` (one array for .npy) in ``fmt``, at ``path``."""
+    table = pa.table({"s": [0, 1], "v": [1.0, 2.0]})
+    if fmt == "npy":
+        with path.open("wb") as f:
+            np.save(f, np.array([1.0, 2.0]))
+    elif fmt == "parquet":
+        pq.write_table(table, path)
+    else:
+        feather.write_feather(table, path)
+
+
+@pytest.mark.parametrize(
+    ("name", "fmt", "said"),
+    [
+        ("a.csv", "npy", "a .npy file"),
+        ("a.tsv", "parquet", "a Parquet file"),
+        ("a.jsonl", "arrow", "an Arrow IPC file"),
+        ("a.npy", "parquet", "a Parquet file"),
+        ("a.parquet", "arrow", "an Arrow IPC file"),
+    ],
+)
+def test_binary_file_named_as_another_format(
+    tmp_path: Path, name: str, fmt: str, said: str
+) -> None:
+    """Read as its name says, a .npy named .csv met the CSV parser with binary bytes: a
+    warning traceback, then an error quoting the bytes."""
+    path, out = tmp_path / name, tmp_path / "out.npy"
+    _binary_table(path, fmt)
+    result = run(*SUM, path, "-q", "-o", out)
+    one_error_line(result, 3, f"{name}: this is {said}, but its name ends in {path.suffix}")
+    assert len(result.stderr.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_header_starting_like_parquet_is_text(tmp_path: Path) -> None:
+    path = tmp_path / "a.csv"
+    path.write_text("PAR1,s,v\n1,0,2\n")
+    result = run(*SUM, path, "-q")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "0\t2\n"
+
+
 def test_header_starting_like_bzip2_is_text(tmp_path: Path) -> None:
     path = tmp_path / "a.csv"
     path.write_text("BZh,s,v\n1,0,2\n")

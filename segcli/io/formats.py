@@ -170,6 +170,7 @@ def input_format(path: str) -> str:
     """
     fmt = suffix_format(path, INPUT_SUFFIXES)
     if fmt is not None:
+        refuse_misnamed(path, fmt)
         return fmt
     if suffix_format(path, OUTPUT_SUFFIXES) == "json":
         raise ReadError(
@@ -193,6 +194,49 @@ def input_format(path: str) -> str:
     if pipe is not None:
         _PIPE_FORMATS[pipe] = sniffed
     return sniffed
+
+
+#: What a misnamed file's bytes say it is, and what to do, by the binary format they open.
+_MISNAMED = {
+    "npy": ("a .npy file", "name it .npy"),
+    "npz": ("a zip archive", "if it is an .npz of NumPy arrays, name it .npz"),
+    "parquet": ("a Parquet file", "name it .parquet"),
+    "arrow": ("an Arrow IPC file", "name it .arrow"),
+}
+
+
+def refuse_misnamed(path: str, fmt: str) -> None:
+    """Refuse a regular file whose name says ``fmt`` but whose bytes are another binary
+    format (a .npy saved as ``x.csv``): read as its name says, it would fail with the CSV
+    parser's complaint about binary bytes, or the .npy reader's "bad magic", neither of which
+    says what the file is. Pipes are not peeked at (their bytes are read once); a file that
+    cannot be opened is left to its reader, which says why."""
+    if is_pipe(path):
+        return
+    try:
+        with open(path, "rb") as f:
+            head = f.read(SNIFF_BYTES)
+            tail = _tail(f, len(PARQUET_MAGIC)) if head.startswith(PARQUET_MAGIC) else b""
+    except (OSError, ValueError):
+        return
+    found = sniff(head)
+    if found not in _MISNAMED or found == fmt:
+        return
+    if found == "parquet" and tail != PARQUET_MAGIC:  # a CSV header may open with "PAR1"
+        return
+    what, hint = _MISNAMED[found]
+    raise ReadError(
+        f"{path}: this is {what}, but its name ends in {PurePath(path).suffix} (the suffix "
+        f"says the format); {hint}"
+    )
+
+
+def _tail(f: BinaryIO, size: int) -> bytes:
+    f.seek(0, os.SEEK_END)
+    if f.tell() < size:
+        return b""
+    f.seek(-size, os.SEEK_END)
+    return f.read(size)
 
 
 # A pipe's format, by the pipe: asked again once its bytes are read (the run's summary), it
