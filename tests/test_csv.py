@@ -254,6 +254,17 @@ def test_a_line_of_other_fields_is_named_by_its_number(
     one_error_line(result, 3, f"{short}: line 2 has 1 field, the first line 2: 2")
 
 
+def test_a_line_of_other_fields_that_is_not_utf8_is_named_by_its_number(tmp_path: Path) -> None:
+    """pyarrow decodes such a line as UTF-8 before segcli's handler can count it: the decode
+    error came out as an "Exception ignored" traceback, and the line went unnamed."""
+    path, out = tmp_path / "t.csv", tmp_path / "out.npy"
+    path.write_bytes('v,s\n1,0\n"caf\u00e9",1\n'.encode() + b"2,1,caf\xe9\n3,1\n")
+    result = run(*SUM, path, "-o", out)
+    one_error_line(result, 3, f"{path}: line 4 has 3 fields, the header 2: 2,1,caf")
+    assert len(result.stderr.splitlines()) == 1
+    assert not out.exists()
+
+
 def test_a_delimiter_of_more_than_one_byte_is_a_usage_error(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("v\u00a7s\n1\u00a70\n", encoding="utf-8")
