@@ -19,7 +19,7 @@ from io import BufferedReader
 from pathlib import PurePath
 from typing import BinaryIO, Protocol
 
-from segcli.errors import ReadError, SegcliError, UsageError
+from segcli.errors import ReadError, SegcliError, UsageError, WriteError
 
 STDIN_LABEL = "<stdin>"
 
@@ -286,6 +286,9 @@ def output_format(path: str, fmt: str | None) -> str:
     if path == "-":
         return "npy"
     found = suffix_format(path, OUTPUT_SUFFIXES)
+    if found is None and os.path.isdir(path):
+        # What -o's own check says with --format given: a folder is the fault, not its name.
+        raise WriteError(f"-o {path}: is a directory")
     if found is None:
         raise UsageError(
             f"{path}: cannot tell the output format from the file name; give a format "
