@@ -115,6 +115,8 @@ def refuse_unreadable_stream(head: bytes, label: str) -> None:
 
 def unreadable_stream(head: bytes) -> str | None:
     """Why a stream opening with ``head`` cannot be read from stdin or a pipe, or None."""
+    if not head:  # its writer closed it at once: a producer that failed, say
+        return "no input (it gave no bytes; expected a .npy, Parquet or Arrow IPC stream)"
     if head.startswith(ZIP_MAGICS):
         return (
             "this is an .npz archive, which is read from a file only (a zip archive is read "
