@@ -350,8 +350,24 @@ def read_up_to(f: _Reads, size: int) -> bytes:
     return data
 
 
+def refuse_terminal(stream: BinaryIO, label: str) -> None:
+    """A ReadError when an input would be read from a terminal (``-`` or ``/dev/stdin`` with
+    nothing redirected): no one types a .npy or an Arrow stream, and the run would wait in
+    silence for bytes that never come."""
+    try:
+        terminal = stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return
+    if terminal:
+        raise ReadError(
+            f"{label}: is a terminal; redirect the input from a file or a pipe "
+            "(e.g. '< data.npy' or 'producer |')"
+        )
+
+
 def _sniff_pipe(path: str) -> bytes:
     stream = _SNIFFED_PIPES.pop(path, None) or _open(path)
+    refuse_terminal(stream, path)
     head = read_up_to(stream, SNIFF_BYTES)
     _SNIFFED_PIPES[path] = BufferedReader(_Replay(head, stream))
     return head
