@@ -27,7 +27,7 @@ from segcli.expect import check_expected, check_expected_counts
 from segcli.io import peek
 from segcli.io.columns import nulls_kept
 from segcli.io.commit import refuse_binary_on_terminal, refuse_unfit_name
-from segcli.io.formats import input_format
+from segcli.io.formats import STDIN_LABEL, input_format, refuse_terminal
 from segcli.io.key_names import refuse_clashing_keys
 from segcli.io.keyed import (
     key_value_text,
@@ -143,6 +143,7 @@ class RunRequest:
             raise UsageError("--skipna does not go with --weights yet")
         if "-" in (self.data, self.ids):
             stdin = peek.peekable(stdin)
+            refuse_terminal(stdin, STDIN_LABEL)
         by = self.key_columns()
         if self.q is not None and self.op in ops.OPS:  # agg checks its op list itself
             from segcli.holistic_runs import check_q  # the sorting ops' module: only for --q

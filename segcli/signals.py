@@ -55,12 +55,16 @@ _checkpoint_passed = False
 
 
 def install_handlers() -> None:
-    """Make each handled signal raise :class:`Interrupted` in the main thread."""
+    """Make each handled signal raise :class:`Interrupted` in the main thread, but leave one
+    the process was started ignoring ignored: ``nohup`` ignores SIGHUP, and a shell script's
+    ``cmd &`` ignores SIGINT, so that the run outlives a hang-up or a Ctrl-C, as every Unix
+    tool's does."""
     global _closing, _cut_off
     _closing = _cut_off = False
     _pending.clear()
     for signum in HANDLED:
-        signal.signal(signum, _on_signal)
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _on_signal)
 
 
 def closing_after_error() -> None:

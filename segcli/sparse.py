@@ -712,7 +712,8 @@ def reduce_streamed(
         fold_dtype = array.dtype if weights is None else _product_dtype(array.dtype)
         check_output_fits(op_def, n, inner_shape, fold_dtype, sorted_ids=True)
     width = ops.inner_size(inner_shape)
-    choice = choose_engine(engine, elements=max(ids.shape[0], 0) * width)
+    # A stream of ids of unknown length (UNKNOWN_ROWS) counts as small, and says so.
+    choice = choose_engine(engine, elements=ids.shape[0] * width if ids.shape[0] >= 0 else -1)
     validated = time.perf_counter()
     w_dtype = None if weights is None else weights.dtype
     folds = _gather_folds(choice, op_def, n or 0, array, w_dtype, inner_shape)

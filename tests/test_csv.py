@@ -254,6 +254,17 @@ def test_a_line_of_other_fields_is_named_by_its_number(
     one_error_line(result, 3, f"{short}: line 2 has 1 field, the first line 2: 2")
 
 
+def test_a_line_of_other_fields_that_is_not_utf8_is_named_by_its_number(tmp_path: Path) -> None:
+    """pyarrow decodes such a line as UTF-8 before segcli's handler can count it: the decode
+    error came out as an "Exception ignored" traceback, and the line went unnamed."""
+    path, out = tmp_path / "t.csv", tmp_path / "out.npy"
+    path.write_bytes('v,s\n1,0\n"caf\u00e9",1\n'.encode() + b"2,1,caf\xe9\n3,1\n")
+    result = run(*SUM, path, "-o", out)
+    one_error_line(result, 3, f"{path}: line 4 has 3 fields, the header 2: 2,1,caf")
+    assert len(result.stderr.splitlines()) == 1
+    assert not out.exists()
+
+
 def test_a_delimiter_of_more_than_one_byte_is_a_usage_error(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("v\u00a7s\n1\u00a70\n", encoding="utf-8")
@@ -511,6 +522,49 @@ def test_compressed_file_without_its_suffix(
     path.write_bytes(compress(TEXTS[path.suffix].encode()))
     one_error_line(run(*SUM, path, "-q", "-o", out, *chunks), 3, name, f"{said}-compressed")
     assert not out.exists()
+
+
+def _binary_table(path: Path, fmt: str) -> None:
+    """A table of columns ``s`` and ``v`` (one array for .npy) in ``fmt``, at ``path``."""
+    table = pa.table({"s": [0, 1], "v": [1.0, 2.0]})
+    if fmt == "npy":
+        with path.open("wb") as f:
+            np.save(f, np.array([1.0, 2.0]))
+    elif fmt == "parquet":
+        pq.write_table(table, path)
+    else:
+        feather.write_feather(table, path)
+
+
+@pytest.mark.parametrize(
+    ("name", "fmt", "said"),
+    [
+        ("a.csv", "npy", "a .npy file"),
+        ("a.tsv", "parquet", "a Parquet file"),
+        ("a.jsonl", "arrow", "an Arrow IPC file"),
+        ("a.npy", "parquet", "a Parquet file"),
+        ("a.parquet", "arrow", "an Arrow IPC file"),
+    ],
+)
+def test_binary_file_named_as_another_format(
+    tmp_path: Path, name: str, fmt: str, said: str
+) -> None:
+    """Read as its name says, a .npy named .csv met the CSV parser with binary bytes: a
+    warning traceback, then an error quoting the bytes."""
+    path, out = tmp_path / name, tmp_path / "out.npy"
+    _binary_table(path, fmt)
+    result = run(*SUM, path, "-q", "-o", out)
+    one_error_line(result, 3, f"{name}: this is {said}, but its name ends in {path.suffix}")
+    assert len(result.stderr.splitlines()) == 1
+    assert not out.exists()
+
+
+def test_header_starting_like_parquet_is_text(tmp_path: Path) -> None:
+    path = tmp_path / "a.csv"
+    path.write_text("PAR1,s,v\n1,0,2\n")
+    result = run(*SUM, path, "-q")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == "0\t2\n"
 
 
 def test_header_starting_like_bzip2_is_text(tmp_path: Path) -> None:

@@ -210,6 +210,18 @@ def test_an_unknown_output_format_is_refused_before_any_input_is_read(tmp_path):
 
 
 @pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum,max"]])
+def test_a_folder_as_output_without_a_format_is_said_to_be_one(pair, tmp_path, command):
+    # It said "cannot tell the output format from the file name" (exit 2); given a format,
+    # the same folder was "is a directory" (exit 5).
+    folder = tmp_path / "results"
+    folder.mkdir()
+    result = run(command[0], *pair, *command[1:], "-q", "-o", folder)
+    assert result.exit_code == 5
+    assert error_lines(result.stderr) == [f"Error: -o {folder}: is a directory"]
+    assert names(folder) == []
+
+
+@pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum,max"]])
 @pytest.mark.parametrize("option", ["-o", "--summary-json"])
 def test_an_empty_output_path_is_refused_before_anything_is_written(
     pair, tmp_path, monkeypatch, option, command

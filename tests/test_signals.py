@@ -40,9 +40,16 @@ def start(
     stdin: int | None = None,
     *,
     own_group: bool = False,
+    ignoring: tuple[int, ...] = (),
 ) -> subprocess.Popen[str]:
     """``python -m segcli ARGS``, returned once it has reached ``checkpoint``; ``own_group``:
-    in a process group of its own (and its children's), as a shell's foreground job."""
+    in a process group of its own (and its children's), as a shell's foreground job;
+    ``ignoring``: signals it starts with ignored, as ``nohup`` starts its command."""
+
+    def ignore_signals() -> None:
+        for signum in ignoring:
+            signal.signal(signum, signal.SIG_IGN)
+
     ready_read, ready_write = os.pipe()
     env = dict(os.environ, **{CHECKPOINT_ENV: checkpoint, CHECKPOINT_FD_ENV: str(ready_write)})
     process = subprocess.Popen(
@@ -55,6 +62,7 @@ def start(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=own_group,
+        preexec_fn=ignore_signals if ignoring else None,
     )
     os.close(ready_write)
     try:
@@ -143,6 +151,21 @@ def test_interrupt_after_the_commit_says_the_output_was_written(inputs):
     assert names(inputs) == ["data.npy", "ids.npy", "out.npy", "s.json"]
     expected = np.bincount(np.arange(100) % 7, weights=np.arange(100))
     np.testing.assert_array_equal(np.load(inputs / "out.npy"), expected)
+
+
+@pytest.mark.parametrize("ignored", [signal.SIGHUP, signal.SIGINT])
+def test_a_signal_ignored_at_start_stays_ignored(inputs, ignored):
+    """``nohup segcli ...`` outlives a hang-up, and a script's ``segcli ... &`` a Ctrl-C: the
+    SIGTERM sent after the ignored signal is the one that ends the run."""
+    args = ["sum", "data.npy", "ids.npy", "-q", "-o", "out.npy"]
+    process = start(args, "staged", inputs, ignoring=(ignored,))
+    process.send_signal(ignored)
+    with pytest.raises(subprocess.TimeoutExpired):  # handled, it would end the run at once
+        process.wait(timeout=0.5)
+    stderr = stop(process, signal.SIGTERM)
+    assert process.returncode == 143
+    assert stderr == f"segcli: stopped by SIGTERM; {NOTHING}\n"
+    assert names(inputs) == ["data.npy", "ids.npy"]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

@@ -283,6 +283,26 @@ def test_npy_on_stdin_streams_in_one_pass(tmp_path):
     assert facts["mode"] == "streaming" and facts["extra"] == {"chunks": 3}
 
 
+def test_an_arrow_stream_on_stdin_is_said_to_be_of_unknown_length(tmp_path):
+    """auto picks NumPy for a stream before its length is known: the summary said it chose so
+    for "0 elements" of a stream that held rows."""
+    import io as stdlib_io
+
+    table = pa.table({"x": np.arange(6, dtype=np.float32), "seg": np.arange(6) % 2})
+    buffer = stdlib_io.BytesIO()
+    with pa.ipc.new_stream(buffer, table.schema) as writer:
+        writer.write_table(table, max_chunksize=2)
+    summary = tmp_path / "s.json"
+    args = ["sum", "-", "--data-column", "x", "--ids-column", "seg", "--summary-json", summary]
+    result = CliRunner().invoke(
+        cli, [*map(str, args), "-q"], input=buffer.getvalue(), catch_exceptions=False
+    )
+    assert result.exit_code == 0, result.stderr
+    facts = json.loads(summary.read_text())
+    assert facts["engine_reason"].startswith("auto: a stream of unknown length; ")
+    assert facts["data"]["shape"] == [6]
+
+
 def test_check_streams_with_the_same_verdict(tmp_path):
     data = np.array([1.0, np.nan, 3.0, 4.0, np.nan, 6.0])
     paths = save_pair(tmp_path, data, np.array([0, 0, 2, 2, 5, 5]))

@@ -549,6 +549,17 @@ def _refused_through_stdin_and_a_pipe(
         assert stderr_lines(result) == [f"Error: {label}: {message}"]
 
 
+@pytest.mark.parametrize("where", ["pipe", "/dev/null"])
+def test_an_empty_pipe_by_path_reads_as_no_input(pair, tmp_path, where):
+    """``segcli sum <(failed-producer) ids.npy``: it said the pipe "opens with bytes ;"."""
+    empty = fifo_fed_with(tmp_path, b"") if where == "pipe" else Path(where)
+    result = segcli("sum", empty, pair[1], "-q")
+    assert result.returncode == 3
+    assert stderr_lines(result) == [
+        f"Error: {empty}: no input (it gave no bytes; expected a .npy, Parquet or Arrow IPC stream)"
+    ]
+
+
 NPZ_REFUSED = (
     "this is an .npz archive, which is read from a file only (a zip archive is read by "
     "seeking), not from stdin or a pipe; save it to a file first"

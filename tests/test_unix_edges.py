@@ -459,6 +459,36 @@ def _screen(controller: int, child: subprocess.Popen[bytes]) -> bytes:
     pytest.fail(f"still running after 30 s (waiting for stdin?); the terminal got {received!r}")
 
 
+@pytest.mark.parametrize(
+    ("args", "label"),
+    [
+        (["sum", "-", "ids.npy"], "<stdin>"),
+        (["sum", "/dev/stdin", "ids.npy"], "/dev/stdin"),
+        (["agg", "-", "ids.npy", "--op", "sum,max"], "<stdin>"),
+        (["info", "-"], "<stdin>"),
+    ],
+)
+def test_an_input_from_a_terminal_is_refused_not_waited_for(pair, terminal, args, label):
+    """Nothing redirected: it waited in silence for a .npy no one can type (as gzip and zstd
+    refuse to read compressed data from a terminal)."""
+    command = [sys.executable, "-m", "segcli", *args, "-q" if args[0] != "info" else "--json"]
+    _, tty = terminal
+    with subprocess.Popen(
+        command, cwd=pair[0].parent, stdin=tty, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as child:
+        try:
+            stdout, stderr = child.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            pytest.fail("still waiting for stdin after 20 s")
+    assert child.returncode == 3
+    assert stdout == b""
+    assert stderr.decode() == (
+        f"Error: {label}: is a terminal; redirect the input from a file or a pipe "
+        "(e.g. '< data.npy' or 'producer |')\n"
+    )
+
+
 TO_STDOUT = "refusing to write binary {fmt} to a terminal; redirect stdout or use -o FILE"
 TO_A_PATH = (
     "{path}: refusing to write binary {fmt} to a terminal; "

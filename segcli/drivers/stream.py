@@ -229,7 +229,7 @@ def _block_fold(
     # Each column picks its engine as a run of it alone would. An input of unknown length
     # (a stream) counts as small: auto then keeps to NumPy.
     choice = choose_engine(
-        engine, elements=max(int(np.prod(source.shape, dtype=np.int64)), 0), skipna=skipna
+        engine, elements=int(np.prod(source.shape, dtype=np.int64)), skipna=skipna
     )
     inner = tuple(source.shape[len(ids.shape) :])
     grow = _GrowingState(choice.engine, column.op, n or 0, inner, source.dtype, sorted_ids)

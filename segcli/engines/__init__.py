@@ -77,7 +77,8 @@ def id_scanner() -> Engine | None:
 def choose_engine(name: str | Engine, *, elements: int, skipna: bool = False) -> EngineChoice:
     """Resolve ``auto``; an engine asked for by name is used or is an error, never swapped.
 
-    An :class:`Engine` instance (say, one built with options) is used as it is. ``skipna``:
+    ``elements`` below 0: a stream whose length is not known yet, taken as small. An
+    :class:`Engine` instance (say, one built with options) is used as it is. ``skipna``:
     the CuPy engine has no ``--skipna`` path yet; asked for, it is a usage error, and ``auto``
     passes it over.
     """
@@ -99,7 +100,7 @@ def choose_engine(name: str | Engine, *, elements: int, skipna: bool = False) ->
             threshold = NUMBA_WARM_MIN_ELEMENTS
         if threshold is None:
             continue
-        if elements < threshold:
+        if max(elements, 0) < threshold:
             passed_over.append(f"{candidate} from {threshold:,}")
             continue
         try:
@@ -108,9 +109,10 @@ def choose_engine(name: str | Engine, *, elements: int, skipna: bool = False) ->
             passed_over.append(f"{candidate} not available")
             continue
         if candidate == "numpy":
+            # A stream's length is not known before it is read: it counts as small.
+            size = f"{elements:,} elements" if elements >= 0 else "a stream of unknown length"
             return EngineChoice(
-                engine,
-                f"auto: {elements:,} elements; {', '.join(passed_over) or 'no other engine'}",
+                engine, f"auto: {size}; {', '.join(passed_over) or 'no other engine'}"
             )
         return EngineChoice(engine, f"auto: {elements:,} elements >= {threshold:,}")
     raise EngineUnavailableError("no engine can run here")  # numpy always can

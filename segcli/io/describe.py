@@ -20,6 +20,7 @@ from segcli.io.formats import (
     open_binary,
     pipe_bytes,
     read_up_to,
+    refuse_terminal,
     refuse_unreadable_stream,
     suffix_format,
 )
@@ -81,6 +82,7 @@ def describe(
 
 
 def _describe_stream(stream: BinaryIO, path: str, label: str) -> dict[str, object]:
+    refuse_terminal(stream, label)
     head = read_up_to(stream, len(NPY_MAGIC))
     if not head:
         raise ReadError(f"{label}: no input (expected a .npy, Parquet or Arrow IPC stream)")

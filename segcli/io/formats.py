@@ -19,7 +19,7 @@ from io import BufferedReader
 from pathlib import PurePath
 from typing import BinaryIO, Protocol
 
-from segcli.errors import ReadError, SegcliError, UsageError
+from segcli.errors import ReadError, SegcliError, UsageError, WriteError
 
 STDIN_LABEL = "<stdin>"
 
@@ -115,6 +115,8 @@ def refuse_unreadable_stream(head: bytes, label: str) -> None:
 
 def unreadable_stream(head: bytes) -> str | None:
     """Why a stream opening with ``head`` cannot be read from stdin or a pipe, or None."""
+    if not head:  # its writer closed it at once: a producer that failed, say
+        return "no input (it gave no bytes; expected a .npy, Parquet or Arrow IPC stream)"
     if head.startswith(ZIP_MAGICS):
         return (
             "this is an .npz archive, which is read from a file only (a zip archive is read "
@@ -170,6 +172,7 @@ def input_format(path: str) -> str:
     """
     fmt = suffix_format(path, INPUT_SUFFIXES)
     if fmt is not None:
+        refuse_misnamed(path, fmt)
         return fmt
     if suffix_format(path, OUTPUT_SUFFIXES) == "json":
         raise ReadError(
@@ -193,6 +196,49 @@ def input_format(path: str) -> str:
     if pipe is not None:
         _PIPE_FORMATS[pipe] = sniffed
     return sniffed
+
+
+#: What a misnamed file's bytes say it is, and what to do, by the binary format they open.
+_MISNAMED = {
+    "npy": ("a .npy file", "name it .npy"),
+    "npz": ("a zip archive", "if it is an .npz of NumPy arrays, name it .npz"),
+    "parquet": ("a Parquet file", "name it .parquet"),
+    "arrow": ("an Arrow IPC file", "name it .arrow"),
+}
+
+
+def refuse_misnamed(path: str, fmt: str) -> None:
+    """Refuse a regular file whose name says ``fmt`` but whose bytes are another binary
+    format (a .npy saved as ``x.csv``): read as its name says, it would fail with the CSV
+    parser's complaint about binary bytes, or the .npy reader's "bad magic", neither of which
+    says what the file is. Pipes are not peeked at (their bytes are read once); a file that
+    cannot be opened is left to its reader, which says why."""
+    if is_pipe(path):
+        return
+    try:
+        with open(path, "rb") as f:
+            head = f.read(SNIFF_BYTES)
+            tail = _tail(f, len(PARQUET_MAGIC)) if head.startswith(PARQUET_MAGIC) else b""
+    except (OSError, ValueError):
+        return
+    found = sniff(head)
+    if found not in _MISNAMED or found == fmt:
+        return
+    if found == "parquet" and tail != PARQUET_MAGIC:  # a CSV header may open with "PAR1"
+        return
+    what, hint = _MISNAMED[found]
+    raise ReadError(
+        f"{path}: this is {what}, but its name ends in {PurePath(path).suffix} (the suffix "
+        f"says the format); {hint}"
+    )
+
+
+def _tail(f: BinaryIO, size: int) -> bytes:
+    f.seek(0, os.SEEK_END)
+    if f.tell() < size:
+        return b""
+    f.seek(-size, os.SEEK_END)
+    return f.read(size)
 
 
 # A pipe's format, by the pipe: asked again once its bytes are read (the run's summary), it
@@ -242,6 +288,9 @@ def output_format(path: str, fmt: str | None) -> str:
     if path == "-":
         return "npy"
     found = suffix_format(path, OUTPUT_SUFFIXES)
+    if found is None and os.path.isdir(path):
+        # What -o's own check says with --format given: a folder is the fault, not its name.
+        raise WriteError(f"-o {path}: is a directory")
     if found is None:
         raise UsageError(
             f"{path}: cannot tell the output format from the file name; give a format "
@@ -301,8 +350,24 @@ def read_up_to(f: _Reads, size: int) -> bytes:
     return data
 
 
+def refuse_terminal(stream: BinaryIO, label: str) -> None:
+    """A ReadError when an input would be read from a terminal (``-`` or ``/dev/stdin`` with
+    nothing redirected): no one types a .npy or an Arrow stream, and the run would wait in
+    silence for bytes that never come."""
+    try:
+        terminal = stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return
+    if terminal:
+        raise ReadError(
+            f"{label}: is a terminal; redirect the input from a file or a pipe "
+            "(e.g. '< data.npy' or 'producer |')"
+        )
+
+
 def _sniff_pipe(path: str) -> bytes:
     stream = _SNIFFED_PIPES.pop(path, None) or _open(path)
+    refuse_terminal(stream, path)
     head = read_up_to(stream, SNIFF_BYTES)
     _SNIFFED_PIPES[path] = BufferedReader(_Replay(head, stream))
     return head

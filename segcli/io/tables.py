@@ -690,7 +690,14 @@ class TableFile:
         parse = self.parse_options(line_breaks_quoted=True)
         parse.invalid_row_handler = first_only
         # Not read_options(): naming the columns of a headerless file reads it (and fails).
-        read = pcsv.ReadOptions(use_threads=False, autogenerate_column_names=not self.csv.header)
+        # Latin-1: pyarrow decodes a ragged line as UTF-8 before the handler sees it, and a
+        # line that is not UTF-8 would end in an "Exception ignored" traceback on stderr. Read
+        # as Latin-1, every byte is one character, so lines and fields split as in UTF-8.
+        read = pcsv.ReadOptions(
+            use_threads=False,
+            autogenerate_column_names=not self.csv.header,
+            encoding="latin-1",
+        )
         # One made-up column of nulls: every line is split, no field converted.
         convert = pcsv.ConvertOptions(include_columns=[" "], include_missing_columns=True)
         try:
