@@ -92,11 +92,14 @@ class AggOutcome:
                 continue
             for column in self.columns:
                 low, high = column["result_min"], column["result_max"]
+                # --skipna's rows per segment are counted, never filled: an empty segment's 0
+                # is its number of rows (every op's column, count's too, takes --fill).
+                note = "" if column["name"] == "rows" else fill_note(self.summary)
                 rows.append(
                     (
                         f"result {column['name']}",
                         f"{range_text(column['dtype'], low, high)}, "
-                        f"{column['nan_count']:,} NaN{fill_note(self.summary)}",
+                        f"{column['nan_count']:,} NaN{note}",
                     )
                 )
         return rows

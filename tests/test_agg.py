@@ -1213,6 +1213,21 @@ def test_summary_says_each_result_range_holds_the_fill_of_empty_segments(tmp_pat
     assert f"  result min      range [1, 1.79769e+308], 0 NaN {note}\n" in result.stderr
 
 
+def test_summary_says_the_rows_column_holds_no_fill(tmp_path: Path) -> None:
+    """Under --skipna the ``rows`` column counts each segment's rows, an empty one's 0
+    included: no fill. The count op's column takes --fill (7 here) as every op's does."""
+    np.save(tmp_path / "d.npy", np.array([1.0, np.nan, 4.0]))
+    np.save(tmp_path / "i.npy", np.array([0, 0, 2]))
+    inputs = [str(tmp_path / "d.npy"), str(tmp_path / "i.npy")]
+    out = str(tmp_path / "out.csv")
+    args = ["agg", *inputs, "--op", "sum,count", "--skipna", "--fill", "7", "-o", out]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.stderr
+    note = "(the fill of 1 empty segment and any all-skipped segment included)"
+    assert f"  result count    range [1, 7], 0 NaN {note}\n" in result.stderr
+    assert "  result rows     range [0, 2], 0 NaN\n" in result.stderr
+
+
 def test_summary_json_of_infinite_columns_is_written_with_inf_strings(tmp_path: Path) -> None:
     """An infinite column range crashed the JSON (no inf in JSON) and the run wrote nothing."""
     np.save(tmp_path / "d.npy", np.array([np.inf, -np.inf, np.nan]))
