@@ -367,7 +367,7 @@ def check_expected_columns(
     in another order, fail rather than pass on equal values; a golden result column this run
     does not give is an error, not a column left unchecked."""
     key_names = () if keys is None else tuple(keys.column_names)
-    golden = _read_golden(path, key_names, results)
+    golden, golden_names = _read_golden(path, key_names, results)
     flat = agg_write.flat_columns(results, counts, counted=True)
     if keys is not None or "segment" not in golden:
         del flat["segment"]
@@ -391,8 +391,8 @@ def check_expected_columns(
         expected = _golden_numbers(np.asarray(golden[name]), path, name)
         if expected.shape != values.shape:
             raise ExpectationError(
-                f"--expect {path}: column {name} has {expected.shape[0]} rows, the result "
-                f"{values.shape[0]}"
+                f"--expect {path}: column {golden_names[name]} has {expected.shape[0]} rows, "
+                f"the result {values.shape[0]}"
             )
         exact = name in _ROWS  # numbers of segments and of rows, not measured: no tolerance
         # As for one op: the tolerances apply to floats; integers (argmax's row numbers, an
@@ -405,6 +405,27 @@ def check_expected_columns(
                 f"--expect {path}: column {name} differs in {bad.size:,} segment(s), the first "
                 f"segment {int(bad[0])}: {values[bad[0]]} vs expected {expected[bad[0]]}"
             )
+
+
+def _flat_names(arrays: dict[str, np.ndarray]) -> dict[str, str]:
+    """Each flattened column's name (``sum_0``) -> the name of its array (``sum``)."""
+    return {
+        column: name
+        for name, values in arrays.items()
+        for column in agg_write.flat_columns({name: values}, values[:0], counted=True)
+        if column != "segment"
+    }
+
+
+def _flattened(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """A JSON's, an .npz's or a .npy's arrays as a table's columns (inner dimensions
+    flattened, no ``segment``), and each column's name as the file has it."""
+    flat: dict[str, np.ndarray] = {}
+    for name, values in arrays.items():
+        columns = agg_write.flat_columns({name: values}, values[:0], counted=True)
+        del columns["segment"]  # flat_columns' own numbers (a JSON's segment list goes too)
+        flat.update(columns)
+    return flat, _flat_names(arrays)
 
 
 def _key_texts(column: Any) -> np.ndarray:
@@ -440,10 +461,12 @@ def _golden_numbers(expected: np.ndarray, path: str, name: str) -> np.ndarray:
 
 def _read_golden(
     path: str, key_names: tuple[str, ...], results: dict[str, np.ndarray]
-) -> dict[str, np.ndarray]:
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """The golden file's columns; ``key_names``' as text (CSV's read as written, not parsed:
     a key "007" stays "007"); a .npy's one array as the run's one result column; a JSON's
-    columns read with the run's ``results`` to tell complex ``[re, im]`` pairs apart."""
+    columns read with the run's ``results`` to tell complex ``[re, im]`` pairs apart. Beside
+    them, each column's name as the file has it (a JSON's or an .npz's ``sum`` for
+    ``sum_0``), for messages."""
     if not os.path.exists(path):
         raise _missing(path)
     try:
@@ -461,22 +484,17 @@ def _read_golden(
             return _json_golden(body, results)
         if fmt == "npz":
             with np.load(BytesIO(body)) as archive:
-                flat: dict[str, np.ndarray] = {}
-                for name in archive.files:
-                    values = archive[name]
-                    columns = agg_write.flat_columns({name: values}, values[:0], counted=True)
-                    del columns["segment"]  # numbers of no segment: an .npz holds none
-                    flat.update(columns)
-                return flat
+                return _flattened({name: archive[name] for name in archive.files})
         table = _golden_table(body, fmt, key_names)
     except (OSError, ValueError) as exc:
         raise ReadError(f"--expect {path}: cannot read ({first_line(exc)})") from None
     # Every column of the golden is compared (or is an error): none may be named twice.
     check_unique_names(table.column_names, table.column_names, f"--expect {path}")
-    return {
+    columns = {
         name: _key_texts(table.column(name)) if name in key_names else table.column(name).to_numpy()
         for name in table.column_names
     }
+    return columns, {name: name for name in columns}
 
 
 def _golden_table(body: bytes, fmt: str, key_names: tuple[str, ...]) -> pa.Table:
@@ -506,14 +524,17 @@ def _golden_table(body: bytes, fmt: str, key_names: tuple[str, ...]) -> pa.Table
     return pa.ipc.open_stream(source).read_all()
 
 
-def _json_golden(body: bytes, results: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _json_golden(
+    body: bytes, results: dict[str, np.ndarray]
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """The columns of the JSON agg writes (``{"segment": [...], "<name>": [...], "count":
-    [...]}``), inner dimensions flattened as a table's; a ``--by`` run's ``keys`` are compared
-    by :mod:`segcli.expect_keys`. ValueError where it is not such a document."""
+    [...]}``), inner dimensions flattened as a table's, and their names in the file; a
+    ``--by`` run's ``keys`` are compared by :mod:`segcli.expect_keys`. ValueError where it is
+    not such a document."""
     doc = json.loads(body)
     if not isinstance(doc, dict):
         raise ValueError(f"not an object of columns but a {type(doc).__name__}")
-    flat: dict[str, np.ndarray] = {}
+    arrays: dict[str, np.ndarray] = {}
     for name, values in doc.items():
         if name == "keys":
             continue
@@ -525,10 +546,8 @@ def _json_golden(body: bytes, results: dict[str, np.ndarray]) -> dict[str, np.nd
             column = column[..., 0] + 1j * column[..., 1]  # written as [re, im] pairs
         if like is not None and not values:  # [] keeps no inner shape: the run's, with 0 rows
             column = np.zeros((0, *like.shape[1:]), like.dtype)
-        columns = agg_write.flat_columns({name: column}, column[:0], counted=True)
-        del columns["segment"]
-        flat.update(columns)
-    return flat
+        arrays[name] = column
+    return _flattened(arrays)
 
 
 def _json_column(numbers: list[Any]) -> np.ndarray:
@@ -559,7 +578,9 @@ def _json_numbers(values: Any) -> Any:
     return values
 
 
-def _npy_golden(body: bytes, path: str, results: tuple[str, ...]) -> dict[str, np.ndarray]:
+def _npy_golden(
+    body: bytes, path: str, results: tuple[str, ...]
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """A golden .npy holds one result column, as ``agg -o x.npy`` writes it."""
     if len(results) != 1:
         raise UsageError(
@@ -567,9 +588,7 @@ def _npy_golden(body: bytes, path: str, results: tuple[str, ...]) -> dict[str, n
             f"columns ({', '.join(results)}): compare with .npz or a table"
         )
     values = np.atleast_1d(np.load(BytesIO(body), allow_pickle=False))
-    columns = agg_write.flat_columns({results[0]: values}, values[:0], counted=True)
-    del columns["segment"]
-    return columns
+    return _flattened({results[0]: values})
 
 
 def _missing(path: str) -> Exception:

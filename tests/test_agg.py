@@ -622,6 +622,21 @@ def test_expect_with_a_json_that_is_no_agg_result_is_exit_3(pair, tmp_path):
         assert error_lines(failed) == 1
 
 
+@pytest.mark.parametrize("suffix", [".json", ".npz", ".npy"])
+def test_expect_names_a_golden_column_of_other_rows_as_the_file_does(tmp_path, suffix):
+    """A JSON, .npz or .npy golden holds 2-D ``sum`` whole: a row count that differs names
+    ``sum``, as the file does, not the flattened ``sum_0`` of a table."""
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.arange(8.0).reshape(4, 2))
+    np.save(ids, np.array([0, 0, 1, 1]))
+    golden, out = tmp_path / f"golden{suffix}", tmp_path / "out.csv"
+    assert run("agg", data, ids, "--op", "sum", "-o", golden, "-q").exit_code == 0
+    failed = run("agg", data, ids, "--op", "sum", "-n", 3, "--expect", golden, "-o", out, "-q")
+    assert failed.exit_code == 4, failed.stderr
+    assert failed.stderr == f"Error: --expect {golden}: column sum has 2 rows, the result 3\n"
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     ("ops_list", "message"),
     [
