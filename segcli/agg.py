@@ -481,7 +481,7 @@ def _read_golden(
         if fmt == "npy":
             return _npy_golden(body, path, tuple(name for name in results if name != "rows"))
         if fmt == "json":
-            return _json_golden(body, results)
+            return _json_golden(body, results, path)
         if fmt == "npz":
             with np.load(BytesIO(body)) as archive:
                 return _flattened({name: archive[name] for name in archive.files})
@@ -525,15 +525,21 @@ def _golden_table(body: bytes, fmt: str, key_names: tuple[str, ...]) -> pa.Table
 
 
 def _json_golden(
-    body: bytes, results: dict[str, np.ndarray]
+    body: bytes, results: dict[str, np.ndarray], path: str
 ) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """The columns of the JSON agg writes (``{"segment": [...], "<name>": [...], "count":
     [...]}``), inner dimensions flattened as a table's, and their names in the file; a
     ``--by`` run's ``keys`` are compared by :mod:`segcli.expect_keys`. ValueError where it is
-    not such a document."""
+    not such a document; ReadError naming the single-op layout where it is that."""
     doc = json.loads(body)
     if not isinstance(doc, dict):
         raise ValueError(f"not an object of columns but a {type(doc).__name__}")
+    if {"shape", "dtype", "values"} <= doc.keys() <= {"keys", "shape", "dtype", "values", "counts"}:
+        raise ReadError(
+            f"--expect {path}: a single-op command's result (shape, dtype and values), not "
+            f"agg's columns (results: {', '.join(results)}): write the golden with agg, or "
+            "check it with the single-op command"
+        )
     arrays: dict[str, np.ndarray] = {}
     for name, values in doc.items():
         if name == "keys":

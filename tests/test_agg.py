@@ -622,6 +622,22 @@ def test_expect_with_a_json_that_is_no_agg_result_is_exit_3(pair, tmp_path):
         assert error_lines(failed) == 1
 
 
+def test_expect_says_a_json_golden_is_a_single_op_commands(pair, tmp_path):
+    """The single-op JSON (shape, dtype, values, counts) is no object of columns: the error says
+    whose layout it is and what to do, not that its dtype is no list."""
+    golden, out = tmp_path / "golden.json", tmp_path / "out.csv"
+    assert run("sum", *pair, "-o", golden, "-q").exit_code == 0
+    failed = run("agg", *pair, "--op", "sum", "--expect", golden, "-o", out, "-q")
+    assert failed.exit_code == 3, failed.stderr
+    assert failed.stderr == (
+        f"Error: --expect {golden}: a single-op command's result (shape, dtype and values), "
+        "not agg's columns (results: sum): write the golden with agg, or check it with the "
+        "single-op command\n"
+    )
+    assert not out.exists()
+    assert run("sum", *pair, "--expect", golden, "-q").exit_code == 0
+
+
 @pytest.mark.parametrize("suffix", [".json", ".npz", ".npy"])
 def test_expect_names_a_golden_column_of_other_rows_as_the_file_does(tmp_path, suffix):
     """A JSON, .npz or .npy golden holds 2-D ``sum`` whole: a row count that differs names
