@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -244,6 +245,7 @@ def _run(
             rtol=request.rtol,
             atol=request.atol,
             keys=None if keys is None else keys.table,
+            rows=request.skipna and "count" in op_names,
         )
     started = time.perf_counter()
     body = agg_write.render(
@@ -359,13 +361,15 @@ def check_expected_columns(
     rtol: float,
     atol: float,
     keys: pa.Table | None = None,
+    rows: bool = False,
 ) -> None:
     """Compare every result column with the golden table at ``path`` (a table or .npz with the
     same columns); exit 4 naming the first column and segment that differ. A golden table's
     ``segment`` column is compared too (a ``--by`` run's key columns, by
     :mod:`segcli.expect_keys` as for a single op), so that rows of other segments or keys, or
     in another order, fail rather than pass on equal values; a golden result column this run
-    does not give is an error, not a column left unchecked."""
+    does not give is an error, not a column left unchecked. ``rows``: a table of this run
+    holds a ``rows`` column (``--skipna`` with the count op), which a golden may lack."""
     key_names = () if keys is None else tuple(keys.column_names)
     golden, golden_names = _read_golden(path, key_names, results)
     flat = agg_write.flat_columns(results, counts, counted=True)
@@ -380,7 +384,9 @@ def check_expected_columns(
         check_expected_keys(keys, path)
     missing = [name for name in flat if name not in golden]
     if missing:
-        raise InvalidInputError(f"--expect {path}: no column {missing[0]!r} to compare with")
+        raise InvalidInputError(
+            _missing_column(path, missing[0], flat, golden_names, results, key_names, rows=rows)
+        )
     unchecked = [name for name in golden if name not in flat and name not in (*key_names, *_ROWS)]
     if unchecked:
         raise InvalidInputError(
@@ -405,6 +411,65 @@ def check_expected_columns(
                 f"--expect {path}: column {name} differs in {bad.size:,} segment(s), the first "
                 f"segment {int(bad[0])}: {values[bad[0]]} vs expected {expected[bad[0]]}"
             )
+
+
+def _missing_column(
+    path: str,
+    name: str,
+    flat: dict[str, np.ndarray],
+    golden_names: dict[str, str],
+    results: dict[str, np.ndarray],
+    key_names: tuple[str, ...],
+    *,
+    rows: bool,
+) -> str:
+    """Why the golden has no column ``name`` of this run: the golden's columns that differ
+    (as the file names them: a JSON's or an .npz's ``sum``, not ``sum_0``), and the layout it
+    comes from where its columns tell: a single-op command's, or a run with(out) --skipna."""
+    held = list(dict.fromkeys(golden_names.values()))  # the file's own column names
+    others = list(
+        dict.fromkeys(
+            golden_names[column]
+            for column in golden_names
+            if column not in flat and column not in key_names
+        )
+    )
+    run_names = _flat_names(results)
+    wanted = run_names.get(name, name)  # sum_0 of the run's result sum
+    if wanted in held:
+        # The golden's column of that name has another inner shape (a count per element, not
+        # per row): the run's sum_0, sum_1 against a 1-D sum, or its count against a JSON's
+        # nested one.
+        have = sum(1 for column in golden_names.values() if column == wanted)
+        gives = [column for column, of in run_names.items() if of == wanted]
+        text = (
+            f"column {wanted!r} holds {have} value{'' if have == 1 else 's'} per segment, "
+            f"the result {len(gives)}" + (f" ({', '.join(gives)})" if len(gives) > 1 else "")
+        )
+        others = [column for column in others if column != wanted]
+        if others:
+            text += f"; the golden also has {', '.join(others)}"
+    elif others:
+        text = f"no column {name!r} to compare with; the golden has {', '.join(others)} instead"
+    else:
+        text = f"no column {name!r} to compare with (the golden's columns: {', '.join(held)})"
+    # A single-op table's value (value_0, value_1 for inner dimensions), an .npz's result: no
+    # agg column is so named (an op's, or <data column>_<op>).
+    single = [
+        column
+        for column in held
+        if re.fullmatch(r"value(_\d+)*|result", column) and column not in key_names
+    ]
+    if single:
+        text += (
+            "; it is a single-op command's golden: write it with agg, or check it with the "
+            "single-op command"
+        )
+    elif "rows" in held and "rows" not in key_names and not rows:
+        text += "; it is a --skipna run's golden (a rows column)"
+    elif rows and "rows" not in held and "counts" not in held:
+        text += "; it is the golden of a run without --skipna (no rows column)"
+    return f"--expect {path}: {text}"
 
 
 def _flat_names(arrays: dict[str, np.ndarray]) -> dict[str, str]:

@@ -653,6 +653,71 @@ def test_expect_names_a_golden_column_of_other_rows_as_the_file_does(tmp_path, s
     assert not out.exists()
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".npz"])
+def test_expect_says_a_golden_table_is_a_single_op_commands(pair, tmp_path, suffix):
+    golden, out = tmp_path / f"golden{suffix}", tmp_path / "out.csv"
+    assert run("sum", *pair, "-o", golden, "-q").exit_code == 0
+    failed = run("agg", *pair, "--op", "sum", "--expect", golden, "-o", out, "-q")
+    assert failed.exit_code == 1, failed.stderr
+    column = "result" if suffix == ".npz" else "value"
+    assert failed.stderr == (
+        f"Error: --expect {golden}: no column 'sum' to compare with; the golden has {column} "
+        "instead; it is a single-op command's golden: write it with agg, or check it with the "
+        "single-op command\n"
+    )
+    assert not out.exists()
+
+
+def test_expect_lists_the_golden_columns_where_none_stands_in(pair, tmp_path):
+    golden = tmp_path / "golden.csv"
+    assert run("agg", *pair, "--op", "sum,max", "-o", golden, "-q").exit_code == 0
+    failed = run("agg", *pair, "--op", "sum,max,min", "--expect", golden, "-q")
+    assert failed.exit_code == 1, failed.stderr
+    assert failed.stderr == (
+        f"Error: --expect {golden}: no column 'min' to compare with (the golden's columns: "
+        "segment, sum, max, count)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("suffix", "said"),
+    [
+        (
+            ".csv",
+            "no column 'count' to compare with; the golden has count_0, count_1, rows instead",
+        ),
+        (
+            ".json",
+            "column 'count' holds 2 values per segment, the result 1; the golden also has rows",
+        ),
+    ],
+)
+def test_expect_names_the_columns_of_a_skipna_golden(tmp_path, suffix, said):
+    """Of 2-D data, --skipna's count op counts per element (count_0, count_1) and a rows column
+    counts rows: a run without --skipna, whose count is per row, names the golden's columns that
+    differ and the --skipna run that wrote them; and the other way round."""
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.array([[1.0, np.nan], [2.0, 3.0], [np.nan, 4.0], [5.0, 6.0]]))
+    np.save(ids, np.array([0, 0, 1, 1]))
+    golden, out = tmp_path / f"golden{suffix}", tmp_path / "out.csv"
+    args = [data, ids, "--op", "sum,count", "-q"]
+    assert run("agg", *args, "--skipna", "-o", golden).exit_code == 0
+    failed = run("agg", *args, "--expect", golden, "-o", out)
+    assert failed.exit_code == 1, failed.stderr
+    assert failed.stderr == (
+        f"Error: --expect {golden}: {said}; it is a --skipna run's golden (a rows column)\n"
+    )
+    assert not out.exists()
+    assert run("agg", *args, "-o", golden).exit_code == 0
+    failed = run("agg", *args, "--skipna", "--expect", golden, "-o", out)
+    assert failed.exit_code == 1, failed.stderr
+    assert failed.stderr == (
+        f"Error: --expect {golden}: column 'count' holds 1 value per segment, the result 2 "
+        "(count_0, count_1); it is the golden of a run without --skipna (no rows column)\n"
+    )
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     ("ops_list", "message"),
     [
