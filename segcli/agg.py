@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -92,11 +93,14 @@ class AggOutcome:
                 continue
             for column in self.columns:
                 low, high = column["result_min"], column["result_max"]
+                # --skipna's rows per segment are counted, never filled: an empty segment's 0
+                # is its number of rows (every op's column, count's too, takes --fill).
+                note = "" if column["name"] == "rows" else fill_note(self.summary)
                 rows.append(
                     (
                         f"result {column['name']}",
                         f"{range_text(column['dtype'], low, high)}, "
-                        f"{column['nan_count']:,} NaN{fill_note(self.summary)}",
+                        f"{column['nan_count']:,} NaN{note}",
                     )
                 )
         return rows
@@ -241,6 +245,7 @@ def _run(
             rtol=request.rtol,
             atol=request.atol,
             keys=None if keys is None else keys.table,
+            rows=request.skipna and "count" in op_names,
         )
     started = time.perf_counter()
     body = agg_write.render(
@@ -356,15 +361,17 @@ def check_expected_columns(
     rtol: float,
     atol: float,
     keys: pa.Table | None = None,
+    rows: bool = False,
 ) -> None:
     """Compare every result column with the golden table at ``path`` (a table or .npz with the
     same columns); exit 4 naming the first column and segment that differ. A golden table's
     ``segment`` column is compared too (a ``--by`` run's key columns, by
     :mod:`segcli.expect_keys` as for a single op), so that rows of other segments or keys, or
     in another order, fail rather than pass on equal values; a golden result column this run
-    does not give is an error, not a column left unchecked."""
+    does not give is an error, not a column left unchecked. ``rows``: a table of this run
+    holds a ``rows`` column (``--skipna`` with the count op), which a golden may lack."""
     key_names = () if keys is None else tuple(keys.column_names)
-    golden = _read_golden(path, key_names, results)
+    golden, golden_names = _read_golden(path, key_names, results)
     flat = agg_write.flat_columns(results, counts, counted=True)
     if keys is not None or "segment" not in golden:
         del flat["segment"]
@@ -377,7 +384,9 @@ def check_expected_columns(
         check_expected_keys(keys, path)
     missing = [name for name in flat if name not in golden]
     if missing:
-        raise InvalidInputError(f"--expect {path}: no column {missing[0]!r} to compare with")
+        raise InvalidInputError(
+            _missing_column(path, missing[0], flat, golden_names, results, key_names, rows=rows)
+        )
     unchecked = [name for name in golden if name not in flat and name not in (*key_names, *_ROWS)]
     if unchecked:
         raise InvalidInputError(
@@ -388,8 +397,8 @@ def check_expected_columns(
         expected = _golden_numbers(np.asarray(golden[name]), path, name)
         if expected.shape != values.shape:
             raise ExpectationError(
-                f"--expect {path}: column {name} has {expected.shape[0]} rows, the result "
-                f"{values.shape[0]}"
+                f"--expect {path}: column {golden_names[name]} has {expected.shape[0]} rows, "
+                f"the result {values.shape[0]}"
             )
         exact = name in _ROWS  # numbers of segments and of rows, not measured: no tolerance
         # As for one op: the tolerances apply to floats; integers (argmax's row numbers, an
@@ -402,6 +411,86 @@ def check_expected_columns(
                 f"--expect {path}: column {name} differs in {bad.size:,} segment(s), the first "
                 f"segment {int(bad[0])}: {values[bad[0]]} vs expected {expected[bad[0]]}"
             )
+
+
+def _missing_column(
+    path: str,
+    name: str,
+    flat: dict[str, np.ndarray],
+    golden_names: dict[str, str],
+    results: dict[str, np.ndarray],
+    key_names: tuple[str, ...],
+    *,
+    rows: bool,
+) -> str:
+    """Why the golden has no column ``name`` of this run: the golden's columns that differ
+    (as the file names them: a JSON's or an .npz's ``sum``, not ``sum_0``), and the layout it
+    comes from where its columns tell: a single-op command's, or a run with(out) --skipna."""
+    held = list(dict.fromkeys(golden_names.values()))  # the file's own column names
+    others = list(
+        dict.fromkeys(
+            golden_names[column]
+            for column in golden_names
+            if column not in flat and column not in key_names
+        )
+    )
+    run_names = _flat_names(results)
+    wanted = run_names.get(name, name)  # sum_0 of the run's result sum
+    if wanted in held:
+        # The golden's column of that name has another inner shape (a count per element, not
+        # per row): the run's sum_0, sum_1 against a 1-D sum, or its count against a JSON's
+        # nested one.
+        have = sum(1 for column in golden_names.values() if column == wanted)
+        gives = [column for column, of in run_names.items() if of == wanted]
+        text = (
+            f"column {wanted!r} holds {have} value{'' if have == 1 else 's'} per segment, "
+            f"the result {len(gives)}" + (f" ({', '.join(gives)})" if len(gives) > 1 else "")
+        )
+        others = [column for column in others if column != wanted]
+        if others:
+            text += f"; the golden also has {', '.join(others)}"
+    elif others:
+        text = f"no column {name!r} to compare with; the golden has {', '.join(others)} instead"
+    else:
+        text = f"no column {name!r} to compare with (the golden's columns: {', '.join(held)})"
+    # A single-op table's value (value_0, value_1 for inner dimensions), an .npz's result: no
+    # agg column is so named (an op's, or <data column>_<op>).
+    single = [
+        column
+        for column in held
+        if re.fullmatch(r"value(_\d+)*|result", column) and column not in key_names
+    ]
+    if single:
+        text += (
+            "; it is a single-op command's golden: write it with agg, or check it with the "
+            "single-op command"
+        )
+    elif "rows" in held and "rows" not in key_names and not rows:
+        text += "; it is a --skipna run's golden (a rows column)"
+    elif rows and "rows" not in held and "counts" not in held:
+        text += "; it is the golden of a run without --skipna (no rows column)"
+    return f"--expect {path}: {text}"
+
+
+def _flat_names(arrays: dict[str, np.ndarray]) -> dict[str, str]:
+    """Each flattened column's name (``sum_0``) -> the name of its array (``sum``)."""
+    return {
+        column: name
+        for name, values in arrays.items()
+        for column in agg_write.flat_columns({name: values}, values[:0], counted=True)
+        if column != "segment"
+    }
+
+
+def _flattened(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+    """A JSON's, an .npz's or a .npy's arrays as a table's columns (inner dimensions
+    flattened, no ``segment``), and each column's name as the file has it."""
+    flat: dict[str, np.ndarray] = {}
+    for name, values in arrays.items():
+        columns = agg_write.flat_columns({name: values}, values[:0], counted=True)
+        del columns["segment"]  # flat_columns' own numbers (a JSON's segment list goes too)
+        flat.update(columns)
+    return flat, _flat_names(arrays)
 
 
 def _key_texts(column: Any) -> np.ndarray:
@@ -437,10 +526,12 @@ def _golden_numbers(expected: np.ndarray, path: str, name: str) -> np.ndarray:
 
 def _read_golden(
     path: str, key_names: tuple[str, ...], results: dict[str, np.ndarray]
-) -> dict[str, np.ndarray]:
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """The golden file's columns; ``key_names``' as text (CSV's read as written, not parsed:
     a key "007" stays "007"); a .npy's one array as the run's one result column; a JSON's
-    columns read with the run's ``results`` to tell complex ``[re, im]`` pairs apart."""
+    columns read with the run's ``results`` to tell complex ``[re, im]`` pairs apart. Beside
+    them, each column's name as the file has it (a JSON's or an .npz's ``sum`` for
+    ``sum_0``), for messages."""
     if not os.path.exists(path):
         raise _missing(path)
     try:
@@ -455,25 +546,20 @@ def _read_golden(
         if fmt == "npy":
             return _npy_golden(body, path, tuple(name for name in results if name != "rows"))
         if fmt == "json":
-            return _json_golden(body, results)
+            return _json_golden(body, results, path)
         if fmt == "npz":
             with np.load(BytesIO(body)) as archive:
-                flat: dict[str, np.ndarray] = {}
-                for name in archive.files:
-                    values = archive[name]
-                    columns = agg_write.flat_columns({name: values}, values[:0], counted=True)
-                    del columns["segment"]  # numbers of no segment: an .npz holds none
-                    flat.update(columns)
-                return flat
+                return _flattened({name: archive[name] for name in archive.files})
         table = _golden_table(body, fmt, key_names)
     except (OSError, ValueError) as exc:
         raise ReadError(f"--expect {path}: cannot read ({first_line(exc)})") from None
     # Every column of the golden is compared (or is an error): none may be named twice.
     check_unique_names(table.column_names, table.column_names, f"--expect {path}")
-    return {
+    columns = {
         name: _key_texts(table.column(name)) if name in key_names else table.column(name).to_numpy()
         for name in table.column_names
     }
+    return columns, {name: name for name in columns}
 
 
 def _golden_table(body: bytes, fmt: str, key_names: tuple[str, ...]) -> pa.Table:
@@ -503,14 +589,23 @@ def _golden_table(body: bytes, fmt: str, key_names: tuple[str, ...]) -> pa.Table
     return pa.ipc.open_stream(source).read_all()
 
 
-def _json_golden(body: bytes, results: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _json_golden(
+    body: bytes, results: dict[str, np.ndarray], path: str
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """The columns of the JSON agg writes (``{"segment": [...], "<name>": [...], "count":
-    [...]}``), inner dimensions flattened as a table's; a ``--by`` run's ``keys`` are compared
-    by :mod:`segcli.expect_keys`. ValueError where it is not such a document."""
+    [...]}``), inner dimensions flattened as a table's, and their names in the file; a
+    ``--by`` run's ``keys`` are compared by :mod:`segcli.expect_keys`. ValueError where it is
+    not such a document; ReadError naming the single-op layout where it is that."""
     doc = json.loads(body)
     if not isinstance(doc, dict):
         raise ValueError(f"not an object of columns but a {type(doc).__name__}")
-    flat: dict[str, np.ndarray] = {}
+    if {"shape", "dtype", "values"} <= doc.keys() <= {"keys", "shape", "dtype", "values", "counts"}:
+        raise ReadError(
+            f"--expect {path}: a single-op command's result (shape, dtype and values), not "
+            f"agg's columns (results: {', '.join(results)}): write the golden with agg, or "
+            "check it with the single-op command"
+        )
+    arrays: dict[str, np.ndarray] = {}
     for name, values in doc.items():
         if name == "keys":
             continue
@@ -522,10 +617,8 @@ def _json_golden(body: bytes, results: dict[str, np.ndarray]) -> dict[str, np.nd
             column = column[..., 0] + 1j * column[..., 1]  # written as [re, im] pairs
         if like is not None and not values:  # [] keeps no inner shape: the run's, with 0 rows
             column = np.zeros((0, *like.shape[1:]), like.dtype)
-        columns = agg_write.flat_columns({name: column}, column[:0], counted=True)
-        del columns["segment"]
-        flat.update(columns)
-    return flat
+        arrays[name] = column
+    return _flattened(arrays)
 
 
 def _json_column(numbers: list[Any]) -> np.ndarray:
@@ -556,7 +649,9 @@ def _json_numbers(values: Any) -> Any:
     return values
 
 
-def _npy_golden(body: bytes, path: str, results: tuple[str, ...]) -> dict[str, np.ndarray]:
+def _npy_golden(
+    body: bytes, path: str, results: tuple[str, ...]
+) -> tuple[dict[str, np.ndarray], dict[str, str]]:
     """A golden .npy holds one result column, as ``agg -o x.npy`` writes it."""
     if len(results) != 1:
         raise UsageError(
@@ -564,9 +659,7 @@ def _npy_golden(body: bytes, path: str, results: tuple[str, ...]) -> dict[str, n
             f"columns ({', '.join(results)}): compare with .npz or a table"
         )
     values = np.atleast_1d(np.load(BytesIO(body), allow_pickle=False))
-    columns = agg_write.flat_columns({results[0]: values}, values[:0], counted=True)
-    del columns["segment"]
-    return columns
+    return _flattened({results[0]: values})
 
 
 def _missing(path: str) -> Exception:

@@ -622,6 +622,102 @@ def test_expect_with_a_json_that_is_no_agg_result_is_exit_3(pair, tmp_path):
         assert error_lines(failed) == 1
 
 
+def test_expect_says_a_json_golden_is_a_single_op_commands(pair, tmp_path):
+    """The single-op JSON (shape, dtype, values, counts) is no object of columns: the error says
+    whose layout it is and what to do, not that its dtype is no list."""
+    golden, out = tmp_path / "golden.json", tmp_path / "out.csv"
+    assert run("sum", *pair, "-o", golden, "-q").exit_code == 0
+    failed = run("agg", *pair, "--op", "sum", "--expect", golden, "-o", out, "-q")
+    assert failed.exit_code == 3, failed.stderr
+    assert failed.stderr == (
+        f"Error: --expect {golden}: a single-op command's result (shape, dtype and values), "
+        "not agg's columns (results: sum): write the golden with agg, or check it with the "
+        "single-op command\n"
+    )
+    assert not out.exists()
+    assert run("sum", *pair, "--expect", golden, "-q").exit_code == 0
+
+
+@pytest.mark.parametrize("suffix", [".json", ".npz", ".npy"])
+def test_expect_names_a_golden_column_of_other_rows_as_the_file_does(tmp_path, suffix):
+    """A JSON, .npz or .npy golden holds 2-D ``sum`` whole: a row count that differs names
+    ``sum``, as the file does, not the flattened ``sum_0`` of a table."""
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.arange(8.0).reshape(4, 2))
+    np.save(ids, np.array([0, 0, 1, 1]))
+    golden, out = tmp_path / f"golden{suffix}", tmp_path / "out.csv"
+    assert run("agg", data, ids, "--op", "sum", "-o", golden, "-q").exit_code == 0
+    failed = run("agg", data, ids, "--op", "sum", "-n", 3, "--expect", golden, "-o", out, "-q")
+    assert failed.exit_code == 4, failed.stderr
+    assert failed.stderr == f"Error: --expect {golden}: column sum has 2 rows, the result 3\n"
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".npz"])
+def test_expect_says_a_golden_table_is_a_single_op_commands(pair, tmp_path, suffix):
+    golden, out = tmp_path / f"golden{suffix}", tmp_path / "out.csv"
+    assert run("sum", *pair, "-o", golden, "-q").exit_code == 0
+    failed = run("agg", *pair, "--op", "sum", "--expect", golden, "-o", out, "-q")
+    assert failed.exit_code == 1, failed.stderr
+    column = "result" if suffix == ".npz" else "value"
+    assert failed.stderr == (
+        f"Error: --expect {golden}: no column 'sum' to compare with; the golden has {column} "
+        "instead; it is a single-op command's golden: write it with agg, or check it with the "
+        "single-op command\n"
+    )
+    assert not out.exists()
+
+
+def test_expect_lists_the_golden_columns_where_none_stands_in(pair, tmp_path):
+    golden = tmp_path / "golden.csv"
+    assert run("agg", *pair, "--op", "sum,max", "-o", golden, "-q").exit_code == 0
+    failed = run("agg", *pair, "--op", "sum,max,min", "--expect", golden, "-q")
+    assert failed.exit_code == 1, failed.stderr
+    assert failed.stderr == (
+        f"Error: --expect {golden}: no column 'min' to compare with (the golden's columns: "
+        "segment, sum, max, count)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("suffix", "said"),
+    [
+        (
+            ".csv",
+            "no column 'count' to compare with; the golden has count_0, count_1, rows instead",
+        ),
+        (
+            ".json",
+            "column 'count' holds 2 values per segment, the result 1; the golden also has rows",
+        ),
+    ],
+)
+def test_expect_names_the_columns_of_a_skipna_golden(tmp_path, suffix, said):
+    """Of 2-D data, --skipna's count op counts per element (count_0, count_1) and a rows column
+    counts rows: a run without --skipna, whose count is per row, names the golden's columns that
+    differ and the --skipna run that wrote them; and the other way round."""
+    data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
+    np.save(data, np.array([[1.0, np.nan], [2.0, 3.0], [np.nan, 4.0], [5.0, 6.0]]))
+    np.save(ids, np.array([0, 0, 1, 1]))
+    golden, out = tmp_path / f"golden{suffix}", tmp_path / "out.csv"
+    args = [data, ids, "--op", "sum,count", "-q"]
+    assert run("agg", *args, "--skipna", "-o", golden).exit_code == 0
+    failed = run("agg", *args, "--expect", golden, "-o", out)
+    assert failed.exit_code == 1, failed.stderr
+    assert failed.stderr == (
+        f"Error: --expect {golden}: {said}; it is a --skipna run's golden (a rows column)\n"
+    )
+    assert not out.exists()
+    assert run("agg", *args, "-o", golden).exit_code == 0
+    failed = run("agg", *args, "--skipna", "--expect", golden, "-o", out)
+    assert failed.exit_code == 1, failed.stderr
+    assert failed.stderr == (
+        f"Error: --expect {golden}: column 'count' holds 1 value per segment, the result 2 "
+        "(count_0, count_1); it is the golden of a run without --skipna (no rows column)\n"
+    )
+    assert not out.exists()
+
+
 @pytest.mark.parametrize(
     ("ops_list", "message"),
     [
@@ -1211,6 +1307,21 @@ def test_summary_says_each_result_range_holds_the_fill_of_empty_segments(tmp_pat
     note = "(the fill of 1 empty segment included)"
     assert f"  result sum      range [0, 4], 0 NaN {note}\n" in result.stderr
     assert f"  result min      range [1, 1.79769e+308], 0 NaN {note}\n" in result.stderr
+
+
+def test_summary_says_the_rows_column_holds_no_fill(tmp_path: Path) -> None:
+    """Under --skipna the ``rows`` column counts each segment's rows, an empty one's 0
+    included: no fill. The count op's column takes --fill (7 here) as every op's does."""
+    np.save(tmp_path / "d.npy", np.array([1.0, np.nan, 4.0]))
+    np.save(tmp_path / "i.npy", np.array([0, 0, 2]))
+    inputs = [str(tmp_path / "d.npy"), str(tmp_path / "i.npy")]
+    out = str(tmp_path / "out.csv")
+    args = ["agg", *inputs, "--op", "sum,count", "--skipna", "--fill", "7", "-o", out]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.stderr
+    note = "(the fill of 1 empty segment and any all-skipped segment included)"
+    assert f"  result count    range [1, 7], 0 NaN {note}\n" in result.stderr
+    assert "  result rows     range [0, 2], 0 NaN\n" in result.stderr
 
 
 def test_summary_json_of_infinite_columns_is_written_with_inf_strings(tmp_path: Path) -> None:
