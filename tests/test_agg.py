@@ -423,6 +423,23 @@ def test_expect_compares_the_segment_column_of_a_golden_table(pair, tmp_path):
         assert error_lines(failed) == 1
 
 
+def test_expect_compares_the_segment_list_of_a_json_golden(pair, tmp_path):
+    """A JSON golden's ``segment`` list is compared as a table's column is, not renumbered:
+    two empty segments swapped there fail although their values agree."""
+    golden = tmp_path / "golden.json"
+    args = ["--op", "sum,max", "-n", 9, "-q"]
+    assert run("agg", *pair, *args, "-o", golden).exit_code == 0
+    assert run("agg", *pair, *args, "--expect", golden).exit_code == 0
+    doc = json.loads(golden.read_text())
+    assert doc["segment"][6:8] == [6, 7] and doc["sum"][6] == doc["sum"][7]
+    doc["segment"][6:8] = [7, 6]
+    golden.write_text(json.dumps(doc))
+    failed = run("agg", *pair, *args, "--expect", golden)
+    assert failed.exit_code == 4, failed.stderr
+    assert failed.stderr.startswith(f"Error: --expect {golden}: column segment differs in 2")
+    assert error_lines(failed) == 1
+
+
 @pytest.mark.parametrize("suffix", [".csv", ".parquet", ".npz"])
 def test_expect_compares_the_rows_per_segment_of_a_golden(pair, tmp_path, suffix):
     """The trailing count column (an .npz's ``counts``) is a column like the others: a golden
