@@ -239,7 +239,8 @@ class Partitions:
         self._n = num_segments
         self._tmp_dir = tmp_dir
         self.directory: str | None = None
-        self._files: list[tuple[IO[bytes], IO[bytes]]] = []
+        #: The open files of each partition that has rows (values, ids), by partition.
+        self._files: dict[int, tuple[IO[bytes], IO[bytes]]] = {}
         # A row of values and their nulls, when nulls may stay inside rows (--skipna over an
         # integer or bool list column): each partition file keeps the mask beside its values.
         self._record = (
@@ -263,44 +264,52 @@ class Partitions:
                 self.directory = None
 
     def _close_files(self) -> None:
-        for files in self._files:
+        for files in self._files.values():
             for handle in files:
                 with contextlib.suppress(OSError):
                     handle.close()
-        self._files = []
+        self._files = {}
 
     def _flush_files(self) -> None:
         """Close every partition file, its last buffered bytes written, before it is read."""
         try:
-            for files in self._files:
+            for files in self._files.values():
                 for handle in files:
                     handle.close()
         except OSError as exc:
             raise self._write_error(exc) from None
-        self._files = []
+        self._files = {}
 
     def _paths(self, part: int) -> tuple[str, str]:
         assert self.directory is not None
         base = os.path.join(self.directory, f"part{part:04d}")
         return base + ".values", base + ".ids"
 
-    def _open(self) -> None:
-        # Made with the first kept row, not before: a run that keeps none touches no disk.
+    def _open(self, part: int) -> tuple[IO[bytes], IO[bytes]]:
+        """The files of ``part``, made with its first row: a run that keeps no row touches no
+        disk, and a small stream (whose length is not known, so it gets the most partitions)
+        makes only the files its segments reach, not two for each of 1,024 partitions."""
         try:
-            self.directory = tempfile.mkdtemp(prefix="segcli-partitions-", dir=self._tmp_dir)
-            for part in range(self._parts):
-                values_path, ids_path = self._paths(part)
-                self._files.append((open(values_path, "wb"), open(ids_path, "wb")))  # noqa: SIM115
+            if self.directory is None:
+                self.directory = tempfile.mkdtemp(prefix="segcli-partitions-", dir=self._tmp_dir)
+            values_path, ids_path = self._paths(part)
+            # Kept open until _flush_files or _close_files; both files or neither.
+            values_file = open(values_path, "wb")  # noqa: SIM115
+            try:
+                ids_file = open(ids_path, "wb")  # noqa: SIM115
+            except OSError:
+                values_file.close()
+                raise
+            self._files[part] = (values_file, ids_file)
         except OSError as exc:
             raise self._write_error(exc, "create") from None
+        return self._files[part]
 
     def push(self, values: np.ndarray, ids: np.ndarray) -> None:
         """Append a validated block's kept rows to their partitions."""
         values, ids = kept_rows(values, ids, self._n)
         if not len(ids):
             return
-        if not self._files:
-            self._open()
         ids = ids.astype(np.int64, copy=False)
         part = partition_of(ids, self._parts)
         # One stable sort by partition (a radix sort on narrow integers), then a slice each.
@@ -312,7 +321,7 @@ class Partitions:
             self._write(int(k), values[start:stop], ids[start:stop])
 
     def _write(self, part: int, values: np.ndarray, ids: np.ndarray) -> None:
-        values_file, ids_file = self._files[part]
+        values_file, ids_file = self._files.get(part) or self._open(part)
         if self._record is not None:
             rows = np.empty(len(ids), self._record)
             rows["values"] = np.ma.getdata(values)
@@ -337,12 +346,12 @@ class Partitions:
         results = self._job.reduce(
             np.empty((0, self._width), self._dtype), np.empty(0, np.int64), num_segments
         )
-        had_rows = bool(self._files)
+        parts_with_rows = sorted(self._files)
         self._flush_files()
-        if not had_rows:
+        if not parts_with_rows:
             return results
         numbering = _LocalNumbering(num_segments)
-        for part in range(self._parts):
+        for part in parts_with_rows:
             values_path, ids_path = self._paths(part)
             ids = np.fromfile(ids_path, np.int64)
             values = self._read_values(values_path, len(ids))

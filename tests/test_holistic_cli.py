@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -239,6 +240,36 @@ def test_interrupt_while_partitioned_removes_the_files(tmp_path):
     assert process.returncode == 130
     assert stderr == "segcli: interrupted; nothing was written\n"
     assert names(scratch) == [] and not (tmp_path / "out.npy").exists()
+
+
+def test_a_small_stream_makes_files_only_for_the_partitions_it_reaches(tmp_path, monkeypatch):
+    """A CSV's length is not known before its end, so it is dealt to the most partitions
+    (1,024); its 3 segments reach at most 3 of them, and only theirs get files."""
+    from segcli import holistic_runs
+
+    ids = np.arange(40) % 3
+    table = tmp_path / "t.csv"
+    table.write_text("v,id\n" + "".join(f"{i / 4},{g}\n" for i, g in enumerate(ids)))
+    listed: list[list[str]] = []
+    finish = holistic_runs.Partitions.finish
+
+    def listing_finish(self: Any, num_segments: int) -> list[np.ndarray]:
+        listed.append(sorted(os.listdir(self.directory)))
+        return finish(self, num_segments)
+
+    monkeypatch.setattr(holistic_runs.Partitions, "finish", listing_finish)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    args = ["--data-column", "v", "--ids-column", "id", "-q", "--chunk-rows", 7]
+    summary = tmp_path / "summary.json"
+    streamed = run("median", table, *args, "--tmp-dir", scratch, "--summary-json", summary)
+    assert streamed.exit_code == 0, streamed.stderr
+    assert json.loads(summary.read_text())["extra"]["partitions"] == 1024
+    ((*files,),) = listed
+    assert 2 <= len(files) <= 6 and {name.split(".")[1] for name in files} == {"values", "ids"}
+    assert names(scratch) == []
+    whole = run("median", table, "--data-column", "v", "--ids-column", "id", "-q")
+    assert streamed.stdout == whole.stdout
 
 
 def test_tmp_dir_must_be_a_writable_directory_before_any_input_is_read(tmp_path):
