@@ -381,6 +381,17 @@ def test_a_golden_with_the_value_column_twice_is_a_read_error(tmp_path: Path, fm
     one_error_line(result, 3, f"golden.{fmt}: 2 columns are named 'value'")
 
 
+@pytest.mark.parametrize("end", ["\n", "\r\n"], ids=["lf", "crlf"])
+def test_a_golden_line_of_other_fields_is_its_physical_line(tmp_path: Path, end: str) -> None:
+    """A golden's rows were numbered as records: a quoted field holding a line break (a
+    segment key, a note) spans two lines."""
+    data, golden = tmp_path / "d.csv", tmp_path / "golden.csv"
+    data.write_text("s,v\n0,1.0\n1,2.0\n")
+    golden.write_bytes(end.join(["value,note", '1,"a', 'b"', "2,3,4", ""]).encode())
+    result = run(*SUM, data, "--expect", golden, "-q")
+    one_error_line(result, 3, f"{golden}: line 4 has 3 fields, the header 2")
+
+
 @pytest.mark.parametrize("fmt", ["csv", "parquet", "arrow"])
 def test_duplicate_column_name_not_in_use(tmp_path: Path, fmt: str) -> None:
     path = duplicate_table(tmp_path, fmt)
