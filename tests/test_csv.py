@@ -729,6 +729,28 @@ def test_streamed_value_of_another_type_names_its_row(
     one_error_line(result, 3, said, "(first at row 201000)")
 
 
+@pytest.mark.parametrize(
+    ("late", "code", "said"),
+    [
+        # a whole read refuses the text too: the streamed run says what it would say
+        ('"a\nb",1', 1, "column 'v' has type string, not a numeric type: row 300000 holds 'a\\nb'"),
+        ('1,"a\nb"', 3, "column 'k' holds 'a\\nb' after its first rows, which made it int64"),
+    ],
+    ids=["data", "key"],
+)
+def test_streamed_value_holding_a_line_break_names_its_column_and_row(
+    tmp_path: Path, late: str, code: int, said: str
+) -> None:
+    """pyarrow quotes the value, line break and all: the error was cut at the break, and
+    named neither the column nor the row."""
+    path, out = tmp_path / "t.csv", tmp_path / "o.csv"
+    path.write_text("\n".join(["v,k", *["1,0"] * 300_000, late, "2,1"]) + "\n")
+    args = ["sum", path, "--data-column", "v", "--by", "k", "--chunk-rows", 1000, "-o", out]
+    result = run(*args)
+    one_error_line(result, code, f"t.csv: {said}", "row 300000")
+    assert len(result.stderr.splitlines()) == 1 and not out.exists()
+
+
 @pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1"]])
 @pytest.mark.parametrize(
     ("big", "args"),
