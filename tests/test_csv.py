@@ -254,6 +254,48 @@ def test_a_line_of_other_fields_is_named_by_its_number(
     one_error_line(result, 3, f"{short}: line 2 has 1 field, the first line 2: 2")
 
 
+@pytest.mark.parametrize(
+    ("suffix", "end"),
+    [(".csv", "\n"), (".csv", "\r\n"), (".csv.gz", "\r\n")],
+    ids=["lf", "crlf", "gz"],
+)
+@pytest.mark.parametrize(
+    "chunk",
+    [[], ["--memory-limit", "1MB"], ["--chunk-rows", "10000"]],
+    ids=["whole", "streamed", "chunk-rows"],
+)
+def test_a_line_of_other_fields_after_quoted_line_breaks_is_its_physical_line(
+    tmp_path: Path, chunk: list[str], suffix: str, end: str
+) -> None:
+    """pyarrow numbers records: one whose quoted field holds a line break spans two lines,
+    and the line named was the record's number, not the line a text editor shows."""
+    records = ["v,s,note", *[f'{i % 7},{i % 3},"one{end}two"' for i in range(80_000)], "1,2"]
+    text = (end.join(records) + end).encode()
+    path = tmp_path / f"t{suffix}"
+    path.write_bytes(gzip.compress(text, compresslevel=1) if suffix.endswith(".gz") else text)
+    result = run(*SUM, path, "-o", tmp_path / "out.npy", *chunk)
+    # The header, two lines for each of 80,000 records, then the short one.
+    one_error_line(result, 3, f"{path}: line 160002 has 2 fields, the header 3: 1,2")
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ('v,s\n1,0\n"a\nb",1\n2,1,x\n', 5),
+        ("v,s\n1,0\n\n\n2,1,x\n", 5),  # pyarrow skips blank lines, and did not count them
+        ('v,s\n1,0\n"x\ny",1,2\n', 3),  # the line the record starts on
+    ],
+    ids=["quoted", "blank", "own-break"],
+)
+@pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "3"]], ids=["whole", "chunk-rows"])
+def test_a_short_file_names_the_physical_line_of_other_fields(
+    tmp_path: Path, text: str, line: int, chunk: list[str]
+) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    one_error_line(run(*SUM, path, *chunk), 3, f"{path}: line {line} has 3 fields, the header 2:")
+
+
 def test_a_line_of_other_fields_that_is_not_utf8_is_named_by_its_number(tmp_path: Path) -> None:
     """pyarrow decodes such a line as UTF-8 before segcli's handler can count it: the decode
     error came out as an "Exception ignored" traceback, and the line went unnamed."""
@@ -337,6 +379,17 @@ def test_a_golden_with_the_value_column_twice_is_a_read_error(tmp_path: Path, fm
         pcsv.write_csv(table, golden, pcsv.WriteOptions(delimiter="\t" if fmt == "tsv" else ","))
     result = run(*SUM, data, "--expect", golden, "-q")
     one_error_line(result, 3, f"golden.{fmt}: 2 columns are named 'value'")
+
+
+@pytest.mark.parametrize("end", ["\n", "\r\n"], ids=["lf", "crlf"])
+def test_a_golden_line_of_other_fields_is_its_physical_line(tmp_path: Path, end: str) -> None:
+    """A golden's rows were numbered as records: a quoted field holding a line break (a
+    segment key, a note) spans two lines."""
+    data, golden = tmp_path / "d.csv", tmp_path / "golden.csv"
+    data.write_text("s,v\n0,1.0\n1,2.0\n")
+    golden.write_bytes(end.join(["value,note", '1,"a', 'b"', "2,3,4", ""]).encode())
+    result = run(*SUM, data, "--expect", golden, "-q")
+    one_error_line(result, 3, f"{golden}: line 4 has 3 fields, the header 2")
 
 
 @pytest.mark.parametrize("fmt", ["csv", "parquet", "arrow"])
@@ -674,6 +727,28 @@ def test_streamed_value_of_another_type_names_its_row(
         return
     said = f"t.csv: column '{column}' holds '{said}' after its first rows"
     one_error_line(result, 3, said, "(first at row 201000)")
+
+
+@pytest.mark.parametrize(
+    ("late", "code", "said"),
+    [
+        # a whole read refuses the text too: the streamed run says what it would say
+        ('"a\nb",1', 1, "column 'v' has type string, not a numeric type: row 300000 holds 'a\\nb'"),
+        ('1,"a\nb"', 3, "column 'k' holds 'a\\nb' after its first rows, which made it int64"),
+    ],
+    ids=["data", "key"],
+)
+def test_streamed_value_holding_a_line_break_names_its_column_and_row(
+    tmp_path: Path, late: str, code: int, said: str
+) -> None:
+    """pyarrow quotes the value, line break and all: the error was cut at the break, and
+    named neither the column nor the row."""
+    path, out = tmp_path / "t.csv", tmp_path / "o.csv"
+    path.write_text("\n".join(["v,k", *["1,0"] * 300_000, late, "2,1"]) + "\n")
+    args = ["sum", path, "--data-column", "v", "--by", "k", "--chunk-rows", 1000, "-o", out]
+    result = run(*args)
+    one_error_line(result, code, f"t.csv: {said}", "row 300000")
+    assert len(result.stderr.splitlines()) == 1 and not out.exists()
 
 
 @pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1"]])

@@ -385,7 +385,7 @@ def type_change_error(
     found = _TEXT_CONVERSION.search(str(exc))
     if found is None:
         return None
-    value = found["value"] or f"'{found['json'].strip()}'"
+    value = _one_line(found["value"] or f"'{found['json'].strip()}'")
     if column is None:
         column = _csv_column_named(table, str(exc))
     if column is None and types is not None:
@@ -410,6 +410,11 @@ def type_change_error(
         "JSON-lines file keeps that type (write the early values in the wider type, or "
         f"read the file whole: {whole_read_hint(table.label)})"
     )
+
+
+def _one_line(value: str) -> str:
+    """``value`` with its line breaks written as escapes, so that its error stays one line."""
+    return value.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _csv_column_named(table: TableFile, said: str) -> str | None:
@@ -601,8 +606,9 @@ def _reblock(arrays: Iterator[pa.Array], rows: int) -> Iterator[pa.Array]:
 # pyarrow's messages for a value its streaming CSV or JSON reader cannot convert to the type
 # the first block gave its column.
 _TEXT_CONVERSION = re.compile(
-    # The type may hold brackets, commas and colons: timestamp[s, tz=+01:00].
-    r"CSV conversion error to (?P<csv_type>.+?): invalid value (?P<value>'.*')"
+    # The type may hold brackets, commas and colons: timestamp[s, tz=+01:00]. A quoted CSV
+    # value may hold line breaks (?s: the value runs to the message's last quote).
+    r"CSV conversion error to (?P<csv_type>.+?): invalid value (?P<value>'(?s:.*)')"
     r"|Failed to convert JSON to (?P<json_type>.+?), couldn't parse:(?P<json>.*)"
 )
 

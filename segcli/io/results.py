@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 import math
@@ -16,6 +15,7 @@ from numpy.typing import DTypeLike
 
 from segcli.errors import ExpectationError, ReadError
 from segcli.io.columns import VALUE_COLUMN
+from segcli.io.csv_lines import numbered_records
 from segcli.io.formats import (
     OUTPUT_SUFFIXES,
     first_line,
@@ -123,10 +123,11 @@ def _csv_columns(path: str, sep: str) -> dict[str, list[str]]:
         # utf-8-sig: a golden saved by a spreadsheet starts with a byte-order mark. newline="":
         # only CSV's own line breaks end a row, not a form feed or U+2028 inside a key field.
         text = io.StringIO(raw.read().decode("utf-8-sig"), newline="")
-        rows = list(csv.reader(text, delimiter=sep))
+        # Each row with the line it starts on: a quoted key field may hold a line break.
+        rows = list(numbered_records(text, sep))
     if not rows:
         raise ReadError(f"{path}: empty file (expected a header row)")
-    header, body = rows[0], rows[1:]
+    header, body = rows[0][1], rows[1:]
     # The columns a golden table's values are read from: as a Parquet or Arrow golden, a name
     # among them used twice cannot say which is meant (a dict would keep the last).
     read = [
@@ -135,12 +136,10 @@ def _csv_columns(path: str, sep: str) -> dict[str, list[str]]:
         if name in (VALUE_COLUMN, _COUNT_COLUMN, "segment") or _VALUE_N.fullmatch(name)
     ]
     check_unique_names(header, read, path)
-    for number, row in enumerate(body, start=2):
+    for line, row in body:
         if len(row) != len(header):
-            raise ReadError(
-                f"{path}: line {number} has {len(row)} fields, the header {len(header)}"
-            )
-    return {name: [row[i] for row in body] for i, name in enumerate(header)}
+            raise ReadError(f"{path}: line {line} has {len(row)} fields, the header {len(header)}")
+    return {name: [row[i] for _, row in body] for i, name in enumerate(header)}
 
 
 def parse_numbers(texts: list[str], path: str, column: str) -> _Array:

@@ -29,6 +29,7 @@ from segcli.io.columns import (
     side_by_side,
     value_layout,
 )
+from segcli.io.csv_lines import record_start_line
 from segcli.io.formats import (
     ARROW_FILE_MAGIC,
     FEATHER_V1_MAGIC,
@@ -672,19 +673,30 @@ class TableFile:
             ) from exc
 
     def _first_ragged_line(self) -> int | None:
-        """The line number of the first CSV line whose fields the first line's do not match,
-        read again on one thread (pyarrow's threaded reader knows no line numbers); None for
-        a pipe, which cannot be read again."""
+        """The physical line (as a text editor numbers it) that the first CSV record whose
+        fields the first record's do not match starts on; None for a pipe, which cannot be
+        read again. pyarrow counts records, and a quoted field may hold line breaks: the text
+        is read again, up to that record, to count its lines."""
+        record = self._first_ragged_record()
+        if record is None:
+            return None
+        with self._input() as stream:
+            return record_start_line(stream, record, self.parse_options().delimiter)
+
+    def _first_ragged_record(self) -> int | None:
+        """pyarrow's number of the first CSV record whose fields the first record's do not
+        match (from 1, the header counted, blank lines not), read again on one thread
+        (pyarrow's threaded reader knows no record numbers); None for a pipe."""
         import pyarrow.csv as pcsv
 
         if self.fmt not in ("csv", "tsv") or (
             isinstance(self.source, str) and is_pipe(self.source)
         ):
             return None
-        lines: list[int | None] = []
+        records: list[int | None] = []
 
         def first_only(row: Any) -> str:
-            lines.append(row.number)
+            records.append(row.number)
             return "error"
 
         parse = self.parse_options(line_breaks_quoted=True)
@@ -705,9 +717,9 @@ class TableFile:
                 self._input(), read_options=read, parse_options=parse, convert_options=convert
             ):
                 pass
-        except Exception:  # the error being named: only the line it recorded matters
+        except Exception:  # the error being named: only the record it noted matters
             pass
-        return lines[0] if lines else None
+        return records[0] if records else None
 
 
 def _to_line_end(head: bytes, stream: pa.NativeFile, size: int) -> bytes:
