@@ -29,7 +29,6 @@ from segcli.io.columns import (
     side_by_side,
     value_layout,
 )
-from segcli.io.csv_lines import record_start_line
 from segcli.io.formats import (
     ARROW_FILE_MAGIC,
     FEATHER_V1_MAGIC,
@@ -677,6 +676,8 @@ class TableFile:
         fields the first record's do not match starts on; None for a pipe, which cannot be
         read again. pyarrow counts records, and a quoted field may hold line breaks: the text
         is read again, up to that record, to count its lines."""
+        from segcli.io.csv_lines import record_start_line  # the csv module: error paths only
+
         record = self._first_ragged_record()
         if record is None:
             return None
