@@ -1146,6 +1146,32 @@ def test_a_golden_segcli_wrote_passes_for_every_key_kind(
         ok(*command, path, *args, "--expect", golden)
 
 
+def test_a_parquet_golden_of_second_keys_passes(tmp_path: Path) -> None:
+    # Parquet has no seconds: the golden holds the keys in milliseconds, the same instants.
+    table = pa.table(
+        {
+            "t": pa.array([5, 1, 5], pa.timestamp("s")),
+            "c": pa.array([7, 7, 2], pa.time32("s")),
+            "v": [1.0, 2.0, 3.0],
+        }
+    )
+    path = write_table(tmp_path / "t.arrow", table)
+    golden = tmp_path / "golden.parquet"
+    ok("sum", path, "--by", "t,c", "-o", golden, "-q")
+    ok("sum", path, "--by", "t,c", "--expect", golden, "-q")
+    # A golden key with a fraction of a second is another key.
+    pq.write_table(
+        pa.table({"t": pa.array([1000, 5000, 5001], pa.timestamp("ms"))}).append_column(
+            "c", pa.array([7000, 2000, 7000], pa.time32("ms"))
+        ),
+        golden,
+    )
+    result = run("sum", path, "--by", "t,c", "--expect", golden, "-q")
+    assert result.exit_code == 4
+    assert "row 2 has key t=1970-01-01 00:00:05, c=00:00:07, the golden file " in result.stderr
+    assert "t=1970-01-01 00:00:05.001, c=00:00:07 (the keys differ in 1 of 3 rows)" in result.stderr
+
+
 def test_csv_golden_keys_compare_by_value_in_the_data_key_types(tmp_path: Path) -> None:
     table = pa.table(
         {
