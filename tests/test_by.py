@@ -705,6 +705,23 @@ def test_a_keys_from_with_the_key_column_twice_is_a_read_error(
     )
 
 
+@pytest.mark.parametrize("command", [["sum"], ["check", "--max-empty", "0"]])
+def test_a_csv_keys_from_that_is_not_utf8_names_its_first_such_key(
+    tmp_path: Path, command: list[str]
+) -> None:
+    # pyarrow's CSV reader named neither the column, the row nor the bytes.
+    path = write_table(tmp_path / "t.parquet", pa.table({"k": ["x", "é"], "v": [1.0, 2.0]}))
+    keys_file = tmp_path / "keys.csv"
+    keys_file.write_bytes("k\nx\né\n".encode("latin-1"))
+    result = run(*command, path, "--data-column", "v", "--by", "k", "--keys-from", keys_file)
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        3,
+        "",
+        f"Error: --keys-from {keys_file}: column 'k' row 1 holds b'\\xe9', which is not UTF-8; "
+        "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)\n",
+    )
+
+
 SEMICOLONS = "a;b;v\nx;1;1.0\ny;2;2.0\nx;2;4.0\n"
 
 
