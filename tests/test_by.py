@@ -722,6 +722,27 @@ def test_a_csv_keys_from_that_is_not_utf8_names_its_first_such_key(
     )
 
 
+@pytest.mark.parametrize("keys_fmt", ["csv", "parquet"])
+@pytest.mark.parametrize("rows", ["", ",1.0\n,2.0\n"])
+def test_keys_from_checks_a_csv_whose_key_column_is_all_empty(
+    tmp_path: Path, keys_fmt: str, rows: str
+) -> None:
+    # No sensor reported: pyarrow reads the key column as type null, which was "values of
+    # another kind" than the keys file's (exit 1) instead of empty groups (exit 4).
+    path = tmp_path / "d.csv"
+    path.write_text(f"k,v\n{rows}")
+    keys_file = write_table(tmp_path / f"keys.{keys_fmt}", pa.table({"k": ["a", "b"]}))
+    args = [path, "--data-column", "v", "--by", "k", "--keys-from", keys_file, "-q"]
+    result = run("check", *args, "--max-empty", "0")
+    assert (result.exit_code, result.stderr) == (
+        4,
+        f"Error: 2 empty groups of --keys-from {keys_file}, more than --max-empty 0 "
+        "(first empty: k='a')\n",
+    )
+    for streaming in ([], ["--chunk-rows", "1"]):
+        assert ok("sum", *args, *streaming).stdout.splitlines()[1:] == ["a\t0.0", "b\t0.0"]
+
+
 SEMICOLONS = "a;b;v\nx;1;1.0\ny;2;2.0\nx;2;4.0\n"
 
 

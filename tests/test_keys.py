@@ -563,6 +563,18 @@ def test_keys_from_of_another_kind_is_an_error() -> None:
         named.encode(pa.table({"a": [1, 2]}), source="d.parquet")
 
 
+def test_keys_from_matches_a_data_key_column_of_nulls_alone() -> None:
+    # A CSV key column whose every field is empty reads as type null: its rows are null keys,
+    # not values of another kind than the keys table's.
+    keys_table = pa.table({"a": ["x", "y"], "b": [1, 2]})
+    data = pa.table({"a": pa.nulls(3), "b": [1, 2, 1], "v": [1.0, 2.0, 4.0]})
+    keys, sums, counts, encoder = run(data, ["a", "b"], 2, keys_from=keys_table)
+    assert keys.keys.equals(keys_table)
+    assert (sums.tolist(), counts.tolist(), encoder.missing_rows) == ([0.0, 0.0], [0, 0], 3)
+    with pytest.raises(InvalidInputError, match=r"row 0 has key \(a=null, b=1\), which is not in"):
+        run(data, ["a", "b"], 2, keys_from=keys_table, null_keys="group")
+
+
 def test_keys_from_missing_column_lists_its_columns() -> None:
     with pytest.raises(InvalidInputError, match=r"k.csv has no column 'b' \(columns: a\)"):
         KeyEncoder(["a", "b"], keys_from=pa.table({"a": [1]}), keys_from_label="k.csv")

@@ -45,7 +45,8 @@ a run without it writes them; in its own types only when no block came, not even
 one). Its columns are cast to the data's types at the first block by a value-preserving cast
 (so ``int64`` matches ``int32``, a string column matches a ``dictionary<string>`` one, an
 integer column matches a float one where exact); a value of another kind (a string key against
-integer data) is an error.
+integer data) is an error. A data column of nulls alone (type null: a CSV column whose every
+field is empty) takes the keys table's type instead: its rows are null keys.
 A row whose key is not in it is an error naming the first such key and its row (0-based,
 counted across every block encoded) and the number of such rows, raised by ``finish()`` once
 every block is in (such rows get the id UNKNOWN, negative, until then); a key present twice in
@@ -288,12 +289,22 @@ class KeyEncoder:
     def _start(self, block: Block, source: str | None = None) -> list[KeyColumn]:
         if self._columns is None:
             schema = block.schema
+            types = [self._key_type(name, schema.field(name).type) for name in self.by]
             self._columns = [
-                KeyColumn(name, schema.field(name).type, self.null_keys, source) for name in self.by
+                KeyColumn(name, type_, self.null_keys, source)
+                for name, type_ in zip(self.by, types, strict=True)
             ]
             if self.keys_from is not None:
                 self._seed(self._columns, self.keys_from)
         return self._columns
+
+    def _key_type(self, name: str, type_: pa.DataType) -> pa.DataType:
+        """A data column of nulls alone (a CSV column whose every field is empty, or that has
+        no rows) has no type of its own to match the ``keys_from`` keys against: it takes
+        theirs, which holds its nulls, so its rows are null keys and its groups are empty."""
+        if self.keys_from is not None and pt.is_null(type_):
+            return self.keys_from.schema.field(name).type
+        return type_
 
     def _seed(self, columns: list[KeyColumn], keys: pa.Table) -> None:
         codes = [

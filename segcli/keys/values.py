@@ -302,9 +302,9 @@ class KeyColumn:
         (``any_offsets``: strings and binaries of either offset width, as the hash table
         reads both, to save widening a block's offsets)."""
         values = _storage(values)
-        if key_kind(values.type) != self.kind and not (
-            self.kind == "float" and key_kind(values.type) == "integer"
-        ):
+        kind = key_kind(values.type)
+        # Nulls alone (a null-typed column) are missing keys of any kind.
+        if kind not in (self.kind, "null") and not (self.kind == "float" and kind == "integer"):
             raise InvalidInputError(
                 f"key column '{self.name}' has type {values.type} in {what}, "
                 f"but {self.value_type} in {self.source or 'the first block'}: "
