@@ -698,6 +698,30 @@ def test_a_fresh_encoder_merging_keys_from_parts_gives_the_data_key_types() -> N
     assert merged.finish().keys.schema.field("a").type == pa.int16()
 
 
+@pytest.mark.parametrize("null_keys", ["drop", "group"])
+def test_parts_whose_key_column_holds_nulls_alone_merge_with_typed_parts(null_keys: str) -> None:
+    # A Dask shard whose key column has no value is of type null: it was "values of another
+    # kind" than the next shard's strings. Its rows are null keys; the keys are the strings.
+    nulls = pa.table({"k": pa.nulls(2, pa.null())})
+    strings = pa.table({"k": pa.array(["b", "a", None]).dictionary_encode()})
+    first, second = (KeyEncoder(["k"], null_keys=null_keys) for _ in range(2))
+    first.encode(nulls)
+    second_ids = second.encode(strings)
+    remap = first.merge(second)
+    keys = first.finish()
+    assert keys.keys.schema.field("k").type == strings.schema.field("k").type
+    key_of = {group: keys.keys.column("k")[row].as_py() for row, group in enumerate(keys.order)}
+    assert [key_of[remap[i]] if i >= 0 else "dropped" for i in second_ids] == [
+        "b", "a", None if null_keys == "group" else "dropped"
+    ]  # fmt: skip
+    # Blocks of one run likewise, in either order.
+    for blocks in ([nulls, strings], [strings, nulls]):
+        encoder = KeyEncoder(["k"], null_keys=null_keys)
+        ids = np.concatenate([encoder.encode(block) for block in blocks])
+        assert (ids == MISSING).sum() == (0 if null_keys == "group" else 3)
+        assert encoder.finish().keys.column("k").to_pylist()[:2] == ["a", "b"]
+
+
 # --- Arrow <-> NumPy without pandas ------------------------------------------------------------
 
 

@@ -32,9 +32,11 @@ Value rules (each column separately):
   ``arrow.json``) compare as the values they store and come out in their own type.
 - A later block may have another type of the same kind (``int32`` then ``int64``, ``string``
   then ``dictionary<string>``): its values are cast to the first block's type, and a value that
-  does not fit is an error. The key table has the first block's types; a dictionary column keeps
-  its dictionary type with the dictionary sorted by value (its index type widened when the
-  distinct values outgrow it).
+  does not fit is an error. A column whose blocks so far held nulls alone (type null: a Dask
+  shard whose key column has no value) takes the type of the first block that holds values.
+  The key table has the first block's types; a dictionary column keeps its dictionary type
+  with the dictionary sorted by value (its index type widened when the distinct values
+  outgrow it).
 - Types without equality or order (list, struct, map, union, ...) are refused with an
   :class:`~segcli.errors.InvalidInputError` (exit 1, like a non-numeric data column): the command
   line is well formed, it is the data's column that cannot serve as a key.
@@ -248,6 +250,9 @@ class KeyEncoder:
                 KeyColumn(column.name, column.type, self.null_keys, column.source)
                 for column in other._columns
             ]
+        for mine, theirs in zip(self._columns, other._columns, strict=True):
+            # The part's declared type (a dictionary, say), not that of its values below.
+            mine.take_type_of(theirs.type, theirs.source or "a merged part")
         block = pa.table(
             [
                 kernels.cast(

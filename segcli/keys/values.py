@@ -278,6 +278,17 @@ class KeyColumn:
     ) -> None:
         check_key_type(name, type_, source)
         self.name = name
+        self._set_type(type_, source)
+        self.null_keys = null_keys
+        self.null_code = -1
+        self.frozen = False
+        #: The table of :meth:`_row_table`, and where its two last slots are now.
+        self._identity = np.arange(0, dtype=np.int64)
+        self._identity_end = 0
+        #: The last large dictionary coded and its entry codes (held, so its buffers stay).
+        self._last_dictionary: tuple[pa.Array, np.ndarray] | None = None
+
+    def _set_type(self, type_: pa.DataType, source: str | None) -> None:
         #: The file the column's type came from (None: not known), for errors.
         self.source = source
         #: The column's type as declared; an extension type's values are its storage's.
@@ -288,14 +299,17 @@ class KeyColumn:
         self.value_type = _value_type(type_)
         self.kind = key_kind(type_)
         self.index = ValueIndex(_hash_type(self.value_type))
-        self.null_keys = null_keys
-        self.null_code = -1
-        self.frozen = False
-        #: The table of :meth:`_row_table`, and where its two last slots are now.
-        self._identity = np.arange(0, dtype=np.int64)
-        self._identity_end = 0
-        #: The last large dictionary coded and its entry codes (held, so its buffers stay).
-        self._last_dictionary: tuple[pa.Array, np.ndarray] | None = None
+
+    def take_type_of(self, type_: pa.DataType, what: str) -> None:
+        """A column whose blocks so far held nulls alone (type null: a shard whose key column
+        has no value) takes the type of the first block that holds values, so that shards
+        of such a column merge; its null key, if any, keeps its code."""
+        if self.kind != "null" or self.frozen or key_kind(type_) in ("null", None):
+            return
+        had_null = len(self.index) > 0  # the null key is the only value of a null column
+        self._set_type(type_, what)
+        if had_null:
+            self.null_code = self.index.append_null()
 
     def canonical(self, values: pa.Array, what: str, *, any_offsets: bool = False) -> pa.Array:
         """Values (a chunk's dictionary, a keys table's column) in this column's lookup type
@@ -330,6 +344,7 @@ class KeyColumn:
         """The codes as ``table[rows]``: ``table`` holds a code per slot of the block's
         dictionary (and one for null), ``rows`` each row's slot; ``table`` is small when the
         block has few distinct values, so the codes need not be gathered row by row."""
+        self.take_type_of(data.type, what)
         chunks = [
             _hashable(_storage(chunk))
             for chunk in (data.chunks if isinstance(data, pa.ChunkedArray) else [data])
