@@ -743,6 +743,36 @@ def test_keys_from_checks_a_csv_whose_key_column_is_all_empty(
         assert ok("sum", *args, *streaming).stdout.splitlines()[1:] == ["a\t0.0", "b\t0.0"]
 
 
+UNFIT_KEYS = [
+    # (the data's keys, the keys file's, the value named, its row, the data's key type)
+    (pa.array([1, 2], pa.int8()), pa.array([1, 300, 2]), "300", 1, "int8"),
+    (
+        pa.array([5, 7], pa.timestamp("s")),
+        pa.array([7000, 5001], pa.timestamp("ms")),
+        "1970-01-01 00:00:05.001",
+        1,
+        "timestamp[s]",
+    ),
+    (pa.array([0.5, 1.0]), pa.array([2**53 + 1, 1]), "9007199254740993", 0, "double"),
+]
+
+
+@pytest.mark.parametrize(("data_keys", "file_keys", "value", "row", "type_"), UNFIT_KEYS)
+def test_a_keys_from_key_the_data_key_type_cannot_hold_is_named_with_its_row(
+    tmp_path: Path, data_keys: pa.Array, file_keys: pa.Array, value: str, row: int, type_: str
+) -> None:
+    # pyarrow's words named no row, and a timestamp by its integer: 'would lose data: 5001'.
+    # Arrow, not Parquet: Parquet holds timestamp[s] in milliseconds.
+    path = write_table(tmp_path / "t.arrow", pa.table({"k": data_keys, "v": [1.0, 2.0]}))
+    keys_file = write_table(tmp_path / "keys.parquet", pa.table({"k": file_keys}))
+    result = run("sum", path, "--data-column", "v", "--by", "k", "--keys-from", keys_file)
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"Error: --keys-from {keys_file}: key column 'k' holds {value} at row {row}, which does "
+        f"not fit {type_}, the key's type in the data (1 row with such a key)\n"
+    )
+
+
 SEMICOLONS = "a;b;v\nx;1;1.0\ny;2;2.0\nx;2;4.0\n"
 
 

@@ -483,6 +483,7 @@ class KeyColumn:
     def seed(self, values: pa.Array, what: str) -> np.ndarray:
         """Codes of a keys table's column (nulls get a code whatever null_keys says, so every
         keys row has a group); afterwards the column only looks values up."""
+        self._refuse_unfit_keys(values, what)
         canonical = self.canonical(values, what)
         codes = self.index.find_or_add(canonical)
         nulls = numpy_of(kernels.is_null(canonical))
@@ -491,6 +492,38 @@ class KeyColumn:
             codes[nulls] = self.null_code
         self.frozen = True
         return codes
+
+    def _refuse_unfit_keys(self, values: pa.Array, what: str) -> None:
+        """A keys table's value that the data's key type cannot hold (300 against int8 keys, a
+        fraction of a second against timestamp[s] ones), named with its row and as the output
+        writes it: pyarrow's refusal names neither, and a timestamp by its raw integer."""
+        values = _storage(values)
+        kind = key_kind(values.type)
+        if values.type == self.value_type or (
+            kind != self.kind and not (self.kind == "float" and kind == "integer")
+        ):
+            return  # another kind: canonical() refuses it
+        try:
+            kernels.cast(values, self.value_type, safe=True)
+            return
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+        try:
+            back = kernels.cast(kernels.cast(values, self.value_type, safe=False), values.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return  # no unsafe cast either: canonical() gives pyarrow's words
+        changed = kernels.fill_null(kernels.equal(back, values), True)
+        rows = np.flatnonzero(~numpy_of(changed))
+        if not len(rows):
+            return
+        from segcli.io.keyed import key_value_text
+
+        count = f"{len(rows):,} row{'s' if len(rows) != 1 else ''}"
+        raise InvalidInputError(
+            f"{what}: key column '{self.name}' holds {key_value_text(values, int(rows[0]))} at "
+            f"row {int(rows[0])}, which does not fit {self.value_type}, the key's type in the "
+            f"data ({count} with such a key)"
+        )
 
     def output(self, codes: np.ndarray) -> pa.Array:
         """The column's values for these codes, in the type of the first block."""
