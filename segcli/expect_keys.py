@@ -4,7 +4,8 @@ The values alone are compared by position: a golden table of other keys, or of t
 in another order, would pass whenever its values agree. So the key columns are compared too,
 before the values, by their values as the output writes them (the text of
 :mod:`segcli.io.keyed`: ``2024-05-01``, ``12.50``, a dictionary's values, null apart from the
-empty string), in whatever types the golden file reads back in: Parquet and Arrow keep theirs,
+empty string), in whatever types the golden file reads back in: Parquet and Arrow keep theirs
+(a time key in the run's unit where that loses nothing: Parquet writes seconds as milliseconds),
 CSV/TSV is read in the data's key types where it can be (as ``--keys-from`` is, so that a key
 ``007`` stays a string and ``12.50`` a decimal), JSON holds its ``"keys"`` as JSON values.
 ``.npy`` and ``.npz`` goldens hold no keys (``--keys-out`` writes them apart): nothing to compare.
@@ -45,7 +46,9 @@ def check_expected_keys(keys: pa.Table, path: str) -> None:
 
     fmt = suffix_format(path, OUTPUT_SUFFIXES) or input_format(path)
     if fmt in _TABLES:
-        got, want = _table_keys(keys), _table_keys(_golden_table(path, fmt, keys))
+        compared, golden = _in_common_units(keys, _golden_table(path, fmt, keys))
+        got = _Keys(_table_keys(compared).rows, _table_keys(keys).show)
+        want = _table_keys(golden)
     elif fmt == "json":
         from segcli.io.keyed import json_keys
 
@@ -107,6 +110,40 @@ def _golden_table(path: str, fmt: str, keys: pa.Table) -> pa.Table:
         except ReadError:
             pass  # a key that does not read in the data's type: compared as read, so it differs
     return table.read(names).select(names)
+
+
+def _in_common_units(keys: pa.Table, golden: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """The run's keys and the golden's, each time key in one unit, to compare them by value.
+
+    Parquet has no unit of seconds: a ``timestamp[s]`` or ``time32[s]`` key (a CSV's
+    timestamps are read so) is written in milliseconds and reads back as ``12:00:00.000``,
+    which would differ from the run's ``12:00:00``. So a golden time column is read in the
+    key's unit where that loses nothing; where it would (a golden key with a fraction of a
+    second), the run's keys are compared in the golden's finer unit instead, and differ."""
+    import pyarrow as pa
+
+    from segcli.io import arrow_kernels as kernels
+
+    compared, read = list(keys.columns), list(golden.columns)
+    for at, (key, column) in enumerate(zip(keys.columns, golden.columns, strict=True)):
+        if key.type == column.type or not _same_time_kind(key.type, column.type):
+            continue
+        try:
+            read[at] = kernels.cast(column, key.type)
+        except pa.ArrowInvalid:
+            compared[at] = kernels.cast(key, column.type)
+    return (
+        pa.Table.from_arrays(compared, names=keys.column_names),
+        pa.Table.from_arrays(read, names=golden.column_names),
+    )
+
+
+def _same_time_kind(one: pa.DataType, other: pa.DataType) -> bool:
+    import pyarrow.types as pt
+
+    if pt.is_timestamp(one) and pt.is_timestamp(other):
+        return bool(one.tz == other.tz)
+    return any(kind(one) and kind(other) for kind in (pt.is_time, pt.is_date))
 
 
 def _golden_json(path: str, names: Sequence[str]) -> dict[str, list[Any]]:

@@ -705,6 +705,74 @@ def test_a_keys_from_with_the_key_column_twice_is_a_read_error(
     )
 
 
+@pytest.mark.parametrize("command", [["sum"], ["check", "--max-empty", "0"]])
+def test_a_csv_keys_from_that_is_not_utf8_names_its_first_such_key(
+    tmp_path: Path, command: list[str]
+) -> None:
+    # pyarrow's CSV reader named neither the column, the row nor the bytes.
+    path = write_table(tmp_path / "t.parquet", pa.table({"k": ["x", "é"], "v": [1.0, 2.0]}))
+    keys_file = tmp_path / "keys.csv"
+    keys_file.write_bytes("k\nx\né\n".encode("latin-1"))
+    result = run(*command, path, "--data-column", "v", "--by", "k", "--keys-from", keys_file)
+    assert (result.exit_code, result.stdout, result.stderr) == (
+        3,
+        "",
+        f"Error: --keys-from {keys_file}: column 'k' row 1 holds b'\\xe9', which is not UTF-8; "
+        "convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)\n",
+    )
+
+
+@pytest.mark.parametrize("keys_fmt", ["csv", "parquet"])
+@pytest.mark.parametrize("rows", ["", ",1.0\n,2.0\n"])
+def test_keys_from_checks_a_csv_whose_key_column_is_all_empty(
+    tmp_path: Path, keys_fmt: str, rows: str
+) -> None:
+    # No sensor reported: pyarrow reads the key column as type null, which was "values of
+    # another kind" than the keys file's (exit 1) instead of empty groups (exit 4).
+    path = tmp_path / "d.csv"
+    path.write_text(f"k,v\n{rows}")
+    keys_file = write_table(tmp_path / f"keys.{keys_fmt}", pa.table({"k": ["a", "b"]}))
+    args = [path, "--data-column", "v", "--by", "k", "--keys-from", keys_file, "-q"]
+    result = run("check", *args, "--max-empty", "0")
+    assert (result.exit_code, result.stderr) == (
+        4,
+        f"Error: 2 empty groups of --keys-from {keys_file}, more than --max-empty 0 "
+        "(first empty: k='a')\n",
+    )
+    for streaming in ([], ["--chunk-rows", "1"]):
+        assert ok("sum", *args, *streaming).stdout.splitlines()[1:] == ["a\t0.0", "b\t0.0"]
+
+
+UNFIT_KEYS = [
+    # (the data's keys, the keys file's, the value named, its row, the data's key type)
+    (pa.array([1, 2], pa.int8()), pa.array([1, 300, 2]), "300", 1, "int8"),
+    (
+        pa.array([5, 7], pa.timestamp("s")),
+        pa.array([7000, 5001], pa.timestamp("ms")),
+        "1970-01-01 00:00:05.001",
+        1,
+        "timestamp[s]",
+    ),
+    (pa.array([0.5, 1.0]), pa.array([2**53 + 1, 1]), "9007199254740993", 0, "double"),
+]
+
+
+@pytest.mark.parametrize(("data_keys", "file_keys", "value", "row", "type_"), UNFIT_KEYS)
+def test_a_keys_from_key_the_data_key_type_cannot_hold_is_named_with_its_row(
+    tmp_path: Path, data_keys: pa.Array, file_keys: pa.Array, value: str, row: int, type_: str
+) -> None:
+    # pyarrow's words named no row, and a timestamp by its integer: 'would lose data: 5001'.
+    # Arrow, not Parquet: Parquet holds timestamp[s] in milliseconds.
+    path = write_table(tmp_path / "t.arrow", pa.table({"k": data_keys, "v": [1.0, 2.0]}))
+    keys_file = write_table(tmp_path / "keys.parquet", pa.table({"k": file_keys}))
+    result = run("sum", path, "--data-column", "v", "--by", "k", "--keys-from", keys_file)
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"Error: --keys-from {keys_file}: key column 'k' holds {value} at row {row}, which does "
+        f"not fit {type_}, the key's type in the data (1 row with such a key)\n"
+    )
+
+
 SEMICOLONS = "a;b;v\nx;1;1.0\ny;2;2.0\nx;2;4.0\n"
 
 
@@ -1144,6 +1212,32 @@ def test_a_golden_segcli_wrote_passes_for_every_key_kind(
         golden = tmp_path / f"golden_{command[0]}.{fmt}"
         ok(*command, path, *args, "-o", golden, *keys_out)
         ok(*command, path, *args, "--expect", golden)
+
+
+def test_a_parquet_golden_of_second_keys_passes(tmp_path: Path) -> None:
+    # Parquet has no seconds: the golden holds the keys in milliseconds, the same instants.
+    table = pa.table(
+        {
+            "t": pa.array([5, 1, 5], pa.timestamp("s")),
+            "c": pa.array([7, 7, 2], pa.time32("s")),
+            "v": [1.0, 2.0, 3.0],
+        }
+    )
+    path = write_table(tmp_path / "t.arrow", table)
+    golden = tmp_path / "golden.parquet"
+    ok("sum", path, "--by", "t,c", "-o", golden, "-q")
+    ok("sum", path, "--by", "t,c", "--expect", golden, "-q")
+    # A golden key with a fraction of a second is another key.
+    pq.write_table(
+        pa.table({"t": pa.array([1000, 5000, 5001], pa.timestamp("ms"))}).append_column(
+            "c", pa.array([7000, 2000, 7000], pa.time32("ms"))
+        ),
+        golden,
+    )
+    result = run("sum", path, "--by", "t,c", "--expect", golden, "-q")
+    assert result.exit_code == 4
+    assert "row 2 has key t=1970-01-01 00:00:05, c=00:00:07, the golden file " in result.stderr
+    assert "t=1970-01-01 00:00:05.001, c=00:00:07 (the keys differ in 1 of 3 rows)" in result.stderr
 
 
 def test_csv_golden_keys_compare_by_value_in_the_data_key_types(tmp_path: Path) -> None:

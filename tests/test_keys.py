@@ -563,6 +563,18 @@ def test_keys_from_of_another_kind_is_an_error() -> None:
         named.encode(pa.table({"a": [1, 2]}), source="d.parquet")
 
 
+def test_keys_from_matches_a_data_key_column_of_nulls_alone() -> None:
+    # A CSV key column whose every field is empty reads as type null: its rows are null keys,
+    # not values of another kind than the keys table's.
+    keys_table = pa.table({"a": ["x", "y"], "b": [1, 2]})
+    data = pa.table({"a": pa.nulls(3), "b": [1, 2, 1], "v": [1.0, 2.0, 4.0]})
+    keys, sums, counts, encoder = run(data, ["a", "b"], 2, keys_from=keys_table)
+    assert keys.keys.equals(keys_table)
+    assert (sums.tolist(), counts.tolist(), encoder.missing_rows) == ([0.0, 0.0], [0, 0], 3)
+    with pytest.raises(InvalidInputError, match=r"row 0 has key \(a=null, b=1\), which is not in"):
+        run(data, ["a", "b"], 2, keys_from=keys_table, null_keys="group")
+
+
 def test_keys_from_missing_column_lists_its_columns() -> None:
     with pytest.raises(InvalidInputError, match=r"k.csv has no column 'b' \(columns: a\)"):
         KeyEncoder(["a", "b"], keys_from=pa.table({"a": [1]}), keys_from_label="k.csv")
@@ -684,6 +696,30 @@ def test_a_fresh_encoder_merging_keys_from_parts_gives_the_data_key_types() -> N
     part.encode(pa.table({"a": pa.array([7], pa.int16())}))
     assert merged.merge(part).tolist() == [0, 1]
     assert merged.finish().keys.schema.field("a").type == pa.int16()
+
+
+@pytest.mark.parametrize("null_keys", ["drop", "group"])
+def test_parts_whose_key_column_holds_nulls_alone_merge_with_typed_parts(null_keys: str) -> None:
+    # A Dask shard whose key column has no value is of type null: it was "values of another
+    # kind" than the next shard's strings. Its rows are null keys; the keys are the strings.
+    nulls = pa.table({"k": pa.nulls(2, pa.null())})
+    strings = pa.table({"k": pa.array(["b", "a", None]).dictionary_encode()})
+    first, second = (KeyEncoder(["k"], null_keys=null_keys) for _ in range(2))
+    first.encode(nulls)
+    second_ids = second.encode(strings)
+    remap = first.merge(second)
+    keys = first.finish()
+    assert keys.keys.schema.field("k").type == strings.schema.field("k").type
+    key_of = {group: keys.keys.column("k")[row].as_py() for row, group in enumerate(keys.order)}
+    assert [key_of[remap[i]] if i >= 0 else "dropped" for i in second_ids] == [
+        "b", "a", None if null_keys == "group" else "dropped"
+    ]  # fmt: skip
+    # Blocks of one run likewise, in either order.
+    for blocks in ([nulls, strings], [strings, nulls]):
+        encoder = KeyEncoder(["k"], null_keys=null_keys)
+        ids = np.concatenate([encoder.encode(block) for block in blocks])
+        assert (ids == MISSING).sum() == (0 if null_keys == "group" else 3)
+        assert encoder.finish().keys.column("k").to_pylist()[:2] == ["a", "b"]
 
 
 # --- Arrow <-> NumPy without pandas ------------------------------------------------------------

@@ -30,7 +30,14 @@ def unreadable_key(
     type in ``types``; None if every key reads (the failure was something else)."""
     import pyarrow as pa
 
-    text = table.read(list(types), {name: pa.string() for name in types})
+    from segcli.errors import ReadError
+
+    try:
+        text = table.read(list(types), {name: pa.string() for name in types})
+    except ReadError:
+        # Text that is not UTF-8 reads as no string, and pyarrow names neither its row nor its
+        # bytes: the caller's read in inferred types does (binary, then checked as UTF-8).
+        return None
     for name, type_ in types.items():
         column = text.column(name)
         encoded = column.combine_chunks().dictionary_encode()

@@ -32,9 +32,11 @@ Value rules (each column separately):
   ``arrow.json``) compare as the values they store and come out in their own type.
 - A later block may have another type of the same kind (``int32`` then ``int64``, ``string``
   then ``dictionary<string>``): its values are cast to the first block's type, and a value that
-  does not fit is an error. The key table has the first block's types; a dictionary column keeps
-  its dictionary type with the dictionary sorted by value (its index type widened when the
-  distinct values outgrow it).
+  does not fit is an error. A column whose blocks so far held nulls alone (type null: a Dask
+  shard whose key column has no value) takes the type of the first block that holds values.
+  The key table has the first block's types; a dictionary column keeps its dictionary type
+  with the dictionary sorted by value (its index type widened when the distinct values
+  outgrow it).
 - Types without equality or order (list, struct, map, union, ...) are refused with an
   :class:`~segcli.errors.InvalidInputError` (exit 1, like a non-numeric data column): the command
   line is well formed, it is the data's column that cannot serve as a key.
@@ -45,7 +47,8 @@ a run without it writes them; in its own types only when no block came, not even
 one). Its columns are cast to the data's types at the first block by a value-preserving cast
 (so ``int64`` matches ``int32``, a string column matches a ``dictionary<string>`` one, an
 integer column matches a float one where exact); a value of another kind (a string key against
-integer data) is an error.
+integer data) is an error. A data column of nulls alone (type null: a CSV column whose every
+field is empty) takes the keys table's type instead: its rows are null keys.
 A row whose key is not in it is an error naming the first such key and its row (0-based,
 counted across every block encoded) and the number of such rows, raised by ``finish()`` once
 every block is in (such rows get the id UNKNOWN, negative, until then); a key present twice in
@@ -247,6 +250,9 @@ class KeyEncoder:
                 KeyColumn(column.name, column.type, self.null_keys, column.source)
                 for column in other._columns
             ]
+        for mine, theirs in zip(self._columns, other._columns, strict=True):
+            # The part's declared type (a dictionary, say), not that of its values below.
+            mine.take_type_of(theirs.type, theirs.source or "a merged part")
         block = pa.table(
             [
                 kernels.cast(
@@ -288,12 +294,22 @@ class KeyEncoder:
     def _start(self, block: Block, source: str | None = None) -> list[KeyColumn]:
         if self._columns is None:
             schema = block.schema
+            types = [self._key_type(name, schema.field(name).type) for name in self.by]
             self._columns = [
-                KeyColumn(name, schema.field(name).type, self.null_keys, source) for name in self.by
+                KeyColumn(name, type_, self.null_keys, source)
+                for name, type_ in zip(self.by, types, strict=True)
             ]
             if self.keys_from is not None:
                 self._seed(self._columns, self.keys_from)
         return self._columns
+
+    def _key_type(self, name: str, type_: pa.DataType) -> pa.DataType:
+        """A data column of nulls alone (a CSV column whose every field is empty, or that has
+        no rows) has no type of its own to match the ``keys_from`` keys against: it takes
+        theirs, which holds its nulls, so its rows are null keys and its groups are empty."""
+        if self.keys_from is not None and pt.is_null(type_):
+            return self.keys_from.schema.field(name).type
+        return type_
 
     def _seed(self, columns: list[KeyColumn], keys: pa.Table) -> None:
         codes = [

@@ -278,6 +278,17 @@ class KeyColumn:
     ) -> None:
         check_key_type(name, type_, source)
         self.name = name
+        self._set_type(type_, source)
+        self.null_keys = null_keys
+        self.null_code = -1
+        self.frozen = False
+        #: The table of :meth:`_row_table`, and where its two last slots are now.
+        self._identity = np.arange(0, dtype=np.int64)
+        self._identity_end = 0
+        #: The last large dictionary coded and its entry codes (held, so its buffers stay).
+        self._last_dictionary: tuple[pa.Array, np.ndarray] | None = None
+
+    def _set_type(self, type_: pa.DataType, source: str | None) -> None:
         #: The file the column's type came from (None: not known), for errors.
         self.source = source
         #: The column's type as declared; an extension type's values are its storage's.
@@ -288,23 +299,26 @@ class KeyColumn:
         self.value_type = _value_type(type_)
         self.kind = key_kind(type_)
         self.index = ValueIndex(_hash_type(self.value_type))
-        self.null_keys = null_keys
-        self.null_code = -1
-        self.frozen = False
-        #: The table of :meth:`_row_table`, and where its two last slots are now.
-        self._identity = np.arange(0, dtype=np.int64)
-        self._identity_end = 0
-        #: The last large dictionary coded and its entry codes (held, so its buffers stay).
-        self._last_dictionary: tuple[pa.Array, np.ndarray] | None = None
+
+    def take_type_of(self, type_: pa.DataType, what: str) -> None:
+        """A column whose blocks so far held nulls alone (type null: a shard whose key column
+        has no value) takes the type of the first block that holds values, so that shards
+        of such a column merge; its null key, if any, keeps its code."""
+        if self.kind != "null" or self.frozen or key_kind(type_) in ("null", None):
+            return
+        had_null = len(self.index) > 0  # the null key is the only value of a null column
+        self._set_type(type_, what)
+        if had_null:
+            self.null_code = self.index.append_null()
 
     def canonical(self, values: pa.Array, what: str, *, any_offsets: bool = False) -> pa.Array:
         """Values (a chunk's dictionary, a keys table's column) in this column's lookup type
         (``any_offsets``: strings and binaries of either offset width, as the hash table
         reads both, to save widening a block's offsets)."""
         values = _storage(values)
-        if key_kind(values.type) != self.kind and not (
-            self.kind == "float" and key_kind(values.type) == "integer"
-        ):
+        kind = key_kind(values.type)
+        # Nulls alone (a null-typed column) are missing keys of any kind.
+        if kind not in (self.kind, "null") and not (self.kind == "float" and kind == "integer"):
             raise InvalidInputError(
                 f"key column '{self.name}' has type {values.type} in {what}, "
                 f"but {self.value_type} in {self.source or 'the first block'}: "
@@ -330,6 +344,7 @@ class KeyColumn:
         """The codes as ``table[rows]``: ``table`` holds a code per slot of the block's
         dictionary (and one for null), ``rows`` each row's slot; ``table`` is small when the
         block has few distinct values, so the codes need not be gathered row by row."""
+        self.take_type_of(data.type, what)
         chunks = [
             _hashable(_storage(chunk))
             for chunk in (data.chunks if isinstance(data, pa.ChunkedArray) else [data])
@@ -468,6 +483,7 @@ class KeyColumn:
     def seed(self, values: pa.Array, what: str) -> np.ndarray:
         """Codes of a keys table's column (nulls get a code whatever null_keys says, so every
         keys row has a group); afterwards the column only looks values up."""
+        self._refuse_unfit_keys(values, what)
         canonical = self.canonical(values, what)
         codes = self.index.find_or_add(canonical)
         nulls = numpy_of(kernels.is_null(canonical))
@@ -476,6 +492,38 @@ class KeyColumn:
             codes[nulls] = self.null_code
         self.frozen = True
         return codes
+
+    def _refuse_unfit_keys(self, values: pa.Array, what: str) -> None:
+        """A keys table's value that the data's key type cannot hold (300 against int8 keys, a
+        fraction of a second against timestamp[s] ones), named with its row and as the output
+        writes it: pyarrow's refusal names neither, and a timestamp by its raw integer."""
+        values = _storage(values)
+        kind = key_kind(values.type)
+        if values.type == self.value_type or (
+            kind != self.kind and not (self.kind == "float" and kind == "integer")
+        ):
+            return  # another kind: canonical() refuses it
+        try:
+            kernels.cast(values, self.value_type, safe=True)
+            return
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+        try:
+            back = kernels.cast(kernels.cast(values, self.value_type, safe=False), values.type)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return  # no unsafe cast either: canonical() gives pyarrow's words
+        changed = kernels.fill_null(kernels.equal(back, values), True)
+        rows = np.flatnonzero(~numpy_of(changed))
+        if not len(rows):
+            return
+        from segcli.io.keyed import key_value_text
+
+        count = f"{len(rows):,} row{'s' if len(rows) != 1 else ''}"
+        raise InvalidInputError(
+            f"{what}: key column '{self.name}' holds {key_value_text(values, int(rows[0]))} at "
+            f"row {int(rows[0])}, which does not fit {self.value_type}, the key's type in the "
+            f"data ({count} with such a key)"
+        )
 
     def output(self, codes: np.ndarray) -> pa.Array:
         """The column's values for these codes, in the type of the first block."""
