@@ -1283,3 +1283,33 @@ def test_a_null_key_is_named_null_in_messages(tmp_path: Path) -> None:
     result = run("sum", data, *args, "-q")
     assert result.exit_code == 1
     assert f"row 1 has key s=null, which is not in --keys-from {keys}" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["sum", "check"])
+def test_a_null_key_in_keys_from_needs_null_keys_group(tmp_path: Path, command: str) -> None:
+    """A --keys-from row with a null or NaN key names a group no row can reach while null keys
+    are dropped: refused (exit 2) with both ways out; with --null-keys group it counts them."""
+    data = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"k": ["a", None, "b", None], "v": [1.0, 2.0, 3.0, 4.0]}), data)
+    keys = tmp_path / "keys.parquet"
+    pq.write_table(pa.table({"k": ["b", None, "a"]}), keys)
+    out = tmp_path / "out.csv"
+    args = [command, data, "--data-column", "v", "--by", "k", "--keys-from", keys, "-q"]
+    args += ["-o", out] if command == "sum" else ["--max-empty", "0"]
+    refused = run(*args)
+    assert refused.exit_code == 2, refused.stderr
+    assert refused.stderr.splitlines()[0] == (
+        f"Error: --keys-from {keys}: row 1 has a null key in column 'k', which no row can reach "
+        "while null keys are dropped; give --null-keys group to count the rows of null keys "
+        f"there, or remove the row (see 'segcli {command} --help')"
+    )
+    assert not out.exists()
+    grouped = run(*args, "--null-keys", "group")
+    assert grouped.exit_code == 0, grouped.stderr
+    if command == "sum":
+        assert out.read_text() == "k,value,count\nb,3.0,1\n,6.0,2\na,1.0,1\n"
+    floats, float_keys = tmp_path / "f.parquet", tmp_path / "fk.parquet"
+    pq.write_table(pa.table({"f": [1.0, 2.0], "v": [1.0, 2.0]}), floats)
+    pq.write_table(pa.table({"f": [1.0, float("nan")]}), float_keys)
+    nan = run("sum", floats, "--data-column", "v", "--by", "f", "--keys-from", float_keys, "-q")
+    assert nan.exit_code == 2 and "row 1 has a NaN key in column 'f'" in nan.stderr

@@ -26,6 +26,7 @@ from segcli.drivers.base import (
     input_facts,
     op_and_fill,
 )
+from segcli.errors import UsageError
 from segcli.io.formats import input_format
 from segcli.io.keys import (
     KeyIdsChunks,
@@ -58,12 +59,34 @@ def encoder_for(spec: RunSpec, data: TableFile | pa.Schema | None = None) -> Key
     keys_from = None
     if spec.keys_from is not None:
         keys_from = read_keys_from(spec.keys_from, spec.by, data)
+        if spec.null_keys == "drop":
+            _refuse_unreachable_null_key(keys_from, spec.keys_from)
     return KeyEncoder(
         spec.by,
         null_keys=cast(NullKeys, spec.null_keys),
         keys_from=keys_from,
         keys_from_label=f"--keys-from {spec.keys_from}",
     )
+
+
+def _refuse_unreachable_null_key(keys: pa.Table, path: str) -> None:
+    """A --keys-from row with a null (or NaN) key names a group no row can reach while null
+    keys are dropped: it would be empty in every run, and ``check --max-empty 0`` would fail
+    on it whatever the data. A usage error naming the row, with both ways out."""
+    from segcli.io import arrow_kernels as kernels
+    from segcli.io.columns import numpy_of
+
+    for name in keys.column_names:
+        column = keys.column(name).combine_chunks()
+        missing = numpy_of(kernels.is_null(column, nan_is_null=True))
+        if missing.any():
+            row = int(np.argmax(missing))
+            what = "null" if column.is_null()[row].as_py() else "NaN"
+            raise UsageError(
+                f"--keys-from {path}: row {row} has a {what} key in column '{name}', which no "
+                "row can reach while null keys are dropped; give --null-keys group to count "
+                "the rows of null keys there, or remove the row"
+            )
 
 
 def encode_whole_read(spec: RunSpec, keys: KeysRead, label: str) -> tuple[KeyEncoder, np.ndarray]:

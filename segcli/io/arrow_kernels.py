@@ -40,8 +40,9 @@ def cast(values: Any, target: pa.DataType, *, safe: bool = True) -> Any:
     return _call("cast", [values], options)
 
 
-def is_null(values: Any) -> Any:
-    return _call("is_null", [values], NullOptions(nan_is_null=False))
+def is_null(values: Any, *, nan_is_null: bool = False) -> Any:
+    """Where ``values`` are null (and, with ``nan_is_null``, NaN: a missing key)."""
+    return _call("is_null", [values], NullOptions(nan_is_null=nan_is_null))
 
 
 def is_valid(values: Any) -> Any:
