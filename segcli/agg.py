@@ -295,6 +295,7 @@ def _outcome(
         output_path=request.output,
         output_format=None if fmt == "text" else fmt,
         write_s=write_s,
+        keys_out=request.keys_out,
     )
     # The ops asked for: the columns (a_sum, the rows count) are in ``results``.
     summary.op = ",".join(op_names)

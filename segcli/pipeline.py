@@ -432,6 +432,7 @@ def _run(
         output_path=request.output,
         output_format=output_format,
         write_s=time.perf_counter() - started,
+        keys_out=request.keys_out,
     )
     return RunOutcome(summary, reduction.result)
 

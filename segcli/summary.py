@@ -123,8 +123,10 @@ def run_summary(
     output_path: str | None,
     output_format: str | None,
     write_s: float,
+    keys_out: str | None = None,
 ) -> RunSummary:
-    """The summary of a finished run that wrote its result in ``write_s`` seconds."""
+    """The summary of a finished run that wrote its result in ``write_s`` seconds (and a
+    ``--by`` run's key table to ``keys_out``, if given)."""
     reduction = run.reduction
     nan_count, low, high = result_range(reduction.result)
     report = reduction.id_report
@@ -152,7 +154,9 @@ def run_summary(
         timings_s={**run.timings, "write": write_s},
         mode=run.mode,
         extra=dict(run.mode_facts),
-        keys=None if run.keys is None else key_facts(run.keys, reduction.empty_segments),
+        keys=None
+        if run.keys is None
+        else {**key_facts(run.keys, reduction.empty_segments), "keys_out": keys_out},
         skipped=None
         if reduction.skipped_values is None
         else {"values": reduction.skipped_values, "rows": reduction.null_ids},
@@ -274,6 +278,9 @@ def _with_key_rows(
         "segments": ("groups", f"{groups:,} ({fixed}; null keys {keys['null_keys']})"),
         "empty segments": ("empty groups", None),
     }
+    if keys.get("keys_out"):
+        (output,) = (value for label, value in rows if label == "output")
+        replaced["output"] = ("output", f"{output}; key table {keys['keys_out']}")
     out = []
     for label, value in rows:
         new_label, new_value = replaced.get(label, (label, value))

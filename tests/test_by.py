@@ -229,6 +229,7 @@ def test_missing_keys_are_counted_in_the_summary(tmp_path: Path) -> None:
         "rows_dropped_missing_key": missing,
         "null_keys": "drop",
         "keys_from": None,
+        "keys_out": None,
     }
     assert facts["rows_dropped_negative"] == missing
     plain_summary = run("sum", path, "--by", "k", "-o", tmp_path / "p.csv").stderr
@@ -1313,3 +1314,20 @@ def test_a_null_key_in_keys_from_needs_null_keys_group(tmp_path: Path, command: 
     pq.write_table(pa.table({"f": [1.0, float("nan")]}), float_keys)
     nan = run("sum", floats, "--data-column", "v", "--by", "f", "--keys-from", float_keys, "-q")
     assert nan.exit_code == 2 and "row 1 has a NaN key in column 'f'" in nan.stderr
+
+
+def test_the_summary_names_the_keys_out_file(tmp_path: Path) -> None:
+    """A .npy/.npz output's key table goes to --keys-out: the summary says where, in its
+    output line and in the JSON's keys."""
+    data = tmp_path / "d.parquet"
+    pq.write_table(pa.table({"k": ["a", "b", "a"], "v": [1.0, 2.0, 3.0]}), data)
+    out, keys_out, summary = tmp_path / "out.npy", tmp_path / "keys.csv", tmp_path / "s.json"
+    args = ["--data-column", "v", "--by", "k", "--summary-json", summary]
+    for command in (["sum"], ["agg", "--op", "sum,max"]):
+        target = out if command == ["sum"] else out.with_suffix(".npz")
+        ran = ok(*command, data, *args, "-o", target, "--keys-out", keys_out)
+        (line,) = (line for line in ran.stderr.splitlines() if line.lstrip().startswith("output"))
+        assert line.endswith(f"; key table {keys_out}"), line
+        assert json.loads(summary.read_text())["keys"]["keys_out"] == str(keys_out)
+    ok("sum", data, *args, "-o", tmp_path / "out.csv", "-q")
+    assert json.loads(summary.read_text())["keys"]["keys_out"] is None
