@@ -16,6 +16,7 @@ import numpy as np
 from segcli.errors import ExpectationError, InvalidInputError, ReadError, UsageError
 from segcli.expect import differing_segments
 from segcli.io import agg_write
+from segcli.io.csv_lines import not_utf8_message
 from segcli.io.formats import (
     ARROW_FILE_MAGIC,
     OUTPUT_SUFFIXES,
@@ -229,7 +230,8 @@ def _read_golden(
                 return _flattened({name: archive[name] for name in archive.files})
         table = _golden_table(body, fmt, key_names)
     except (OSError, ValueError) as exc:
-        raise ReadError(f"--expect {path}: cannot read ({first_line(exc)})") from None
+        said = not_utf8_message(f"--expect {path}", body) if fmt in ("csv", "tsv") else None
+        raise ReadError(said or f"--expect {path}: cannot read ({first_line(exc)})") from None
     # Every column of the golden is compared (or is an error): none may be named twice.
     check_unique_names(table.column_names, table.column_names, f"--expect {path}")
     columns = {

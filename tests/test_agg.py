@@ -1458,3 +1458,19 @@ def test_check_takes_the_runs_ddof_and_q_and_refuses_them_as_the_run_does(tmp_pa
         # the run refuses the same options alike
         ran = run("agg", data, ids, *options, "-q")
         assert ran.exit_code == 2 and said in ran.stderr, ran.stderr
+
+
+@pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum"]])
+def test_a_golden_csv_that_is_not_utf8_names_its_line(pair, tmp_path, command):
+    """A golden saved as Latin-1 (a spreadsheet's export, say) names the line and its bytes,
+    not the decoder's byte position or pyarrow's "invalid UTF8 data"."""
+    golden, out = tmp_path / "golden.csv", tmp_path / "out.npz"
+    golden.write_bytes(b"segment,sum,note\n0,1.0,ok\n1,2.0,caf\xe9\n")
+    failed = run(*command, *pair, "--expect", golden, "-o", out, "-q")
+    assert failed.exit_code == 3, failed.stderr
+    label = f"--expect {golden}" if command[0] == "agg" else str(golden)
+    assert failed.stderr == (
+        f"Error: {label}: line 3 holds b'1,2.0,caf\\xe9', which is not UTF-8; convert the file "
+        "to UTF-8 (e.g. iconv -f latin1 -t utf-8)\n"
+    )
+    assert not out.exists()

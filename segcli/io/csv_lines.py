@@ -56,3 +56,28 @@ def _fields_of_any_size() -> Iterator[None]:
         yield
     finally:
         csv.field_size_limit(before)
+
+
+def not_utf8_line(text: bytes) -> tuple[int, bytes] | None:
+    """The physical line (from 1) of the first bytes of ``text`` that are not UTF-8, and that
+    line's bytes; None if all of it is UTF-8 (a leading byte-order mark is allowed)."""
+    try:
+        text.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        start = text.rfind(b"\n", 0, exc.start) + 1
+        end = text.find(b"\n", exc.start)
+        line = text[start : len(text) if end < 0 else end].rstrip(b"\r")
+        return text.count(b"\n", 0, exc.start) + 1, line
+    return None
+
+
+def not_utf8_message(label: str, text: bytes) -> str | None:
+    """``label: line N holds b'...', which is not UTF-8; ...`` for ``text``, or None."""
+    found = not_utf8_line(text)
+    if found is None:
+        return None
+    line, held = found
+    return (
+        f"{label}: line {line} holds {held!r}, which is not UTF-8; convert the file to UTF-8 "
+        "(e.g. iconv -f latin1 -t utf-8)"
+    )

@@ -15,7 +15,7 @@ from numpy.typing import DTypeLike
 
 from segcli.errors import ExpectationError, ReadError
 from segcli.io.columns import VALUE_COLUMN
-from segcli.io.csv_lines import numbered_records
+from segcli.io.csv_lines import not_utf8_message, numbered_records
 from segcli.io.formats import (
     OUTPUT_SUFFIXES,
     first_line,
@@ -120,9 +120,13 @@ def _in_segment_order(
 def _csv_columns(path: str, sep: str) -> dict[str, list[str]]:
     """The columns of a delimited text file with a header row, as lists of strings."""
     with open_binary(path) as raw, library_errors(path, "cannot parse the text table"):
+        data = raw.read()
+        said = not_utf8_message(path, data)
+        if said is not None:
+            raise ReadError(said)
         # utf-8-sig: a golden saved by a spreadsheet starts with a byte-order mark. newline="":
         # only CSV's own line breaks end a row, not a form feed or U+2028 inside a key field.
-        text = io.StringIO(raw.read().decode("utf-8-sig"), newline="")
+        text = io.StringIO(data.decode("utf-8-sig"), newline="")
         # Each row with the line it starts on: a quoted key field may hold a line break.
         rows = list(numbered_records(text, sep))
     if not rows:
