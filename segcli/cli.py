@@ -541,12 +541,20 @@ def cli() -> None:
     segcli mean table.parquet --data-column value --ids-column segment -o out.parquet
     segcli check data.npy ids.npy -n 4 --max-empty 0
     """
-    notices.listen(_print_notice)
+    notices.listen(_notice_printer())
 
 
-def _print_notice(message: str) -> None:
-    # The library's notes (a first run compiling kernels) go to stderr, even with --quiet.
-    click.echo(message, err=True)
+def _notice_printer() -> Callable[[str], None]:
+    """The run's printer of the library's notes (a first run compiling kernels, an Arrow
+    stream without its end marker): on stderr, even with --quiet, each one once."""
+    printed: set[str] = set()
+
+    def print_notice(message: str) -> None:
+        if message not in printed:
+            printed.add(message)
+            click.echo(message, err=True)
+
+    return print_notice
 
 
 def _verdict(error: SegcliError | None) -> dict[str, Any]:

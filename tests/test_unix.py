@@ -1048,3 +1048,37 @@ def test_the_process_ends_after_its_exit_handlers_without_teardown(code, status,
     assert result.returncode == status
     assert result.stdout == b"bufferedhandler ran\n"
     assert result.stderr.decode() == said
+
+
+def test_an_arrow_stream_without_its_end_marker_is_noted_once(tmp_path: Path) -> None:
+    """An Arrow IPC stream cut short between two batches (its writer stopped early) reads as a
+    shorter stream: the format lets a stream end without its end-of-stream marker. The run
+    still succeeds, but says once, even with -q, that the marker is missing: from a file read
+    whole or streamed, and from a pipe. A stream that has it is read without a word."""
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    table = pa.table({"x": [1.0, 2.0, 3.0], "seg": [0, 1, 1]})
+    whole = tmp_path / "whole.arrows"
+    with ipc.new_stream(str(whole), table.schema) as writer:
+        writer.write_table(table)
+        writer.write_table(table)
+    cut = tmp_path / "cut.arrows"
+    cut.write_bytes(whole.read_bytes()[:-8])
+    note = "ends without the Arrow stream's end-of-stream marker; if its writer stopped early"
+    args = ["--data-column", "x", "--ids-column", "seg", "-q", "-o", tmp_path / "out.npy"]
+    for path in (whole, cut):
+        for streamed in ([], ["--memory-limit", "1KB"]):
+            done = segcli("sum", path, *args, *streamed)
+            assert done.returncode == 0, done.stderr
+            said = [line for line in stderr_lines(done) if note in line]
+            assert said == (
+                [f"segcli: note: {path} {note}, the rows it did not write are missing"]
+                if path == cut
+                else []
+            )
+            assert np.load(tmp_path / "out.npy").tolist() == [2.0, 10.0]
+        with path.open("rb") as stdin:
+            piped = segcli("sum", "-", *args, stdin=stdin)
+        assert piped.returncode == 0, piped.stderr
+        assert (note in piped.stderr.decode()) == (path == cut)

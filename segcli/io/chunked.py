@@ -36,7 +36,14 @@ from segcli.io.columns import (
     value_layout,
     widened_null_lists,
 )
-from segcli.io.formats import input_format, is_pipe, library_errors, open_binary
+from segcli.io.formats import (
+    TailKept,
+    input_format,
+    is_pipe,
+    library_errors,
+    note_if_unended,
+    open_binary,
+)
 from segcli.io.npy import (
     NpyHeader,
     Readable,
@@ -634,8 +641,9 @@ class ArrowStreamColumns:
     def __init__(self, stream: Readable, names: list[str]) -> None:
         import pyarrow.ipc as ipc
 
+        self._stream = TailKept(stream)  # its end marker, looked for once it ends
         with library_errors(STDIN_LABEL, "not a .npy or Arrow IPC stream"):
-            self._reader = ipc.open_stream(stream)
+            self._reader = ipc.open_stream(self._stream)
         schema = self._reader.schema
         for name in names:
             if name not in schema.names:
@@ -655,6 +663,7 @@ class ArrowStreamColumns:
             try:
                 batch = self._reader.read_next_batch()
             except StopIteration:
+                note_if_unended(STDIN_LABEL, self._stream.head, self._stream.tail)
                 return False
         for name, queue in self._pending.items():
             queue.append(batch.column(name))

@@ -245,6 +245,7 @@ def _arrow_table(table: TableFile) -> dict[str, object]:
             for batch in table.ipc_field_batches(fields):
                 for i, column in zip(fields, batch.columns, strict=True):
                     nulls[i] += _nulls(column)
+        table.note_if_unended_stream()
         return {
             "ipc": "file" if isinstance(reader, ipc.RecordBatchFileReader) else "stream",
             "rows": counts.rows,
@@ -266,6 +267,7 @@ def _arrow_batches(table: TableFile) -> dict[str, object]:
         else:
             batches = list(reader)
             kind = "stream"
+            table.note_if_unended_stream()
         nulls = [
             sum(_nulls(batch.column(i)) for batch in batches) for i in range(len(reader.schema))
         ]

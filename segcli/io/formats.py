@@ -57,6 +57,10 @@ ARROW_FILE_MAGIC = b"ARROW1"
 #: An Arrow IPC stream opens with a message's continuation marker (since Arrow 0.15).
 ARROW_STREAM_MARKER = b"\xff\xff\xff\xff"
 FEATHER_V1_MAGIC = b"FEA1"
+#: What an Arrow IPC stream's writer ends it with: the continuation marker, then a length of
+#: 0. The format lets a stream end without it, so a stream cut short between two batches (its
+#: writer stopped early) reads as a shorter one; only the missing marker tells.
+ARROW_STREAM_END = ARROW_STREAM_MARKER + b"\x00\x00\x00\x00"
 SNIFF_BYTES = 8
 
 
@@ -437,3 +441,44 @@ def library_errors(label: str, what: str) -> Iterator[None]:
         if type(exc).__module__.startswith("pyarrow"):
             raise ReadError(f"{label}: {what} ({first_line(exc)})") from exc
         raise
+
+
+def note_if_unended(label: str, head: bytes, tail: bytes) -> None:
+    """A note (not an error: a stream may end so) when the last bytes of an Arrow IPC stream,
+    ``tail``, are not its end-of-stream marker (by ``head``, its first bytes: a stream of the
+    format before Arrow 0.15 ends with a length of 0 alone). A run opens a file more than
+    once: the command line prints a note once."""
+    end = ARROW_STREAM_END if head.startswith(ARROW_STREAM_MARKER) else ARROW_STREAM_END[4:]
+    if tail.endswith(end):
+        return
+    from segcli import notices
+
+    notices.send(
+        f"segcli: note: {label} ends without the Arrow stream's end-of-stream marker; if its "
+        "writer stopped early, the rows it did not write are missing"
+    )
+
+
+class TailKept:
+    """A binary stream read through, keeping its first and last bytes (:attr:`head`,
+    :attr:`tail`): whether an Arrow IPC stream read from a pipe ended with its end-of-stream
+    marker."""
+
+    def __init__(self, stream: _Reads) -> None:
+        self._stream = stream
+        self.head = b""
+        self.tail = b""
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._stream.read(size)
+        if len(self.head) < len(ARROW_STREAM_MARKER):
+            self.head = (self.head + data)[: len(ARROW_STREAM_MARKER)]
+        self.tail = (self.tail + data)[-len(ARROW_STREAM_END) :]
+        return data
+
+    @property
+    def closed(self) -> bool:
+        return bool(getattr(self._stream, "closed", False))
+
+    def readable(self) -> bool:
+        return True

@@ -31,6 +31,7 @@ from segcli.io.columns import (
 )
 from segcli.io.formats import (
     ARROW_FILE_MAGIC,
+    ARROW_STREAM_END,
     FEATHER_V1_MAGIC,
     INPUT_SUFFIXES,
     TEXT_FORMATS,
@@ -38,6 +39,7 @@ from segcli.io.formats import (
     compression_of,
     is_pipe,
     library_errors,
+    note_if_unended,
     pipe_bytes,
     suffix_format,
 )
@@ -179,7 +181,9 @@ class TableFile:
 
                 return pq.ParquetFile(self.parquet_source(), pre_buffer=False).read(columns=columns)
             if self.fmt == "arrow":
-                return self.ipc_reader().read_all().select(columns)
+                table = self.ipc_reader().read_all().select(columns)
+                self.note_if_unended_stream()
+                return table
             if self.fmt == "jsonl":
                 table = json_lines.read_table(self._input, columns)
                 if not as_is:
@@ -244,6 +248,7 @@ class TableFile:
                     yield reader.get_batch(i)
             else:
                 yield from reader
+                self.note_if_unended_stream()
 
     def ipc_rows(self) -> int:
         """The rows of an Arrow IPC file or stream, read from its batches' headers alone (not
@@ -261,6 +266,21 @@ class TableFile:
             return ipc_counts(io.BytesIO(self.source))
         with open(self.source, "rb", buffering=0) as file:
             return ipc_counts(file)
+
+    def note_if_unended_stream(self) -> None:
+        """A note when this Arrow IPC stream (not a file) ends without its end-of-stream
+        marker, as one cut short between two batches does; once read, so that a read that
+        fails says only why."""
+        if isinstance(self.source, bytes):
+            head, tail = self.source[: len(ARROW_FILE_MAGIC)], self.source[-len(ARROW_STREAM_END) :]
+        else:
+            with open(self.source, "rb") as file:
+                head = file.read(len(ARROW_FILE_MAGIC))
+                size = file.seek(0, io.SEEK_END)
+                file.seek(max(size - len(ARROW_STREAM_END), 0))
+                tail = file.read()
+        if head != ARROW_FILE_MAGIC:
+            note_if_unended(self.label, head, tail)
 
     def _ipc_open(
         self, source: pa.NativeFile, options: ipc.IpcReadOptions | None
