@@ -310,6 +310,43 @@ def reduce_arrays(
     counts, the id report (``id_report.dropped_negative``, ``dropped_beyond``, ...), the engine
     that ran and why, and timings. ``data_label`` and ``ids_label`` name the inputs in error
     messages."""
+    try:
+        return reduce_with_option_words(
+            data,
+            segment_ids,
+            num_segments,
+            op,
+            sorted=sorted,
+            engine=engine,
+            fill=fill,
+            data_label=data_label,
+            ids_label=ids_label,
+            q=q,
+            skipna=skipna,
+            ddof=ddof,
+        )
+    except SegcliError as exc:
+        exc.args = (in_parameter_words(str(exc)),)
+        raise
+
+
+def reduce_with_option_words(
+    data: Any,
+    segment_ids: Any,
+    num_segments: int | None = None,
+    op: str | ops.Op = "sum",
+    *,
+    sorted: bool = False,
+    engine: str | Engine = "auto",
+    fill: Any = None,
+    data_label: str | None = None,
+    ids_label: str | None = None,
+    q: float | None = None,
+    skipna: bool = False,
+    ddof: int | None = None,
+) -> Reduction:
+    """:func:`reduce_arrays` for the command line's drivers: its errors name the command
+    line's options (``--fill``, ``--sorted``), which the library's calls translate."""
     _check_library_engine(engine)
     if not isinstance(op, (str, ops.Op)):  # unhashable (a list): a TypeError in the lookup
         raise UsageError(f"unknown op {op!r} (ops: {', '.join(ops.OPS)})")
@@ -566,7 +603,7 @@ def _reduce_holistic(
         (op.name,), data.dtype, q=q, skipna=skipna, fill=fill, label=data_label or "data"
     )
     job = replace(job, q=check_q((op.name,), q))
-    counted = reduce_arrays(
+    counted = reduce_with_option_words(
         data,
         ids,
         num_segments,
@@ -627,22 +664,18 @@ def segment_reduce(
     >>> segment_reduce([1.0, 2.0, 3.0, 4.0], [0, 0, 2, 2], 4, "sum")
     array([3., 0., 7., 0.])
     """
-    try:
-        return reduce_arrays(
-            data,
-            segment_ids,
-            num_segments,
-            op,
-            sorted=sorted,
-            engine=engine,
-            fill=fill,
-            q=q,
-            skipna=skipna,
-            ddof=ddof,
-        ).result
-    except SegcliError as exc:
-        exc.args = (in_parameter_words(str(exc)),)
-        raise
+    return reduce_arrays(
+        data,
+        segment_ids,
+        num_segments,
+        op,
+        sorted=sorted,
+        engine=engine,
+        fill=fill,
+        q=q,
+        skipna=skipna,
+        ddof=ddof,
+    ).result
 
 
 #: The command line's options as this function's parameters: the checks that raise are
@@ -652,11 +685,12 @@ _PARAMETER_WORDS = (
     (re.compile(r"--(fill|ddof)\b"), r"\1"),
     (re.compile(r"--sorted ids\b"), "ids under sorted=True"),
     (re.compile(r"--(sorted|skipna)\b"), r"\1=True"),
+    (re.compile(r"\buse --engine\b"), "use engine"),
 )
 
 
 def in_parameter_words(message: str) -> str:
-    """``message`` with the command line's options spelled as :func:`segment_reduce`'s
+    """``message`` with the command line's options spelled as :func:`reduce_arrays`'
     parameters (``--fill 1e-50`` as ``fill 1e-50``, ``--sorted`` as ``sorted=True``)."""
     for pattern, words in _PARAMETER_WORDS:
         message = pattern.sub(words, message)

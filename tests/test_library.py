@@ -248,11 +248,21 @@ def test_masked_ints_with_inner_axes_under_skipna_for_sorting_ops(
         ),
     ],
 )
-def test_library_errors_name_its_parameters_not_the_command_lines_options(call, said):
-    """The checks are the CLI's; a library caller reads its own parameters' names."""
+@pytest.mark.parametrize("function", [segcli.segment_reduce, segcli.reduce_arrays])
+def test_library_errors_name_its_parameters_not_the_command_lines_options(call, said, function):
+    """The checks are the CLI's; a library caller reads its own parameters' names, from
+    reduce_arrays too."""
     call = dict(call)
     ids = call.pop("ids", [0, 1])
     with pytest.raises(segcli.SegcliError) as raised:
-        segcli.segment_reduce(np.array([1.0, 2.0]), np.array(ids), 2, **call)
+        function(np.array([1.0, 2.0]), np.array(ids), 2, **call)
     assert said in str(raised.value)
     assert "--" not in str(raised.value)
+
+
+def test_the_engine_refusing_skipna_names_the_engine_parameter() -> None:
+    with pytest.raises(EngineUnavailableError) as raised:
+        segcli.segment_reduce([1.0], [0], engine="cupy", skipna=True)
+    assert str(raised.value) == (
+        "skipna=True is not supported by engine 'cupy' yet; use engine numpy or numba"
+    )
