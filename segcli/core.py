@@ -454,6 +454,8 @@ def _nulls_masked(value: Any) -> Any:
     floats), so that its nulls follow the rules of a table column's; any other value as it
     is."""
     package = type(value).__module__.partition(".")[0]
+    if package == "pyarrow":
+        value = _dictionary_decoded(value)
     try:
         if package == "pyarrow" and hasattr(value, "is_null") and value.null_count:
             import pyarrow.types
@@ -473,6 +475,18 @@ def _nulls_masked(value: Any) -> Any:
     import numpy.ma
 
     return numpy.ma.MaskedArray(values, mask=mask)
+
+
+def _dictionary_decoded(value: Any) -> Any:
+    """A pyarrow dictionary array as its values, as the command line reads a dictionary
+    column: a row on a null entry is null (``null_count`` counts null indices only, and
+    NumPy's conversion would make it NaN, integers floats); any other value as it is."""
+    import pyarrow.types as pt
+
+    type_ = getattr(value, "type", None)
+    if type_ is None or not pt.is_dictionary(type_):
+        return value
+    return value.cast(type_.value_type)
 
 
 def _refuse_arrow_objects(value: Any, label: str, *, ids: bool = False) -> None:

@@ -176,9 +176,15 @@ def nullable_columns() -> list[tuple[str, object, object]]:
     """(name, int column [1, null, 3], ids [0, null, 1]) in each library a user holds them."""
     import pyarrow as pa
 
+    def on_a_null_entry(values: list[int | None]) -> pa.DictionaryArray:
+        # Row 1 points at the dictionary's null entry: its index is valid, its value null.
+        return pa.DictionaryArray.from_arrays(pa.array([0, 1, 2]), pa.array(values))
+
     columns = [
         ("pyarrow", pa.array([1, None, 3]), pa.array([0, None, 1])),
         ("pyarrow chunked", pa.chunked_array([[1, None], [3]]), pa.chunked_array([[0], [None, 1]])),
+        ("dictionary", pa.array([1, None, 3]).dictionary_encode(), pa.array([0, None, 1])),
+        ("null entry", on_a_null_entry([1, None, 3]), on_a_null_entry([0, None, 1])),
     ]
     pd = pytest.importorskip("pandas")
     columns.append(
@@ -191,8 +197,12 @@ def nullable_columns() -> list[tuple[str, object, object]]:
     return columns
 
 
-@pytest.mark.parametrize("kind", range(3), ids=["pyarrow", "chunked", "pandas"])
+@pytest.mark.parametrize(
+    "kind", range(5), ids=["pyarrow", "chunked", "dictionary", "null-entry", "pandas"]
+)
 def test_nulls_of_pyarrow_and_pandas_are_missing_values(kind: int) -> None:
+    """A dictionary array's row on a null entry is null too, as in a table column (NumPy
+    made it NaN, and the integers floats)."""
     name, data, ids = nullable_columns()[kind]
     with pytest.raises(InvalidInputError, match=r"^data\[1\] is null or masked \(1 missing"):
         segcli.segment_reduce(data, [0, 0, 1])
