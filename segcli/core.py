@@ -468,6 +468,12 @@ def _nulls_masked(value: Any) -> Any:
             if not mask.any():
                 return value
             values = value.to_numpy(dtype=value.dtype.numpy_dtype, na_value=0)
+        elif (
+            package == "pandas" and getattr(getattr(value, "dtype", None), "name", "") == "category"
+        ):
+            mask, values = _categorical_parts(value)
+            if not mask.any():
+                return value
         else:
             return value
     except (TypeError, ValueError, AttributeError, NotImplementedError):
@@ -475,6 +481,17 @@ def _nulls_masked(value: Any) -> Any:
     import numpy.ma
 
     return numpy.ma.MaskedArray(values, mask=mask)
+
+
+def _categorical_parts(value: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(mask, values)`` of a pandas categorical: its missing rows (code -1, which NumPy's
+    conversion makes NaN, integers floats) and its values, the first category there."""
+    codes = np.asarray(getattr(value, "cat", value).codes)
+    categories = np.asarray(value.dtype.categories)
+    mask = codes < 0
+    if not categories.size:  # every row missing: no value of the categories' type to show
+        raise TypeError("no categories")
+    return mask, categories[np.where(mask, 0, codes)]
 
 
 def _dictionary_decoded(value: Any) -> Any:

@@ -194,15 +194,20 @@ def nullable_columns() -> list[tuple[str, object, object]]:
             pd.Series([0, None, 1], dtype="Int64"),
         )
     )
+    columns.append(  # a missing category's code is -1, which NumPy made NaN
+        ("pandas category", pd.Categorical([1, None, 3]), pd.Series(pd.Categorical([0, None, 1])))
+    )
     return columns
 
 
 @pytest.mark.parametrize(
-    "kind", range(5), ids=["pyarrow", "chunked", "dictionary", "null-entry", "pandas"]
+    "kind",
+    range(6),
+    ids=["pyarrow", "chunked", "dictionary", "null-entry", "pandas", "pandas-category"],
 )
 def test_nulls_of_pyarrow_and_pandas_are_missing_values(kind: int) -> None:
-    """A dictionary array's row on a null entry is null too, as in a table column (NumPy
-    made it NaN, and the integers floats)."""
+    """A dictionary array's row on a null entry is null too, as in a table column, and a
+    pandas categorical's missing row (NumPy made either NaN, and the integers floats)."""
     name, data, ids = nullable_columns()[kind]
     with pytest.raises(InvalidInputError, match=r"^data\[1\] is null or masked \(1 missing"):
         segcli.segment_reduce(data, [0, 0, 1])
