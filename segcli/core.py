@@ -588,7 +588,7 @@ def _ids_array(
         )
     from segcli.io.columns import without_null_ids
 
-    return without_null_ids(segment_ids, sorted_ids=sorted, label=label or "segment_ids")
+    return without_null_ids(segment_ids, sorted_ids=sorted, label=label)
 
 
 def _native(data: np.ndarray) -> np.ndarray:
