@@ -310,6 +310,43 @@ def reduce_arrays(
     counts, the id report (``id_report.dropped_negative``, ``dropped_beyond``, ...), the engine
     that ran and why, and timings. ``data_label`` and ``ids_label`` name the inputs in error
     messages."""
+    try:
+        return reduce_with_option_words(
+            data,
+            segment_ids,
+            num_segments,
+            op,
+            sorted=sorted,
+            engine=engine,
+            fill=fill,
+            data_label=data_label,
+            ids_label=ids_label,
+            q=q,
+            skipna=skipna,
+            ddof=ddof,
+        )
+    except SegcliError as exc:
+        exc.args = (in_parameter_words(str(exc)),)
+        raise
+
+
+def reduce_with_option_words(
+    data: Any,
+    segment_ids: Any,
+    num_segments: int | None = None,
+    op: str | ops.Op = "sum",
+    *,
+    sorted: bool = False,
+    engine: str | Engine = "auto",
+    fill: Any = None,
+    data_label: str | None = None,
+    ids_label: str | None = None,
+    q: float | None = None,
+    skipna: bool = False,
+    ddof: int | None = None,
+) -> Reduction:
+    """:func:`reduce_arrays` for the command line's drivers: its errors name the command
+    line's options (``--fill``, ``--sorted``), which the library's calls translate."""
     _check_library_engine(engine)
     if not isinstance(op, (str, ops.Op)):  # unhashable (a list): a TypeError in the lookup
         raise UsageError(f"unknown op {op!r} (ops: {', '.join(ops.OPS)})")
@@ -417,6 +454,8 @@ def _nulls_masked(value: Any) -> Any:
     floats), so that its nulls follow the rules of a table column's; any other value as it
     is."""
     package = type(value).__module__.partition(".")[0]
+    if package == "pyarrow":
+        value = _dictionary_decoded(value)
     try:
         if package == "pyarrow" and hasattr(value, "is_null") and value.null_count:
             import pyarrow.types
@@ -429,6 +468,12 @@ def _nulls_masked(value: Any) -> Any:
             if not mask.any():
                 return value
             values = value.to_numpy(dtype=value.dtype.numpy_dtype, na_value=0)
+        elif (
+            package == "pandas" and getattr(getattr(value, "dtype", None), "name", "") == "category"
+        ):
+            mask, values = _categorical_parts(value)
+            if not mask.any():
+                return value
         else:
             return value
     except (TypeError, ValueError, AttributeError, NotImplementedError):
@@ -436,6 +481,29 @@ def _nulls_masked(value: Any) -> Any:
     import numpy.ma
 
     return numpy.ma.MaskedArray(values, mask=mask)
+
+
+def _categorical_parts(value: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(mask, values)`` of a pandas categorical: its missing rows (code -1, which NumPy's
+    conversion makes NaN, integers floats) and its values, the first category there."""
+    codes = np.asarray(getattr(value, "cat", value).codes)
+    categories = np.asarray(value.dtype.categories)
+    mask = codes < 0
+    if not categories.size:  # every row missing: no value of the categories' type to show
+        raise TypeError("no categories")
+    return mask, categories[np.where(mask, 0, codes)]
+
+
+def _dictionary_decoded(value: Any) -> Any:
+    """A pyarrow dictionary array as its values, as the command line reads a dictionary
+    column: a row on a null entry is null (``null_count`` counts null indices only, and
+    NumPy's conversion would make it NaN, integers floats); any other value as it is."""
+    import pyarrow.types as pt
+
+    type_ = getattr(value, "type", None)
+    if type_ is None or not pt.is_dictionary(type_):
+        return value
+    return value.cast(type_.value_type)
 
 
 def _refuse_arrow_objects(value: Any, label: str, *, ids: bool = False) -> None:
@@ -520,7 +588,7 @@ def _ids_array(
         )
     from segcli.io.columns import without_null_ids
 
-    return without_null_ids(segment_ids, sorted_ids=sorted, label=label or "segment_ids")
+    return without_null_ids(segment_ids, sorted_ids=sorted, label=label)
 
 
 def _native(data: np.ndarray) -> np.ndarray:
@@ -566,7 +634,7 @@ def _reduce_holistic(
         (op.name,), data.dtype, q=q, skipna=skipna, fill=fill, label=data_label or "data"
     )
     job = replace(job, q=check_q((op.name,), q))
-    counted = reduce_arrays(
+    counted = reduce_with_option_words(
         data,
         ids,
         num_segments,
@@ -627,22 +695,18 @@ def segment_reduce(
     >>> segment_reduce([1.0, 2.0, 3.0, 4.0], [0, 0, 2, 2], 4, "sum")
     array([3., 0., 7., 0.])
     """
-    try:
-        return reduce_arrays(
-            data,
-            segment_ids,
-            num_segments,
-            op,
-            sorted=sorted,
-            engine=engine,
-            fill=fill,
-            q=q,
-            skipna=skipna,
-            ddof=ddof,
-        ).result
-    except SegcliError as exc:
-        exc.args = (in_parameter_words(str(exc)),)
-        raise
+    return reduce_arrays(
+        data,
+        segment_ids,
+        num_segments,
+        op,
+        sorted=sorted,
+        engine=engine,
+        fill=fill,
+        q=q,
+        skipna=skipna,
+        ddof=ddof,
+    ).result
 
 
 #: The command line's options as this function's parameters: the checks that raise are
@@ -652,11 +716,12 @@ _PARAMETER_WORDS = (
     (re.compile(r"--(fill|ddof)\b"), r"\1"),
     (re.compile(r"--sorted ids\b"), "ids under sorted=True"),
     (re.compile(r"--(sorted|skipna)\b"), r"\1=True"),
+    (re.compile(r"\buse --engine\b"), "use engine"),
 )
 
 
 def in_parameter_words(message: str) -> str:
-    """``message`` with the command line's options spelled as :func:`segment_reduce`'s
+    """``message`` with the command line's options spelled as :func:`reduce_arrays`'
     parameters (``--fill 1e-50`` as ``fill 1e-50``, ``--sorted`` as ``sorted=True``)."""
     for pattern, words in _PARAMETER_WORDS:
         message = pattern.sub(words, message)

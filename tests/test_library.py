@@ -95,8 +95,12 @@ def test_masked_ids_under_skipna_drop_their_rows_as_null_ids(op: str) -> None:
 
 def test_masked_sorted_ids_are_an_error_even_under_skipna() -> None:
     ids = np.ma.masked_array([0, 1, 1], mask=[0, 1, 0])
-    with pytest.raises(InvalidInputError, match=r"segment_ids\[1\] is null"):
+    with pytest.raises(InvalidInputError) as raised:
         segcli.segment_reduce([1.0, 2.0, 3.0], ids, sorted=True, skipna=True)
+    assert str(raised.value) == (  # no file to name: not "segment_ids: segment_ids[1]"
+        "segment_ids[1] is null (1 null id); ids under sorted=True cannot be null, as they "
+        "cannot be negative"
+    )
 
 
 @pytest.mark.parametrize("n", [np.array(4), np.uint8(4), 4], ids=["0-d array", "uint8", "int"])
@@ -176,9 +180,15 @@ def nullable_columns() -> list[tuple[str, object, object]]:
     """(name, int column [1, null, 3], ids [0, null, 1]) in each library a user holds them."""
     import pyarrow as pa
 
+    def on_a_null_entry(values: list[int | None]) -> pa.DictionaryArray:
+        # Row 1 points at the dictionary's null entry: its index is valid, its value null.
+        return pa.DictionaryArray.from_arrays(pa.array([0, 1, 2]), pa.array(values))
+
     columns = [
         ("pyarrow", pa.array([1, None, 3]), pa.array([0, None, 1])),
         ("pyarrow chunked", pa.chunked_array([[1, None], [3]]), pa.chunked_array([[0], [None, 1]])),
+        ("dictionary", pa.array([1, None, 3]).dictionary_encode(), pa.array([0, None, 1])),
+        ("null entry", on_a_null_entry([1, None, 3]), on_a_null_entry([0, None, 1])),
     ]
     pd = pytest.importorskip("pandas")
     columns.append(
@@ -188,11 +198,20 @@ def nullable_columns() -> list[tuple[str, object, object]]:
             pd.Series([0, None, 1], dtype="Int64"),
         )
     )
+    columns.append(  # a missing category's code is -1, which NumPy made NaN
+        ("pandas category", pd.Categorical([1, None, 3]), pd.Series(pd.Categorical([0, None, 1])))
+    )
     return columns
 
 
-@pytest.mark.parametrize("kind", range(3), ids=["pyarrow", "chunked", "pandas"])
+@pytest.mark.parametrize(
+    "kind",
+    range(6),
+    ids=["pyarrow", "chunked", "dictionary", "null-entry", "pandas", "pandas-category"],
+)
 def test_nulls_of_pyarrow_and_pandas_are_missing_values(kind: int) -> None:
+    """A dictionary array's row on a null entry is null too, as in a table column, and a
+    pandas categorical's missing row (NumPy made either NaN, and the integers floats)."""
     name, data, ids = nullable_columns()[kind]
     with pytest.raises(InvalidInputError, match=r"^data\[1\] is null or masked \(1 missing"):
         segcli.segment_reduce(data, [0, 0, 1])
@@ -248,11 +267,21 @@ def test_masked_ints_with_inner_axes_under_skipna_for_sorting_ops(
         ),
     ],
 )
-def test_library_errors_name_its_parameters_not_the_command_lines_options(call, said):
-    """The checks are the CLI's; a library caller reads its own parameters' names."""
+@pytest.mark.parametrize("function", [segcli.segment_reduce, segcli.reduce_arrays])
+def test_library_errors_name_its_parameters_not_the_command_lines_options(call, said, function):
+    """The checks are the CLI's; a library caller reads its own parameters' names, from
+    reduce_arrays too."""
     call = dict(call)
     ids = call.pop("ids", [0, 1])
     with pytest.raises(segcli.SegcliError) as raised:
-        segcli.segment_reduce(np.array([1.0, 2.0]), np.array(ids), 2, **call)
+        function(np.array([1.0, 2.0]), np.array(ids), 2, **call)
     assert said in str(raised.value)
     assert "--" not in str(raised.value)
+
+
+def test_the_engine_refusing_skipna_names_the_engine_parameter() -> None:
+    with pytest.raises(EngineUnavailableError) as raised:
+        segcli.segment_reduce([1.0], [0], engine="cupy", skipna=True)
+    assert str(raised.value) == (
+        "skipna=True is not supported by engine 'cupy' yet; use engine numpy or numba"
+    )

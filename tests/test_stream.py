@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 import segcli
-from segcli import io
+from segcli import core, io
 from segcli.cli import cli
 from segcli.drivers.stream import reduce_stream
 from segcli.errors import InvalidInputError
@@ -159,8 +159,9 @@ def test_empty_input_streams(tmp_path):
 
 
 def in_memory_error(data, ids, n, **kw) -> str:
+    """The message of the command line's in-memory run (in its option words)."""
     with pytest.raises(InvalidInputError) as caught:
-        segcli.reduce_arrays(data, ids, n, "sum", ids_label="ids", **kw)
+        core.reduce_with_option_words(data, ids, n, "sum", ids_label="ids", **kw)
     return str(caught.value)
 
 

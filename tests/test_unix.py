@@ -742,6 +742,20 @@ def test_info_counts_null_rows_of_nested_and_dotted_parquet_columns(tmp_path):
     assert [column.null_count for column in table.columns] == [0, 0, 1, 2]
 
 
+def test_info_counts_the_null_rows_of_each_parquet_column_sharing_a_name(tmp_path):
+    """A nested column is read by position: read by name, the second ``a`` got the first's
+    count."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lists = [pa.array([[1.0], None, None]), pa.array([[1.0], [2.0], None])]
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.Table.from_arrays(lists, names=["a", "a"]), path, row_group_size=2)
+    result = cli_run("info", path, "--json")
+    assert result.exit_code == 0, result.stderr
+    assert [column["nulls"] for column in json.loads(result.stdout)["columns"]] == [2, 1]
+
+
 @pytest.mark.parametrize("kind", ["file", "stream"])
 def test_info_counts_rows_on_a_null_dictionary_entry_as_nulls(tmp_path, kind):
     # As --by counts them missing: a null index and an index to a null entry.

@@ -82,7 +82,7 @@ def check_in_memory(spec: RunSpec) -> CheckResult:
     data, ids = memory.read(spec)
     ops.check_data_dtype(ops.get_op(spec.op), data.array.dtype, data.label)
     flat_ids, null_ids = without_null_ids(ids.array, sorted_ids=spec.sorted_ids, label=ids.label)
-    reduction = core.reduce_arrays(
+    reduction = core.reduce_with_option_words(
         data.array,
         flat_ids,
         spec.num_segments,

@@ -161,7 +161,7 @@ def _run_in_memory(spec: RunSpec, columns: list[str]) -> list[DriverResult]:
     for column in data:
         inner = tuple(column.array.shape[ids.array.ndim :])
         op, fill = op_and_fill(spec, column.array.dtype, inner, column.label)
-        reduction = core.reduce_arrays(
+        reduction = core.reduce_with_option_words(
             column.array,
             ids_array,
             spec.num_segments,
@@ -235,7 +235,7 @@ def _run_keyed(
         for array, label in zip(arrays, labels, strict=True):
             op, fill = op_and_fill(spec, array.dtype, tuple(array.shape[1:]), label)
             reductions.append(
-                core.reduce_arrays(
+                core.reduce_with_option_words(
                     array,
                     flat_ids,
                     given_n(encoder),

@@ -186,7 +186,7 @@ def _sort_in_memory(
     inner = tuple(data.shape[ids.ndim :])
     job = _job(spec, data.dtype, data_label)
     fold_op, fold_fill = _fold_op(spec, data.dtype, inner, data_label)
-    reduction = core.reduce_arrays(
+    reduction = core.reduce_with_option_words(
         data,
         ids,
         num_segments,

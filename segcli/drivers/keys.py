@@ -147,7 +147,7 @@ def run_in_memory(
     data_label = f"{table.label}:{column}"
     ids_label = f"{table.label}:{','.join(spec.by)}"
     op, fill = op_and_fill(spec, data.dtype, tuple(data.shape[1:]), data_label)
-    reduction = core.reduce_arrays(
+    reduction = core.reduce_with_option_words(
         data,
         ids,
         given_n(encoder),

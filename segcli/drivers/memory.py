@@ -44,7 +44,7 @@ def run(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
     inner = tuple(data.array.shape[ids.array.ndim :])
     op, fill = op_and_fill(spec, data.array.dtype, inner, data.label)
     ids_array, null_ids = without_null_ids(ids.array, sorted_ids=spec.sorted_ids, label=ids.label)
-    reduction = core.reduce_arrays(
+    reduction = core.reduce_with_option_words(
         data.array,
         ids_array,
         spec.num_segments,

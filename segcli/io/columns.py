@@ -55,15 +55,16 @@ class NullIdsError(InvalidInputError):
     """Sorted ids holding a null: ``first`` is its position, ``nulls`` how many there are (a
     streamed run adds those of its later blocks with :meth:`and_more`)."""
 
-    def __init__(self, label: str, first: int, nulls: int) -> None:
+    def __init__(self, label: str | None, first: int, nulls: int) -> None:
         noun = "null id" if nulls == 1 else "null ids"
+        where = f"{label}: " if label else ""  # a library call's ids have no file to name
         super().__init__(
-            f"{label}: segment_ids[{first}] is null ({nulls} {noun}); --sorted ids cannot be "
+            f"{where}segment_ids[{first}] is null ({nulls} {noun}); --sorted ids cannot be "
             "null, as they cannot be negative"
         )
         self.label, self.first, self.nulls = label, first, nulls
 
-    def __reduce__(self) -> tuple[type[NullIdsError], tuple[str, int, int]]:
+    def __reduce__(self) -> tuple[type[NullIdsError], tuple[str | None, int, int]]:
         # A Dask worker's error travels pickled: rebuilt from these, not from the message.
         return NullIdsError, (self.label, self.first, self.nulls)
 
@@ -73,7 +74,7 @@ class NullIdsError(InvalidInputError):
 
 
 def without_null_ids(
-    ids: Any, *, sorted_ids: bool = False, label: str = "ids", first_row: int = 0
+    ids: Any, *, sorted_ids: bool = False, label: str | None = "ids", first_row: int = 0
 ) -> tuple[np.ndarray[Any, Any], int]:
     """Ids with their nulls (masked values, see :func:`nulls_kept`) as -1, which drops their
     rows like a negative id, and how many there were. Unsigned ids widen to a signed dtype

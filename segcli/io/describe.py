@@ -183,13 +183,24 @@ def _parquet_nulls(parquet: object, schema: pa.Schema) -> list[int]:
     nulls = []
     leaf = 0
     for field in schema:
+        leaves = range(leaf, leaf + _leaves(field.type))
         counted = None if pt.is_nested(field.type) else _leaf_nulls(meta, leaf)
         if counted is None:
-            column = parquet.read(columns=[field.name]).column(0)  # type: ignore[attr-defined]
-            counted = int(column.null_count)
+            counted = _read_nulls(parquet, leaves)
         nulls.append(counted)
-        leaf += _leaves(field.type)
+        leaf = leaves.stop
     return nulls
+
+
+def _read_nulls(parquet: Any, leaves: range) -> int:
+    """Null rows of the top-level column stored as Parquet leaf columns ``leaves``, read a
+    row group at a time (info keeps one row group of one column in memory, not the column)
+    and by position (a name may be another column's too)."""
+    total = 0
+    for group in range(parquet.metadata.num_row_groups):
+        part = parquet.reader.read_row_group(group, column_indices=list(leaves))
+        total += int(part.column(0).null_count)
+    return total
 
 
 def _leaf_nulls(meta: Any, leaf: int) -> int | None:
