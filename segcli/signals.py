@@ -11,10 +11,11 @@ import contextlib
 import os
 import signal
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 #: SIGHUP is POSIX only.
 HANDLED = tuple(
@@ -65,6 +66,35 @@ def install_handlers() -> None:
     for signum in HANDLED:
         if signal.getsignal(signum) is not signal.SIG_IGN:
             signal.signal(signum, _on_signal)
+    if not isinstance(sys.unraisablehook, _RaiseAgain):
+        sys.unraisablehook = _RaiseAgain(sys.unraisablehook)
+
+
+#: How long a signal lost in a finalizer waits before it is sent again: long enough for the
+#: main thread to have left the finalizer, short beside a person's patience.
+_RESEND_DELAY_S = 0.01
+
+
+class _RaiseAgain:
+    """An ``unraisablehook`` that sends again a signal whose :class:`Interrupted` was raised
+    in a finalizer. The main thread runs finalizers wherever an object dies (a Dask future's
+    ``__del__`` tells its client's event loop, many times a run), and Python only prints what
+    one raises and carries on: the run would go on to its end as if no signal had come. Every
+    other unraisable exception goes to the hook this one replaced."""
+
+    def __init__(self, previous: Callable[[Any], Any]) -> None:
+        self.previous = previous
+
+    def __call__(self, unraisable: Any) -> None:
+        if not isinstance(unraisable.exc_value, Interrupted):
+            self.previous(unraisable)
+            return
+        # From another thread, once this finalizer is over: the handler always runs in the main
+        # thread, and raising here would be lost again.
+        signum = unraisable.exc_value.signum
+        resend = threading.Timer(_RESEND_DELAY_S, os.kill, (os.getpid(), signum))
+        resend.daemon = True
+        resend.start()
 
 
 def closing_after_error() -> None:

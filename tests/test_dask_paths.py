@@ -5,6 +5,8 @@ a lost scheduler, and agg over several columns. One local worker process serves 
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -291,3 +293,33 @@ def test_agg_of_several_columns_starts_one_local_cluster(
     one = _segcli(*args, "-o", tmp_path / "one.csv")
     assert one.exit_code == 0, one.stderr
     assert (tmp_path / "dask.csv").read_text() == (tmp_path / "one.csv").read_text()
+
+
+# --- A Ctrl-C while a future is let go -------------------------------------------------------
+
+# The main thread lets go of a Dask future (its __del__ tells the client's event loop) wherever
+# the last reference dies; a signal whose handler runs in there raises in a finalizer, which
+# Python prints and forgets. Stands for it: a finalizer during which the signal comes.
+_SIGNAL_IN_A_FINALIZER = """
+import os, signal, sys, time
+from segcli.signals import Interrupted, install_handlers
+
+class Future:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(1000))  # the handler runs here, inside the finalizer
+
+install_handlers()
+try:
+    Future()
+    time.sleep(10)
+except Interrupted as interrupted:
+    sys.exit(interrupted.exit_code)
+"""
+
+
+def test_a_signal_that_comes_while_a_future_is_let_go_still_ends_the_run() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_IN_A_FINALIZER], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stderr) == (130, "")
