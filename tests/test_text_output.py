@@ -197,3 +197,21 @@ def test_a_float_format_that_would_split_cells_is_a_usage_error(
     kept = run(*command, *pair, "-q", "--float-format", "%.2f kg", "-o", out)
     assert kept.exit_code == 0, kept.stderr
     assert out.read_text().splitlines()[1].split(",")[1].endswith(" kg")
+
+
+def test_agg_json_of_complex_inner_dimensions(tmp_path: Path) -> None:
+    """A complex result with inner dimensions is nested as its shape, each value an [re, im]
+    pair (was an internal error: the pairs were taken for one more axis)."""
+    data, ids, golden = tmp_path / "d.npy", tmp_path / "i.npy", tmp_path / "golden.json"
+    values = np.zeros((2, 2), np.complex64)
+    values.real = [[1, 2], [3, 4]]
+    values.imag = [[np.inf, -1], [-np.inf, np.nan]]
+    np.save(data, values)
+    np.save(ids, np.arange(2))
+    written = run("agg", data, ids, "--op", "sum,first", "-q", "-o", golden)
+    assert written.exit_code == 0, written.stderr
+    assert '"sum": [[[1.0, "inf"], [2.0, -1.0]], [[3.0, "-inf"], [4.0, "nan"]]]' in (
+        golden.read_text()
+    )
+    result = run("agg", data, ids, "--op", "sum,first", "-q", "--expect", golden)
+    assert result.exit_code == 0, result.stderr
