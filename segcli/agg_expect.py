@@ -293,7 +293,7 @@ def _json_golden(
         like = results.get(name)
         column = _json_column(_json_numbers(values))
         if like is not None and like.dtype.kind == "c" and column.size:
-            column = column[..., 0] + 1j * column[..., 1]  # written as [re, im] pairs
+            column = _complex_pairs(column)
         if like is not None and not values:  # [] keeps no inner shape: the run's, with 0 rows
             column = np.zeros((0, *like.shape[1:]), like.dtype)
         arrays[name] = column
@@ -302,6 +302,13 @@ def _json_golden(
     if segment is not None:  # compared as a table's segment column is, not renumbered
         flat["segment"], names["segment"] = segment, "segment"
     return flat, names
+
+
+def _complex_pairs(column: np.ndarray) -> np.ndarray:
+    """Complex values written as ``[re, im]`` pairs. Not ``re + 1j * im``: 1j times an
+    infinite part is NaN in the real part (``1j * -inf`` is ``nan-infj``)."""
+    pairs = np.ascontiguousarray(column, dtype=np.float64)
+    return pairs.view(np.complex128)[..., 0]
 
 
 def _json_column(numbers: list[Any]) -> np.ndarray:

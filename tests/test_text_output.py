@@ -215,3 +215,14 @@ def test_agg_json_of_complex_inner_dimensions(tmp_path: Path) -> None:
     )
     result = run("agg", data, ids, "--op", "sum,first", "-q", "--expect", golden)
     assert result.exit_code == 0, result.stderr
+
+
+def test_agg_json_golden_keeps_an_infinite_imaginary_part(tmp_path: Path) -> None:
+    """Read as ``re + 1j * im``, the pair [1.5, "-inf"] was nan-infj: 1j * -inf is NaN in
+    the real part."""
+    data, ids, golden = tmp_path / "d.npy", tmp_path / "i.npy", tmp_path / "golden.json"
+    np.save(data, np.array([complex(1.5, -np.inf), complex(np.inf, 2)], np.complex128))
+    np.save(ids, np.arange(2))
+    assert run("agg", data, ids, "--op", "sum,first", "-q", "-o", golden).exit_code == 0
+    result = run("agg", data, ids, "--op", "sum,first", "-q", "--expect", golden)
+    assert result.exit_code == 0, result.stderr
