@@ -199,6 +199,37 @@ def test_a_float_format_that_would_split_cells_is_a_usage_error(
     assert out.read_text().splitlines()[1].split(",")[1].endswith(" kg")
 
 
+NARROW_VALUES = [1.1, 0.1, 1e-3, 3.3, np.nan, -np.inf]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.complex64])
+@pytest.mark.parametrize(
+    ("command", "fmt"),
+    [
+        (["sum"], "csv"),
+        (["sum"], "tsv"),
+        (["agg", "--op", "sum,first"], "csv"),
+        (["agg", "--op", "sum,first"], "json"),
+    ],
+)
+def test_narrow_floats_read_back_exactly_from_text(
+    tmp_path: Path, dtype: type, command: list[str], fmt: str
+) -> None:
+    """The default text is the shortest that reads back as the result's value: ``1.1`` is
+    float16's 1.0996, which a golden read as float64 missed by 3.6e-4 (past the default
+    rtol), and float32's 1.1 missed with --rtol 0 --atol 0."""
+    data, ids, golden = tmp_path / "d.npy", tmp_path / "i.npy", tmp_path / f"golden.{fmt}"
+    values = np.array(NARROW_VALUES, dtype)
+    if dtype is np.complex64:
+        values.imag = NARROW_VALUES[::-1]
+    np.save(data, values)
+    np.save(ids, np.arange(len(values)))
+    assert run(*command, data, ids, "-q", "-o", golden).exit_code == 0
+    for tolerances in ([], ["--rtol", "0", "--atol", "0"]):
+        result = run(*command, data, ids, "-q", "--expect", golden, *tolerances)
+        assert result.exit_code == 0, result.stderr
+
+
 def test_agg_json_of_complex_inner_dimensions(tmp_path: Path) -> None:
     """A complex result with inner dimensions is nested as its shape, each value an [re, im]
     pair (was an internal error: the pairs were taken for one more axis)."""
