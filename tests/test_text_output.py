@@ -257,3 +257,20 @@ def test_agg_json_golden_keeps_an_infinite_imaginary_part(tmp_path: Path) -> Non
     assert run("agg", data, ids, "--op", "sum,first", "-q", "-o", golden).exit_code == 0
     result = run("agg", data, ids, "--op", "sum,first", "-q", "--expect", golden)
     assert result.exit_code == 0, result.stderr
+
+
+@pytest.mark.parametrize("rows", [4, ARROW_FROM_ROWS + 1])
+def test_float_format_zero_flag_pads_non_finite_values_with_spaces(rows: int) -> None:
+    """As C's printf (and the shell's): Python's ``%`` wrote ``0000000nan``, which no reader
+    takes for a number, not even --expect."""
+    values = np.resize(np.array([np.nan, -np.inf, 2.5, np.inf]), rows)
+    lines = list(format_text_lines(values, float_format="%%%+010.3f"))
+    assert lines[:4] == ["0\t%      +nan", "1\t%      -inf", "2\t%+00002.500", "3\t%      +inf"]
+
+
+def test_zero_padded_float_format_reads_back(pair: tuple[Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "o.csv"
+    assert run("sum", *pair, "-q", "--float-format", "%010.3f", "-o", out).exit_code == 0
+    assert out.read_text().splitlines()[4] == "3,      -inf,1"
+    result = run("sum", *pair, "-q", "--expect", out, "--atol", "1e-3")
+    assert result.exit_code == 0, result.stderr
