@@ -49,7 +49,7 @@ def check_expected_columns(
     does not give is an error, not a column left unchecked. ``rows``: a table of this run
     holds a ``rows`` column (``--skipna`` with the count op), which a golden may lack."""
     key_names = () if keys is None else tuple(keys.column_names)
-    golden, golden_names = _read_golden(path, key_names, results)
+    golden, golden_names, textual = _read_golden(path, key_names, results)
     flat = agg_write.flat_columns(results, counts, counted=True)
     if keys is not None or "segment" not in golden:
         del flat["segment"]
@@ -73,6 +73,10 @@ def check_expected_columns(
         )
     for name, values in flat.items():
         expected = _golden_numbers(np.asarray(golden[name]), path, name)
+        if textual:  # numbers written as text read back in the result's dtype
+            from segcli.io.results import text_floats_as
+
+            expected = text_floats_as(expected, values.dtype)
         if expected.shape != values.shape:
             raise ExpectationError(
                 f"--expect {path}: column {golden_names[name]} has {expected.shape[0]} rows, "
@@ -204,12 +208,13 @@ def _golden_numbers(expected: np.ndarray, path: str, name: str) -> np.ndarray:
 
 def _read_golden(
     path: str, key_names: tuple[str, ...], results: dict[str, np.ndarray]
-) -> tuple[dict[str, np.ndarray], dict[str, str]]:
+) -> tuple[dict[str, np.ndarray], dict[str, str], bool]:
     """The golden file's columns; ``key_names``' as text (CSV's read as written, not parsed:
     a key "007" stays "007"); a .npy's one array as the run's one result column; a JSON's
     columns read with the run's ``results`` to tell complex ``[re, im]`` pairs apart. Beside
     them, each column's name as the file has it (a JSON's or an .npz's ``sum`` for
-    ``sum_0``), for messages."""
+    ``sum_0``), for messages; and whether its numbers are text (CSV, TSV, JSON), with no
+    dtype."""
     if not os.path.exists(path):
         raise _missing(path)
     try:
@@ -222,12 +227,15 @@ def _read_golden(
             )
         body = pipe_bytes(path)  # a golden is small; read once, a pipe included
         if fmt == "npy":
-            return _npy_golden(body, path, tuple(name for name in results if name != "rows"))
+            return (
+                *_npy_golden(body, path, tuple(name for name in results if name != "rows")),
+                False,
+            )
         if fmt == "json":
-            return _json_golden(body, results, path)
+            return (*_json_golden(body, results, path), True)
         if fmt == "npz":
             with np.load(BytesIO(body)) as archive:
-                return _flattened({name: archive[name] for name in archive.files})
+                return (*_flattened({name: archive[name] for name in archive.files}), False)
         table = _golden_table(body, fmt, key_names)
     except (OSError, ValueError) as exc:
         said = not_utf8_message(f"--expect {path}", body) if fmt in ("csv", "tsv") else None
@@ -238,7 +246,7 @@ def _read_golden(
         name: _key_texts(table.column(name)) if name in key_names else table.column(name).to_numpy()
         for name in table.column_names
     }
-    return columns, {name: name for name in columns}
+    return columns, {name: name for name in columns}, fmt in ("csv", "tsv")
 
 
 def _golden_table(body: bytes, fmt: str, key_names: tuple[str, ...]) -> pa.Table:
@@ -293,7 +301,7 @@ def _json_golden(
         like = results.get(name)
         column = _json_column(_json_numbers(values))
         if like is not None and like.dtype.kind == "c" and column.size:
-            column = column[..., 0] + 1j * column[..., 1]  # written as [re, im] pairs
+            column = _complex_pairs(column)
         if like is not None and not values:  # [] keeps no inner shape: the run's, with 0 rows
             column = np.zeros((0, *like.shape[1:]), like.dtype)
         arrays[name] = column
@@ -302,6 +310,13 @@ def _json_golden(
     if segment is not None:  # compared as a table's segment column is, not renumbered
         flat["segment"], names["segment"] = segment, "segment"
     return flat, names
+
+
+def _complex_pairs(column: np.ndarray) -> np.ndarray:
+    """Complex values written as ``[re, im]`` pairs. Not ``re + 1j * im``: 1j times an
+    infinite part is NaN in the real part (``1j * -inf`` is ``nan-infj``)."""
+    pairs = np.ascontiguousarray(column, dtype=np.float64)
+    return pairs.view(np.complex128)[..., 0]
 
 
 def _json_column(numbers: list[Any]) -> np.ndarray:

@@ -419,7 +419,9 @@ def _run(
             from segcli.expect_keys import check_expected_keys
 
             check_expected_keys(done.keys.table, request.expect)
-        expected, expected_counts = io.read_result_and_counts(request.expect)
+        expected, expected_counts = io.read_result_and_counts(
+            request.expect, like=reduction.result.dtype
+        )
         check_expected(
             reduction.result, expected, request.expect, rtol=request.rtol, atol=request.atol
         )

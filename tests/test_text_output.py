@@ -197,3 +197,80 @@ def test_a_float_format_that_would_split_cells_is_a_usage_error(
     kept = run(*command, *pair, "-q", "--float-format", "%.2f kg", "-o", out)
     assert kept.exit_code == 0, kept.stderr
     assert out.read_text().splitlines()[1].split(",")[1].endswith(" kg")
+
+
+NARROW_VALUES = [1.1, 0.1, 1e-3, 3.3, np.nan, -np.inf]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.complex64])
+@pytest.mark.parametrize(
+    ("command", "fmt"),
+    [
+        (["sum"], "csv"),
+        (["sum"], "tsv"),
+        (["agg", "--op", "sum,first"], "csv"),
+        (["agg", "--op", "sum,first"], "json"),
+    ],
+)
+def test_narrow_floats_read_back_exactly_from_text(
+    tmp_path: Path, dtype: type, command: list[str], fmt: str
+) -> None:
+    """The default text is the shortest that reads back as the result's value: ``1.1`` is
+    float16's 1.0996, which a golden read as float64 missed by 3.6e-4 (past the default
+    rtol), and float32's 1.1 missed with --rtol 0 --atol 0."""
+    data, ids, golden = tmp_path / "d.npy", tmp_path / "i.npy", tmp_path / f"golden.{fmt}"
+    values = np.array(NARROW_VALUES, dtype)
+    if dtype is np.complex64:
+        values.imag = NARROW_VALUES[::-1]
+    np.save(data, values)
+    np.save(ids, np.arange(len(values)))
+    assert run(*command, data, ids, "-q", "-o", golden).exit_code == 0
+    for tolerances in ([], ["--rtol", "0", "--atol", "0"]):
+        result = run(*command, data, ids, "-q", "--expect", golden, *tolerances)
+        assert result.exit_code == 0, result.stderr
+
+
+def test_agg_json_of_complex_inner_dimensions(tmp_path: Path) -> None:
+    """A complex result with inner dimensions is nested as its shape, each value an [re, im]
+    pair (was an internal error: the pairs were taken for one more axis)."""
+    data, ids, golden = tmp_path / "d.npy", tmp_path / "i.npy", tmp_path / "golden.json"
+    values = np.zeros((2, 2), np.complex64)
+    values.real = [[1, 2], [3, 4]]
+    values.imag = [[np.inf, -1], [-np.inf, np.nan]]
+    np.save(data, values)
+    np.save(ids, np.arange(2))
+    written = run("agg", data, ids, "--op", "sum,first", "-q", "-o", golden)
+    assert written.exit_code == 0, written.stderr
+    assert '"sum": [[[1.0, "inf"], [2.0, -1.0]], [[3.0, "-inf"], [4.0, "nan"]]]' in (
+        golden.read_text()
+    )
+    result = run("agg", data, ids, "--op", "sum,first", "-q", "--expect", golden)
+    assert result.exit_code == 0, result.stderr
+
+
+def test_agg_json_golden_keeps_an_infinite_imaginary_part(tmp_path: Path) -> None:
+    """Read as ``re + 1j * im``, the pair [1.5, "-inf"] was nan-infj: 1j * -inf is NaN in
+    the real part."""
+    data, ids, golden = tmp_path / "d.npy", tmp_path / "i.npy", tmp_path / "golden.json"
+    np.save(data, np.array([complex(1.5, -np.inf), complex(np.inf, 2)], np.complex128))
+    np.save(ids, np.arange(2))
+    assert run("agg", data, ids, "--op", "sum,first", "-q", "-o", golden).exit_code == 0
+    result = run("agg", data, ids, "--op", "sum,first", "-q", "--expect", golden)
+    assert result.exit_code == 0, result.stderr
+
+
+@pytest.mark.parametrize("rows", [4, ARROW_FROM_ROWS + 1])
+def test_float_format_zero_flag_pads_non_finite_values_with_spaces(rows: int) -> None:
+    """As C's printf (and the shell's): Python's ``%`` wrote ``0000000nan``, which no reader
+    takes for a number, not even --expect."""
+    values = np.resize(np.array([np.nan, -np.inf, 2.5, np.inf]), rows)
+    lines = list(format_text_lines(values, float_format="%%%+010.3f"))
+    assert lines[:4] == ["0\t%      +nan", "1\t%      -inf", "2\t%+00002.500", "3\t%      +inf"]
+
+
+def test_zero_padded_float_format_reads_back(pair: tuple[Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "o.csv"
+    assert run("sum", *pair, "-q", "--float-format", "%010.3f", "-o", out).exit_code == 0
+    assert out.read_text().splitlines()[4] == "3,      -inf,1"
+    result = run("sum", *pair, "-q", "--expect", out, "--atol", "1e-3")
+    assert result.exit_code == 0, result.stderr

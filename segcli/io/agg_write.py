@@ -30,7 +30,7 @@ from segcli.errors import UsageError
 from segcli.io.columns import arrow_array
 from segcli.io.npy import to_native
 from segcli.io.text import _printf, header_names, value_strings
-from segcli.io.write import json_values
+from segcli.io.write import json_values, nested_lists
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -168,12 +168,9 @@ def _result_columns(
 
 
 def _nested(values: _Array) -> list[Any]:
-    flat = json_values(values)
-    if values.ndim == 1:
-        return flat
-    step = int(np.prod(values.shape[1:], dtype=np.int64))
-    rows = [flat[i * step : (i + 1) * step] for i in range(values.shape[0])]
-    return [np.asarray(row, dtype=object).reshape(values.shape[1:]).tolist() for row in rows]
+    # Nested in Python, not through an object array: a complex value's [re, im] pair would
+    # be taken for one more axis.
+    return nested_lists(json_values(values), values.shape)
 
 
 def _write_arrow_table(table: Any, fmt: str, out: BinaryIO, to_stream: bool) -> None:

@@ -46,12 +46,34 @@ def read_result_table(path: str, *, dtype: DTypeLike | None = None) -> _Array:
     return array if dtype is None else array.astype(dtype)
 
 
-def read_result_and_counts(path: str) -> tuple[_Array, _Array | None]:
+def read_result_and_counts(
+    path: str, *, like: np.dtype[Any] | None = None
+) -> tuple[_Array, _Array | None]:
     """The result, as :func:`read_result_table`, and the rows per segment written with it
     (a table's ``count`` column, npz's and JSON's ``counts``), None where the file holds none.
-    One read of the file, which may be a pipe."""
+    One read of the file, which may be a pipe. ``like``: the dtype of the result it is
+    compared with, in which a CSV's or TSV's floats are read (see :func:`text_floats_as`)."""
     fmt = suffix_format(path, OUTPUT_SUFFIXES) or input_format(path)
-    return _READERS[fmt](path)
+    values, counts = _READERS[fmt](path)
+    if like is not None and fmt in TEXT_GOLDENS:
+        values = text_floats_as(values, like)
+    return values, counts
+
+
+#: Golden formats whose numbers are text, which carries no dtype.
+TEXT_GOLDENS = frozenset({"csv", "tsv"})
+
+
+def text_floats_as(values: _Array, dtype: np.dtype[Any]) -> _Array:
+    """Floats parsed from text (as float64 or complex128) in the narrower float ``dtype`` of
+    the result they are compared with. segcli writes a float32 or float16 as the shortest
+    text that reads back as that value (``1.1``), and float64 reads that text as another
+    number: float16's 1.1 is 1.0996, 3.6e-4 away, beyond --expect's default rtol."""
+    narrower = values.dtype.kind == dtype.kind and values.dtype.itemsize > dtype.itemsize
+    if dtype.kind not in "fc" or not narrower:
+        return values
+    with np.errstate(over="ignore"):  # past float16's range is inf, as the result would be
+        return values.astype(dtype)
 
 
 def _read_npy(path: str) -> tuple[_Array, None]:

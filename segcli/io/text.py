@@ -252,11 +252,35 @@ def _patch(cells: pa.Array, mask: _Array, change: Any) -> pa.Array:
 def _printf(values: _Array, fmt: str) -> _Array:
     """``fmt % value`` for every value; complex values as ``(re+imj)`` with each part formatted."""
     if values.dtype.kind != "c":
-        return np.char.mod(fmt, values.astype(np.float64))
-    real = np.char.mod(fmt, values.real.astype(np.float64))
-    imag = np.char.mod(fmt, values.imag.astype(np.float64))
+        return _printf_floats(values.astype(np.float64), fmt)
+    real = _printf_floats(values.real.astype(np.float64), fmt)
+    imag = _printf_floats(values.imag.astype(np.float64), fmt)
     signed = np.where(np.char.startswith(imag, "-"), imag, np.char.add("+", imag))
     return np.char.add(np.char.add(np.char.add("(", real), signed), "j)")
+
+
+def _printf_floats(values: _Array, fmt: str) -> _Array:
+    """``fmt % value`` as C's printf gives it: the 0 flag pads nan and inf with spaces, where
+    Python's ``%`` pads them with zeros (``0000000nan``, which reads back as no number)."""
+    cells = np.char.mod(fmt, values)
+    spaced = _CONVERSION.sub(_without_zero_flag, fmt)
+    if spaced == fmt:
+        return cells
+    finite = np.isfinite(values)
+    if finite.all():
+        return cells
+    return np.where(finite, cells, np.char.mod(spaced, values))
+
+
+# The one float conversion of a --float-format, its flags apart; ``%%`` is matched (and kept)
+# first, so that the text ``%0.5f`` after an escaped percent sign is not taken for one.
+_CONVERSION = re.compile(r"%%|%(?P<flags>[-+ #0]*)(?P<rest>\d*(?:\.\d*)?[eEfFgG])")
+
+
+def _without_zero_flag(match: re.Match[str]) -> str:
+    if match.group("flags") is None:
+        return match.group(0)
+    return "%" + match.group("flags").replace("0", "") + match.group("rest")
 
 
 def value_strings(values: _Array) -> _Array:

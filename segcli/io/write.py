@@ -257,7 +257,7 @@ def _write_json(
     doc |= {
         "shape": list(result.shape),
         "dtype": result.dtype.name,
-        "values": _nest(json_values(result), result.shape),
+        "values": nested_lists(json_values(result), result.shape),
     }
     if counts is not None:
         doc["counts"] = np.asarray(counts).tolist()
@@ -340,9 +340,9 @@ def _json_float(text: str) -> float | str:
     return text if text in ("nan", "inf", "-inf") else float(text)
 
 
-def _nest(flat: list[Any], shape: tuple[int, ...]) -> list[Any]:
+def nested_lists(flat: list[Any], shape: tuple[int, ...]) -> list[Any]:
     """Split a flat C-order list into nested lists of ``shape``."""
     if len(shape) <= 1:
         return flat
     step = math.prod(shape[1:])
-    return [_nest(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
+    return [nested_lists(flat[i * step : (i + 1) * step], shape[1:]) for i in range(shape[0])]
