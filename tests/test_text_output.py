@@ -155,6 +155,22 @@ def test_float_format_many_rows_and_complex() -> None:
     assert complex_lines == ["0\t(1.5-2.0j)"]
 
 
+def test_a_complex_value_under_a_field_width_reads_back(tmp_path: Path) -> None:
+    """A width pads each real number; a complex value's parts are written without it, as
+    "(1.00-1.00j)": "(   1.00+   -1.00j)" would read back as no number."""
+    data, ids, out = tmp_path / "c.npy", tmp_path / "i.npy", tmp_path / "o.csv"
+    np.save(data, np.array([1 - 1j, 2.5 + 3j, -1j]))
+    np.save(ids, np.array([0, 1, 2]))
+    assert run("sum", data, ids, "-q", "--float-format", "%8.2f", "-o", out).exit_code == 0
+    assert out.read_text().splitlines()[1:] == [
+        "0,(1.00-1.00j),1",
+        "1,(2.50+3.00j),1",
+        "2,(0.00-1.00j),1",
+    ]
+    result = run("sum", data, ids, "-q", "--expect", out)
+    assert result.exit_code == 0, result.stderr
+
+
 def test_float_format_leaves_integers_alone(tmp_path: Path) -> None:
     data, ids = tmp_path / "d.npy", tmp_path / "i.npy"
     np.save(data, np.array([1, 2], np.int32))

@@ -253,8 +253,10 @@ def _printf(values: _Array, fmt: str) -> _Array:
     """``fmt % value`` for every value; complex values as ``(re+imj)`` with each part formatted."""
     if values.dtype.kind != "c":
         return _printf_floats(values.astype(np.float64), fmt)
-    real = _printf_floats(values.real.astype(np.float64), fmt)
-    imag = _printf_floats(values.imag.astype(np.float64), fmt)
+    # Each part without a field width's padding: "(   1.00+   -1.00j)" reads back as no
+    # complex number, "(1.00-1.00j)" does.
+    real = np.char.strip(_printf_floats(values.real.astype(np.float64), fmt))
+    imag = np.char.strip(_printf_floats(values.imag.astype(np.float64), fmt))
     signed = np.where(np.char.startswith(imag, "-"), imag, np.char.add("+", imag))
     return np.char.add(np.char.add(np.char.add("(", real), signed), "j)")
 
