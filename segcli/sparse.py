@@ -274,6 +274,22 @@ def _product_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
     return np.dtype(np.complex128 if data_dtype.kind == "c" else np.float64)
 
 
+def check_gather_fits(
+    op: ops.Op,
+    num_segments: int,
+    inner_shape: tuple[int, ...],
+    data_dtype: np.dtype[Any],
+    weighted: bool,
+    *,
+    inferred: bool = True,
+) -> None:
+    """A gather's output judged as :func:`sparse_reduce` judges it in memory: the fold's
+    dtype (weighted, float64), sorted ids. A streamed run infers n block by block; judged
+    otherwise, it refused an n that the same run in memory writes."""
+    fold_dtype = _product_dtype(data_dtype) if weighted else data_dtype
+    check_output_fits(op, num_segments, inner_shape, fold_dtype, sorted_ids=True, inferred=inferred)
+
+
 def block_rows_for(inner: int, block_rows: int | None) -> int:
     """Rows gathered per block: ``block_rows``, else :data:`BLOCK_BYTES` of float64 rows."""
     if block_rows is not None:
@@ -326,7 +342,7 @@ class SparseFold:
             return
         grown = max(num_segments, 2 * current)
         # Only a run without -n grows: n comes from the largest id so far.
-        check_output_fits(self.op, num_segments, self.inner_shape, self.data_dtype, inferred=True)
+        check_gather_fits(self.op, num_segments, self.inner_shape, self.data_dtype, self.weighted)
         self.states = {name: state.grown(grown) for name, state in self.states.items()}
 
     def fold(self, ids: np.ndarray, indices: np.ndarray | None, weights: np.ndarray | None) -> None:
@@ -425,7 +441,7 @@ class FusedFold:
         self.bags = BagFold(table, op.name, num_segments, self.out_dtype, weighted=weighted)
 
     def grow(self, num_segments: int) -> None:
-        check_output_fits(self.op, num_segments, self.inner_shape, self.data_dtype, inferred=True)
+        check_gather_fits(self.op, num_segments, self.inner_shape, self.data_dtype, self.weighted)
         self.bags.grow(num_segments)
 
     def fold(self, ids: np.ndarray, indices: np.ndarray | None, weights: np.ndarray | None) -> bool:
@@ -709,8 +725,7 @@ def reduce_streamed(
     check_fill(fill, op_def, array.dtype, weights is not None)
     inner_shape = tuple(array.shape[1:])
     if n is not None:
-        fold_dtype = array.dtype if weights is None else _product_dtype(array.dtype)
-        check_output_fits(op_def, n, inner_shape, fold_dtype, sorted_ids=True)
+        check_gather_fits(op_def, n, inner_shape, array.dtype, weights is not None, inferred=False)
     width = ops.inner_size(inner_shape)
     # A stream of ids of unknown length (UNKNOWN_ROWS) counts as small, and says so.
     choice = choose_engine(engine, elements=ids.shape[0] * width if ids.shape[0] >= 0 else -1)
