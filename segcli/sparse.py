@@ -87,6 +87,14 @@ def check_weighted_op(op: str | ops.Op, weighted: bool) -> None:
         raise UsageError(f"--weights applies to {', '.join(WEIGHTED_OPS)} only, not {name}")
 
 
+def check_rows_to_gather(data: np.ndarray, label: str) -> None:
+    """The indices name rows of DATA: a 0-D DATA has none (the message names its file)."""
+    if data.ndim == 0:
+        raise InvalidInputError(
+            f"{label}: --indices needs rows to gather from DATA, got a 0-D array"
+        )
+
+
 def check_ids_meta(dtype: np.dtype[Any], shape: tuple[int, ...], label: str) -> None:
     """The sparse family's ids: 1-D integers (float ids named, never cast)."""
     validate.check_ids_dtype(dtype, label)
@@ -568,6 +576,7 @@ def sparse_reduce(
     choice = None
     deferred = False
     if indices is not None:
+        check_rows_to_gather(array, data.label)
         # Chosen first: the numba engine checks a gather in one pass of its own, or while
         # the fused fold reads the rows.
         elements = int(flat_ids.size) * ops.inner_size(tuple(array.shape[1:]))
@@ -649,8 +658,6 @@ def _check_gather(
     (see :func:`_gather_check`): ``"scan"``, the numba engine's one-pass check first (the
     NumPy checker only names what it finds); ``"fold"``, the values' rules left to the fused
     fold, and n, when not given, taken from the last id as if they held."""
-    if data.ndim == 0:
-        raise InvalidInputError("--indices needs rows to gather from DATA, got a 0-D array")
     validate.check_ids_dtype(ids.array.dtype, ids.label, ids.array)
     check_ids_meta(ids.array.dtype, ids.array.shape, ids.label)
     n = validate.check_num_segments(num_segments)
@@ -707,8 +714,7 @@ def reduce_streamed(
     started = time.perf_counter()
     array = _kept_mask(data.array)
     ops.check_data_dtype(op_def, array.dtype, data.label)
-    if array.ndim == 0:
-        raise InvalidInputError("--indices needs rows to gather from DATA, got a 0-D array")
+    check_rows_to_gather(array, data.label)
     check_ids_meta(ids.dtype, ids.shape, ids.label)
     n = validate.check_num_segments(num_segments)
     # Float indices are refused before the run: their values are read only to name the first

@@ -517,3 +517,13 @@ def test_a_streamed_inferred_n_fits_where_it_fits_in_memory(tmp_path, monkeypatc
         result = run("mean", *args, *blocks, "-o", out)
         assert result.exit_code == 0, (blocks, result.stderr)
         assert np.load(out).shape == (n, 2)
+
+
+@pytest.mark.parametrize("blocks", [[], ["--chunk-rows", "1"]], ids=["memory", "stream"])
+def test_a_zero_d_data_names_its_file(tmp_path, blocks):
+    paths = save(tmp_path, data=np.float32(3), ids=np.array([0, 0]), idx=np.array([0, 0]))
+    result = run("sum", paths["data"], paths["ids"], "--indices", paths["idx"], *blocks, "-q")
+    assert (result.exit_code, result.stderr) == (
+        1,
+        f"Error: {paths['data']}: --indices needs rows to gather from DATA, got a 0-D array\n",
+    )
