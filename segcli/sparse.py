@@ -87,6 +87,14 @@ def check_weighted_op(op: str | ops.Op, weighted: bool) -> None:
         raise UsageError(f"--weights applies to {', '.join(WEIGHTED_OPS)} only, not {name}")
 
 
+def check_rows_to_gather(data: np.ndarray, label: str) -> None:
+    """The indices name rows of DATA: a 0-D DATA has none (the message names its file)."""
+    if data.ndim == 0:
+        raise InvalidInputError(
+            f"{label}: --indices needs rows to gather from DATA, got a 0-D array"
+        )
+
+
 def check_ids_meta(dtype: np.dtype[Any], shape: tuple[int, ...], label: str) -> None:
     """The sparse family's ids: 1-D integers (float ids named, never cast)."""
     validate.check_ids_dtype(dtype, label)
@@ -274,6 +282,22 @@ def _product_dtype(data_dtype: np.dtype[Any]) -> np.dtype[Any]:
     return np.dtype(np.complex128 if data_dtype.kind == "c" else np.float64)
 
 
+def check_gather_fits(
+    op: ops.Op,
+    num_segments: int,
+    inner_shape: tuple[int, ...],
+    data_dtype: np.dtype[Any],
+    weighted: bool,
+    *,
+    inferred: bool = True,
+) -> None:
+    """A gather's output judged as :func:`sparse_reduce` judges it in memory: the fold's
+    dtype (weighted, float64), sorted ids. A streamed run infers n block by block; judged
+    otherwise, it refused an n that the same run in memory writes."""
+    fold_dtype = _product_dtype(data_dtype) if weighted else data_dtype
+    check_output_fits(op, num_segments, inner_shape, fold_dtype, sorted_ids=True, inferred=inferred)
+
+
 def block_rows_for(inner: int, block_rows: int | None) -> int:
     """Rows gathered per block: ``block_rows``, else :data:`BLOCK_BYTES` of float64 rows."""
     if block_rows is not None:
@@ -326,7 +350,7 @@ class SparseFold:
             return
         grown = max(num_segments, 2 * current)
         # Only a run without -n grows: n comes from the largest id so far.
-        check_output_fits(self.op, num_segments, self.inner_shape, self.data_dtype, inferred=True)
+        check_gather_fits(self.op, num_segments, self.inner_shape, self.data_dtype, self.weighted)
         self.states = {name: state.grown(grown) for name, state in self.states.items()}
 
     def fold(self, ids: np.ndarray, indices: np.ndarray | None, weights: np.ndarray | None) -> None:
@@ -425,7 +449,7 @@ class FusedFold:
         self.bags = BagFold(table, op.name, num_segments, self.out_dtype, weighted=weighted)
 
     def grow(self, num_segments: int) -> None:
-        check_output_fits(self.op, num_segments, self.inner_shape, self.data_dtype, inferred=True)
+        check_gather_fits(self.op, num_segments, self.inner_shape, self.data_dtype, self.weighted)
         self.bags.grow(num_segments)
 
     def fold(self, ids: np.ndarray, indices: np.ndarray | None, weights: np.ndarray | None) -> bool:
@@ -552,6 +576,7 @@ def sparse_reduce(
     choice = None
     deferred = False
     if indices is not None:
+        check_rows_to_gather(array, data.label)
         # Chosen first: the numba engine checks a gather in one pass of its own, or while
         # the fused fold reads the rows.
         elements = int(flat_ids.size) * ops.inner_size(tuple(array.shape[1:]))
@@ -633,8 +658,6 @@ def _check_gather(
     (see :func:`_gather_check`): ``"scan"``, the numba engine's one-pass check first (the
     NumPy checker only names what it finds); ``"fold"``, the values' rules left to the fused
     fold, and n, when not given, taken from the last id as if they held."""
-    if data.ndim == 0:
-        raise InvalidInputError("--indices needs rows to gather from DATA, got a 0-D array")
     validate.check_ids_dtype(ids.array.dtype, ids.label, ids.array)
     check_ids_meta(ids.array.dtype, ids.array.shape, ids.label)
     n = validate.check_num_segments(num_segments)
@@ -691,8 +714,7 @@ def reduce_streamed(
     started = time.perf_counter()
     array = _kept_mask(data.array)
     ops.check_data_dtype(op_def, array.dtype, data.label)
-    if array.ndim == 0:
-        raise InvalidInputError("--indices needs rows to gather from DATA, got a 0-D array")
+    check_rows_to_gather(array, data.label)
     check_ids_meta(ids.dtype, ids.shape, ids.label)
     n = validate.check_num_segments(num_segments)
     # Float indices are refused before the run: their values are read only to name the first
@@ -709,8 +731,7 @@ def reduce_streamed(
     check_fill(fill, op_def, array.dtype, weights is not None)
     inner_shape = tuple(array.shape[1:])
     if n is not None:
-        fold_dtype = array.dtype if weights is None else _product_dtype(array.dtype)
-        check_output_fits(op_def, n, inner_shape, fold_dtype, sorted_ids=True)
+        check_gather_fits(op_def, n, inner_shape, array.dtype, weights is not None, inferred=False)
     width = ops.inner_size(inner_shape)
     # A stream of ids of unknown length (UNKNOWN_ROWS) counts as small, and says so.
     choice = choose_engine(engine, elements=ids.shape[0] * width if ids.shape[0] >= 0 else -1)

@@ -490,3 +490,40 @@ def test_the_earliest_null_is_named_before_lengths_found_at_the_end(tmp_path, bl
         f"Error: {tmp_path / 'w.csv'}: column 'w' has 1 null (first at row 10): "
         "--weights needs a weight on every row\n",
     )
+
+
+@pytest.mark.parametrize("engine", ["numpy", "numba"])
+@pytest.mark.parametrize("weights", [False, True], ids=["plain", "weighted"])
+def test_a_streamed_inferred_n_fits_where_it_fits_in_memory(tmp_path, monkeypatch, engine, weights):
+    """A streamed gather infers n as its ids arrive; the output must be judged as the run in
+    memory judges it (the fold's dtype, sorted ids), not refused where that run passes."""
+    from segcli import core, ops
+
+    n = 1000
+    paths = save(
+        tmp_path,
+        data=np.ones((3, 2), np.float32),
+        ids=np.array([0, n - 1]),
+        idx=np.array([0, 1]),
+        w=np.ones(2),
+    )
+    fold_dtype = np.dtype(np.float64 if weights else np.float32)
+    needed = core.output_bytes(ops.get_op("mean"), n, (2,), fold_dtype, True, "npy")
+    monkeypatch.setattr(core, "available_bytes", lambda: needed)
+    args = [paths["data"], paths["ids"], "--indices", paths["idx"], "--engine", engine, "-q"]
+    args += ["--weights", paths["w"]] if weights else []
+    for blocks in ([], ["--chunk-rows", "1"]):
+        out = tmp_path / "out.npy"
+        result = run("mean", *args, *blocks, "-o", out)
+        assert result.exit_code == 0, (blocks, result.stderr)
+        assert np.load(out).shape == (n, 2)
+
+
+@pytest.mark.parametrize("blocks", [[], ["--chunk-rows", "1"]], ids=["memory", "stream"])
+def test_a_zero_d_data_names_its_file(tmp_path, blocks):
+    paths = save(tmp_path, data=np.float32(3), ids=np.array([0, 0]), idx=np.array([0, 0]))
+    result = run("sum", paths["data"], paths["ids"], "--indices", paths["idx"], *blocks, "-q")
+    assert (result.exit_code, result.stderr) == (
+        1,
+        f"Error: {paths['data']}: --indices needs rows to gather from DATA, got a 0-D array\n",
+    )
