@@ -279,21 +279,24 @@ def test_a_line_of_other_fields_after_quoted_line_breaks_is_its_physical_line(
 
 
 @pytest.mark.parametrize(
-    ("text", "line"),
+    ("text", "line", "record"),
     [
-        ('v,s\n1,0\n"a\nb",1\n2,1,x\n', 5),
-        ("v,s\n1,0\n\n\n2,1,x\n", 5),  # pyarrow skips blank lines, and did not count them
-        ('v,s\n1,0\n"x\ny",1,2\n', 3),  # the line the record starts on
+        ('v,s\n1,0\n"a\nb",1\n2,1,x\n', 5, "2,1,x"),
+        ("v,s\n1,0\n\n\n2,1,x\n", 5, "2,1,x"),  # pyarrow skips blank lines, and did not count them
+        # The line the record starts on, and the record whole, its break written as \n.
+        ('v,s\n1,0\n"x\ny",1,2\n', 3, '"x\\ny",1,2'),
     ],
     ids=["quoted", "blank", "own-break"],
 )
 @pytest.mark.parametrize("chunk", [[], ["--chunk-rows", "3"]], ids=["whole", "chunk-rows"])
 def test_a_short_file_names_the_physical_line_of_other_fields(
-    tmp_path: Path, text: str, line: int, chunk: list[str]
+    tmp_path: Path, text: str, line: int, record: str, chunk: list[str]
 ) -> None:
     path = tmp_path / "t.csv"
     path.write_text(text)
-    one_error_line(run(*SUM, path, *chunk), 3, f"{path}: line {line} has 3 fields, the header 2:")
+    result = run(*SUM, path, *chunk)
+    one_error_line(result, 3, f"{path}: line {line} has 3 fields, the header 2: {record}")
+    assert result.stderr.rstrip("\n").endswith(f": {record}")
 
 
 def test_a_line_of_other_fields_that_is_not_utf8_is_named_by_its_number(tmp_path: Path) -> None:

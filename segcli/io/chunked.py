@@ -42,6 +42,7 @@ from segcli.io.formats import (
     is_pipe,
     library_errors,
     note_if_unended,
+    one_line,
     open_binary,
 )
 from segcli.io.npy import (
@@ -392,7 +393,7 @@ def type_change_error(
     found = _TEXT_CONVERSION.search(str(exc))
     if found is None:
         return None
-    value = _one_line(found["value"] or f"'{found['json'].strip()}'")
+    value = one_line(found["value"] or f"'{found['json'].strip()}'")
     if column is None:
         column = _csv_column_named(table, str(exc))
     if column is None and types is not None:
@@ -417,11 +418,6 @@ def type_change_error(
         "JSON-lines file keeps that type (write the early values in the wider type, or "
         f"read the file whole: {whole_read_hint(table.label)})"
     )
-
-
-def _one_line(value: str) -> str:
-    """``value`` with its line breaks written as escapes, so that its error stays one line."""
-    return value.replace("\r", "\\r").replace("\n", "\\n")
 
 
 def _csv_column_named(table: TableFile, said: str) -> str | None:

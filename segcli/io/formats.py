@@ -415,6 +415,12 @@ def file_size(path: str) -> int:
     return os.path.getsize(path)
 
 
+def one_line(text: str) -> str:
+    """``text`` with its line breaks written as escapes, so that an error quoting it (a CSV
+    value or record holding a quoted line break) stays one line."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def first_line(exc: BaseException) -> str:
     """The first non-empty line of an exception's message (library messages can be long)."""
     for line in str(exc).splitlines():

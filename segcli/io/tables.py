@@ -40,6 +40,7 @@ from segcli.io.formats import (
     is_pipe,
     library_errors,
     note_if_unended,
+    one_line,
     pipe_bytes,
     suffix_format,
 )
@@ -685,10 +686,14 @@ class TableFile:
             if ragged is None or line is None:
                 raise
             first = "the header" if self.csv.header else "the first line"
+            # The record whole, from pyarrow's own message: the ReadError holds its first line
+            # only, which a quoted line break in the record cuts short.
+            whole = _RAGGED.search(str(exc.__cause__ or exc).replace("\n", "\0"))
+            text = ragged["text"] if whole is None else whole["text"].replace("\0", "\n")
             raise ReadError(
                 f"{self.label}: line {line} has {ragged['got']} field"
                 f"{'' if ragged['got'] == '1' else 's'}, {first} {ragged['expected']}: "
-                f"{ragged['text']}"
+                f"{one_line(text)}"
             ) from exc
 
     def _first_ragged_line(self) -> int | None:
