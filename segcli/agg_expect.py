@@ -217,6 +217,7 @@ def _read_golden(
     dtype."""
     if not os.path.exists(path):
         raise _missing(path)
+    fmt, body = None, b""  # as far as the read below got, for its error
     try:
         # By suffix, else by its first bytes (a pipe, kept for the read), as for one op.
         fmt = suffix_format(path, OUTPUT_SUFFIXES) or input_format(path)

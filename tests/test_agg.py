@@ -3,6 +3,7 @@ single-op command gives."""
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
@@ -1474,3 +1475,22 @@ def test_a_golden_csv_that_is_not_utf8_names_its_line(pair, tmp_path, command):
         "to UTF-8 (e.g. iconv -f latin1 -t utf-8)\n"
     )
     assert not out.exists()
+
+
+def test_a_golden_that_fails_to_read_is_one_line(pair, tmp_path, monkeypatch):
+    """A read that fails once the golden's format is known (an I/O error, say) is exit 3 in
+    one line naming the golden, not an internal error."""
+    from segcli import agg_expect
+
+    golden = tmp_path / "golden.csv"
+    assert run("agg", *pair, "--op", "sum", "-o", golden, "-q").exit_code == 0
+
+    def failing_read(path: str) -> bytes:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(agg_expect, "pipe_bytes", failing_read)
+    failed = run("agg", *pair, "--op", "sum", "--expect", golden, "-q")
+    assert failed.exit_code == 3, failed.stderr
+    assert (
+        failed.stderr == f"Error: --expect {golden}: cannot read ([Errno 5] Input/output error)\n"
+    )
