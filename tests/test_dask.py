@@ -698,6 +698,24 @@ def test_a_folder_leaves_out_hidden_subfolders(tmp_path: Path) -> None:
     assert expand(str(tmp_path)) == found
 
 
+def test_a_glob_leaves_out_folders_starting_with_an_underscore_it_does_not_name(
+    tmp_path: Path,
+) -> None:
+    """``out/**/*.parquet`` does not reach into an unfinished write's ``_temporary/`` (its rows
+    would be read twice), as a folder read does not; a pattern that names such a folder, or a
+    file whose own name starts with ``_``, is taken as written."""
+    names = ["part-0.parquet", "year=2020/part-1.parquet", "_temporary/0/part-0.parquet"]
+    names += ["_old/part-3.parquet", "year=2020/_part-4.parquet"]
+    for name in names:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(b"")
+    paths = [str(tmp_path / name) for name in names]
+    assert expand(str(tmp_path / "**" / "*.parquet")) == [paths[0], paths[4], paths[1]]
+    assert expand(str(tmp_path / "_old" / "*.parquet")) == [paths[3]]
+    assert expand(str(tmp_path / "_temporary" / "**" / "*.parquet")) == [paths[2]]
+    assert expand(str(tmp_path / "_o*" / "*.parquet")) == [paths[3]]
+
+
 def test_planning_helpers(parquet_dataset: Dataset) -> None:
     assert sorted(["d-10", "d-9", "d-1"], key=natural_key) == ["d-1", "d-9", "d-10"]
     # equal numbers: by the names, whatever order the directory listed them in

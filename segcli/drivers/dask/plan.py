@@ -13,6 +13,7 @@ of a ``.npy`` file read at an offset. Other formats make one partition per file.
 from __future__ import annotations
 
 import bisect
+import fnmatch
 import glob
 import os
 import re
@@ -122,7 +123,11 @@ def expand(pattern: str) -> list[str]:
     if os.path.isfile(pattern):
         return [pattern]
     if glob.has_magic(pattern):
-        matches = [p for p in glob.glob(pattern, recursive=True) if os.path.isfile(p)]
+        matches = [
+            path
+            for path in glob.glob(pattern, recursive=True)
+            if os.path.isfile(path) and not _in_hidden_folder(path, pattern)
+        ]
         if not matches:
             raise ReadError(f"{pattern}: no files match")
         return sorted(matches, key=natural_key)
@@ -145,6 +150,19 @@ def expand(pattern: str) -> list[str]:
             )
         return sorted(found, key=natural_key)
     return [pattern]
+
+
+def _in_hidden_folder(path: str, pattern: str) -> bool:
+    """Whether a glob's match lies in a folder whose name starts with ``_`` that the pattern
+    does not name (``out/**/*.parquet`` reaching ``out/_temporary/0/``): as a folder read
+    leaves it out, so does a glob, or an unfinished write's attempts would be read twice.
+    (The glob itself passes over names that start with ``.``.)"""
+    named = [part for part in pattern.split(os.sep) if part.startswith("_")]  # "_old", "_t*"
+    folders = path.split(os.sep)[:-1]
+    return any(
+        part.startswith("_") and not any(fnmatch.fnmatchcase(part, name) for name in named)
+        for part in folders
+    )
 
 
 def shard_paths(pattern: str | None) -> list[str]:
