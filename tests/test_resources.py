@@ -204,6 +204,16 @@ def test_streamed_arrow_memory_does_not_grow_with_the_file(tmp_path, kind):
     assert peak_large - peak_small < size / 3 / 2**20, (peak_small, peak_large)
 
 
+def info_peaks(*paths):
+    """The peak memory (MiB) of ``segcli info`` on each of ``paths``, each run succeeding."""
+    peaks = []
+    for path in paths:
+        code, peak, stderr = peak_mib("info", path)
+        assert code == 0, stderr
+        peaks.append(peak)
+    return peaks
+
+
 @pytest.mark.parametrize("kind", ["file", "stream"])
 def test_arrow_info_memory_does_not_grow_with_the_file(tmp_path, kind):
     """``info`` reads each batch's row and null counts from its header: read by pyarrow
@@ -213,12 +223,7 @@ def test_arrow_info_memory_does_not_grow_with_the_file(tmp_path, kind):
     write_arrow(small, 800_000, kind, seed=1)  # about 19 MB
     write_arrow(large, 2_400_000, kind, seed=2)  # about 58 MB
     size = large.stat().st_size
-    peaks = []
-    for path in (small, large):
-        code, peak, stderr = peak_mib("info", path)
-        assert code == 0, stderr
-        peaks.append(peak)
-    peak_small, peak_large = peaks
+    peak_small, peak_large = info_peaks(small, large)
     # Through the map the large file's peak was 25 MiB above the small one's; now 0.1 MiB.
     assert peak_large - peak_small < size / 10 / 2**20, (peak_small, peak_large)
 
@@ -235,12 +240,7 @@ def test_parquet_info_memory_does_not_grow_with_a_nested_column(tmp_path):
         values = pa.array(np.zeros(rows * 4, np.float32))
         lists = pa.FixedSizeListArray.from_arrays(values, 4)
         pq.write_table(pa.table({"v": lists}), path, row_group_size=200_000)
-    peaks = []
-    for path in (small, large):
-        code, peak, stderr = peak_mib("info", path)
-        assert code == 0, stderr
-        peaks.append(peak)
-    peak_small, peak_large = peaks
+    peak_small, peak_large = info_peaks(small, large)
     assert peak_large - peak_small < 100, (peak_small, peak_large)
 
 
