@@ -222,7 +222,7 @@ def refuse_misnamed(path: str, fmt: str) -> None:
     try:
         with open(path, "rb") as f:
             head = f.read(SNIFF_BYTES)
-            tail = _tail(f, len(PARQUET_MAGIC)) if head.startswith(PARQUET_MAGIC) else b""
+            tail = file_tail(f, len(PARQUET_MAGIC)) if head.startswith(PARQUET_MAGIC) else b""
     except (OSError, ValueError):
         return
     found = sniff(head)
@@ -237,7 +237,8 @@ def refuse_misnamed(path: str, fmt: str) -> None:
     )
 
 
-def _tail(f: BinaryIO, size: int) -> bytes:
+def file_tail(f: BinaryIO, size: int) -> bytes:
+    """The last ``size`` bytes of the seekable file ``f``; none if it is shorter."""
     f.seek(0, os.SEEK_END)
     if f.tell() < size:
         return b""

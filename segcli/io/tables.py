@@ -37,6 +37,7 @@ from segcli.io.formats import (
     TEXT_FORMATS,
     check_readable,
     compression_of,
+    file_tail,
     is_pipe,
     library_errors,
     note_if_unended,
@@ -271,15 +272,16 @@ class TableFile:
     def note_if_unended_stream(self) -> None:
         """A note when this Arrow IPC stream (not a file) ends without its end-of-stream
         marker, as one cut short between two batches does; once read, so that a read that
-        fails says only why."""
+        fails says only why. A note only: a file that cannot be read again now says none."""
         if isinstance(self.source, bytes):
             head, tail = self.source[: len(ARROW_FILE_MAGIC)], self.source[-len(ARROW_STREAM_END) :]
         else:
-            with open(self.source, "rb") as file:
-                head = file.read(len(ARROW_FILE_MAGIC))
-                size = file.seek(0, io.SEEK_END)
-                file.seek(max(size - len(ARROW_STREAM_END), 0))
-                tail = file.read()
+            try:
+                with open(self.source, "rb") as file:
+                    head = file.read(len(ARROW_FILE_MAGIC))
+                    tail = file_tail(file, len(ARROW_STREAM_END))
+            except OSError:
+                return
         if head != ARROW_FILE_MAGIC:
             note_if_unended(self.label, head, tail)
 
