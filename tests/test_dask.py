@@ -1450,6 +1450,53 @@ def test_expect_with_by_compares_the_key_columns_on_dask(address: str, tmp_path:
     assert "k='c', the golden file k='d'" in on_dask.stderr and on_dask.stderr.count("\n") == 1
 
 
+@pytest.mark.parametrize(
+    ("first", "second", "common"),
+    [
+        (pa.array([1, 2, 1], pa.int32()), pa.array([3, 2**40, 2]), pa.int64()),
+        (
+            pa.array([0, 5, 0], pa.timestamp("s")),
+            pa.array([1_500_000, 0, 5_000_000], pa.timestamp("us")),
+            pa.timestamp("us"),
+        ),
+    ],
+    ids=["int32-int64", "seconds-microseconds"],
+)
+def test_key_types_that_differ_between_files_widen_on_dask(
+    address: str, tmp_path: Path, first: pa.Array, second: pa.Array, common: pa.DataType
+) -> None:
+    """Each file's keys in the type both fit (the first file's would not hold the second's
+    values), as one machine groups the files' rows written in that type."""
+    for k, keys in enumerate((first, second)):
+        table = pa.table({"k": keys, "x": np.arange(len(keys), dtype=np.float64) + 10 * k})
+        pq.write_table(table, tmp_path / f"part-{k}.parquet")
+    both = pa.concat_tables(
+        pq.read_table(tmp_path / f"part-{k}.parquet").cast(
+            pa.schema([pa.field("k", common), pa.field("x", pa.float64())])
+        )
+        for k in (0, 1)
+    )
+    pq.write_table(both, tmp_path / "all.parquet")
+    args = ["--data-column", "x", "--by", "k", "-q"]
+    dask = invoke(
+        "sum",
+        str(tmp_path / "part-*.parquet"),
+        "--engine",
+        "dask",
+        "--scheduler",
+        address,
+        *args,
+        "-o",
+        str(tmp_path / "dask.parquet"),
+    )
+    assert dask.exit_code == 0, dask.stderr
+    one = invoke("sum", str(tmp_path / "all.parquet"), *args, "-o", str(tmp_path / "one.parquet"))
+    assert one.exit_code == 0, one.stderr
+    got = pq.read_table(tmp_path / "dask.parquet")
+    assert got.schema.field("k").type == common
+    assert got.equals(pq.read_table(tmp_path / "one.parquet"))
+
+
 @pytest.mark.parametrize("grouping", [["--ids-column", "id"], ["--by", "k"]])
 def test_agg_skipna_summary_counts_on_dask(
     address: str, tmp_path: Path, grouping: list[str]

@@ -885,3 +885,30 @@ def test_declared_bytes_of_a_dictionary_column_ignore_the_index_under_a_null() -
     schema = pa.schema([pa.field("k", pa.string())])
     # offsets (4 bytes a row), one byte of validity, the 5 bytes of text
     assert _declared_nbytes(keys, schema) == 3 * 4 + 1 + 5
+
+
+@pytest.mark.parametrize(
+    ("types", "common"),
+    [
+        ([pa.int32(), pa.int64()], pa.int64()),
+        ([pa.uint8(), pa.int8()], pa.int16()),
+        ([pa.uint16(), pa.uint32()], pa.uint32()),
+        ([pa.int64(), pa.uint64()], pa.int64()),  # none holds both: the first file's
+        ([pa.int16(), pa.float32()], pa.float64()),
+        ([pa.float32(), pa.float64()], pa.float64()),
+        ([pa.null(), pa.int8(), pa.int16()], pa.int16()),
+        ([pa.timestamp("s", "UTC"), pa.timestamp("us", "UTC")], pa.timestamp("us", "UTC")),
+        ([pa.timestamp("s"), pa.timestamp("us", "UTC")], pa.timestamp("s")),
+        ([pa.duration("ms"), pa.duration("s")], pa.duration("ms")),
+        ([pa.decimal128(5, 2), pa.decimal128(10, 0)], pa.decimal128(12, 2)),
+        ([pa.decimal128(38, 0), pa.decimal128(38, 10)], pa.decimal256(48, 10)),
+        ([pa.string(), pa.large_string()], pa.string()),  # cast as blocks are
+        ([pa.int32(), pa.string()], pa.int32()),  # another kind: refused as before
+    ],
+)
+def test_the_common_key_type_of_several_files(
+    types: list[pa.DataType], common: pa.DataType
+) -> None:
+    from segcli.keys.common_type import common_key_type
+
+    assert common_key_type(types) == common

@@ -32,7 +32,9 @@ Value rules (each column separately):
   ``arrow.json``) compare as the values they store and come out in their own type.
 - A later block may have another type of the same kind (``int32`` then ``int64``, ``string``
   then ``dictionary<string>``): its values are cast to the first block's type, and a value that
-  does not fit is an error. A column whose blocks so far held nulls alone (type null: a Dask
+  does not fit is an error. (A Dask run over several files first widens the files' types
+  to one that holds them all, :mod:`segcli.keys.common_type`, and starts from that.) A
+  column whose blocks so far held nulls alone (type null: a Dask
   shard whose key column has no value) takes the type of the first block that holds values.
   The key table has the first block's types; a dictionary column keeps its dictionary type
   with the dictionary sorted by value (its index type widened when the distinct values

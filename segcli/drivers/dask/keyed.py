@@ -41,6 +41,7 @@ from segcli.io.columns import NullsError, nulls_kept
 from segcli.io.keys import check_key_columns, key_schema, key_table_file, pick_data_column
 from segcli.io.rows import read_key_rows, read_rows
 from segcli.keys import KeyEncoder
+from segcli.keys.common_type import common_key_schema
 from segcli.keys.values import NullKeys
 from segcli.multi import fold_rows as fold_block
 from segcli.validate import IdReport
@@ -62,14 +63,20 @@ class KeyedJob:
     keys_from_label: str
     #: Data elements of the whole run: ``auto`` picks the engine as for a single machine.
     elements: int
+    #: The key columns' types, which every partition's keys are cast to (the files' types
+    #: may differ: partitions of an int32 file and of an int64 one merge as int64).
+    key_types: pa.Schema
 
     def encoder(self) -> KeyEncoder:
-        return KeyEncoder(
+        encoder = KeyEncoder(
             self.by,
             null_keys=cast(NullKeys, self.null_keys),
             keys_from=self.keys_from,
             keys_from_label=self.keys_from_label,
         )
+        # A zero-row block fixes the types before the partition's own first block would.
+        encoder.encode(self.key_types.empty_table(), "the run's key types")
+        return encoder
 
 
 @dataclass
@@ -245,17 +252,20 @@ def scattered(state: ops.State, remap: np.ndarray, size: int) -> ops.State:
 
 
 def plan_keyed(spec: RunSpec) -> tuple[Plan, pa.Schema]:
-    """The files of the data column and their partitions, and the key columns' types (the
-    first file's), checked from metadata."""
+    """The files of the data column and their partitions, and the key columns' types (each
+    the type every file's keys fit: :mod:`segcli.keys.common_type`), checked from metadata."""
     paths = expand(spec.data)
     first = key_table_file(paths[0], None)
     check_key_columns(first, spec.by)
     column = pick_data_column(first, spec.data_column, spec.by)
     data = open_dataset(spec.data, column=column, key=None, role="data", paths=paths)
+    schemas = [key_schema(first, spec.by)]
     for ref in data.files[1:]:
-        check_key_columns(key_table_file(ref.shown_path, None), spec.by)
+        table = key_table_file(ref.shown_path, None)
+        check_key_columns(table, spec.by)
+        schemas.append(key_schema(table, spec.by))
     partitions = plan_partitions(data, data, rows_per_partition=spec.block_rows)
-    return Plan(data, data, partitions), key_schema(first, spec.by)
+    return Plan(data, data, partitions), common_key_schema(schemas)
 
 
 def run(spec: RunSpec, progress: Progress | None = None, *, client: Any = None) -> DriverResult:
@@ -291,6 +301,7 @@ def run(spec: RunSpec, progress: Progress | None = None, *, client: Any = None) 
         seed.keys_from,
         seed.keys_from_label,
         int(np.prod(data.shape, dtype=np.int64)),
+        schema,
     )
     started = time.perf_counter()
     with _cluster(spec, client) as (client, where):
