@@ -26,6 +26,7 @@ from segcli.errors import (
     WriteError,
 )
 from segcli.io import agg_write
+from segcli.io.column_names import column_list
 from segcli.io.commit import refuse_binary_on_terminal, refuse_unfit_name
 from segcli.io.formats import (
     is_pipe,
@@ -101,9 +102,7 @@ def data_columns(request: RunRequest) -> list[str | None]:
     """``--data-column a,b`` as names (one None: the data is not a table column)."""
     if request.data_column is None:
         return [None]
-    names = [name.strip() for name in request.data_column.split(",")]
-    if not all(names):
-        raise UsageError(f"--data-column {request.data_column!r}: need names separated by commas")
+    names = column_list(request.data_column, "--data-column")
     repeated = [name for name in names if names.count(name) > 1]
     if repeated:
         raise UsageError(f"--data-column: '{repeated[0]}' is given twice")

@@ -180,7 +180,8 @@ def input_options(command: F) -> F:
             "--by",
             metavar="COL[,COL...]",
             help="Group by these key columns of DATA's table (strings, categories, integers, "
-            "dates, ...) instead of IDS; one output row per distinct key, sorted.",
+            "dates, ...) instead of IDS; one output row per distinct key, sorted. A name "
+            "holding a comma goes in double quotes: '\"city, state\",year'.",
         ),
         click.option(
             "--null-keys",
@@ -322,6 +323,11 @@ def _request(op: str, **options: Any) -> Any:
 
     if options.get("memory_limit") is not None:
         options["memory_limit"] = parse_size(options["memory_limit"])
+    if op != "agg" and options.get("data_column") is not None:
+        # One column: its name as it is, or in quotes as the column listings show it.
+        from segcli.io.column_names import one_name
+
+        options["data_column"] = one_name(options["data_column"])
     _refuse_tolerances_without_expect(options)
     unknown = sorted(set(options) - set(RunRequest.__dataclass_fields__))
     if unknown:
@@ -791,7 +797,8 @@ def agg(
     """Several ops, over one or several data columns, in one pass: one row per segment.
 
     Columns: segment (with --by: the key columns), then <op> per op (<column>_<op> with
-    several --data-column, read together in one read of the table), inner dimensions
+    several --data-column, read together in one read of the table; a name holding a comma
+    in double quotes: '"price, USD",qty'), inner dimensions
     flattened to <name>_<i>, then count (unless count is one of the ops). .npz holds one
     array per result column and counts; .npy takes one result column only.
 

@@ -25,6 +25,7 @@ from segcli.drivers.choose import carry_out
 from segcli.errors import ExpectationError, UsageError, WriteError
 from segcli.expect import check_expected, check_expected_counts
 from segcli.io import peek
+from segcli.io.column_names import column_list
 from segcli.io.columns import nulls_kept
 from segcli.io.commit import refuse_binary_on_terminal, refuse_unfit_name
 from segcli.io.formats import STDIN_LABEL, input_format, refuse_terminal
@@ -238,9 +239,7 @@ def _refuse_both_stdin(request: RunRequest) -> None:
 def _parse_by(by: str | None) -> tuple[str, ...]:
     if by is None:
         return ()
-    names = tuple(name.strip() for name in by.split(","))
-    if not all(names):
-        raise UsageError(f"--by {by!r}: need column names separated by commas, e.g. --by a,b")
+    names = tuple(column_list(by, "--by"))
     repeated = [name for name in names if names.count(name) > 1]
     if repeated:
         raise UsageError(f"--by: key column '{repeated[0]}' is given twice")

@@ -296,6 +296,24 @@ def test_several_data_columns_are_named_column_op(table, tmp_path):
     ]
 
 
+def test_data_column_names_holding_commas_are_given_in_quotes(tmp_path):
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"id": [0, 1, 0], "price, USD": [1.0, 2.0, 4.0], "q": [1, 2, 3]}), path)
+    out = tmp_path / "out.csv"
+    args = ["--ids-column", "id", "-o", out, "-q"]
+    result = run("agg", path, "--data-column", ' "price, USD" ,q', "--op", "sum", *args)
+    assert result.exit_code == 0, result.stderr
+    assert out.read_text().splitlines() == [
+        'segment,"price, USD_sum",q_sum,count',
+        "0,5.0,4,2",
+        "1,2.0,2,1",
+    ]
+    # A single-op command takes the name as it is, or in quotes as the listings show it.
+    for given in ("price, USD", '"price, USD"'):
+        single = run("sum", path, "--data-column", given, "--ids-column", "id", "-q")
+        assert single.stdout.splitlines() == ["0\t5.0", "1\t2.0"], single.stderr
+
+
 def test_inner_dims_flatten_to_name_index(tmp_path):
     out = tmp_path / "out.tsv"
     args = (SAMPLES / "accel.npy", SAMPLES / "ids.npy", "--op", "min,count", "-o", out, "-q")

@@ -512,6 +512,7 @@ USAGE_ERRORS = [
     (["-o", "OUT.csv", "--keys-out", "K.csv"], "--keys-out applies to .npy/.npz output"),
     (["-o", "OUT.npy", "--keys-out", "K.json"], "need a .parquet, .arrow, .csv or .tsv"),
     (["--by", "a,,b"], "need column names separated by commas"),
+    (["--by", '"k,v'], "a quote that is never closed; a name holding a comma goes in double"),
     (["--keys-from", "-"], "Error: --keys-from reads a table file, not stdin"),
 ]
 
@@ -1331,3 +1332,19 @@ def test_the_summary_names_the_keys_out_file(tmp_path: Path) -> None:
         assert json.loads(summary.read_text())["keys"]["keys_out"] == str(keys_out)
     ok("sum", data, *args, "-o", tmp_path / "out.csv", "-q")
     assert json.loads(summary.read_text())["keys"]["keys_out"] is None
+
+
+def test_names_holding_commas_are_given_and_listed_in_quotes(tmp_path: Path) -> None:
+    table = pa.table(
+        {"city, state": ["a", "b", "a"], 'say "hi"': ["x", "x", "y"], "v": [1.0, 2.0, 4.0]}
+    )
+    path = write_table(tmp_path / "t.parquet", table)
+    out = tmp_path / "out.parquet"
+    by = '"city, state", "say ""hi"""'
+    ok("sum", str(path), "--data-column", "v", "--by", by, "-o", str(out))
+    assert got(out, ["city, state", 'say "hi"']) == expected(table, ["city, state", 'say "hi"'])
+    # Unquoted, the comma splits: the listing shows how to give the name.
+    wrong = run_main("sum", str(path), "--data-column", "v", "--by", "city, state")
+    assert wrong.exit_code == 2
+    listed = 'no column \'city\' (columns: "city, state", "say ""hi""", v)'
+    assert listed in wrong.stderr

@@ -470,3 +470,28 @@ def test_an_empty_path_is_said_so(pair, args, code, said):
     result = run(*argv, "-q") if args[0] != "info" else run(*argv)
     assert result.exit_code == code, result.stderr
     assert said in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("a,b", ["a", "b"]),
+        (" a , b ", ["a", "b"]),
+        ('"city, state",year', ["city, state", "year"]),
+        ('x, " padded " ,"say ""hi"""', ["x", " padded ", 'say "hi"']),
+        ('c"d,e', ['c"d', "e"]),  # a quote inside an unquoted name is part of it
+    ],
+)
+def test_column_lists_read_names_in_quotes_csv_style(text: str, names: list[str]) -> None:
+    from segcli.io.column_names import listing, split_names
+
+    assert split_names(text) == names
+    assert split_names(listing(names)) == names
+
+
+@pytest.mark.parametrize("text", ['"a', '"a"b', 'x,"y'])
+def test_column_lists_refuse_unclosed_or_trailing_quotes(text: str) -> None:
+    from segcli.io.column_names import split_names
+
+    with pytest.raises(ValueError):
+        split_names(text)

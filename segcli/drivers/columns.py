@@ -43,6 +43,7 @@ from segcli.drivers.stream import (
     rows_of,
 )
 from segcli.errors import UsageError
+from segcli.io.column_names import listing
 from segcli.io.column_set import TableBatches, read_columns
 from segcli.io.columns import nulls_kept, side_by_side, without_null_ids
 from segcli.io.formats import input_format, is_pipe
@@ -124,9 +125,9 @@ def _names(table: TableFile, spec: RunSpec, columns: list[str]) -> tuple[list[st
         return names, None
     refuse_option("--ids-key", spec.ids_key, table.label)
     if spec.ids_column is None:
-        listing = ", ".join(table.column_names()) or "none"
+        names_given = listing(table.column_names()) or "none"
         raise UsageError(
-            f"{table.label}: DATA and IDS from one table need --ids-column (columns: {listing})"
+            f"{table.label}: DATA and IDS from one table need --ids-column (columns: {names_given})"
         )
     return names, table.pick(spec.ids_column, "--ids-column")
 

@@ -22,6 +22,7 @@ from segcli.errors import (
     SegcliError,
     UsageError,
 )
+from segcli.io.column_names import listing
 from segcli.io.columns import (
     ColumnRef,
     NullsError,
@@ -644,7 +645,7 @@ class ArrowStreamColumns:
         for name in names:
             if name not in schema.names:
                 raise UsageError(
-                    f"{STDIN_LABEL}: no column '{name}' (columns: {', '.join(schema.names)})"
+                    f"{STDIN_LABEL}: no column '{name}' (columns: {listing(schema.names)})"
                 )
         self._pending: dict[str, list[pa.Array]] = {name: [] for name in names}
         self._all = dict(self._pending)

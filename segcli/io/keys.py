@@ -25,6 +25,7 @@ from segcli.io.chunked import (
     not_utf8_error,
     type_change_error,
 )
+from segcli.io.column_names import listing
 from segcli.io.formats import input_format
 from segcli.io.sizes import whole_read_hint
 from segcli.io.tables import CSV_HEAD_BYTES, CsvOptions, TableFile, open_table
@@ -65,7 +66,7 @@ def pick_data_column(table: TableFile, column: str | None, by: Sequence[str]) ->
         return rest[0]
     raise UsageError(
         f"{table.label}: has {len(rest)} columns besides the key columns; pick one with "
-        f"--data-column (columns: {', '.join(rest) or 'none'})"
+        f"--data-column (columns: {listing(rest) or 'none'})"
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from segcli.errors import ReadError, UsageError
+from segcli.io.column_names import listing
 from segcli.io.columns import side_by_side
 from segcli.io.formats import (
     NPY_MAGIC,
@@ -189,7 +190,7 @@ def pair_from_table(
     refuse_option("--ids-key", ids_key, table.label)
     if data_column is None or ids_column is None:
         missing = _missing_options(("--data-column", data_column), ("--ids-column", ids_column))
-        columns = ", ".join(table.column_names()) or "none"
+        columns = listing(table.column_names()) or "none"
         raise UsageError(
             f"{table.label}: DATA and IDS from one table need {missing} (columns: {columns})"
         )

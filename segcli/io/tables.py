@@ -19,6 +19,7 @@ import numpy as np
 
 from segcli.errors import InvalidInputError, ReadError, UsageError
 from segcli.io import json_lines
+from segcli.io.column_names import listing
 from segcli.io.columns import (
     ColumnRef,
     check_text_type,
@@ -388,7 +389,7 @@ class TableFile:
     def pick(self, column: str | None, option: str) -> str:
         """``column`` if the table has it, else the table's only column, else a UsageError."""
         names = self.column_names()
-        listing = ", ".join(names) if names else "none"
+        shown = listing(names) if names else "none"
         if column is not None:
             if column not in self.schema().names:
                 hint = ""
@@ -400,13 +401,13 @@ class TableFile:
                     hint = " (for a CSV without a header line: --no-input-header)"
                 elif self.is_text:
                     hint = _csv_header_hint(column, names)
-                raise UsageError(f"{self.label}: no column '{column}' (columns: {listing}){hint}")
+                raise UsageError(f"{self.label}: no column '{column}' (columns: {shown}){hint}")
             self.check_unique([column])
             return column
         if len(names) == 1:
             return names[0]
         raise UsageError(
-            f"{self.label}: has {len(names)} columns; pick one with {option} (columns: {listing})"
+            f"{self.label}: has {len(names)} columns; pick one with {option} (columns: {shown})"
         )
 
     def arrays(self, columns: list[str]) -> list[np.ndarray[Any, Any]]:

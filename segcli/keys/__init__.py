@@ -75,6 +75,7 @@ import pyarrow.types as pt
 
 from segcli.errors import InvalidInputError, UsageError
 from segcli.io import arrow_kernels as kernels
+from segcli.io.column_names import listing
 from segcli.io.columns import arrow_array, numpy_of
 from segcli.io.keyed import key_value_text
 from segcli.io.tables import check_unique_names
@@ -273,7 +274,7 @@ class KeyEncoder:
         missing = [name for name in self.by if name not in table.column_names]
         if missing:
             raise InvalidInputError(
-                f"{label} has no column '{missing[0]}' (columns: {', '.join(table.column_names)})"
+                f"{label} has no column '{missing[0]}' (columns: {listing(table.column_names)})"
             )
         check_unique_names(table.column_names, self.by, label)
         keys = table.select(self.by)
@@ -346,7 +347,7 @@ class KeyEncoder:
         for name in self.by:
             if name not in names:
                 raise InvalidInputError(
-                    f"{what} has no column '{name}' (columns: {', '.join(names)})"
+                    f"{what} has no column '{name}' (columns: {listing(names)})"
                 )
         columns = self._start(block, source)
         coded = [column.coded(block.column(column.name), what) for column in columns]
