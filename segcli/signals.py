@@ -53,6 +53,12 @@ _arrived = 0
 _cut_off = False
 #: True once the test checkpoint has been passed (see :func:`checkpoint`).
 _checkpoint_passed = False
+#: True while :class:`_RaiseAgain` runs (in the main thread, inside a finalizer): a signal
+#: that comes meanwhile is left to the thread that sends the lost one again, since what the
+#: handler raised there would be lost too (Python prints an exception raised in the hook).
+_in_unraisable_hook = False
+#: Set by the handler each time it raises :class:`Interrupted`: a signal sent again was taken.
+_raised = threading.Event()
 
 
 def install_handlers() -> None:
@@ -73,6 +79,10 @@ def install_handlers() -> None:
 #: How long a signal lost in a finalizer waits before it is sent again: long enough for the
 #: main thread to have left the finalizer, short beside a person's patience.
 _RESEND_DELAY_S = 0.01
+#: How long the signal sent again may take to be raised before it is sent once more (the
+#: handler left it alone), and how many times it is sent at most.
+_RAISE_WAIT_S = 1.0
+_RESEND_TRIES = 10
 
 
 class _RaiseAgain:
@@ -90,11 +100,27 @@ class _RaiseAgain:
             self.previous(unraisable)
             return
         # From another thread, once this finalizer is over: the handler always runs in the main
-        # thread, and raising here would be lost again.
-        signum = unraisable.exc_value.signum
-        resend = threading.Timer(_RESEND_DELAY_S, os.kill, (os.getpid(), signum))
-        resend.daemon = True
-        resend.start()
+        # thread, and raising here would be lost again. Under load that thread may send it
+        # before this hook returns (starting a thread waits for it): the handler leaves it
+        # alone then, and the thread sends it again until it is raised.
+        global _in_unraisable_hook
+        _in_unraisable_hook = True
+        try:
+            args = (os.getpid(), unraisable.exc_value.signum)
+            threading.Thread(target=_send_until_raised, args=args, daemon=True).start()
+        finally:
+            _in_unraisable_hook = False
+
+
+def _send_until_raised(pid: int, signum: int) -> None:
+    """Send ``signum`` again, from a thread of its own, until the handler raises it (or, while
+    the run closes after an error, ignores it: then every try goes unanswered)."""
+    time.sleep(_RESEND_DELAY_S)
+    for _ in range(_RESEND_TRIES):
+        _raised.clear()
+        os.kill(pid, signum)
+        if _raised.wait(_RAISE_WAIT_S):
+            return
 
 
 def closing_after_error() -> None:
@@ -120,6 +146,9 @@ def _on_signal(signum: int, frame: FrameType | None) -> None:
     if _held:
         _pending.append(signum)
         return
+    if _in_unraisable_hook:
+        return
+    _raised.set()
     raise Interrupted(signum)
 
 
