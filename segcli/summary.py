@@ -69,9 +69,13 @@ class RunSummary:
     def total_seconds(self) -> float:
         return sum(self.timings_s.values())
 
+    def work_phase(self) -> str:
+        """The timed phase the throughput is over: ``compute``, or ``read+compute`` where a
+        streaming run reads and computes in one loop."""
+        return "compute" if "compute" in self.timings_s else "read+compute"
+
     def work_seconds(self) -> float:
-        # A streaming run reads and computes in one loop: its time counts both.
-        return self.timings_s.get("compute", self.timings_s.get("read+compute", 0.0))
+        return self.timings_s.get(self.work_phase(), 0.0)
 
     def rows_per_second(self) -> float | None:
         seconds = self.work_seconds()
@@ -235,8 +239,14 @@ def summary_rows(summary: RunSummary) -> list[tuple[str, str]]:
             skipped += f", {_rows(s.skipped['rows'])} with a null id"
         rows.append(("skipped", skipped))
     if rate is not None:
+        # Over the work phase alone, not the whole time shown above it: say so, and that the
+        # bytes are DATA's (not the ids'), or a reader divides the rows by the total time.
+        per_second = human_bytes(s.data.bytes / s.work_seconds())
         rows.append(
-            ("throughput", f"{rate:,.0f} rows/s, {human_bytes(s.data.bytes / s.work_seconds())}/s")
+            (
+                "throughput",
+                f"{rate:,.0f} rows/s, {per_second}/s of DATA (over the {s.work_phase()} time)",
+            )
         )
     if s.keys is not None:
         rows = _with_key_rows(rows, s.keys, s.num_segments)

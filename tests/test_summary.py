@@ -59,6 +59,19 @@ def test_result_range_says_it_holds_the_fill_of_empty_segments():
     assert dict(summary_rows(summary))["result"] == "range [1, 2], 0 NaN"
 
 
+def test_throughput_says_it_is_over_the_work_phase_and_of_data_bytes():
+    """The time row above it is the whole run's: a bare "rows/s" reads as rows over that
+    time. 4 rows of 4 bytes in the 2 ms of compute are 2,000 rows/s and 7.8 KiB/s of DATA."""
+    summary = make_summary()
+    assert dict(summary_rows(summary))["throughput"] == (
+        "2,000 rows/s, 7.8 KiB/s of DATA (over the compute time)"
+    )
+    summary.timings_s = {"read+compute": 0.004, "write": 0.001}
+    assert dict(summary_rows(summary))["throughput"] == (
+        "1,000 rows/s, 3.9 KiB/s of DATA (over the read+compute time)"
+    )
+
+
 def test_skipped_row_names_null_ids_only_where_there_are_ids():
     """A --by run has no ids; its null keys are the "missing key" rows already counted."""
     summary = make_summary()
