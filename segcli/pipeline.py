@@ -267,7 +267,12 @@ def _check_by(request: RunRequest) -> None:
         if given:
             raise UsageError(f"--by cannot be used with {option} (the key columns give the groups)")
     if request.data == "-":
-        raise UsageError("--by reads key columns of a table file, not of stdin")
+        # A pipe given by its path is read like a file (its bytes kept as they are read), so
+        # --by takes it there: say so, rather than leave stdin looking unreadable.
+        raise UsageError(
+            "--by reads key columns of a table file, not of stdin as '-'; give a pipe by its "
+            "path instead: /dev/stdin"
+        )
     if request.keys_from == "-":
         raise UsageError("--keys-from reads a table file, not stdin")
     if input_format(_first_file(request)) in ("npy", "npz"):

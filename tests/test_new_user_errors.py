@@ -466,7 +466,7 @@ STDIN_CASES = [
         ["check", "-", "--data-column", "v", "--by", "s"],
         "t.parquet",
         2,
-        ("--by reads key columns of a table file, not of stdin",),
+        ("--by reads key columns of a table file, not of stdin as '-'", "path", "/dev/stdin"),
         id="stdin-by",
     ),
     pytest.param(
@@ -511,6 +511,20 @@ def test_bad_stdin_is_one_line_and_nothing_written(folder, args, stdin, code, sa
         assert len(lines) == 1
     else:
         assert json.loads("\n".join(lines[:-1]))["exit_code"] == code
+
+
+def test_by_reads_stdin_by_path_as_its_refusal_of_dash_says(folder):
+    """The stdin-by case's hint: the same bytes given as /dev/stdin group by key."""
+    result = subprocess.run(
+        [sys.executable, "-m", "segcli", "sum", "/dev/stdin", "--data-column", "v", "--by", "s"],
+        input=(folder / "t.parquet").read_bytes(),
+        capture_output=True,
+        cwd=folder,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode().splitlines() == ["s\tvalue", "a\t4.0", "b\t8.0", "c\t4.0"]
 
 
 def test_binary_view_keys_from_a_text_keys_file_are_read_as_hex(tmp_path, monkeypatch):
