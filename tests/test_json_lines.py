@@ -193,7 +193,7 @@ def test_json_lines_errors_are_one_line_and_write_nothing(
 def test_json_lines_are_not_an_output_format(tmp_path: Path) -> None:
     path = write_lines(tmp_path / "f.jsonl", flights())
     result = run_main("sum", path, "--data-column", "delay", "--by", "carrier", "-o", "o.jsonl")
-    assert result.exit_code == 2 and "cannot tell the output format" in result.stderr
+    assert result.exit_code == 2 and "is an input format, not an output" in result.stderr
 
 
 def test_sparse_and_sorting_ops_read_json_lines_as_parquet(tmp_path: Path) -> None:

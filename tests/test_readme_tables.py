@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow.feather as feather
 import pyarrow.parquet as pq
 import pytest
-from click.testing import CliRunner
+from click.testing import CliRunner, Result
 
 import segcli
 from segcli.cli import cli
@@ -52,9 +52,10 @@ def in_sample_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def segcli_run(*args: str, exit_code: int = 0) -> None:
+def segcli_run(*args: str, exit_code: int = 0) -> Result:
     done = CliRunner().invoke(cli, list(args))
     assert done.exit_code == exit_code, done.output
+    return done
 
 
 def summary_of(*args: str, exit_code: int = 0) -> dict[str, Any]:
@@ -274,8 +275,13 @@ def test_the_formats_write_what_the_table_says(in_sample_folder: Path) -> None:
 
 def test_a_json_lines_output_is_refused_as_the_table_says(in_sample_folder: Path) -> None:
     assert FORMATS["JSON lines (`.jsonl`, `.ndjson`)"][2].startswith("no")
-    segcli_run("sum", *SAMPLE, "-o", "out.jsonl", exit_code=2)
-    assert not Path("out.jsonl").exists()
+    for name in ("out.jsonl", "out.ndjson"):
+        done = segcli_run("sum", *SAMPLE, "-o", name, exit_code=2)
+        # Named as what it is, not as a name whose format cannot be told.
+        message = " ".join(done.output.split())
+        assert "JSON lines (.jsonl, .ndjson) is an input format, not an output" in message
+        assert ".json (one document)" in message
+        assert not Path(name).exists()
 
 
 # --- engines and info -----------------------------------------------------------------------

@@ -296,6 +296,12 @@ def output_format(path: str, fmt: str | None) -> str:
     if found is None and os.path.isdir(path):
         # What -o's own check says with --format given: a folder is the fault, not its name.
         raise WriteError(f"-o {path}: is a directory")
+    if found is None and suffix_format(path, INPUT_SUFFIXES) == "jsonl":
+        # The mirror of input_format's word on .json: the format is known, and not written.
+        raise UsageError(
+            f"{path}: JSON lines (.jsonl, .ndjson) is an input format, not an output; write "
+            ".json (one document) or a table (.csv, .tsv, .parquet, .arrow)"
+        )
     if found is None:
         raise UsageError(
             f"{path}: cannot tell the output format from the file name; give a format "
