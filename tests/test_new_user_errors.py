@@ -107,6 +107,12 @@ CASES = [
         code=2, says=("t.parquet", "no column 'nope'"), id="agg-unknown-data-column",
     ),
     case(
+        "agg", "keys_other.csv", "--by", "other", "--op", "count",
+        code=2, says=("keys_other.csv: has no column besides the key columns (other); name the "
+                      "column to reduce with --data-column",),
+        id="agg-by-only-key-columns",
+    ),
+    case(
         "agg", "t.parquet", "--data-column", "v,nope", "--by", "s", "--op", "sum",
         code=2, says=("t.parquet", "no column 'nope'"), id="agg-second-data-column-unknown",
     ),

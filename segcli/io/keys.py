@@ -64,9 +64,15 @@ def pick_data_column(table: TableFile, column: str | None, by: Sequence[str]) ->
     rest = [name for name in table.column_names() if name not in by]
     if len(rest) == 1:
         return rest[0]
+    if not rest:
+        # No column to offer: name the option that picks one (a key column may be the data).
+        raise UsageError(
+            f"{table.label}: has no column besides the key columns ({listing(by)}); name "
+            "the column to reduce with --data-column"
+        )
     raise UsageError(
         f"{table.label}: has {len(rest)} columns besides the key columns; pick one with "
-        f"--data-column (columns: {listing(rest) or 'none'})"
+        f"--data-column (columns: {listing(rest)})"
     )
 
 
