@@ -111,8 +111,10 @@ def translate_errors(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-def input_options(command: F) -> F:
-    """DATA [IDS] and the options that say how to read them and which rules apply."""
+def input_options(command: F, *, engines: bool = True) -> F:
+    """DATA [IDS] and the options that say how to read them and which rules apply; ``engines``
+    is False for check, which has no --engine to name."""
+    per_partition = " (with --engine dask: rows per partition)" if engines else ""
     options = [
         click.argument("data", metavar="DATA"),
         click.argument("ids", metavar="[IDS]", required=False),
@@ -173,7 +175,7 @@ def input_options(command: F) -> F:
             # Bounded so that every reader can take it as a C int64 row count.
             type=click.IntRange(min=1, max=2**62),
             metavar="N",
-            help="Always stream, N rows per block (with --engine dask: rows per partition) "
+            help=f"Always stream, N rows per block{per_partition} "
             "[default: stream only inputs over --memory-limit].",
         ),
         click.option(
@@ -778,8 +780,8 @@ def tmp_dir_option(command: F) -> F:
 @click.option(
     "--expect",
     metavar="FILE",
-    help="Compare every result column with a golden table (.csv, .tsv, .parquet, .arrow, "
-    ".npz with the same columns; .npy for one result); exit 4 if one differs.",
+    help="Compare every result column with a golden table (.csv, .tsv, .json, .parquet, "
+    ".arrow, .npz with the same columns; .npy for one result); exit 4 if one differs.",
 )
 @q_option(required=False)
 @tmp_dir_option
@@ -840,7 +842,7 @@ def agg(
 
 
 @cli.command(epilog=EXIT_CODES_HELP)
-@input_options
+@functools.partial(input_options, engines=False)
 @click.option(
     "--op",
     "op",
@@ -859,8 +861,8 @@ def agg(
     "--max-dropped",
     type=click.IntRange(min=0),
     metavar="K",
-    help="Fail (exit 4) if more than K rows were dropped (negative ids; ids >= n under --sorted) "
-    "[default: no limit].",
+    help="Fail (exit 4) if more than K rows were dropped (negative ids; ids >= n under --sorted; "
+    "null ids under --skipna; missing keys under --by) [default: no limit].",
 )
 @click.option(
     "--no-nan", is_flag=True, help="Fail (exit 4) if DATA holds any NaN (with --skipna: or null)."
@@ -979,7 +981,8 @@ def _check_op_options(op_names: tuple[str, ...], ddof: int | None, q: float | No
 @translate_errors
 def info(path: str, as_json: bool, delimiter: str | None, no_input_header: bool) -> None:
     """Show what FILE holds (shape, dtype, columns with their types and nulls, row groups,
-    size) without reading its data. FILE '-' reads stdin (.npy, Parquet or Arrow IPC) through.
+    size) from its metadata; a CSV/TSV or JSON-lines file is parsed whole to count its rows and
+    nulls. FILE '-' reads stdin (.npy, Parquet, Arrow IPC or JSON lines) through.
 
     \b
     Examples:
