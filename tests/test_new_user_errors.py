@@ -55,6 +55,11 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
         ),
         here / "t.parquet",
     )
+    with pa.ipc.new_stream(
+        here / "vi.arrows",
+        pa.schema([("v", pa.float64()), ("vn", pa.float64()), ("i", pa.int64())]),
+    ) as stream:
+        stream.write_table(pa.table({"v": [1.0, 2.0], "vn": [1.0, 2.0], "i": [0, 1]}))
     (here / "empty.csv").write_text("")
     (here / "empty.parquet").write_bytes(b"")
     (here / "list_key.jsonl").write_text("".join(f'{{"k": [{i}], "v": 1.0}}\n' for i in range(3)))
@@ -105,6 +110,11 @@ CASES = [
     case(
         "agg", "t.parquet", "--data-column", "nope", "--by", "s", "--op", "sum",
         code=2, says=("t.parquet", "no column 'nope'"), id="agg-unknown-data-column",
+    ),
+    case(
+        "sum", "t.parquet", "--data-column", "v,vn", "--ids-column", "i",
+        code=2, says=("t.parquet: no column 'v,vn'", "segcli agg --data-column a,b reads several"),
+        id="op-data-column-list",
     ),
     case(
         "agg", "keys_other.csv", "--by", "other", "--op", "count",
@@ -467,6 +477,13 @@ STDIN_CASES = [
     ),
     pytest.param(
         ["agg", "-", "ids.npy", "--op", "sum"], b"", 3, ("<stdin>", "no input"), id="stdin-empty"
+    ),
+    pytest.param(
+        ["sum", "-", "--data-column", "v,vn", "--ids-column", "i"],
+        "vi.arrows",
+        2,
+        ("<stdin>: no column 'v,vn'", "segcli agg --data-column a,b reads several"),
+        id="stdin-data-column-list",
     ),
     pytest.param(
         ["check", "-", "--data-column", "v", "--by", "s"],

@@ -64,7 +64,13 @@ from segcli.io.npy import (
 )
 from segcli.io.read import DATA_ROLE, IDS_ROLE, Role, refuse_option
 from segcli.io.sizes import whole_read_hint
-from segcli.io.tables import CSV_HEAD_BYTES, CsvOptions, TableFile, open_table
+from segcli.io.tables import (
+    CSV_HEAD_BYTES,
+    CsvOptions,
+    TableFile,
+    data_column_list_hint,
+    open_table,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -642,11 +648,13 @@ class ArrowStreamColumns:
         with library_errors(STDIN_LABEL, "not a .npy or Arrow IPC stream"):
             self._reader = ipc.open_stream(self._stream)
         schema = self._reader.schema
-        for name in names:
+        for index, name in enumerate(names):
             if name not in schema.names:
-                raise UsageError(
-                    f"{STDIN_LABEL}: no column '{name}' (columns: {listing(schema.names)})"
-                )
+                # The ids column comes last; those before it are data columns.
+                last = index == len(names) - 1
+                hint = "" if last else data_column_list_hint(name, schema.names)
+                shown = listing(schema.names)
+                raise UsageError(f"{STDIN_LABEL}: no column '{name}' (columns: {shown}){hint}")
         self._pending: dict[str, list[pa.Array]] = {name: [] for name in names}
         self._all = dict(self._pending)
         self._rows_read = 0

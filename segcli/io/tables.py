@@ -19,7 +19,7 @@ import numpy as np
 
 from segcli.errors import InvalidInputError, ReadError, UsageError
 from segcli.io import json_lines
-from segcli.io.column_names import listing
+from segcli.io.column_names import listing, split_names
 from segcli.io.columns import (
     ColumnRef,
     check_text_type,
@@ -401,6 +401,8 @@ class TableFile:
                     hint = " (for a CSV without a header line: --no-input-header)"
                 elif self.is_text:
                     hint = _csv_header_hint(column, names)
+                if option == "--data-column":
+                    hint = data_column_list_hint(column, names) or hint
                 raise UsageError(f"{self.label}: no column '{column}' (columns: {shown}){hint}")
             self.check_unique([column])
             return column
@@ -764,6 +766,20 @@ def _to_line_end(head: bytes, stream: pa.NativeFile, size: int) -> bytes:
 
 #: Delimiters other tools write, which a header read with another delimiter keeps whole.
 _OTHER_DELIMITERS = (";", "|", "\t", ",", " ")
+
+
+def data_column_list_hint(column: str, names: Sequence[str]) -> str:
+    """A hint for agg's list syntax (``--data-column a,b``) given to a command that reads one
+    data column: agg splits its list before it asks for each column, so it never needs this."""
+    if "," not in column:
+        return ""
+    try:
+        parts = split_names(column)  # as agg reads its list
+    except ValueError:
+        return ""
+    if all(part in names for part in parts):
+        return " (one column here; segcli agg --data-column a,b reads several)"
+    return ""
 
 
 def _csv_header_hint(column: str, names: list[str]) -> str:
