@@ -111,13 +111,28 @@ def translate_errors(command: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def _complete_files(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion of a path: the shell lists the files (a plain string parameter would
+    complete nothing, and click's completion script has no fallback to file names)."""
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(incomplete, type="file")]
+
+
+def _complete_dirs(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    """Shell completion of a directory (``--tmp-dir``)."""
+    from click.shell_completion import CompletionItem
+
+    return [CompletionItem(incomplete, type="dir")]
+
+
 def input_options(command: F, *, engines: bool = True) -> F:
     """DATA [IDS] and the options that say how to read them and which rules apply; ``engines``
     is False for check, which has no --engine to name."""
     per_partition = " (with --engine dask: rows per partition)" if engines else ""
     options = [
-        click.argument("data", metavar="DATA"),
-        click.argument("ids", metavar="[IDS]", required=False),
+        click.argument("data", metavar="DATA", shell_complete=_complete_files),
+        click.argument("ids", metavar="[IDS]", required=False, shell_complete=_complete_files),
         click.option(
             "-n",
             "--num-segments",
@@ -194,6 +209,7 @@ def input_options(command: F, *, engines: bool = True) -> F:
         click.option(
             "--keys-from",
             metavar="FILE",
+            shell_complete=_complete_files,
             help="With --by: a table of the key columns that fixes the output keys and their "
             "order (empty groups included; a key not in it is an error) [default: the keys "
             "found in DATA].",
@@ -208,6 +224,7 @@ def input_options(command: F, *, engines: bool = True) -> F:
         click.option(
             "--summary-json",
             metavar="PATH",
+            shell_complete=_complete_files,
             help="Write the summary as JSON to PATH ('-' for stderr).",
         ),
     ]
@@ -263,6 +280,7 @@ def indices_options(command: F) -> F:
     return click.option(
         "--indices",
         metavar="IDX",
+        shell_complete=_complete_files,
         help="TF's sparse family: reduce DATA[IDX[i]] by ids[i] (ids 1-D, sorted; one "
         "index per id). .npy, or a table/.npz with --indices-column.",
     )(command)
@@ -279,6 +297,7 @@ def weights_options(command: F) -> F:
     return click.option(
         "--weights",
         metavar="W",
+        shell_complete=_complete_files,
         help="sum, mean, sqrt_n: one weight per id (per index with --indices); "
         "mean = sum(w*x)/sum(w), sqrt_n = sum(w*x)/sqrt(sum(w^2)).",
     )(command)
@@ -606,6 +625,7 @@ def _make_op_command(op: str) -> click.Command:
         "-o",
         "--output",
         metavar="PATH",
+        shell_complete=_complete_files,
         help="Write the result to PATH (format from its suffix); '-' for stdout. "
         "Default: text lines 'segment<TAB>value' on stdout (with --by: a header line, then "
         "the key fields and the value).",
@@ -641,11 +661,13 @@ def _make_op_command(op: str) -> click.Command:
     @click.option(
         "--expect",
         metavar="FILE",
+        shell_complete=_complete_files,
         help="Compare the result with a golden file; exit 4 and list the segments that differ.",
     )
     @click.option(
         "--keys-out",
         metavar="PATH",
+        shell_complete=_complete_files,
         help="With --by and .npy/.npz output: write the key table (row i for result row i) "
         "to PATH (.parquet, .arrow, .csv or .tsv).",
     )
@@ -728,6 +750,7 @@ def tmp_dir_option(command: F) -> F:
     return click.option(
         "--tmp-dir",
         metavar="DIR",
+        shell_complete=_complete_dirs,
         help="Directory for the temporary partition files of median, quantile and nunique "
         "over unsorted inputs larger than --memory-limit [default: the system's].",
     )(command)
@@ -746,6 +769,7 @@ def tmp_dir_option(command: F) -> F:
     "-o",
     "--output",
     metavar="PATH",
+    shell_complete=_complete_files,
     help="Write the table to PATH (format from its suffix); '-' for stdout. Default: a "
     "header line, then one tab-separated line per segment on stdout.",
 )
@@ -760,6 +784,7 @@ def tmp_dir_option(command: F) -> F:
 @click.option(
     "--keys-out",
     metavar="PATH",
+    shell_complete=_complete_files,
     help="With --by and .npy or .npz output: write the key table (row i for result row i) to PATH "
     "(.parquet, .arrow, .csv or .tsv).",
 )
@@ -780,6 +805,7 @@ def tmp_dir_option(command: F) -> F:
 @click.option(
     "--expect",
     metavar="FILE",
+    shell_complete=_complete_files,
     help="Compare every result column with a golden table (.csv, .tsv, .json, .parquet, "
     ".arrow, .npz with the same columns; .npy for one result); exit 4 if one differs.",
 )
@@ -966,7 +992,7 @@ def _check_op_options(op_names: tuple[str, ...], ddof: int | None, q: float | No
 
 
 @cli.command(epilog=EXIT_CODES_HELP)
-@click.argument("path", metavar="FILE")
+@click.argument("path", metavar="FILE", shell_complete=_complete_files)
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON on stdout.")
 @click.option(
     "--delimiter",

@@ -7,9 +7,12 @@ README names exists, and every option of a command is named in the README.
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -175,3 +178,56 @@ def test_every_option_with_a_default_states_it(name: str) -> None:
             continue
         stated = param.show_default or "default" in (param.help or "").lower()
         assert stated, (name, param.opts)
+
+
+def complete(words: str, shell: str = "bash") -> subprocess.CompletedProcess[str]:
+    """What the completion script's function gets back for the command line ``words``."""
+    env = {
+        **os.environ,
+        "COMP_WORDS": words,
+        "COMP_CWORD": str(len(words.split(" ")) - 1),
+        "_SEGCLI_COMPLETE": f"{shell}_complete",
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "segcli"], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.parametrize(
+    ("words", "expected"),
+    [
+        ("segcli s", ["plain,sqrt_n", "plain,std", "plain,sum"]),
+        (
+            "segcli sum d.npy --engine ",
+            [f"plain,{e}" for e in ("auto", "numpy", "numba", "cupy", "dask")],
+        ),
+        ("segcli sum sample_data/d", ["file,sample_data/d"]),
+        ("segcli agg d.npy i.npy --op sum -o ou", ["file,ou"]),
+        ("segcli check d.npy --summary-json s", ["file,s"]),
+        ("segcli mean d.npy i.npy --expect g", ["file,g"]),
+        ("segcli median d.npy i.npy --tmp-dir /t", ["dir,/t"]),
+        ("segcli info sam", ["file,sam"]),
+    ],
+)
+def test_the_readme_s_shell_completion_completes_commands_choices_and_paths(
+    words: str, expected: list[str]
+) -> None:
+    """The Commands table's completion line: a path completes as a file name (a plain string
+    parameter would complete nothing, and the script has no fallback to file names)."""
+    done = complete(words)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == expected
+
+
+@pytest.mark.parametrize("shell", ["bash", "zsh", "fish"])
+def test_the_readme_s_completion_scripts_are_given(shell: str) -> None:
+    assert f"_SEGCLI_COMPLETE={shell}_source segcli" in README
+    source = subprocess.run(
+        [sys.executable, "-m", "segcli"],
+        env={**os.environ, "_SEGCLI_COMPLETE": f"{shell}_source"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert source.returncode == 0, source.stderr
+    assert "_segcli_completion" in source.stdout
