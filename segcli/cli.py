@@ -225,7 +225,8 @@ def input_options(command: F, *, engines: bool = True) -> F:
             "--summary-json",
             metavar="PATH",
             shell_complete=_complete_files,
-            help="Write the summary as JSON to PATH ('-' for stderr).",
+            help="Write the summary as JSON to PATH ('-' for stderr, in place of the text "
+            "summary).",
         ),
     ]
     for option in reversed(options):
