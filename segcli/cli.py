@@ -183,7 +183,7 @@ def input_options(command: F, *, engines: bool = True) -> F:
             "--memory-limit",
             metavar="SIZE",
             help="Stream inputs larger than SIZE (e.g. 512MB, 2GB) in blocks "
-            "[default: 32MB, or a quarter of free memory if less].",
+            "[default: 32MiB, or a quarter of free memory if less].",
         ),
         click.option(
             "--chunk-rows",
