@@ -12,11 +12,17 @@ _LISTED = 10
 _SHOWN = 3
 
 
+def compared_within_tolerance(result: np.ndarray, expected: np.ndarray) -> bool:
+    """Whether the tolerances apply: floats (and complex) only; integers and booleans must be
+    equal."""
+    return result.dtype.kind in "fc" or expected.dtype.kind in "fc"
+
+
 def differing_segments(
     result: np.ndarray, expected: np.ndarray, *, rtol: float, atol: float
 ) -> np.ndarray:
     """Indices of the segments whose values differ beyond the tolerance (NaN equals NaN)."""
-    if result.dtype.kind in "fc" or expected.dtype.kind in "fc":
+    if compared_within_tolerance(result, expected):
         close = np.isclose(result, expected, rtol=rtol, atol=atol, equal_nan=True)
     else:
         close = result == expected
@@ -38,8 +44,11 @@ def check_expected(
         return
     listed = ", ".join(str(int(i)) for i in bad[:_LISTED])
     more = f" and {bad.size - _LISTED} more" if bad.size > _LISTED else ""
+    # Naming tolerances that an exact compare did not use would suggest they let a bool or
+    # integer result pass by a little.
+    how = f"rtol={rtol}, atol={atol}" if compared_within_tolerance(result, expected) else "exactly"
     raise ExpectationError(
-        f"{label}: {bad.size} of {result.shape[0]} segments differ (rtol={rtol}, atol={atol}): "
+        f"{label}: {bad.size} of {result.shape[0]} segments differ ({how}): "
         f"{listed}{more}; {_got_vs_expected(result, expected, bad)}"
         f"{_largest_differences(result, expected, bad)}"
     )

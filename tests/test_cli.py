@@ -186,6 +186,22 @@ def test_expect_matches_and_mismatches(pair, tmp_path):
     assert not out.exists()
 
 
+def test_expect_says_integer_and_bool_results_are_compared_exactly(pair, tmp_path):
+    """The tolerances apply to floats only: a count or any mismatch names none."""
+    golden = tmp_path / "golden.npy"
+    np.save(golden, np.array([2, 0, 2, 1], np.int64))
+    result = run("count", *pair, "-n", "4", "-q", "--expect", golden)
+    assert result.exit_code == 4
+    assert "1 of 4 segments differ (exactly): 3;" in result.stderr
+    np.save(golden, np.array([True, False, True, True]))
+    result = run("any", *pair, "-n", "4", "-q", "--expect", golden)
+    assert result.exit_code == 4
+    assert "1 of 4 segments differ (exactly): 3;" in result.stderr
+    np.save(golden, np.array([3, 1, 7, 0], np.float32))
+    result = run("sum", *pair, "-n", "4", "-q", "--expect", golden)
+    assert "1 of 4 segments differ (rtol=1e-05, atol=1e-08): 1;" in result.stderr
+
+
 def test_expect_tolerance(pair, tmp_path):
     golden = tmp_path / "golden.npy"
     np.save(golden, np.array([3.001, 0, 7, 0], np.float32))
