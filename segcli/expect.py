@@ -83,12 +83,13 @@ def _got_vs_expected(result: np.ndarray, expected: np.ndarray, bad: np.ndarray) 
 def _largest_differences(result: np.ndarray, expected: np.ndarray, bad: np.ndarray) -> str:
     """``; largest difference: absolute A (segment i), relative R (segment j)``, over the
     differing segments whose difference is a number (a NaN against a value has none)."""
-    if result.dtype.kind not in "biufc" or expected.dtype.kind not in "biufc":
+    # Booleans have no size of a difference: "relative inf" of True against False says nothing.
+    if result.dtype.kind not in "iufc" or expected.dtype.kind not in "iufc":
         return ""
     kinds = (result.dtype.kind, expected.dtype.kind)
     # Integers as Python's (an object array), exact: in float64, int64 values 1,000 apart
     # near 2**62 are 1,024 apart, and uint64 values 1 apart near 2**64 are 0 apart.
-    wide = object if set(kinds) <= set("biu") else np.complex128 if "c" in kinds else np.float64
+    wide = object if set(kinds) <= set("iu") else np.complex128 if "c" in kinds else np.float64
     got = result[bad].astype(wide).reshape(bad.size, -1)
     want = expected[bad].astype(wide).reshape(bad.size, -1)
     with np.errstate(all="ignore"):

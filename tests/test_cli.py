@@ -197,6 +197,9 @@ def test_expect_says_integer_and_bool_results_are_compared_exactly(pair, tmp_pat
     result = run("any", *pair, "-n", "4", "-q", "--expect", golden)
     assert result.exit_code == 4
     assert "1 of 4 segments differ (exactly): 3;" in result.stderr
+    # A bool has no size of a difference (True against False was "relative inf").
+    assert "segment 3 got False expected True\n" in result.stderr
+    assert "largest difference" not in result.stderr
     np.save(golden, np.array([3, 1, 7, 0], np.float32))
     result = run("sum", *pair, "-n", "4", "-q", "--expect", golden)
     assert "1 of 4 segments differ (rtol=1e-05, atol=1e-08): 1;" in result.stderr
