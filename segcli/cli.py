@@ -718,7 +718,7 @@ def _make_op_command(op: str) -> click.Command:
 
     DATA holds the values and IDS one segment id per row (IDS may be omitted when both are
     columns of one table file, or keys of one .npz). Use '-' to read .npy or an Arrow IPC
-    stream from stdin.
+    stream from stdin (a Parquet or Arrow file there is read into memory).
 
     \b
     Examples:
