@@ -108,6 +108,8 @@ def _missing_column(
     """Why the golden has no column ``name`` of this run: the golden's columns that differ
     (as the file names them: a JSON's or an .npz's ``sum``, not ``sum_0``), and the layout it
     comes from where its columns tell: a single-op command's, or a run with(out) --skipna."""
+    from segcli.io import results as results_module
+
     held = list(dict.fromkeys(golden_names.values()))  # the file's own column names
     others = list(
         dict.fromkeys(
@@ -147,6 +149,8 @@ def _missing_column(
             "; it is a single-op command's golden: write it with agg, or check it with the "
             "single-op command"
         )
+    elif results_module.looks_headerless(held):
+        text += f"; {results_module.HEADERLESS_GOLDEN}"
     elif "rows" in held and "rows" not in key_names and not rows:
         text += "; it is a --skipna run's golden (a rows column)"
     elif rows and "rows" not in held and "counts" not in held:

@@ -205,6 +205,21 @@ def test_expect_says_integer_and_bool_results_are_compared_exactly(pair, tmp_pat
     assert "1 of 4 segments differ (rtol=1e-05, atol=1e-08): 1;" in result.stderr
 
 
+def test_expect_of_a_golden_written_without_its_header_says_so(pair, tmp_path):
+    golden = tmp_path / "golden.csv"
+    assert run("sum", *pair, "-n", "4", "-q", "-o", golden, "--no-header").exit_code == 0
+    result = run("sum", *pair, "-n", "4", "-q", "--expect", golden)
+    assert result.exit_code == 3
+    assert "no 'value' or 'value_*' columns (columns: 0, 3.0, 2)" in result.stderr
+    assert "a golden needs the header line --no-header drops" in result.stderr
+    agg = ("agg", *pair, "-n", "4", "--op", "sum", "-q")
+    assert run(*agg, "-o", golden, "--no-header").exit_code == 0
+    result = run(*agg, "--expect", golden)
+    assert result.exit_code == 1  # as for every golden without the run's columns
+    assert "no column 'sum' to compare with; the golden has 0, 3.0, 2 instead" in result.stderr
+    assert "a golden needs the header line --no-header drops" in result.stderr
+
+
 def test_expect_tolerance(pair, tmp_path):
     golden = tmp_path / "golden.npy"
     np.save(golden, np.array([3.001, 0, 7, 0], np.float32))

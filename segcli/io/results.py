@@ -185,6 +185,16 @@ def parse_numbers(texts: list[str], path: str, column: str) -> _Array:
     raise ReadError(f"{path}: column '{column}' row {bad}: {texts[bad]!r} is not a number")
 
 
+#: Why a text golden's columns are numbers: it was written with --no-header, and its first
+#: row was read as the header.
+HEADERLESS_GOLDEN = "its first line holds numbers: a golden needs the header line --no-header drops"
+
+
+def looks_headerless(names: list[str]) -> bool:
+    """Whether a table's column names are all numbers: a CSV/TSV without its header line."""
+    return bool(names) and all(_is_number(name) for name in names)
+
+
 def _is_number(text: str) -> bool:
     try:
         complex(text.strip())
@@ -203,7 +213,10 @@ def _value_columns(names: list[str], path: str) -> tuple[list[str], tuple[int, .
     if not indexed and "segment" in names and set(names) <= {"segment", "count"}:
         return [], (0,)  # a (n, 0) result: the header names no value columns at all
     if not indexed:
-        raise ReadError(f"{path}: no 'value' or 'value_*' columns (columns: {', '.join(names)})")
+        hint = f"; {HEADERLESS_GOLDEN}" if looks_headerless(names) else ""
+        raise ReadError(
+            f"{path}: no 'value' or 'value_*' columns (columns: {', '.join(names)}){hint}"
+        )
     ranks = {len(index) for index in indexed}
     inner = tuple(max(index[d] for index in indexed) + 1 for d in range(max(ranks)))
     grid = list(np.ndindex(*inner))
