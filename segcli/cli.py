@@ -828,9 +828,9 @@ def agg(
     Columns: segment (with --by: the key columns), then <op> per op (quantile's is q<Q>, e.g.
     q0.9; <column>_<op> with several --data-column, read together in one read of the table; a
     name holding a comma in double quotes: '"price, USD",qty'), inner dimensions flattened to
-    <name>_<i>, then count, the rows per segment (unless count is one of the ops; under
-    --skipna that op counts present values, and rows follows it). .npz holds one array per
-    result column and counts; .npy takes one result column only.
+    <name>_<i> (.json: a nested list per column), then count, the rows per segment (unless
+    count is one of the ops; under --skipna that op counts present values, and rows follows
+    it). .npz holds one array per result column and counts; .npy takes one result column only.
 
     \b
     Examples:
