@@ -620,6 +620,15 @@ def _warn(message: str) -> None:
     click.echo(f"Warning: {terminal_safe(message)}", err=True)
 
 
+#: The last help example's pipeline where the default one ("the 3 largest") says nothing.
+_EXAMPLE_PIPES = {
+    "any": "grep -c True     # segments holding a non-zero value",
+    "all": "grep -c False     # segments holding a zero",
+    "argmin": "awk '$2 >= 0'     # leave out the empty segments (-1)",
+    "argmax": "awk '$2 >= 0'     # leave out the empty segments (-1)",
+}
+
+
 def _make_op_command(op: str) -> click.Command:
     @input_options
     @click.option(
@@ -714,6 +723,9 @@ def _make_op_command(op: str) -> click.Command:
 
     # quantile cannot run without --q: its examples must carry one to be copied as they are.
     q = " --q 0.9" if op in Q_OPS else ""
+    # A pipeline that means something for the op's result: True/False and row numbers (-1 for
+    # an empty segment) have no "3 largest" worth asking for.
+    pipe = _EXAMPLE_PIPES.get(op, "sort -k2 -g | tail -3     # the 3 largest")
     command.__doc__ = f"""{OP_SUMMARIES[op]}
 
     DATA holds the values and IDS one segment id per row (IDS may be omitted when both are
@@ -726,7 +738,7 @@ def _make_op_command(op: str) -> click.Command:
       segcli {op} data.npy sorted_ids.npy --sorted -o result.npy{q}
       segcli {op} table.parquet --data-column value --ids-column segment -o out.parquet{q}
       segcli {op} flights.parquet --data-column arr_delay --by carrier,origin -o out.csv{q}
-      segcli {op} data.npy ids.npy{q} -q | sort -k2 -g | tail -3     # the 3 largest
+      segcli {op} data.npy ids.npy{q} -q | {pipe}
     """
     if op in DDOF_OPS:
         command = ddof_option(command)
