@@ -127,7 +127,15 @@ def parse_size(text: str) -> int:
     if not match:
         raise UsageError(f"--memory-limit {text!r} is not a size (e.g. 512MB, 2GB, 1.5GiB)")
     number, unit = match.groups()
-    return int(float(number) * _UNITS[unit])
+    size = int(float(number) * _UNITS[unit])
+    if size <= 0:
+        # Read as a budget of nothing, 0 would stream every input a row at a time: a user who
+        # wrote it more likely meant "no limit", which tools often spell 0.
+        raise UsageError(
+            f"--memory-limit {text!r}: give a size above 0 bytes (without the option segcli "
+            "picks one from the free memory)"
+        )
+    return size
 
 
 def human_bytes(count: float) -> str:

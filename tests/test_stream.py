@@ -263,6 +263,15 @@ def test_bad_memory_limit_is_a_usage_error(tmp_path):
     assert result.exit_code == 2 and "--memory-limit 'lots' is not a size" in result.stderr
 
 
+@pytest.mark.parametrize("size", ["0", "0GB", "0.1B"])
+def test_a_memory_limit_of_nothing_is_a_usage_error(tmp_path, size):
+    """0 would stream a row at a time (others spell "no limit" so): refused, nothing read."""
+    paths = save_pair(tmp_path, np.ones(3), np.zeros(3, np.int64))
+    result = run_cli("sum", *paths, "--memory-limit", size)
+    assert result.exit_code == 2, result.stderr
+    assert f"--memory-limit '{size}': give a size above 0 bytes" in result.stderr
+
+
 def test_npy_on_stdin_streams_in_one_pass(tmp_path):
     import io as stdlib_io
 
