@@ -129,6 +129,29 @@ def test_every_format_streams_to_a_fifo_with_a_files_bytes(pair, tmp_path, fmt):
     assert no_temp_files(tmp_path)
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "arrow", "csv"])
+def test_keys_out_to_a_fifo_gets_a_files_bytes(tmp_path, fmt):
+    # An Arrow key table went to a FIFO as an IPC stream, which a reader of keys.arrow (an
+    # Arrow file, as -o writes to a FIFO) could not open.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"x": [1.0, 2.0, 3.0], "k": ["b", "a", "b"]}), table)
+    by = ["sum", table, "--data-column", "x", "--by", "k", "-q"]
+    reference = tmp_path / f"reference.{fmt}"
+    assert run(*by, "-o", tmp_path / "a.npy", "--keys-out", reference).exit_code == 0
+    fifo = tmp_path / f"keys.{fmt}"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = _read_all(str(fifo), got)
+    result = run(*by, "-o", tmp_path / "b.npy", "--keys-out", fifo)
+    reader.join(timeout=30)
+    assert result.exit_code == 0, result.stderr
+    assert got == [reference.read_bytes()]
+    assert no_temp_files(tmp_path)
+
+
 def test_output_to_dev_fd_like_process_substitution(pair, tmp_path):
     # ``-o >(gzip > x)`` hands segcli /dev/fd/N, the write end of a pipe.
     read_end, write_end = os.pipe()

@@ -283,6 +283,40 @@ def test_interrupt_while_writing_a_fifo_says_the_output_was_cut_off(large_pair, 
     assert (code, stderr) == (130, "segcli: interrupted; the output was cut off\n")
 
 
+@pytest.mark.skipif(sys.platform != "linux", reason="needs Linux's pipe ioctls")
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_interrupt_while_keys_out_fills_a_fifo_ends_promptly(tmp_path, fmt):
+    # pyarrow answered the interrupted write by writing its footer, which blocked on the
+    # stalled reader again: the run hung until killed.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = 100_000
+    table = tmp_path / "t.parquet"
+    keys = [f"key-{i:07d}" for i in range(rows)]
+    pq.write_table(pa.table({"x": np.ones(rows), "k": keys}), table)
+    fifo = tmp_path / f"keys.{fmt}"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # there, but reading nothing
+    args = ["sum", table, "--data-column", "x", "--by", "k", "-q", "-o", tmp_path / "out.npy"]
+    command = [sys.executable, "-m", "segcli", *map(str, args), "--keys-out", str(fifo)]
+    try:
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
+            try:
+                _wait_until_full(reader, child)
+                child.send_signal(signal.SIGINT)
+                code = child.wait(timeout=10)
+            finally:
+                if child.poll() is None:
+                    child.kill()
+            assert child.stderr is not None
+            stderr = child.stderr.read().decode()
+    finally:
+        os.close(reader)
+    assert (code, stderr) == (130, "segcli: interrupted; the output was cut off\n")
+    assert not (tmp_path / "out.npy").exists()
+
+
 @pytest.mark.parametrize(
     ("command", "name", "hint"),
     [

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 import numpy as np
 
@@ -237,10 +237,15 @@ def keys_out_format(path: str) -> str:
 
 def stage_keys(keys: pa.Table, path: str, outputs: OutputSet) -> None:
     """Stage the key table at ``path`` (reserved in ``outputs``), committed with the run."""
-    from segcli.io.write import _SEPS, _write_table
+    from segcli.io.write import _SEPS, _Sequential, _write_table
 
     fmt = keys_out_format(path)
-    with outputs.stage(path) as out:
+    direct = outputs.is_direct(path)
+    with outputs.stage(path) as staged:
+        # A FIFO or device takes the bytes as -o's writer gives them: an Arrow file's, not a
+        # stream's, and in chunked write() calls, so that a Ctrl-C reaches a write blocked on a
+        # stalled reader (pyarrow would answer the failed write by blocking on its footer).
+        out = cast(BinaryIO, _Sequential(staged)) if direct else staged
         if fmt in _SEPS:
             sep = _SEPS[fmt]
             out.write((sep.join(header_names(keys.column_names, sep)) + "\n").encode())
@@ -252,4 +257,4 @@ def stage_keys(keys: pa.Table, path: str, outputs: OutputSet) -> None:
                 lines = [line or _ONE_COLUMN_NULL for line in lines]
             out.write("".join(line + "\n" for line in lines).encode())
         else:
-            _write_table(keys, fmt, out, stream=outputs.is_direct(path))
+            _write_table(keys, fmt, out, stream=False)
