@@ -1183,6 +1183,7 @@ def main(argv: list[str] | None = None) -> None:
         signum = interrupt.signum if isinstance(interrupt, Interrupted) else signal.SIGINT
         written = session.written
         _summary_at_exit(session, 128 + signum, interrupt_line(signum, written=written))
+        _release_fifo_readers()  # exit_interrupted leaves at once, running no finally
         exit_interrupted(signum, written=written)
     except (StdoutClosed, BrokenPipeError):
         ignore_further_signals()
@@ -1204,4 +1205,14 @@ def main(argv: list[str] | None = None) -> None:
             err=True,
         )
         sys.exit(EXIT_INTERNAL)
+    finally:
+        _release_fifo_readers()
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _release_fifo_readers() -> None:
+    # Only a run that planned its outputs has loaded the module, and so may have a FIFO to
+    # release (see segcli.io.commit.release_fifo_readers).
+    commit = sys.modules.get("segcli.io.commit")
+    if commit is not None:
+        commit.release_fifo_readers()

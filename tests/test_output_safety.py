@@ -152,6 +152,27 @@ def test_keys_out_to_a_fifo_gets_a_files_bytes(tmp_path, fmt):
     assert no_temp_files(tmp_path)
 
 
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [(["-n", "1"], 1), (["--fill", "abc"], 2)],
+    ids=["invalid-ids", "usage-error"],
+)
+def test_a_failed_run_ends_its_fifo_readers_file(pair, tmp_path, args, code):
+    # The shell's > opens a FIFO before the command runs, so its reader sees an end of file
+    # whatever the command does; segcli opened it only to write a result, and the reader of a
+    # failed run (gzip < out.fifo) waited forever.
+    fifo = tmp_path / "out.fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = _read_all(str(fifo), got)
+    command = [*SEGCLI, "sum", *map(str, pair), "-q", "-o", str(fifo), "--format", "npy", *args]
+    done = subprocess.run(command, capture_output=True, timeout=60, check=False)
+    reader.join(timeout=30)
+    assert done.returncode == code, done.stderr
+    assert got == [b""]
+    assert stat.S_ISFIFO(fifo.stat().st_mode)
+
+
 def test_output_to_dev_fd_like_process_substitution(pair, tmp_path):
     # ``-o >(gzip > x)`` hands segcli /dev/fd/N, the write end of a pipe.
     read_end, write_end = os.pipe()

@@ -58,6 +58,21 @@ class _Output:
     pipe_by_descriptor: bool = False
 
 
+#: Named FIFOs planned as outputs and not opened since: see :func:`release_fifo_readers`.
+_unopened_fifos: set[str] = set()
+
+
+def release_fifo_readers() -> None:
+    """Open and close at once each FIFO output the run never opened, so that a reader waiting
+    on it (``gzip < out.fifo``) gets an end of file: the shell's ``>`` opens the FIFO before the
+    command runs, and the reader of a failed or interrupted run's FIFO would otherwise wait
+    forever. Nothing is written; a FIFO that nobody reads yet is left alone."""
+    for path in sorted(_unopened_fifos):
+        with contextlib.suppress(OSError):  # ENXIO: no reader
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    _unopened_fifos.clear()
+
+
 class OutputSet:
     """The outputs of one run, committed together; see the module doc."""
 
@@ -142,6 +157,7 @@ class OutputSet:
             # Appending changes nothing for a FIFO or device, and keeps what the run already
             # wrote when ``/dev/stdout`` is the shell's ``> file``: "wb" would truncate it.
             name, mode = output.target, "ab"
+            _unopened_fifos.discard(path)  # its reader gets this run's end of file
         else:
             if output.temp is not None:
                 raise ValueError(f"{path} is staged twice")
@@ -324,9 +340,11 @@ def _direct(path: str, option: str, existing: os.stat_result | None) -> _Output:
             output.place = None
     else:  # a FIFO, or the file behind a descriptor (``> out.txt``), however it is named
         output.identity = (existing.st_dev, existing.st_ino)
-        output.pipe_by_descriptor = stat.S_ISFIFO(existing.st_mode) and bool(
-            _DESCRIPTOR_PATH.match(place)
-        )
+        by_descriptor = bool(_DESCRIPTOR_PATH.match(place))
+        output.pipe_by_descriptor = stat.S_ISFIFO(existing.st_mode) and by_descriptor
+        if stat.S_ISFIFO(existing.st_mode) and not by_descriptor:
+            # A descriptor's pipe closes with the process; a named FIFO needs opening.
+            _unopened_fifos.add(path)
     return output
 
 
