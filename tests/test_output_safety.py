@@ -173,6 +173,34 @@ def test_a_failed_run_ends_its_fifo_readers_file(pair, tmp_path, args, code):
     assert stat.S_ISFIFO(fifo.stat().st_mode)
 
 
+@pytest.mark.parametrize("summary", [["--summary-json", "-"], []], ids=["json", "table"])
+def test_output_to_dev_stderr_of_a_file_comes_before_the_summary(pair, tmp_path, summary):
+    # /dev/stderr opened again by name had a file offset of its own: the summary, written
+    # through stderr's descriptor from offset 0 afterwards, overwrote the result.
+    stderr = tmp_path / "stderr.txt"
+    command = [*SEGCLI, "sum", *map(str, pair), "-o", "/dev/stderr", "--format", "csv"]
+    with open(stderr, "wb") as handle:
+        done = subprocess.run([*command, *summary], stderr=handle, timeout=60, check=False)
+    assert done.returncode == 0
+    text = stderr.read_text()
+    assert text.startswith("segment,value,count\n0,3.0,2\n1,0.0,0\n2,7.0,2\n"), text
+    assert "sum" in text[60:]
+
+
+def test_output_to_dev_stdin_does_not_write_the_file_behind_it(pair, tmp_path):
+    # Opened again by name, stdin's file took the result, though the shell opened it to read.
+    victim = tmp_path / "victim.txt"
+    victim.write_bytes(b"keep me\n")
+    command = [*SEGCLI, "sum", *map(str, pair), "-q", "-o", "/dev/stdin", "--format", "csv"]
+    with open(victim, "rb") as handle:
+        done = subprocess.run(command, stdin=handle, capture_output=True, timeout=60, check=False)
+    assert (done.returncode, done.stderr) == (
+        5,
+        b"Error: -o /dev/stdin: cannot write (Bad file descriptor)\n",
+    )
+    assert victim.read_bytes() == b"keep me\n"
+
+
 def test_output_to_dev_fd_like_process_substitution(pair, tmp_path):
     # ``-o >(gzip > x)`` hands segcli /dev/fd/N, the write end of a pipe.
     read_end, write_end = os.pipe()

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import PurePath
 from types import TracebackType
-from typing import BinaryIO, cast
+from typing import BinaryIO
 
 from segcli.errors import UsageError, WriteError
 from segcli.io.formats import BINARY_FORMATS
@@ -154,19 +154,16 @@ class OutputSet:
         itself. OS errors become WriteErrors naming ``path``."""
         output = self._output(path)
         if output.direct:
-            # Appending changes nothing for a FIFO or device, and keeps what the run already
-            # wrote when ``/dev/stdout`` is the shell's ``> file``: "wb" would truncate it.
-            name, mode = output.target, "ab"
+            name = output.target
             _unopened_fifos.discard(path)  # its reader gets this run's end of file
         else:
             if output.temp is not None:
                 raise ValueError(f"{path} is staged twice")
             with held():  # the name is recorded before any signal, so abort() finds it
                 output.temp = name = _create_temp(output, os.path.dirname(output.target))
-            mode = "wb"
         try:
-            with open(name, mode) as handle, _streamed(output.direct):
-                yield cast(BinaryIO, handle)
+            with _open_staged(output, name) as handle, _streamed(output.direct):
+                yield handle
         except OSError as exc:
             if output.direct and _reader_left(exc):
                 raise  # as when stdout's reader leaves: the CLI stops quietly (exit 141)
@@ -346,6 +343,30 @@ def _direct(path: str, option: str, existing: os.stat_result | None) -> _Output:
             # A descriptor's pipe closes with the process; a named FIFO needs opening.
             _unopened_fifos.add(path)
     return output
+
+
+def _open_staged(output: _Output, name: str) -> BinaryIO:
+    """``name``, the temporary file, opened; or a FIFO, device or descriptor, to be written in
+    place.
+
+    A descriptor of this process (``/dev/stderr``, ``/dev/fd/3``) is written through a copy of
+    it, as the shell's ``>&2``: the bytes share its file offset, so what the run writes to it
+    later (the summary on stderr) comes after them, where a ``2> file`` opened again by name
+    had an offset of its own and the summary overwrote the result; and a descriptor open for
+    reading only (``/dev/stdin``) cannot be written, where its file opened by name could.
+    """
+    if not output.direct:
+        return open(name, "wb")
+    found = _DESCRIPTOR_PATH.match(output.place or "")
+    if found is None or found["pid"] is not None:
+        # Appending changes nothing for a FIFO or device.
+        return open(output.target, "ab")
+    fd = int(found["fd"])
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(AttributeError, OSError, ValueError):
+            if stream.fileno() == fd:
+                stream.flush()  # what Python still holds for it comes first
+    return open(os.dup(fd), "wb")  # an open descriptor is never truncated
 
 
 def _opens_a_terminal(path: str) -> bool:
