@@ -7,6 +7,7 @@ Python's own. Imports nothing heavy: it runs before the rest of segcli is import
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import signal
@@ -59,6 +60,15 @@ _checkpoint_passed = False
 _in_unraisable_hook = False
 #: Set by the handler each time it raises :class:`Interrupted`: a signal sent again was taken.
 _raised = threading.Event()
+#: What :func:`at_exit` was given, for :func:`exit_interrupted`, which runs no atexit function.
+_exit_cleanups: list[Callable[[], None]] = []
+
+
+def at_exit(cleanup: Callable[[], None]) -> None:
+    """Run ``cleanup`` when the process ends, also when an interrupt ends it at once
+    (:func:`exit_interrupted`): a temporary folder must not outlive a Ctrl-C."""
+    atexit.register(cleanup)
+    _exit_cleanups.append(cleanup)
 
 
 def install_handlers() -> None:
@@ -191,6 +201,9 @@ def exit_interrupted(signum: int, *, written: bool) -> NoReturn:
     with contextlib.suppress(OSError, ValueError):
         sys.stderr.write(interrupt_line(signum, written=written) + "\n")
         sys.stderr.flush()
+    for cleanup in _exit_cleanups:
+        with contextlib.suppress(Exception):
+            cleanup()
     os._exit(128 + signum)
 
 

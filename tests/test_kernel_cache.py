@@ -91,6 +91,48 @@ def test_a_corrupt_cache_recovers_by_recompiling(tmp_path, inputs):
     assert all(index.read_bytes() != b"garbage, not a pickle" for index in index_files(cache))
 
 
+def test_the_private_folder_is_removed_when_an_interrupt_ends_the_run(tmp_path, inputs):
+    # An interrupt ends the process with os._exit, which runs no atexit function: the private
+    # folder stayed in the system's temporary directory after every Ctrl-C.
+    import select
+    import signal
+
+    from segcli.signals import CHECKPOINT_ENV, CHECKPOINT_FD_ENV
+
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o777)
+    cache.chmod(0o777)
+    system_tmp = tmp_path / "tmp"
+    system_tmp.mkdir()
+    ready_read, ready_write = os.pipe()
+    environ = {k: v for k, v in os.environ.items() if k != "NUMBA_CACHE_DIR"}
+    environ |= {
+        "NUMBA_CACHE_DIR": str(cache),
+        "TMPDIR": str(system_tmp),
+        CHECKPOINT_ENV: "staged",
+        CHECKPOINT_FD_ENV: str(ready_write),
+    }
+    args = ["sum", *map(str, inputs), "--engine", "numba", "-q", "-o", str(tmp_path / "o.npy")]
+    with subprocess.Popen(
+        [sys.executable, "-m", "segcli", *args],
+        env=environ,
+        pass_fds=(ready_write,),
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        os.close(ready_write)
+        try:
+            readable, _, _ = select.select([ready_read], [], [], 300)
+            assert readable and os.read(ready_read, 1) == b"!", process.communicate()[1]
+        finally:
+            os.close(ready_read)
+        assert [p.name[:13] for p in system_tmp.iterdir()] == ["segcli-numba-"]
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert list(system_tmp.iterdir()) == []
+
+
 def test_a_new_cache_folder_is_private(tmp_path, inputs):
     cache = tmp_path / "xdg" / "segcli" / "numba"
     environ = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}

@@ -13,8 +13,8 @@ never touches ``os.environ`` or numba's configuration (each kernel gets its own 
 
 from __future__ import annotations
 
-import atexit
 import contextlib
+import functools
 import os
 import shutil
 import stat
@@ -31,6 +31,8 @@ from numba.core.caching import (
 )
 from numba.core.dispatcher import Dispatcher
 from numba.core.runtime.nrt import rtsys
+
+from segcli.signals import at_exit
 
 
 def default_folder() -> str:
@@ -64,7 +66,7 @@ def choose_folder(folder: str) -> tuple[str, str | None]:
     if reason is None:
         return folder, None
     private = tempfile.mkdtemp(prefix="segcli-numba-")  # 0700, ours alone
-    atexit.register(shutil.rmtree, private, True)
+    at_exit(functools.partial(shutil.rmtree, private, True))
     note = (
         f"segcli: not using the kernel cache {folder} ({reason}); "
         "compiling into a private temporary folder"
