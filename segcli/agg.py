@@ -31,7 +31,7 @@ from segcli.io.commit import refuse_binary_on_terminal, refuse_unfit_name
 from segcli.io.formats import (
     is_pipe,
 )
-from segcli.io.keyed import stage_keys
+from segcli.io.keyed import keys_go_first, stage_keys
 from segcli.io.write import write_all
 from segcli.multi import split, with_ddof
 from segcli.op_names import HOLISTIC_OPS, Q_OPS
@@ -244,8 +244,11 @@ def _run(
         to_stream=request.output == "-",
         keys=None if keys is None else keys.table,
     )
+    keys_first = keys_go_first(request.output, request.keys_out, outputs)
+    if keys_first and request.keys_out is not None and keys is not None:
+        stage_keys(keys.table, request.keys_out, outputs)
     _write(body, request, fmt, outputs, streams)
-    if request.keys_out is not None and keys is not None:
+    if not keys_first and request.keys_out is not None and keys is not None:
         stage_keys(keys.table, request.keys_out, outputs)
     written = time.perf_counter() - started
     return _outcome(runs, op_names, results, counts, request, fmt, written)

@@ -34,6 +34,7 @@ from segcli.io.keyed import (
     key_value_text,
     keyed_header,
     keyed_text_blocks,
+    keys_go_first,
     keys_out_format,
     stage_keys,
 )
@@ -431,8 +432,12 @@ def _run(
         )
         check_expected_counts(reduction.counts, expected_counts, request.expect)
     started = time.perf_counter()
+    keys_first = keys_go_first(request.output, request.keys_out, outputs)
+    if keys_first:
+        _stage_keys_out(request, done.keys, outputs)
     output_format = _write(reduction, request, streams, outputs, done.keys)
-    _stage_keys_out(request, done.keys, outputs)
+    if not keys_first:
+        _stage_keys_out(request, done.keys, outputs)
     summary = run_summary(
         done,
         output_path=request.output,

@@ -201,6 +201,36 @@ def test_output_to_dev_stdin_does_not_write_the_file_behind_it(pair, tmp_path):
     assert victim.read_bytes() == b"keep me\n"
 
 
+@pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum,max"]])
+def test_a_key_table_that_cannot_be_written_keeps_the_result_off_stdout(
+    tmp_path, monkeypatch, command
+):
+    # The result went to stdout (or a FIFO) first, and then the key table failed: its reader
+    # had the result without its keys, from a run that failed. Now the file goes first.
+    import errno
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from segcli.io import keyed
+
+    def disk_full(*args: object) -> list[str]:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(keyed, "key_fields", disk_full)
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"x": [1.0, 2.0, 3.0], "k": ["b", "a", "b"]}), table)
+    keys = tmp_path / "keys.csv"
+    result = run(
+        *command, table, "--data-column", "x", "--by", "k", "-q", "-o", "-", "--format", "npz",
+        "--keys-out", keys,
+    )  # fmt: skip
+    assert result.exit_code == 5
+    assert result.stderr == f"Error: --keys-out {keys}: cannot write (No space left on device)\n"
+    assert result.stdout_bytes == b""
+    assert names(tmp_path) == ["t.parquet"]
+
+
 def test_output_to_dev_fd_like_process_substitution(pair, tmp_path):
     # ``-o >(gzip > x)`` hands segcli /dev/fd/N, the write end of a pipe.
     read_end, write_end = os.pipe()

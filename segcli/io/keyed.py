@@ -235,6 +235,16 @@ def keys_out_format(path: str) -> str:
     return fmt
 
 
+def keys_go_first(output: str | None, keys_out: str | None, outputs: OutputSet) -> bool:
+    """Whether the key table at ``keys_out`` is staged before the result goes to ``output``:
+    a result sent to stdout (``-``), a FIFO or a device cannot be taken back, so a key table
+    bound for a file gets its bytes first, and failing to write it (a full disk) leaves the
+    result unsent rather than sent without its keys."""
+    if keys_out is None or output is None or outputs.is_direct(keys_out):
+        return False
+    return output == "-" or outputs.is_direct(output)
+
+
 def stage_keys(keys: pa.Table, path: str, outputs: OutputSet) -> None:
     """Stage the key table at ``path`` (reserved in ``outputs``), committed with the run."""
     from segcli.io.write import _SEPS, _Sequential, _write_table
