@@ -341,6 +341,21 @@ def test_an_empty_output_path_is_refused_before_anything_is_written(
     assert names(tmp_path) == before and names(work) == []
 
 
+@pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum,max"]])
+def test_an_empty_keys_out_path_is_said_to_be_one(tmp_path, command):
+    # It was "--keys-out : need a .parquet, .arrow, .csv or .tsv file name", the path unseen.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"x": [1.0, 2.0], "k": ["b", "a"]}), table)
+    by = [*command, table, "--data-column", "x", "--by", "k", "-q"]
+    result = run(*by, "-o", tmp_path / "out.npz", "--keys-out", "")
+    assert result.exit_code == 2
+    assert error_lines(result.stderr) == ["Error: --keys-out '': an empty path names no file"]
+    assert names(tmp_path) == ["t.parquet"]
+
+
 def test_missing_summary_folder_fails_before_any_input_is_read(tmp_path):
     # The inputs do not even exist: exit 5 (not 3) proves the outputs were checked first.
     result = run(

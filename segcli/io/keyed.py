@@ -225,8 +225,10 @@ KEYS_OUT_FORMATS = ("parquet", "arrow", "csv", "tsv")
 def keys_out_format(path: str) -> str:
     """The format of a ``--keys-out`` path, from its suffix; else a UsageError."""
     from segcli.errors import UsageError
+    from segcli.io.commit import refuse_unfit_name
     from segcli.io.formats import OUTPUT_SUFFIXES, suffix_format
 
+    refuse_unfit_name(path, "--keys-out")  # '' is no file, whatever its suffix would say
     fmt = suffix_format(path, OUTPUT_SUFFIXES)
     if fmt not in KEYS_OUT_FORMATS:
         raise UsageError(
