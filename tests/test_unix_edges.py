@@ -604,6 +604,42 @@ def test_replacing_an_output_keeps_its_owner_and_group(hostile, command):
     np.testing.assert_array_equal(np.load(out), [1.0, 5.0])
 
 
+#: A POSIX access ACL as Linux stores it in ``system.posix_acl_access``: the owner rw, user
+#: 12345 rw, the group r, the mask rw, others r (mode 0o664).
+_ACL = struct.pack("<I", 2) + b"".join(
+    struct.pack("<HHI", tag, perm, who)
+    for tag, perm, who in [
+        (0x01, 6, 0xFFFFFFFF),
+        (0x02, 6, 12345),
+        (0x04, 4, 0xFFFFFFFF),
+        (0x10, 6, 0xFFFFFFFF),
+        (0x20, 4, 0xFFFFFFFF),
+    ]
+)
+
+
+@pytest.mark.skipif(not hasattr(os, "setxattr"), reason="needs Linux's extended attributes")
+@pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum"]])
+def test_replacing_an_output_keeps_its_acl_and_extended_attributes(hostile, command):
+    # The replacement was a new file: an ACL that let a colleague write the old one was lost.
+    out = hostile / "out.npy"
+    out.write_bytes(b"old")
+    out.chmod(0o664)
+    try:
+        os.setxattr(out, "user.team", b"analytics")
+        os.setxattr(out, "system.posix_acl_access", _ACL)
+    except OSError as exc:
+        pytest.skip(f"this file system keeps no ACL or user attribute ({exc.strerror})")
+    result = segcli(
+        command[0], "[bold]x.npy", "ids.npy", *command[1:], "-q", "-o", out, cwd=hostile
+    )
+    assert result.returncode == 0, result.stderr
+    np.testing.assert_array_equal(np.load(out), [1.0, 5.0])
+    assert os.getxattr(out, "user.team") == b"analytics"
+    assert os.getxattr(out, "system.posix_acl_access") == _ACL
+    assert stat.S_IMODE(out.stat().st_mode) == 0o664
+
+
 def test_an_owner_the_process_may_not_give_is_left_as_a_new_file_would_be(tmp_path, monkeypatch):
     # Only root may give a file away: for anyone else the chown fails, and the commit goes on.
     from segcli.io.commit import OutputSet

@@ -185,6 +185,8 @@ class OutputSet:
                     continue
                 try:
                     _keep_owner(output.temp, output.owner)
+                    if output.owner is not None:  # it replaces a file
+                        _keep_attributes(output.temp, output.target)
                     os.chmod(output.temp, output.mode)  # after chown, which may clear set-id bits
                     os.replace(output.temp, output.target)
                 except OSError as exc:
@@ -397,6 +399,25 @@ def _keep_owner(temp: str, owner: tuple[int, int] | None) -> None:
     except PermissionError:
         with contextlib.suppress(PermissionError):  # the group alone, if it is one of ours
             os.chown(temp, -1, owner[1])
+
+
+def _keep_attributes(temp: str, target: str) -> None:
+    """Give the replacement the replaced file's extended attributes, its access control list
+    (``system.posix_acl_access``) among them, as the shell's ``>`` keeps them by writing in
+    place: a colleague an ACL let write the file may still write it. One the process may not
+    set (``security.*`` without privilege) is left out, as a new file would not have it, and
+    so are file capabilities, which any write to a file clears."""
+    if not hasattr(os, "listxattr"):
+        return  # Linux only
+    try:
+        names = os.listxattr(target)
+    except OSError:
+        return  # none, or a file system without them
+    for name in names:
+        if name == "security.capability":
+            continue
+        with contextlib.suppress(OSError):
+            os.setxattr(temp, name, os.getxattr(target, name))
 
 
 def _write_protected(mode: int, target: str) -> bool:
