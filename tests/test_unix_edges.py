@@ -640,6 +640,29 @@ def test_replacing_an_output_keeps_its_acl_and_extended_attributes(hostile, comm
     assert stat.S_IMODE(out.stat().st_mode) == 0o664
 
 
+@needs_root
+def test_a_file_mounted_on_its_own_is_refused_before_any_input_is_read(tmp_path):
+    # A container's one-file volume: the rename over it failed (EBUSY) only after the whole run.
+    volume, out = tmp_path / "host file.csv", tmp_path / "in container" / "out put.csv"
+    volume.write_bytes(b"host\n")
+    out.parent.mkdir()
+    out.write_bytes(b"")
+    if subprocess.run(["mount", "--bind", volume, out], capture_output=True).returncode != 0:
+        pytest.skip("cannot bind-mount a file here")
+    try:
+        result = segcli("sum", tmp_path / "missing.npy", "ids.npy", "-o", out)
+    finally:
+        subprocess.run(["umount", out], check=True)
+    assert result.returncode == 5
+    assert result.stderr.decode() == (
+        f"Error: -o {out}: is a mount point (a file mounted on its own, as a container's one-file "
+        "volume), which cannot be replaced whole; write another file and copy it over, or let "
+        "the shell write it (-o - --format FORMAT > PATH)\n"
+    )
+    assert volume.read_bytes() == b"host\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["host file.csv", "in container"]
+
+
 def test_an_owner_the_process_may_not_give_is_left_as_a_new_file_would_be(tmp_path, monkeypatch):
     # Only root may give a file away: for anyone else the chown fails, and the commit goes on.
     from segcli.io.commit import OutputSet

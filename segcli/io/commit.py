@@ -320,6 +320,13 @@ def _plan(path: str, option: str) -> _Output:
         return _Output(path, option, target, False, 0o666 & ~_umask(), None, place=target)
     if _write_protected(existing.st_mode, target):
         raise WriteError(f"{option} {path}: is write-protected; not replacing it")
+    if _is_mount_point(target):
+        # A rename over it fails (EBUSY): said now, not after the whole run.
+        raise WriteError(
+            f"{option} {path}: is a mount point (a file mounted on its own, as a container's "
+            "one-file volume), which cannot be replaced whole; write another file and copy it "
+            "over, or let the shell write it (-o - --format FORMAT > PATH)"
+        )
     identity = (existing.st_dev, existing.st_ino)
     owner = (existing.st_uid, existing.st_gid)
     mode = stat.S_IMODE(existing.st_mode)
@@ -418,6 +425,28 @@ def _keep_attributes(temp: str, target: str) -> None:
             continue
         with contextlib.suppress(OSError):
             os.setxattr(temp, name, os.getxattr(target, name))
+
+
+#: ``\040`` and the like: how mountinfo writes a space, tab, line break or backslash in a path.
+_MOUNTINFO_ESCAPE = re.compile(r"\\([0-7]{3})")
+
+
+def _is_mount_point(target: str) -> bool:
+    """Whether the file ``target`` is a mount point of its own (``docker run -v f:/data/f``),
+    which only writing in place could change. Linux lists them in mountinfo; elsewhere, or
+    unreadable, no file is taken for one."""
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:
+            lines = info.read().splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        fields = line.split(" ")
+        if len(fields) > 4:
+            point = _MOUNTINFO_ESCAPE.sub(lambda m: chr(int(m[1], 8)), fields[4])
+            if point == target:
+                return True
+    return False
 
 
 def _write_protected(mode: int, target: str) -> bool:
