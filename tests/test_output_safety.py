@@ -196,9 +196,29 @@ def test_output_to_dev_stdin_does_not_write_the_file_behind_it(pair, tmp_path):
         done = subprocess.run(command, stdin=handle, capture_output=True, timeout=60, check=False)
     assert (done.returncode, done.stderr) == (
         5,
-        b"Error: -o /dev/stdin: cannot write (Bad file descriptor)\n",
+        b"Error: -o /dev/stdin: cannot write (open for reading only)\n",
     )
     assert victim.read_bytes() == b"keep me\n"
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [("/dev/stdin", "open for reading only"), ("/dev/fd/200", "Bad file descriptor")],
+)
+def test_a_descriptor_that_cannot_be_written_is_refused_before_any_input_is_read(
+    tmp_path, path, reason
+):
+    # DATA does not exist: exit 5, not 3, shows the output was checked first (it was refused
+    # only when the finished result went to it).
+    command = [*SEGCLI, "sum", "missing.npy", "ids.npy", "-q", "-o", path, "--format", "csv"]
+    with open(os.devnull, "rb") as stdin:
+        done = subprocess.run(
+            command, stdin=stdin, cwd=tmp_path, capture_output=True, timeout=60, check=False
+        )
+    assert (done.returncode, done.stderr.decode()) == (
+        5,
+        f"Error: -o {path}: cannot write ({reason})\n",
+    )
 
 
 @pytest.mark.parametrize("command", [["sum"], ["agg", "--op", "sum,max"]])

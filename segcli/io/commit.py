@@ -337,6 +337,9 @@ def _direct(path: str, option: str, existing: os.stat_result | None) -> _Output:
     """A FIFO, device or descriptor, written in place."""
     place = _resolve(path)
     output = _Output(path, option, path, True, 0, None, place=place)
+    own = _DESCRIPTOR_PATH.match(place)
+    if own is not None and own["pid"] is None:
+        _refuse_unwritable_descriptor(int(own["fd"]), output)
     if existing is None:
         return output
     if stat.S_ISCHR(existing.st_mode):
@@ -352,6 +355,20 @@ def _direct(path: str, option: str, existing: os.stat_result | None) -> _Output:
             # A descriptor's pipe closes with the process; a named FIFO needs opening.
             _unopened_fifos.add(path)
     return output
+
+
+def _refuse_unwritable_descriptor(fd: int, output: _Output) -> None:
+    """A WriteError now, before any input is read, for a descriptor of this process that is
+    not open (``/dev/fd/9``) or is open for reading only (``/dev/stdin``): writing it would
+    fail only once the run is done."""
+    import fcntl  # POSIX only, as descriptor paths are
+
+    try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    except OSError as exc:
+        raise WriteError(f"{_named(output)}: cannot write ({_reason(exc)})") from exc
+    if flags & os.O_ACCMODE == os.O_RDONLY:
+        raise WriteError(f"{_named(output)}: cannot write (open for reading only)")
 
 
 def _open_staged(output: _Output, name: str) -> BinaryIO:
