@@ -126,6 +126,16 @@ def _complete_dirs(ctx: click.Context, param: click.Parameter, incomplete: str) 
     return [CompletionItem(incomplete, type="dir")]
 
 
+def _note_fifo(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An output option's callback: a named FIFO it gives is noted as soon as it is parsed, so
+    that its reader gets an end of file however the run stops (see _release_fifo_readers)."""
+    if value and value != "-" and not ctx.resilient_parsing:
+        from segcli.io.commit import note_fifo
+
+        note_fifo(value)
+    return value
+
+
 def input_options(command: F, *, engines: bool = True) -> F:
     """DATA [IDS] and the options that say how to read them and which rules apply; ``engines``
     is False for check, which has no --engine to name."""
@@ -225,6 +235,7 @@ def input_options(command: F, *, engines: bool = True) -> F:
             "--summary-json",
             metavar="PATH",
             shell_complete=_complete_files,
+            callback=_note_fifo,
             help="Write the summary as JSON to PATH ('-' for stderr, in place of the text "
             "summary).",
         ),
@@ -636,6 +647,7 @@ def _make_op_command(op: str) -> click.Command:
         "--output",
         metavar="PATH",
         shell_complete=_complete_files,
+        callback=_note_fifo,
         help="Write the result to PATH (format from its suffix); '-' for stdout. "
         "Default: text lines 'segment<TAB>value' on stdout (with --by: a header line, then "
         "the key fields and the value).",
@@ -678,6 +690,7 @@ def _make_op_command(op: str) -> click.Command:
         "--keys-out",
         metavar="PATH",
         shell_complete=_complete_files,
+        callback=_note_fifo,
         help="With --by and .npy/.npz output: write the key table (row i for result row i) "
         "to PATH (.parquet, .arrow, .csv or .tsv).",
     )
@@ -783,6 +796,7 @@ def tmp_dir_option(command: F) -> F:
     "--output",
     metavar="PATH",
     shell_complete=_complete_files,
+    callback=_note_fifo,
     help="Write the table to PATH (format from its suffix); '-' for stdout. Default: a "
     "header line, then one tab-separated line per segment on stdout.",
 )
@@ -798,6 +812,7 @@ def tmp_dir_option(command: F) -> F:
     "--keys-out",
     metavar="PATH",
     shell_complete=_complete_files,
+    callback=_note_fifo,
     help="With --by and .npy or .npz output: write the key table (row i for result row i) to PATH "
     "(.parquet, .arrow, .csv or .tsv).",
 )

@@ -154,17 +154,19 @@ def test_keys_out_to_a_fifo_gets_a_files_bytes(tmp_path, fmt):
 
 @pytest.mark.parametrize(
     ("args", "code"),
-    [(["-n", "1"], 1), (["--fill", "abc"], 2)],
-    ids=["invalid-ids", "usage-error"],
+    [(["-n", "1"], 1), (["--fill", "abc"], 2), (["--summary-json", "missing/s.json"], 5)],
+    ids=["invalid-ids", "usage-error", "summary-folder-missing"],
 )
 def test_a_failed_run_ends_its_fifo_readers_file(pair, tmp_path, args, code):
     # The shell's > opens a FIFO before the command runs, so its reader sees an end of file
     # whatever the command does; segcli opened it only to write a result, and the reader of a
-    # failed run (gzip < out.fifo) waited forever.
+    # failed run (gzip < out.fifo) waited forever; so too when the run stopped before it had
+    # looked at -o (--summary-json is checked first).
     fifo = tmp_path / "out.fifo"
     os.mkfifo(fifo)
     got: list[bytes] = []
     reader = _read_all(str(fifo), got)
+    args = [str(tmp_path / a) if a.startswith("missing/") else a for a in args]
     command = [*SEGCLI, "sum", *map(str, pair), "-q", "-o", str(fifo), "--format", "npy", *args]
     done = subprocess.run(command, capture_output=True, timeout=60, check=False)
     reader.join(timeout=30)

@@ -62,6 +62,15 @@ class _Output:
 _unopened_fifos: set[str] = set()
 
 
+def note_fifo(path: str) -> None:
+    """Remember ``path`` for :func:`release_fifo_readers` if it is a named FIFO: called as the
+    command line is parsed, so that a run stopped before its outputs are planned (a bad value
+    of another option, a folder that is missing) still releases its FIFOs' readers."""
+    with contextlib.suppress(OSError):
+        if stat.S_ISFIFO(os.stat(path).st_mode) and not _names_descriptor(path):
+            _unopened_fifos.add(path)
+
+
 def release_fifo_readers() -> None:
     """Open and close at once each FIFO output the run never opened, so that a reader waiting
     on it (``gzip < out.fifo``) gets an end of file: the shell's ``>`` opens the FIFO before the
@@ -352,8 +361,7 @@ def _direct(path: str, option: str, existing: os.stat_result | None) -> _Output:
         by_descriptor = bool(_DESCRIPTOR_PATH.match(place))
         output.pipe_by_descriptor = stat.S_ISFIFO(existing.st_mode) and by_descriptor
         if stat.S_ISFIFO(existing.st_mode) and not by_descriptor:
-            # A descriptor's pipe closes with the process; a named FIFO needs opening.
-            _unopened_fifos.add(path)
+            _unopened_fifos.add(path)  # a descriptor's pipe closes with the process
     return output
 
 
