@@ -662,3 +662,34 @@ def test_two_descriptors_into_one_pipe_are_two_streams(pair, result_to):
     assert done.returncode == 0, done.stdout
     text = done.stdout.decode()
     assert "segment,value,count" in text and '"exit_code": 0' in text
+
+
+def test_a_file_with_other_hard_links_is_replaced_and_said_so(pair, tmp_path):
+    """The rename that keeps an output atomic gives it a new file: its other names keep the
+    old bytes (the shell's > would write through them), and the run says so."""
+    target = tmp_path / "out.csv"
+    target.write_text("old\n")
+    os.link(target, tmp_path / "other.csv")
+    done = subprocess.run(
+        [*SEGCLI, "sum", *map(str, pair), "-q", "-o", str(target)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "other.csv").read_text() == "old\n"
+    assert target.read_text().startswith("segment,value")
+    note = f"segcli: note: {target} has another name (a hard link), which keeps the old contents"
+    assert note in done.stderr
+
+
+def test_a_replacement_drops_set_id_bits_without_root_privilege(monkeypatch, tmp_path):
+    """As the kernel does when a process without privilege writes a file through >."""
+    from segcli.io import commit
+
+    path = tmp_path / "f"
+    path.write_text("x")
+    os.chmod(path, 0o6775)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert commit._kept_mode(os.stat(path)) == 0o775
+    os.chmod(path, 0o6764)  # set-group-id without group execute marks locking, not privilege
+    assert commit._kept_mode(os.stat(path)) == 0o2764
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert commit._kept_mode(os.stat(path)) == 0o6764

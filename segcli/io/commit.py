@@ -336,10 +336,37 @@ def _plan(path: str, option: str) -> _Output:
             "one-file volume), which cannot be replaced whole; write another file and copy it "
             "over, or let the shell write it (-o - --format FORMAT > PATH)"
         )
+    if existing.st_nlink > 1:
+        _note_other_names(path, existing.st_nlink - 1)
     identity = (existing.st_dev, existing.st_ino)
     owner = (existing.st_uid, existing.st_gid)
+    return _Output(path, option, target, False, _kept_mode(existing), identity, owner, place=target)
+
+
+def _note_other_names(path: str, others: int) -> None:
+    """Say that a file with other hard links is replaced by a new one: the shell's ``>``
+    writes in place, which every name sees, where the rename that makes an output atomic
+    leaves the other names with the old bytes."""
+    from segcli import notices
+
+    names = (
+        "another name (a hard link), which keeps"
+        if others == 1
+        else (f"{others} other names (hard links), which keep")
+    )
+    notices.send(f"segcli: note: {path} has {names} the old contents: the file is replaced")
+
+
+def _kept_mode(existing: os.stat_result) -> int:
+    """The permission bits a replacement keeps: the file's, less the set-user-id bit (and the
+    set-group-id bit of a group-executable file) for a process without root's privilege, as
+    the kernel clears them when such a process writes the file through ``>``."""
     mode = stat.S_IMODE(existing.st_mode)
-    return _Output(path, option, target, False, mode, identity, owner, place=target)
+    if hasattr(os, "geteuid") and os.geteuid() != 0:
+        mode &= ~stat.S_ISUID
+        if mode & stat.S_IXGRP:
+            mode &= ~stat.S_ISGID
+    return mode
 
 
 def _direct(path: str, option: str, existing: os.stat_result | None) -> _Output:
