@@ -1181,6 +1181,7 @@ def main(argv: list[str] | None = None) -> None:
     except click.UsageError as error:
         # The run has chosen its exit code: a Ctrl-C while it reports must not change it.
         ignore_further_signals()
+        _note_output_fifos(sys.argv[1:] if argv is None else argv)
         if isinstance(error, _NO_ARGS_IS_HELP):
             error.show()  # plain ``segcli``: the help itself, not an error line
         else:
@@ -1223,6 +1224,24 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         _release_fifo_readers()
     sys.exit(code if isinstance(code, int) else 0)
+
+
+#: The options that name an output: a FIFO among their values has a reader to release.
+_OUTPUT_OPTIONS = ("-o", "--output", "--keys-out", "--summary-json")
+
+
+def _note_output_fifos(args: list[str]) -> None:
+    """The FIFOs the command line names as outputs, found in its words: a parse error (an
+    unknown option) stops click before any option's callback notes them (_note_fifo)."""
+    from segcli.io.commit import note_fifo
+
+    for word, value in zip(args, [*args[1:], None], strict=True):
+        if word in _OUTPUT_OPTIONS and value is not None:
+            note_fifo(value)
+        elif word.startswith("--") and word.split("=", 1)[0] in _OUTPUT_OPTIONS:
+            note_fifo(word.split("=", 1)[1])
+        elif word.startswith("-o") and not word.startswith("--") and len(word) > 2:
+            note_fifo(word[2:])  # -oPATH
 
 
 def _release_fifo_readers() -> None:

@@ -154,8 +154,13 @@ def test_keys_out_to_a_fifo_gets_a_files_bytes(tmp_path, fmt):
 
 @pytest.mark.parametrize(
     ("args", "code"),
-    [(["-n", "1"], 1), (["--fill", "abc"], 2), (["--summary-json", "missing/s.json"], 5)],
-    ids=["invalid-ids", "usage-error", "summary-folder-missing"],
+    [
+        (["-n", "1"], 1),
+        (["--fill", "abc"], 2),
+        (["--summary-json", "missing/s.json"], 5),
+        (["--no-such-option"], 2),  # the parser stops before any option's value is looked at
+    ],
+    ids=["invalid-ids", "usage-error", "summary-folder-missing", "parse-error"],
 )
 def test_a_failed_run_ends_its_fifo_readers_file(pair, tmp_path, args, code):
     # The shell's > opens a FIFO before the command runs, so its reader sees an end of file
