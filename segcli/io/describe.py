@@ -35,6 +35,7 @@ from segcli.io.npy import (
     read_npz_header,
 )
 from segcli.io.tables import CsvOptions, TableFile, is_csv_path, open_table
+from segcli.io.text_facts import text_facts
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -310,9 +311,14 @@ def _text(path: str, fmt: str) -> dict[str, object]:
 
 
 def _text_table(table: TableFile) -> dict[str, object]:
-    data = table.read(table.schema().names, as_is=True)  # described as read, not used
-    nulls = [data.column(i).null_count for i in range(data.num_columns)]
-    return {"rows": data.num_rows, "columns": _columns(data.schema, nulls)}
+    """Rows, types and nulls as a whole read gives them (described as read, not used), read
+    a block at a time; a CSV naming a column twice is still read whole."""
+    facts = text_facts(table)
+    if facts is None:
+        data = table.read(table.schema().names, as_is=True)
+        nulls = [data.column(i).null_count for i in range(data.num_columns)]
+        return {"rows": data.num_rows, "columns": _columns(data.schema, nulls)}
+    return {"rows": facts.rows, "columns": _columns(facts.schema, facts.nulls)}
 
 
 def _columns(schema: pa.Schema, nulls: list[int]) -> list[dict[str, object]]:
