@@ -228,6 +228,22 @@ def test_arrow_info_memory_does_not_grow_with_the_file(tmp_path, kind):
     assert peak_large - peak_small < size / 10 / 2**20, (peak_small, peak_large)
 
 
+def test_arrow_stream_info_from_stdin_memory_does_not_grow_with_the_stream(tmp_path):
+    """``info -`` reads an Arrow IPC stream through a batch at a time: kept whole to be
+    counted, the large stream's peak was 1.8 times its size above the small one's."""
+    small, large = tmp_path / "small.arrow", tmp_path / "large.arrow"
+    write_arrow(small, 400_000, "stream", seed=1)  # about 10 MB
+    write_arrow(large, 1_600_000, "stream", seed=2)  # about 38 MB
+    size = large.stat().st_size
+    peaks = []
+    for path in (small, large):
+        measured = run_measured("info", "-", stdin=path)
+        assert measured.returncode == 0, measured.stderr
+        peaks.append(measured.peak_bytes)
+    peak_small, peak_large = peaks
+    assert peak_large - peak_small < size / 10, (peak_small, peak_large, size)
+
+
 def test_parquet_info_memory_does_not_grow_with_a_nested_column(tmp_path):
     """The null rows of a list column are counted from its data (its statistics count null
     items), now a row group at a time: read whole, the large file's info peaked 270 MiB above

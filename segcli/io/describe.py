@@ -8,15 +8,19 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from segcli.errors import ReadError, UsageError
 from segcli.io.formats import (
+    ARROW_FILE_MAGIC,
     INPUT_SUFFIXES,
     NPY_MAGIC,
     PARQUET_MAGIC,
     STDIN_LABEL,
     TEXT_FORMATS,
+    TailKept,
     file_size,
     input_format,
     is_pipe,
+    library_errors,
     looks_like_json_lines,
+    note_if_unended,
     open_binary,
     pipe_bytes,
     read_up_to,
@@ -94,6 +98,9 @@ def _describe_stream(stream: BinaryIO, path: str, label: str) -> dict[str, objec
         return {"path": path, "format": "npy", "size": counted.count, **header.as_dict()}
     if not looks_like_json_lines(head):
         refuse_unreadable_stream(head, label)  # before reading the rest: /dev/zero never ends
+        if not head.startswith(PARQUET_MAGIC) and head != ARROW_FILE_MAGIC:
+            return _arrow_stream(PrefixedReader(head, stream), path, label)
+    # Parquet and Arrow files are read from their footers: the whole stream is kept.
     body = head + stream.read()
     if looks_like_json_lines(head):
         return {
@@ -108,15 +115,47 @@ def _describe_stream(stream: BinaryIO, path: str, label: str) -> dict[str, objec
     return {"path": path, "format": fmt, "size": len(body), **tables(table)}
 
 
+def _arrow_stream(stream: Readable, path: str, label: str) -> dict[str, object]:
+    """An Arrow IPC stream read through a record batch at a time, keeping none (its rows and
+    nulls as :func:`_arrow_table` counts them): a pipe's stream may be larger than memory."""
+    import pyarrow.ipc as ipc
+
+    counted = _CountingReader(stream)
+    kept = TailKept(counted)  # its end marker, looked for once it ends
+    rows = batches = 0
+    with library_errors(label, "not a valid Arrow IPC file"):
+        reader = ipc.open_stream(kept)
+        nulls = [0] * len(reader.schema)
+        for batch in reader:
+            rows += batch.num_rows
+            batches += 1
+            for i, column in enumerate(batch.columns):
+                nulls[i] += _nulls(column)
+    while kept.read(_COUNT_BLOCK):  # bytes past the end marker count in the size too
+        pass
+    note_if_unended(label, kept.head, kept.tail)
+    return {
+        "path": path,
+        "format": "arrow",
+        "size": counted.count,
+        "ipc": "stream",
+        "rows": rows,
+        "record_batches": batches,
+        "columns": _columns(reader.schema, nulls),
+    }
+
+
 class _CountingReader:
-    """Counts the bytes read through it (a stream has no size to ask for)."""
+    """Counts the bytes read through it (a stream has no size to ask for). A read returns
+    fewer bytes than asked for only at the end (pyarrow's reader takes a short read for a
+    damaged stream, and a pipe, or the head read ahead, gives short reads)."""
 
     def __init__(self, stream: Readable) -> None:
         self._stream = stream
         self.count = 0
 
     def read(self, size: int = -1, /) -> bytes:
-        data = self._stream.read(size)
+        data = self._stream.read(size) if size < 0 else read_up_to(self._stream, size)
         self.count += len(data)
         return data
 
