@@ -39,7 +39,7 @@ from segcli.io.npy import (
     read_npz_header,
 )
 from segcli.io.tables import CsvOptions, TableFile, is_csv_path, open_table
-from segcli.io.text_facts import text_facts
+from segcli.io.text_facts import jsonl_stream_facts, text_facts
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -96,19 +96,21 @@ def _describe_stream(stream: BinaryIO, path: str, label: str) -> dict[str, objec
         header = read_header(counted, label)
         _skip_body(counted, header, label)
         return {"path": path, "format": "npy", "size": counted.count, **header.as_dict()}
-    if not looks_like_json_lines(head):
-        refuse_unreadable_stream(head, label)  # before reading the rest: /dev/zero never ends
-        if not head.startswith(PARQUET_MAGIC) and head != ARROW_FILE_MAGIC:
-            return _arrow_stream(PrefixedReader(head, stream), path, label)
-    # Parquet and Arrow files are read from their footers: the whole stream is kept.
-    body = head + stream.read()
     if looks_like_json_lines(head):
+        counted = _CountingReader(PrefixedReader(head, stream))
+        facts = jsonl_stream_facts(label, counted)
         return {
             "path": path,
             "format": "jsonl",
-            "size": len(body),
-            **_text_table(TableFile(label, "jsonl", body)),
+            "size": counted.count,
+            "rows": facts.rows,
+            "columns": _columns(facts.schema, facts.nulls),
         }
+    refuse_unreadable_stream(head, label)  # before reading the rest: /dev/zero never ends
+    if not head.startswith(PARQUET_MAGIC) and head != ARROW_FILE_MAGIC:
+        return _arrow_stream(PrefixedReader(head, stream), path, label)
+    # Parquet and Arrow files are read from their footers: the whole stream is kept.
+    body = head + stream.read()
     fmt = "parquet" if head.startswith(PARQUET_MAGIC) else "arrow"
     table = TableFile(label, fmt, body)
     tables = _parquet_table if fmt == "parquet" else _arrow_table

@@ -7,12 +7,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
 from segcli.io import json_lines
-from segcli.io.tables import TableFile
+from segcli.io.formats import read_up_to
+from segcli.io.tables import CSV_HEAD_BYTES, TableFile
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -26,6 +27,10 @@ _CSV_BLOCK_BYTES = 1 << 18
 _JSON_BLOCK_BYTES = 1 << 18
 
 
+class _Reads(Protocol):
+    def read(self, size: int = -1, /) -> bytes: ...
+
+
 @dataclass(frozen=True)
 class TextFacts:
     rows: int
@@ -36,11 +41,30 @@ class TextFacts:
 def text_facts(table: TableFile) -> TextFacts | None:
     """Rows, schema and null counts of a CSV/TSV or JSON-lines table, read in blocks; None
     for a CSV whose header names a column twice (a type cannot be given to one of them)."""
-    table.schema()  # its checks first: names that are not UTF-8, a compression not named
+    names = table.schema().names  # its checks first: names not UTF-8, a compression not named
     with table.errors():
         if table.fmt == "jsonl":
-            return _jsonl_facts(table)
+            with table.text_source() as source:
+                return _jsonl_facts(names, source)
         return _csv_facts(table)
+
+
+def jsonl_stream_facts(label: str, stream: _Reads) -> TextFacts:
+    """:func:`text_facts` of JSON lines read once from ``stream`` (stdin, a pipe): only the
+    first megabyte of lines, whose fields are the columns, is kept."""
+    first = read_up_to(stream, CSV_HEAD_BYTES)
+    if len(first) == CSV_HEAD_BYTES and b"\n" not in first:
+        # As TableFile reads a head whose first line is longer: up to a block holding its end.
+        pieces = [first]
+        while piece := read_up_to(stream, CSV_HEAD_BYTES):
+            pieces.append(piece)
+            if b"\n" in piece:
+                break
+        first = b"".join(pieces)
+    table = TableFile(label, "jsonl", first)
+    names = table.schema().names
+    with table.errors():
+        return _jsonl_facts(names, stream, first)
 
 
 def _csv_kinds() -> list[pa.DataType]:
@@ -110,21 +134,21 @@ def _loosened(schema: pa.Schema, exc: pa.ArrowInvalid) -> dict[str, pa.DataType]
     return types
 
 
-def _jsonl_facts(table: TableFile) -> TextFacts:
+def _jsonl_facts(names: list[str], source: _Reads, first: bytes = b"") -> TextFacts:
     """Each block of lines is read alone, its types inferred, and merged into the file's as a
     whole read merges them: a field of nulls takes the other block's type, integers meeting
     a fraction become doubles, timestamps meeting other text become strings, lists merge
     their items and objects their fields. Another change of a field's JSON type is an error
-    naming its first row, as one within a block is. The columns are those of the file's
-    first megabyte (:meth:`TableFile.schema`), as a whole read of them shows."""
+    naming its first row, as one within a block is. The columns are ``names``, those of the
+    file's first megabyte (:meth:`TableFile.schema`), as a whole read of them shows. The text
+    is ``first`` (read already), then ``source``."""
     import pyarrow as pa
 
-    names = table.schema().names
     merged: dict[str, pa.DataType] = {}
     nulls = dict.fromkeys(names, 0)
     not_utf8: dict[str, pa.ArrowInvalid] = {}
     rows = 0
-    for text in _line_blocks(table):
+    for text in _line_blocks(source, first):
         block = json_lines.read_block(text, rows)
         block_rows = np.arange(rows, rows + block.num_rows)
         for name, column in zip(block.column_names, block.columns, strict=True):
@@ -150,18 +174,17 @@ def _jsonl_facts(table: TableFile) -> TextFacts:
     return TextFacts(rows, schema, [nulls[name] for name in names])
 
 
-def _line_blocks(table: TableFile) -> Iterator[bytes]:
-    """The table's text in blocks of whole lines, about :data:`_JSON_BLOCK_BYTES` each (a
-    longer line whole); the last line may lack its line break."""
-    pending: list[bytes] = []
-    with table.text_source() as source:
-        while piece := source.read(_JSON_BLOCK_BYTES):
-            end = piece.rfind(b"\n")
-            if end < 0:
-                pending.append(piece)
-                continue
-            yield b"".join([*pending, piece[: end + 1]])
-            pending = [piece[end + 1 :]]
+def _line_blocks(source: _Reads, first: bytes) -> Iterator[bytes]:
+    """The text ``first``, then ``source``'s, in blocks of whole lines, about
+    :data:`_JSON_BLOCK_BYTES` each (a longer line whole); the last may lack its line break."""
+    pending = [first]
+    while piece := source.read(_JSON_BLOCK_BYTES):
+        end = piece.rfind(b"\n")
+        if end < 0:
+            pending.append(piece)
+            continue
+        yield b"".join([*pending, piece[: end + 1]])
+        pending = [piece[end + 1 :]]
     rest = b"".join(pending)
     if rest.strip():
         yield rest
