@@ -922,6 +922,7 @@ def agg(
 @click.option(
     "--no-nan", is_flag=True, help="Fail (exit 4) if DATA holds any NaN (with --skipna: or null)."
 )
+@click.option("--no-progress", is_flag=True, help="No progress bar on long runs.")
 @ddof_option
 @q_option(required=False)
 @indices_options
@@ -933,6 +934,7 @@ def check(
     max_empty: int | None,
     max_dropped: int | None,
     no_nan: bool,
+    no_progress: bool,
     op: str,
     ddof: int | None,
     q: float | None,
@@ -955,6 +957,7 @@ def check(
           --indices-column token --weights-column weight --op mean
     """
     from segcli import pipeline
+    from segcli.progress import progress_bar
 
     with _summary_on_failure("check", summary_json), _run_outputs(summary_json) as outputs:
         from segcli.multi import parse_ops
@@ -964,13 +967,17 @@ def check(
         request = _request(op_names[0], **options)
         pipeline.reserve_outputs(request, outputs, prints_result=False)
         _arm_summary("check", summary_json)
-        with _default_op_named(op_names):
+        with (
+            _default_op_named(op_names),
+            progress_bar(enabled=not (quiet or no_progress)) as progress,
+        ):
             outcome = pipeline.check(
                 request,
                 max_empty=max_empty,
                 no_nan=no_nan,
                 max_dropped=max_dropped,
                 also_ops=op_names[1:],
+                progress=progress,
             )
         failure = pipeline.failure(outcome)
         # A failed check still writes its JSON summary: it says why, for CI to read.

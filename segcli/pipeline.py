@@ -561,8 +561,10 @@ def check(
     max_dropped: int | None = None,
     streams: Streams | None = None,
     also_ops: tuple[str, ...] = (),
+    progress: Progress | None = None,
 ) -> CheckOutcome:
-    """Validate the inputs as ``request.op`` would, then the data-quality rules.
+    """Validate the inputs as ``request.op`` would, then the data-quality rules. ``progress``
+    hears of the rows of a streamed check of DATA and IDS (not of --by or --indices).
 
     Rule violations (docs/semantics.md) raise (exit 1); ``--max-empty`` and ``--no-nan`` failures
     are collected and raised together as an :class:`ExpectationError` by :func:`enforce`.
@@ -581,7 +583,7 @@ def check(
 
             found = check_by(spec)
         else:
-            found = check_inputs(spec)
+            found = check_inputs(spec, progress)
     for name in also_ops:  # check --op a,b: the data's dtype must suit every op
         ops.check_data_dtype(ops.get_op(name), np.dtype(found.data.dtype), found.data.label)
         if spec.weights is not None or spec.weights_column is not None:

@@ -7,9 +7,11 @@ run before it would be counted.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 _MEASURE = """
 import atexit, sys
@@ -31,14 +33,17 @@ class Measured:
     stderr: str  # without the peak line
 
 
-def run_measured(*args: object) -> Measured:
-    """``segcli ARGS`` in a fresh process: its exit code, peak RSS and stderr."""
-    done = subprocess.run(
-        [sys.executable, "-c", _MEASURE, *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+def run_measured(*args: object, stdin: Path | None = None) -> Measured:
+    """``segcli ARGS`` in a fresh process (reading ``stdin``, a file, if given): its exit
+    code, peak RSS and stderr."""
+    with open(stdin if stdin is not None else os.devnull, "rb") as feed:
+        done = subprocess.run(
+            [sys.executable, "-c", _MEASURE, *map(str, args)],
+            stdin=feed,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
     *lines, peak = done.stderr.splitlines()
     return Measured(done.returncode, int(peak) * 1024, "\n".join(lines))

@@ -876,3 +876,30 @@ def test_the_whole_read_the_type_error_suggests_is_one(tmp_path: Path, command: 
     # decompress it first.
     compressed = run(*command, packed, "--memory-limit", size * 100, "-o", tmp_path / "c.parquet")
     one_error_line(compressed, 3, "holds '1.5' after its first rows", "decompress it first")
+
+
+def test_info_gives_the_types_a_whole_read_infers_past_the_first_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """info reads a block at a time: a value a column's first-block type cannot hold moves
+    it on to the next type a whole read would try (after bool, which holds "true" but not
+    "5", no type holds both but string), however many blocks it takes."""
+    import segcli.io.text_facts as text_facts
+
+    monkeypatch.setattr(text_facts, "_CSV_BLOCK_BYTES", 64)
+    path = tmp_path / "t.csv"
+    lines = ["1,true,,2020-01-01"] * 30 + ["1.5,5,5,2020-01-01T10:00:00"] + ["2,,,"] * 30
+    path.write_text("a,b,c,d\n" + "\n".join(lines) + "\n")
+    result = run("info", path, "--json")
+    assert result.exit_code == 0, result.stderr
+    facts = json.loads(result.stdout)
+    whole = pcsv.read_csv(path)
+    assert facts["rows"] == whole.num_rows == 61
+    assert [(c["name"], c["type"]) for c in facts["columns"]] == [
+        ("a", "double"),
+        ("b", "string"),
+        ("c", "int64"),
+        ("d", "timestamp[s]"),
+    ]
+    assert [str(type_) for type_ in whole.schema.types] == [c["type"] for c in facts["columns"]]
+    assert [c["nulls"] for c in facts["columns"]] == [0, 30, 60, 30]

@@ -540,3 +540,37 @@ def test_a_line_of_two_json_values_is_named_by_its_row(tmp_path: Path, chunk: li
         f"Error: {path}: cannot parse JSON lines (row 70000 is not one JSON value: "
         '\'{"k": 1, "x": 70000},\')\n'
     )
+
+
+def test_info_merges_the_types_of_every_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """info reads a block of lines at a time and merges their types as a whole read does:
+    integers meeting a fraction become doubles, an object's fields gather, a field of nulls
+    takes the type met later."""
+    import segcli.io.text_facts as text_facts
+
+    monkeypatch.setattr(text_facts, "_JSON_BLOCK_BYTES", 64)
+    rows = [{"v": 1, "o": {"x": 1}, "n": None, "l": [1]}] * 20
+    rows += [{"v": 2.5, "o": {"y": "s"}, "n": "late", "l": [0.5]}] + [{"v": 3}] * 20
+    path = write_lines(tmp_path / "f.jsonl", rows)
+    shown = ok("info", path, "--json").stdout
+    columns = {c["name"]: (c["type"], c["nulls"]) for c in json.loads(shown)["columns"]}
+    assert columns == {
+        "v": ("double", 0),
+        "o": ("struct<x: int64, y: string>", 20),
+        "n": ("string", 40),
+        "l": ("list<item: double>", 20),
+    }
+
+
+def test_info_names_the_row_where_a_field_changes_type_in_a_later_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import segcli.io.text_facts as text_facts
+
+    monkeypatch.setattr(text_facts, "_JSON_BLOCK_BYTES", 64)
+    path = write_lines(tmp_path / "f.jsonl", [{"v": 1}] * 30 + [{"v": None}, {"v": "x"}])
+    result = run_main("info", path)
+    assert result.exit_code == 3
+    assert "field 'v' changes from number to string at row 31" in result.stderr

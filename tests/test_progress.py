@@ -60,3 +60,37 @@ def test_unknown_total_shows_rows_and_rate_only():
 def test_known_total_shows_done_of_total_and_percent():
     text = _rendered(1000, 500)
     assert "500/1000" in text and "50%" in text
+
+
+def _recorded_bar(monkeypatch, calls: list[tuple[bool, list[tuple[int, int]]]]) -> None:
+    """``progress_bar`` as a terminal's, recording whether it was enabled and each update."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def recorded(*, enabled: bool):
+        updates: list[tuple[int, int]] = []
+        calls.append((enabled, updates))
+        yield (lambda done, total: updates.append((done, total))) if enabled else None
+
+    monkeypatch.setattr(progress, "progress_bar", recorded)
+
+
+def test_a_streamed_check_shows_its_rows_as_a_streamed_run_does(tmp_path, monkeypatch):
+    """``check`` streams as the ops do, and now shows the same bar (it showed none, and
+    refused --no-progress)."""
+    import numpy as np
+    from click.testing import CliRunner
+
+    from segcli.cli import cli
+
+    np.save(tmp_path / "d.npy", np.ones(1000))
+    np.save(tmp_path / "i.npy", np.arange(1000) % 7)
+    calls: list[tuple[bool, list[tuple[int, int]]]] = []
+    _recorded_bar(monkeypatch, calls)
+    args = ["check", str(tmp_path / "d.npy"), str(tmp_path / "i.npy"), "--chunk-rows", "300"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.stderr
+    assert calls == [(True, [(300, 1000), (600, 1000), (900, 1000), (1000, 1000)])]
+    result = CliRunner().invoke(cli, [*args, "--no-progress"])
+    assert result.exit_code == 0, result.stderr
+    assert calls[1] == (False, [])

@@ -201,7 +201,7 @@ def test_streamed_arrow_memory_does_not_grow_with_the_file(tmp_path, kind):
     peak_small, peak_large = peaks
     # Through a map the large file's run peaked 37 MiB (a file) to 75 MiB (a stream: the data
     # and the keys each map it) above the small one's; read a batch at a time, 2 to 4 MiB.
-    assert peak_large - peak_small < size / 3 / 2**20, (peak_small, peak_large)
+    assert peak_large - peak_small < size / 3 / 2**20, (peak_small, peak_large, size)
 
 
 def info_peaks(*paths):
@@ -228,6 +228,31 @@ def test_arrow_info_memory_does_not_grow_with_the_file(tmp_path, kind):
     assert peak_large - peak_small < size / 10 / 2**20, (peak_small, peak_large)
 
 
+# JSON lines: two runs over up to 18 MB, about 5 s of the default run: the full matrix holds it.
+@pytest.mark.parametrize("kind", ["arrow", pytest.param("jsonl", marks=pytest.mark.full_matrix)])
+def test_info_from_stdin_memory_does_not_grow_with_the_stream(tmp_path, kind):
+    """``info -`` reads an Arrow IPC stream a batch at a time, and JSON lines a block of
+    lines at a time: kept whole to be counted, the large stream's peak was 1.8 (Arrow) or 0.8
+    (JSON lines, parsed a block at a time from the bytes kept) times its size above the small
+    one's. Parsing JSON lines, the peaks differ by a few MiB from run to run."""
+    small, large = tmp_path / f"small.{kind}", tmp_path / f"large.{kind}"
+    if kind == "arrow":
+        write_arrow(small, 400_000, "stream", seed=1)  # about 10 MB
+        write_arrow(large, 1_600_000, "stream", seed=2)  # about 38 MB
+    else:
+        write_text_table(small, 150_000, seed=1)  # about 4.5 MB
+        write_text_table(large, 600_000, seed=2)  # about 18 MB
+    size = large.stat().st_size
+    peaks = []
+    for path in (small, large):
+        measured = run_measured("info", "-", stdin=path)
+        assert measured.returncode == 0, measured.stderr
+        peaks.append(measured.peak_bytes)
+    peak_small, peak_large = peaks
+    allowed = size / 10 if kind == "arrow" else size / 2
+    assert peak_large - peak_small < allowed, (peak_small, peak_large, size)
+
+
 def test_parquet_info_memory_does_not_grow_with_a_nested_column(tmp_path):
     """The null rows of a list column are counted from its data (its statistics count null
     items), now a row group at a time: read whole, the large file's info peaked 270 MiB above
@@ -242,6 +267,43 @@ def test_parquet_info_memory_does_not_grow_with_a_nested_column(tmp_path):
         pq.write_table(pa.table({"v": lists}), path, row_group_size=200_000)
     peak_small, peak_large = info_peaks(small, large)
     assert peak_large - peak_small < 100, (peak_small, peak_large)
+
+
+def write_text_table(path: Path, rows: int, seed: int) -> None:
+    """Columns v (float), s (integer) and k (text, every 7th row empty), as CSV, TSV or JSON
+    lines by the suffix: about 17 bytes a row (31 as JSON lines)."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    rng = np.random.default_rng(seed)
+    keys = np.array(["north", "south", "east", "west", "up", "down", None], dtype=object)
+    table = pa.table(
+        {
+            "v": rng.random(rows).round(4),
+            "s": rng.integers(0, 1000, rows),
+            "k": pa.array(keys[np.arange(rows) % 7]),
+        }
+    )
+    if path.suffix == ".jsonl":
+        frame = table.to_pandas()
+        frame.to_json(path, orient="records", lines=True)
+    else:
+        delimiter = "\t" if path.suffix == ".tsv" else ","
+        pcsv.write_csv(table, path, pcsv.WriteOptions(delimiter=delimiter))
+
+
+@pytest.mark.parametrize("suffix", ["csv", "jsonl"])  # TSV is read as CSV is
+def test_text_info_memory_does_not_grow_with_the_file(tmp_path, suffix):
+    """``info`` on CSV, TSV and JSON lines is read a block at a time. Read whole, the large
+    file's peak was 3 (CSV) or 1.6 (JSON lines) times its size above the small one's; now
+    the peaks differ by the CSV reader's threads' noise (up to 14 MiB here)."""
+    rows = 150_000 if suffix == "jsonl" else 270_000
+    small, large = tmp_path / f"small.{suffix}", tmp_path / f"large.{suffix}"
+    write_text_table(small, rows, seed=1)  # about 4.5 MB
+    write_text_table(large, rows * 4, seed=2)  # about 18 MB
+    size = large.stat().st_size
+    peak_small, peak_large = info_peaks(small, large)
+    assert peak_large - peak_small < size / 2**20, (peak_small, peak_large, size)
 
 
 _COUNTED_PEAK = """

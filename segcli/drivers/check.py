@@ -15,7 +15,7 @@ import numpy as np
 
 from segcli import core, ops, validate
 from segcli.drivers import memory
-from segcli.drivers.base import InputFacts, RunSpec
+from segcli.drivers.base import InputFacts, Progress, RunSpec
 from segcli.drivers.choose import metadata_first, must_stream, should_stream
 from segcli.drivers.stream import (
     aligned_blocks,
@@ -64,12 +64,13 @@ class CheckResult:
     first_dropped: str | None = None
 
 
-def check_inputs(spec: RunSpec) -> CheckResult:
-    """Streamed where a run of ``spec`` would stream, else (or when the inputs turn out not
-    streamable and streaming was not required) in memory."""
+def check_inputs(spec: RunSpec, progress: Progress | None = None) -> CheckResult:
+    """Streamed where a run of ``spec`` would stream (``progress`` hears of its rows, as a
+    streamed run's), else (or when the inputs turn out not streamable and streaming was not
+    required) in memory."""
     if should_stream(spec):
         try:
-            return check_streamed(spec)
+            return check_streamed(spec, progress)
         except NotStreamableError:
             if must_stream(spec):
                 raise
@@ -127,8 +128,9 @@ def dropped_row_text(ids_shape: tuple[int, ...], position: int, value: int, *, n
     return f"{where} is null" if null else f"{where} = {value}"
 
 
-def check_streamed(spec: RunSpec) -> CheckResult:
-    """Read the inputs once, block by block, with the memory of a streamed run."""
+def check_streamed(spec: RunSpec, progress: Progress | None = None) -> CheckResult:
+    """Read the inputs once, block by block, with the memory of a streamed run; ``progress``
+    hears of the rows read, after each block."""
     data, ids = open_inputs(spec)
     ops.check_data_dtype(ops.get_op(spec.op), data.source.dtype, data.source.label)
     n, ids_shape = check_sources(
@@ -146,6 +148,7 @@ def check_streamed(spec: RunSpec) -> CheckResult:
         aligned_blocks(data.source, ids.source, plan.block_rows, sorted_ids=spec.sorted_ids)
     )
     null_ids = 0
+    total_rows = max(int(np.prod(ids.source.shape, dtype=np.int64)), 0)  # 0: not known yet
     first_null: int | None = None  # global position of the first null id
     first_dropped: tuple[int, int] | None = None  # position and value of the first dropped row
     for data_block, ids_block in blocks:
@@ -163,6 +166,8 @@ def check_streamed(spec: RunSpec) -> CheckResult:
             raise with_later_null_ids(error, blocks) from None
         null_ids += block_nulls
         seen = scanner.feed(flat_ids)
+        if progress is not None:
+            progress(scanner.seen, total_rows)
         # The scan already found the block's first dropped row: a negative id, or one >= a
         # given n under --sorted (an inferred n drops none).
         offender = seen.too_big if spec.sorted_ids else seen.negative

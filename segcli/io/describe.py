@@ -8,15 +8,19 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from segcli.errors import ReadError, UsageError
 from segcli.io.formats import (
+    ARROW_FILE_MAGIC,
     INPUT_SUFFIXES,
     NPY_MAGIC,
     PARQUET_MAGIC,
     STDIN_LABEL,
     TEXT_FORMATS,
+    TailKept,
     file_size,
     input_format,
     is_pipe,
+    library_errors,
     looks_like_json_lines,
+    note_if_unended,
     open_binary,
     pipe_bytes,
     read_up_to,
@@ -35,6 +39,7 @@ from segcli.io.npy import (
     read_npz_header,
 )
 from segcli.io.tables import CsvOptions, TableFile, is_csv_path, open_table
+from segcli.io.text_facts import jsonl_stream_facts, text_facts
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -91,31 +96,68 @@ def _describe_stream(stream: BinaryIO, path: str, label: str) -> dict[str, objec
         header = read_header(counted, label)
         _skip_body(counted, header, label)
         return {"path": path, "format": "npy", "size": counted.count, **header.as_dict()}
-    if not looks_like_json_lines(head):
-        refuse_unreadable_stream(head, label)  # before reading the rest: /dev/zero never ends
-    body = head + stream.read()
     if looks_like_json_lines(head):
+        counted = _CountingReader(PrefixedReader(head, stream))
+        facts = jsonl_stream_facts(label, counted)
         return {
             "path": path,
             "format": "jsonl",
-            "size": len(body),
-            **_text_table(TableFile(label, "jsonl", body)),
+            "size": counted.count,
+            "rows": facts.rows,
+            "columns": _columns(facts.schema, facts.nulls),
         }
+    refuse_unreadable_stream(head, label)  # before reading the rest: /dev/zero never ends
+    if not head.startswith(PARQUET_MAGIC) and head != ARROW_FILE_MAGIC:
+        return _arrow_stream(PrefixedReader(head, stream), path, label)
+    # Parquet and Arrow files are read from their footers: the whole stream is kept.
+    body = head + stream.read()
     fmt = "parquet" if head.startswith(PARQUET_MAGIC) else "arrow"
     table = TableFile(label, fmt, body)
     tables = _parquet_table if fmt == "parquet" else _arrow_table
     return {"path": path, "format": fmt, "size": len(body), **tables(table)}
 
 
+def _arrow_stream(stream: Readable, path: str, label: str) -> dict[str, object]:
+    """An Arrow IPC stream read through a record batch at a time, keeping none (its rows and
+    nulls as :func:`_arrow_table` counts them): a pipe's stream may be larger than memory."""
+    import pyarrow.ipc as ipc
+
+    counted = _CountingReader(stream)
+    kept = TailKept(counted)  # its end marker, looked for once it ends
+    rows = batches = 0
+    with library_errors(label, "not a valid Arrow IPC file"):
+        reader = ipc.open_stream(kept)
+        nulls = [0] * len(reader.schema)
+        for batch in reader:
+            rows += batch.num_rows
+            batches += 1
+            for i, column in enumerate(batch.columns):
+                nulls[i] += _nulls(column)
+    while kept.read(_COUNT_BLOCK):  # bytes past the end marker count in the size too
+        pass
+    note_if_unended(label, kept.head, kept.tail)
+    return {
+        "path": path,
+        "format": "arrow",
+        "size": counted.count,
+        "ipc": "stream",
+        "rows": rows,
+        "record_batches": batches,
+        "columns": _columns(reader.schema, nulls),
+    }
+
+
 class _CountingReader:
-    """Counts the bytes read through it (a stream has no size to ask for)."""
+    """Counts the bytes read through it (a stream has no size to ask for). A read returns
+    fewer bytes than asked for only at the end (pyarrow's reader takes a short read for a
+    damaged stream, and a pipe, or the head read ahead, gives short reads)."""
 
     def __init__(self, stream: Readable) -> None:
         self._stream = stream
         self.count = 0
 
     def read(self, size: int = -1, /) -> bytes:
-        data = self._stream.read(size)
+        data = self._stream.read(size) if size < 0 else read_up_to(self._stream, size)
         self.count += len(data)
         return data
 
@@ -310,9 +352,14 @@ def _text(path: str, fmt: str) -> dict[str, object]:
 
 
 def _text_table(table: TableFile) -> dict[str, object]:
-    data = table.read(table.schema().names, as_is=True)  # described as read, not used
-    nulls = [data.column(i).null_count for i in range(data.num_columns)]
-    return {"rows": data.num_rows, "columns": _columns(data.schema, nulls)}
+    """Rows, types and nulls as a whole read gives them (described as read, not used), read
+    a block at a time; a CSV naming a column twice is still read whole."""
+    facts = text_facts(table)
+    if facts is None:
+        data = table.read(table.schema().names, as_is=True)
+        nulls = [data.column(i).null_count for i in range(data.num_columns)]
+        return {"rows": data.num_rows, "columns": _columns(data.schema, nulls)}
+    return {"rows": facts.rows, "columns": _columns(facts.schema, facts.nulls)}
 
 
 def _columns(schema: pa.Schema, nulls: list[int]) -> list[dict[str, object]]:

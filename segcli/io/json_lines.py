@@ -69,12 +69,17 @@ def _lists_lost_items(table: pa.Table) -> bool:
     return False
 
 
-def _read_all(open_source: Opener, schema: pa.Schema | None = None) -> pa.Table:
-    """The whole file, its types inferred (or ``schema``'s)."""
+def _read_all(
+    open_source: Opener,
+    schema: pa.Schema | None = None,
+    block_size: int = _BLOCK_BYTES,
+    offset: int = 0,
+) -> pa.Table:
+    """The whole file, its types inferred (or ``schema``'s); ``offset``: the rows before it,
+    counted in the rows its errors name."""
     import pyarrow as pa
     import pyarrow.json as pjson
 
-    block_size = _BLOCK_BYTES
     parse = pjson.ParseOptions(explicit_schema=schema)
     while True:
         try:
@@ -87,8 +92,35 @@ def _read_all(open_source: Opener, schema: pa.Schema | None = None) -> pa.Table:
             larger = _block_for_long_lines(open_source, block_size, exc)
             if larger is None:
                 before = _rows_before(open_source, block_size, str(exc))
-                raise _said(exc, before, open_source) from exc
+                raise _said(exc, before, open_source, offset) from exc
             block_size = larger  # pyarrow needs each line within a block: read again
+
+
+def read_block(text: bytes, first_row: int) -> pa.Table:
+    """The whole lines ``text`` as one block of pyarrow's reader: their types inferred from
+    them alone (read whole in several blocks, pyarrow's merge of the blocks' types may crash
+    where a field's JSON type changes). ``first_row``: the rows before ``text``, counted in the
+    rows its errors name. A block of no lines is a table of no columns."""
+    import pyarrow as pa
+
+    def open_source() -> pa.NativeFile:
+        return pa.BufferReader(text)
+
+    block_size = min(max(len(text) + 1, _BLOCK_BYTES), _LARGEST_BLOCK_BYTES)
+    table = _read_all(open_source, None, block_size, first_row)
+    if _lists_lost_items(table):  # as read_table reads them again
+        table = _read_all(open_source, table.schema, block_size, first_row)
+    return table
+
+
+def changed_message(field: str, old: str, new: str, row: int | None) -> str:
+    """A field whose JSON type changes (``old`` and ``new``: JSON's words, ``number``,
+    ``string``, ...), said plainly, at ``row`` (None: unknown)."""
+    at = "" if row is None else f" at row {row}"
+    said = f"field '{field}' changes from {old} to {new}{at}"
+    if old == "null":  # streamed, after a first block of nulls only
+        return said
+    return f"{said}; a field needs one JSON type in every line (null aside)"
 
 
 def read_head(text: bytes, columns: list[str] | None) -> pa.Table:
@@ -186,13 +218,16 @@ def _first_line_longer_than(open_source: Opener, limit: int) -> int | None:
 
 
 def _said(
-    exc: pa.ArrowInvalid, first_row: int | None, open_source: Opener | None = None
+    exc: pa.ArrowInvalid,
+    first_row: int | None,
+    open_source: Opener | None = None,
+    offset: int = 0,
 ) -> pa.ArrowInvalid:
     """pyarrow's parse error at the file's row (``first_row``: the rows before its block of
-    text; None: unknown, and the row left out); a field whose JSON type changes, or a line
-    that is not an object, said plainly. A message that names no row (a line holding more
-    than one JSON value, as ``{...},``) gets the row of the first such line, looked for in
-    the text from ``first_row`` on."""
+    text; None: unknown, and the row left out; ``offset``: rows before the text read); a field
+    whose JSON type changes, or a line that is not an object, said plainly. A message that
+    names no row (a line holding more than one JSON value, as ``{...},``) gets the row of the
+    first such line, looked for in the text from ``first_row`` on."""
     import pyarrow as pa
 
     found = _PARSE_ERROR.match(str(exc))
@@ -202,20 +237,18 @@ def _said(
             bad = _first_line_not_one_value(open_source, first_row)
         if bad is None:
             return exc
-        row, text = bad
+        bad_row, text = bad
         shown = text if len(text) <= 60 else text[:57] + "..."
-        return pa.ArrowInvalid(f"row {row} is not one JSON value: {shown!r}")
-    at = "" if first_row is None else f" at row {first_row + int(found['row'])}"
+        return pa.ArrowInvalid(f"row {offset + bad_row} is not one JSON value: {shown!r}")
+    row = None if first_row is None else offset + first_row + int(found["row"])
+    at = "" if row is None else f" at row {row}"
     changed = _CHANGED.match(found["what"])
     if changed is None:
         return pa.ArrowInvalid(_FIELD.sub(r"field '\1'", found["what"]) + at)
     if not changed["path"]:
         return pa.ArrowInvalid(f"a line{at} is a JSON {changed['new']}, not an object")
     field = changed["path"].lstrip("/")
-    said = f"field '{field}' changes from {changed['old']} to {changed['new']}{at}"
-    if changed["old"] == "null":  # streamed, after a first block of nulls only
-        return pa.ArrowInvalid(said)
-    return pa.ArrowInvalid(f"{said}; a field needs one JSON type in every line (null aside)")
+    return pa.ArrowInvalid(changed_message(field, changed["old"], changed["new"], row))
 
 
 def _first_line_not_one_value(open_source: Opener, first_row: int) -> tuple[int, str] | None:

@@ -447,6 +447,10 @@ class TableFile:
         # Parquet needs to seek: bytes from a pipe are read from memory, a path from the file.
         return self._input() if isinstance(self.source, bytes) else self.source
 
+    def text_source(self) -> pa.NativeFile:
+        """A text table's text, decompressed, from its start."""
+        return self._input()
+
     def _input(self) -> pa.NativeFile:
         import pyarrow as pa
 
@@ -516,10 +520,13 @@ class TableFile:
         columns: list[str] | None,
         block_size: int | None = None,
         types: dict[str, pa.DataType] | None = None,
+        *,
+        as_is: bool = False,
     ) -> pa.RecordBatchReader:
         """A streaming reader of a text table's ``columns`` (all if None), in blocks of about
         ``block_size`` bytes of text; column types are as ``types`` says, else inferred from
-        the first block (the first ``CSV_HEAD_BYTES`` for JSON lines)."""
+        the first block (the first ``CSV_HEAD_BYTES`` for JSON lines). ``as_is``: text as
+        pyarrow reads it, unchecked (as :meth:`read` says)."""
         import pyarrow as pa
         import pyarrow.csv as pcsv
 
@@ -529,7 +536,7 @@ class TableFile:
             given = types or {}
             schema = pa.schema([(name, given.get(name, head.field(name).type)) for name in names])
             return json_lines.open_batches(
-                self._input, schema, block_size, check=self.check_not_rounded
+                self._input, schema, block_size, check=None if as_is else self.check_not_rounded
             )
 
         convert = self._convert_all() if columns is None else self.convert_options(columns)
@@ -542,8 +549,9 @@ class TableFile:
             ),
             block_size,
         )
+        check = (lambda batch, first_row: None) if as_is else self.check_read_text
         return pa.RecordBatchReader.from_batches(
-            reader.schema, self._csv_batches(reader, convert, block_size)
+            reader.schema, self._csv_batches(reader, convert, block_size, check)
         )
 
     def check_not_rounded(self, data: pa.Table | pa.RecordBatch) -> None:
@@ -646,7 +654,11 @@ class TableFile:
         return None
 
     def _csv_batches(
-        self, reader: pcsv.CSVStreamingReader, convert: pcsv.ConvertOptions, block_size: int
+        self,
+        reader: pcsv.CSVStreamingReader,
+        convert: pcsv.ConvertOptions,
+        block_size: int,
+        check: Callable[[pa.RecordBatch, int], None],
     ) -> Iterator[pa.RecordBatch]:
         """The batches of ``reader``; where a later block needs larger blocks or quoted line
         breaks, the file is read again so, in the types already given, past the rows given."""
@@ -661,7 +673,7 @@ class TableFile:
             iter(reader),
             lambda: self._csv_reopened(convert, *options[-1]),
             retry,
-            self.check_read_text,
+            check,
         )
 
     def _csv_reopened(
