@@ -356,6 +356,10 @@ def _request(op: str, **options: Any) -> Any:
 
     if options.get("memory_limit") is not None:
         options["memory_limit"] = parse_size(options["memory_limit"])
+    if options.get("by") and options.get("data") == "-" and os.path.exists("/dev/stdin"):
+        # --by reads DATA as a table file by its path (a pipe's bytes kept as they are read),
+        # where '-' takes one array or table whole: stdin is read there.
+        options["data"] = "/dev/stdin"
     if op != "agg" and options.get("data_column") is not None:
         # One column: its name as it is, or in quotes as the column listings show it.
         from segcli.io.column_names import one_name

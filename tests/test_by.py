@@ -11,6 +11,8 @@ import datetime as dt
 import json
 import math
 import re
+import subprocess
+import sys
 import uuid
 from decimal import Decimal
 from pathlib import Path
@@ -1348,3 +1350,26 @@ def test_names_holding_commas_are_given_and_listed_in_quotes(tmp_path: Path) -> 
     assert wrong.exit_code == 2
     listed = 'no column \'city\' (columns: "city, state", "say ""hi""", v)'
     assert listed in wrong.stderr
+
+
+@pytest.mark.parametrize("command", [["sum"], ["check"], ["agg", "--op", "sum,max"]])
+def test_stdin_is_read_through_its_path(tmp_path: Path, command: list[str]) -> None:
+    """DATA '-' with --by: the table piped in is read as /dev/stdin, a file by its path."""
+    table = pa.table({"k": ["b", "a", "b", None], "v": [1.0, 2.0, 4.0, 8.0]})
+    path = write_table(tmp_path / "t.parquet", table)
+    args = ["--data-column", "v", "--by", "k", "-q"]
+    piped = subprocess.run(
+        [sys.executable, "-m", "segcli", *command[:1], "-", *command[1:], *args],
+        input=path.read_bytes(),
+        capture_output=True,
+        check=False,
+    )
+    assert piped.returncode == 0, piped.stderr
+    named = subprocess.run(
+        [sys.executable, "-m", "segcli", *command[:1], str(path), *command[1:], *args],
+        capture_output=True,
+        check=False,
+    )
+    assert piped.stdout == named.stdout
+    if command == ["sum"]:
+        assert piped.stdout.decode().splitlines() == ["k\tvalue", "a\t2.0", "b\t5.0"]

@@ -486,13 +486,6 @@ STDIN_CASES = [
         id="stdin-data-column-list",
     ),
     pytest.param(
-        ["check", "-", "--data-column", "v", "--by", "s"],
-        "t.parquet",
-        2,
-        ("--by reads key columns of a table file, not of stdin as '-'", "path", "/dev/stdin"),
-        id="stdin-by",
-    ),
-    pytest.param(
         ["sum", "t.parquet", "--data-column", "v", "--by", "s", "--keys-from", "-"],
         b"s\na\n",
         2,
