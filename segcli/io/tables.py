@@ -188,7 +188,7 @@ class TableFile:
                 self.note_if_unended_stream()
                 return table
             if self.fmt == "jsonl":
-                table = json_lines.read_table(self._input, columns)
+                table = self._jsonl_table(columns)
                 if not as_is:
                     self.check_not_rounded(table)
                 return table
@@ -514,6 +514,24 @@ class TableFile:
         if len(head) >= size and b"\n" in head:
             head = head[: _last_line_end(head, quoted_line_breaks) + 1]
         return head
+
+    def _jsonl_table(self, columns: list[str] | None) -> pa.Table:
+        """``columns`` (all if None) of a JSON-lines file, read whole, their types inferred
+        from every line. pyarrow converts every field of such a read, and its merge of the
+        blocks' types fails where a field changes its JSON type, even a field the run never
+        reads; then the columns asked for are read alone, as a streamed run reads them (in
+        the types of the first lines). If that fails too, the first error stands."""
+        import pyarrow as pa
+
+        try:
+            return json_lines.read_table(self._input, columns)
+        except pa.ArrowInvalid as error:
+            if columns is None:
+                raise
+            try:
+                return self.text_batches(columns).read_all()
+            except (pa.ArrowInvalid, KeyError, ReadError, UsageError):
+                raise error from None
 
     def text_batches(
         self,
