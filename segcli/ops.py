@@ -1122,6 +1122,10 @@ def parse_fill(
         return _bool_fill(fill, op)
     if out_dtype.kind in "iu":
         return _integer_fill(fill, out_dtype, op)
+    if isinstance(fill, (bool, np.bool_)):
+        # float(True) is 1.0, but a bool fills bool results only: refused here as the integer
+        # results refuse it, and as the command line refuses `--fill true` for a number.
+        raise UsageError(f"--fill {fill!r} is not a number")
     try:
         value = complex(fill) if out_dtype.kind == "c" else float(fill)
     except (TypeError, ValueError, OverflowError):

@@ -139,3 +139,13 @@ def test_library_fill_accepts_python_numbers():
     assert got[1] == np.uint64(2**64 - 1)
     with pytest.raises(UsageError, match="cannot be stored in the uint64"):
         segcli.segment_reduce(np.array([1], np.uint64), np.array([0]), 2, "sum", fill=-1)
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float32", "complex64"])
+def test_library_bool_fill_of_a_number_result_is_refused_alike(dtype):
+    # A bool fills bool results (any, all) only, whatever the number dtype of the result.
+    for fill in (True, np.False_):
+        with pytest.raises(UsageError, match=f"fill {fill!r} is not a number"):
+            segcli.segment_reduce(np.array([1], dtype), np.array([0]), 2, "sum", fill=fill)
+    got = segcli.segment_reduce(np.array([1], dtype), np.array([0]), 2, "any", fill=np.False_)
+    assert got.tolist() == [True, False]
