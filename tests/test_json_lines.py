@@ -593,3 +593,25 @@ def test_a_field_not_read_may_change_its_json_type_between_blocks(tmp_path: Path
     np.testing.assert_array_equal(np.load(tmp_path / "whole.npy"), expected)
     wrong = run_main("sum", path, "--data-column", "t", "--ids-column", "s", "-q")
     assert wrong.exit_code != 0 and wrong.stderr.count("\n") == 1
+
+
+def test_a_file_read_whole_is_one_block_of_the_parser(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In several blocks pyarrow merges their inferred types, which crashed the process
+    (SIGSEGV, about one run in four) where a field changed JSON type between blocks: a file
+    read whole is parsed as one block."""
+    from segcli.io import json_lines
+
+    sizes: list[int] = []
+    read_all = json_lines._read_all
+
+    def spy(open_source: Any, schema: Any = None, block_size: int = 1 << 20, offset: int = 0):
+        sizes.append(block_size)
+        return read_all(open_source, schema, block_size, offset)
+
+    monkeypatch.setattr(json_lines, "_read_all", spy)
+    rows = [{"v": float(i), "s": i % 3, "pad": "x" * 1000} for i in range(1100)]  # 1.1 MB
+    path = write_lines(tmp_path / "t.jsonl", rows)
+    ok("sum", path, "--data-column", "v", "--ids-column", "s", "-q", "-o", tmp_path / "o.npy")
+    assert max(sizes) > path.stat().st_size  # the whole read (a head read comes first)
