@@ -903,3 +903,41 @@ def test_info_gives_the_types_a_whole_read_infers_past_the_first_block(
     ]
     assert [str(type_) for type_ in whole.schema.types] == [c["type"] for c in facts["columns"]]
     assert [c["nulls"] for c in facts["columns"]] == [0, 30, 60, 30]
+
+
+def test_info_reads_a_file_whose_columns_all_change_type_late_twice_at_most(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the first block's types do not hold the file, info reads it again once, every
+    column as text, and finds each column's type there: it read the file again for each
+    column that changed (and each type tried), its time growing with the columns."""
+    import segcli.io.text_facts as text_facts
+    from segcli.io.tables import TableFile
+
+    monkeypatch.setattr(text_facts, "_CSV_BLOCK_BYTES", 64)
+    reads = []
+    batches = TableFile.text_batches
+
+    def counted(self: TableFile, *args: Any, **kwargs: Any) -> Any:
+        reads.append(args)
+        return batches(self, *args, **kwargs)
+
+    monkeypatch.setattr(TableFile, "text_batches", counted)
+    path = tmp_path / "t.csv"
+    # e: a number, a time of day, a number: no type but text holds them all (float64, tried
+    # for the last, does not hold the time).
+    last = ["x", "1.5", "2020-01-01", "1", "12:00:00", "true"]
+    first = ["1", "2", "2020-01-01", "", "1", "12:00:00"]
+    lines = [",".join(first)] * 40 + [",".join(last)] + [",".join([*first[:3], "", "2", "1.5"])]
+    path.write_text("a,b,c,d,e,f\n" + "\n".join(lines) + "\n")
+    result = run("info", path, "--json")
+    assert result.exit_code == 0, result.stderr
+    facts = json.loads(result.stdout)
+    whole = pcsv.read_csv(path)
+    assert [c["type"] for c in facts["columns"]] == [str(type_) for type_ in whole.schema.types]
+    assert [c["type"] for c in facts["columns"]] == [
+        "string", "double", "date32[day]", "int64", "string", "string"
+    ]  # fmt: skip
+    assert facts["rows"] == whole.num_rows == 42
+    assert [c["nulls"] for c in facts["columns"]] == [0, 0, 0, 41, 0, 0]
+    assert len(reads) <= 2, reads
