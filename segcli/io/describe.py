@@ -59,8 +59,10 @@ def describe(
     is parsed). ``columns`` is a list of ``{"name": ..., "type": ..., "nulls": ...}``.
 
     ``-`` describes stdin (``sys.stdin.buffer`` unless ``stdin`` is given): a ``.npy`` stream,
-    or a Parquet or Arrow IPC file or stream. A stream is read through to its end, so a body
-    that ends early is reported, as it is for a ``.npy`` file.
+    a Parquet or Arrow IPC file or stream, or JSON lines. A stream is read through to its end
+    (a ``.npy`` body, an Arrow stream and JSON lines a block at a time, a Parquet or Arrow file
+    kept whole to read its footer), so a body that ends early is reported, as it is for a
+    ``.npy`` file.
 
     ``csv`` (delimiter, header line) applies to a CSV/TSV file only, else a UsageError.
     """
@@ -90,7 +92,9 @@ def _describe_stream(stream: BinaryIO, path: str, label: str) -> dict[str, objec
     refuse_terminal(stream, label)
     head = read_up_to(stream, len(NPY_MAGIC))
     if not head:
-        raise ReadError(f"{label}: no input (expected a .npy, Parquet or Arrow IPC stream)")
+        raise ReadError(
+            f"{label}: no input (expected a .npy, Parquet or Arrow IPC stream, or JSON lines)"
+        )
     if head == NPY_MAGIC:
         counted = _CountingReader(PrefixedReader(head, stream))
         header = read_header(counted, label)
