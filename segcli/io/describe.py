@@ -357,12 +357,8 @@ def _text(path: str, fmt: str) -> dict[str, object]:
 
 def _text_table(table: TableFile) -> dict[str, object]:
     """Rows, types and nulls as a whole read gives them (described as read, not used), read
-    a block at a time; a CSV naming a column twice is still read whole."""
+    a block at a time."""
     facts = text_facts(table)
-    if facts is None:
-        data = table.read(table.schema().names, as_is=True)
-        nulls = [data.column(i).null_count for i in range(data.num_columns)]
-        return {"rows": data.num_rows, "columns": _columns(data.schema, nulls)}
     return {"rows": facts.rows, "columns": _columns(facts.schema, facts.nulls)}
 
 

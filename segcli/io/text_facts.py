@@ -40,9 +40,8 @@ class TextFacts:
     nulls: list[int]
 
 
-def text_facts(table: TableFile) -> TextFacts | None:
-    """Rows, schema and null counts of a CSV/TSV or JSON-lines table, read in blocks; None
-    for a CSV whose header names a column twice (a type cannot be given to one of them)."""
+def text_facts(table: TableFile) -> TextFacts:
+    """Rows, schema and null counts of a CSV/TSV or JSON-lines table, read in blocks."""
     names = table.schema().names  # its checks first: names not UTF-8, a compression not named
     with table.errors():
         if table.fmt == "jsonl":
@@ -90,7 +89,7 @@ def _csv_kinds() -> list[pa.DataType]:
     ]
 
 
-def _csv_facts(table: TableFile) -> TextFacts | None:
+def _csv_facts(table: TableFile) -> TextFacts:
     """pyarrow's streaming reader infers each column's type from the first block alone, and a
     later value that type cannot hold fails the read, where a whole read moves that column on
     to the next type of :func:`_csv_kinds`. Such a file is read again, every column as text,
@@ -99,8 +98,6 @@ def _csv_facts(table: TableFile) -> TextFacts | None:
 
     reader = table.text_batches(None, _CSV_BLOCK_BYTES, as_is=True)
     schema = reader.schema
-    if len(set(schema.names)) < len(schema.names):
-        return None
     rows, nulls = 0, [0] * len(schema)
     try:
         for batch in reader:
@@ -117,7 +114,8 @@ def _csv_facts(table: TableFile) -> TextFacts | None:
 def _csv_facts_from_text(table: TableFile, first: pa.Schema) -> TextFacts:
     """:func:`_csv_facts` of a file whose columns take other types past its first block
     (``first``: their types there, which a whole read can only loosen): every column is read
-    as text (as bytes where it is not UTF-8), in one read, and gets the first type that
+    as text (as bytes where it is not UTF-8: types are given by name, so a name the header
+    gives twice is read as bytes in both columns), in one read, and gets the first type that
     holds all of its values. A value that is null as text is null in any type (the same
     spellings, unquoted)."""
     import pyarrow as pa
@@ -137,8 +135,9 @@ def _csv_facts_from_text(table: TableFile, first: pa.Schema) -> TextFacts:
                     nulls[i] += column.null_count
                 _drop_kinds_failing(table, batch, holding)
         except pa.ArrowInvalid as exc:
-            # Text that is not UTF-8 in a column: read again, that column as bytes (binary,
-            # its type).
+            # Text that is not UTF-8 in a column: read again, that column as bytes (binary
+            # its type, unless every value is UTF-8 after all, as where a column's name is
+            # another's too).
             not_text = _NOT_CONVERTED.match(str(exc))
             if not_text is None or texts[first.names[int(not_text["column"])]] != pa.string():
                 raise
@@ -159,9 +158,13 @@ def _drop_kinds_failing(table: TableFile, batch: pa.RecordBatch, holding: list[s
 
     kinds = _csv_kinds()
     loose = {kinds.index(pa.string()), kinds.index(pa.binary())}
+    texts = list(batch.columns)
     for i, column in enumerate(batch.columns):
         if pa.types.is_binary(column.type):
-            holding[i] &= {kinds.index(pa.binary())}
+            try:
+                texts[i] = column.cast(pa.string())
+            except pa.ArrowInvalid:  # not UTF-8
+                holding[i] &= {kinds.index(pa.binary())}
     # The types each column still has to be tried in, in order.
     untried = {i: sorted(left - loose) for i, left in enumerate(holding) if left - loose}
     if not untried:
@@ -170,7 +173,7 @@ def _drop_kinds_failing(table: TableFile, batch: pa.RecordBatch, holding: list[s
     names = [str(i) for i in columns]
     sink = pa.BufferOutputStream()
     written = pcsv.WriteOptions(include_header=False, quoting_style="all_valid")
-    pcsv.write_csv(pa.table([batch.column(i) for i in columns], names=names), sink, written)
+    pcsv.write_csv(pa.table([texts[i] for i in columns], names=names), sink, written)
     text = sink.getvalue()
     read = pcsv.ReadOptions(column_names=names, block_size=len(text) + 1, use_threads=False)
     parse = pcsv.ParseOptions(newlines_in_values=True)
