@@ -1047,8 +1047,9 @@ def _check_op_options(op_names: tuple[str, ...], ddof: int | None, q: float | No
 @translate_errors
 def info(path: str, as_json: bool, delimiter: str | None, no_input_header: bool) -> None:
     """Show what FILE holds (shape, dtype, columns with their types and nulls, row groups,
-    size) from its metadata; a CSV/TSV or JSON-lines file is parsed whole to count its rows and
-    nulls. FILE '-' reads stdin (.npy, Parquet, Arrow IPC or JSON lines) through.
+    size) from its metadata; a CSV/TSV or JSON-lines file is read through, a block at a time, to
+    count its rows and nulls and infer its types over every row. FILE '-' reads stdin (.npy,
+    Parquet, Arrow IPC or JSON lines) through.
 
     \b
     Examples:

@@ -903,3 +903,82 @@ def test_info_gives_the_types_a_whole_read_infers_past_the_first_block(
     ]
     assert [str(type_) for type_ in whole.schema.types] == [c["type"] for c in facts["columns"]]
     assert [c["nulls"] for c in facts["columns"]] == [0, 30, 60, 30]
+
+
+def test_info_reads_a_file_whose_columns_all_change_type_late_twice_at_most(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the first block's types do not hold the file, info reads it again once, every
+    column as text, and finds each column's type there: it read the file again for each
+    column that changed (and each type tried), its time growing with the columns."""
+    import segcli.io.text_facts as text_facts
+    from segcli.io.tables import TableFile
+
+    monkeypatch.setattr(text_facts, "_CSV_BLOCK_BYTES", 64)
+    reads = []
+    batches = TableFile.text_batches
+
+    def counted(self: TableFile, *args: Any, **kwargs: Any) -> Any:
+        reads.append(args)
+        return batches(self, *args, **kwargs)
+
+    monkeypatch.setattr(TableFile, "text_batches", counted)
+    path = tmp_path / "t.csv"
+    # e: a number, a time of day, a number: no type but text holds them all (float64, tried
+    # for the last, does not hold the time).
+    last = ["x", "1.5", "2020-01-01", "1", "12:00:00", "true"]
+    first = ["1", "2", "2020-01-01", "", "1", "12:00:00"]
+    lines = [",".join(first)] * 40 + [",".join(last)] + [",".join([*first[:3], "", "2", "1.5"])]
+    path.write_text("a,b,c,d,e,f\n" + "\n".join(lines) + "\n")
+    result = run("info", path, "--json")
+    assert result.exit_code == 0, result.stderr
+    facts = json.loads(result.stdout)
+    whole = pcsv.read_csv(path)
+    assert [c["type"] for c in facts["columns"]] == [str(type_) for type_ in whole.schema.types]
+    assert [c["type"] for c in facts["columns"]] == [
+        "string", "double", "date32[day]", "int64", "string", "string"
+    ]  # fmt: skip
+    assert facts["rows"] == whole.num_rows == 42
+    assert [c["nulls"] for c in facts["columns"]] == [0, 0, 0, 41, 0, 0]
+    assert len(reads) <= 2, reads
+
+
+def test_info_reads_a_header_naming_a_column_twice_a_block_at_a_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CSV whose header names a column twice was read whole by info, which read the first
+    of those columns for both (the second 'a' below was int64 with no nulls); now it is read
+    a block at a time, also where its types change past the first block (types are given
+    to columns by name: both are read as bytes, the one not UTF-8 aside)."""
+    import segcli.io.text_facts as text_facts
+    from segcli.io.tables import TableFile
+
+    monkeypatch.setattr(text_facts, "_CSV_BLOCK_BYTES", 64)
+    whole_reads = []
+    read = TableFile.read
+
+    def counted(self: TableFile, *args: Any, **kwargs: Any) -> Any:
+        whole_reads.append(args)
+        return read(self, *args, **kwargs)
+
+    monkeypatch.setattr(TableFile, "read", counted)
+    path = tmp_path / "t.csv"
+    path.write_text("a,a,b\n" + "1,2.5,x\n" * 40 + "3,,\n")
+    facts = json.loads(run("info", path, "--json").stdout)
+    assert [(c["name"], c["type"], c["nulls"]) for c in facts["columns"]] == [
+        ("a", "int64", 0), ("a", "double", 1), ("b", "string", 1)
+    ]  # fmt: skip
+    assert facts["rows"] == 41
+    assert whole_reads == []
+    path.write_bytes(b"a,a,b\n" + b"1,2.5,x\n" * 40 + b"x,,\n" + b"2,1,\xe9\n")
+    facts = json.loads(run("info", path, "--json").stdout)
+    assert [(c["type"], c["nulls"]) for c in facts["columns"]] == [
+        ("string", 0), ("double", 1), ("binary", 1)
+    ]  # fmt: skip
+    assert whole_reads == []
+    path.write_bytes(b"a,b,a\n" + b"1,x,2.5\n" * 40 + b"x,,\xe9\n")
+    facts = json.loads(run("info", path, "--json").stdout)
+    assert [(c["type"], c["nulls"]) for c in facts["columns"]] == [
+        ("string", 0), ("string", 1), ("binary", 0)
+    ]  # fmt: skip
+    assert whole_reads == []

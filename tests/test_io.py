@@ -941,3 +941,12 @@ def test_round_trip_property(result: np.ndarray[Any, Any], fmt: str) -> None:
     else:
         assert back.shape == result.shape
         np.testing.assert_array_equal(back, result)
+
+
+def test_info_of_empty_stdin_names_json_lines_among_what_it_reads() -> None:
+    """info - reads JSON lines too (a block at a time): empty stdin's error lists them."""
+    with pytest.raises(ReadError) as raised:
+        describe("-", stdin=io.BytesIO())
+    assert str(raised.value) == (
+        "<stdin>: no input (expected a .npy, Parquet or Arrow IPC stream, or JSON lines)"
+    )

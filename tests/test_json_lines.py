@@ -615,3 +615,32 @@ def test_a_file_read_whole_is_one_block_of_the_parser(
     path = write_lines(tmp_path / "t.jsonl", rows)
     ok("sum", path, "--data-column", "v", "--ids-column", "s", "-q", "-o", tmp_path / "o.npy")
     assert max(sizes) > path.stat().st_size  # the whole read (a head read comes first)
+
+
+def test_info_reads_a_block_whose_lists_hold_only_nulls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyarrow infers ``[null, null]`` as list<null> and keeps one item of the two, read
+    again in that type too: a block of lines whose lists hold nothing else read whole
+    still takes the type of the lists met later (it failed with 'array slice would exceed
+    array length'), within an object and a list of lists too."""
+    import segcli.io.text_facts as text_facts
+
+    monkeypatch.setattr(text_facts, "_JSON_BLOCK_BYTES", 64)
+    empty = {"l": [None, None], "o": {"z": [None, None]}, "n": [[None, None]]}
+    rows = [empty] * 20 + [{"l": [1.5], "o": {"z": [2]}, "n": [[None, 3]]}] + [empty] * 20
+    path = write_lines(tmp_path / "f.jsonl", rows)
+    shown = ok("info", path, "--json").stdout
+    columns = {c["name"]: (c["type"], c["nulls"]) for c in json.loads(shown)["columns"]}
+    assert columns == {
+        "l": ("list<item: double>", 0),
+        "o": ("struct<z: list<item: int64>>", 0),
+        "n": ("list<item: list<item: int64>>", 0),
+    }
+    alone = write_lines(tmp_path / "nulls.jsonl", [empty] * 3)
+    shown = ok("info", alone, "--json").stdout
+    assert [c["type"] for c in json.loads(shown)["columns"]] == [
+        "list<item: null>",
+        "struct<z: list<item: null>>",
+        "list<item: list<item: null>>",
+    ]

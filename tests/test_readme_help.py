@@ -231,3 +231,11 @@ def test_the_readme_s_completion_scripts_are_given(shell: str) -> None:
     )
     assert source.returncode == 0, source.stderr
     assert "_segcli_completion" in source.stdout
+
+
+def test_info_help_says_text_tables_are_read_a_block_at_a_time() -> None:
+    """info reads a CSV/TSV or JSON-lines file through a block at a time (its help said the
+    file was parsed whole), as the README's commands table says."""
+    text = " ".join(help_text(["info"]).split())
+    assert "parsed whole" not in text
+    assert "a CSV/TSV or JSON-lines file is read through, a block at a time" in text

@@ -59,8 +59,10 @@ def describe(
     is parsed). ``columns`` is a list of ``{"name": ..., "type": ..., "nulls": ...}``.
 
     ``-`` describes stdin (``sys.stdin.buffer`` unless ``stdin`` is given): a ``.npy`` stream,
-    or a Parquet or Arrow IPC file or stream. A stream is read through to its end, so a body
-    that ends early is reported, as it is for a ``.npy`` file.
+    a Parquet or Arrow IPC file or stream, or JSON lines. A stream is read through to its end
+    (a ``.npy`` body, an Arrow stream and JSON lines a block at a time, a Parquet or Arrow file
+    kept whole to read its footer), so a body that ends early is reported, as it is for a
+    ``.npy`` file.
 
     ``csv`` (delimiter, header line) applies to a CSV/TSV file only, else a UsageError.
     """
@@ -90,7 +92,9 @@ def _describe_stream(stream: BinaryIO, path: str, label: str) -> dict[str, objec
     refuse_terminal(stream, label)
     head = read_up_to(stream, len(NPY_MAGIC))
     if not head:
-        raise ReadError(f"{label}: no input (expected a .npy, Parquet or Arrow IPC stream)")
+        raise ReadError(
+            f"{label}: no input (expected a .npy, Parquet or Arrow IPC stream, or JSON lines)"
+        )
     if head == NPY_MAGIC:
         counted = _CountingReader(PrefixedReader(head, stream))
         header = read_header(counted, label)
@@ -353,12 +357,8 @@ def _text(path: str, fmt: str) -> dict[str, object]:
 
 def _text_table(table: TableFile) -> dict[str, object]:
     """Rows, types and nulls as a whole read gives them (described as read, not used), read
-    a block at a time; a CSV naming a column twice is still read whole."""
+    a block at a time."""
     facts = text_facts(table)
-    if facts is None:
-        data = table.read(table.schema().names, as_is=True)
-        nulls = [data.column(i).null_count for i in range(data.num_columns)]
-        return {"rows": data.num_rows, "columns": _columns(data.schema, nulls)}
     return {"rows": facts.rows, "columns": _columns(facts.schema, facts.nulls)}
 
 

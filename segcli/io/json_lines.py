@@ -121,7 +121,35 @@ def read_block(text: bytes, first_row: int) -> pa.Table:
     table = _read_all(open_source, None, block_size, first_row)
     if _lists_lost_items(table):  # as read_table reads them again
         table = _read_all(open_source, table.schema, block_size, first_row)
+    if _lists_lost_items(table):
+        # Lists of nulls only (list<null>) lose items however they are read: their items are
+        # all null, so the lists' offsets alone give them back.
+        columns = [
+            pa.chunked_array([_null_items_restored(chunk) for chunk in column.chunks], column.type)
+            for column in table.columns
+        ]
+        table = pa.table(columns, names=table.column_names)
     return table
+
+
+def _null_items_restored(array: pa.Array) -> pa.Array:
+    """``array`` (as a read gives it, at offset 0) with the items of every list<null> within
+    it as many as its offsets say."""
+    import pyarrow as pa
+    import pyarrow.types as pt
+
+    type_ = array.type
+    if pt.is_list(type_):
+        offsets = array.offsets
+        if pt.is_null(type_.value_type):
+            items: pa.Array = pa.nulls(offsets[-1].as_py())
+        else:
+            items = _null_items_restored(array.values)
+        return pa.ListArray.from_arrays(offsets, items, type_, mask=array.is_null())
+    if pt.is_struct(type_):
+        fields = [_null_items_restored(array.field(i)) for i in range(type_.num_fields)]
+        return pa.StructArray.from_arrays(fields, fields=list(type_), mask=array.is_null())
+    return array
 
 
 def changed_message(field: str, old: str, new: str, row: int | None) -> str:

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 #: pyarrow's words for a CSV value its column's type cannot hold.
-_NOT_CONVERTED = re.compile(r"^In CSV column #(?P<column>\d+): CSV conversion error to ")
+_NOT_CONVERTED = re.compile(
+    r"^In CSV column #(?P<column>\d+): (?:Row #\d+: )?CSV conversion error to "
+)
 #: Bytes of CSV text a block (pyarrow's streaming reader holds several blocks ahead: with its
 #: default of 1 MiB, the peak grew by 40 MiB from a 10 MB file to a 40 MB one).
 _CSV_BLOCK_BYTES = 1 << 18
@@ -38,9 +40,8 @@ class TextFacts:
     nulls: list[int]
 
 
-def text_facts(table: TableFile) -> TextFacts | None:
-    """Rows, schema and null counts of a CSV/TSV or JSON-lines table, read in blocks; None
-    for a CSV whose header names a column twice (a type cannot be given to one of them)."""
+def text_facts(table: TableFile) -> TextFacts:
+    """Rows, schema and null counts of a CSV/TSV or JSON-lines table, read in blocks."""
     names = table.schema().names  # its checks first: names not UTF-8, a compression not named
     with table.errors():
         if table.fmt == "jsonl":
@@ -88,50 +89,109 @@ def _csv_kinds() -> list[pa.DataType]:
     ]
 
 
-def _csv_facts(table: TableFile) -> TextFacts | None:
+def _csv_facts(table: TableFile) -> TextFacts:
     """pyarrow's streaming reader infers each column's type from the first block alone, and a
-    later value that type cannot hold fails the read; a whole read tries the next type of
-    :func:`_csv_kinds` for that column. Here the file is read again from its start with that
-    type (each restart loosens one column; a column loosens a few times at most)."""
+    later value that type cannot hold fails the read, where a whole read moves that column on
+    to the next type of :func:`_csv_kinds`. Such a file is read again, every column as text,
+    and each block's values give their column the type a whole read would."""
     import pyarrow as pa
 
-    types: dict[str, pa.DataType] | None = None
-    schema = None  # the types of the read under way, once known
+    reader = table.text_batches(None, _CSV_BLOCK_BYTES, as_is=True)
+    schema = reader.schema
+    rows, nulls = 0, [0] * len(schema)
+    try:
+        for batch in reader:
+            rows += batch.num_rows
+            for i, column in enumerate(batch.columns):
+                nulls[i] += column.null_count
+    except pa.ArrowInvalid as exc:
+        if _NOT_CONVERTED.match(str(exc)) is None:
+            raise
+        return _csv_facts_from_text(table, schema)
+    return TextFacts(rows, schema, nulls)
+
+
+def _csv_facts_from_text(table: TableFile, first: pa.Schema) -> TextFacts:
+    """:func:`_csv_facts` of a file whose columns take other types past its first block
+    (``first``: their types there, which a whole read can only loosen): every column is read
+    as text (as bytes where it is not UTF-8: types are given by name, so a name the header
+    gives twice is read as bytes in both columns), in one read, and gets the first type that
+    holds all of its values. A value that is null as text is null in any type (the same
+    spellings, unquoted)."""
+    import pyarrow as pa
+
+    kinds = _csv_kinds()
+    texts = dict.fromkeys(first.names, pa.string())
     while True:
+        # Each column's types that hold every value read so far. Not only the first of them:
+        # a type further on need not hold the values the first holds (a time of day is no
+        # number), and a whole read gives the first type that holds them all.
+        holding = [set(range(kinds.index(type_), len(kinds))) for type_ in first.types]
+        rows, nulls = 0, [0] * len(first)
         try:
-            reader = table.text_batches(None, _CSV_BLOCK_BYTES, types=types, as_is=True)
-            schema = reader.schema
-            if len(set(schema.names)) < len(schema.names):
-                return None
-            rows, nulls = 0, [0] * len(schema)
-            for batch in reader:
+            for batch in table.text_batches(None, _CSV_BLOCK_BYTES, types=texts, as_is=True):
                 rows += batch.num_rows
                 for i, column in enumerate(batch.columns):
                     nulls[i] += column.null_count
+                _drop_kinds_failing(table, batch, holding)
         except pa.ArrowInvalid as exc:
-            # A read with given types fails on its first block already, on opening.
-            types = None if schema is None else _loosened(schema, exc)
-            if types is None:
+            # Text that is not UTF-8 in a column: read again, that column as bytes (binary
+            # its type, unless every value is UTF-8 after all, as where a column's name is
+            # another's too).
+            not_text = _NOT_CONVERTED.match(str(exc))
+            if not_text is None or texts[first.names[int(not_text["column"])]] != pa.string():
                 raise
-            schema = pa.schema(list(types.items()))
+            texts[first.names[int(not_text["column"])]] = pa.binary()
             continue
-        return TextFacts(rows, schema, nulls)
+        types = [kinds[min(held)] for held in holding]
+        return TextFacts(rows, pa.schema(list(zip(first.names, types, strict=True))), nulls)
 
 
-def _loosened(schema: pa.Schema, exc: pa.ArrowInvalid) -> dict[str, pa.DataType] | None:
-    """``schema``'s types with the column that failed to convert a value in ``exc`` given its
-    next type; None if ``exc`` is another error, or the type has no next one."""
-    found = _NOT_CONVERTED.match(str(exc))
-    if found is None or int(found["column"]) >= len(schema):
-        return None
-    column = int(found["column"])
+def _drop_kinds_failing(table: TableFile, batch: pa.RecordBatch, holding: list[set[int]]) -> None:
+    """Takes out of each column's ``holding`` (positions in :func:`_csv_kinds`) the types
+    that do not convert every value of the column's text in ``batch`` as the CSV reader
+    converts them. The text is written again as CSV, a value quoted (never null) or a null
+    left empty (null in every type), and read with a type for each column; each read that
+    fails names the column and type that failed. Text holds any value, bytes any bytes."""
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
     kinds = _csv_kinds()
-    current = schema.types[column]
-    if current not in kinds or current == kinds[-1]:
-        return None
-    types = dict(zip(schema.names, schema.types, strict=True))
-    types[schema.names[column]] = kinds[kinds.index(current) + 1]
-    return types
+    loose = {kinds.index(pa.string()), kinds.index(pa.binary())}
+    texts = list(batch.columns)
+    for i, column in enumerate(batch.columns):
+        if pa.types.is_binary(column.type):
+            try:
+                texts[i] = column.cast(pa.string())
+            except pa.ArrowInvalid:  # not UTF-8
+                holding[i] &= {kinds.index(pa.binary())}
+    # The types each column still has to be tried in, in order.
+    untried = {i: sorted(left - loose) for i, left in enumerate(holding) if left - loose}
+    if not untried:
+        return
+    columns = list(untried)  # text (UTF-8) all: a column of bytes has no type to try
+    names = [str(i) for i in columns]
+    sink = pa.BufferOutputStream()
+    written = pcsv.WriteOptions(include_header=False, quoting_style="all_valid")
+    pcsv.write_csv(pa.table([texts[i] for i in columns], names=names), sink, written)
+    text = sink.getvalue()
+    read = pcsv.ReadOptions(column_names=names, block_size=len(text) + 1, use_threads=False)
+    parse = pcsv.ParseOptions(newlines_in_values=True)
+    while untried:
+        types = {str(i): kinds[tried[0]] for i, tried in untried.items()}
+        convert = table.convert_options(list(types), types)
+        try:
+            pcsv.read_csv(pa.BufferReader(text), read, parse, convert)
+        except pa.ArrowInvalid as exc:
+            failed = _NOT_CONVERTED.match(str(exc))
+            if failed is None:
+                raise
+            i = columns[int(failed["column"])]
+            holding[i].discard(untried[i].pop(0))
+        else:
+            for tried in untried.values():
+                tried.pop(0)
+        untried = {i: tried for i, tried in untried.items() if tried}
 
 
 def _jsonl_facts(names: list[str], source: _Reads, first: bytes = b"") -> TextFacts:
