@@ -1247,7 +1247,8 @@ def _note_output_fifos(args: list[str]) -> None:
     unknown option) stops click before any option's callback notes them (_note_fifo)."""
     from segcli.io.commit import note_fifo
 
-    for word, value in zip(args, [*args[1:], None], strict=True):
+    for k, word in enumerate(args):
+        value = args[k + 1] if k + 1 < len(args) else None
         if word in _OUTPUT_OPTIONS and value is not None:
             note_fifo(value)
         elif word.startswith("--") and word.split("=", 1)[0] in _OUTPUT_OPTIONS:
