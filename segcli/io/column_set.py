@@ -38,8 +38,8 @@ from segcli.io.columns import (
     value_layout,
 )
 from segcli.io.formats import input_format, is_pipe
-from segcli.io.read import DATA_ROLE, IDS_ROLE, ArrayInput, refuse_option
-from segcli.io.tables import CSV_HEAD_BYTES, TableFile, open_table
+from segcli.io.read import DATA_ROLE, IDS_ROLE, ArrayInput, Role, refuse_option
+from segcli.io.tables import CSV_HEAD_BYTES, CsvOptions, TableFile, open_table, streams_from_pipe
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -71,19 +71,40 @@ def open_data_and_ids(
     *,
     data_key: str | None = None,
     ids_key: str | None = None,
+    csv: CsvOptions | None = None,
 ) -> list[ChunkSource] | None:
     """DATA and IDS as two columns of one Parquet file streamed together (one read of each
-    row group, the two columns decoded side by side, in batches of the run's blocks), or None
-    for any other input: the one-column readers of :mod:`segcli.io.chunked` take those."""
-    if path == "-" or is_pipe(path) or input_format(path) != "parquet":
+    row group, the two columns decoded side by side, in batches of the run's blocks), or of
+    one table on a pipe that streams (:func:`~segcli.io.tables.streams_from_pipe`: read once,
+    for both); None for any other input: the one-column readers of :mod:`segcli.io.chunked`
+    take those."""
+    if path == "-":
         return None
-    table = open_table(path, "parquet")
+    fmt = input_format(path)
+    if not (streams_from_pipe(path, fmt) if is_pipe(path) else fmt == "parquet"):
+        return None
+    table = open_table(path, fmt, csv, one_pass=True)
     # The options are checked as the one-column readers check them: DATA's first.
     refuse_option(DATA_ROLE.key_option, data_key, path)
     data = table.pick(data_column, DATA_ROLE.column_option)
     refuse_option(IDS_ROLE.key_option, ids_key, path)
     ids = table.pick(ids_column, IDS_ROLE.column_option)
     return TableBatches(table, [data, ids]).sources
+
+
+def open_pipe_column(
+    path: str, column: str | None, key: str | None, role: Role, csv: CsvOptions | None
+) -> ChunkSource | None:
+    """One column of a table on a pipe that streams, read in one pass (the one-column reader
+    of an Arrow file counts its rows first, a pass of its own); None for any other input."""
+    if path == "-" or not is_pipe(path):
+        return None
+    fmt = input_format(path)
+    if not streams_from_pipe(path, fmt):
+        return None
+    table = open_table(path, fmt, csv, one_pass=True)
+    refuse_option(role.key_option, key, path)
+    return TableBatches(table, [table.pick(column, role.column_option)]).sources[0]
 
 
 class TableBatches:
