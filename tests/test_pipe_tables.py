@@ -124,3 +124,24 @@ def test_a_type_change_past_the_head_says_to_save_the_pipe_to_a_file(tmp_path: P
     assert f"Error: {fifo}: column 'v' holds '2.5' after its first rows" in from_pipe.stderr
     assert "first at row" not in from_pipe.stderr
     assert "read the file whole: save it to a file first, as a table on a pipe" in from_pipe.stderr
+
+
+@pytest.mark.parametrize("kind", ["arrow", "jsonl", "csv"])
+@pytest.mark.parametrize("command", ["sum", "agg"])
+def test_by_over_a_table_on_a_pipe_streams_its_keys_in_the_same_pass(
+    tmp_path: Path, kind: str, command: str
+) -> None:
+    # Read whole, a pipe's --by run held the table; streamed, the keys and the data column
+    # would each read the pipe.
+    table = a_table(ROWS).append_column(
+        "k", pa.array(np.array(["x", "y", "z"])[np.arange(ROWS) % 3])
+    )
+    path = write(tmp_path / f"t.{kind}", table)
+    args = ["--data-column", "v", "--by", "k,s", "-q"] + (
+        ["--op", "sum,count"] if command == "agg" else []
+    )
+    want = ok(command, path, *args).stdout
+    summary = tmp_path / "summary.json"
+    fifo = fifo_fed_with(tmp_path, path.read_bytes(), "p.csv" if kind == "csv" else "pipe")
+    assert ok(command, fifo, *args, "--summary-json", summary).stdout == want
+    assert json.loads(summary.read_text())["mode"] == "streaming"

@@ -85,9 +85,8 @@ def _why_stream(spec: RunSpec) -> str:
 
 
 def pipe_streams(spec: RunSpec) -> bool:
-    """A table on a pipe given by path that streams (peek.pipe_streams), without --by, whose
-    keys and data column are read in two passes."""
-    return not spec.by and (peek.pipe_streams(spec.data) or peek.pipe_streams(spec.ids))
+    """A table on a pipe given by path that streams (peek.pipe_streams)."""
+    return peek.pipe_streams(spec.data) or peek.pipe_streams(spec.ids)
 
 
 def _stream_above(spec: RunSpec) -> int | None:

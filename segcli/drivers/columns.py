@@ -46,7 +46,7 @@ from segcli.errors import UsageError
 from segcli.io.column_names import listing
 from segcli.io.column_set import TableBatches, open_pipe_column, read_columns
 from segcli.io.columns import nulls_kept, side_by_side, without_null_ids
-from segcli.io.formats import input_format, is_pipe
+from segcli.io.formats import PipeSource, input_format, is_pipe
 from segcli.io.npy import Readable
 from segcli.io.read import IDS_ROLE, read_one, read_stdin, refuse_option
 from segcli.io.sizes import decoded_bytes
@@ -117,6 +117,11 @@ def _table(spec: RunSpec, one_pass: bool = False) -> TableFile:
             )
         return got
     return open_table(spec.data, input_format(spec.data), spec.csv, one_pass=one_pass)
+
+
+def _on_a_pipe(table: TableFile) -> bool:
+    """A table on a pipe read in one pass (see open_table)."""
+    return isinstance(table.source, PipeSource)
 
 
 def _names(table: TableFile, spec: RunSpec, columns: list[str]) -> tuple[list[str], str | None]:
@@ -209,14 +214,16 @@ def _run_keyed(
     )
 
     started = time.perf_counter()
-    table = key_table_file(spec.data, spec.csv)
+    table = key_table_file(spec.data, spec.csv, one_pass=streams)
     check_key_columns(table, spec.by)
     names = [pick_data_column(table, column, spec.by) for column in columns]
     labels = [f"{table.label}:{name}" for name in names]
     if streams:
         encoder = encoder_for(spec, table)
-        ids = KeyIdsChunks(table, spec.by, encoder)
-        sources = TableBatches(table, names).sources
+        # A table on a pipe gives its bytes once: its keys come from the data's pass.
+        batches = TableBatches(table, names, keys=spec.by if _on_a_pipe(table) else ())
+        ids = KeyIdsChunks(table, spec.by, encoder, batches if _on_a_pipe(table) else None)
+        sources = batches.sources
         keyed = dataclasses.replace(spec, num_segments=given_n(encoder))
         reductions, blocks = reduce_columns(sources, ids, keyed, progress=progress)
         rows = rows_of(reductions[0].id_report, ids)

@@ -39,7 +39,7 @@ def whole_read_hint(path: str) -> str:
     if PurePath(path).suffix.lower() in _COMPRESSED_SUFFIXES:
         return f"decompress it first, as a compressed file always streams; then {whole}"
     if is_pipe(path):
-        return f"save it to a file first, as a table on a pipe streams (without --by); then {whole}"
+        return f"save it to a file first, as a table on a pipe streams; then {whole}"
     return whole
 
 
