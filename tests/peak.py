@@ -33,12 +33,17 @@ class Measured:
     stderr: str  # without the peak line
 
 
-def run_measured(*args: object, stdin: Path | None = None) -> Measured:
-    """``segcli ARGS`` in a fresh process (reading ``stdin``, a file, if given): its exit
-    code, peak RSS and stderr."""
-    with open(stdin if stdin is not None else os.devnull, "rb") as feed:
+def run_measured(*args: object, stdin: Path | None = None, piped: bool = False) -> Measured:
+    """``segcli ARGS`` in a fresh process (reading ``stdin``, a file, if given; ``piped``:
+    through a pipe, as ``cat FILE | segcli ...`` gives it): its exit code, peak RSS and
+    stderr."""
+    command = [sys.executable, "-c", _MEASURE, *map(str, args)]
+    if piped:
+        assert stdin is not None
+        command = ["sh", "-c", 'cat "$0" | "$@"', str(stdin), *command]
+    with open(stdin if stdin is not None and not piped else os.devnull, "rb") as feed:
         done = subprocess.run(
-            [sys.executable, "-c", _MEASURE, *map(str, args)],
+            command,
             stdin=feed,
             capture_output=True,
             text=True,

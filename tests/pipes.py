@@ -7,10 +7,10 @@ import threading
 from pathlib import Path
 
 
-def fifo_fed_with(tmp_path: Path, payload: bytes) -> Path:
-    """A named pipe (made again if one is there) that a thread writes ``payload`` into once,
-    when a reader opens it."""
-    fifo = tmp_path / "pipe"
+def fifo_fed_with(tmp_path: Path, payload: bytes, name: str = "pipe") -> Path:
+    """A named pipe ``name`` (made again if one is there) that a thread writes ``payload``
+    into once, when a reader opens it."""
+    fifo = tmp_path / name
     if fifo.exists():
         fifo.unlink()
     os.mkfifo(fifo)

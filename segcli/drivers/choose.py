@@ -68,7 +68,7 @@ def should_stream(spec: RunSpec) -> bool:
         if spec.ids is None:
             return peek.holds_arrow_stream(spec.stdin)
         return peek.holds_npy(spec.stdin)
-    if spec.block_rows is not None:
+    if spec.block_rows is not None or pipe_streams(spec):
         return True
     size, above = _input_bytes(spec), _stream_above(spec)
     return size is not None and above is not None and size > above
@@ -79,7 +79,14 @@ def _why_stream(spec: RunSpec) -> str:
         return "a stream on stdin"
     if spec.block_rows is not None:
         return "rows per block given"
+    if pipe_streams(spec):
+        return "a stream on a pipe"
     return f"inputs over {_stream_above(spec) or 0:,} bytes"
+
+
+def pipe_streams(spec: RunSpec) -> bool:
+    """A table on a pipe given by path that streams (peek.pipe_streams)."""
+    return peek.pipe_streams(spec.data) or peek.pipe_streams(spec.ids)
 
 
 def _stream_above(spec: RunSpec) -> int | None:

@@ -31,7 +31,7 @@ from segcli.drivers.base import (
     input_facts,
     op_and_fill,
 )
-from segcli.drivers.choose import carry_out, metadata_first, should_stream
+from segcli.drivers.choose import carry_out, metadata_first, pipe_streams, should_stream
 from segcli.drivers.memory import facts
 from segcli.drivers.stream import (
     ChunkSource,
@@ -44,9 +44,9 @@ from segcli.drivers.stream import (
 )
 from segcli.errors import UsageError
 from segcli.io.column_names import listing
-from segcli.io.column_set import TableBatches, read_columns
+from segcli.io.column_set import TableBatches, open_pipe_column, read_columns
 from segcli.io.columns import nulls_kept, side_by_side, without_null_ids
-from segcli.io.formats import input_format, is_pipe
+from segcli.io.formats import PipeSource, input_format, is_pipe
 from segcli.io.npy import Readable
 from segcli.io.read import IDS_ROLE, read_one, read_stdin, refuse_option
 from segcli.io.sizes import decoded_bytes
@@ -88,6 +88,8 @@ def _streams(spec: RunSpec, columns: list[str]) -> bool:
     """As :func:`segcli.drivers.choose.should_stream` decides, over every column's bytes."""
     if "-" in (spec.data, spec.ids) or spec.block_rows is not None:
         return should_stream(dataclasses.replace(spec, data_column=columns[0]))
+    if pipe_streams(spec):
+        return True
     if any(is_pipe(path) for path in (spec.data, spec.ids) if path is not None):
         # A pipe is read into memory whole (it cannot seek); probing its metadata would read
         # it a first time.
@@ -104,7 +106,7 @@ def _streams(spec: RunSpec, columns: list[str]) -> bool:
     return sum(size for size in sizes if size is not None) > above
 
 
-def _table(spec: RunSpec) -> TableFile:
+def _table(spec: RunSpec, one_pass: bool = False) -> TableFile:
     """DATA's table; from stdin, a .npy stream is refused (it holds one array)."""
     if spec.data == "-":
         got = read_stdin(spec.stdin)
@@ -114,7 +116,12 @@ def _table(spec: RunSpec) -> TableFile:
                 "a table (Parquet, Arrow IPC)"
             )
         return got
-    return open_table(spec.data, input_format(spec.data), spec.csv)
+    return open_table(spec.data, input_format(spec.data), spec.csv, one_pass=one_pass)
+
+
+def _on_a_pipe(table: TableFile) -> bool:
+    """A table on a pipe read in one pass (see open_table)."""
+    return isinstance(table.source, PipeSource)
 
 
 def _names(table: TableFile, spec: RunSpec, columns: list[str]) -> tuple[list[str], str | None]:
@@ -207,14 +214,16 @@ def _run_keyed(
     )
 
     started = time.perf_counter()
-    table = key_table_file(spec.data, spec.csv)
+    table = key_table_file(spec.data, spec.csv, one_pass=streams)
     check_key_columns(table, spec.by)
     names = [pick_data_column(table, column, spec.by) for column in columns]
     labels = [f"{table.label}:{name}" for name in names]
     if streams:
         encoder = encoder_for(spec, table)
-        ids = KeyIdsChunks(table, spec.by, encoder)
-        sources = TableBatches(table, names).sources
+        # A table on a pipe gives its bytes once: its keys come from the data's pass.
+        batches = TableBatches(table, names, keys=spec.by if _on_a_pipe(table) else ())
+        ids = KeyIdsChunks(table, spec.by, encoder, batches if _on_a_pipe(table) else None)
+        sources = batches.sources
         keyed = dataclasses.replace(spec, num_segments=given_n(encoder))
         reductions, blocks = reduce_columns(sources, ids, keyed, progress=progress)
         rows = rows_of(reductions[0].id_report, ids)
@@ -287,7 +296,7 @@ def _open_streams(spec: RunSpec, columns: list[str]) -> tuple[list[StreamInput],
             "several --data-column from stdin need an Arrow stream holding them and the ids "
             "(--ids-column)"
         )
-    table = _table(spec)
+    table = _table(spec, one_pass=True)
     names, ids_name = _names(table, spec, columns)
     fmt = table.fmt
     if ids_name is not None:
@@ -296,7 +305,9 @@ def _open_streams(spec: RunSpec, columns: list[str]) -> tuple[list[StreamInput],
     assert spec.ids is not None
     sources = TableBatches(table, names).sources
     ids_fmt = "npy" if spec.ids == "-" else input_format(spec.ids)
-    ids_source = io.open_chunked(
+    ids_source = open_pipe_column(
+        spec.ids, spec.ids_column, spec.ids_key, IDS_ROLE, spec.csv
+    ) or io.open_chunked(
         spec.ids,
         column=spec.ids_column,
         key=spec.ids_key,

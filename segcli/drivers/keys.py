@@ -27,7 +27,8 @@ from segcli.drivers.base import (
     op_and_fill,
 )
 from segcli.errors import UsageError
-from segcli.io.formats import input_format
+from segcli.io.column_set import TableBatches
+from segcli.io.formats import PipeSource, input_format
 from segcli.io.keys import (
     KeyIdsChunks,
     KeysRead,
@@ -103,9 +104,9 @@ def given_n(encoder: KeyEncoder) -> int | None:
     return encoder.n_groups if encoder.keys_from is not None else None
 
 
-def open_key_table(spec: RunSpec) -> tuple[TableFile, str]:
+def open_key_table(spec: RunSpec, one_pass: bool = False) -> tuple[TableFile, str]:
     """DATA's table with its key columns checked, and the data column to reduce."""
-    table = key_table_file(spec.data, spec.csv)
+    table = key_table_file(spec.data, spec.csv, one_pass=one_pass)
     check_key_columns(table, spec.by)
     return table, pick_data_column(table, spec.data_column, spec.by)
 
@@ -193,10 +194,14 @@ def run_streaming(
     """Stream the data column and the key columns in aligned blocks, encoding as they come."""
     from segcli.drivers.stream import read_ahead, reduce_stream, rows_of
 
-    table, column = open_key_table(spec)
+    table, column = open_key_table(spec, one_pass=True)
     encoder = encoder_for(spec, table)
     source: io.ChunkSource
-    if table.fmt == "parquet":
+    if isinstance(table.source, PipeSource):  # read once: the keys from the data's pass
+        batches = TableBatches(table, [column], keys=spec.by)
+        source = batches.sources[0]
+        ids = KeyIdsChunks(table, spec.by, encoder, batches)
+    elif table.fmt == "parquet":
         shared = ParquetPass(table, column, spec.by, prefetch=read_ahead)
         source = PassColumn(table, column, shared)
         ids = KeyIdsChunks(table, spec.by, encoder, shared)

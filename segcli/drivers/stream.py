@@ -39,6 +39,7 @@ from segcli.errors import InvalidInputError, SegcliError, UsageError
 from segcli.io.columns import NullIdsError, NullsError, first_nulls, without_null_ids
 from segcli.io.formats import input_format, is_pipe
 from segcli.io.npy import Readable
+from segcli.io.read import DATA_ROLE, IDS_ROLE
 from segcli.multi import fold_rows
 
 _Item = TypeVar("_Item")
@@ -565,20 +566,20 @@ def open_inputs(spec: RunSpec) -> tuple[StreamInput, StreamInput]:
         assert stdin is not None
         data, ids = io.open_arrow_stream_columns(stdin, [spec.data_column, spec.ids_column])
         return StreamInput("-", data, "arrow"), StreamInput("-", ids, "arrow")
-    if spec.ids is None:
-        from segcli.io.column_set import open_data_and_ids
+    from segcli.io.column_set import open_data_and_ids, open_pipe_column
 
+    if spec.ids is None:
         both = open_data_and_ids(
             data_path,
             spec.data_column,
             spec.ids_column,
             data_key=spec.data_key,
             ids_key=spec.ids_key,
+            csv=spec.csv,
         )
         if both is not None:
-            return StreamInput(data_path, both[0], "parquet"), StreamInput(
-                data_path, both[1], "parquet"
-            )
+            fmt = input_format(data_path)
+            return StreamInput(data_path, both[0], fmt), StreamInput(data_path, both[1], fmt)
     opened = []
     for path, column, key, role in (
         (data_path, spec.data_column, spec.data_key, "data"),
@@ -586,7 +587,10 @@ def open_inputs(spec: RunSpec) -> tuple[StreamInput, StreamInput]:
     ):
         # Found before the reader opens it: a pipe is sniffed once, then read by the reader.
         fmt = "npy" if path == "-" else input_format(path)
-        source = io.open_chunked(path, column=column, key=key, role=role, stdin=stdin, csv=spec.csv)
+        roles = IDS_ROLE if role == "ids" else DATA_ROLE
+        source = open_pipe_column(path, column, key, roles, spec.csv) or io.open_chunked(
+            path, column=column, key=key, role=role, stdin=stdin, csv=spec.csv
+        )
         opened.append(StreamInput(path, source, fmt))
     return opened[0], opened[1]
 

@@ -13,7 +13,8 @@ the one-column readers of :mod:`segcli.io.chunked` do, so that they hold the sam
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -38,8 +39,8 @@ from segcli.io.columns import (
     value_layout,
 )
 from segcli.io.formats import input_format, is_pipe
-from segcli.io.read import DATA_ROLE, IDS_ROLE, ArrayInput, refuse_option
-from segcli.io.tables import CSV_HEAD_BYTES, TableFile, open_table
+from segcli.io.read import DATA_ROLE, IDS_ROLE, ArrayInput, Role, refuse_option
+from segcli.io.tables import CSV_HEAD_BYTES, CsvOptions, TableFile, open_table, streams_from_pipe
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -71,13 +72,19 @@ def open_data_and_ids(
     *,
     data_key: str | None = None,
     ids_key: str | None = None,
+    csv: CsvOptions | None = None,
 ) -> list[ChunkSource] | None:
     """DATA and IDS as two columns of one Parquet file streamed together (one read of each
-    row group, the two columns decoded side by side, in batches of the run's blocks), or None
-    for any other input: the one-column readers of :mod:`segcli.io.chunked` take those."""
-    if path == "-" or is_pipe(path) or input_format(path) != "parquet":
+    row group, the two columns decoded side by side, in batches of the run's blocks), or of
+    one table on a pipe that streams (:func:`~segcli.io.tables.streams_from_pipe`: read once,
+    for both); None for any other input: the one-column readers of :mod:`segcli.io.chunked`
+    take those."""
+    if path == "-":
         return None
-    table = open_table(path, "parquet")
+    fmt = input_format(path)
+    if not (streams_from_pipe(path, fmt) if is_pipe(path) else fmt == "parquet"):
+        return None
+    table = open_table(path, fmt, csv, one_pass=True)
     # The options are checked as the one-column readers check them: DATA's first.
     refuse_option(DATA_ROLE.key_option, data_key, path)
     data = table.pick(data_column, DATA_ROLE.column_option)
@@ -86,14 +93,34 @@ def open_data_and_ids(
     return TableBatches(table, [data, ids]).sources
 
 
+def open_pipe_column(
+    path: str, column: str | None, key: str | None, role: Role, csv: CsvOptions | None
+) -> ChunkSource | None:
+    """One column of a table on a pipe that streams, read in one pass (the one-column reader
+    of an Arrow file counts its rows first, a pass of its own); None for any other input."""
+    if path == "-" or not is_pipe(path):
+        return None
+    fmt = input_format(path)
+    if not streams_from_pipe(path, fmt):
+        return None
+    table = open_table(path, fmt, csv, one_pass=True)
+    refuse_option(role.key_option, key, path)
+    return TableBatches(table, [table.pick(column, role.column_option)]).sources[0]
+
+
 class TableBatches:
     """The record batches of a Parquet, Arrow IPC or text (CSV/TSV, JSON lines) file holding
     ``names``, read once; :attr:`sources` has one ChunkSource per name, in order (a name may
-    come twice)."""
+    come twice). ``keys``: key columns (``--by``) read in the same pass, unchecked, for
+    :meth:`keys` (a table on a pipe, which gives its bytes once)."""
 
-    def __init__(self, table: TableFile, names: list[str]) -> None:
+    def __init__(self, table: TableFile, names: list[str], keys: Sequence[str] = ()) -> None:
         self._table = table
         self._columns = list(dict.fromkeys(names))
+        self._keys = list(keys)
+        self._read_names = list(dict.fromkeys([*self._columns, *self._keys]))
+        self._key_queue: deque[pa.RecordBatch] = deque()
+        self._keys_fed = bool(self._keys)
         schema = table.schema()
         with table.errors():
             self._types = self._column_types(schema)
@@ -138,7 +165,7 @@ class TableBatches:
     def _column_types(self, schema: pa.Schema) -> dict[str, pa.DataType]:
         if self._table.is_text:
             # Inferred from the first block of text and then kept, as a one-column stream does.
-            head = self._table.text_head(self._columns, CSV_HEAD_BYTES)
+            head = self._table.text_head(self._read_names, CSV_HEAD_BYTES)
             for name in self._columns:
                 check_text_type(
                     head.column(name),
@@ -146,8 +173,8 @@ class TableBatches:
                     text_column_again(self._table, name),
                 )
             self._table.check_not_rounded(head)
-            return {name: head.schema.field(name).type for name in self._columns}
-        return {name: schema.field(name).type for name in self._columns}
+            return {name: head.schema.field(name).type for name in self._read_names}
+        return {name: schema.field(name).type for name in self._read_names}
 
     def _count_rows(self) -> int:
         fmt = self._table.fmt
@@ -168,10 +195,10 @@ class TableBatches:
             import pyarrow.parquet as pq
 
             parquet = pq.ParquetFile(self._table.parquet_source(), pre_buffer=False)
-            return iter(parquet.iter_batches(batch_size=self._batch_rows, columns=self._columns))
+            return iter(parquet.iter_batches(batch_size=self._batch_rows, columns=self._read_names))
         if fmt == "arrow":
-            return self._table.ipc_batches(self._columns)
-        return iter(self._table.text_batches(self._columns, _CSV_BLOCK_BYTES, types=self._types))
+            return self._table.ipc_batches(self._read_names)
+        return iter(self._table.text_batches(self._read_names, _CSV_BLOCK_BYTES, types=self._types))
 
     def _pull(self) -> bool:
         """Read the next batch into every column's queue; False at the end of the file."""
@@ -183,6 +210,8 @@ class TableBatches:
             return False
         for name, queue in self._queues:
             queue.append(batch.column(name))
+        if self._keys_fed:
+            self._key_queue.append(batch.select(self._keys))
         if self._later is not None:
             self._later.add(batch)
         self._rows_read += batch.num_rows
@@ -191,6 +220,13 @@ class TableBatches:
     def arrays(self, queue: list[pa.Array]) -> Iterator[pa.Array]:
         while queue or self._pull():
             yield queue.pop(0)
+
+    def keys(self, rows: int) -> Iterator[pa.RecordBatch]:
+        """The key columns, batch by batch (``rows``: the blocks' rows)."""
+        self.asked_rows(rows)
+        while self._key_queue or self._pull():
+            if self._key_queue:
+                yield self._key_queue.popleft()
 
     def feed_only(self, queue: list[pa.Array]) -> NullTally | None:
         """Batches read from now on go to ``queue`` alone: its column met a null, which fails
@@ -206,6 +242,8 @@ class TableBatches:
             ]
             self._later = LaterNulls(others, self._rows_read)
         self._queues = [(name, kept) for name, kept in self._all if kept is queue]
+        self._keys_fed = False  # the run fails: its keys are not encoded further
+        self._key_queue.clear()
         return self._later.take(queue)
 
     def _type_kept(self) -> contextlib.AbstractContextManager[None]:

@@ -250,6 +250,7 @@ def file_tail(f: BinaryIO, size: int) -> bytes:
 # has none left to sniff.
 _PIPE_FORMATS: dict[tuple[str, int, int], str] = {}
 _PIPE_BYTES: dict[tuple[str, int, int], bytes] = {}
+_PIPE_SOURCES: dict[tuple[str, int, int], PipeSource] = {}
 
 
 def forget_pipes() -> None:
@@ -257,6 +258,9 @@ def forget_pipes() -> None:
     inode (a named pipe made again)."""
     _PIPE_FORMATS.clear()
     _PIPE_BYTES.clear()
+    for source in _PIPE_SOURCES.values():
+        source.close()
+    _PIPE_SOURCES.clear()
 
 
 def pipe_bytes(path: str) -> bytes:
@@ -264,8 +268,11 @@ def pipe_bytes(path: str) -> bytes:
     key columns, then the data column) gets them again instead of an empty pipe."""
     pipe = _pipe_identity(path)
     if pipe not in _PIPE_BYTES:
-        with open_binary(path) as stream:
-            body = stream.read()
+        if pipe in _PIPE_SOURCES:  # its first bytes were read by a PipeSource
+            body = _PIPE_SOURCES[pipe].reader().read()
+        else:
+            with open_binary(path) as stream:
+                body = stream.read()
         if pipe is None:
             return body
         _PIPE_BYTES[pipe] = body
@@ -495,3 +502,125 @@ class TailKept:
 
     def readable(self) -> bool:
         return True
+
+
+def pipe_source(path: str) -> PipeSource:
+    """The :class:`PipeSource` of the pipe ``path``: one a run, however often it opens it."""
+    pipe = _pipe_identity(path)
+    if pipe is None:
+        raise ValueError(f"{path}: not a pipe")
+    if pipe not in _PIPE_SOURCES:
+        _PIPE_SOURCES[pipe] = PipeSource(path)
+    return _PIPE_SOURCES[pipe]
+
+
+#: Bytes of a pipe kept past its head as its pass reads them: a pipe no longer than this is
+#: kept whole, so that an error's path may read it again.
+KEEP_BYTES = 4 << 20
+
+
+class PipeSource:
+    """A table on a pipe given by its path (``/dev/stdin``, a named pipe, ``<(producer)``),
+    read in one pass as a file is (an Arrow IPC stream, CSV/TSV text, JSON lines). A run reads
+    a table's head more than once before its pass (the schema, the types of the first lines,
+    the first rows), and a pipe gives its bytes once: what a read of its head takes is kept,
+    and read again by the next read (and the start of the pass); the pass goes on from the
+    pipe a block at a time, keeping no more than :data:`KEEP_BYTES` in all. A read that needs
+    bytes the pass has gone by (an error's path counting over the input again) is a
+    ReadError."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._pipe: BufferedReader | None = None
+        self._kept = bytearray()
+        self._read = 0  # bytes taken from the pipe
+        self._tail = b""
+        self._ended = False
+
+    def head(self, size: int) -> bytes:
+        """The first ``size`` bytes (fewer if the pipe is shorter)."""
+        return read_up_to(self.reader(), size)
+
+    @property
+    def tail(self) -> bytes:
+        """The last bytes taken from the pipe (its end, once it has been read through)."""
+        return self._tail
+
+    def reader(self, *, passing: bool = False) -> _PipeReader:
+        """A reader from the first byte: of the head, or (``passing``) the run's pass."""
+        return _PipeReader(self, passing)
+
+    def read_at(self, position: int, size: int, passing: bool = False) -> bytes:
+        """``size`` bytes from ``position`` (fewer at the end of the pipe): the kept ones,
+        then the pipe's next ones (``passing``: a pass's, kept only up to KEEP_BYTES)."""
+        kept = bytes(self._kept[position : position + size])
+        position += len(kept)
+        size -= len(kept)
+        if size <= 0:
+            return kept
+        if position != self._read:
+            raise ReadError(
+                f"{self.path}: a pipe is read once, and this needs its bytes again; save it "
+                "to a file to have it read so"
+            )
+        if self._ended:
+            return kept
+        if self._pipe is None:
+            self._pipe = open_binary(self.path)
+        data = self._pipe.read(size)
+        if len(data) < size:  # its end: the pipe is closed, the bytes it gave kept as said
+            self._ended = True
+            self.close()
+        if len(self._kept) == self._read:  # the kept bytes run on
+            self._kept += data[: max(KEEP_BYTES - len(self._kept), 0)] if passing else data
+        self._read += len(data)
+        self._tail = (self._tail + data)[-len(ARROW_STREAM_END) :]
+        return kept + data if kept else data
+
+    def close(self) -> None:
+        """Close the pipe (a run's end: its bytes are another run's)."""
+        if self._pipe is not None:
+            self._pipe.close()
+
+
+class _PipeReader(io.RawIOBase):
+    """One read of a :class:`PipeSource` from its start; it seeks within the kept bytes."""
+
+    def __init__(self, source: PipeSource, passing: bool) -> None:
+        self._source = source
+        self._passing = passing
+        self._position = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def tell(self) -> int:
+        return self._position
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        target = offset if whence == io.SEEK_SET else self._position + offset
+        if whence not in (io.SEEK_SET, io.SEEK_CUR) or target < 0:
+            raise OSError(f"{self._source.path}: a pipe cannot seek")
+        if target != self._position:
+            self._source.read_at(target, 0)  # a ReadError where those bytes are gone
+            self._position = target
+        return target
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        data = self._source.read_at(self._position, len(buffer), self._passing)
+        buffer[: len(data)] = data
+        self._position += len(data)
+        return len(data)
+
+    def read(self, size: int = -1) -> bytes:
+        if size is None or size < 0:
+            parts = []
+            while part := self.read(1 << 20):
+                parts.append(part)
+            return b"".join(parts)
+        data = self._source.read_at(self._position, size, self._passing)
+        self._position += len(data)
+        return data

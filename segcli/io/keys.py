@@ -13,7 +13,7 @@ import re
 from collections import deque
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from segcli.io.chunked import (
     type_change_error,
 )
 from segcli.io.column_names import listing
-from segcli.io.formats import input_format
+from segcli.io.formats import PipeSource, input_format
 from segcli.io.sizes import whole_read_hint
 from segcli.io.tables import CSV_HEAD_BYTES, CsvOptions, TableFile, open_table
 
@@ -40,15 +40,16 @@ if TYPE_CHECKING:
 KEY_FORMATS = ("parquet", "arrow", "csv", "tsv", "jsonl")
 
 
-def key_table_file(path: str, csv: CsvOptions | None) -> TableFile:
-    """The table DATA's columns and the key columns are read from; other formats: a UsageError."""
+def key_table_file(path: str, csv: CsvOptions | None, *, one_pass: bool = False) -> TableFile:
+    """The table DATA's columns and the key columns are read from; other formats: a UsageError.
+    ``one_pass``: a streamed run's, which reads a table on a pipe in one pass (open_table)."""
     fmt = input_format(path)
     if fmt not in KEY_FORMATS:
         raise UsageError(
             f"--by reads key columns of a table (Parquet, Arrow, CSV/TSV, JSON lines); {path} "
             f"is {fmt}: give the ids as IDS instead"
         )
-    return open_table(path, fmt, csv)
+    return open_table(path, fmt, csv, one_pass=one_pass)
 
 
 def check_key_columns(table: TableFile, by: Sequence[str]) -> None:
@@ -299,6 +300,14 @@ def key_schema(table: TableFile, by: Sequence[str]) -> pa.Schema:
     return pa.schema([schema.field(name) for name in by])
 
 
+class KeyPass(Protocol):
+    """A read of a table shared by its key columns and its data columns: its key columns'
+    batches (a :class:`ParquetPass`, or a table on a pipe's
+    :class:`~segcli.io.column_set.TableBatches`)."""
+
+    def keys(self, rows: int) -> Iterator[pa.RecordBatch]: ...
+
+
 #: Wraps an iterator of batches (the streaming driver reads them ahead on a thread).
 Prefetch = Callable[[Generator["pa.RecordBatch", None, None]], Iterator["pa.RecordBatch"]]
 
@@ -398,7 +407,7 @@ class KeyIdsChunks:
         table: TableFile,
         by: Sequence[str],
         encoder: KeyEncoder,
-        shared: ParquetPass | None = None,
+        shared: KeyPass | None = None,
     ) -> None:
         self._table = table
         self._by = list(by)
@@ -425,10 +434,10 @@ class KeyIdsChunks:
 
             with self._table.errors():
                 return int(pq.ParquetFile(self._table.parquet_source()).metadata.num_rows)
-        if self._table.fmt == "arrow":
+        if self._table.fmt == "arrow" and not isinstance(self._table.source, PipeSource):
             with self._table.errors():
                 return self._table.ipc_rows()
-        return UNKNOWN_ROWS
+        return UNKNOWN_ROWS  # text, or a stream on a pipe (counted, it would be read twice)
 
     def _batches(self, rows: int) -> Iterator[pa.RecordBatch]:
         if self._shared is not None:

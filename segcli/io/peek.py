@@ -75,3 +75,17 @@ def npy_shape(path: str, key: str | None, stdin: BinaryIO | None) -> tuple[int, 
     except SegcliError:
         return None
     return None
+
+
+def pipe_streams(path: str | None) -> bool:
+    """Whether ``path`` is a pipe holding a table read in one pass, a block at a time (an
+    Arrow IPC stream, CSV/TSV text or JSON lines), as an Arrow stream on stdin is: its size is
+    unknown until read, and one pass is all a pipe allows."""
+    if path is None or path == "-" or not is_pipe(path):
+        return False
+    from segcli.io.tables import streams_from_pipe
+
+    try:
+        return streams_from_pipe(path, input_format(path))
+    except SegcliError:
+        return False  # its reader says why

@@ -31,12 +31,15 @@ WHOLE_TEXT_READ_FACTOR = 4 * _CSV_GROWTH
 
 def whole_read_hint(path: str) -> str:
     """How to read the text table at ``path`` whole, where streaming it failed. A compressed
-    one always streams (its decoded size is unknown), so it must be decompressed first."""
+    one always streams (its decoded size is unknown), so it must be decompressed first, and
+    one on a pipe is read in one pass, so it must be saved to a file first."""
     whole = (
         f"no --chunk-rows and a --memory-limit of {WHOLE_TEXT_READ_FACTOR} times its size or more"
     )
     if PurePath(path).suffix.lower() in _COMPRESSED_SUFFIXES:
         return f"decompress it first, as a compressed file always streams; then {whole}"
+    if is_pipe(path):
+        return f"save it to a file first, as a table on a pipe streams; then {whole}"
     return whole
 
 

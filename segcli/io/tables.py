@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from pathlib import PurePath
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar, cast
 
 import numpy as np
 
@@ -36,6 +36,7 @@ from segcli.io.formats import (
     FEATHER_V1_MAGIC,
     INPUT_SUFFIXES,
     TEXT_FORMATS,
+    PipeSource,
     check_readable,
     compression_of,
     file_tail,
@@ -44,6 +45,7 @@ from segcli.io.formats import (
     note_if_unended,
     one_line,
     pipe_bytes,
+    pipe_source,
     suffix_format,
 )
 from segcli.io.ipc_rows import IpcCounts, ipc_counts, ipc_rows
@@ -128,11 +130,12 @@ def check_delimiter(delimiter: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class TableFile:
-    """A table to read columns from: a file path, or the bytes of an Arrow stream from stdin."""
+    """A table to read columns from: a file path, the bytes of an Arrow stream from stdin, or
+    a pipe read in one pass."""
 
     label: str
     fmt: str
-    source: str | bytes
+    source: str | bytes | PipeSource
     csv: CsvOptions = field(default_factory=CsvOptions)
     #: Columns whose text was searched for an integer beyond int64, and held none.
     _exact: set[str] = field(default_factory=set, compare=False, repr=False)
@@ -242,6 +245,8 @@ class TableFile:
         source = self.source
         if isinstance(source, bytes):
             stream: pa.NativeFile = pa.BufferReader(pa.py_buffer(source))
+        elif isinstance(source, PipeSource):
+            stream = pa.PythonFile(source.reader(passing=True), mode="r")
         else:
             stream = pa.OSFile(source)
         with stream:
@@ -258,6 +263,8 @@ class TableFile:
         from the memory map, whose pages around each header would stay resident)."""
         if isinstance(self.source, bytes):
             return ipc_rows(io.BytesIO(self.source))
+        if isinstance(self.source, PipeSource):
+            return ipc_rows(cast(BinaryIO, self.source.reader()))
         # Unbuffered: a buffered read would fill 8 KiB for each header of a few hundred bytes.
         with open(self.source, "rb", buffering=0) as file:
             return ipc_rows(file)
@@ -267,6 +274,8 @@ class TableFile:
         headers alone, as :meth:`ipc_rows` reads them; a ValueError if they are damaged."""
         if isinstance(self.source, bytes):
             return ipc_counts(io.BytesIO(self.source))
+        if isinstance(self.source, PipeSource):
+            return ipc_counts(cast(BinaryIO, self.source.reader()))
         with open(self.source, "rb", buffering=0) as file:
             return ipc_counts(file)
 
@@ -276,6 +285,8 @@ class TableFile:
         fails says only why. A note only: a file that cannot be read again now says none."""
         if isinstance(self.source, bytes):
             head, tail = self.source[: len(ARROW_FILE_MAGIC)], self.source[-len(ARROW_STREAM_END) :]
+        elif isinstance(self.source, PipeSource):
+            head, tail = self.source.head(len(ARROW_FILE_MAGIC)), self.source.tail
         else:
             try:
                 with open(self.source, "rb") as file:
@@ -445,20 +456,27 @@ class TableFile:
 
     def parquet_source(self) -> str | pa.NativeFile:
         # Parquet needs to seek: bytes from a pipe are read from memory, a path from the file.
-        return self._input() if isinstance(self.source, bytes) else self.source
+        return self.source if isinstance(self.source, str) else self._input()
 
     def text_source(self) -> pa.NativeFile:
         """A text table's text, decompressed, from its start."""
         return self._input()
 
-    def _input(self) -> pa.NativeFile:
+    def _input(self, passing: bool = False) -> pa.NativeFile:
+        """The table's bytes from the start; ``passing``: for the run's pass over them (a
+        pipe's pass keeps few of them, see :class:`PipeSource`)."""
         import pyarrow as pa
 
         if isinstance(self.source, bytes):
             return pa.BufferReader(pa.py_buffer(self.source))
+        if isinstance(self.source, PipeSource):
+            return pa.PythonFile(self.source.reader(passing=passing), mode="r")
         if self.fmt == "arrow":
             return pa.memory_map(self.source)  # batches then convert zero-copy from the map
         return pa.input_stream(self.source)  # decompresses .csv.gz, .jsonl.gz ... by name
+
+    def _pass_input(self) -> pa.NativeFile:
+        return self._input(passing=True)
 
     def text_head(self, columns: list[str] | None, size: int) -> pa.Table:
         """``columns`` (all if None) of the whole lines within the first ``size`` bytes of
@@ -554,7 +572,10 @@ class TableFile:
             given = types or {}
             schema = pa.schema([(name, given.get(name, head.field(name).type)) for name in names])
             return json_lines.open_batches(
-                self._input, schema, block_size, check=None if as_is else self.check_not_rounded
+                self._pass_input,
+                schema,
+                block_size,
+                check=None if as_is else self.check_not_rounded,
             )
 
         convert = self._convert_all() if columns is None else self.convert_options(columns)
@@ -563,7 +584,10 @@ class TableFile:
         block_size = block_size or _CSV_BLOCK_BYTES
         reader = self._csv_retried(
             lambda read, parse: pcsv.open_csv(
-                self._input(), read_options=read, parse_options=parse, convert_options=convert
+                self._pass_input(),
+                read_options=read,
+                parse_options=parse,
+                convert_options=convert,
             ),
             block_size,
         )
@@ -656,19 +680,24 @@ class TableFile:
     def first_row_holding(self, column: str, text: str) -> int | None:
         """The first row whose ``column`` field of a CSV/TSV file is ``text``, read again as
         text (the error path of a streamed read, whose message names no row); None if none,
-        or for JSON lines."""
+        for JSON lines, or for a pipe whose bytes are no longer held."""
         import pyarrow as pa
         import pyarrow.compute as pc
 
         if self.fmt == "jsonl":
             return None
         rows = 0
-        for batch in self.text_batches([column], None, types={column: pa.string()}):
-            # pyarrow's message shows the value without the blanks it trims before converting
-            found = pc.index(pc.utf8_trim_whitespace(batch.column(0)), text.strip()).as_py()
-            if found >= 0:
-                return rows + int(found)
-            rows += batch.num_rows
+        try:
+            for batch in self.text_batches([column], None, types={column: pa.string()}):
+                # pyarrow's message shows the value without the blanks it trims first
+                found = pc.index(pc.utf8_trim_whitespace(batch.column(0)), text.strip()).as_py()
+                if found >= 0:
+                    return rows + int(found)
+                rows += batch.num_rows
+        except ReadError:
+            if not isinstance(self.source, PipeSource):
+                raise
+            # A pipe's pass went by the bytes it kept: the row is not known.
         return None
 
     def _csv_batches(
@@ -702,7 +731,7 @@ class TableFile:
         import pyarrow.csv as pcsv
 
         yield from pcsv.open_csv(
-            self._input(),
+            self._pass_input(),
             read_options=self.read_options(block_size),
             parse_options=self.parse_options(line_breaks_quoted),
             convert_options=convert,
@@ -750,8 +779,10 @@ class TableFile:
         (pyarrow's threaded reader knows no record numbers); None for a pipe."""
         import pyarrow.csv as pcsv
 
-        if self.fmt not in ("csv", "tsv") or (
-            isinstance(self.source, str) and is_pipe(self.source)
+        if (
+            self.fmt not in ("csv", "tsv")
+            or not isinstance(self.source, str)
+            or is_pipe(self.source)
         ):
             return None
         records: list[int | None] = []
@@ -877,18 +908,35 @@ def check_unique_names(names: Sequence[str], columns: Sequence[str], label: str)
             )
 
 
-def open_table(path: str, fmt: str, csv: CsvOptions | None = None) -> TableFile:
+def open_table(
+    path: str, fmt: str, csv: CsvOptions | None = None, *, one_pass: bool = False
+) -> TableFile:
     """A :class:`TableFile` for a path, failing early with 'no such file' if it is missing.
 
-    ``csv`` applies to CSV/TSV files only. A pipe is read once, into memory, since Parquet and
-    Arrow files need to seek.
+    ``csv`` applies to CSV/TSV files only. A pipe is read once, into memory (Parquet and Arrow
+    files need to seek, and a run reading whole may read the table more than once); with
+    ``one_pass`` (a streamed run that reads it in one pass), an Arrow IPC stream, CSV/TSV text
+    or JSON lines is read as a file is, a block at a time (:class:`PipeSource`).
     """
     if csv is None or fmt not in ("csv", "tsv"):
         csv = CsvOptions()
     if is_pipe(path):
+        if one_pass and streams_from_pipe(path, fmt):
+            return TableFile(path, fmt, pipe_source(path), csv)
         return TableFile(path, fmt, _decompressed(path, pipe_bytes(path)), csv)
     check_readable(path)
     return TableFile(path, fmt, path, csv)
+
+
+def streams_from_pipe(path: str, fmt: str) -> bool:
+    """Whether the table on the pipe ``path`` (in format ``fmt``) is read in one pass, a block
+    at a time: an Arrow IPC stream, or uncompressed CSV/TSV text or JSON lines."""
+    if fmt in TEXT_FORMATS:
+        return PurePath(path).suffix.lower() not in _CODECS
+    if fmt != "arrow":
+        return False
+    head = pipe_source(path).head(len(ARROW_FILE_MAGIC))
+    return head != ARROW_FILE_MAGIC and not head.startswith(FEATHER_V1_MAGIC)
 
 
 #: pyarrow's codecs by suffix: it decompresses a file by its name, but not bytes in memory.
