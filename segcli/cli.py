@@ -924,7 +924,9 @@ def agg(
     "null ids under --skipna; missing keys under --by) [default: no limit].",
 )
 @click.option(
-    "--no-nan", is_flag=True, help="Fail (exit 4) if DATA holds any NaN (with --skipna: or null)."
+    "--no-nan",
+    is_flag=True,
+    help="Fail (exit 4) if DATA holds any NaN (with --skipna: or null), or --weights any NaN.",
 )
 @click.option("--no-progress", is_flag=True, help="No progress bar on long runs.")
 @ddof_option

@@ -640,6 +640,12 @@ def _check_failures(
             what = f"{what} in the rows the indices gather"
             first_at = f"{first_at} (gathered by index {found.first_nan_index})"
         failures.append(f"{found.data.label}: {what} (--no-nan), {first_at}")
+    weights = found.weights_nan
+    if no_nan and weights is not None and weights.count:
+        failures.append(
+            f"{weights.label}: {validate.plural(weights.count, 'NaN weight')} (--no-nan), the "
+            f"first at [{weights.first}]"
+        )
     return failures
 
 

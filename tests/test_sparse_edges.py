@@ -438,6 +438,26 @@ def test_check_no_nan_scans_only_the_gathered_rows(tmp_path, skipna):
     )
 
 
+@pytest.mark.parametrize("indices", [False, True], ids=["weights", "indices-and-weights"])
+def test_check_no_nan_refuses_nan_weights(tmp_path, indices):
+    """A NaN weight makes its segment NaN as a NaN value does: --no-nan names the weights too."""
+    paths = save(
+        tmp_path,
+        data=np.arange(6.0),
+        ids=np.array([0, 0, 1, 1, 2, 2]),
+        idx=np.array([5, 4, 3, 2, 1, 0]),
+        w=np.array([1.0, 1.0, np.nan, 1.0, 2.0, np.nan]),
+    )
+    args = [paths["data"], paths["ids"], "--weights", paths["w"], "-q"]
+    args += ["--indices", paths["idx"]] if indices else []
+    assert run("check", *args).exit_code == 0  # the rule is asked for
+    failed = run("check", *args, "--no-nan")
+    assert failed.exit_code == 4
+    assert failed.stderr == f"Error: {paths['w']}: 2 NaN weights (--no-nan), the first at [2]\n"
+    paths |= save(tmp_path, w=np.array([1.0, 1.0, 0.5, 1.0, 2.0, 3.0]))
+    assert run("check", *args, "--no-nan").exit_code == 0
+
+
 def test_check_help_lists_indices_and_weights():
     shown = run("check", "--help").stdout
     for option in ("--indices IDX", "--indices-column NAME", "--weights W", "--weights-column"):

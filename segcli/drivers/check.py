@@ -62,6 +62,19 @@ class CheckResult:
     #: The first dropped row as a failed ``--max-dropped`` names it (``segment_ids[1] = -1``,
     #: ``segment_ids[4] is null``, ``row 7`` for a missing key); None when no row was dropped.
     first_dropped: str | None = None
+    #: ``--weights``: their NaN values and where the first is (each weight multiplies its row,
+    #: so a NaN weight makes its segment NaN as a NaN value does); None without weights.
+    weights_nan: WeightsNan | None = None
+
+
+@dataclass(frozen=True)
+class WeightsNan:
+    """The NaN weights a check found (``--no-nan`` refuses them)."""
+
+    label: str
+    count: int
+    #: The position of the first NaN weight (None: there is none).
+    first: int | None
 
 
 def check_inputs(spec: RunSpec, progress: Progress | None = None) -> CheckResult:

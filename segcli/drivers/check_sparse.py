@@ -14,7 +14,7 @@ from segcli import ops, sparse
 from segcli.drivers import memory
 from segcli.drivers import sparse as sparse_driver
 from segcli.drivers.base import RunSpec
-from segcli.drivers.check import CheckResult, NanScan
+from segcli.drivers.check import CheckResult, NanScan, WeightsNan
 
 #: Indices gathered at once by the NaN scan: the gathered rows are a copy, kept small.
 _GATHER_ROWS = 1 << 16
@@ -58,7 +58,19 @@ def check_sparse(spec: RunSpec) -> CheckResult:
         null_values=nan.nulls,
         family=None if indices is None else "sparse",
         first_nan_index=first_index,
+        weights_nan=None if weights is None else _nan_weights(weights.array, weights.label),
     )
+
+
+def _nan_weights(weights: np.ndarray, label: str) -> WeightsNan:
+    """The NaN weights, as NaN values are counted (real numbers only; integer weights hold
+    none)."""
+    flat = np.asarray(weights).reshape(-1)
+    if flat.dtype.kind != "f":
+        return WeightsNan(label, 0, None)
+    nan = np.isnan(flat)
+    count = int(np.count_nonzero(nan))
+    return WeightsNan(label, count, int(np.argmax(nan)) if count else None)
 
 
 def _scan_gathered(nan: NanScan, data: np.ndarray, indices: np.ndarray) -> int | None:
