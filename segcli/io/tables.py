@@ -535,10 +535,10 @@ class TableFile:
 
     def _jsonl_table(self, columns: list[str] | None) -> pa.Table:
         """``columns`` (all if None) of a JSON-lines file, read whole, their types inferred
-        from every line. pyarrow converts every field of such a read, and its merge of the
-        blocks' types fails where a field changes its JSON type, even a field the run never
-        reads; then the columns asked for are read alone, as a streamed run reads them (in
-        the types of the first lines). If that fails too, the first error stands."""
+        from every line. pyarrow converts every field of such a read, and a field whose JSON
+        type changes fails it, even a field the run never reads; then the columns asked for
+        are read alone, as a streamed run reads them (in the types of the first megabyte of
+        lines, where the change must not fall). If that fails too, the first error stands."""
         import pyarrow as pa
 
         try:
