@@ -14,7 +14,7 @@ import math
 import os
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -532,11 +532,17 @@ def _refuse_repeated_options(command: click.Command, ctx: click.Context, args: l
 
 def _values_of(param: click.Option, args: list[str]) -> list[str]:
     """The values the command line gives ``param``, in order, for the error message."""
+    return _option_values(param.opts, args)
+
+
+def _option_values(opts: Sequence[str], args: list[str]) -> list[str]:
+    """The values the words ``args`` give the options named ``opts`` (``--name VALUE``,
+    ``--name=VALUE``, ``-o VALUE``, ``-oVALUE``), in order; read before click parses them."""
     values = []
     for k, arg in enumerate(args):
         if arg == "--":
             break
-        for opt in param.opts:
+        for opt in opts:
             if arg == opt and k + 1 < len(args):
                 values.append(args[k + 1])
             elif arg.startswith(opt + "=") and opt.startswith("--"):
@@ -1249,14 +1255,8 @@ def _note_output_fifos(args: list[str]) -> None:
     unknown option) stops click before any option's callback notes them (_note_fifo)."""
     from segcli.io.commit import note_fifo
 
-    for k, word in enumerate(args):
-        value = args[k + 1] if k + 1 < len(args) else None
-        if word in _OUTPUT_OPTIONS and value is not None:
-            note_fifo(value)
-        elif word.startswith("--") and word.split("=", 1)[0] in _OUTPUT_OPTIONS:
-            note_fifo(word.split("=", 1)[1])
-        elif word.startswith("-o") and not word.startswith("--") and len(word) > 2:
-            note_fifo(word[2:])  # -oPATH
+    for value in _option_values(_OUTPUT_OPTIONS, args):
+        note_fifo(value)
 
 
 def _release_fifo_readers() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from segcli.errors import ReadError, UsageError
@@ -128,15 +128,9 @@ def _arrow_stream(stream: Readable, path: str, label: str) -> dict[str, object]:
 
     counted = _CountingReader(stream)
     kept = TailKept(counted)  # its end marker, looked for once it ends
-    rows = batches = 0
     with library_errors(label, "not a valid Arrow IPC file"):
         reader = ipc.open_stream(kept)
-        nulls = [0] * len(reader.schema)
-        for batch in reader:
-            rows += batch.num_rows
-            batches += 1
-            for i, column in enumerate(batch.columns):
-                nulls[i] += _nulls(column)
+        rows, batches, nulls = _batch_counts(reader, len(reader.schema))
     while kept.read(_COUNT_BLOCK):  # bytes past the end marker count in the size too
         pass
     note_if_unended(label, kept.head, kept.tail)
@@ -319,21 +313,32 @@ def _arrow_batches(table: TableFile) -> dict[str, object]:
         reader = table.ipc_reader()
         if isinstance(reader, ipc.RecordBatchFileReader):
             # The file is memory-mapped: row and null counts cost no data read.
-            batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+            batches = (reader.get_batch(i) for i in range(reader.num_record_batches))
+            rows, count, nulls = _batch_counts(batches, len(reader.schema))
             kind = "file"
         else:
-            batches = list(reader)
+            rows, count, nulls = _batch_counts(reader, len(reader.schema))
             kind = "stream"
             table.note_if_unended_stream()
-        nulls = [
-            sum(_nulls(batch.column(i)) for batch in batches) for i in range(len(reader.schema))
-        ]
         return {
             "ipc": kind,
-            "rows": sum(batch.num_rows for batch in batches),
-            "record_batches": len(batches),
+            "rows": rows,
+            "record_batches": count,
             "columns": _columns(reader.schema, nulls),
         }
+
+
+def _batch_counts(batches: Iterable[pa.RecordBatch], width: int) -> tuple[int, int, list[int]]:
+    """The rows, the record batches and each of ``width`` columns' nulls (:func:`_nulls`) of
+    ``batches``, read one at a time and none kept."""
+    rows = count = 0
+    nulls = [0] * width
+    for batch in batches:
+        rows += batch.num_rows
+        count += 1
+        for i, column in enumerate(batch.columns):
+            nulls[i] += _nulls(column)
+    return rows, count, nulls
 
 
 def _nulls(array: pa.Array) -> int:
