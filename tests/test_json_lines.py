@@ -28,6 +28,12 @@ def ok(*args: Any) -> Ran:
     return result
 
 
+def info_columns(path: Path) -> list[dict[str, Any]]:
+    """The columns ``segcli info --json`` lists for ``path``."""
+    columns: list[dict[str, Any]] = json.loads(ok("info", path, "--json").stdout)["columns"]
+    return columns
+
+
 def write_lines(path: Path, rows: list[dict[str, Any]]) -> Path:
     text = "".join(json.dumps(row) + "\n" for row in rows)
     if path.suffix == ".gz":
@@ -554,8 +560,7 @@ def test_info_merges_the_types_of_every_block(
     rows = [{"v": 1, "o": {"x": 1}, "n": None, "l": [1]}] * 20
     rows += [{"v": 2.5, "o": {"y": "s"}, "n": "late", "l": [0.5]}] + [{"v": 3}] * 20
     path = write_lines(tmp_path / "f.jsonl", rows)
-    shown = ok("info", path, "--json").stdout
-    columns = {c["name"]: (c["type"], c["nulls"]) for c in json.loads(shown)["columns"]}
+    columns = {c["name"]: (c["type"], c["nulls"]) for c in info_columns(path)}
     assert columns == {
         "v": ("double", 0),
         "o": ("struct<x: int64, y: string>", 20),
@@ -630,16 +635,14 @@ def test_info_reads_a_block_whose_lists_hold_only_nulls(
     empty = {"l": [None, None], "o": {"z": [None, None]}, "n": [[None, None]]}
     rows = [empty] * 20 + [{"l": [1.5], "o": {"z": [2]}, "n": [[None, 3]]}] + [empty] * 20
     path = write_lines(tmp_path / "f.jsonl", rows)
-    shown = ok("info", path, "--json").stdout
-    columns = {c["name"]: (c["type"], c["nulls"]) for c in json.loads(shown)["columns"]}
+    columns = {c["name"]: (c["type"], c["nulls"]) for c in info_columns(path)}
     assert columns == {
         "l": ("list<item: double>", 0),
         "o": ("struct<z: list<item: int64>>", 0),
         "n": ("list<item: list<item: int64>>", 0),
     }
     alone = write_lines(tmp_path / "nulls.jsonl", [empty] * 3)
-    shown = ok("info", alone, "--json").stdout
-    assert [c["type"] for c in json.loads(shown)["columns"]] == [
+    assert [c["type"] for c in info_columns(alone)] == [
         "list<item: null>",
         "struct<z: list<item: null>>",
         "list<item: list<item: null>>",

@@ -262,13 +262,18 @@ def test_interrupt_after_stdout_began_says_the_output_was_cut_off(large_pair, si
 @pytest.mark.skipif(sys.platform != "linux", reason="needs Linux's pipe ioctls")
 def test_interrupt_while_writing_a_fifo_says_the_output_was_cut_off(large_pair, tmp_path):
     fifo = tmp_path / "out.fifo"
+    command = [sys.executable, "-m", "segcli", "sum", *map(str, large_pair), "-q", "-o", fifo]
+    code, stderr = _interrupted_once_fifo_is_full([*map(str, command), "--format", "csv"], fifo)
+    assert (code, stderr) == (130, "segcli: interrupted; the output was cut off\n")
+
+
+def _interrupted_once_fifo_is_full(command: list[str], fifo: Path) -> tuple[int, str]:
+    """Run ``command``, which writes the FIFO ``fifo`` (made here) that is open but never
+    read; send SIGINT once the FIFO is full: its exit code and stderr."""
     os.mkfifo(fifo)
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # there, but reading nothing
-    command = [sys.executable, "-m", "segcli", "sum", *map(str, large_pair), "-q", "-o", fifo]
     try:
-        with subprocess.Popen(
-            [*command, "--format", "csv"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        ) as child:
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
             try:
                 _wait_until_full(reader, child)
                 child.send_signal(signal.SIGINT)
@@ -277,10 +282,9 @@ def test_interrupt_while_writing_a_fifo_says_the_output_was_cut_off(large_pair, 
                 if child.poll() is None:
                     child.kill()
             assert child.stderr is not None
-            stderr = child.stderr.read().decode()
+            return code, child.stderr.read().decode()
     finally:
         os.close(reader)
-    assert (code, stderr) == (130, "segcli: interrupted; the output was cut off\n")
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="needs Linux's pipe ioctls")
@@ -296,23 +300,9 @@ def test_interrupt_while_keys_out_fills_a_fifo_ends_promptly(tmp_path, fmt):
     keys = [f"key-{i:07d}" for i in range(rows)]
     pq.write_table(pa.table({"x": np.ones(rows), "k": keys}), table)
     fifo = tmp_path / f"keys.{fmt}"
-    os.mkfifo(fifo)
-    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # there, but reading nothing
     args = ["sum", table, "--data-column", "x", "--by", "k", "-q", "-o", tmp_path / "out.npy"]
     command = [sys.executable, "-m", "segcli", *map(str, args), "--keys-out", str(fifo)]
-    try:
-        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
-            try:
-                _wait_until_full(reader, child)
-                child.send_signal(signal.SIGINT)
-                code = child.wait(timeout=10)
-            finally:
-                if child.poll() is None:
-                    child.kill()
-            assert child.stderr is not None
-            stderr = child.stderr.read().decode()
-    finally:
-        os.close(reader)
+    code, stderr = _interrupted_once_fifo_is_full(command, fifo)
     assert (code, stderr) == (130, "segcli: interrupted; the output was cut off\n")
     assert not (tmp_path / "out.npy").exists()
 
