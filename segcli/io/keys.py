@@ -28,7 +28,7 @@ from segcli.io.chunked import (
 from segcli.io.column_names import listing
 from segcli.io.formats import PipeSource, input_format
 from segcli.io.sizes import whole_read_hint
-from segcli.io.tables import CSV_HEAD_BYTES, CsvOptions, TableFile, open_table
+from segcli.io.tables import CsvOptions, TableFile, open_table
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -290,12 +290,10 @@ def csv_readable_types(schema: pa.Schema) -> dict[str, pa.DataType]:
 
 
 def key_schema(table: TableFile, by: Sequence[str]) -> pa.Schema:
-    """The key columns' types as a streamed read gives them (text: inferred from its head)."""
+    """The key columns' types as a streamed read gives them (text: inferred from its head,
+    as the table's schema is: the head parsed once, not again for the key columns)."""
     import pyarrow as pa
 
-    if table.is_text:
-        with table.errors():
-            return table.text_head(list(by), CSV_HEAD_BYTES).select(list(by)).schema
     schema = table.schema()
     return pa.schema([schema.field(name) for name in by])
 
