@@ -268,11 +268,11 @@ def _check_by(request: RunRequest) -> None:
         if given:
             raise UsageError(f"--by cannot be used with {option} (the key columns give the groups)")
     if request.data == "-":
-        # A pipe given by its path is read like a file (its bytes kept as they are read), so
-        # --by takes it there: say so, rather than leave stdin looking unreadable.
+        # The command line reads '-' as /dev/stdin (cli._request); a system without that path
+        # has no name to read a pipe by.
         raise UsageError(
-            "--by reads key columns of a table file, not of stdin as '-'; give a pipe by its "
-            "path instead: /dev/stdin"
+            "--by reads key columns of a table file by its path, and stdin has none here "
+            "(no /dev/stdin); save the table to a file"
         )
     if request.keys_from == "-":
         raise UsageError("--keys-from reads a table file, not stdin")

@@ -1373,3 +1373,19 @@ def test_stdin_is_read_through_its_path(tmp_path: Path, command: list[str]) -> N
     assert piped.stdout == named.stdout
     if command == ["sum"]:
         assert piped.stdout.decode().splitlines() == ["k\tvalue", "a\t2.0", "b\t5.0"]
+
+
+def test_stdin_without_a_path_to_read_it_by_is_a_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the system has no /dev/stdin, --by has no path to read DATA '-' by: one line."""
+    import os.path
+
+    exists = os.path.exists
+    monkeypatch.setattr(os.path, "exists", lambda path: path != "/dev/stdin" and exists(path))
+    result = run_main("sum", "-", "--data-column", "v", "--by", "k", "-q")
+    assert result.exit_code == 2
+    assert result.stderr.startswith(
+        "Error: --by reads key columns of a table file by its path, and stdin has none here"
+    )
+    assert result.stderr.count("\n") == 1
