@@ -16,6 +16,7 @@ import numpy as np
 from segcli.errors import ExpectationError, InvalidInputError, ReadError, UsageError
 from segcli.expect import differing_segments
 from segcli.io import agg_write
+from segcli.io.columns import DTYPE_KEY
 from segcli.io.csv_lines import not_utf8_message
 from segcli.io.formats import (
     ARROW_FILE_MAGIC,
@@ -248,10 +249,30 @@ def _read_golden(
     # Every column of the golden is compared (or is an error): none may be named twice.
     check_unique_names(table.column_names, table.column_names, f"--expect {path}")
     columns = {
-        name: _key_texts(table.column(name)) if name in key_names else table.column(name).to_numpy()
-        for name in table.column_names
+        field.name: _key_texts(table.column(field.name))
+        if field.name in key_names
+        else _golden_column(table.column(field.name), field)
+        for field in table.schema
     }
     return columns, {name: name for name in columns}, fmt in ("csv", "tsv")
+
+
+def _golden_column(column: pa.ChunkedArray, field: pa.Field) -> np.ndarray:
+    """A golden table's result column as NumPy; a complex one's (re, im) pairs (see
+    :mod:`segcli.io.agg_write`) as the complex dtype its field names."""
+    import pyarrow.types as pt
+
+    recorded = (field.metadata or {}).get(DTYPE_KEY)
+    if recorded is None or not pt.is_fixed_size_list(field.type) or field.type.list_size != 2:
+        return column.to_numpy()
+    try:
+        dtype = np.dtype(recorded.decode())
+    except (TypeError, UnicodeDecodeError):
+        dtype = np.dtype(object)
+    if dtype.kind != "c" or column.null_count:
+        raise ValueError(f"column {field.name!r}: its (re, im) pairs are not a complex column")
+    pairs = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
+    return np.ascontiguousarray(pairs, dtype.type(0).real.dtype).view(dtype)
 
 
 def _golden_table(body: bytes, fmt: str, key_names: tuple[str, ...]) -> pa.Table:

@@ -1401,22 +1401,45 @@ def test_summary_names_the_ops_asked_and_every_data_column(tmp_path: Path) -> No
 
 
 @pytest.mark.parametrize("suffix", [".parquet", ".arrow"])
-def test_complex_result_columns_refuse_parquet_and_arrow_and_write_nothing(
+def test_complex_result_columns_are_written_as_pairs_and_read_back_as_a_golden(
     tmp_path: Path, suffix: str
 ) -> None:
+    """Parquet and Arrow have no complex type: agg stores a complex column as (re, im) pairs,
+    as the single-op command stores its value column, with the complex dtype in the field's
+    metadata; --expect reads such a golden back as complex values."""
     data, ids = tmp_path / "c.npy", tmp_path / "i.npy"
     np.save(data, (np.arange(6) + 1j * np.arange(6)).astype(np.complex64))
     np.save(ids, np.array([0, 0, 1, 1, 2, 2]))
     out = tmp_path / f"out{suffix}"
-    result = run("agg", data, ids, "--op", "sum,mean", "-o", out)
-    assert result.exit_code == 2  # the command line prints click's usage error as one line
-    assert "Error: column sum is complex" in result.output and ".npz" in result.output
-    assert sorted(tmp_path.iterdir()) == sorted([data, ids])
-    # The same run into .npz keeps the complex values.
-    npz = tmp_path / "out.npz"
-    assert run("agg", data, ids, "--op", "sum,mean", "-o", npz).exit_code == 0
-    with np.load(npz) as saved:
-        assert saved["sum"].dtype == np.complex64 and saved["sum"][1] == 5 + 5j
+    result = run("agg", data, ids, "--op", "sum,mean,first", "-o", out, "-q")
+    assert result.exit_code == 0, result.stderr
+    table = pq.read_table(out) if suffix == ".parquet" else pa.ipc.open_file(out).read_all()
+    assert table.column_names == ["segment", "sum", "mean", "first", "count"]
+    assert table.schema.field("sum").type == pa.list_(pa.float32(), 2)
+    assert table.schema.field("sum").metadata == {b"segcli.dtype": b"complex64"}
+    assert table.column("sum").to_pylist() == [[1, 1], [5, 5], [9, 9]]
+    assert table.column("mean").to_pylist() == [[0.5, 0.5], [2.5, 2.5], [4.5, 4.5]]
+    assert table.column("count").to_pylist() == [2, 2, 2]
+    single = tmp_path / f"single{suffix}"
+    assert run("sum", data, ids, "-o", single, "-q").exit_code == 0
+    read = pq.read_table if suffix == ".parquet" else lambda p: pa.ipc.open_file(p).read_all()
+    assert read(single).column("value").to_pylist() == table.column("sum").to_pylist()
+    passed = run("agg", data, ids, "--op", "sum,mean,first", "--expect", out, "-q")
+    assert passed.exit_code == 0, passed.stderr
+    # A changed imaginary part fails the check, naming the column and the segment.
+    pairs = table.column("sum").combine_chunks()
+    changed = pa.FixedSizeListArray.from_arrays(pa.array([1, 1, 5, 6, 9, 9], pa.float32()), 2)
+    assert changed.to_pylist() != pairs.to_pylist()
+    table = table.set_column(1, table.schema.field("sum"), changed)
+    golden = tmp_path / f"golden{suffix}"
+    if suffix == ".parquet":
+        pq.write_table(table, golden)
+    else:
+        with pa.ipc.new_file(golden, table.schema) as writer:
+            writer.write_table(table)
+    failed = run("agg", data, ids, "--op", "sum,mean,first", "--expect", golden, "-q")
+    assert failed.exit_code == 4, failed.stderr
+    assert "column sum differs in 1 " in failed.stderr and "the first segment 1:" in failed.stderr
 
 
 def test_a_fill_one_column_cannot_hold_names_that_column(tmp_path: Path) -> None:

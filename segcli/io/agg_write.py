@@ -5,7 +5,9 @@ Layouts:
 - tables (``parquet``, ``arrow``, ``csv``, ``tsv``; text lines on stdout): one row per segment,
   ``segment`` (int64), then each result column, inner dimensions flattened in C order to
   ``<name>_<i>`` (``<name>_<i>_<j>``, ...), then ``count`` unless an op already counts.
-  Text has a header line (tab-separated on stdout) unless it is turned off.
+  Text has a header line (tab-separated on stdout) unless it is turned off. Parquet and Arrow
+  have no complex type: a complex column holds (re, im) pairs (a fixed-size list of 2 of
+  its float type) and its field's metadata ``segcli.dtype`` names the complex dtype.
 - ``json``: one object, ``{"segment": [...], "<name>": [...], ..., "count": [...]}``, values as
   the single-op JSON writes them (non-finite floats as strings, complex as ``[re, im]``),
   inner dimensions as nested lists.
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import numpy as np
 
 from segcli.errors import UsageError
-from segcli.io.columns import arrow_array
+from segcli.io.columns import DTYPE_KEY, arrow_array
 from segcli.io.npy import to_native
 from segcli.io.text import _printf, header_names, value_strings
 from segcli.io.write import json_values, nested_lists
@@ -100,17 +102,34 @@ def text_lines(
 def _arrow_table(columns: dict[str, _Array], keys: pa.Table | None = None) -> Any:
     import pyarrow as pa
 
-    for name, values in columns.items():
-        if values.dtype.kind == "c":
-            raise UsageError(
-                f"column {name} is complex, which Parquet and Arrow cannot hold: write .npz, "
-                ".csv, .tsv or .json"
-            )
-    arrays = [arrow_array(to_native(values)) for values in columns.values()]
-    if keys is None:
-        return pa.table(dict(zip(columns, arrays, strict=True)))
-    # from_arrays allows a key column named like a result column ("count"): a dict would not.
-    return pa.Table.from_arrays([*keys.columns, *arrays], names=[*keys.column_names, *columns])
+    fields = [_arrow_field(name, values) for name, values in columns.items()]
+    arrays = [_arrow_column(values) for values in columns.values()]
+    if keys is not None:
+        # A key column may be named like a result column ("count"): the schema allows it.
+        fields, arrays = [*keys.schema, *fields], [*keys.columns, *arrays]
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def _arrow_column(values: _Array) -> Any:
+    """A result column as Arrow holds it: complex values (Arrow has no complex type) as
+    (re, im) pairs of their float type, as the single-op command stores them."""
+    import pyarrow as pa
+
+    values = to_native(values)
+    if values.dtype.kind != "c":
+        return arrow_array(values)
+    pairs = np.ascontiguousarray(values).view(values.real.dtype)
+    return pa.FixedSizeListArray.from_arrays(arrow_array(pairs), 2)
+
+
+def _arrow_field(name: str, values: _Array) -> Any:
+    """The column's field; a complex column's says which complex dtype its pairs make."""
+    import pyarrow as pa
+
+    column = _arrow_column(values[:0])
+    if values.dtype.kind != "c":
+        return pa.field(name, column.type)
+    return pa.field(name, column.type, metadata={DTYPE_KEY: values.dtype.name.encode()})
 
 
 def render(
