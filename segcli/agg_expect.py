@@ -264,7 +264,8 @@ def _golden_column(column: pa.ChunkedArray, field: pa.Field) -> np.ndarray:
 
     recorded = (field.metadata or {}).get(DTYPE_KEY)
     if recorded is None or not pt.is_fixed_size_list(field.type) or field.type.list_size != 2:
-        return column.to_numpy()
+        plain: np.ndarray = column.to_numpy()
+        return plain
     try:
         dtype = np.dtype(recorded.decode())
     except (TypeError, UnicodeDecodeError):
