@@ -176,17 +176,45 @@ def _is_text(type_: pa.DataType) -> bool:
     )
 
 
-def _declared_nbytes(keys: pa.Table, schema: pa.Schema) -> int:
-    """The bytes ``keys`` would take in the declared types: what reading them so would hold."""
-    import pyarrow.types as pt
+class DeclaredBytes:
+    """The bytes key columns would take in their declared types, block after block: what
+    reading them so would hold.
 
-    total = 0
-    for column, type_ in zip(keys.columns, schema.types, strict=True):
-        if pt.is_dictionary(column.type) and not pt.is_dictionary(type_):
-            total += _text_nbytes(column, type_)
-        else:
-            total += column.nbytes
-    return total
+    A column declared a dictionary counts its indices for every row and a dictionary once
+    for each run of chunks that repeat it (equal values, as a file's row groups usually do),
+    so that the count does not depend on how the rows were cut into blocks."""
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self._types = list(schema.types)
+        self._dictionaries: list[pa.Array | None] = [None] * len(self._types)
+        self.total = 0
+
+    def add(self, keys: pa.Table) -> int:
+        """Count a block's key columns (in the schema's order); returns the running total."""
+        import pyarrow.types as pt
+
+        for j, (column, type_) in enumerate(zip(keys.columns, self._types, strict=True)):
+            if not pt.is_dictionary(column.type):
+                self.total += column.nbytes
+            elif not pt.is_dictionary(type_):
+                self.total += _text_nbytes(column, type_)
+            else:
+                for chunk in column.chunks:
+                    self.total += chunk.nbytes - chunk.dictionary.nbytes
+                    self.total += self._dictionary_bytes(j, chunk.dictionary)
+        return self.total
+
+    def _dictionary_bytes(self, column: int, dictionary: pa.Array) -> int:
+        previous = self._dictionaries[column]
+        self._dictionaries[column] = dictionary
+        if previous is not None and previous.equals(dictionary):
+            return 0
+        return int(dictionary.nbytes)
+
+
+def _declared_nbytes(keys: pa.Table, schema: pa.Schema) -> int:
+    """The bytes of key columns read whole, as :class:`DeclaredBytes` counts them."""
+    return DeclaredBytes(schema).add(keys)
 
 
 def _text_nbytes(column: pa.ChunkedArray, type_: pa.DataType) -> int:
@@ -421,9 +449,10 @@ class KeyIdsChunks:
     def chunks(self, rows: int) -> Iterator[np.ndarray]:
         _check_rows(rows)
         self.encoder.declare(self.schema, self._table.label)
+        declared = DeclaredBytes(self.schema)
         with self._table.errors():
             for block in _reblock_tables(self._batches(rows), rows):
-                self.bytes_read += _declared_nbytes(block, self.schema)
+                self.bytes_read = declared.add(block)
                 yield self.encoder.encode(block, self._table.label)
 
     def _count_rows(self) -> int:
