@@ -42,10 +42,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 FORMATS = ("npy", "npz", "parquet", "arrow", "csv", "tsv", "json")
 ENGINES = ("auto", "numpy", "numba", "cupy", "dask")
 
-EXIT_CODES_HELP = "\b\nExit codes:\n" + "".join(
-    f"  {code:<3}  {meaning}\n" for code, meaning in EXIT_CODES
-)
-
 
 class StdoutClosed(Exception):
     """The reader of stdout went away; deliberately not an OSError, which click would turn
@@ -501,9 +497,17 @@ def _stage_summary_json(
         handle.write((summary_module.dumps(facts) + "\n").encode())
 
 
+#: A short help as long as the first sentence of a command's help (click cuts it at the limit).
+_WHOLE_SENTENCE = 400
+
+
 class _OnceCommand(click.Command):
     """A command whose options each take one value: click keeps the last of ``--q 0.1 --q
-    0.5`` without a word, so a second one is a usage error instead (flags may repeat)."""
+    0.5`` without a word, so a second one is a usage error instead (flags may repeat). Its
+    help ends with the exit codes."""
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        _format_exit_codes(formatter)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         if not ctx.resilient_parsing:
@@ -552,11 +556,44 @@ def _option_values(opts: Sequence[str], args: list[str]) -> list[str]:
     return values
 
 
+def _format_exit_codes(formatter: click.HelpFormatter) -> None:
+    """The exit codes after a command's help, each meaning wrapped beside its code within the
+    help's width (click's own lists run a column or three past it when indented)."""
+    import textwrap
+
+    formatter.write_paragraph()
+    with formatter.indentation():
+        formatter.write_text("Exit codes:")
+    indent = " " * (formatter.current_indent + 4)
+    code_width = max(len(str(code)) for code, _ in EXIT_CODES) + 2
+    width = max(formatter.width - len(indent) - code_width, 20)
+    for code, meaning in EXIT_CODES:
+        lines = textwrap.wrap(meaning, width, break_on_hyphens=False)
+        formatter.write(f"{indent}{code!s:<{code_width}}{lines[0]}\n")
+        for line in lines[1:]:
+            formatter.write(f"{indent}{'':<{code_width}}{line}\n")
+
+
 class _OpCommandsOnDemand(click.Group):
     """Builds an op's command when it is asked for: each carries some 35 options, and making
     all 19 cost about 4 ms of every run's start-up, for the one command it runs."""
 
     command_class = _OnceCommand
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Each command with the whole first sentence of its help, wrapped beside its name:
+        click's default cuts it to one line with '...', which left most of them cut."""
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(limit=_WHOLE_SENTENCE)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        _format_exit_codes(formatter)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in OP_SUMMARIES and cmd_name not in self.commands:
@@ -579,7 +616,6 @@ class _OpCommandsOnDemand(click.Group):
 @click.group(
     cls=_OpCommandsOnDemand,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-    epilog=EXIT_CODES_HELP,
 )
 @click.version_option(__version__, prog_name="segcli")
 def cli() -> None:
@@ -769,7 +805,7 @@ def _make_op_command(op: str) -> click.Command:
         command = q_option(required=True)(command)
     if op in HOLISTIC_OPS:
         command = tmp_dir_option(command)
-    return click.command(name=op, cls=_OnceCommand, epilog=EXIT_CODES_HELP)(command)
+    return click.command(name=op, cls=_OnceCommand)(command)
 
 
 def q_option(*, required: bool) -> Callable[[F], F]:
@@ -792,7 +828,7 @@ def tmp_dir_option(command: F) -> F:
     )(command)
 
 
-@cli.command(epilog=EXIT_CODES_HELP)
+@cli.command()
 @input_options
 @click.option(
     "--op",
@@ -906,7 +942,7 @@ def agg(
     )
 
 
-@cli.command(epilog=EXIT_CODES_HELP)
+@cli.command()
 @functools.partial(input_options, engines=False)
 @click.option(
     "--op",
@@ -1039,7 +1075,7 @@ def _check_op_options(op_names: tuple[str, ...], ddof: int | None, q: float | No
     check_q(op_names, q)  # also: quantile without --q, a usage error of the run
 
 
-@cli.command(epilog=EXIT_CODES_HELP)
+@cli.command(short_help="Show what FILE holds: shape, dtype, columns, types, nulls, size.")
 @click.argument("path", metavar="FILE", shell_complete=_complete_files)
 @click.option("--json", "as_json", is_flag=True, help="Print the facts as JSON on stdout.")
 @click.option(

@@ -239,3 +239,25 @@ def test_info_help_says_text_tables_are_read_a_block_at_a_time() -> None:
     text = " ".join(help_text(["info"]).split())
     assert "parsed whole" not in text
     assert "a CSV/TSV or JSON-lines file is read through, a block at a time" in text
+
+
+def test_help_fits_an_80_column_terminal_without_cutting_a_word() -> None:
+    """On an 80-column terminal, each command's first sentence is listed whole (click's
+    default cut most of them to one line ending in '...'), and the help's lines, exit codes
+    included, wrap within 80 columns instead of running past them."""
+    for args in ([], ["sum"], ["info"]):
+        done = CliRunner().invoke(cli, [*args, "--help"], terminal_width=80)
+        assert done.exit_code == 0, done.output
+        lines = done.output.splitlines()
+        exit_codes = lines[lines.index("  Exit codes:") :]
+        assert max(len(line) for line in exit_codes) <= 80, args
+        joined = " ".join(" ".join(exit_codes).split())
+        for code, meaning in EXIT_CODES:
+            assert f" {code} {meaning}" in joined, (args, code)
+    top = CliRunner().invoke(cli, ["--help"], terminal_width=80).output
+    commands = top[top.index("Commands:") : top.index("  Exit codes:")]
+    assert "..." not in commands
+    assert max(len(line) for line in commands.splitlines()) <= 80
+    listed = " ".join(commands.split())
+    assert "var Variance of each segment, sum((x - mean)^2) / (count - ddof); --ddof D" in listed
+    assert "check Validate DATA and IDS without writing anything: exit 0 if they pass" in listed
