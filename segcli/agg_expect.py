@@ -251,13 +251,13 @@ def _read_golden(
     columns = {
         field.name: _key_texts(table.column(field.name))
         if field.name in key_names
-        else _golden_column(table.column(field.name), field)
+        else _golden_column(table.column(field.name), field, path)
         for field in table.schema
     }
     return columns, {name: name for name in columns}, fmt in ("csv", "tsv")
 
 
-def _golden_column(column: pa.ChunkedArray, field: pa.Field) -> np.ndarray:
+def _golden_column(column: pa.ChunkedArray, field: pa.Field, path: str) -> np.ndarray:
     """A golden table's result column as NumPy; a complex one's (re, im) pairs (see
     :mod:`segcli.io.agg_write`) as the complex dtype its field names."""
     import pyarrow.types as pt
@@ -270,10 +270,13 @@ def _golden_column(column: pa.ChunkedArray, field: pa.Field) -> np.ndarray:
         dtype = np.dtype(recorded.decode())
     except (TypeError, UnicodeDecodeError):
         dtype = np.dtype(object)
-    if dtype.kind != "c" or column.null_count:
-        raise ValueError(f"column {field.name!r}: its (re, im) pairs are not a complex column")
+    if dtype.kind != "c" or column.null_count or not pt.is_floating(field.type.value_type):
+        raise ReadError(
+            f"--expect {path}: column {field.name!r} holds pairs that are not the (re, im) "
+            f"pairs of a complex column ({DTYPE_KEY.decode()} {recorded!r}, {field.type})"
+        )
     pairs = column.combine_chunks().flatten().to_numpy(zero_copy_only=False)
-    return np.ascontiguousarray(pairs, dtype.type(0).real.dtype).view(dtype)
+    return np.ascontiguousarray(pairs, np.finfo(dtype).dtype).view(dtype)
 
 
 def _golden_table(body: bytes, fmt: str, key_names: tuple[str, ...]) -> pa.Table:

@@ -1442,6 +1442,25 @@ def test_complex_result_columns_are_written_as_pairs_and_read_back_as_a_golden(
     assert "column sum differs in 1 " in failed.stderr and "the first segment 1:" in failed.stderr
 
 
+def test_a_golden_whose_pairs_are_no_complex_column_is_exit_3(tmp_path: Path) -> None:
+    data, ids = tmp_path / "c.npy", tmp_path / "i.npy"
+    np.save(data, np.array([1 + 2j, 3j]))
+    np.save(ids, np.array([0, 1]))
+    float_pairs = pa.FixedSizeListArray.from_arrays(pa.array([1.0, 2, 0, 3]), 2)
+    integer_pairs = pa.FixedSizeListArray.from_arrays(pa.array([1, 2, 0, 3]), 2)
+    for dtype, values in ((b"float64", float_pairs), (b"complex128", integer_pairs)):
+        field = pa.field("sum", values.type, metadata={b"segcli.dtype": dtype})
+        schema = pa.schema([pa.field("segment", pa.int64()), field, pa.field("count", pa.int64())])
+        golden = tmp_path / "golden.parquet"
+        pq.write_table(
+            pa.table([pa.array([0, 1]), values, pa.array([1, 1])], schema=schema), golden
+        )
+        failed = run("agg", data, ids, "--op", "sum", "--expect", golden, "-q")
+        assert failed.exit_code == 3, failed.stderr
+        assert failed.stderr.startswith(f"Error: --expect {golden}: column 'sum' holds pairs that")
+        assert error_lines(failed) == 1
+
+
 def test_a_fill_one_column_cannot_hold_names_that_column(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
     pq.write_table(

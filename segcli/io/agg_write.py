@@ -102,8 +102,11 @@ def text_lines(
 def _arrow_table(columns: dict[str, _Array], keys: pa.Table | None = None) -> Any:
     import pyarrow as pa
 
-    fields = [_arrow_field(name, values) for name, values in columns.items()]
     arrays = [_arrow_column(values) for values in columns.values()]
+    fields = [
+        pa.field(name, array.type, metadata=_complex_metadata(values))
+        for (name, values), array in zip(columns.items(), arrays, strict=True)
+    ]
     if keys is not None:
         # A key column may be named like a result column ("count"): the schema allows it.
         fields, arrays = [*keys.schema, *fields], [*keys.columns, *arrays]
@@ -122,14 +125,9 @@ def _arrow_column(values: _Array) -> Any:
     return pa.FixedSizeListArray.from_arrays(arrow_array(pairs), 2)
 
 
-def _arrow_field(name: str, values: _Array) -> Any:
-    """The column's field; a complex column's says which complex dtype its pairs make."""
-    import pyarrow as pa
-
-    column = _arrow_column(values[:0])
-    if values.dtype.kind != "c":
-        return pa.field(name, column.type)
-    return pa.field(name, column.type, metadata={DTYPE_KEY: values.dtype.name.encode()})
+def _complex_metadata(values: _Array) -> dict[bytes, bytes] | None:
+    """A complex column's field metadata: the complex dtype its pairs make."""
+    return {DTYPE_KEY: values.dtype.name.encode()} if values.dtype.kind == "c" else None
 
 
 def render(
