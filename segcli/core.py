@@ -213,9 +213,11 @@ def validate_inputs(
     sorted_ids: bool,
     data_label: str | None = None,
     ids_label: str | None = None,
+    fill: Any = None,
 ) -> validate.IdReport:
     """Every check of docs/semantics.md, in the order a user would fix them; returns the id
-    report."""
+    report. A ``fill`` the result cannot hold fails after the metadata's checks and before the
+    ids' values, as in a streamed run (:func:`check_before_rows`)."""
     n = _check_before_ids(
         data,
         ids,
@@ -225,6 +227,8 @@ def validate_inputs(
         data_label=data_label,
         ids_label=ids_label,
     )
+    if fill is not None:
+        ops.parse_fill(fill, op, data.dtype)
     report = validate.check_ids(ids, n, sorted_ids=sorted_ids, label=ids_label)
     check_output_fits(
         op,
@@ -399,12 +403,14 @@ def _reduce(
     inner_shape = tuple(data.shape[ids.ndim :])
     report: validate.IdReport | None = None  # unsorted ids: from the fold's counts
     if sorted:
-        report = validate_inputs(data, ids, num_segments, op_def, sorted_ids=True, **labels)
+        report = validate_inputs(
+            data, ids, num_segments, op_def, sorted_ids=True, fill=fill, **labels
+        )
         n, inferred = report.num_segments, report.inferred
     else:
         n, inferred = _check_unsorted_before_fold(data, ids, num_segments, op_def, **labels)
-    if fill is not None:
-        ops.parse_fill(fill, op_def, data.dtype)  # a bad --fill fails before the work
+        if fill is not None:
+            ops.parse_fill(fill, op_def, data.dtype)  # a bad --fill fails before the work
     width = ops.inner_size(inner_shape)
     choice = choose_engine(engine, elements=data.size, skipna=op_def.skipna_of is not None)
     validated = time.perf_counter()
