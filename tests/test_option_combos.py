@@ -33,3 +33,24 @@ def test_sorted_bad_fill_is_the_usage_error_before_the_ids_order(tmp_path, strea
     assert ran.exit_code == 2, ran.stderr
     assert ran.stderr.startswith("Error: --fill nan cannot be stored in the int64 result")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("op", ["median", "nunique", "quantile"])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_sorted_stream_of_a_holistic_op_says_n_is_too_large(tmp_path, op, sparse):
+    """A streamed sorted (or --indices) median with an n too large for memory said only "out of
+    memory" (its reducer held the n results before the run's checks); now the in-memory run's
+    line, with the bytes needed."""
+    huge = str(10**15)
+    data, ids = save_pair(tmp_path, np.arange(4, dtype=np.float32), np.array([0, 0, 1, 1]))
+    gather = ["--indices", ids] if sparse else ["--sorted"]
+    q = ["--q", "0.5"] if op == "quantile" else []
+    out = tmp_path / "o.npy"
+    lines = set()
+    for path in ([], STREAMED):
+        ran = run_main(op, data, ids, *gather, *q, "-n", huge, "-q", "-o", out, *path)
+        assert ran.exit_code == 1, ran.stderr
+        lines.add(ran.stderr)
+    (line,) = lines
+    assert line.startswith(f"Error: num_segments = {huge}: the output needs ")
+    assert not out.exists()
