@@ -247,11 +247,13 @@ def _check_unsorted_before_fold(
     num_segments: int | None,
     op: ops.Op,
     *,
+    fill: Any,
     data_label: str | None,
     ids_label: str | None,
 ) -> tuple[int, bool]:
     """``(n, inferred)`` for unsorted ids, after every check but the ids' values, which
-    :func:`report_from_counts` makes after the fold."""
+    :func:`report_from_counts` makes after the fold; a bad ``fill`` fails before the output's
+    size, as in a streamed run (:func:`check_before_rows`)."""
     given = _check_before_ids(
         data,
         ids,
@@ -261,6 +263,8 @@ def _check_unsorted_before_fold(
         data_label=data_label,
         ids_label=ids_label,
     )
+    if fill is not None:
+        ops.parse_fill(fill, op, data.dtype)
     n = validate.implied_num_segments(ids) if given is None else given
     try:
         check_output_fits(op, n, data.shape[ids.ndim :], data.dtype, inferred=given is None)
@@ -408,9 +412,9 @@ def _reduce(
         )
         n, inferred = report.num_segments, report.inferred
     else:
-        n, inferred = _check_unsorted_before_fold(data, ids, num_segments, op_def, **labels)
-        if fill is not None:
-            ops.parse_fill(fill, op_def, data.dtype)  # a bad --fill fails before the work
+        n, inferred = _check_unsorted_before_fold(
+            data, ids, num_segments, op_def, fill=fill, **labels
+        )
     width = ops.inner_size(inner_shape)
     choice = choose_engine(engine, elements=data.size, skipna=op_def.skipna_of is not None)
     validated = time.perf_counter()

@@ -54,3 +54,19 @@ def test_sorted_stream_of_a_holistic_op_says_n_is_too_large(tmp_path, op, sparse
     (line,) = lines
     assert line.startswith(f"Error: num_segments = {huge}: the output needs ")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize("command", [["max"], ["agg", "--op", "max"]])
+def test_bad_fill_is_the_usage_error_before_n_too_large(tmp_path, streamed, command):
+    """With -n too large for memory and a --fill the result cannot hold, the in-memory max said
+    the n was too large (exit 1); streamed, and agg on both paths, refused the fill (exit 2)."""
+    data, ids = save_pair(tmp_path, np.arange(4, dtype=np.int64), np.array([0, 0, 1, 1]))
+    out = tmp_path / "out.npy"
+    ran = run_main(
+        *command, data, ids, "-n", str(10**15), "--fill", "nan", "-q", "-o", out,
+        *(STREAMED if streamed else []),
+    )  # fmt: skip
+    assert ran.exit_code == 2, ran.stderr
+    assert "--fill nan cannot be stored in the int64 result of max" in ran.stderr
+    assert not out.exists()
