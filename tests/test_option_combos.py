@@ -70,3 +70,29 @@ def test_bad_fill_is_the_usage_error_before_n_too_large(tmp_path, streamed, comm
     assert ran.exit_code == 2, ran.stderr
     assert "--fill nan cannot be stored in the int64 result of max" in ran.stderr
     assert not out.exists()
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize("command", [["count"], ["agg", "--op", "count"]])
+@pytest.mark.parametrize(
+    ("ids", "family"),
+    [
+        (np.array([0, 1, 1]), []),  # one id short of DATA's rows
+        (np.array([0, 1, 1]), ["--sorted"]),
+        (np.array([0.0, 1.0, 1.0, 1.0]), []),  # float ids
+    ],
+)
+def test_bad_fill_is_the_usage_error_before_the_ids_metadata(
+    tmp_path, streamed, command, ids, family
+):
+    """A --fill the result cannot hold and ids whose length or dtype is wrong: the in-memory
+    single-op run named the ids (exit 1), the streamed run and agg the fill (exit 2)."""
+    data, ids_path = save_pair(tmp_path, np.arange(4, dtype=np.float32), ids)
+    out = tmp_path / "out.npy"
+    ran = run_main(
+        *command, data, ids_path, *family, "--fill", "nan", "-q", "-o", out,
+        *(STREAMED if streamed else []),
+    )  # fmt: skip
+    assert ran.exit_code == 2, ran.stderr
+    assert "--fill nan cannot be stored in the int64 result of count" in ran.stderr
+    assert not out.exists()
