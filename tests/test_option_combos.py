@@ -96,3 +96,38 @@ def test_bad_fill_is_the_usage_error_before_the_ids_metadata(
     assert ran.exit_code == 2, ran.stderr
     assert "--fill nan cannot be stored in the int64 result of count" in ran.stderr
     assert not out.exists()
+
+
+def test_bad_fill_is_the_usage_error_before_the_sparse_ids_on_every_path(tmp_path):
+    """--indices with ids out of order, or float indices, and a --fill the result cannot hold:
+    in memory the ids or indices were named (exit 1), streamed and in agg the fill (exit 2)."""
+    data = tmp_path / "data.npy"
+    np.save(data, np.arange(8, dtype=np.int64).reshape(4, 2))
+    ids, indices, float_indices = tmp_path / "i.npy", tmp_path / "t.npy", tmp_path / "tf.npy"
+    np.save(ids, np.array([0, 1, 0, 2]))
+    np.save(indices, np.array([0, 1, 3, 2]))
+    np.save(float_indices, np.array([0.0, 1.0, 3.0, 2.0]))
+    for command in (["sum"], ["first"], ["agg", "--op", "sum"]):
+        for idx in (indices, float_indices):
+            for path in ([], STREAMED):
+                ran = run_main(*command, data, ids, "--indices", idx, "--fill", "nan", "-q", *path)
+                assert ran.exit_code == 2, (command, idx, path, ran.stderr)
+                assert "--fill nan cannot be stored in the int64 result" in ran.stderr
+
+
+@pytest.mark.parametrize("op", ["sum", "median"])
+@pytest.mark.parametrize("streamed", [False, True])
+def test_bad_fill_is_the_usage_error_before_nulls_in_a_by_run(tmp_path, op, streamed):
+    """--by over a value column holding a null, with a --fill the result cannot hold: read
+    whole, the null was named (exit 1); streamed, the fill (exit 2)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"v": pa.array([1, 2, None, 4]), "k": ["a", "b", "a", "c"]}), table)
+    ran = run_main(
+        op, table, "--data-column", "v", "--by", "k", "--fill", "1e400", "-q",
+        *(STREAMED if streamed else []),
+    )  # fmt: skip
+    assert ran.exit_code == 2, ran.stderr
+    assert ran.stderr.startswith("Error: --fill 1e400 cannot be stored in the ")

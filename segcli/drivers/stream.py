@@ -627,6 +627,8 @@ def error_before_rows(
         for source, (op, fill) in zip(data, chosen, strict=True):
             if ids is None:
                 ops.check_data_dtype(ops.get_op(op), source.dtype, source.label)
+                if fill is not None:  # a streamed --by or --indices run checks it next
+                    ops.parse_fill(fill, ops.get_op(op), source.dtype)
             else:
                 check_sources(
                     ops.get_op(op),
