@@ -131,3 +131,36 @@ def test_bad_fill_is_the_usage_error_before_nulls_in_a_by_run(tmp_path, op, stre
     )  # fmt: skip
     assert ran.exit_code == 2, ran.stderr
     assert ran.stderr.startswith("Error: --fill 1e400 cannot be stored in the ")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--sorted", "--by", "k"], "--by cannot be used with IDS"),
+        (["--null-keys", "group"], "--null-keys applies to --by only"),
+        (["--float-format", "%.3g"], "--float-format applies to text, csv and tsv output"),
+        (["--fast-atomics"], "--fast-atomics applies to --engine cupy only"),
+        (["--delimiter", ";"], "--delimiter applies to CSV/TSV inputs only"),
+    ],
+)
+@pytest.mark.parametrize("command", [["mean"], ["agg", "--op", "mean"]])
+def test_options_that_cannot_go_together_come_before_a_missing_output_folder(
+    tmp_path, options, message, command
+):
+    """Single-op commands checked -o's folder (exit 5) before options that cannot go together
+    (exit 2), which agg refused first; agg checked the folder before --delimiter."""
+    if command[0] == "agg" and options == ["--fast-atomics"]:
+        options, message = ["--keys-out", "k.parquet"], "--keys-out applies to --by only"
+    data, ids = save_pair(tmp_path, np.arange(4, dtype=np.float32), np.array([0, 0, 1, 1]))
+    ran = run_main(*command, data, ids, *options, "-q", "-o", tmp_path / "nodir" / "o.npy")
+    assert ran.exit_code == 2, ran.stderr
+    assert message in ran.stderr
+    assert ran.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(("op", "option"), [("quantile", ["--q", "2"]), ("var", ["--ddof", "-1"])])
+def test_a_bad_q_or_ddof_comes_before_a_missing_output_folder(tmp_path, op, option):
+    data, ids = save_pair(tmp_path, np.arange(4, dtype=np.float32), np.array([0, 0, 1, 1]))
+    for command in ([op], ["agg", "--op", op]):
+        ran = run_main(*command, data, ids, *option, "-q", "-o", tmp_path / "nodir" / "o.npy")
+        assert ran.exit_code == 2, (command, ran.stderr)
