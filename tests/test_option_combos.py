@@ -164,3 +164,23 @@ def test_a_bad_q_or_ddof_comes_before_a_missing_output_folder(tmp_path, op, opti
     for command in ([op], ["agg", "--op", op]):
         ran = run_main(*command, data, ids, *option, "-q", "-o", tmp_path / "nodir" / "o.npy")
         assert ran.exit_code == 2, (command, ran.stderr)
+
+
+@pytest.mark.parametrize("command", [["sum"], ["median"], ["agg", "--op", "sum"]])
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_null_key_in_keys_from_comes_before_a_null_value(tmp_path, command, streamed):
+    """A --keys-from row with a null key (refused while null keys drop, exit 2) and a null in
+    DATA's value column: read whole, the null value was named (exit 1); streamed, the keys
+    file (exit 2)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table, keys_from = tmp_path / "t.parquet", tmp_path / "keys.csv"
+    pq.write_table(pa.table({"v": pa.array([1.0, None, 3.0]), "k": ["a", "b", "a"]}), table)
+    keys_from.write_text("k\na\nNA\nb\n")
+    ran = run_main(
+        *command, table, "--data-column", "v", "--by", "k", "--keys-from", keys_from, "-q",
+        *(STREAMED if streamed else []),
+    )  # fmt: skip
+    assert ran.exit_code == 2, ran.stderr
+    assert ran.stderr.startswith(f"Error: --keys-from {keys_from}: row 1 has a null key")
