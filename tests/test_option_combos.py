@@ -184,3 +184,23 @@ def test_a_null_key_in_keys_from_comes_before_a_null_value(tmp_path, command, st
     )  # fmt: skip
     assert ran.exit_code == 2, ran.stderr
     assert ran.stderr.startswith(f"Error: --keys-from {keys_from}: row 1 has a null key")
+
+
+@pytest.mark.parametrize("op", ["mean", "median"])
+@pytest.mark.parametrize("streamed", [False, True])
+def test_sorted_null_ids_come_after_a_dtype_the_op_refuses(tmp_path, op, streamed):
+    """--sorted --skipna over bool data whose ids hold a null: read whole, the run named the
+    null id; streamed, in agg and in check, the bool dtype (a check of the metadata, which
+    comes before any row)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = tmp_path / "t.parquet"
+    ids = pa.array([0, None, 1, 1])
+    pq.write_table(pa.table({"v": [True, False, True, True], "seg": ids}), table)
+    ran = run_main(
+        op, table, "--data-column", "v", "--ids-column", "seg", "--sorted", "--skipna", "-q",
+        *(STREAMED if streamed else []),
+    )  # fmt: skip
+    assert ran.exit_code == 1, ran.stderr
+    assert ran.stderr.startswith(f"Error: {table}:v: bool data is not supported by {op}")

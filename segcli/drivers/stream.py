@@ -596,7 +596,7 @@ def open_inputs(spec: RunSpec) -> tuple[StreamInput, StreamInput]:
 
 
 def error_before_rows(
-    spec: RunSpec, error: NullsError, columns: Sequence[str | None] | None = None
+    spec: RunSpec, error: NullsError | NullIdsError, columns: Sequence[str | None] | None = None
 ) -> SegcliError:
     """The error of a run of ``spec`` that read its inputs whole and met ``error`` (a null)
     while reading, as a streamed run gives it: one of the checks that run makes before it
