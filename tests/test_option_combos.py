@@ -204,3 +204,31 @@ def test_sorted_null_ids_come_after_a_dtype_the_op_refuses(tmp_path, op, streame
     )  # fmt: skip
     assert ran.exit_code == 1, ran.stderr
     assert ran.stderr.startswith(f"Error: {table}:v: bool data is not supported by {op}")
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_check_by_names_what_the_run_names(tmp_path, streamed):
+    """check --by read DATA with a count run and checked --op's dtype after: over a bool column
+    holding a null it named the null, where 'segcli sum' names the bool dtype; and read whole,
+    a null value came before --keys-from's null key (exit 1), which the streamed check and
+    the run refuse first (exit 2)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = tmp_path / "t.parquet"
+    columns = {
+        "v": pa.array([True, None, False, True]),
+        "f": pa.array([1.0, None, 2.0, 3.0]),
+        "k": pa.array(["a", None, "b", "a"]),
+    }
+    pq.write_table(pa.table(columns), table)
+    path = STREAMED if streamed else []
+    cases = [
+        (["--data-column", "v"], 1, f"Error: {table}:v: bool data is not supported by sum"),
+        (["--data-column", "f", "--keys-from", table], 2, f"Error: --keys-from {table}: row 1"),
+    ]
+    for options, code, start in cases:
+        for command in (["sum"], ["check", "--op", "sum"]):
+            ran = run_main(*command, table, "--by", "k", *options, "-q", *path)
+            assert ran.exit_code == code, (command, ran.stderr)
+            assert ran.stderr.startswith(start), (command, ran.stderr)
