@@ -232,3 +232,18 @@ def test_check_by_names_what_the_run_names(tmp_path, streamed):
             ran = run_main(*command, table, "--by", "k", *options, "-q", *path)
             assert ran.exit_code == code, (command, ran.stderr)
             assert ran.stderr.startswith(start), (command, ran.stderr)
+
+
+def test_check_indices_names_the_dtype_the_run_names(tmp_path):
+    """check --indices named a null index (or a null value) where 'segcli sum' names the bool
+    dtype it refuses."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data, bags = tmp_path / "x.npy", tmp_path / "bags.parquet"
+    np.save(data, np.array([[True, False], [False, True]]))
+    pq.write_table(pa.table({"bag": [0, 0, 1], "tok": pa.array([0, None, 1])}), bags)
+    for command in (["sum"], ["check", "--op", "sum"]):
+        ran = run_main(*command, data, bags, "--ids-column", "bag", "--indices-column", "tok")
+        assert ran.exit_code == 1, (command, ran.stderr)
+        assert ran.stderr.startswith(f"Error: {data}: bool data is not supported by sum")
