@@ -124,6 +124,7 @@ def check_request(request: RunRequest, op_names: tuple[str, ...]) -> str:
     if request.tmp_dir is not None and not holistic:  # as a single-op command has no --tmp-dir
         sorting = f"{', '.join(HOLISTIC_OPS[:-1])} and {HOLISTIC_OPS[-1]}"
         raise UsageError(f"--tmp-dir applies to {sorting} only, not {', '.join(op_names)}")
+    request.csv_options()
     if request.output is not None:
         refuse_unfit_name(request.output, "-o")
     fmt = (

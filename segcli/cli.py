@@ -763,6 +763,7 @@ def _make_op_command(op: str) -> click.Command:
         # a failed run still writes --summary-json, saying why.
         with _summary_on_failure(op, summary_json), _run_outputs(summary_json) as outputs:
             request = _request(op, **options)
+            pipeline.check_request(request)
             pipeline.reserve_outputs(request, outputs)
             _arm_summary(op, summary_json)
             with progress_bar(enabled=not (quiet or no_progress)) as progress:

@@ -134,15 +134,19 @@ def check_metadata(
     data_label: str | None = None,
     ids_label: str | None = None,
     ids_values: np.ndarray | None = None,
+    fill: Any = None,
 ) -> int | None:
     """The checks that need no id values, in the order a user would fix them: DATA's dtype for
-    the op, the ids' dtype, the shapes, then n (returned). ``data`` and ``ids`` are
+    the op, the ``fill`` in the op's result dtype (as agg's ops and the holistic ops check
+    theirs), the ids' dtype, the shapes, then n (returned). ``data`` and ``ids`` are
     ``(shape, dtype)``; every driver calls this before it reads a row (or, in memory, before it
     looks at the ids' values, which ``ids_values`` lends to the float-ids message).
     """
     data_shape, data_dtype = data
     ids_shape, ids_dtype = ids
     ops.check_data_dtype(op, data_dtype, data_label or "data")
+    if fill is not None:
+        ops.parse_fill(fill, op, data_dtype)
     validate.check_ids_dtype(ids_dtype, ids_label, ids_values)
     validate.check_shapes(
         data_shape, ids_shape, sorted_ids=sorted_ids, data_label=data_label, ids_label=ids_label
@@ -162,7 +166,7 @@ def check_before_rows(
     ids_label: str,
 ) -> int | None:
     """Every check a run that reads its rows later (streamed, distributed) makes first:
-    :func:`check_metadata`, the ``fill`` value, and with n given, that the output fits."""
+    :func:`check_metadata` (the ``fill`` value too), and with n given, that the output fits."""
     n = check_metadata(
         op,
         data,
@@ -171,10 +175,9 @@ def check_before_rows(
         sorted_ids=sorted_ids,
         data_label=data_label,
         ids_label=ids_label,
+        fill=fill,
     )
     (data_shape, data_dtype), (ids_shape, _) = data, ids
-    if fill is not None:
-        ops.parse_fill(fill, op, data_dtype)
     if n is not None:
         inner = tuple(data_shape[len(ids_shape) :])
         check_output_fits(op, n, inner, data_dtype, sorted_ids=sorted_ids)
@@ -190,6 +193,7 @@ def _check_before_ids(
     sorted_ids: bool,
     data_label: str | None,
     ids_label: str | None,
+    fill: Any = None,
 ) -> int | None:
     """:func:`check_metadata` of two arrays in hand."""
     return check_metadata(
@@ -201,6 +205,7 @@ def _check_before_ids(
         data_label=data_label,
         ids_label=ids_label,
         ids_values=ids,
+        fill=fill,
     )
 
 
@@ -213,9 +218,10 @@ def validate_inputs(
     sorted_ids: bool,
     data_label: str | None = None,
     ids_label: str | None = None,
+    fill: Any = None,
 ) -> validate.IdReport:
-    """Every check of docs/semantics.md, in the order a user would fix them; returns the id
-    report."""
+    """Every check of docs/semantics.md, in the order a user would fix them (a ``fill`` the
+    result cannot hold among the metadata's, as in a streamed run); returns the id report."""
     n = _check_before_ids(
         data,
         ids,
@@ -224,6 +230,7 @@ def validate_inputs(
         sorted_ids=sorted_ids,
         data_label=data_label,
         ids_label=ids_label,
+        fill=fill,
     )
     report = validate.check_ids(ids, n, sorted_ids=sorted_ids, label=ids_label)
     check_output_fits(
@@ -243,11 +250,13 @@ def _check_unsorted_before_fold(
     num_segments: int | None,
     op: ops.Op,
     *,
+    fill: Any,
     data_label: str | None,
     ids_label: str | None,
 ) -> tuple[int, bool]:
     """``(n, inferred)`` for unsorted ids, after every check but the ids' values, which
-    :func:`report_from_counts` makes after the fold."""
+    :func:`report_from_counts` makes after the fold (a bad ``fill`` among the metadata's,
+    before the output's size, as in a streamed run)."""
     given = _check_before_ids(
         data,
         ids,
@@ -256,6 +265,7 @@ def _check_unsorted_before_fold(
         sorted_ids=False,
         data_label=data_label,
         ids_label=ids_label,
+        fill=fill,
     )
     n = validate.implied_num_segments(ids) if given is None else given
     try:
@@ -399,12 +409,14 @@ def _reduce(
     inner_shape = tuple(data.shape[ids.ndim :])
     report: validate.IdReport | None = None  # unsorted ids: from the fold's counts
     if sorted:
-        report = validate_inputs(data, ids, num_segments, op_def, sorted_ids=True, **labels)
+        report = validate_inputs(
+            data, ids, num_segments, op_def, sorted_ids=True, fill=fill, **labels
+        )
         n, inferred = report.num_segments, report.inferred
     else:
-        n, inferred = _check_unsorted_before_fold(data, ids, num_segments, op_def, **labels)
-    if fill is not None:
-        ops.parse_fill(fill, op_def, data.dtype)  # a bad --fill fails before the work
+        n, inferred = _check_unsorted_before_fold(
+            data, ids, num_segments, op_def, fill=fill, **labels
+        )
     width = ops.inner_size(inner_shape)
     choice = choose_engine(engine, elements=data.size, skipna=op_def.skipna_of is not None)
     validated = time.perf_counter()

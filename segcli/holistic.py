@@ -541,7 +541,9 @@ class SortedHolisticReducer:
         self._op, self._skipna, self._fill = op, skipna, fill
         self._dtype = np.dtype(dtype)
         self._num_segments, self._width = num_segments, inner_size
-        self._out = self._empty(0 if num_segments is None else num_segments)
+        # Made at the first finished segment, not here: a driver makes its checks before the
+        # first block (an n too large for memory among them) after it made this reducer.
+        self._out = self._empty(0)
         self._carry_values: list[np.ndarray] = []
         self._carry_ids: list[np.ndarray] = []
         self._last_id = -1
@@ -592,11 +594,11 @@ class SortedHolisticReducer:
         if self._carry_ids:
             self._finish_rows(_joined(self._carry_values), np.concatenate(self._carry_ids))
             self._carry_values, self._carry_ids = [], []
-        if self._num_segments is None:
+        final = self._num_segments
+        if final is None:
             final = len(self._out) if num_segments is None else num_segments
-            self._grow(final)
-            return self._out[:final]
-        return self._out
+        self._grow(final)
+        return self._out[:final]
 
     def _empty(self, num_segments: int) -> np.ndarray:
         out_dtype = holistic_out_dtype(self._op, self._dtype)
@@ -622,8 +624,7 @@ class SortedHolisticReducer:
         result = _reduce(
             self._op, data, local, len(segments), self._q, self._skipna, self._fill, missing
         )
-        if self._num_segments is None:
-            self._grow(int(segments[-1]) + 1)
+        self._grow(int(segments[-1]) + 1 if self._num_segments is None else self._num_segments)
         self._out[segments] = result
 
 

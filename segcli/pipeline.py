@@ -135,22 +135,32 @@ class RunRequest:
             raise UsageError(f"{option} applies to CSV/TSV inputs only")
         return io.CsvOptions(delimiter, header=not self.no_input_header)
 
-    def spec(self, stdin: BinaryIO | None = None) -> RunSpec:
-        """The request as a driver-neutral spec; usage errors of options that cannot apply."""
-        csv = self.csv_options()
+    def check_options(self) -> None:
+        """The usage errors of options that cannot apply, found from the options alone: a run
+        makes them before it touches any file, its outputs' folders included."""
+        self.csv_options()
         _refuse_both_stdin(self)
         if self.fast_atomics and self.engine != "cupy":
             raise UsageError("--fast-atomics applies to --engine cupy only")
         if self.skipna and (self.weights is not None or self.weights_column is not None):
             raise UsageError("--skipna does not go with --weights yet")
+        self.key_columns()
+        if self.op in ops.OPS:  # agg checks its op list itself
+            if self.q is not None:
+                from segcli.holistic_runs import check_q  # the sorting ops' module: for --q
+
+                check_q((self.op,), self.q)
+            if self.ddof is not None:
+                ops.with_ddof(self.op, self.ddof)
+
+    def spec(self, stdin: BinaryIO | None = None) -> RunSpec:
+        """The request as a driver-neutral spec; usage errors of options that cannot apply."""
+        self.check_options()
+        csv = self.csv_options()
         if "-" in (self.data, self.ids):
             stdin = peek.peekable(stdin)
             refuse_terminal(stdin, STDIN_LABEL)
         by = self.key_columns()
-        if self.q is not None and self.op in ops.OPS:  # agg checks its op list itself
-            from segcli.holistic_runs import check_q  # the sorting ops' module: only for --q
-
-            check_q((self.op,), self.q)
         _check_tmp_dir(self.tmp_dir)
         budget = memory_budget(self)
         return RunSpec(
@@ -405,14 +415,13 @@ def _run(
     commit to the caller, so the run's other outputs are committed with it. ``warn`` hears
     about suspicious but valid input, before the output is written.
     """
+    check_request(request)
     if outputs is None:
         with io.OutputSet() as own:
             reserve_outputs(request, own, (streams or Streams()).stdout_binary)
             return _run(request, streams, progress, own, warn)
     checkpoint("reduce")
     streams = streams or Streams()
-    _check_output_options(request)
-    request.refuse_clashing_keys()
     spec = request.spec(streams.stdin)
     streams.stdin = spec.stdin
     done = carry_out(spec, progress)
@@ -463,6 +472,15 @@ def _warn_of_huge_inferred_n(report: validate.IdReport, warn: Callable[[str], No
             f"{report.rows:,} {'id' if report.rows == 1 else 'ids'}: most segments will be empty "
             "(give -n to silence this, or check the ids for a stray value)"
         )
+
+
+def check_request(request: RunRequest) -> None:
+    """A single-op run's usage errors that need no file, before its outputs are reserved (as
+    :func:`segcli.agg.check_request` for agg): a missing output folder (exit 5) must not hide
+    options that cannot go together (exit 2)."""
+    request.check_options()
+    _check_output_options(request)
+    request.refuse_clashing_keys()
 
 
 def _check_output_options(request: RunRequest) -> None:

@@ -539,7 +539,8 @@ def _weighted_result(
 
 
 def check_fill(fill: Any, op: ops.Op, data_dtype: np.dtype[Any], weighted: bool) -> None:
-    """A bad ``--fill`` fails before the work; weighted results are float64 or the data's."""
+    """A bad ``--fill`` fails right after DATA's dtype, before any check of the ids, indices
+    and weights (as in the dense family); weighted results are float64 or the data's."""
     if fill is None:
         return
     if weighted:
@@ -569,6 +570,7 @@ def sparse_reduce(
     started = time.perf_counter()
     array = _kept_mask(data.array)
     ops.check_data_dtype(op_def, array.dtype, data.label)
+    check_fill(fill, op_def, array.dtype, weights is not None)
     for extra in (ids, indices, weights):
         if extra is not None:
             refuse_nulls(extra.array, extra.label)
@@ -602,7 +604,6 @@ def sparse_reduce(
         check_output_fits(
             op_def, n, inner_shape, fold_dtype, sorted_ids=fold_sorted, inferred=report.inferred
         )
-        check_fill(fill, op_def, array.dtype, weights is not None)
     except SegcliError:
         if deferred and indices is not None:  # a broken id or index is named first, as before
             _refuse_broken_rows(array, ids, num_segments, indices)
@@ -714,6 +715,7 @@ def reduce_streamed(
     started = time.perf_counter()
     array = _kept_mask(data.array)
     ops.check_data_dtype(op_def, array.dtype, data.label)
+    check_fill(fill, op_def, array.dtype, weights is not None)
     check_rows_to_gather(array, data.label)
     check_ids_meta(ids.dtype, ids.shape, ids.label)
     n = validate.check_num_segments(num_segments)
@@ -728,7 +730,6 @@ def reduce_streamed(
         check_weights_meta(weights.dtype, weights.label)
         if UNKNOWN_ROWS not in (ids.shape[0], weights.shape[0]):
             check_weights_shape(weights.shape, ids.shape, weights.label, "indices")
-    check_fill(fill, op_def, array.dtype, weights is not None)
     inner_shape = tuple(array.shape[1:])
     if n is not None:
         check_gather_fits(op_def, n, inner_shape, array.dtype, weights is not None, inferred=False)

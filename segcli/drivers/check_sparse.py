@@ -15,6 +15,7 @@ from segcli.drivers import memory
 from segcli.drivers import sparse as sparse_driver
 from segcli.drivers.base import RunSpec
 from segcli.drivers.check import CheckResult, NanScan, WeightsNan
+from segcli.drivers.choose import metadata_first
 
 #: Indices gathered at once by the NaN scan: the gathered rows are a copy, kept small.
 _GATHER_ROWS = 1 << 16
@@ -23,7 +24,8 @@ _GATHER_ROWS = 1 << 16
 def check_sparse(spec: RunSpec) -> CheckResult:
     """Validate DATA, IDS, the indices and the weights of ``spec`` as its run would."""
     sparse_driver.refuse_unsupported(spec)  # --weights with other ops, --by, dask, budget
-    data, ids, indices, weights = sparse_driver.read_all(spec)
+    with metadata_first(spec):  # as a run: a null gives way to a dtype the op refuses
+        data, ids, indices, weights = sparse_driver.read_all(spec)
     array = data.array
     ops.check_data_dtype(ops.get_op(spec.op), array.dtype, data.label)
     if weights is not None:  # as a run: a null among them is named before any id rule

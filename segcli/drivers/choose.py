@@ -15,7 +15,7 @@ from typing import cast
 from segcli.drivers.base import Driver, DriverResult, Progress, RunSpec, has_holistic
 from segcli.errors import NotStreamableError
 from segcli.io import peek
-from segcli.io.columns import NullsError, nulls_kept
+from segcli.io.columns import NullIdsError, NullsError, nulls_kept
 from segcli.io.sizes import decoded_bytes
 
 #: The drivers by name, as ``module:function`` that carries out a spec (loaded when chosen).
@@ -162,12 +162,13 @@ def carry_out(spec: RunSpec, progress: Progress | None = None) -> DriverResult:
 
 @contextlib.contextmanager
 def metadata_first(spec: RunSpec, columns: Sequence[str | None] | None = None) -> Iterator[None]:
-    """A null met within, while reading the inputs whole, gives way to an error of the inputs'
-    metadata (a dtype the op refuses, float ids, lengths that differ), which a streamed run
-    finds before it reads a row (see :func:`segcli.drivers.stream.error_before_rows`)."""
+    """A null met within, while reading the inputs whole (or a null id that ``--sorted``
+    refuses), gives way to an error of the inputs' metadata (a dtype the op refuses, float
+    ids, lengths that differ), which a streamed run finds before it reads a row (see
+    :func:`segcli.drivers.stream.error_before_rows`)."""
     try:
         yield
-    except NullsError as error:
+    except (NullsError, NullIdsError) as error:
         from segcli.drivers.stream import error_before_rows
 
         raise error_before_rows(spec, error, columns) from None

@@ -240,12 +240,13 @@ def check_by(spec: RunSpec) -> CheckResult:
     """``segcli check --by``: the groups' row counts (a ``count`` run) and DATA's NaN."""
     from segcli import ops
     from segcli.drivers.check import CheckResult, NanScan
-    from segcli.drivers.choose import should_stream
+    from segcli.drivers.choose import metadata_first, should_stream
 
     nan = NanScan()
     counting = replace(spec, op="count", engine="numpy", fill=None, fast_atomics=False)
     run = run_streaming if should_stream(spec) else run_in_memory
-    done = run(counting, None, nan.feed)
+    with metadata_first(spec):  # a null gives way to --keys-from and DATA's dtype for the op
+        done = run(counting, None, nan.feed)
     ops.check_data_dtype(ops.get_op(spec.op), np.dtype(done.data.dtype), done.data.label)
     return CheckResult(
         done.reduction.id_report,

@@ -596,14 +596,14 @@ def open_inputs(spec: RunSpec) -> tuple[StreamInput, StreamInput]:
 
 
 def error_before_rows(
-    spec: RunSpec, error: NullsError, columns: Sequence[str | None] | None = None
+    spec: RunSpec, error: NullsError | NullIdsError, columns: Sequence[str | None] | None = None
 ) -> SegcliError:
     """The error of a run of ``spec`` that read its inputs whole and met ``error`` (a null)
     while reading, as a streamed run gives it: one of the checks that run makes before it
-    reads a row (DATA's dtype for each op, the ids' dtype, the shapes, n), run on the inputs'
-    metadata, opened again, if one fails; else ``error``. ``columns``: DATA's columns (agg's
-    several), else ``spec.data_column``. An input that cannot be opened twice (stdin, a pipe)
-    or fails to open leaves ``error``."""
+    reads a row (a --by run's --keys-from, DATA's dtype for each op, the ids' dtype, the
+    shapes, n), run on the inputs' metadata, opened again, if one fails; else ``error``.
+    ``columns``: DATA's columns (agg's several), else ``spec.data_column``. An input that
+    cannot be opened twice (stdin, a pipe) or fails to open leaves ``error``."""
     paths = [path for path in (spec.data, spec.ids) if path is not None]
     if "-" in paths or any(is_pipe(path) for path in paths):
         return error
@@ -620,6 +620,12 @@ def error_before_rows(
     except SegcliError:
         return error
     try:
+        if spec.by and spec.keys_from is not None:
+            # A streamed --by run reads --keys-from (its refusals: a null key while null keys
+            # drop, a key not in DATA's types) before DATA's dtype and any row.
+            from segcli.drivers.keys import encoder_for, open_key_table
+
+            encoder_for(spec, open_key_table(spec)[0])
         chosen = []
         for source in data:  # as reduce_columns: every column's ops, then its checks
             inner = tuple(source.shape[1 if ids is None else len(ids.shape) :])
@@ -627,6 +633,8 @@ def error_before_rows(
         for source, (op, fill) in zip(data, chosen, strict=True):
             if ids is None:
                 ops.check_data_dtype(ops.get_op(op), source.dtype, source.label)
+                if fill is not None:  # a streamed --by or --indices run checks it next
+                    ops.parse_fill(fill, ops.get_op(op), source.dtype)
             else:
                 check_sources(
                     ops.get_op(op),
