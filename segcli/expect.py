@@ -36,8 +36,13 @@ def check_expected(
 ) -> None:
     """Raise :class:`ExpectationError` naming the differing segments, if any."""
     if expected.shape != result.shape:
+        # A table of only segment and count columns is an (n, 0) result's golden, and also
+        # what agg --op count writes.
+        agg_count = expected.shape[1:] == (0,) and result.ndim == 1
+        hint = " (only segment and count columns: if agg --op count wrote it, check it with agg)"
         raise ExpectationError(
             f"{label}: expected shape {expected.shape}, the result has shape {result.shape}"
+            f"{hint if agg_count else ''}"
         )
     bad = differing_segments(result, expected, rtol=rtol, atol=atol)
     if bad.size == 0:

@@ -706,6 +706,29 @@ def test_expect_says_a_golden_table_is_a_single_op_commands(pair, tmp_path, suff
     assert not out.exists()
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".parquet", ".npz", ".json"])
+def test_a_single_op_expect_says_a_golden_is_aggs(pair, tmp_path, suffix):
+    """The reverse: a single-op command given agg's golden says so, with the same exit code
+    (1, a layout, not a damaged file); one of agg --op count, whose columns are those of an
+    (n, 0) result's golden, gets the hint beside the shape it fails on."""
+    golden, out = tmp_path / f"golden{suffix}", tmp_path / "out.csv"
+    assert run("agg", *pair, "--op", "sum,max", "-o", golden, "-q").exit_code == 0
+    failed = run("sum", *pair, "--expect", golden, "-o", out, "-q")
+    assert failed.exit_code == 1, failed.stderr
+    assert failed.stderr == (
+        f"Error: {golden}: no single result but a column per op (sum, max): it is agg's "
+        "golden; check it with agg, or write the golden with this command\n"
+    )
+    assert not out.exists()
+    counted = tmp_path / "count.csv"
+    assert run("agg", *pair, "--op", "count", "-o", counted, "-q").exit_code == 0
+    failed = run("count", *pair, "--expect", counted, "-q")
+    assert failed.exit_code == 4, failed.stderr
+    assert failed.stderr.endswith(
+        "(only segment and count columns: if agg --op count wrote it, check it with agg)\n"
+    )
+
+
 def test_expect_lists_the_golden_columns_where_none_stands_in(pair, tmp_path):
     golden = tmp_path / "golden.csv"
     assert run("agg", *pair, "--op", "sum,max", "-o", golden, "-q").exit_code == 0

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import DTypeLike
 
-from segcli.errors import ExpectationError, ReadError
+from segcli.errors import ExpectationError, InvalidInputError, ReadError
 from segcli.io.columns import VALUE_COLUMN
 from segcli.io.csv_lines import not_utf8_message, numbered_records
 from segcli.io.formats import (
@@ -84,6 +84,7 @@ def _read_npz(path: str) -> tuple[_Array, _Array | None]:
     with open_npz(path) as archive:
         keys = npz_keys(archive)
         if "result" not in keys and len(keys) != 1:
+            _refuse_agg_golden(keys, path)
             raise ReadError(
                 f"{path}: holds {len(keys)} arrays and none is named 'result' (keys: "
                 f"{', '.join(keys) or 'none'}); a golden .npz needs a 'result' array or one array"
@@ -213,6 +214,7 @@ def _value_columns(names: list[str], path: str) -> tuple[list[str], tuple[int, .
     if not indexed and "segment" in names and set(names) <= {"segment", "count"}:
         return [], (0,)  # a (n, 0) result: the header names no value columns at all
     if not indexed:
+        _refuse_agg_golden(names, path)
         hint = f"; {HEADERLESS_GOLDEN}" if looks_headerless(names) else ""
         raise ReadError(
             f"{path}: no 'value' or 'value_*' columns (columns: {', '.join(names)}){hint}"
@@ -223,6 +225,25 @@ def _value_columns(names: list[str], path: str) -> tuple[list[str], tuple[int, .
     if len(ranks) != 1 or set(grid) != set(indexed):
         raise ReadError(f"{path}: the value_* columns do not form a full grid of {list(inner)}")
     return [indexed[index] for index in grid], inner
+
+
+def _refuse_agg_golden(names: list[str], path: str) -> None:
+    """A golden without a single-op result whose columns (or .npz arrays, or JSON keys) are
+    named as agg names its results (``<op>``, ``<column>_<op>``; ``count`` aside, which a
+    single-op golden holds too) is agg's: an error saying so. Layout, not damage: exit 1,
+    as agg gives for a single-op command's golden."""
+    from segcli.op_names import OP_SUMMARIES
+
+    agg_ops = [
+        name
+        for name in names
+        if name != "count" and any(name == op or name.endswith(f"_{op}") for op in OP_SUMMARIES)
+    ]
+    if agg_ops:
+        raise InvalidInputError(
+            f"{path}: no single result but a column per op ({', '.join(agg_ops)}): it is "
+            "agg's golden; check it with agg, or write the golden with this command"
+        )
 
 
 def _stack(columns: list[_Array], inner: tuple[int, ...], rows: int) -> _Array:
@@ -272,6 +293,8 @@ def _read_json(path: str) -> tuple[_Array, _Array | None]:
         try:
             return _json_result(doc, path), _json_counts(doc, path)
         except KeyError as exc:
+            if isinstance(doc, dict):
+                _refuse_agg_golden([str(key) for key in doc], path)
             raise ReadError(f"{path}: not a segcli result JSON (no {exc} key)") from exc
         except (TypeError, OverflowError) as exc:
             raise ReadError(f"{path}: not a segcli result JSON ({first_line(exc)})") from exc
