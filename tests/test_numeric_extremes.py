@@ -58,3 +58,83 @@ def test_median_of_subnormal_halves_keeps_numpys_sign(engine):
 def test_median_of_subnormal_halves_on_every_path(tmp_path, path):
     values, ids, want = median_case()
     assert same_bytes(cli_result(tmp_path, "median", values, ids, *PATHS[path]), want)
+
+
+# --- var and std: finite values whose deviations overflow give +inf, an inf value NaN -------
+
+BIG = 1e308
+INF = np.inf
+#: (values, NumPy's population variance). Finite values 1e308 apart overflow the shifted sum
+#: itself (x - shift is inf), not only the squares; an inf or NaN value gives NaN.
+VAR_SEGMENTS: list[tuple[list[float], float]] = [
+    ([BIG, -BIG], INF),
+    ([-BIG, BIG, 5.0], INF),
+    ([1e300, -1e300], INF),
+    ([BIG, BIG], 0.0),
+    ([1.0, INF], np.nan),
+    ([BIG, INF], np.nan),
+    ([-INF, BIG], np.nan),
+    ([BIG, -BIG, INF], np.nan),
+    ([INF], np.nan),
+    ([1.0, np.nan, -BIG], np.nan),
+]
+
+
+def var_case() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    values = np.array([v for segment, _ in VAR_SEGMENTS for v in segment])
+    ids = np.repeat(np.arange(len(VAR_SEGMENTS)), [len(s) for s, _ in VAR_SEGMENTS])
+    want = np.array([expected for _, expected in VAR_SEGMENTS])
+    return values, ids, want
+
+
+def test_var_cases_are_numpys():
+    # Except 1e308 twice: NumPy's mean overflows there (var inf); the shifted sums give 0.
+    cases = [(segment, expected) for segment, expected in VAR_SEGMENTS if segment != [BIG, BIG]]
+    with np.errstate(all="ignore"):
+        numpy_var = [np.var(np.array(segment)) for segment, _ in cases]
+    np.testing.assert_array_equal(numpy_var, [expected for _, expected in cases])
+
+
+@pytest.mark.parametrize("op", ["var", "std"])
+def test_var_of_finite_values_overflows_to_inf(engine, op):
+    values, ids, want = var_case()
+    got = segcli.segment_reduce(values, ids, len(VAR_SEGMENTS), op, engine=engine)
+    assert same_bytes(got, np.sqrt(want) if op == "std" else want)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [[], ["--chunk-rows", "1"], ["--sorted", "--chunk-rows", "1"], ["--skipna"]],
+    ids=["in memory", "unsorted stream", "sorted stream", "skipna"],
+)
+def test_var_overflow_on_every_path(tmp_path, engine, args):
+    values, ids, want = var_case()
+    args = [*args, "--engine", engine]
+    if "--skipna" in args:
+        want[-1] = INF  # the NaN left out: 1.0 and -1e308 remain
+    assert same_bytes(cli_result(tmp_path, "var", values, ids, *args), want)
+    ran = run_main(
+        "agg",
+        tmp_path / "data.npy",
+        tmp_path / "ids.npy",
+        "--op",
+        "var,std",
+        "-q",
+        "-o",
+        tmp_path / "agg.npz",
+        *args,
+    )
+    assert ran.exit_code == 0, ran.stderr
+    with np.load(tmp_path / "agg.npz") as columns:
+        assert same_bytes(columns["var"], want)
+        assert same_bytes(columns["std"], np.sqrt(want))
+
+
+def test_var_merges_lanes_whose_shifts_are_far_apart(engine, short_lanes):
+    # Lanes of 5 rows: segment 0's lanes are shifted by 1e308 and -1e308 (their difference
+    # overflows in Chan's merge); segment 1's second lane holds an inf.
+    values = np.array([BIG] * 5 + [-BIG] * 5 + [2.0] * 5 + [2.0, 2.0, INF, 2.0, 2.0])
+    ids = np.repeat([0, 1], 10)
+    for op, want in (("var", [INF, np.nan]), ("std", [INF, np.nan])):
+        got = segcli.segment_reduce(values, ids, 2, op, engine=engine)
+        assert same_bytes(got, np.array(want))

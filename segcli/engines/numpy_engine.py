@@ -653,6 +653,10 @@ def _fold_moments_lane(block: _JointBlock, lane: int, pieces: list[tuple[int, in
         with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: NaN, as NumPy's var
             np.subtract(x, shift.take(flat), out=terms.real)
             np.square(terms.real, out=terms.imag)  # x * x's bits; measured 1.2x faster
+            if x.size and not terms.imag.max() < np.inf:
+                # An inf or NaN value's square term is NaN (x - x), as every engine's: the
+                # sum of squares tells such values from finite ones whose squares overflow.
+                np.add(terms.imag, x - x, out=terms.imag)
             if watched:
                 before_chunk = pairs.copy()
                 np.add.at(pairs, flat, terms)
