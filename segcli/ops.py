@@ -152,7 +152,19 @@ class Fold:
         """
         if self.kind in ("min", "max") and a.dtype == np.float16:
             return self.merge(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)
+        if self.kind == "prod" and a.dtype.kind == "c":
+            # A complex product times the identity of a lane (or partition) without rows is
+            # not exact: (nan+infj) * (1+0j) is nan+nanj. Such a side leaves the other as is.
+            xp = array_namespace(a)
+            product = self.merge(a, b)
+            return xp.where(_is_identity_one(b), a, xp.where(_is_identity_one(a), b, product))
         return self.merge(a, b)
+
+
+def _is_identity_one(z: Any) -> Any:
+    """Where a complex product is still ``1+0j``, the identity its fold starts from."""
+    xp = array_namespace(z)
+    return (z.real == 1) & (z.imag == 0) & ~xp.signbit(z.imag)
 
 
 FOLDS: dict[str, Fold] = {

@@ -23,6 +23,21 @@ def same_bytes(got: np.ndarray, want: np.ndarray) -> bool:
     return got.dtype == want.dtype and got.shape == want.shape and got.tobytes() == want.tobytes()
 
 
+def same_values(got: np.ndarray, want: np.ndarray) -> bool:
+    """Equal values and zero signs, NaN equal to NaN whatever its bits (a NaN that arithmetic
+    makes is NumPy's own ``nan``), for real and complex arrays part by part."""
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return False
+    parts = [(got.real, want.real), (got.imag, want.imag)] if got.dtype.kind == "c" else []
+    for a, b in parts or [(got, want)]:
+        nan = np.isnan(a)
+        if not (nan == np.isnan(b)).all() or not (a[~nan] == b[~nan]).all():
+            return False
+        if (np.signbit(a[~nan]) != np.signbit(b[~nan])).any():
+            return False
+    return True
+
+
 def cli_result(tmp_path: Path, op: str, data: np.ndarray, ids: np.ndarray, *args: Any) -> Any:
     np.save(tmp_path / "data.npy", data)
     np.save(tmp_path / "ids.npy", ids)
@@ -138,3 +153,30 @@ def test_var_merges_lanes_whose_shifts_are_far_apart(engine, short_lanes):
     for op, want in (("var", [INF, np.nan]), ("std", [INF, np.nan])):
         got = segcli.segment_reduce(values, ids, 2, op, engine=engine)
         assert same_bytes(got, np.array(want))
+
+
+# --- complex prod: a lane without rows leaves the product as it is --------------------------
+
+HUGE = complex(1e308, 1e308)
+
+
+def complex_prod_case() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    # HUGE * HUGE is nan+infj (NumPy's naive product: 1e616 - 1e616, 2e616); times the empty
+    # lane's 1+0j it would become nan+nanj.
+    values = np.array([HUGE, HUGE, complex(np.inf, 1.0), 2 + 0j, 1 + 1j, 1 - 1j])
+    ids = np.array([0, 0, 1, 1, 2, 2])
+    with np.errstate(all="ignore"):
+        want = np.array([np.prod(values[ids == k]) for k in range(3)])
+    return values, ids, want
+
+
+def test_complex_prod_beyond_the_range_is_numpys(engine):
+    values, ids, want = complex_prod_case()
+    assert repr(want[0]) == "np.complex128(nan+infj)"
+    assert same_values(segcli.segment_reduce(values, ids, 3, "prod", engine=engine), want)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_complex_prod_beyond_the_range_on_every_path(tmp_path, path):
+    values, ids, want = complex_prod_case()
+    assert same_values(cli_result(tmp_path, "prod", values, ids, *PATHS[path]), want)
