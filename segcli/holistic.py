@@ -474,8 +474,9 @@ def _median(low: np.ndarray, high: np.ndarray, odd: np.ndarray) -> np.ndarray:
     dtype = low.dtype
     wide = np.float32 if dtype.kind == "f" and dtype.itemsize <= 4 else np.float64
     low, high = low.astype(wide), high.astype(wide)
-    # np.mean adds to a +0.0 start, so a zero median is +0.0 whatever the middle zeros' signs.
-    result = np.where(odd, low, (low + high) / wide(2)) + wide(0)
+    # np.mean adds to a +0.0 start and then divides, so a zero median is +0.0 whatever the
+    # middle zeros' signs, but half of a negative subnormal sum rounds to -0.0 as NumPy's does.
+    result = np.where(odd, low + wide(0), (low + high + wide(0)) / wide(2))
     return result.astype(dtype) if dtype.kind == "f" else result
 
 

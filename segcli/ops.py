@@ -152,7 +152,19 @@ class Fold:
         """
         if self.kind in ("min", "max") and a.dtype == np.float16:
             return self.merge(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)
+        if self.kind == "prod" and a.dtype.kind == "c":
+            # A complex product times the identity of a lane (or partition) without rows is
+            # not exact: (nan+infj) * (1+0j) is nan+nanj. Such a side leaves the other as is.
+            xp = array_namespace(a)
+            product = self.merge(a, b)
+            return xp.where(_is_identity_one(b), a, xp.where(_is_identity_one(a), b, product))
         return self.merge(a, b)
+
+
+def _is_identity_one(z: Any) -> Any:
+    """Where a complex product is still ``1+0j``, the identity its fold starts from."""
+    xp = array_namespace(z)
+    return (z.real == 1) & (z.imag == 0) & ~xp.signbit(z.imag)
 
 
 FOLDS: dict[str, Fold] = {
@@ -377,10 +389,12 @@ def _variance(ddof: int, root: bool) -> Finalize:
         with np.errstate(over="ignore", invalid="ignore"):
             m2 = squares - shifted * (shifted / np.maximum(count, 1))
         m2 = np.maximum(m2, 0.0)  # rounding may leave -tiny; NaN stays NaN
-        # Finite values whose squared deviations overflow (1e154 apart and more): +inf, as
-        # NumPy's var gives, not the inf - inf of the formula. An inf or NaN value makes the
-        # shifted sum inf or NaN too, and stays NaN (NumPy: var([1, inf]) is NaN).
-        m2[np.isposinf(squares) & np.isfinite(shifted)] = np.inf
+        # Every engine adds ``x - x`` to a value's square term, so an inf or NaN value leaves
+        # the sum of squares NaN (NumPy: var([1, inf]) is NaN). A +inf sum of squares is
+        # then finite values whose deviations overflow (1e154 apart and more, or 1e308 ones
+        # of both signs, whose shifted sum overflows too): +inf, as NumPy's var gives, not
+        # the inf - inf of the formula.
+        m2[np.isposinf(squares)] = np.inf
         var = np.where(count > ddof, m2 / np.maximum(count - ddof, 1), np.nan)
         # Of two NaN terms a sum keeps either one's sign bit, as the compiler orders the
         # operands (NumPy's add.at and a compiled loop differ): one NaN for every engine.
@@ -487,13 +501,17 @@ def _merge_moments(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]
         delta = xp.where(seen_a & seen_b, b["shift"] - a["shift"], 0.0)
         moved_sum = b["shifted_sum"] + n_b * delta
         moved_squares = b["shifted_squares"] + 2.0 * delta * b["shifted_sum"] + n_b * delta * delta
+        squares = xp.where(seen_a, a["shifted_squares"] + moved_squares, b["shifted_squares"])
+    # A NaN sum of squares means an inf or NaN value (see _variance). Two sides of finite
+    # values only can still make one where the shifts are 1e154 apart or more (delta's
+    # square overflows, and inf - inf or inf * 0 follows): their variance overflows, +inf.
+    overflowed = xp.isnan(squares) & ~xp.isnan(a["shifted_squares"])
+    overflowed &= ~xp.isnan(b["shifted_squares"])
     return {
         "count": a["count"] + b["count"],
         "shift": xp.where(seen_a, a["shift"], b["shift"]),
         "shifted_sum": xp.where(seen_a, a["shifted_sum"] + moved_sum, b["shifted_sum"]),
-        "shifted_squares": xp.where(
-            seen_a, a["shifted_squares"] + moved_squares, b["shifted_squares"]
-        ),
+        "shifted_squares": xp.where(overflowed, xp.inf, squares),
         "shifted_count": a["shifted_count"] + b["shifted_count"],
     }
 

@@ -273,7 +273,7 @@ def _moments_step(state, g, c, run, count) -> None:
         if fresh:
             shift, fresh = x, False
         d = x - shift
-        total, squares = total + d, squares + d * d
+        total, squares = total + d, squares + (d * d + (x - x))
     state[0][g, c, 0], state[1][g, c, 0], state[2][g, c, 0] = shift, total, squares
 
 

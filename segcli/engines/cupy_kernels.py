@@ -381,7 +381,7 @@ _JOINT: dict[str, tuple[tuple[str, str, str], str, str, str, str]] = {
         "double shift = a0[out], sum = a1[out], squares = a2[out]; bool fresh = count[g] == 0;",
         "const double x = (double)v;"
         " if (fresh) { shift = x; fresh = false; }"
-        " const double d = x - shift; sum += d; squares += d * d;",
+        " const double d = x - shift; sum += d; squares += d * d + (x - x);",
         "a0[out] = shift; a1[out] = sum; a2[out] = squares;",
     ),
     # argmin/argmax: the first row of a strictly better value; the first NaN wins and stays.

@@ -47,7 +47,7 @@ def _fused_run(column, ids, record, extremes, rows, n, first_row, with_moments, 
                 record[g, SHIFT] = x
             d = x - record[g, SHIFT]
             record[g, SHIFTED_SUM] += d
-            record[g, SQUARES] += d * d
+            record[g, SQUARES] += d * d + (x - x)  # NaN for an inf or NaN value: see ops
         record[g, ROWS] = seen + 1.0
         if with_extremes:
             # combine()'s rule: keep the candidate if smaller (larger) or NaN, else take v.

@@ -96,7 +96,7 @@ def fold_moments(  # type: ignore[no-untyped-def]
                 counted[k, e] += 1
                 d = x - shift[k, e]
                 shifted_sum[k, e] += d
-                squares[k, e] += d * d
+                squares[k, e] += d * d + (x - x)  # NaN for an inf or NaN value: see ops
         p = end
 
 
@@ -114,7 +114,7 @@ def _moments_column_run(column, ids, shift, shifted_sum, squares, counted):  # t
         counted[g] += 1
         d = x - shift[g]
         shifted_sum[g] += d
-        squares[g] += d * d
+        squares[g] += d * d + (x - x)
 
 
 @njit(**_JIT)
@@ -150,7 +150,7 @@ def _moments_run(column, ids, acc, n):  # type: ignore[no-untyped-def]
             acc[g, 0] = x
         d = x - acc[g, 0]
         acc[g, 1] += d
-        acc[g, 2] += d * d
+        acc[g, 2] += d * d + (x - x)
         acc[g, 3] = seen + 1.0
 
 

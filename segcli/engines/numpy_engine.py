@@ -626,12 +626,13 @@ def _fold_moments_lane(block: _JointBlock, lane: int, pieces: list[tuple[int, in
     widened_buffer = np.empty(0, np.float64)
     unseen = int(np.count_nonzero(rows == 0))
     finite_shifts = bool(np.isfinite(shift).all())
-    # Few sums are looked at after each chunk instead of the values before it: a NaN term
-    # leaves its sum NaN (NaN plus anything is NaN), so sums free of NaN after a chunk's
-    # complex add.at prove the chunk held none. That spares finite data the pass over the
-    # block that proves it finite. The first NaN sum rolls the chunk back and ends the watch.
+    # Few sums are looked at after each chunk instead of the values before it: an inf or NaN
+    # value leaves its sum inf or NaN (NaN plus anything is NaN), so finite sums after a
+    # chunk's complex add.at prove the chunk held none. That spares finite data the pass over
+    # the block that proves it finite. The first sum that is not finite rolls the chunk back
+    # and ends the watch.
     watched = pairs.size * _WATCHED_SUMS_PER_CHUNK <= _CHUNK_ELEMENTS
-    watched = watched and not np.isnan(pairs.real).any()
+    watched = watched and bool(np.isfinite(pairs.real).all())
     chunks = (chunk for piece in pieces for chunk in block.chunks(rows=piece))
     for chunk in chunks:
         flat = block.elements(chunk.index)
@@ -656,10 +657,17 @@ def _fold_moments_lane(block: _JointBlock, lane: int, pieces: list[tuple[int, in
             if watched:
                 before_chunk = pairs.copy()
                 np.add.at(pairs, flat, terms)
-                watched = not np.isnan(pairs.real).any()
+                # An inf or NaN value leaves its real sum inf or NaN (so, rarely, does an
+                # overflow of finite values): the chunk is rolled back and folded unwatched.
+                watched = bool(np.isfinite(pairs.real).all())
                 if not watched:
                     pairs[...] = before_chunk
             if not watched:
+                if not block.finite:
+                    # An inf or NaN value's square term is NaN (x - x), as every engine's: the
+                    # sum of squares tells such values from finite ones whose squares
+                    # overflow. For finite values x - x adds +0.0: the same bits.
+                    np.add(terms.imag, x - x, out=terms.imag)
                 _add_terms(pairs, flat, terms, finite_shifts and block.finite)
         _count_into(rows, chunk.index)
     arrays["shifted_sum"][...] = pairs.real
