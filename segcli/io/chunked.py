@@ -233,7 +233,14 @@ class NpyStreamChunks:
 
 @contextlib.contextmanager
 def _npz_member(path: str, key: str) -> Iterator[Readable]:
-    with open_npz(path) as archive, open_member(archive, key) as member:
+    # A damaged member fails as it is decompressed (a bad CRC-32 at its end, a cut deflate
+    # stream): the reads happen in the caller's block loop, so the library's error is mapped
+    # here, as the whole read maps it.
+    with (
+        open_npz(path) as archive,
+        library_errors(f"{path}:{key}", "corrupt .npz member"),
+        open_member(archive, key) as member,
+    ):
         yield member
 
 
