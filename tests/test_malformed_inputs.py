@@ -8,8 +8,11 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+import numpy.lib.format as npformat
 import pytest
+from click.testing import CliRunner
 
+from segcli.cli import cli
 from tests.entry import Ran, run_main
 
 
@@ -26,6 +29,27 @@ def npy_bytes(array: np.ndarray) -> bytes:
     buffer = io.BytesIO()
     np.save(buffer, array)
     return buffer.getvalue()
+
+
+def claiming(shape: tuple[int, ...], body: bytes, descr: str = "<f4") -> bytes:
+    """A .npy whose header says ``shape`` whatever the body holds."""
+    buffer = io.BytesIO()
+    npformat.write_array_header_1_0(
+        buffer, {"descr": descr, "fortran_order": False, "shape": shape}
+    )
+    return buffer.getvalue() + body
+
+
+def run_stdin(stdin: bytes, *args: object) -> Ran:
+    result = CliRunner().invoke(cli, [str(a) for a in args], input=stdin, catch_exceptions=False)
+    return Ran(result.exit_code, result.stdout, result.stderr)
+
+
+@pytest.fixture
+def ids(tmp_path: Path) -> Path:
+    path = tmp_path / "ids.npy"
+    np.save(path, np.array([0, 0, 1, 2, 2, 3], np.int64))
+    return path
 
 
 @pytest.mark.parametrize("compression", [zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED])
@@ -45,3 +69,13 @@ def test_npz_member_with_a_bad_crc_streamed(tmp_path, compression):
         "mean", path, "--data-key", "data", "--ids-key", "ids", "--chunk-rows", "2", "-o", out
     )
     assert_refused(ran, 3, f"{path}:data: corrupt .npz member", "Bad CRC-32", out=out)
+
+
+@pytest.mark.parametrize("n", [[], ["-n", "4"]])
+def test_agg_of_rows_wider_than_a_result_row_on_stdin(tmp_path, ids, n):
+    # On a pipe no file size tests the header's claim: rows of 10**12 values reach agg, whose
+    # result row (a field per op) NumPy cannot make.
+    out = tmp_path / "out.npz"
+    stdin = claiming((6, 10**12), np.zeros(6, np.float32).tobytes())
+    ran = run_stdin(stdin, "agg", "--op", "sum,mean", "-", ids, *n, "-o", out)
+    assert_refused(ran, 1, "<stdin>: rows of shape [1000000000000]", "sum, mean", out=out)
