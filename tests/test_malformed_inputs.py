@@ -79,3 +79,24 @@ def test_agg_of_rows_wider_than_a_result_row_on_stdin(tmp_path, ids, n):
     stdin = claiming((6, 10**12), np.zeros(6, np.float32).tobytes())
     ran = run_stdin(stdin, "agg", "--op", "sum,mean", "-", ids, *n, "-o", out)
     assert_refused(ran, 1, "<stdin>: rows of shape [1000000000000]", "sum, mean", out=out)
+
+
+@pytest.mark.parametrize("how", ["file", "streamed", "stdin", "info"])
+def test_npy_header_of_an_empty_shape_numpy_cannot_make(tmp_path, ids, how):
+    # No element, so no byte claimed, but NumPy allocates no array (nor block of rows) of a
+    # shape whose non-zero dimensions overflow.
+    shape = (6, 0, 2**62)
+    data = tmp_path / "data.npy"
+    data.write_bytes(claiming(shape, b""))
+    out = tmp_path / "out.npy"
+    if how == "stdin":
+        ran = run_stdin(data.read_bytes(), "sum", "-", ids, "-o", out)
+        label = "<stdin>"
+    elif how == "info":
+        ran, label = run_main("info", data), str(data)
+    else:
+        chunks = ["--chunk-rows", "2"] if how == "streamed" else []
+        ran, label = run_main("sum", data, ids, *chunks, "-o", out), str(data)
+    assert_refused(
+        ran, 3, f"{label}: corrupt .npy header (shape [6, 0, {2**62}] of float32", out=out
+    )

@@ -100,11 +100,17 @@ def read_header(f: Readable, label: str) -> NpyHeader:
         # numpy's header parser takes any tuple of ints; a negative length would stream as an
         # empty array.
         raise ReadError(f"{label}: corrupt .npy header (negative dimension in shape {list(shape)})")
-    if math.prod(shape) * np.dtype(dtype).itemsize >= 2**63:
+    if math.prod(d for d in shape if d) * np.dtype(dtype).itemsize >= 2**63:
         # Beyond what any file or int64 arithmetic holds: sizes computed later would overflow.
+        # NumPy skips a zero dimension in this product and makes no array of such a shape,
+        # not even an empty one (a block of its rows could not be allocated).
+        claim = (
+            "claims more bytes than any file holds"
+            if math.prod(shape)
+            else "is larger than any array can be, empty or not"
+        )
         raise ReadError(
-            f"{label}: corrupt .npy header (shape {list(shape)} of {np.dtype(dtype)} claims "
-            "more bytes than any file holds)"
+            f"{label}: corrupt .npy header (shape {list(shape)} of {np.dtype(dtype)} {claim})"
         )
     return NpyHeader(tuple(int(d) for d in shape), np.dtype(dtype), bool(fortran_order))
 
