@@ -100,3 +100,14 @@ def test_npy_header_of_an_empty_shape_numpy_cannot_make(tmp_path, ids, how):
     assert_refused(
         ran, 3, f"{label}: corrupt .npy header (shape [6, 0, {2**62}] of float32", out=out
     )
+
+
+@pytest.mark.parametrize("op", ["sum", "median", "count"])
+def test_npy_stream_whose_rows_cannot_be_held(tmp_path, ids, op):
+    # A block of one row of 10**14 float32 is more than any address space: the header's claim
+    # is named, as a whole read names it, not reported as running out of memory.
+    out = tmp_path / "out.npy"
+    ran = run_stdin(claiming((6, 10**14), b"\0" * 24), op, "-", ids, "-o", out)
+    assert_refused(
+        ran, 3, "<stdin>: the header claims shape [6, 100000000000000]", "more than", out=out
+    )

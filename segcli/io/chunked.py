@@ -50,6 +50,7 @@ from segcli.io.npy import (
     NpyHeader,
     Readable,
     SeekableReadable,
+    allocate,
     arrived_rows,
     check_claim,
     check_supported_dtype,
@@ -221,7 +222,7 @@ class NpyStreamChunks:
         self._consumed = True
         total, row_shape = self.shape[0], self.shape[1:]
         for start in range(0, total, rows):
-            block = np.empty((min(rows, total - start), *row_shape), self._header.dtype)
+            block = allocate((min(rows, total - start), *row_shape), self._header, self.label)
             got = readinto_exact(self._stream, block)
             if got < block.nbytes:
                 raise ReadError(

@@ -140,13 +140,7 @@ def check_claim(header: NpyHeader, body_bytes: int | None, label: str) -> None:
 
 def read_body(f: Readable, header: NpyHeader, label: str) -> np.ndarray[Any, Any]:
     """Read the array body that follows ``header``; the result is native-endian and writable."""
-    try:
-        flat = np.empty(header.count, dtype=header.dtype)
-    except (MemoryError, ValueError):
-        raise ReadError(
-            f"{label}: the header claims shape {list(header.shape)} "
-            f"({human_bytes(header.nbytes)} of data), more than this machine can hold"
-        ) from None
+    flat = allocate((header.count,), header, label)
     got = readinto_exact(f, flat)
     if got < header.nbytes:
         raise ReadError(f"{label}: truncated .npy: {arrived_rows(header, 0, got)}")
@@ -154,12 +148,25 @@ def read_body(f: Readable, header: NpyHeader, label: str) -> np.ndarray[Any, Any
     return to_native(flat.reshape(header.shape, order=order))
 
 
+def allocate(shape: tuple[int, ...], header: NpyHeader, label: str) -> np.ndarray[Any, Any]:
+    """An empty array of ``shape`` for (part of) the body ``header`` describes; one that
+    memory cannot hold (a header's claim on a pipe, which no file size tests) is an error
+    naming the claim, not the out-of-memory of a run."""
+    try:
+        return np.empty(shape, dtype=header.dtype)
+    except (MemoryError, ValueError):
+        raise ReadError(
+            f"{label}: the header claims shape {list(header.shape)} "
+            f"({human_bytes(header.nbytes)} of data), more than this machine can hold"
+        ) from None
+
+
 def read_npy_rows(
     f: Readable, header: NpyHeader, start: int, rows: int, label: str
 ) -> np.ndarray[Any, Any]:
     """The next ``rows`` rows of a C-order ``.npy`` whose stream ``f`` stands at row ``start``,
     native-endian; a short read is an error naming where the file ends early."""
-    block = np.empty((rows, *header.shape[1:]), header.dtype)
+    block = allocate((rows, *header.shape[1:]), header, label)
     got = readinto_exact(f, block)
     if got < block.nbytes:
         raise ReadError(f"{label}: truncated .npy: {arrived_rows(header, start, got)}")
@@ -181,7 +188,7 @@ def read_npy_rows_at(
         f.seek(body + start * row_bytes)
         return read_npy_rows(f, header, start, rows, label)
     total, inner = header.shape[0], header.shape[1:]
-    pieces = np.empty((math.prod(inner), rows), header.dtype)
+    pieces = allocate((math.prod(inner), rows), header, label)
     for column, piece in enumerate(pieces):
         f.seek(body + (column * total + start) * header.dtype.itemsize)
         if readinto_exact(f, piece) < piece.nbytes:  # the file shrank after it was opened
