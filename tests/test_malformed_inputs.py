@@ -111,3 +111,57 @@ def test_npy_stream_whose_rows_cannot_be_held(tmp_path, ids, op):
     assert_refused(
         ran, 3, "<stdin>: the header claims shape [6, 100000000000000]", "more than", out=out
     )
+
+
+def npz_pair(compression: int = zipfile.ZIP_STORED) -> tuple[bytearray, zipfile.ZipInfo]:
+    """An .npz of arrays ``data`` and ``ids``, and its ``data.npy`` member's entry."""
+    archive = io.BytesIO()
+    with zipfile.ZipFile(archive, "w", compression) as z:
+        z.writestr("data.npy", npy_bytes(np.arange(6, dtype=np.float32)))
+        z.writestr("ids.npy", npy_bytes(np.array([0, 0, 1, 2, 2, 3], np.int64)))
+    return bytearray(archive.getvalue()), zipfile.ZipFile(archive).getinfo("data.npy")
+
+
+def with_member_field(raw: bytearray, info: zipfile.ZipInfo, field: str, value: int) -> bytes:
+    """``raw`` with ``data.npy``'s general-purpose flags or compression method set to
+    ``value`` in its local header and in the central directory, which zipfile compares."""
+    local, central = {"flags": (6, 8), "method": (8, 10)}[field]
+    raw[info.header_offset + local : info.header_offset + local + 2] = struct.pack("<H", value)
+    at = raw.index(b"PK\x01\x02")  # the first central directory entry: data.npy's
+    raw[at + central : at + central + 2] = struct.pack("<H", value)
+    return bytes(raw)
+
+
+def lzma_damaged() -> bytes:
+    raw, info = npz_pair(zipfile.ZIP_LZMA)
+    start = info.header_offset + 30 + len(info.filename) + len(info.extra)
+    for i in range(start + 9, start + 20):  # past zipfile's LZMA properties
+        raw[i] ^= 0xFF
+    return bytes(raw)
+
+
+@pytest.mark.parametrize(
+    ("damage", "fragment"),
+    [
+        ("encrypted", "cannot read this .npz member (File 'data.npy' is encrypted"),
+        ("method 99", "cannot read this .npz member (That compression method is not supported)"),
+        ("lzma", "corrupt .npz member (Corrupt input data)"),
+    ],
+)
+@pytest.mark.parametrize("how", ["whole", "streamed", "info"])
+def test_npz_member_zipfile_cannot_extract(tmp_path, damage, fragment, how):
+    raw, info = npz_pair()
+    damaged = {
+        "encrypted": lambda: with_member_field(raw, info, "flags", 1),
+        "method 99": lambda: with_member_field(raw, info, "method", 99),
+        "lzma": lzma_damaged,
+    }[damage]()
+    path = tmp_path / "pair.npz"
+    path.write_bytes(damaged)
+    out = tmp_path / "out.npy"
+    if how == "info":
+        ran = run_main("info", path)
+    else:
+        chunks = ["--chunk-rows", "2"] if how == "streamed" else []
+        ran = run_main("sum", path, "--data-key", "data", "--ids-key", "ids", *chunks, "-o", out)
+    assert_refused(ran, 3, f"{path}:data: {fragment}", out=out)

@@ -240,7 +240,7 @@ def _npz_member(path: str, key: str) -> Iterator[Readable]:
     with (
         open_npz(path) as archive,
         library_errors(f"{path}:{key}", "corrupt .npz member"),
-        open_member(archive, key) as member,
+        open_member(archive, key, f"{path}:{key}") as member,
     ):
         yield member
 

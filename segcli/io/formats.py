@@ -21,6 +21,22 @@ from typing import BinaryIO, Protocol
 
 from segcli.errors import ReadError, SegcliError, UsageError, WriteError
 
+#: What a damaged file or archive member makes the libraries raise (a deflated or
+#: LZMA-compressed .npz member fails as it is decompressed).
+_LIBRARY_ERRORS: tuple[type[Exception], ...] = (
+    ValueError,
+    OSError,
+    EOFError,
+    zipfile.BadZipFile,
+    zlib.error,
+)
+try:
+    from lzma import LZMAError
+except ImportError:  # pragma: no cover - a Python built without lzma reads no such member
+    pass
+else:
+    _LIBRARY_ERRORS += (LZMAError,)
+
 STDIN_LABEL = "<stdin>"
 
 #: Suffixes of the formats both read and written.
@@ -454,7 +470,7 @@ def library_errors(label: str, what: str) -> Iterator[None]:
         yield
     except SegcliError:
         raise
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+    except _LIBRARY_ERRORS as exc:
         raise ReadError(f"{label}: {what} ({first_line(exc)})") from exc
     except Exception as exc:
         # pyarrow.lib.ArrowException subclasses are not all ValueError/OSError.

@@ -335,19 +335,26 @@ def pick_key(archive: zipfile.ZipFile, key: str | None, path: str, option: str) 
 def read_npz_member(archive: zipfile.ZipFile, key: str, label: str) -> np.ndarray[Any, Any]:
     """Read array ``key`` of an open archive; ``label`` is what errors call it."""
     size = archive.getinfo(f"{key}.npy").file_size
-    with library_errors(label, "corrupt .npz member"), open_member(archive, key) as member:
+    with library_errors(label, "corrupt .npz member"), open_member(archive, key, label) as member:
         return read_npy_stream(member, label, size)
 
 
 def read_npz_header(archive: zipfile.ZipFile, key: str, label: str) -> NpyHeader:
     """Parse only the header of array ``key`` (decompresses a few bytes at most)."""
-    with library_errors(label, "corrupt .npz member"), open_member(archive, key) as member:
+    with library_errors(label, "corrupt .npz member"), open_member(archive, key, label) as member:
         return read_header(member, label)
 
 
 @contextmanager
-def open_member(archive: zipfile.ZipFile, key: str) -> Iterator[Readable]:
+def open_member(archive: zipfile.ZipFile, key: str, label: str) -> Iterator[Readable]:
     """Open array ``key`` of an archive as a stream (decompressed on the fly if deflated)."""
-    with archive.open(f"{key}.npy") as member:
+    try:
+        opened = archive.open(f"{key}.npy")
+    except (NotImplementedError, RuntimeError) as exc:
+        # What zipfile raises for a member it cannot extract: a compression method it lacks,
+        # or encryption (it wants a password). The archive is not corrupt; segcli cannot
+        # read it.
+        raise ReadError(f"{label}: cannot read this .npz member ({first_line(exc)})") from exc
+    with opened as member:
         # ZipExtFile has readinto; typeshed only calls it IO[bytes].
         yield cast(Readable, member)
