@@ -165,3 +165,36 @@ def test_npz_member_zipfile_cannot_extract(tmp_path, damage, fragment, how):
         chunks = ["--chunk-rows", "2"] if how == "streamed" else []
         ran = run_main("sum", path, "--data-key", "data", "--ids-key", "ids", *chunks, "-o", out)
     assert_refused(ran, 3, f"{path}:data: {fragment}", out=out)
+
+
+@pytest.mark.parametrize("digits", [400, 5000])  # past float64's range; past int()'s 4,300
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+@pytest.mark.parametrize("column", ["v", "s"])
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1"]])
+def test_integer_beyond_float64_in_a_text_table(tmp_path, digits, fmt, column, chunks):
+    # pyarrow reads such an integer as inf: rounded, like one just beyond int64, not a value.
+    huge = "9" * digits
+    rows = [{"s": 0, "v": 1}, {"s": 0, "v": 2}]
+    rows[1][column] = huge
+    path = tmp_path / f"table.{fmt}"
+    if fmt == "csv":
+        path.write_text("s,v\n" + "".join(f"{r['s']},{r['v']}\n" for r in rows))
+    else:
+        path.write_text("".join(f'{{"s": {r["s"]}, "v": {r["v"]}}}\n' for r in rows))
+    out = tmp_path / "out.npy"
+    ran = run_main("sum", path, "--data-column", "v", "--ids-column", "s", *chunks, "-o", out)
+    assert_refused(
+        ran,
+        1,
+        f"{path}: column '{column}' holds {'9' * 80}... ({digits:,} characters) at row 1, an "
+        "integer beyond int64",
+        out=out,
+    )
+
+
+def test_infinities_written_as_such_are_no_integers(tmp_path):
+    path = tmp_path / "table.csv"
+    path.write_text("s,v\n0,inf\n0,1e999\n1,-inf\n")
+    ran = run_main("max", path, "--data-column", "v", "--ids-column", "s", "-q")
+    assert ran.exit_code == 0, ran.stderr
+    assert ran.stdout == "0\tinf\n1\t-inf\n"

@@ -451,6 +451,18 @@ def one_line(text: str) -> str:
     return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
+#: The characters of a value an error quotes whole; a longer one (a field of megabytes) is
+#: cut, and its length said, so that the error stays a line one can read.
+SHOWN_CHARS = 80
+
+
+def elided(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text``, or its first ``limit`` characters and how long it is, for an error message."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text):,} characters)"
+
+
 def first_line(exc: BaseException) -> str:
     """The first non-empty line of an exception's message (library messages can be long)."""
     for line in str(exc).splitlines():
