@@ -198,3 +198,58 @@ def test_infinities_written_as_such_are_no_integers(tmp_path):
     ran = run_main("max", path, "--data-column", "v", "--ids-column", "s", "-q")
     assert ran.exit_code == 0, ran.stderr
     assert ran.stdout == "0\tinf\n1\t-inf\n"
+
+
+LONG = 100_000
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "args", "code", "fragment"),
+    [
+        (
+            "text.csv",
+            f"k,s,v\na,0,1\nb,0,{'x' * LONG}\n".encode(),
+            ["--ids-column", "s"],
+            1,
+            f"row 1 holds '{'x' * 80}'... (100,000 characters) (1 value that is not a number)",
+        ),
+        (
+            "text.jsonl",
+            f'{{"k": "a", "s": 0, "v": "{"x" * LONG}"}}\n'.encode(),
+            ["--ids-column", "s"],
+            1,
+            f"row 0 holds '{'x' * 80}'... (100,000 characters)",
+        ),
+        (
+            "latin.csv",
+            b"k,s,v\n" + b"\xe9" * LONG + b",0,1\n",
+            ["--by", "k"],
+            3,
+            "column 'k' row 0 holds b'" + "\\xe9" * 20 + "'... (100,000 bytes), which is not UTF-8",
+        ),
+        (
+            "first-line.csv",  # longer than the first rows a streamed read types its columns by
+            f"k,s,v\n{'y' * 3_000_000},0,1\n".encode(),
+            ["--by", "k", "--chunk-rows", "1"],
+            3,
+            f"column 'k' holds '{'y' * 79}... (3,000,002 characters) after its first rows",
+        ),
+    ],
+)
+def test_a_long_offending_value_is_cut_in_the_error(tmp_path, name, content, args, code, fragment):
+    path = tmp_path / name
+    path.write_bytes(content)
+    out = tmp_path / "out.csv"
+    ran = run_main("sum", path, "--data-column", "v", *args, "-o", out)
+    assert_refused(ran, code, fragment, out=out)
+    assert len(ran.stderr) < 1000
+
+
+def test_a_long_key_missing_from_keys_from_is_cut(tmp_path):
+    data, keys = tmp_path / "data.csv", tmp_path / "keys.csv"
+    data.write_text(f"k,v\n{'q' * LONG},1\n")
+    keys.write_text("k\nabc\n")
+    out = tmp_path / "out.csv"
+    ran = run_main("sum", data, "--data-column", "v", "--by", "k", "--keys-from", keys, "-o", out)
+    assert_refused(ran, 1, f"row 0 has key k='{'q' * 80}'... (100,000 characters), which", out=out)
+    assert len(ran.stderr) < 1000

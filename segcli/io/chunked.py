@@ -39,6 +39,7 @@ from segcli.io.columns import (
 )
 from segcli.io.formats import (
     TailKept,
+    elided,
     input_format,
     is_pipe,
     library_errors,
@@ -408,7 +409,7 @@ def type_change_error(
     found = _TEXT_CONVERSION.search(str(exc))
     if found is None:
         return None
-    value = one_line(found["value"] or f"'{found['json'].strip()}'")
+    value = elided(one_line(found["value"] or f"'{found['json'].strip()}'"))
     if column is None:
         column = _csv_column_named(table, str(exc))
     if column is None and types is not None:

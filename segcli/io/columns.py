@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from segcli.errors import InvalidInputError, ReadError
+from segcli.io.formats import shown
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -285,12 +286,12 @@ def _text_offenders(pieces: Iterable[pa.Array]) -> str | None:
         hint = ""
         if _LOCALE_NUMBER.fullmatch(value):
             hint = "; thousands separators and decimal commas are not read: write 1234.5"
-        return f"row {row} holds {value!r} ({count} {noun}{hint})"
+        return f"row {row} holds {shown(value)} ({count} {noun}{hint})"
     if text is not None:  # numbers, each as text: quoted in JSON lines
         row, value, count = text
         noun = "value" if count == 1 else "values"
         quotes = "a number in quotes is text"
-        return f"row {row} holds the text {value!r} ({count} {noun} of text; {quotes})"
+        return f"row {row} holds the text {shown(value)} ({count} {noun} of text; {quotes})"
     return None
 
 
@@ -309,7 +310,7 @@ def check_utf8(values: pa.Array | pa.ChunkedArray, where: ColumnRef, first_row: 
             except UnicodeDecodeError:
                 raise ReadError(
                     f"{where.file}: column '{where.column}' row {first_row + row} holds "
-                    f"{value!r}, which is not UTF-8; convert the file to UTF-8 "
+                    f"{shown(value)}, which is not UTF-8; convert the file to UTF-8 "
                     "(e.g. iconv -f latin1 -t utf-8)"
                 ) from None
 

@@ -463,6 +463,17 @@ def elided(text: str, limit: int = SHOWN_CHARS) -> str:
     return f"{text[:limit]}... ({len(text):,} characters)"
 
 
+def shown(value: str | bytes, limit: int = SHOWN_CHARS) -> str:
+    """``value`` as Python writes it (quoted), or its first ``limit`` characters so written
+    and how long it is, for an error message (bytes: a quarter as many, which may take four
+    characters each, ``\xff``)."""
+    cut = limit // 4 if isinstance(value, bytes) else limit
+    if len(value) <= cut:
+        return repr(value)
+    unit = "bytes" if isinstance(value, bytes) else "characters"
+    return f"{value[:cut]!r}... ({len(value):,} {unit})"
+
+
 def first_line(exc: BaseException) -> str:
     """The first non-empty line of an exception's message (library messages can be long)."""
     for line in str(exc).splitlines():
