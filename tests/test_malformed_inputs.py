@@ -228,8 +228,8 @@ LONG = 100_000
             "column 'k' row 0 holds b'" + "\\xe9" * 20 + "'... (100,000 bytes), which is not UTF-8",
         ),
         (
-            "first-line.csv",  # longer than the first rows a streamed read types its columns by
-            f"k,s,v\n{'y' * 3_000_000},0,1\n".encode(),
+            "null-first.csv",  # past the first rows a streamed read types its columns by
+            f"k,s,v\n,0,1\n{'y' * 3_000_000},0,1\n".encode(),
             ["--by", "k", "--chunk-rows", "1"],
             3,
             f"column 'k' holds '{'y' * 79}... (3,000,002 characters) after its first rows",
@@ -253,3 +253,14 @@ def test_a_long_key_missing_from_keys_from_is_cut(tmp_path):
     ran = run_main("sum", data, "--data-column", "v", "--by", "k", "--keys-from", keys, "-o", out)
     assert_refused(ran, 1, f"row 0 has key k='{'q' * 80}'... (100,000 characters), which", out=out)
     assert len(ran.stderr) < 1000
+
+
+@pytest.mark.parametrize("chunks", [[], ["--chunk-rows", "1"]])
+def test_csv_whose_first_row_is_longer_than_the_head_it_is_typed_by(tmp_path, chunks):
+    # The header fits in the first megabyte, its first row does not: the columns are typed by
+    # that row, not found to have none (all null) and the row refused as another type.
+    path = tmp_path / "table.csv"
+    path.write_text(f"k,v\n{'a' * 3_000_000},1.5\nb,2\n")
+    ran = run_main("sum", path, "--data-column", "v", "--by", "k", "--no-header", *chunks, "-q")
+    assert ran.exit_code == 0, ran.stderr[:500]
+    assert ran.stdout == f"{'a' * 3_000_000}\t1.5\nb\t2.0\n"

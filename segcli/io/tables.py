@@ -535,10 +535,15 @@ class TableFile:
         ``quoted_line_breaks``, a line break within quotes does not end a line."""
         with self._input() as stream:
             head: bytes = stream.read(size)
+            header = self.fmt != "jsonl" and self.csv.header
             if len(head) == size and b"\n" not in head:
                 head = _to_line_end(head, stream, size)
-                if self.fmt != "jsonl" and self.csv.header:  # the types come from rows
+                if header:  # the types come from rows
                     head += stream.read(size)
+            elif len(head) == size and header and b"\n" not in head[head.index(b"\n") + 1 :]:
+                # The header fits, its first row does not: without a row every column would
+                # be typed null, and the row refused as a value of another type.
+                head = _to_line_end(head, stream, size)
         compressed = compression_of(head)
         if compressed is not None:  # pyarrow decompresses by the name only
             raise ReadError(
