@@ -264,3 +264,13 @@ def test_csv_whose_first_row_is_longer_than_the_head_it_is_typed_by(tmp_path, ch
     ran = run_main("sum", path, "--data-column", "v", "--by", "k", "--no-header", *chunks, "-q")
     assert ran.exit_code == 0, ran.stderr[:500]
     assert ran.stdout == f"{'a' * 3_000_000}\t1.5\nb\t2.0\n"
+
+
+def test_latin1_csv_opening_like_an_arrow_stream_is_not_called_one(tmp_path):
+    # "ÿÿÿÿ" in Latin-1 is ff ff ff ff, the marker an Arrow IPC stream opens with; the stream
+    # goes on with its first message's length, which this header does not hold.
+    path = tmp_path / "table.csv"
+    path.write_bytes("ÿÿÿÿÿÿÿÿ,s\n1,0\n".encode("latin-1"))
+    out = tmp_path / "out.npy"
+    ran = run_main("sum", path, "--data-column", "s", "--ids-column", "s", "-o", out)
+    assert_refused(ran, 3, f"{path}: the column name b'" + "\\xff" * 8 + "' is not UTF-8", out=out)

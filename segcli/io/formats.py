@@ -246,11 +246,21 @@ def refuse_misnamed(path: str, fmt: str) -> None:
         return
     if found == "parquet" and tail != PARQUET_MAGIC:  # a CSV header may open with "PAR1"
         return
+    if found == "arrow" and head.startswith(ARROW_STREAM_MARKER) and not _stream_opens(head):
+        return  # bytes ff ff ff ff open text in Latin-1 ("ÿÿÿÿ") too
     what, hint = _MISNAMED[found]
     raise ReadError(
         f"{path}: this is {what}, but its name ends in {PurePath(path).suffix} (the suffix "
         f"says the format); {hint}"
     )
+
+
+def _stream_opens(head: bytes) -> bool:
+    """Whether ``head``, which opens with the continuation marker, goes on as an Arrow IPC
+    stream does: with the length of its first message's metadata, above 0 and padded to a
+    multiple of 8 bytes."""
+    length = int.from_bytes(head[4:8], "little", signed=True)
+    return len(head) >= 8 and length > 0 and length % 8 == 0
 
 
 def file_tail(f: BinaryIO, size: int) -> bytes:

@@ -47,6 +47,7 @@ from segcli.io.formats import (
     one_line,
     pipe_bytes,
     pipe_source,
+    shown,
     suffix_format,
 )
 from segcli.io.ipc_rows import IpcCounts, ipc_counts, ipc_rows
@@ -175,7 +176,7 @@ class TableFile:
             schema.names  # noqa: B018 -- pyarrow decodes the names only when asked
         except UnicodeDecodeError as exc:
             raise ReadError(
-                f"{self.label}: the column name {exc.object!r} is not UTF-8; convert the file "
+                f"{self.label}: the column name {shown(exc.object)} is not UTF-8; convert the file "
                 "to UTF-8 (e.g. iconv -f latin1 -t utf-8)"
             ) from None
         return schema
