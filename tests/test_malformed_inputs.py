@@ -274,3 +274,26 @@ def test_latin1_csv_opening_like_an_arrow_stream_is_not_called_one(tmp_path):
     out = tmp_path / "out.npy"
     ran = run_main("sum", path, "--data-column", "s", "--ids-column", "s", "-o", out)
     assert_refused(ran, 3, f"{path}: the column name b'" + "\\xff" * 8 + "' is not UTF-8", out=out)
+
+
+@pytest.mark.parametrize("depth", [64, 1100])  # one axis too many; past Python's recursion
+@pytest.mark.parametrize("args", [[], ["--chunk-rows", "1"], ["--by", "k"]])
+def test_json_lists_nested_deeper_than_numpy_axes(tmp_path, depth, args):
+    if np.lib.NumpyVersion(np.__version__) < "2.0.0":
+        depth = max(depth, 32)
+    value = "[" * depth + "1" + "]" * depth
+    path = tmp_path / "table.jsonl"
+    path.write_text(f'{{"k": "a", "s": 0, "v": {value}}}\n')
+    ids = [] if "--by" in args else ["--ids-column", "s"]
+    out = tmp_path / "out.json"
+    ran = run_main("sum", path, "--data-column", "v", *ids, *args, "-o", out)
+    assert_refused(ran, 1, f"{path}: column 'v' holds lists nested {depth:,} deep", out=out)
+
+
+def test_json_lists_nested_as_deep_as_numpy_axes_allow(tmp_path):
+    depth = 63 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 31
+    path = tmp_path / "table.jsonl"
+    path.write_text(f'{{"s": 0, "v": {"[" * depth}2{"]" * depth}}}\n')
+    ran = run_main("sum", path, "--data-column", "v", "--ids-column", "s", "-q")
+    assert ran.exit_code == 0, ran.stderr
+    assert ran.stdout == "0\t2\n"

@@ -191,13 +191,24 @@ def _recorded_dtype(raw: bytes, file: str) -> np.dtype[Any]:
     return dtype
 
 
+def max_axes() -> int:
+    """The most axes a NumPy array has (NPY_MAXDIMS: 32 before NumPy 2, 64 since)."""
+    return 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
+
+
 def check_type(type_: pa.DataType, where: ColumnRef) -> None:
     """Accept numeric, bool and (fixed-size) lists of those; refuse anything else by name."""
     import pyarrow.types as pt
 
-    leaf = _plain_type(type_)
+    leaf, depth = _plain_type(type_), 0
     while _is_list(leaf):
         leaf = _plain_type(leaf.value_type)
+        depth += 1
+    if depth >= max_axes():  # JSON lines nest lists as deep as their brackets go
+        raise where.fail(
+            f"holds lists nested {depth:,} deep: with its rows, more axes than the "
+            f"{max_axes()} of a NumPy array"
+        )
     if pt.is_integer(leaf) or pt.is_floating(leaf) or pt.is_boolean(leaf):
         return
     if pt.is_null(leaf):
