@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 import numpy.lib.format as npformat
+import pyarrow as pa
+import pyarrow.ipc as ipc
 import pytest
 from click.testing import CliRunner
 
@@ -297,3 +299,18 @@ def test_json_lists_nested_as_deep_as_numpy_axes_allow(tmp_path):
     ran = run_main("sum", path, "--data-column", "v", "--ids-column", "s", "-q")
     assert ran.exit_code == 0, ran.stderr
     assert ran.stdout == "0\t2\n"
+
+
+@pytest.mark.parametrize("args", [["--ids-column", "s"], ["--by", "k", "--chunk-rows", "2"]])
+def test_dictionary_of_lists_column_reads_as_its_lists(tmp_path, args):
+    rows = pa.DictionaryArray.from_arrays(
+        pa.array([0, 1, 0], pa.int8()), pa.array([[1.0, 2.0], [10.0, 20.0]])
+    )
+    table = pa.table({"k": ["a", "a", "b"], "s": pa.array([0, 0, 1], pa.int32()), "v": rows})
+    path = tmp_path / "table.arrow"
+    with ipc.new_file(path, table.schema) as writer:
+        writer.write_table(table)
+    ran = run_main("sum", path, "--data-column", "v", *args, "-q")
+    assert ran.exit_code == 0, ran.stderr
+    names = ["a", "b"] if "--by" in args else ["0", "1"]
+    assert ran.stdout.splitlines()[-2:] == [f"{names[0]}\t11.0\t22.0", f"{names[1]}\t1.0\t2.0"]

@@ -394,9 +394,19 @@ def read_as_note(type_: pa.DataType) -> str | None:
 
 def _decoded(column: Any) -> Any:
     """Dictionary-encoded and decimal columns (not inside lists) cast to their plain type."""
+    import pyarrow as pa
+    import pyarrow.types as pt
+
     plain = _plain_type(column.type)
     if plain == column.type:
         return column
+    if pt.is_dictionary(column.type) and pt.is_nested(plain):
+        # pyarrow casts no dictionary of lists to its values: each row's value is looked up.
+        kernels = _kernels()
+        if isinstance(column, pa.ChunkedArray):
+            pieces = [kernels.dictionary_decode(chunk) for chunk in column.chunks]
+            return pa.chunked_array(pieces, type=plain)
+        return kernels.dictionary_decode(column)
     return _kernels().cast(column, plain)
 
 
