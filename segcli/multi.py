@@ -17,6 +17,7 @@ field per op); :func:`split` unpacks them. Empty segments take each op's own emp
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from segcli import ops
-from segcli.errors import UsageError
+from segcli.errors import InvalidInputError, UsageError
+from segcli.memory import human_bytes
 from segcli.op_names import DDOF_OPS
 
 if TYPE_CHECKING:
@@ -165,6 +167,29 @@ def _field_shape(op: ops.Op, inner_shape: tuple[int, ...], skipna: bool) -> tupl
     return () if not op.intermediates and not skipna else inner_shape
 
 
+def _result_dtype(
+    chosen: tuple[ops.Op, ...],
+    data_dtype: np.dtype[Any],
+    inner_shape: tuple[int, ...],
+    skipna: bool,
+    label: str,
+) -> np.dtype[Any]:
+    """One result row: a field per op. NumPy holds a structured row in under 2 GiB (its
+    size, and each dimension, a C int): wider rows, such as a header's claim on a pipe
+    that no size check can test, are refused naming DATA and its row shape."""
+    fields = [
+        (op.name, op.out_dtype(data_dtype), _field_shape(op, inner_shape, skipna)) for op in chosen
+    ]
+    row_bytes = sum(dtype.itemsize * math.prod(shape) for _, dtype, shape in fields)
+    if row_bytes >= 2**31 or any(d >= 2**31 for _, _, shape in fields for d in shape):
+        raise InvalidInputError(
+            f"{label}: rows of shape {list(inner_shape)} give result rows of "
+            f"{human_bytes(row_bytes)} for {', '.join(op.name for op in chosen)}, more than "
+            "the 2 GiB a result row of several ops can hold; run each op on its own"
+        )
+    return np.dtype(fields)
+
+
 _CACHE: dict[tuple[Any, ...], CombinedOp] = {}
 
 
@@ -203,7 +228,9 @@ def combined_op(
         skipna,
     )
     if recipe not in _CACHE:
-        _CACHE[recipe] = _build(chosen, fills, data_dtype, tuple(inner_shape), recipe, skipna)
+        _CACHE[recipe] = _build(
+            chosen, fills, data_dtype, tuple(inner_shape), recipe, skipna, label
+        )
     return _CACHE[recipe]
 
 
@@ -223,13 +250,9 @@ def _build(
     inner_shape: tuple[int, ...],
     recipe: tuple[Any, ...],
     skipna: bool,
+    label: str,
 ) -> CombinedOp:
-    out_dtype = np.dtype(
-        [
-            (op.name, op.out_dtype(data_dtype), _field_shape(op, inner_shape, skipna))
-            for op in chosen
-        ]
-    )
+    out_dtype = _result_dtype(chosen, data_dtype, inner_shape, skipna, label)
     intermediates, sources, joint_parts = _union(chosen, data_dtype)
     width = ops.inner_size(inner_shape)
 

@@ -39,6 +39,7 @@ from segcli.io.columns import (
 )
 from segcli.io.formats import (
     TailKept,
+    elided,
     input_format,
     is_pipe,
     library_errors,
@@ -50,6 +51,7 @@ from segcli.io.npy import (
     NpyHeader,
     Readable,
     SeekableReadable,
+    allocate,
     arrived_rows,
     check_claim,
     check_supported_dtype,
@@ -221,7 +223,7 @@ class NpyStreamChunks:
         self._consumed = True
         total, row_shape = self.shape[0], self.shape[1:]
         for start in range(0, total, rows):
-            block = np.empty((min(rows, total - start), *row_shape), self._header.dtype)
+            block = allocate((min(rows, total - start), *row_shape), self._header, self.label)
             got = readinto_exact(self._stream, block)
             if got < block.nbytes:
                 raise ReadError(
@@ -233,7 +235,14 @@ class NpyStreamChunks:
 
 @contextlib.contextmanager
 def _npz_member(path: str, key: str) -> Iterator[Readable]:
-    with open_npz(path) as archive, open_member(archive, key) as member:
+    # A damaged member fails as it is decompressed (a bad CRC-32 at its end, a cut deflate
+    # stream): the reads happen in the caller's block loop, so the library's error is mapped
+    # here, as the whole read maps it.
+    with (
+        open_npz(path) as archive,
+        library_errors(f"{path}:{key}", "corrupt .npz member"),
+        open_member(archive, key, f"{path}:{key}") as member,
+    ):
         yield member
 
 
@@ -400,7 +409,7 @@ def type_change_error(
     found = _TEXT_CONVERSION.search(str(exc))
     if found is None:
         return None
-    value = one_line(found["value"] or f"'{found['json'].strip()}'")
+    value = elided(one_line(found["value"] or f"'{found['json'].strip()}'"))
     if column is None:
         column = _csv_column_named(table, str(exc))
     if column is None and types is not None:

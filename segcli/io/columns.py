@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from segcli.errors import InvalidInputError, ReadError
+from segcli.io.formats import shown
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -190,13 +191,24 @@ def _recorded_dtype(raw: bytes, file: str) -> np.dtype[Any]:
     return dtype
 
 
+def max_axes() -> int:
+    """The most axes a NumPy array has (NPY_MAXDIMS: 32 before NumPy 2, 64 since)."""
+    return 64 if np.lib.NumpyVersion(np.__version__) >= "2.0.0" else 32
+
+
 def check_type(type_: pa.DataType, where: ColumnRef) -> None:
     """Accept numeric, bool and (fixed-size) lists of those; refuse anything else by name."""
     import pyarrow.types as pt
 
-    leaf = _plain_type(type_)
+    leaf, depth = _plain_type(type_), 0
     while _is_list(leaf):
         leaf = _plain_type(leaf.value_type)
+        depth += 1
+    if depth >= max_axes():  # JSON lines nest lists as deep as their brackets go
+        raise where.fail(
+            f"holds lists nested {depth:,} deep: with its rows, more axes than the "
+            f"{max_axes()} of a NumPy array"
+        )
     if pt.is_integer(leaf) or pt.is_floating(leaf) or pt.is_boolean(leaf):
         return
     if pt.is_null(leaf):
@@ -285,12 +297,12 @@ def _text_offenders(pieces: Iterable[pa.Array]) -> str | None:
         hint = ""
         if _LOCALE_NUMBER.fullmatch(value):
             hint = "; thousands separators and decimal commas are not read: write 1234.5"
-        return f"row {row} holds {value!r} ({count} {noun}{hint})"
+        return f"row {row} holds {shown(value)} ({count} {noun}{hint})"
     if text is not None:  # numbers, each as text: quoted in JSON lines
         row, value, count = text
         noun = "value" if count == 1 else "values"
         quotes = "a number in quotes is text"
-        return f"row {row} holds the text {value!r} ({count} {noun} of text; {quotes})"
+        return f"row {row} holds the text {shown(value)} ({count} {noun} of text; {quotes})"
     return None
 
 
@@ -309,7 +321,7 @@ def check_utf8(values: pa.Array | pa.ChunkedArray, where: ColumnRef, first_row: 
             except UnicodeDecodeError:
                 raise ReadError(
                     f"{where.file}: column '{where.column}' row {first_row + row} holds "
-                    f"{value!r}, which is not UTF-8; convert the file to UTF-8 "
+                    f"{shown(value)}, which is not UTF-8; convert the file to UTF-8 "
                     "(e.g. iconv -f latin1 -t utf-8)"
                 ) from None
 
@@ -382,9 +394,19 @@ def read_as_note(type_: pa.DataType) -> str | None:
 
 def _decoded(column: Any) -> Any:
     """Dictionary-encoded and decimal columns (not inside lists) cast to their plain type."""
+    import pyarrow as pa
+    import pyarrow.types as pt
+
     plain = _plain_type(column.type)
     if plain == column.type:
         return column
+    if pt.is_dictionary(column.type) and pt.is_nested(plain):
+        # pyarrow casts no dictionary of lists to its values: each row's value is looked up.
+        kernels = _kernels()
+        if isinstance(column, pa.ChunkedArray):
+            pieces = [kernels.dictionary_decode(chunk) for chunk in column.chunks]
+            return pa.chunked_array(pieces, type=plain)
+        return kernels.dictionary_decode(column)
     return _kernels().cast(column, plain)
 
 

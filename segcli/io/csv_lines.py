@@ -13,6 +13,8 @@ import io
 from collections.abc import Iterable, Iterator
 from typing import BinaryIO
 
+from segcli.io.formats import shown
+
 #: A field as long as pyarrow reads (its largest block is 1 GiB): the csv module's own limit
 #: (128 KiB) would stop the count at a long quoted field that pyarrow read.
 _ANY_FIELD = (1 << 31) - 1
@@ -78,6 +80,6 @@ def not_utf8_message(label: str, text: bytes) -> str | None:
         return None
     line, held = found
     return (
-        f"{label}: line {line} holds {held!r}, which is not UTF-8; convert the file to UTF-8 "
+        f"{label}: line {line} holds {shown(held)}, which is not UTF-8; convert the file to UTF-8 "
         "(e.g. iconv -f latin1 -t utf-8)"
     )

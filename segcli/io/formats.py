@@ -21,6 +21,22 @@ from typing import BinaryIO, Protocol
 
 from segcli.errors import ReadError, SegcliError, UsageError, WriteError
 
+#: What a damaged file or archive member makes the libraries raise (a deflated or
+#: LZMA-compressed .npz member fails as it is decompressed).
+_LIBRARY_ERRORS: tuple[type[Exception], ...] = (
+    ValueError,
+    OSError,
+    EOFError,
+    zipfile.BadZipFile,
+    zlib.error,
+)
+try:
+    from lzma import LZMAError
+except ImportError:  # pragma: no cover - a Python built without lzma reads no such member
+    pass
+else:
+    _LIBRARY_ERRORS += (LZMAError,)
+
 STDIN_LABEL = "<stdin>"
 
 #: Suffixes of the formats both read and written.
@@ -230,11 +246,21 @@ def refuse_misnamed(path: str, fmt: str) -> None:
         return
     if found == "parquet" and tail != PARQUET_MAGIC:  # a CSV header may open with "PAR1"
         return
+    if found == "arrow" and head.startswith(ARROW_STREAM_MARKER) and not _stream_opens(head):
+        return  # bytes ff ff ff ff open text in Latin-1 ("ÿÿÿÿ") too
     what, hint = _MISNAMED[found]
     raise ReadError(
         f"{path}: this is {what}, but its name ends in {PurePath(path).suffix} (the suffix "
         f"says the format); {hint}"
     )
+
+
+def _stream_opens(head: bytes) -> bool:
+    """Whether ``head``, which opens with the continuation marker, goes on as an Arrow IPC
+    stream does: with the length of its first message's metadata, above 0 and padded to a
+    multiple of 8 bytes."""
+    length = int.from_bytes(head[4:8], "little", signed=True)
+    return len(head) >= 8 and length > 0 and length % 8 == 0
 
 
 def file_tail(f: BinaryIO, size: int) -> bytes:
@@ -435,6 +461,29 @@ def one_line(text: str) -> str:
     return text.replace("\r", "\\r").replace("\n", "\\n")
 
 
+#: The characters of a value an error quotes whole; a longer one (a field of megabytes) is
+#: cut, and its length said, so that the error stays a line one can read.
+SHOWN_CHARS = 80
+
+
+def elided(text: str, limit: int = SHOWN_CHARS) -> str:
+    """``text``, or its first ``limit`` characters and how long it is, for an error message."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def shown(value: str | bytes, limit: int = SHOWN_CHARS) -> str:
+    """``value`` as Python writes it (quoted), or its first ``limit`` characters so written
+    and how long it is, for an error message (bytes: a quarter as many, which may take four
+    characters each, ``\xff``)."""
+    cut = limit // 4 if isinstance(value, bytes) else limit
+    if len(value) <= cut:
+        return repr(value)
+    unit = "bytes" if isinstance(value, bytes) else "characters"
+    return f"{value[:cut]!r}... ({len(value):,} {unit})"
+
+
 def first_line(exc: BaseException) -> str:
     """The first non-empty line of an exception's message (library messages can be long)."""
     for line in str(exc).splitlines():
@@ -454,7 +503,7 @@ def library_errors(label: str, what: str) -> Iterator[None]:
         yield
     except SegcliError:
         raise
-    except (ValueError, OSError, EOFError, zipfile.BadZipFile, zlib.error) as exc:
+    except _LIBRARY_ERRORS as exc:
         raise ReadError(f"{label}: {what} ({first_line(exc)})") from exc
     except Exception as exc:
         # pyarrow.lib.ArrowException subclasses are not all ValueError/OSError.

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from segcli.errors import InvalidInputError
+from segcli.io.formats import shown
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -49,7 +50,7 @@ def unreadable_key(
         value = column[int(rows[0])].as_py()
         count = f"{rows.size:,} row{'s' if rows.size != 1 else ''}"
         return InvalidInputError(
-            f"--keys-from {option_path}: key column '{name}' holds {value!r} at row "
+            f"--keys-from {option_path}: key column '{name}' holds {shown(value)} at row "
             f"{int(rows[0])}, which does not read as {type_}, the key's type in the data "
             f"({count} with such a key)"
         )

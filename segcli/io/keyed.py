@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, cast
 
 import numpy as np
 
+from segcli.io.formats import elided, shown
 from segcli.io.text import header_names, text_blocks, value_headers
 
 if TYPE_CHECKING:
@@ -79,9 +80,11 @@ def key_value_text(column: pa.ChunkedArray | pa.Array, row: int) -> str:
     value = column[row].as_py()
     if value is None:
         return "null"
-    if isinstance(value, str | bytes | bool | int | float):
+    if isinstance(value, str | bytes):
+        return shown(value)
+    if isinstance(value, bool | int | float):
         return repr(value)
-    return str(key_strings(column.slice(row, 1))[0].as_py())
+    return elided(str(key_strings(column.slice(row, 1))[0].as_py()))
 
 
 #: The digits of lowercase hex, as bytes to gather from.

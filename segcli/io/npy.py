@@ -100,11 +100,17 @@ def read_header(f: Readable, label: str) -> NpyHeader:
         # numpy's header parser takes any tuple of ints; a negative length would stream as an
         # empty array.
         raise ReadError(f"{label}: corrupt .npy header (negative dimension in shape {list(shape)})")
-    if math.prod(shape) * np.dtype(dtype).itemsize >= 2**63:
+    if math.prod(d for d in shape if d) * np.dtype(dtype).itemsize >= 2**63:
         # Beyond what any file or int64 arithmetic holds: sizes computed later would overflow.
+        # NumPy skips a zero dimension in this product and makes no array of such a shape,
+        # not even an empty one (a block of its rows could not be allocated).
+        claim = (
+            "claims more bytes than any file holds"
+            if math.prod(shape)
+            else "is larger than any array can be, empty or not"
+        )
         raise ReadError(
-            f"{label}: corrupt .npy header (shape {list(shape)} of {np.dtype(dtype)} claims "
-            "more bytes than any file holds)"
+            f"{label}: corrupt .npy header (shape {list(shape)} of {np.dtype(dtype)} {claim})"
         )
     return NpyHeader(tuple(int(d) for d in shape), np.dtype(dtype), bool(fortran_order))
 
@@ -134,13 +140,7 @@ def check_claim(header: NpyHeader, body_bytes: int | None, label: str) -> None:
 
 def read_body(f: Readable, header: NpyHeader, label: str) -> np.ndarray[Any, Any]:
     """Read the array body that follows ``header``; the result is native-endian and writable."""
-    try:
-        flat = np.empty(header.count, dtype=header.dtype)
-    except (MemoryError, ValueError):
-        raise ReadError(
-            f"{label}: the header claims shape {list(header.shape)} "
-            f"({human_bytes(header.nbytes)} of data), more than this machine can hold"
-        ) from None
+    flat = allocate((header.count,), header, label)
     got = readinto_exact(f, flat)
     if got < header.nbytes:
         raise ReadError(f"{label}: truncated .npy: {arrived_rows(header, 0, got)}")
@@ -148,12 +148,25 @@ def read_body(f: Readable, header: NpyHeader, label: str) -> np.ndarray[Any, Any
     return to_native(flat.reshape(header.shape, order=order))
 
 
+def allocate(shape: tuple[int, ...], header: NpyHeader, label: str) -> np.ndarray[Any, Any]:
+    """An empty array of ``shape`` for (part of) the body ``header`` describes; one that
+    memory cannot hold (a header's claim on a pipe, which no file size tests) is an error
+    naming the claim, not the out-of-memory of a run."""
+    try:
+        return np.empty(shape, dtype=header.dtype)
+    except (MemoryError, ValueError):
+        raise ReadError(
+            f"{label}: the header claims shape {list(header.shape)} "
+            f"({human_bytes(header.nbytes)} of data), more than this machine can hold"
+        ) from None
+
+
 def read_npy_rows(
     f: Readable, header: NpyHeader, start: int, rows: int, label: str
 ) -> np.ndarray[Any, Any]:
     """The next ``rows`` rows of a C-order ``.npy`` whose stream ``f`` stands at row ``start``,
     native-endian; a short read is an error naming where the file ends early."""
-    block = np.empty((rows, *header.shape[1:]), header.dtype)
+    block = allocate((rows, *header.shape[1:]), header, label)
     got = readinto_exact(f, block)
     if got < block.nbytes:
         raise ReadError(f"{label}: truncated .npy: {arrived_rows(header, start, got)}")
@@ -175,7 +188,7 @@ def read_npy_rows_at(
         f.seek(body + start * row_bytes)
         return read_npy_rows(f, header, start, rows, label)
     total, inner = header.shape[0], header.shape[1:]
-    pieces = np.empty((math.prod(inner), rows), header.dtype)
+    pieces = allocate((math.prod(inner), rows), header, label)
     for column, piece in enumerate(pieces):
         f.seek(body + (column * total + start) * header.dtype.itemsize)
         if readinto_exact(f, piece) < piece.nbytes:  # the file shrank after it was opened
@@ -322,19 +335,26 @@ def pick_key(archive: zipfile.ZipFile, key: str | None, path: str, option: str) 
 def read_npz_member(archive: zipfile.ZipFile, key: str, label: str) -> np.ndarray[Any, Any]:
     """Read array ``key`` of an open archive; ``label`` is what errors call it."""
     size = archive.getinfo(f"{key}.npy").file_size
-    with library_errors(label, "corrupt .npz member"), open_member(archive, key) as member:
+    with library_errors(label, "corrupt .npz member"), open_member(archive, key, label) as member:
         return read_npy_stream(member, label, size)
 
 
 def read_npz_header(archive: zipfile.ZipFile, key: str, label: str) -> NpyHeader:
     """Parse only the header of array ``key`` (decompresses a few bytes at most)."""
-    with library_errors(label, "corrupt .npz member"), open_member(archive, key) as member:
+    with library_errors(label, "corrupt .npz member"), open_member(archive, key, label) as member:
         return read_header(member, label)
 
 
 @contextmanager
-def open_member(archive: zipfile.ZipFile, key: str) -> Iterator[Readable]:
+def open_member(archive: zipfile.ZipFile, key: str, label: str) -> Iterator[Readable]:
     """Open array ``key`` of an archive as a stream (decompressed on the fly if deflated)."""
-    with archive.open(f"{key}.npy") as member:
+    try:
+        opened = archive.open(f"{key}.npy")
+    except (NotImplementedError, RuntimeError) as exc:
+        # What zipfile raises for a member it cannot extract: a compression method it lacks,
+        # or encryption (it wants a password). The archive is not corrupt; segcli cannot
+        # read it.
+        raise ReadError(f"{label}: cannot read this .npz member ({first_line(exc)})") from exc
+    with opened as member:
         # ZipExtFile has readinto; typeshed only calls it IO[bytes].
         yield cast(Readable, member)

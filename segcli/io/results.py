@@ -22,6 +22,7 @@ from segcli.io.formats import (
     input_format,
     library_errors,
     open_binary,
+    shown,
     suffix_format,
 )
 from segcli.io.npy import npz_keys, open_npz, read_npy, read_npz_member
@@ -183,7 +184,7 @@ def parse_numbers(texts: list[str], path: str, column: str) -> _Array:
         except (ValueError, OverflowError):
             continue
     bad = next(i for i, t in enumerate(texts) if not _is_number(t))
-    raise ReadError(f"{path}: column '{column}' row {bad}: {texts[bad]!r} is not a number")
+    raise ReadError(f"{path}: column '{column}' row {bad}: {shown(texts[bad])} is not a number")
 
 
 #: Why a text golden's columns are numbers: it was written with --no-header, and its first

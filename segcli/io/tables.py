@@ -39,6 +39,7 @@ from segcli.io.formats import (
     PipeSource,
     check_readable,
     compression_of,
+    elided,
     file_tail,
     is_pipe,
     library_errors,
@@ -46,6 +47,7 @@ from segcli.io.formats import (
     one_line,
     pipe_bytes,
     pipe_source,
+    shown,
     suffix_format,
 )
 from segcli.io.ipc_rows import IpcCounts, ipc_counts, ipc_rows
@@ -97,6 +99,21 @@ _LONG_INTEGER = r"^\s*[-+]?\d{19,}\s*$"
 _NINETEEN_DIGITS = re.compile(rb"\d{19}")
 
 _T = TypeVar("_T")
+
+
+class _IntegerText(str):
+    """An integer of a JSON line, kept as its text: Python's ``int`` refuses more than 4,300
+    digits, and the text is what an error quotes."""
+
+
+def beyond_int64(text: str) -> bool:
+    """Whether ``text``, an integer, lies beyond int64 (its digits counted first: ``int``
+    refuses more than 4,300 of them)."""
+    stripped = text.strip()
+    digits = stripped.lstrip("+-").lstrip("0")
+    if len(digits) != 19:
+        return len(digits) > 19
+    return not -(2**63) <= int(stripped[0] + digits if stripped[0] == "-" else digits) < 2**63
 
 
 @dataclass(frozen=True)
@@ -159,7 +176,7 @@ class TableFile:
             schema.names  # noqa: B018 -- pyarrow decodes the names only when asked
         except UnicodeDecodeError as exc:
             raise ReadError(
-                f"{self.label}: the column name {exc.object!r} is not UTF-8; convert the file "
+                f"{self.label}: the column name {shown(exc.object)} is not UTF-8; convert the file "
                 "to UTF-8 (e.g. iconv -f latin1 -t utf-8)"
             ) from None
         return schema
@@ -519,10 +536,15 @@ class TableFile:
         ``quoted_line_breaks``, a line break within quotes does not end a line."""
         with self._input() as stream:
             head: bytes = stream.read(size)
+            header = self.fmt != "jsonl" and self.csv.header
             if len(head) == size and b"\n" not in head:
                 head = _to_line_end(head, stream, size)
-                if self.fmt != "jsonl" and self.csv.header:  # the types come from rows
+                if header:  # the types come from rows
                     head += stream.read(size)
+            elif len(head) == size and header and b"\n" not in head[head.index(b"\n") + 1 :]:
+                # The header fits, its first row does not: without a row every column would
+                # be typed null, and the row refused as a value of another type.
+                head = _to_line_end(head, stream, size)
         compressed = compression_of(head)
         if compressed is not None:  # pyarrow decompresses by the name only
             raise ReadError(
@@ -606,7 +628,9 @@ class TableFile:
         for name, column in zip(data.column_names, data.columns, strict=True):
             if not pt.is_float64(column.type) or name in self._exact:
                 continue
-            huge = pc.and_(pc.is_finite(column), pc.greater_equal(pc.abs(column), _INT64_BOUND))
+            # An integer of over 308 digits reads as inf: rounded too (text such as "inf" or
+            # "1e999" holds no integer, which the text then says).
+            huge = pc.greater_equal(pc.abs(column), _INT64_BOUND)
             if not pc.any(huge).as_py():
                 continue
             error = self.rounded_error(name)
@@ -624,8 +648,8 @@ class TableFile:
         row, text, count = found
         noun = "such integer" if count == 1 else "such integers"
         return InvalidInputError(
-            f"{self.label}: column '{column}' holds {text.strip()} at row {row}, an integer "
-            f"beyond int64, which would be read rounded, as a float64 ({count} {noun})"
+            f"{self.label}: column '{column}' holds {elided(text.strip())} at row {row}, an "
+            f"integer beyond int64, which would be read rounded, as a float64 ({count} {noun})"
         )
 
     def check_read_text(self, data: pa.Table | pa.RecordBatch, first_row: int) -> None:
@@ -649,7 +673,7 @@ class TableFile:
             long = pc.fill_null(pc.match_substring_regex(texts, _LONG_INTEGER), False)
             for row in np.flatnonzero(long.to_numpy(zero_copy_only=False)):
                 text = texts[int(row)].as_py()
-                if not -(2**63) <= int(text) < 2**63:
+                if beyond_int64(text):
                     first = first or (rows + int(row), text)
                     count += 1
             rows += batch.num_rows
@@ -669,8 +693,8 @@ class TableFile:
                     if not line.strip():
                         continue
                     if _NINETEEN_DIGITS.search(line):
-                        value = json.loads(line).get(field)
-                        if type(value) is int and not -(2**63) <= value < 2**63:
+                        value = json.loads(line, parse_int=_IntegerText).get(field)
+                        if isinstance(value, _IntegerText) and beyond_int64(value):
                             first = first or (rows, str(value))
                             count += 1
                     rows += 1
