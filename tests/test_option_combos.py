@@ -62,13 +62,16 @@ def test_bad_fill_is_the_usage_error_before_n_too_large(tmp_path, streamed, comm
     """With -n too large for memory and a --fill the result cannot hold, the in-memory max said
     the n was too large (exit 1); streamed, and agg on both paths, refused the fill (exit 2)."""
     data, ids = save_pair(tmp_path, np.arange(4, dtype=np.int64), np.array([0, 0, 1, 1]))
+    assert_nan_fill_refused(tmp_path, [*command, data, ids, "-n", str(10**15)], streamed, "max")
+
+
+def assert_nan_fill_refused(tmp_path, argv, streamed: bool, op: str) -> None:
+    """The run of ``argv`` with ``--fill nan`` fails on the fill alone: exit 2, nothing written."""
     out = tmp_path / "out.npy"
-    ran = run_main(
-        *command, data, ids, "-n", str(10**15), "--fill", "nan", "-q", "-o", out,
-        *(STREAMED if streamed else []),
-    )  # fmt: skip
+    extra = STREAMED if streamed else []
+    ran = run_main(*argv, "--fill", "nan", "-q", "-o", out, *extra)
     assert ran.exit_code == 2, ran.stderr
-    assert "--fill nan cannot be stored in the int64 result of max" in ran.stderr
+    assert f"--fill nan cannot be stored in the int64 result of {op}" in ran.stderr
     assert not out.exists()
 
 
@@ -88,14 +91,7 @@ def test_bad_fill_is_the_usage_error_before_the_ids_metadata(
     """A --fill the result cannot hold and ids whose length or dtype is wrong: the in-memory
     single-op run named the ids (exit 1), the streamed run and agg the fill (exit 2)."""
     data, ids_path = save_pair(tmp_path, np.arange(4, dtype=np.float32), ids)
-    out = tmp_path / "out.npy"
-    ran = run_main(
-        *command, data, ids_path, *family, "--fill", "nan", "-q", "-o", out,
-        *(STREAMED if streamed else []),
-    )  # fmt: skip
-    assert ran.exit_code == 2, ran.stderr
-    assert "--fill nan cannot be stored in the int64 result of count" in ran.stderr
-    assert not out.exists()
+    assert_nan_fill_refused(tmp_path, [*command, data, ids_path, *family], streamed, "count")
 
 
 def test_bad_fill_is_the_usage_error_before_the_sparse_ids_on_every_path(tmp_path):
