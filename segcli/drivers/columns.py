@@ -198,9 +198,9 @@ def _run_in_memory(spec: RunSpec, columns: list[str]) -> list[DriverResult]:
 def _run_keyed(
     spec: RunSpec, columns: list[str], progress: Progress | None, *, streams: bool
 ) -> list[DriverResult]:
+    from segcli.drivers.key_setup import encoder_for
     from segcli.drivers.keys import (
         encode_whole_read,
-        encoder_for,
         given_n,
         key_input_facts,
         put_in_key_order,

@@ -34,12 +34,11 @@ from segcli.drivers.base import (
     op_names,
 )
 from segcli.drivers.choose import must_stream, should_stream
+from segcli.drivers.key_setup import encoder_for, open_key_table
 from segcli.drivers.keys import (
     encode_whole_read,
-    encoder_for,
     given_n,
     key_input_facts,
-    open_key_table,
     put_in_key_order,
 )
 from segcli.drivers.stream import StreamPlan, open_inputs, read_ahead, reduce_stream, rows_of

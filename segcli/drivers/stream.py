@@ -623,7 +623,7 @@ def error_before_rows(
         if spec.by and spec.keys_from is not None:
             # A streamed --by run reads --keys-from (its refusals: a null key while null keys
             # drop, a key not in DATA's types) before DATA's dtype and any row.
-            from segcli.drivers.keys import encoder_for, open_key_table
+            from segcli.drivers.key_setup import encoder_for, open_key_table
 
             encoder_for(spec, open_key_table(spec)[0])
         chosen = []

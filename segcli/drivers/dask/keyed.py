@@ -271,7 +271,8 @@ def plan_keyed(spec: RunSpec) -> tuple[Plan, pa.Schema]:
 def run(spec: RunSpec, progress: Progress | None = None, *, client: Any = None) -> DriverResult:
     """``--by`` on a Dask cluster; see :func:`segcli.drivers.dask.run` for ``client``."""
     from segcli.drivers.dask import _cluster, _facts, counted_nulls, planned_nulls
-    from segcli.drivers.keys import encoder_for, key_input_facts, put_in_key_order
+    from segcli.drivers.key_setup import encoder_for
+    from segcli.drivers.keys import key_input_facts, put_in_key_order
 
     try:
         plan, schema = plan_keyed(spec)
