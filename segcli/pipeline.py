@@ -413,10 +413,11 @@ def _run(
     Nothing is written unless every check passes: the output goes to a temporary file that is
     renamed only on success. ``outputs`` (where :func:`reserve_outputs` was called) leaves the
     commit to the caller, so the run's other outputs are committed with it. ``warn`` hears
-    about suspicious but valid input, before the output is written.
+    about suspicious but valid input, before the output is written. A caller that passes
+    ``outputs`` made :func:`check_request` before it reserved them, as the command line does.
     """
-    check_request(request)
     if outputs is None:
+        check_request(request)
         with io.OutputSet() as own:
             reserve_outputs(request, own, (streams or Streams()).stdout_binary)
             return _run(request, streams, progress, own, warn)
